@@ -1,0 +1,370 @@
+//! Types shared by the eBPF programs and userspace.
+//!
+//! Everything here crosses the kernel/user boundary byte for byte, so every type is
+//! `#[repr(C)]`, has explicit padding, holds no `bool`, `Option` or payload enum, and has
+//! its size asserted at compile time. A record starts with a [`RecordHeader`] whose
+//! `version` lets a reader (live or a recording) refuse what it does not understand.
+#![no_std]
+
+/// Version of the ring-buffer record layout. Bump on any layout change.
+pub const WIRE_VERSION: u16 = 1;
+
+/// Record kinds carried in [`RecordHeader::kind`].
+pub mod record_kind {
+    pub const FLOW_SAMPLE: u16 = 1;
+}
+
+/// Why the kernel emitted a sample.
+pub mod reason {
+    /// Sampling interval elapsed on an ACK/segment arrival (`tcp:tcp_probe`).
+    pub const PERIODIC: u8 = 1;
+    /// A segment was retransmitted (`tcp:tcp_retransmit_skb`).
+    pub const RETRANSMIT: u8 = 2;
+    /// The congestion-avoidance state changed (`tcp:tcp_cong_state_set`).
+    pub const CA_STATE: u8 = 3;
+    /// The TCP state machine moved (`sock:inet_sock_set_state`).
+    pub const STATE_CHANGE: u8 = 4;
+    /// The socket is being destroyed (`tcp:tcp_destroy_sock`).
+    pub const DESTROY: u8 = 5;
+}
+
+/// Bits of [`FlowSample::flags`].
+pub mod flag {
+    /// `tcp_sock.rate_app_limited`: the last delivery-rate sample was application limited.
+    pub const APP_LIMITED: u8 = 1 << 0;
+    /// `tcp_sock.is_cwnd_limited`: the flow filled its congestion window in the last window.
+    pub const CWND_LIMITED: u8 = 1 << 1;
+    /// `pid`/`comm` were captured in process context (connect/listen side), so they name the owner.
+    pub const OWNER_KNOWN: u8 = 1 << 2;
+    /// The cookie came from `skc_cookie` read in a classic tracepoint, not from the helper.
+    pub const CLASSIC_HOOK: u8 = 1 << 3;
+}
+
+/// Bits of [`Config::hooks`] and indexes of the hooks.
+pub mod hook {
+    pub const TCP_PROBE: u32 = 1 << 0;
+    pub const RETRANSMIT: u32 = 1 << 1;
+    pub const CONG_STATE: u32 = 1 << 2;
+    pub const SET_STATE: u32 = 1 << 3;
+    pub const DESTROY: u32 = 1 << 4;
+}
+
+/// Indexes of the per-CPU counters in the `COUNTERS` map.
+pub mod counter {
+    /// Ring-buffer reservations that failed: each one is a sample lost.
+    pub const RINGBUF_LOST: u32 = 0;
+    /// Samples written into the ring buffer.
+    pub const EMITTED: u32 = 1;
+    /// Kernel reads (`bpf_probe_read_kernel`) that failed.
+    pub const READ_ERRORS: u32 = 2;
+    /// Flow-state map insertions that failed (map full).
+    pub const FLOW_MAP_FULL: u32 = 3;
+    pub const COUNT: u32 = 4;
+}
+
+/// Every record begins with this.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub version: u16,
+    pub kind: u16,
+    /// Size in bytes of the whole record, header included.
+    pub size: u32,
+}
+
+/// One snapshot of a TCP socket, read from `struct sock`/`tcp_sock` by the eBPF programs.
+///
+/// Units are the kernel's: microseconds for RTTs, bytes, segments; `chrono_*` in jiffies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowSample {
+    pub header: RecordHeader,
+    /// `bpf_ktime_get_ns()` at the hook (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    /// Socket cookie: unique for the life of the host.
+    pub cookie: u64,
+    /// cgroup v2 id of the socket (`sk_cgrp_data`), 0 when unknown.
+    pub cgroup_id: u64,
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub bytes_retrans: u64,
+    /// `sk_pacing_rate`, bytes per second.
+    pub pacing_rate: u64,
+    /// Source and destination address; IPv4 in the first 4 bytes.
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    /// Congestion-control algorithm name (`icsk_ca_ops->name`), NUL padded.
+    pub cc_name: [u8; 16],
+    /// Owner's command name when `flag::OWNER_KNOWN`.
+    pub comm: [u8; 16],
+    /// Inode number of the socket's network namespace.
+    pub netns: u32,
+    pub pid: u32,
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+    /// Smoothed RTT, microseconds (already shifted).
+    pub srtt_us: u32,
+    /// RTT mean deviation, microseconds (already shifted).
+    pub rttvar_us: u32,
+    pub min_rtt_us: u32,
+    pub mss: u32,
+    pub packets_out: u32,
+    pub lost_out: u32,
+    pub sacked_out: u32,
+    pub retrans_out: u32,
+    pub total_retrans: u32,
+    pub delivered: u32,
+    pub rate_delivered: u32,
+    pub rate_interval_us: u32,
+    /// Peer's advertised receive window, bytes.
+    pub snd_wnd: u32,
+    /// Bytes written by the application and not yet sent (`write_seq - snd_nxt`).
+    pub notsent_bytes: u32,
+    pub sndbuf: u32,
+    pub wmem_queued: u32,
+    /// `tcp_jiffies32` when the sample was taken, to finish the running chrono.
+    pub jiffies: u32,
+    pub chrono_start: u32,
+    /// busy, rwnd-limited, sndbuf-limited; jiffies.
+    pub chrono_stat: [u32; 3],
+    /// Retransmissions this program saw for the flow (`tcp_retransmit_skb` hits).
+    pub retrans_events: u32,
+    pub sport: u16,
+    pub dport: u16,
+    pub family: u16,
+    pub reason: u8,
+    pub ca_state: u8,
+    pub tcp_state: u8,
+    pub old_tcp_state: u8,
+    pub chrono_type: u8,
+    pub flags: u8,
+    pub _pad: [u8; 4],
+}
+
+pub const FLOW_SAMPLE_SIZE: usize = 256;
+const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
+const _: () = assert!(core::mem::size_of::<FlowSample>() % 8 == 0);
+
+/// Location of a bit field inside a struct: byte to read, then `(byte >> shift) & mask`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BitField {
+    pub byte_offset: u32,
+    pub shift: u8,
+    pub mask: u8,
+    pub _pad: [u8; 2],
+}
+
+/// Marks an offset the running kernel does not have; the program then leaves the field 0.
+pub const ABSENT: u32 = u32::MAX;
+
+/// Byte offsets of kernel fields, resolved from the running kernel's BTF at start-up.
+///
+/// All offsets of socket fields are from the start of `struct sock` (a `tcp_sock` begins
+/// with its `inet_connection_sock`, which begins with `inet_sock`, which begins with `sock`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offsets {
+    // struct sock_common
+    pub skc_family: u32,
+    pub skc_state: u32,
+    pub skc_num: u32,
+    pub skc_dport: u32,
+    pub skc_rcv_saddr: u32,
+    pub skc_daddr: u32,
+    pub skc_v6_rcv_saddr: u32,
+    pub skc_v6_daddr: u32,
+    pub skc_net: u32,
+    pub skc_cookie: u32,
+    // struct sock
+    pub sk_cgrp_cgroup: u32,
+    pub sk_pacing_rate: u32,
+    pub sk_sndbuf: u32,
+    pub sk_wmem_queued: u32,
+    /// `sk_protocol` as a u16 (a plain field since Linux 5.6).
+    pub sk_protocol: u32,
+    // struct inet_connection_sock
+    pub icsk_ca_ops: u32,
+    pub icsk_ca_state: BitField,
+    // struct tcp_sock
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+    pub srtt_us: u32,
+    pub mdev_us: u32,
+    pub rtt_min: u32,
+    pub mss_cache: u32,
+    pub packets_out: u32,
+    pub lost_out: u32,
+    pub sacked_out: u32,
+    pub retrans_out: u32,
+    pub total_retrans: u32,
+    pub bytes_retrans: u32,
+    pub bytes_sent: u32,
+    pub bytes_acked: u32,
+    pub bytes_received: u32,
+    pub delivered: u32,
+    pub rate_delivered: u32,
+    pub rate_interval_us: u32,
+    pub snd_wnd: u32,
+    pub write_seq: u32,
+    pub snd_nxt: u32,
+    pub chrono_start: u32,
+    pub chrono_stat: u32,
+    pub chrono_type: BitField,
+    pub rate_app_limited: BitField,
+    pub is_cwnd_limited: BitField,
+    // other structs
+    /// `struct net` -> `ns.inum`.
+    pub net_ns_inum: u32,
+    /// `struct cgroup` -> `kn`.
+    pub cgroup_kn: u32,
+    /// `struct kernfs_node` -> `id`.
+    pub kernfs_node_id: u32,
+    /// `struct tcp_congestion_ops` -> `name`.
+    pub ca_ops_name: u32,
+    pub _pad: u32,
+}
+
+pub const OFFSETS_SIZE: usize = 208;
+const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
+
+impl Offsets {
+    /// Every offset absent: the programs read nothing until userspace fills this in.
+    pub const fn unresolved() -> Self {
+        const NONE: BitField = BitField { byte_offset: ABSENT, shift: 0, mask: 0, _pad: [0; 2] };
+        Self {
+            skc_family: ABSENT,
+            skc_state: ABSENT,
+            skc_num: ABSENT,
+            skc_dport: ABSENT,
+            skc_rcv_saddr: ABSENT,
+            skc_daddr: ABSENT,
+            skc_v6_rcv_saddr: ABSENT,
+            skc_v6_daddr: ABSENT,
+            skc_net: ABSENT,
+            skc_cookie: ABSENT,
+            sk_cgrp_cgroup: ABSENT,
+            sk_pacing_rate: ABSENT,
+            sk_sndbuf: ABSENT,
+            sk_wmem_queued: ABSENT,
+            sk_protocol: ABSENT,
+            icsk_ca_ops: ABSENT,
+            icsk_ca_state: NONE,
+            snd_cwnd: ABSENT,
+            snd_ssthresh: ABSENT,
+            srtt_us: ABSENT,
+            mdev_us: ABSENT,
+            rtt_min: ABSENT,
+            mss_cache: ABSENT,
+            packets_out: ABSENT,
+            lost_out: ABSENT,
+            sacked_out: ABSENT,
+            retrans_out: ABSENT,
+            total_retrans: ABSENT,
+            bytes_retrans: ABSENT,
+            bytes_sent: ABSENT,
+            bytes_acked: ABSENT,
+            bytes_received: ABSENT,
+            delivered: ABSENT,
+            rate_delivered: ABSENT,
+            rate_interval_us: ABSENT,
+            snd_wnd: ABSENT,
+            write_seq: ABSENT,
+            snd_nxt: ABSENT,
+            chrono_start: ABSENT,
+            chrono_stat: ABSENT,
+            chrono_type: NONE,
+            rate_app_limited: NONE,
+            is_cwnd_limited: NONE,
+            net_ns_inum: ABSENT,
+            cgroup_kn: ABSENT,
+            kernfs_node_id: ABSENT,
+            ca_ops_name: ABSENT,
+            _pad: 0,
+        }
+    }
+}
+
+/// Offsets of the fields the programs need inside classic (tracefs) tracepoint records,
+/// read from `/sys/kernel/tracing/events/<group>/<event>/format` at start-up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassicTracepointOffsets {
+    /// `skaddr` in each of the five events, in [`hook`] bit order.
+    pub skaddr: [u32; 5],
+    /// `oldstate`/`newstate`/`protocol` of `sock:inet_sock_set_state`.
+    pub set_state_oldstate: u32,
+    pub set_state_newstate: u32,
+    pub set_state_protocol: u32,
+    /// `cong_state` of `tcp:tcp_cong_state_set`.
+    pub cong_state: u32,
+    pub _pad: u32,
+}
+
+pub const CLASSIC_OFFSETS_SIZE: usize = 40;
+const _: () = assert!(core::mem::size_of::<ClassicTracepointOffsets>() == CLASSIC_OFFSETS_SIZE);
+
+impl ClassicTracepointOffsets {
+    pub const fn unresolved() -> Self {
+        Self {
+            skaddr: [ABSENT; 5],
+            set_state_oldstate: ABSENT,
+            set_state_newstate: ABSENT,
+            set_state_protocol: ABSENT,
+            cong_state: ABSENT,
+            _pad: 0,
+        }
+    }
+}
+
+/// Run-time settings written into the programs' read-only data before load.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Minimum time between two periodic samples of one flow.
+    pub sample_interval_ns: u64,
+    /// Hooks that are attached ([`hook`] bits); informational for the programs.
+    pub hooks: u32,
+    /// Only sockets in this cgroup v2 subtree id (0: all). Reserved for container filters.
+    pub _reserved: u32,
+}
+
+pub const CONFIG_SIZE: usize = 16;
+const _: () = assert!(core::mem::size_of::<Config>() == CONFIG_SIZE);
+
+impl Config {
+    pub const fn default_config() -> Self {
+        Self { sample_interval_ns: 100_000_000, hooks: 0, _reserved: 0 }
+    }
+}
+
+/// Per-flow state kept in the kernel between samples.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowState {
+    pub last_emit_ns: u64,
+    pub retrans_events: u32,
+    pub pid: u32,
+    pub comm: [u8; 16],
+    pub flags: u8,
+    pub _pad: [u8; 7],
+}
+
+pub const FLOW_STATE_SIZE: usize = 40;
+const _: () = assert!(core::mem::size_of::<FlowState>() == FLOW_STATE_SIZE);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all these are repr(C), contain only integers and byte arrays, and have explicit
+    // padding, so every bit pattern is valid and there are no uninitialised bytes.
+    unsafe impl aya::Pod for super::FlowSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Offsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ClassicTracepointOffsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Config {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FlowState {}
+}

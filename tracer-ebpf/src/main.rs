@@ -1,0 +1,462 @@
+//! cctrace kernel side: samples TCP sockets from five tracepoints.
+//!
+//! Each hook exists twice: as a BTF tracepoint (`tp_btf`, typed `struct sock *`, preferred) and
+//! as a classic tracefs tracepoint whose `skaddr` field offset userspace reads from the event's
+//! `format` file. Both end in [`observe`], which keeps per-flow state in `FLOWS`, rate-limits
+//! periodic samples to one per `CONFIG.sample_interval_ns` per flow, and writes [`FlowSample`]
+//! records into the `EVENTS` ring buffer. All kernel struct offsets come from `OFFSETS`, which
+//! userspace fills from the running kernel's BTF before load, so one object runs on many kernels.
+#![no_std]
+#![no_main]
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_jiffies64,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+    },
+    macros::{btf_tracepoint, map, tracepoint},
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, TracePointContext},
+};
+use tracer_common::{
+    counter, flag, reason, record_kind, BitField, ClassicTracepointOffsets, Config, FlowSample,
+    FlowState, Offsets, RecordHeader, ABSENT, FLOW_SAMPLE_SIZE, WIRE_VERSION,
+};
+
+/// Filled in by userspace from BTF before load (read-only data).
+#[no_mangle]
+static OFFSETS: Offsets = Offsets::unresolved();
+/// Filled in by userspace from tracefs `format` files before load.
+#[no_mangle]
+static CLASSIC: ClassicTracepointOffsets = ClassicTracepointOffsets::unresolved();
+#[no_mangle]
+static CONFIG: Config = Config::default_config();
+
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+#[map]
+static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(65_536, 0);
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+const TCP_SYN_SENT: u8 = 2;
+const TCP_CLOSE: u8 = 7;
+const TCP_LISTEN: u8 = 10;
+const IPPROTO_TCP: u16 = 6;
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+/// No CA state override: read `icsk_ca_state` from the socket.
+const CA_FROM_SOCKET: u8 = 0xff;
+
+/// Read a field of the rodata globals without letting the compiler fold the build-time value.
+macro_rules! global {
+    ($s:ident . $($f:tt)+) => {{
+        // SAFETY: the static is always valid for reads; volatile keeps the load in the program
+        // so the value userspace wrote before load is what the program sees.
+        #[allow(unused_unsafe)]
+        let value = unsafe { core::ptr::read_volatile(&$s.$($f)+) };
+        value
+    }};
+}
+
+#[inline(always)]
+fn bump(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot of this CPU; programs do not nest on one CPU for these hooks.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Read a `T` at `base + off` from kernel memory; 0 when the kernel lacks the field.
+#[inline(always)]
+fn read<T: Copy + Default>(base: *const u8, off: u32) -> T {
+    if off == ABSENT || base.is_null() {
+        return T::default();
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address; a fault returns an error, not a crash.
+    match unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize) as *const T) } {
+        Ok(v) => v,
+        Err(_) => {
+            bump(counter::READ_ERRORS);
+            T::default()
+        }
+    }
+}
+
+#[inline(always)]
+fn read_ptr(base: *const u8, off: u32) -> *const u8 {
+    read::<u64>(base, off) as *const u8
+}
+
+#[inline(always)]
+fn read_bits(base: *const u8, field: BitField) -> u8 {
+    if field.byte_offset == ABSENT {
+        return 0;
+    }
+    (read::<u8>(base, field.byte_offset) >> field.shift) & field.mask
+}
+
+#[inline(always)]
+fn read_bytes(base: *const u8, off: u32, dst: &mut [u8]) {
+    if off == ABSENT || base.is_null() {
+        return;
+    }
+    // SAFETY: as in `read`: the helper checks the source address.
+    if unsafe { bpf_probe_read_kernel_buf(base.wrapping_add(off as usize), dst) }.is_err() {
+        bump(counter::READ_ERRORS);
+    }
+}
+
+/// What a hook saw, before the socket is read.
+struct Hit {
+    sk: *const u8,
+    cookie: u64,
+    reason: u8,
+    /// New CA state from `tcp_cong_state_set`, else [`CA_FROM_SOCKET`].
+    ca_state: u8,
+    old_state: u8,
+    new_state: u8,
+    classic: bool,
+}
+
+/// Per-flow bookkeeping and rate limiting; emits a sample when one is due.
+#[inline(always)]
+fn observe(hit: Hit) -> Result<u32, u32> {
+    if hit.sk.is_null() || hit.cookie == 0 {
+        return Ok(0);
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let mut state = match FLOWS.get_ptr_mut(&hit.cookie) {
+        // SAFETY: the pointer is into the map value, valid for this program run.
+        Some(p) => unsafe { *p },
+        None => FlowState::default(),
+    };
+    if hit.reason == reason::PERIODIC {
+        let interval = global!(CONFIG.sample_interval_ns);
+        if state.last_emit_ns != 0 && now.wrapping_sub(state.last_emit_ns) < interval {
+            return Ok(0);
+        }
+    }
+    if hit.reason == reason::RETRANSMIT {
+        state.retrans_events = state.retrans_events.wrapping_add(1);
+    }
+    if hit.reason == reason::STATE_CHANGE && hit.new_state == TCP_SYN_SENT {
+        // connect() runs in the owner's context: remember who opened the flow.
+        state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        state.comm = bpf_get_current_comm().unwrap_or_default();
+        state.flags |= flag::OWNER_KNOWN;
+    }
+    state.last_emit_ns = now;
+
+    emit(&hit, &state, now);
+
+    let closing = hit.reason == reason::DESTROY
+        || (hit.reason == reason::STATE_CHANGE && hit.new_state == TCP_CLOSE);
+    if closing {
+        let _ = FLOWS.remove(&hit.cookie);
+    } else if FLOWS.insert(&hit.cookie, &state, 0).is_err() {
+        bump(counter::FLOW_MAP_FULL);
+    }
+    Ok(0)
+}
+
+#[inline(always)]
+fn emit(hit: &Hit, state: &FlowState, now: u64) {
+    let Some(mut entry) = EVENTS.reserve::<FlowSample>(0) else {
+        bump(counter::RINGBUF_LOST);
+        return;
+    };
+    let s = entry.as_mut_ptr();
+    let sk = hit.sk;
+    // SAFETY: `s` points to FLOW_SAMPLE_SIZE reserved bytes we own until submit; zeroing first
+    // means every byte (padding included) is initialised before the record is published.
+    unsafe {
+        core::ptr::write_bytes(s as *mut u8, 0, FLOW_SAMPLE_SIZE);
+        let s = &mut *s;
+        s.header = RecordHeader {
+            version: WIRE_VERSION,
+            kind: record_kind::FLOW_SAMPLE,
+            size: FLOW_SAMPLE_SIZE as u32,
+        };
+        s.ts_ns = now;
+        s.cookie = hit.cookie;
+        s.reason = hit.reason;
+        s.old_tcp_state = hit.old_state;
+        s.retrans_events = state.retrans_events;
+        s.pid = state.pid;
+        s.comm = state.comm;
+        s.flags = state.flags;
+        if hit.classic {
+            s.flags |= flag::CLASSIC_HOOK;
+        }
+
+        let family: u16 = read(sk, global!(OFFSETS.skc_family));
+        s.family = family;
+        s.tcp_state = if hit.reason == reason::STATE_CHANGE {
+            hit.new_state
+        } else {
+            read(sk, global!(OFFSETS.skc_state))
+        };
+        s.sport = read(sk, global!(OFFSETS.skc_num));
+        s.dport = u16::from_be(read(sk, global!(OFFSETS.skc_dport)));
+        if family == AF_INET6 {
+            read_bytes(sk, global!(OFFSETS.skc_v6_rcv_saddr), &mut s.saddr);
+            read_bytes(sk, global!(OFFSETS.skc_v6_daddr), &mut s.daddr);
+        } else if family == AF_INET {
+            read_bytes(sk, global!(OFFSETS.skc_rcv_saddr), &mut s.saddr[..4]);
+            read_bytes(sk, global!(OFFSETS.skc_daddr), &mut s.daddr[..4]);
+        }
+        let net = read_ptr(sk, global!(OFFSETS.skc_net));
+        s.netns = read(net, global!(OFFSETS.net_ns_inum));
+        let cgroup = read_ptr(sk, global!(OFFSETS.sk_cgrp_cgroup));
+        let kn = read_ptr(cgroup, global!(OFFSETS.cgroup_kn));
+        s.cgroup_id = read(kn, global!(OFFSETS.kernfs_node_id));
+        s.pacing_rate = read(sk, global!(OFFSETS.sk_pacing_rate));
+        s.sndbuf = read(sk, global!(OFFSETS.sk_sndbuf));
+        s.wmem_queued = read(sk, global!(OFFSETS.sk_wmem_queued));
+
+        let ops = read_ptr(sk, global!(OFFSETS.icsk_ca_ops));
+        read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);
+        s.ca_state = if hit.ca_state == CA_FROM_SOCKET {
+            read_bits(sk, global!(OFFSETS.icsk_ca_state))
+        } else {
+            hit.ca_state
+        };
+
+        s.snd_cwnd = read(sk, global!(OFFSETS.snd_cwnd));
+        s.snd_ssthresh = read(sk, global!(OFFSETS.snd_ssthresh));
+        s.srtt_us = read::<u32>(sk, global!(OFFSETS.srtt_us)) >> 3;
+        s.rttvar_us = read::<u32>(sk, global!(OFFSETS.mdev_us)) >> 2;
+        // struct minmax { struct minmax_sample { u32 t; u32 v; } s[3]; }: s[0].v is the minimum.
+        let rtt_min = global!(OFFSETS.rtt_min);
+        s.min_rtt_us = if rtt_min == ABSENT { 0 } else { read(sk, rtt_min + 4) };
+        s.mss = read(sk, global!(OFFSETS.mss_cache));
+        s.packets_out = read(sk, global!(OFFSETS.packets_out));
+        s.lost_out = read(sk, global!(OFFSETS.lost_out));
+        s.sacked_out = read(sk, global!(OFFSETS.sacked_out));
+        s.retrans_out = read(sk, global!(OFFSETS.retrans_out));
+        s.total_retrans = read(sk, global!(OFFSETS.total_retrans));
+        s.bytes_retrans = read(sk, global!(OFFSETS.bytes_retrans));
+        s.bytes_sent = read(sk, global!(OFFSETS.bytes_sent));
+        s.bytes_acked = read(sk, global!(OFFSETS.bytes_acked));
+        s.bytes_received = read(sk, global!(OFFSETS.bytes_received));
+        s.delivered = read(sk, global!(OFFSETS.delivered));
+        s.rate_delivered = read(sk, global!(OFFSETS.rate_delivered));
+        s.rate_interval_us = read(sk, global!(OFFSETS.rate_interval_us));
+        s.snd_wnd = read(sk, global!(OFFSETS.snd_wnd));
+        let write_seq: u32 = read(sk, global!(OFFSETS.write_seq));
+        let snd_nxt: u32 = read(sk, global!(OFFSETS.snd_nxt));
+        s.notsent_bytes = write_seq.wrapping_sub(snd_nxt);
+        if (s.notsent_bytes as i32) < 0 {
+            s.notsent_bytes = 0;
+        }
+        s.jiffies = bpf_jiffies64() as u32;
+        s.chrono_start = read(sk, global!(OFFSETS.chrono_start));
+        read_chrono(sk, &mut s.chrono_stat);
+        s.chrono_type = read_bits(sk, global!(OFFSETS.chrono_type));
+        if read_bits(sk, global!(OFFSETS.rate_app_limited)) != 0 {
+            s.flags |= flag::APP_LIMITED;
+        }
+        if read_bits(sk, global!(OFFSETS.is_cwnd_limited)) != 0 {
+            s.flags |= flag::CWND_LIMITED;
+        }
+    }
+    entry.submit(0);
+    bump(counter::EMITTED);
+}
+
+#[inline(always)]
+fn read_chrono(sk: *const u8, out: &mut [u32; 3]) {
+    let off = global!(OFFSETS.chrono_stat);
+    if off == ABSENT {
+        return;
+    }
+    *out = read(sk, off);
+}
+
+/// Sockets that carry no flow (listeners) or are not TCP produce no samples.
+#[inline(always)]
+fn is_flow_socket(sk: *const u8) -> bool {
+    let proto_off = global!(OFFSETS.sk_protocol);
+    if proto_off != ABSENT && read::<u16>(sk, proto_off) != IPPROTO_TCP {
+        return false;
+    }
+    read::<u8>(sk, global!(OFFSETS.skc_state)) != TCP_LISTEN
+}
+
+#[inline(always)]
+fn btf_cookie(sk: *const u8) -> u64 {
+    // SAFETY: `sk` is the tracepoint's typed `struct sock *` argument; in tracing programs this
+    // helper is bpf_get_socket_ptr_cookie, which assigns the cookie if it is not yet set.
+    unsafe { bpf_get_socket_cookie(sk as *mut c_void) }
+}
+
+// ---------------------------------------------------------------- BTF tracepoints
+
+#[btf_tracepoint(function = "tcp_probe")]
+pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    let hit = Hit { sk, cookie: btf_cookie(sk), reason: reason::PERIODIC, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: false };
+    match observe(hit) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[btf_tracepoint(function = "tcp_retransmit_skb")]
+pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    let hit = Hit { sk, cookie: btf_cookie(sk), reason: reason::RETRANSMIT, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: false };
+    match observe(hit) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[btf_tracepoint(function = "tcp_cong_state_set")]
+pub fn cct_cong_state(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    let new_ca: u8 = ctx.arg(1);
+    match try_cong_state(sk, btf_cookie(sk), new_ca, false) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[btf_tracepoint(function = "inet_sock_set_state")]
+pub fn cct_set_state(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    let old: i32 = ctx.arg(1);
+    let new: i32 = ctx.arg(2);
+    match try_set_state(sk, old as u8, new as u8, false) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[btf_tracepoint(function = "tcp_destroy_sock")]
+pub fn cct_destroy(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    match try_destroy(sk, btf_cookie(sk), false) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[inline(always)]
+fn try_cong_state(sk: *const u8, cookie: u64, new_ca: u8, classic: bool) -> Result<u32, u32> {
+    // tcp_set_ca_state() fires the tracepoint before storing the state; many callers set the
+    // state it already has, which is no event worth a sample.
+    if read_bits(sk, global!(OFFSETS.icsk_ca_state)) == new_ca {
+        return Ok(0);
+    }
+    observe(Hit { sk, cookie, reason: reason::CA_STATE, ca_state: new_ca, old_state: 0, new_state: 0, classic })
+}
+
+#[inline(always)]
+fn try_set_state(sk: *const u8, old: u8, new: u8, classic: bool) -> Result<u32, u32> {
+    if old == TCP_LISTEN || new == TCP_LISTEN {
+        return Ok(0);
+    }
+    let proto_off = global!(OFFSETS.sk_protocol);
+    if proto_off != ABSENT && read::<u16>(sk, proto_off) != IPPROTO_TCP {
+        return Ok(0);
+    }
+    let cookie = if classic { read(sk, global!(OFFSETS.skc_cookie)) } else { btf_cookie(sk) };
+    observe(Hit { sk, cookie, reason: reason::STATE_CHANGE, ca_state: CA_FROM_SOCKET, old_state: old, new_state: new, classic })
+}
+
+#[inline(always)]
+fn try_destroy(sk: *const u8, cookie: u64, classic: bool) -> Result<u32, u32> {
+    if !is_flow_socket(sk) {
+        return Ok(0);
+    }
+    observe(Hit { sk, cookie, reason: reason::DESTROY, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic })
+}
+
+// ---------------------------------------------------------------- classic tracepoints
+//
+// Fallback for kernels without BTF tracepoints for these events. The record layout is read
+// from tracefs; `skaddr` gives the socket, read with the same BTF offsets as above. Without the
+// cookie helper, the cookie is read from `skc_cookie`, which the kernel assigns lazily: a flow is
+// reported from the first event after something (tcp_probe's own format does) assigned it.
+
+#[inline(always)]
+fn classic_sk(ctx: &TracePointContext, index: usize) -> *const u8 {
+    let off = global!(CLASSIC.skaddr[index]);
+    if off == ABSENT {
+        return core::ptr::null();
+    }
+    // SAFETY: reads the tracepoint record at an offset taken from its format file.
+    unsafe { ctx.read_at::<u64>(off as usize) }.unwrap_or(0) as *const u8
+}
+
+#[inline(always)]
+fn classic_u32(ctx: &TracePointContext, off: u32) -> u32 {
+    if off == ABSENT {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { ctx.read_at::<u32>(off as usize) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn classic_cookie(sk: *const u8) -> u64 {
+    read(sk, global!(OFFSETS.skc_cookie))
+}
+
+#[tracepoint(category = "tcp", name = "tcp_probe")]
+pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
+    let sk = classic_sk(&ctx, 0);
+    let hit = Hit { sk, cookie: classic_cookie(sk), reason: reason::PERIODIC, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: true };
+    match observe(hit) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[tracepoint(category = "tcp", name = "tcp_retransmit_skb")]
+pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
+    let sk = classic_sk(&ctx, 1);
+    let hit = Hit { sk, cookie: classic_cookie(sk), reason: reason::RETRANSMIT, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: true };
+    match observe(hit) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[tracepoint(category = "tcp", name = "tcp_cong_state_set")]
+pub fn cct_tp_cong(ctx: TracePointContext) -> u32 {
+    let sk = classic_sk(&ctx, 2);
+    let new_ca = classic_u32(&ctx, global!(CLASSIC.cong_state)) as u8;
+    match try_cong_state(sk, classic_cookie(sk), new_ca, true) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[tracepoint(category = "sock", name = "inet_sock_set_state")]
+pub fn cct_tp_setstate(ctx: TracePointContext) -> u32 {
+    let sk = classic_sk(&ctx, 3);
+    let protocol = classic_u32(&ctx, global!(CLASSIC.set_state_protocol)) as u16;
+    if protocol != IPPROTO_TCP {
+        return 0;
+    }
+    let old = classic_u32(&ctx, global!(CLASSIC.set_state_oldstate)) as u8;
+    let new = classic_u32(&ctx, global!(CLASSIC.set_state_newstate)) as u8;
+    match try_set_state(sk, old, new, true) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[tracepoint(category = "tcp", name = "tcp_destroy_sock")]
+pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
+    let sk = classic_sk(&ctx, 4);
+    match try_destroy(sk, classic_cookie(sk), true) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,460 @@
+//! Owned, decoded events: what every event source (live kernel, recording, test feed) yields.
+//!
+//! Decoding checks the record's length and version before reading it, so a short or foreign
+//! record is an error, never undefined behaviour.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{flag, reason, record_kind, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION};
+
+/// TCP state machine states (`include/net/tcp_states.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TcpState {
+    Established,
+    SynSent,
+    SynRecv,
+    FinWait1,
+    FinWait2,
+    TimeWait,
+    Close,
+    CloseWait,
+    LastAck,
+    Listen,
+    Closing,
+    NewSynRecv,
+    BoundInactive,
+    Unknown(u8),
+}
+
+impl TcpState {
+    pub fn from_raw(v: u8) -> Self {
+        match v {
+            1 => Self::Established,
+            2 => Self::SynSent,
+            3 => Self::SynRecv,
+            4 => Self::FinWait1,
+            5 => Self::FinWait2,
+            6 => Self::TimeWait,
+            7 => Self::Close,
+            8 => Self::CloseWait,
+            9 => Self::LastAck,
+            10 => Self::Listen,
+            11 => Self::Closing,
+            12 => Self::NewSynRecv,
+            13 => Self::BoundInactive,
+            other => Self::Unknown(other),
+        }
+    }
+
+    /// Name as `ss` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Established => "ESTAB",
+            Self::SynSent => "SYN-SENT",
+            Self::SynRecv => "SYN-RECV",
+            Self::FinWait1 => "FIN-WAIT-1",
+            Self::FinWait2 => "FIN-WAIT-2",
+            Self::TimeWait => "TIME-WAIT",
+            Self::Close => "CLOSE",
+            Self::CloseWait => "CLOSE-WAIT",
+            Self::LastAck => "LAST-ACK",
+            Self::Listen => "LISTEN",
+            Self::Closing => "CLOSING",
+            Self::NewSynRecv => "NEW-SYN-RECV",
+            Self::BoundInactive => "BOUND-INACTIVE",
+            Self::Unknown(_) => "UNKNOWN",
+        }
+    }
+}
+
+/// Congestion-avoidance state (`enum tcp_ca_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CaState {
+    Open,
+    Disorder,
+    Cwr,
+    Recovery,
+    Loss,
+}
+
+impl CaState {
+    pub const ALL: [CaState; 5] = [Self::Open, Self::Disorder, Self::Cwr, Self::Recovery, Self::Loss];
+
+    pub fn from_raw(v: u8) -> Self {
+        match v {
+            1 => Self::Disorder,
+            2 => Self::Cwr,
+            3 => Self::Recovery,
+            4 => Self::Loss,
+            _ => Self::Open,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Open => "Open",
+            Self::Disorder => "Disorder",
+            Self::Cwr => "CWR",
+            Self::Recovery => "Recovery",
+            Self::Loss => "Loss",
+        }
+    }
+}
+
+/// Why a sample was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SampleReason {
+    Periodic,
+    Retransmit,
+    CaState,
+    StateChange,
+    Destroy,
+}
+
+impl SampleReason {
+    fn from_raw(v: u8) -> Result<Self, DecodeError> {
+        Ok(match v {
+            reason::PERIODIC => Self::Periodic,
+            reason::RETRANSMIT => Self::Retransmit,
+            reason::CA_STATE => Self::CaState,
+            reason::STATE_CHANGE => Self::StateChange,
+            reason::DESTROY => Self::Destroy,
+            other => return Err(DecodeError::BadField("reason", other as u64)),
+        })
+    }
+}
+
+/// One decoded socket snapshot. Times are microseconds, sizes bytes, windows segments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+    pub cookie: u64,
+    pub netns: u32,
+    pub cgroup_id: u64,
+    pub reason: SampleReason,
+    pub local: std::net::SocketAddr,
+    pub remote: std::net::SocketAddr,
+    pub tcp_state: TcpState,
+    pub old_tcp_state: TcpState,
+    pub ca_state: CaState,
+    pub cc: String,
+    /// Process that opened the flow, when the kernel saw it (`connect()` side).
+    pub owner: Option<Owner>,
+    pub snd_cwnd: u32,
+    pub snd_ssthresh: u32,
+    pub srtt_us: u32,
+    pub rttvar_us: u32,
+    pub min_rtt_us: u32,
+    pub mss: u32,
+    pub packets_out: u32,
+    pub lost_out: u32,
+    pub sacked_out: u32,
+    pub retrans_out: u32,
+    pub total_retrans: u32,
+    pub retrans_events: u32,
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub bytes_retrans: u64,
+    pub delivered: u32,
+    /// Delivery rate, bits/s, as `ss` computes it (`rate_delivered * mss / rate_interval`).
+    pub delivery_rate_bps: u64,
+    pub app_limited: bool,
+    pub cwnd_limited: bool,
+    /// `sk_pacing_rate` in bits/s.
+    pub pacing_rate_bps: u64,
+    pub snd_wnd: u32,
+    pub notsent_bytes: u32,
+    pub sndbuf: u32,
+    pub wmem_queued: u32,
+    /// Time the flow has spent busy / receive-window limited / send-buffer limited, µs.
+    pub busy_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    pub comm: String,
+}
+
+impl Sample {
+    pub fn is_closing(&self) -> bool {
+        self.reason == SampleReason::Destroy
+            || (self.reason == SampleReason::StateChange && self.tcp_state == TcpState::Close)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than its header")]
+    TooShort(usize),
+    #[error("record wire version {0} is not supported (this build reads version {WIRE_VERSION})")]
+    Version(u16),
+    #[error("record kind {0} is unknown")]
+    Kind(u16),
+    #[error("record says {declared} bytes but {actual} are present")]
+    Length { declared: u32, actual: usize },
+    #[error("field {0} has invalid value {1}")]
+    BadField(&'static str, u64),
+}
+
+/// What decoding needs to know about the kernel that produced the record.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeContext {
+    /// The kernel's CONFIG_HZ: `chrono_*` counters are in jiffies.
+    pub hz: u32,
+}
+
+/// Decode one ring-buffer record.
+pub fn decode(bytes: &[u8], ctx: &DecodeContext) -> Result<Sample, DecodeError> {
+    let header_len = std::mem::size_of::<RecordHeader>();
+    if bytes.len() < header_len {
+        return Err(DecodeError::TooShort(bytes.len()));
+    }
+    // SAFETY: length checked above; RecordHeader is plain old data, read unaligned.
+    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    if header.version != WIRE_VERSION {
+        return Err(DecodeError::Version(header.version));
+    }
+    if header.kind != record_kind::FLOW_SAMPLE {
+        return Err(DecodeError::Kind(header.kind));
+    }
+    if header.size as usize != FLOW_SAMPLE_SIZE || bytes.len() < FLOW_SAMPLE_SIZE {
+        return Err(DecodeError::Length { declared: header.size, actual: bytes.len() });
+    }
+    // SAFETY: at least FLOW_SAMPLE_SIZE bytes are present and FlowSample is plain old data
+    // (integers and byte arrays only), so any bit pattern is a valid value.
+    let raw: FlowSample = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    from_raw(&raw, ctx)
+}
+
+fn addr(family: u16, bytes: &[u8; 16], port: u16) -> std::net::SocketAddr {
+    let ip = if family == libc::AF_INET6 as u16 {
+        IpAddr::V6(Ipv6Addr::from(*bytes))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]))
+    };
+    std::net::SocketAddr::new(ip, port)
+}
+
+fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// Chrono counters: finished periods plus the running one, converted from jiffies to µs
+/// exactly as `tcp_get_info_chrono_stats()` does.
+fn chrono_us(raw: &FlowSample, hz: u32) -> [u64; 3] {
+    let mut out = [0u64; 3];
+    let us_per_jiffy = 1_000_000 / u64::from(hz.max(1));
+    for (i, slot) in out.iter_mut().enumerate() {
+        let mut total = u64::from(raw.chrono_stat[i]);
+        // chrono_type 1..=3 is the running kind (0 = none).
+        if usize::from(raw.chrono_type) == i + 1 {
+            total += u64::from(raw.jiffies.wrapping_sub(raw.chrono_start));
+        }
+        *slot = total * us_per_jiffy;
+    }
+    out
+}
+
+pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeError> {
+    let delivery_rate_bps = if raw.rate_interval_us > 0 {
+        u64::from(raw.rate_delivered) * u64::from(raw.mss) * 8 * 1_000_000 / u64::from(raw.rate_interval_us)
+    } else {
+        0
+    };
+    let [busy_us, rwnd_limited_us, sndbuf_limited_us] = chrono_us(raw, ctx.hz);
+    let owner = (raw.flags & flag::OWNER_KNOWN != 0).then(|| Owner { pid: raw.pid, comm: c_string(&raw.comm) });
+    Ok(Sample {
+        ts_ns: raw.ts_ns,
+        cookie: raw.cookie,
+        netns: raw.netns,
+        cgroup_id: raw.cgroup_id,
+        reason: SampleReason::from_raw(raw.reason)?,
+        local: addr(raw.family, &raw.saddr, raw.sport),
+        remote: addr(raw.family, &raw.daddr, raw.dport),
+        tcp_state: TcpState::from_raw(raw.tcp_state),
+        old_tcp_state: TcpState::from_raw(raw.old_tcp_state),
+        ca_state: CaState::from_raw(raw.ca_state),
+        cc: c_string(&raw.cc_name),
+        owner,
+        snd_cwnd: raw.snd_cwnd,
+        snd_ssthresh: raw.snd_ssthresh,
+        srtt_us: raw.srtt_us,
+        rttvar_us: raw.rttvar_us,
+        min_rtt_us: raw.min_rtt_us,
+        mss: raw.mss,
+        packets_out: raw.packets_out,
+        lost_out: raw.lost_out,
+        sacked_out: raw.sacked_out,
+        retrans_out: raw.retrans_out,
+        total_retrans: raw.total_retrans,
+        retrans_events: raw.retrans_events,
+        bytes_sent: raw.bytes_sent,
+        bytes_acked: raw.bytes_acked,
+        bytes_received: raw.bytes_received,
+        bytes_retrans: raw.bytes_retrans,
+        delivered: raw.delivered,
+        delivery_rate_bps,
+        app_limited: raw.flags & flag::APP_LIMITED != 0,
+        cwnd_limited: raw.flags & flag::CWND_LIMITED != 0,
+        pacing_rate_bps: raw.pacing_rate.saturating_mul(8),
+        snd_wnd: raw.snd_wnd,
+        notsent_bytes: raw.notsent_bytes,
+        sndbuf: raw.sndbuf,
+        wmem_queued: raw.wmem_queued,
+        busy_us,
+        rwnd_limited_us,
+        sndbuf_limited_us,
+    })
+}
+
+/// Build a wire record from parts; used by tests and the synthetic feed to exercise `decode`.
+pub fn raw_sample_template() -> FlowSample {
+    FlowSample {
+        header: RecordHeader { version: WIRE_VERSION, kind: record_kind::FLOW_SAMPLE, size: FLOW_SAMPLE_SIZE as u32 },
+        ts_ns: 0,
+        cookie: 0,
+        cgroup_id: 0,
+        bytes_sent: 0,
+        bytes_acked: 0,
+        bytes_received: 0,
+        bytes_retrans: 0,
+        pacing_rate: 0,
+        saddr: [0; 16],
+        daddr: [0; 16],
+        cc_name: [0; 16],
+        comm: [0; 16],
+        netns: 0,
+        pid: 0,
+        snd_cwnd: 0,
+        snd_ssthresh: 0,
+        srtt_us: 0,
+        rttvar_us: 0,
+        min_rtt_us: 0,
+        mss: 0,
+        packets_out: 0,
+        lost_out: 0,
+        sacked_out: 0,
+        retrans_out: 0,
+        total_retrans: 0,
+        delivered: 0,
+        rate_delivered: 0,
+        rate_interval_us: 0,
+        snd_wnd: 0,
+        notsent_bytes: 0,
+        sndbuf: 0,
+        wmem_queued: 0,
+        jiffies: 0,
+        chrono_start: 0,
+        chrono_stat: [0; 3],
+        retrans_events: 0,
+        sport: 0,
+        dport: 0,
+        family: libc::AF_INET as u16,
+        reason: reason::PERIODIC,
+        ca_state: 0,
+        tcp_state: 1,
+        old_tcp_state: 0,
+        chrono_type: 0,
+        flags: 0,
+        _pad: [0; 4],
+    }
+}
+
+/// The bytes of a raw record, as the ring buffer would carry them.
+pub fn raw_bytes(raw: &FlowSample) -> Vec<u8> {
+    // SAFETY: FlowSample is repr(C) plain old data with explicit padding: all bytes initialised.
+    let slice = unsafe { std::slice::from_raw_parts((raw as *const FlowSample).cast::<u8>(), FLOW_SAMPLE_SIZE) };
+    slice.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CTX: DecodeContext = DecodeContext { hz: 250 };
+
+    fn sample() -> FlowSample {
+        let mut raw = raw_sample_template();
+        raw.cookie = 42;
+        raw.saddr[..4].copy_from_slice(&[198, 18, 0, 1]);
+        raw.daddr[..4].copy_from_slice(&[198, 18, 0, 2]);
+        raw.sport = 40000;
+        raw.dport = 5201;
+        raw.cc_name[..5].copy_from_slice(b"cubic");
+        raw.mss = 1448;
+        raw.rate_delivered = 100;
+        raw.rate_interval_us = 10_000;
+        raw.pacing_rate = 1_000_000;
+        raw.chrono_type = 1;
+        raw.chrono_stat = [10, 20, 30];
+        raw.jiffies = 105;
+        raw.chrono_start = 100;
+        raw
+    }
+
+    #[test]
+    fn decodes_a_full_record() {
+        let s = decode(&raw_bytes(&sample()), &CTX).expect("decodes");
+        assert_eq!(s.cookie, 42);
+        assert_eq!(s.local.to_string(), "198.18.0.1:40000");
+        assert_eq!(s.remote.to_string(), "198.18.0.2:5201");
+        assert_eq!(s.cc, "cubic");
+        // 100 segments * 1448 B in 10 ms = 115.84 Mbit/s
+        assert_eq!(s.delivery_rate_bps, 115_840_000);
+        assert_eq!(s.pacing_rate_bps, 8_000_000);
+        // busy: 10 finished + 5 running jiffies at 4 ms each.
+        assert_eq!(s.busy_us, 60_000);
+        assert_eq!(s.rwnd_limited_us, 80_000);
+        assert_eq!(s.sndbuf_limited_us, 120_000);
+        assert_eq!(s.owner, None);
+    }
+
+    #[test]
+    fn decodes_ipv6_and_owner() {
+        let mut raw = sample();
+        raw.family = libc::AF_INET6 as u16;
+        raw.saddr = Ipv6Addr::LOCALHOST.octets();
+        raw.flags = flag::OWNER_KNOWN | flag::APP_LIMITED;
+        raw.pid = 7;
+        raw.comm[..4].copy_from_slice(b"curl");
+        let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
+        assert_eq!(s.local.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert_eq!(s.owner, Some(Owner { pid: 7, comm: "curl".into() }));
+        assert!(s.app_limited);
+        assert!(!s.cwnd_limited);
+    }
+
+    #[test]
+    fn rejects_truncated_and_foreign_records() {
+        let bytes = raw_bytes(&sample());
+        assert_eq!(decode(&bytes[..4], &CTX), Err(DecodeError::TooShort(4)));
+        assert!(matches!(decode(&bytes[..100], &CTX), Err(DecodeError::Length { .. })));
+        let mut v2 = sample();
+        v2.header.version = 99;
+        assert_eq!(decode(&raw_bytes(&v2), &CTX), Err(DecodeError::Version(99)));
+        let mut kind = sample();
+        kind.header.kind = 7;
+        assert_eq!(decode(&raw_bytes(&kind), &CTX), Err(DecodeError::Kind(7)));
+        let mut bad_reason = sample();
+        bad_reason.reason = 0;
+        assert!(matches!(decode(&raw_bytes(&bad_reason), &CTX), Err(DecodeError::BadField("reason", 0))));
+    }
+
+    #[test]
+    fn zero_interval_gives_zero_delivery_rate() {
+        let mut raw = sample();
+        raw.rate_interval_us = 0;
+        assert_eq!(decode(&raw_bytes(&raw), &CTX).map(|s| s.delivery_rate_bps), Ok(0));
+    }
+}

@@ -1,0 +1,370 @@
+//! The live kernel event source: load the embedded eBPF object, attach each hook (BTF tracepoint
+//! first, classic tracepoint as fallback), and drain the ring buffer through tokio's `AsyncFd`.
+//!
+//! Dropping [`KernelSource`] detaches every program and frees every map: nothing is pinned.
+
+pub mod caps;
+pub mod hz;
+pub mod offsets;
+pub mod tracefs;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, TracePoint};
+use aya::{Btf, Ebpf, EbpfLoader};
+use tokio::io::unix::AsyncFd;
+use tracer_common::{counter, hook, ClassicTracepointOffsets, Config, ABSENT};
+
+use crate::event::{decode, DecodeContext, Sample};
+use crate::source::{BoxFuture, EventSource, SourceCounters};
+
+/// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+/// Why the object is empty, if it is.
+const EBPF_UNAVAILABLE: &str = env!("CCTRACE_EBPF_UNAVAILABLE");
+
+/// Which tracepoint flavour to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HookMode {
+    /// BTF tracepoints where they load, classic tracepoints otherwise.
+    Auto,
+    /// BTF tracepoints only.
+    Btf,
+    /// Classic tracefs tracepoints only.
+    Classic,
+}
+
+#[derive(Clone, Debug)]
+pub struct KernelOptions {
+    pub sample_interval: Duration,
+    pub hook_mode: HookMode,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        Self { sample_interval: Duration::from_millis(100), hook_mode: HookMode::Auto }
+    }
+}
+
+struct Hook {
+    bit: u32,
+    group: &'static str,
+    event: &'static str,
+    btf_prog: &'static str,
+    classic_prog: &'static str,
+    /// What is lost when this hook is unavailable.
+    without: &'static str,
+}
+
+const HOOKS: [Hook; 5] = [
+    Hook {
+        bit: hook::TCP_PROBE,
+        group: "tcp",
+        event: "tcp_probe",
+        btf_prog: "cct_probe",
+        classic_prog: "cct_tp_probe",
+        without: "no periodic samples; flows update only on retransmissions and state changes",
+    },
+    Hook {
+        bit: hook::RETRANSMIT,
+        group: "tcp",
+        event: "tcp_retransmit_skb",
+        btf_prog: "cct_retrans",
+        classic_prog: "cct_tp_retrans",
+        without: "retransmissions show only in the counters of later samples",
+    },
+    Hook {
+        bit: hook::CONG_STATE,
+        group: "tcp",
+        event: "tcp_cong_state_set",
+        btf_prog: "cct_cong_state",
+        classic_prog: "cct_tp_cong",
+        without: "CA state changes show only in periodic samples",
+    },
+    Hook {
+        bit: hook::SET_STATE,
+        group: "sock",
+        event: "inet_sock_set_state",
+        btf_prog: "cct_set_state",
+        classic_prog: "cct_tp_setstate",
+        without: "opens are seen at the first ACK and closes only at destroy",
+    },
+    Hook {
+        bit: hook::DESTROY,
+        group: "tcp",
+        event: "tcp_destroy_sock",
+        btf_prog: "cct_destroy",
+        classic_prog: "cct_tp_destroy",
+        without: "closes are seen only through state changes",
+    },
+];
+
+/// How one hook ended up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookStatus {
+    Btf,
+    Classic,
+    Disabled(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct HookReport {
+    pub name: String,
+    pub status: HookStatus,
+}
+
+impl HookReport {
+    /// One line for start-up output.
+    pub fn line(&self) -> String {
+        match &self.status {
+            HookStatus::Btf => format!("{}: BTF tracepoint", self.name),
+            HookStatus::Classic => format!("{}: classic tracepoint", self.name),
+            HookStatus::Disabled(why) => format!("{}: disabled ({why})", self.name),
+        }
+    }
+}
+
+/// Everything start-up learned about the kernel.
+#[derive(Clone, Debug)]
+pub struct KernelInfo {
+    pub hooks: Vec<HookReport>,
+    /// Optional kernel fields this kernel lacks (their values read as 0).
+    pub missing_fields: Vec<String>,
+    pub hz: u32,
+}
+
+pub struct KernelSource {
+    // Field order matters for Drop: the ring buffer and counter maps go before the programs.
+    ring: AsyncFd<RingBuf<MapData>>,
+    counters: PerCpuArray<MapData, u64>,
+    _ebpf: Ebpf,
+    info: KernelInfo,
+    ctx: DecodeContext,
+    received: u64,
+    decode_errors: u64,
+    /// First decode error, kept for the summary.
+    pub last_decode_error: Option<String>,
+}
+
+/// Offsets of the fields the classic programs read, from tracefs; absent where unreadable.
+fn classic_offsets() -> (ClassicTracepointOffsets, Option<String>) {
+    let mut out = ClassicTracepointOffsets::unresolved();
+    let root = match tracefs::tracefs_root() {
+        Ok(r) => r,
+        Err(e) => return (out, Some(e.to_string())),
+    };
+    for (i, h) in HOOKS.iter().enumerate() {
+        let Ok(fields) = tracefs::event_format(&root, h.group, h.event) else { continue };
+        let at = |name: &str| fields.get(name).map_or(ABSENT, |f| f.offset);
+        out.skaddr[i] = at("skaddr");
+        if h.bit == hook::SET_STATE {
+            out.set_state_oldstate = at("oldstate");
+            out.set_state_newstate = at("newstate");
+            out.set_state_protocol = at("protocol");
+        }
+        if h.bit == hook::CONG_STATE {
+            out.cong_state = at("cong_state");
+        }
+    }
+    (out, None)
+}
+
+fn short(e: &dyn std::fmt::Display) -> String {
+    let s = e.to_string();
+    s.lines().next().unwrap_or("").chars().take(160).collect()
+}
+
+fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<()> {
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(h.btf_prog)
+        .ok_or_else(|| anyhow!("program {} missing from object", h.btf_prog))?
+        .try_into()?;
+    prog.load(h.event, btf).map_err(|e| anyhow!("load: {}", short(&error_chain(&e))))?;
+    if let Err(e) = prog.attach() {
+        let _ = prog.unload();
+        bail!("attach: {}", short(&error_chain(&e)));
+    }
+    Ok(())
+}
+
+fn attach_classic(ebpf: &mut Ebpf, h: &Hook, index: usize, classic: &ClassicTracepointOffsets) -> Result<()> {
+    if classic.skaddr[index] == ABSENT {
+        bail!("tracefs has no {}:{} with an skaddr field", h.group, h.event);
+    }
+    let prog: &mut TracePoint = ebpf
+        .program_mut(h.classic_prog)
+        .ok_or_else(|| anyhow!("program {} missing from object", h.classic_prog))?
+        .try_into()?;
+    prog.load().map_err(|e| anyhow!("load: {}", short(&error_chain(&e))))?;
+    if let Err(e) = prog.attach(h.group, h.event) {
+        let _ = prog.unload();
+        bail!("attach: {}", short(&error_chain(&e)));
+    }
+    Ok(())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}
+
+impl KernelSource {
+    /// Check privileges, resolve offsets, load and attach. Must run inside a tokio runtime.
+    pub fn start(opts: &KernelOptions) -> Result<Self> {
+        if EBPF_OBJECT.is_empty() {
+            bail!(
+                "this cctrace was built without its eBPF programs ({EBPF_UNAVAILABLE}); run `cargo xtask setup` \
+                 (installs bpf-linker and the nightly rust-src component) and rebuild"
+            );
+        }
+        caps::check()?;
+        let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
+        let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
+        drop(btf_resolver);
+        let hz = hz::kernel_hz().unwrap_or(250);
+        let (classic, _tracefs_err) = classic_offsets();
+        let config = Config {
+            sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
+            hooks: 0,
+            _reserved: 0,
+        };
+        // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
+        // so older kernels do not fail map creation.
+        raise_memlock();
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("OFFSETS", &resolved.offsets, true)
+            .override_global("CLASSIC", &classic, true)
+            .override_global("CONFIG", &config, true)
+            .load(EBPF_OBJECT)
+            .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
+
+        let aya_btf = match opts.hook_mode {
+            HookMode::Classic => None,
+            _ => Btf::from_sys_fs().ok(),
+        };
+        let mut reports = Vec::new();
+        for (i, h) in HOOKS.iter().enumerate() {
+            let name = format!("{}:{}", h.group, h.event);
+            let mut reasons = Vec::new();
+            let mut status = None;
+            if opts.hook_mode != HookMode::Classic {
+                match aya_btf.as_ref() {
+                    Some(btf) => match attach_btf(&mut ebpf, h, btf) {
+                        Ok(()) => status = Some(HookStatus::Btf),
+                        Err(e) => reasons.push(format!("BTF tracepoint: {e}")),
+                    },
+                    None => reasons.push("BTF tracepoint: kernel BTF unavailable".to_string()),
+                }
+            }
+            if status.is_none() && opts.hook_mode != HookMode::Btf {
+                match attach_classic(&mut ebpf, h, i, &classic) {
+                    Ok(()) => status = Some(HookStatus::Classic),
+                    Err(e) => reasons.push(format!("classic tracepoint: {e}")),
+                }
+            }
+            let status = status.unwrap_or_else(|| HookStatus::Disabled(format!("{}; {}", reasons.join("; "), h.without)));
+            reports.push(HookReport { name, status });
+        }
+        if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
+            let why: Vec<String> = reports.iter().map(HookReport::line).collect();
+            bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
+        }
+
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
+            .context("opening the EVENTS ring buffer")?;
+        // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
+        // the RingBuf) is dropped; the fd is never replaced or closed behind tokio's back.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .context("registering the ring buffer with tokio")?;
+        let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?)
+            .context("opening the COUNTERS map")?;
+        Ok(Self {
+            ring,
+            counters,
+            _ebpf: ebpf,
+            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz },
+            ctx: DecodeContext { hz },
+            received: 0,
+            decode_errors: 0,
+            last_decode_error: None,
+        })
+    }
+
+    pub fn info(&self) -> &KernelInfo {
+        &self.info
+    }
+
+    fn counter(&self, index: u32) -> u64 {
+        self.counters.get(&index, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// Kernel-side counters by name (lost, emitted, read errors, map full).
+    pub fn kernel_counters(&self) -> HashMap<&'static str, u64> {
+        HashMap::from([
+            ("ringbuf_lost", self.counter(counter::RINGBUF_LOST)),
+            ("emitted", self.counter(counter::EMITTED)),
+            ("read_errors", self.counter(counter::READ_ERRORS)),
+            ("flow_map_full", self.counter(counter::FLOW_MAP_FULL)),
+        ])
+    }
+
+    async fn read_batch(&mut self) -> Result<Vec<Sample>> {
+        const MAX_BATCH: usize = 4096;
+        loop {
+            let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+            let ring = guard.get_inner_mut();
+            let mut batch = Vec::new();
+            while batch.len() < MAX_BATCH {
+                let Some(item) = ring.next() else { break };
+                match decode(&item, &self.ctx) {
+                    Ok(s) => batch.push(s),
+                    Err(e) => {
+                        self.decode_errors += 1;
+                        if self.last_decode_error.is_none() {
+                            self.last_decode_error = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+            if batch.len() < MAX_BATCH {
+                // Drained: wait for the next wake-up. A full batch leaves readiness set.
+                guard.clear_ready();
+            }
+            if !batch.is_empty() {
+                self.received += batch.len() as u64;
+                return Ok(batch);
+            }
+        }
+    }
+}
+
+fn raise_memlock() {
+    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit reads a valid rlimit struct; failure is harmless on current kernels.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+impl EventSource for KernelSource {
+    fn next_batch(&mut self) -> BoxFuture<'_, Result<Option<Vec<Sample>>>> {
+        Box::pin(async move { self.read_batch().await.map(Some) })
+    }
+
+    fn counters(&self) -> SourceCounters {
+        SourceCounters { received: self.received, lost: self.counter(counter::RINGBUF_LOST), decode_errors: self.decode_errors }
+    }
+
+    fn describe(&self) -> String {
+        let attached = self.info.hooks.iter().filter(|h| !matches!(h.status, HookStatus::Disabled(_))).count();
+        format!("live kernel ({attached}/{} hooks)", self.info.hooks.len())
+    }
+}

@@ -1,0 +1,287 @@
+//! Resolve the kernel struct field offsets the eBPF programs read, from the running kernel's BTF.
+//!
+//! This is the only place that knows kernel struct layouts. The programs get the result as the
+//! `OFFSETS` global, so one binary runs on any kernel whose BTF names these fields. Fields the
+//! kernel lacks are marked absent (the sample then carries 0) and reported, not fatal, except
+//! those without which no sample means anything.
+
+use anyhow::{anyhow, bail, Context, Result};
+use btf_rs::{Btf, Type};
+use tracer_common::{BitField, Offsets, ABSENT};
+
+/// Where a field was found: byte offset from the struct start, and bit-field geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldLoc {
+    pub bit_offset: u32,
+    pub bitfield_bits: Option<u32>,
+    /// Size of the field's type in bytes (0 when not an integer/pointer/array/struct).
+    pub size: usize,
+}
+
+/// Resolves dotted member paths (`__sk_common.skc_num`) through anonymous structs and unions.
+pub struct BtfResolver {
+    btf: Btf,
+}
+
+impl BtfResolver {
+    pub fn from_sys_fs() -> Result<Self> {
+        let path = "/sys/kernel/btf/vmlinux";
+        let btf = Btf::from_file(path).with_context(|| {
+            format!("cannot read kernel BTF at {path}: cctrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+        })?;
+        Ok(Self { btf })
+    }
+
+    fn find_struct(&self, name: &str) -> Result<btf_rs::Struct> {
+        let types = self.btf.resolve_types_by_name(name).map_err(|e| anyhow!("BTF: no type named {name}: {e}"))?;
+        types
+            .into_iter()
+            .find_map(|t| match t {
+                // A forward declaration has no members; the definition has a size.
+                Type::Struct(s) if !s.members.is_empty() => Some(s),
+                _ => None,
+            })
+            .ok_or_else(|| anyhow!("BTF: struct {name} not found"))
+    }
+
+    /// Strip typedefs and qualifiers.
+    fn concrete(&self, mut t: Type) -> Result<Type> {
+        for _ in 0..32 {
+            let next = match &t {
+                Type::Typedef(x) => self.btf.resolve_chained_type(x),
+                Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => self.btf.resolve_chained_type(x),
+                Type::TypeTag(x) => self.btf.resolve_chained_type(x),
+                _ => return Ok(t),
+            };
+            t = next.map_err(|e| anyhow!("BTF: {e}"))?;
+        }
+        bail!("BTF: type chain too long")
+    }
+
+    fn type_size(&self, t: &Type) -> usize {
+        match t {
+            Type::Int(i) => i.size(),
+            Type::Ptr(_) => 8,
+            Type::Enum(e) => e.size(),
+            Type::Struct(s) | Type::Union(s) => s.size(),
+            Type::Array(a) => {
+                let elem = self.btf.resolve_chained_type(a).ok().and_then(|e| self.concrete(e).ok());
+                elem.map_or(0, |e| self.type_size(&e) * a.len())
+            }
+            _ => 0,
+        }
+    }
+
+    /// Search `s` for `name`, descending into anonymous members; returns the member's bit offset
+    /// relative to `s` and its type.
+    fn find_member(&self, s: &btf_rs::Struct, name: &str, depth: u32) -> Result<Option<(u32, Option<u32>, Type)>> {
+        if depth > 8 {
+            return Ok(None);
+        }
+        for m in &s.members {
+            let mname = self.btf.resolve_name(m).unwrap_or_default();
+            let mtype = self.concrete(self.btf.resolve_chained_type(m).map_err(|e| anyhow!("BTF: {e}"))?)?;
+            if mname == name {
+                return Ok(Some((m.bit_offset(), m.bitfield_size().filter(|&b| b > 0), mtype)));
+            }
+            if mname.is_empty() {
+                if let Type::Struct(inner) | Type::Union(inner) = &mtype {
+                    if let Some((off, bits, t)) = self.find_member(inner, name, depth + 1)? {
+                        return Ok(Some((m.bit_offset() + off, bits, t)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Locate `struct_name.path` (path components separated by dots).
+    pub fn field(&self, struct_name: &str, path: &str) -> Result<FieldLoc> {
+        let mut current = Type::Struct(self.find_struct(struct_name)?);
+        let mut bit_offset = 0u32;
+        let mut bits = None;
+        for part in path.split('.') {
+            let s = match &current {
+                Type::Struct(s) | Type::Union(s) => s.clone(),
+                _ => bail!("BTF: {struct_name}.{path}: {part} is inside a non-struct"),
+            };
+            let (off, b, t) = self
+                .find_member(&s, part, 0)?
+                .ok_or_else(|| anyhow!("BTF: {struct_name} has no member {path}"))?;
+            bit_offset += off;
+            bits = b;
+            current = t;
+        }
+        Ok(FieldLoc { bit_offset, bitfield_bits: bits, size: self.type_size(&current) })
+    }
+}
+
+/// One field the programs read: struct, path, and the size the program reads it as.
+struct Want {
+    strukt: &'static str,
+    path: &'static str,
+    /// Bytes the eBPF program reads (0: any size, e.g. a struct whose inner offset is used).
+    read_size: usize,
+    required: bool,
+}
+
+const fn want(strukt: &'static str, path: &'static str, read_size: usize, required: bool) -> Want {
+    Want { strukt, path, read_size, required }
+}
+
+/// Outcome of resolving: the offsets and what is missing on this kernel.
+#[derive(Debug)]
+pub struct Resolved {
+    pub offsets: Offsets,
+    /// Optional fields the kernel lacks, with the reason (reported, not fatal).
+    pub missing: Vec<String>,
+}
+
+fn byte_offset(loc: &FieldLoc, w: &Want) -> Result<u32> {
+    if loc.bitfield_bits.is_some() || loc.bit_offset % 8 != 0 {
+        bail!("{}.{} is a bit field", w.strukt, w.path);
+    }
+    if w.read_size != 0 && loc.size != w.read_size {
+        bail!("{}.{} is {} bytes, cctrace reads {}", w.strukt, w.path, loc.size, w.read_size);
+    }
+    Ok(loc.bit_offset / 8)
+}
+
+fn bit_field(loc: &FieldLoc, w: &Want) -> Result<BitField> {
+    let (shift, width) = match loc.bitfield_bits {
+        Some(bits) => (loc.bit_offset % 8, bits),
+        // A plain byte works as an 8-bit field.
+        None if loc.size == 1 => (0, 8),
+        None => bail!("{}.{} is {} bytes, expected a bit field or a byte", w.strukt, w.path, loc.size),
+    };
+    if shift + width > 8 {
+        bail!("{}.{} straddles a byte boundary", w.strukt, w.path);
+    }
+    Ok(BitField {
+        byte_offset: loc.bit_offset / 8,
+        shift: shift as u8,
+        mask: ((1u32 << width) - 1) as u8,
+        _pad: [0; 2],
+    })
+}
+
+/// Resolve every offset in [`Offsets`] against `btf`.
+pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
+    let mut o = Offsets::unresolved();
+    let mut missing = Vec::new();
+
+    // Plain fields: (destination, wanted field).
+    let plain: Vec<(&mut u32, Want)> = vec![
+        (&mut o.skc_family, want("sock", "__sk_common.skc_family", 2, true)),
+        (&mut o.skc_state, want("sock", "__sk_common.skc_state", 1, true)),
+        (&mut o.skc_num, want("sock", "__sk_common.skc_num", 2, true)),
+        (&mut o.skc_dport, want("sock", "__sk_common.skc_dport", 2, true)),
+        (&mut o.skc_rcv_saddr, want("sock", "__sk_common.skc_rcv_saddr", 4, true)),
+        (&mut o.skc_daddr, want("sock", "__sk_common.skc_daddr", 4, true)),
+        (&mut o.skc_v6_rcv_saddr, want("sock", "__sk_common.skc_v6_rcv_saddr", 16, false)),
+        (&mut o.skc_v6_daddr, want("sock", "__sk_common.skc_v6_daddr", 16, false)),
+        (&mut o.skc_net, want("sock", "__sk_common.skc_net", 8, false)),
+        (&mut o.skc_cookie, want("sock", "__sk_common.skc_cookie", 8, false)),
+        (&mut o.sk_cgrp_cgroup, want("sock", "sk_cgrp_data.cgroup", 8, false)),
+        (&mut o.sk_pacing_rate, want("sock", "sk_pacing_rate", 8, false)),
+        (&mut o.sk_sndbuf, want("sock", "sk_sndbuf", 4, false)),
+        (&mut o.sk_wmem_queued, want("sock", "sk_wmem_queued", 4, false)),
+        (&mut o.sk_protocol, want("sock", "sk_protocol", 2, false)),
+        (&mut o.icsk_ca_ops, want("inet_connection_sock", "icsk_ca_ops", 8, false)),
+        (&mut o.snd_cwnd, want("tcp_sock", "snd_cwnd", 4, true)),
+        (&mut o.snd_ssthresh, want("tcp_sock", "snd_ssthresh", 4, true)),
+        (&mut o.srtt_us, want("tcp_sock", "srtt_us", 4, true)),
+        (&mut o.mdev_us, want("tcp_sock", "mdev_us", 4, false)),
+        (&mut o.rtt_min, want("tcp_sock", "rtt_min", 24, false)),
+        (&mut o.mss_cache, want("tcp_sock", "mss_cache", 4, true)),
+        (&mut o.packets_out, want("tcp_sock", "packets_out", 4, false)),
+        (&mut o.lost_out, want("tcp_sock", "lost_out", 4, false)),
+        (&mut o.sacked_out, want("tcp_sock", "sacked_out", 4, false)),
+        (&mut o.retrans_out, want("tcp_sock", "retrans_out", 4, false)),
+        (&mut o.total_retrans, want("tcp_sock", "total_retrans", 4, false)),
+        (&mut o.bytes_retrans, want("tcp_sock", "bytes_retrans", 8, false)),
+        (&mut o.bytes_sent, want("tcp_sock", "bytes_sent", 8, false)),
+        (&mut o.bytes_acked, want("tcp_sock", "bytes_acked", 8, false)),
+        (&mut o.bytes_received, want("tcp_sock", "bytes_received", 8, false)),
+        (&mut o.delivered, want("tcp_sock", "delivered", 4, false)),
+        (&mut o.rate_delivered, want("tcp_sock", "rate_delivered", 4, false)),
+        (&mut o.rate_interval_us, want("tcp_sock", "rate_interval_us", 4, false)),
+        (&mut o.snd_wnd, want("tcp_sock", "snd_wnd", 4, false)),
+        (&mut o.write_seq, want("tcp_sock", "write_seq", 4, false)),
+        (&mut o.snd_nxt, want("tcp_sock", "snd_nxt", 4, false)),
+        (&mut o.chrono_start, want("tcp_sock", "chrono_start", 4, false)),
+        (&mut o.chrono_stat, want("tcp_sock", "chrono_stat", 12, false)),
+        (&mut o.net_ns_inum, want("net", "ns.inum", 4, false)),
+        (&mut o.cgroup_kn, want("cgroup", "kn", 8, false)),
+        (&mut o.kernfs_node_id, want("kernfs_node", "id", 8, false)),
+        (&mut o.ca_ops_name, want("tcp_congestion_ops", "name", 16, false)),
+    ];
+    for (dst, w) in plain {
+        match btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w)) {
+            Ok(off) => *dst = off,
+            Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
+            Err(e) => {
+                *dst = ABSENT;
+                missing.push(e.to_string());
+            }
+        }
+    }
+
+    let bits: [(&mut BitField, Want); 4] = [
+        (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
+        (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
+        (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
+        (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
+    ];
+    for (dst, w) in bits {
+        match btf.field(w.strukt, w.path).and_then(|loc| bit_field(&loc, &w)) {
+            Ok(b) => *dst = b,
+            Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
+            Err(e) => missing.push(e.to_string()),
+        }
+    }
+    Ok(Resolved { offsets: o, missing })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolver() -> Option<BtfResolver> {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("skipped: /sys/kernel/btf/vmlinux is absent (kernel without CONFIG_DEBUG_INFO_BTF)");
+            return None;
+        }
+        Some(BtfResolver::from_sys_fs().expect("BTF parses"))
+    }
+
+    #[test]
+    fn resolves_every_field_on_this_kernel() {
+        let Some(btf) = resolver() else { return };
+        let r = resolve(&btf).expect("resolves");
+        assert!(r.missing.is_empty(), "missing on this kernel: {:?}", r.missing);
+        // The socket layers nest at offset 0, so sock fields come first.
+        assert!(r.offsets.skc_family < r.offsets.snd_cwnd);
+        assert!(r.offsets.icsk_ca_state.mask >= 0x1f, "{:?}", r.offsets.icsk_ca_state);
+        assert_eq!(r.offsets.rate_app_limited.mask, 1);
+    }
+
+    #[test]
+    fn reports_missing_members_clearly() {
+        let Some(btf) = resolver() else { return };
+        let err = btf.field("tcp_sock", "no_such_field").expect_err("absent");
+        assert!(err.to_string().contains("tcp_sock has no member no_such_field"), "{err}");
+    }
+
+    #[test]
+    fn bitfield_geometry() {
+        let w = want("x", "y", 0, false);
+        let loc = FieldLoc { bit_offset: 8 * 10 + 3, bitfield_bits: Some(2), size: 1 };
+        let b = bit_field(&loc, &w).expect("fits");
+        assert_eq!((b.byte_offset, b.shift, b.mask), (10, 3, 0b11));
+        let straddle = FieldLoc { bit_offset: 7, bitfield_bits: Some(2), size: 1 };
+        assert!(bit_field(&straddle, &w).is_err());
+        let byte = FieldLoc { bit_offset: 16, bitfield_bits: None, size: 1 };
+        assert_eq!(bit_field(&byte, &w).expect("byte").mask, 0xff);
+    }
+}

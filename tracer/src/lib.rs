@@ -1,0 +1,12 @@
+//! cctrace: live TCP congestion-control tracing with eBPF.
+//!
+//! Layers, each usable alone: [`event`] (decoded samples), [`source`] (where samples come from),
+//! [`model`] (the flow table, pure), [`kernel`] (the live eBPF source), [`output`] (presentation).
+
+pub mod clock;
+pub mod event;
+pub mod kernel;
+pub mod model;
+pub mod output;
+pub mod signals;
+pub mod source;

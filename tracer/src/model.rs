@@ -1,0 +1,520 @@
+//! The flow table: every TCP flow seen, its latest sample, derived rates, time per CA state and
+//! a bounded history for charts. Pure code: no aya, no terminal, no clock of its own (times come
+//! from the samples and from the caller), so it runs the same on live data, recordings and tests.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::event::{CaState, Sample};
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+#[derive(Clone, Debug)]
+pub struct TableConfig {
+    /// Window over which throughput and retransmission rates are computed.
+    pub rate_window_ns: u64,
+    /// Width of one history bucket (one chart point).
+    pub history_step_ns: u64,
+    /// History buckets kept per flow.
+    pub history_len: usize,
+    /// How long a closed flow stays visible.
+    pub closed_linger_ns: u64,
+    /// A flow with no sample for this long is dropped (it may still exist, but is idle).
+    pub idle_timeout_ns: u64,
+    /// Hard bound on flows kept; the least recently updated are evicted first.
+    pub max_flows: usize,
+}
+
+impl Default for TableConfig {
+    fn default() -> Self {
+        Self {
+            rate_window_ns: NS_PER_SEC,
+            history_step_ns: NS_PER_SEC,
+            history_len: 300,
+            closed_linger_ns: 30 * NS_PER_SEC,
+            idle_timeout_ns: 300 * NS_PER_SEC,
+            max_flows: 50_000,
+        }
+    }
+}
+
+/// Counters at one instant, kept for the rate window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RatePoint {
+    ts_ns: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    total_retrans: u32,
+}
+
+impl RatePoint {
+    fn of(s: &Sample) -> Self {
+        Self {
+            ts_ns: s.ts_ns,
+            bytes_acked: s.bytes_acked,
+            bytes_received: s.bytes_received,
+            bytes_sent: s.bytes_sent,
+            bytes_retrans: s.bytes_retrans,
+            total_retrans: s.total_retrans,
+        }
+    }
+}
+
+/// Rates derived from two counter snapshots.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    /// Payload the peer acknowledged plus payload received, bits/s: what the flow delivered.
+    pub throughput_bps: f64,
+    /// Everything put on the wire, retransmissions included, bits/s.
+    pub send_rate_bps: f64,
+    /// Retransmitted share of bytes sent in the window (0..=1).
+    pub retrans_ratio: f64,
+    /// Retransmitted segments per second.
+    pub retrans_per_sec: f64,
+}
+
+fn rates_between(a: &RatePoint, b: &RatePoint) -> Option<Rates> {
+    let dt_ns = b.ts_ns.checked_sub(a.ts_ns)?;
+    if dt_ns == 0 {
+        return None;
+    }
+    let secs = dt_ns as f64 / NS_PER_SEC as f64;
+    let acked = b.bytes_acked.saturating_sub(a.bytes_acked);
+    let received = b.bytes_received.saturating_sub(a.bytes_received);
+    let sent = b.bytes_sent.saturating_sub(a.bytes_sent);
+    let retrans_bytes = b.bytes_retrans.saturating_sub(a.bytes_retrans);
+    let retrans_segs = b.total_retrans.saturating_sub(a.total_retrans);
+    Some(Rates {
+        throughput_bps: (acked + received) as f64 * 8.0 / secs,
+        send_rate_bps: sent as f64 * 8.0 / secs,
+        retrans_ratio: if sent > 0 { retrans_bytes as f64 / sent as f64 } else { 0.0 },
+        retrans_per_sec: f64::from(retrans_segs) / secs,
+    })
+}
+
+/// One chart point: the state of the flow over one history step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryPoint {
+    /// Start of the bucket (monotonic ns, aligned to the step).
+    pub ts_ns: u64,
+    pub throughput_bps: f64,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub srtt_us: u32,
+    pub min_rtt_us: u32,
+    /// Segments retransmitted during the bucket.
+    pub retrans: u32,
+    /// CA state at the end of the bucket and the worst one seen in it.
+    pub ca_state: CaState,
+    pub worst_ca_state: CaState,
+}
+
+/// Everything known about one flow.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    pub first: Sample,
+    pub latest: Sample,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    pub samples: u64,
+    /// Set when the kernel reported the socket closed.
+    pub closed_at_ns: Option<u64>,
+    /// Time spent in each CA state, indexed by `CaState::index()`.
+    pub ca_time_ns: [u64; 5],
+    pub rates: Rates,
+    window: VecDeque<RatePoint>,
+    history: VecDeque<HistoryPoint>,
+    /// Counters at the start of the current history bucket.
+    bucket_start: RatePoint,
+}
+
+impl Flow {
+    fn new(sample: &Sample) -> Self {
+        let point = RatePoint::of(sample);
+        Self {
+            first: sample.clone(),
+            latest: sample.clone(),
+            first_seen_ns: sample.ts_ns,
+            last_seen_ns: sample.ts_ns,
+            samples: 1,
+            closed_at_ns: sample.is_closing().then_some(sample.ts_ns),
+            ca_time_ns: [0; 5],
+            rates: Rates::default(),
+            window: VecDeque::from([point]),
+            history: VecDeque::new(),
+            bucket_start: point,
+        }
+    }
+
+    pub fn cookie(&self) -> u64 {
+        self.latest.cookie
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed_at_ns.is_some()
+    }
+
+    pub fn history(&self) -> impl ExactSizeIterator<Item = &HistoryPoint> + DoubleEndedIterator {
+        self.history.iter()
+    }
+
+    /// Seconds the flow has been observed.
+    pub fn age_secs(&self) -> f64 {
+        self.last_seen_ns.saturating_sub(self.first_seen_ns) as f64 / NS_PER_SEC as f64
+    }
+
+    /// Rates over the whole observed life of the flow.
+    pub fn lifetime_rates(&self) -> Rates {
+        rates_between(&RatePoint::of(&self.first), &RatePoint::of(&self.latest)).unwrap_or_default()
+    }
+
+    fn update(&mut self, sample: &Sample, cfg: &TableConfig) {
+        // Samples of one flow can arrive out of order across CPUs; an older one adds nothing.
+        if sample.ts_ns < self.latest.ts_ns {
+            return;
+        }
+        let dt = sample.ts_ns - self.latest.ts_ns;
+        self.ca_time_ns[self.latest.ca_state.index()] += dt;
+        self.samples += 1;
+        self.last_seen_ns = sample.ts_ns;
+        if sample.is_closing() && self.closed_at_ns.is_none() {
+            self.closed_at_ns = Some(sample.ts_ns);
+        }
+
+        let point = RatePoint::of(sample);
+        self.window.push_back(point);
+        // Keep one point at or before the window start so the window is always fully covered.
+        while self.window.len() > 2 && sample.ts_ns - self.window[1].ts_ns >= cfg.rate_window_ns {
+            self.window.pop_front();
+        }
+        if let (Some(first), Some(last)) = (self.window.front(), self.window.back()) {
+            if let Some(r) = rates_between(first, last) {
+                self.rates = r;
+            }
+        }
+        self.record_history(sample, point, cfg);
+        let mut latest = sample.clone();
+        // The kernel clears the local port when a closing socket is unhashed, and a connecting
+        // one has none yet: the flow's identity is the last complete one seen.
+        if latest.local.port() == 0 {
+            latest.local = self.latest.local;
+        }
+        if latest.remote.port() == 0 {
+            latest.remote = self.latest.remote;
+        }
+        self.latest = latest;
+    }
+
+    fn record_history(&mut self, sample: &Sample, point: RatePoint, cfg: &TableConfig) {
+        let step = cfg.history_step_ns.max(1);
+        let bucket = sample.ts_ns - sample.ts_ns % step;
+        let same_bucket = self.history.back().is_some_and(|h| h.ts_ns == bucket);
+        if !same_bucket {
+            self.bucket_start = RatePoint::of(&self.latest);
+            self.history.push_back(HistoryPoint {
+                ts_ns: bucket,
+                throughput_bps: 0.0,
+                cwnd: sample.snd_cwnd,
+                ssthresh: sample.snd_ssthresh,
+                srtt_us: sample.srtt_us,
+                min_rtt_us: sample.min_rtt_us,
+                retrans: 0,
+                ca_state: sample.ca_state,
+                worst_ca_state: sample.ca_state,
+            });
+            while self.history.len() > cfg.history_len {
+                self.history.pop_front();
+            }
+        }
+        let start = self.bucket_start;
+        if let Some(h) = self.history.back_mut() {
+            let rates = rates_between(&start, &point).unwrap_or_default();
+            if rates.throughput_bps > 0.0 || point.ts_ns > start.ts_ns {
+                h.throughput_bps = rates.throughput_bps;
+            }
+            h.cwnd = sample.snd_cwnd;
+            h.ssthresh = sample.snd_ssthresh;
+            h.srtt_us = sample.srtt_us;
+            h.min_rtt_us = sample.min_rtt_us;
+            h.retrans = point.total_retrans.saturating_sub(start.total_retrans);
+            h.ca_state = sample.ca_state;
+            if sample.ca_state.index() > h.worst_ca_state.index() {
+                h.worst_ca_state = sample.ca_state;
+            }
+        }
+    }
+}
+
+/// Summary of what the table did with a sample; lets callers react to opens and closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ingested {
+    NewFlow,
+    Updated,
+    Closed,
+}
+
+#[derive(Debug, Default)]
+pub struct FlowTable {
+    cfg: TableConfig,
+    flows: HashMap<u64, Flow>,
+    evicted: u64,
+}
+
+impl FlowTable {
+    pub fn new(cfg: TableConfig) -> Self {
+        Self { cfg, flows: HashMap::new(), evicted: 0 }
+    }
+
+    pub fn config(&self) -> &TableConfig {
+        &self.cfg
+    }
+
+    pub fn ingest(&mut self, sample: &Sample) -> Ingested {
+        let was_closed;
+        let outcome = match self.flows.get_mut(&sample.cookie) {
+            Some(flow) => {
+                was_closed = flow.is_closed();
+                flow.update(sample, &self.cfg);
+                if flow.is_closed() && !was_closed { Ingested::Closed } else { Ingested::Updated }
+            }
+            None => {
+                if self.flows.len() >= self.cfg.max_flows {
+                    self.evict_one();
+                }
+                let flow = Flow::new(sample);
+                let closed = flow.is_closed();
+                self.flows.insert(sample.cookie, flow);
+                if closed { Ingested::Closed } else { Ingested::NewFlow }
+            }
+        };
+        outcome
+    }
+
+    /// Drop flows closed for longer than the linger time and flows idle past the timeout.
+    pub fn expire(&mut self, now_ns: u64) -> usize {
+        let before = self.flows.len();
+        let cfg = &self.cfg;
+        self.flows.retain(|_, f| match f.closed_at_ns {
+            Some(closed) => now_ns.saturating_sub(closed) < cfg.closed_linger_ns,
+            None => now_ns.saturating_sub(f.last_seen_ns) < cfg.idle_timeout_ns,
+        });
+        before - self.flows.len()
+    }
+
+    fn evict_one(&mut self) {
+        // Prefer a closed flow; otherwise the one updated longest ago.
+        let victim = self
+            .flows
+            .values()
+            .min_by_key(|f| (!f.is_closed(), f.last_seen_ns))
+            .map(Flow::cookie);
+        if let Some(cookie) = victim {
+            self.flows.remove(&cookie);
+            self.evicted += 1;
+        }
+    }
+
+    pub fn get(&self, cookie: u64) -> Option<&Flow> {
+        self.flows.get(&cookie)
+    }
+
+    pub fn flows(&self) -> impl Iterator<Item = &Flow> {
+        self.flows.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// Flows dropped because the table was full.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::event::{SampleReason, TcpState};
+
+    pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
+        Sample {
+            ts_ns: ts_ms * 1_000_000,
+            cookie,
+            netns: 4026531840,
+            cgroup_id: 1,
+            reason: SampleReason::Periodic,
+            local: "198.18.0.1:40000".parse().expect("addr"),
+            remote: "198.18.0.2:5201".parse().expect("addr"),
+            tcp_state: TcpState::Established,
+            old_tcp_state: TcpState::Unknown(0),
+            ca_state: CaState::Open,
+            cc: "cubic".into(),
+            owner: None,
+            snd_cwnd: 10,
+            snd_ssthresh: u32::MAX >> 1,
+            srtt_us: 30_000,
+            rttvar_us: 1_000,
+            min_rtt_us: 30_000,
+            mss: 1448,
+            packets_out: 0,
+            lost_out: 0,
+            sacked_out: 0,
+            retrans_out: 0,
+            total_retrans: 0,
+            retrans_events: 0,
+            bytes_sent: 0,
+            bytes_acked: 0,
+            bytes_received: 0,
+            bytes_retrans: 0,
+            delivered: 0,
+            delivery_rate_bps: 0,
+            app_limited: false,
+            cwnd_limited: true,
+            pacing_rate_bps: 0,
+            snd_wnd: 65535,
+            notsent_bytes: 0,
+            sndbuf: 87040,
+            wmem_queued: 0,
+            busy_us: 0,
+            rwnd_limited_us: 0,
+            sndbuf_limited_us: 0,
+        }
+    }
+
+    #[test]
+    fn throughput_and_retrans_ratio_over_window() {
+        let mut t = FlowTable::new(TableConfig::default());
+        let mut s = sample(1, 0);
+        assert_eq!(t.ingest(&s), Ingested::NewFlow);
+        // 10 samples, 100 ms apart, 125 kB acked each: 10 Mbit/s; 1 % of bytes retransmitted.
+        for i in 1..=10u64 {
+            s = sample(1, i * 100);
+            s.bytes_acked = i * 125_000;
+            s.bytes_sent = i * 126_262;
+            s.bytes_retrans = i * 1_262;
+            s.total_retrans = (i * 2) as u32;
+            assert_eq!(t.ingest(&s), Ingested::Updated);
+        }
+        let f = t.get(1).expect("flow");
+        assert!((f.rates.throughput_bps - 10_000_000.0).abs() < 1.0, "{}", f.rates.throughput_bps);
+        assert!((f.rates.retrans_ratio - 0.009995).abs() < 1e-4, "{}", f.rates.retrans_ratio);
+        assert!((f.rates.retrans_per_sec - 20.0).abs() < 1e-6);
+        assert_eq!(f.samples, 11);
+    }
+
+    #[test]
+    fn window_slides() {
+        let mut t = FlowTable::new(TableConfig::default());
+        // 1 s at 8 Mbit/s then 1 s at 16 Mbit/s; the rate must show the second second only.
+        let mut acked = 0;
+        for i in 0..=20u64 {
+            let mut s = sample(1, i * 100);
+            acked += if i <= 10 { 100_000 } else { 200_000 };
+            s.bytes_acked = acked;
+            t.ingest(&s);
+        }
+        let r = t.get(1).expect("flow").rates.throughput_bps;
+        assert!((r - 16_000_000.0).abs() < 1.0, "{r}");
+    }
+
+    #[test]
+    fn ca_time_accumulates_in_the_state_held() {
+        let mut t = FlowTable::new(TableConfig::default());
+        t.ingest(&sample(1, 0));
+        let mut rec = sample(1, 1000);
+        rec.ca_state = CaState::Recovery;
+        t.ingest(&rec);
+        let mut open = sample(1, 1300);
+        open.ca_state = CaState::Open;
+        t.ingest(&open);
+        t.ingest(&sample(1, 1500));
+        let f = t.get(1).expect("flow");
+        assert_eq!(f.ca_time_ns[CaState::Open.index()], 1_200_000_000);
+        assert_eq!(f.ca_time_ns[CaState::Recovery.index()], 300_000_000);
+    }
+
+    #[test]
+    fn closed_flows_linger_then_age_out_and_idle_flows_time_out() {
+        let cfg = TableConfig { closed_linger_ns: 5 * NS_PER_SEC, idle_timeout_ns: 60 * NS_PER_SEC, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        t.ingest(&sample(1, 0));
+        t.ingest(&sample(2, 0));
+        let mut close = sample(1, 1000);
+        close.reason = SampleReason::Destroy;
+        assert_eq!(t.ingest(&close), Ingested::Closed);
+        assert!(t.get(1).expect("still visible").is_closed());
+        assert_eq!(t.expire(5_999 * 1_000_000), 0);
+        assert_eq!(t.expire(6_000 * 1_000_000), 1);
+        assert!(t.get(1).is_none());
+        assert_eq!(t.expire(60_000 * 1_000_000), 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn memory_stays_bounded_under_churn() {
+        let cfg = TableConfig { max_flows: 100, history_len: 10, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        for cookie in 0..10_000u64 {
+            t.ingest(&sample(cookie, cookie));
+        }
+        assert_eq!(t.len(), 100);
+        assert_eq!(t.evicted(), 9_900);
+        // One long-lived flow: history stays at its bound.
+        for i in 0..1000u64 {
+            t.ingest(&sample(1_000_000, 10_000 + i * 1000));
+        }
+        assert_eq!(t.get(1_000_000).expect("flow").history().len(), 10);
+    }
+
+    #[test]
+    fn history_buckets_hold_per_second_values() {
+        let mut t = FlowTable::new(TableConfig::default());
+        for i in 0..=30u64 {
+            let mut s = sample(1, i * 100);
+            s.bytes_acked = i * 100_000; // 8 Mbit/s
+            s.total_retrans = (i / 10) as u32;
+            s.snd_cwnd = 10 + i as u32;
+            if i == 15 {
+                s.ca_state = CaState::Recovery;
+            }
+            t.ingest(&s);
+        }
+        let f = t.get(1).expect("flow");
+        let h: Vec<_> = f.history().collect();
+        assert_eq!(h.len(), 4);
+        assert!((h[1].throughput_bps - 8_000_000.0).abs() < 1.0, "{:?}", h[1]);
+        assert_eq!(h[1].retrans, 1);
+        assert_eq!(h[1].worst_ca_state, CaState::Recovery);
+        assert_eq!(h[1].ca_state, CaState::Open);
+        assert_eq!(h[2].cwnd, 39);
+    }
+
+    #[test]
+    fn identity_survives_unhashing_at_close() {
+        let mut t = FlowTable::new(TableConfig::default());
+        t.ingest(&sample(1, 0));
+        let mut close = sample(1, 10);
+        close.reason = SampleReason::Destroy;
+        close.local.set_port(0);
+        t.ingest(&close);
+        assert_eq!(t.get(1).expect("flow").latest.local.port(), 40000);
+    }
+
+    #[test]
+    fn out_of_order_samples_are_ignored() {
+        let mut t = FlowTable::new(TableConfig::default());
+        let mut a = sample(1, 1000);
+        a.snd_cwnd = 50;
+        t.ingest(&a);
+        let mut old = sample(1, 900);
+        old.snd_cwnd = 5;
+        t.ingest(&old);
+        assert_eq!(t.get(1).expect("flow").latest.snd_cwnd, 50);
+    }
+}

@@ -1,0 +1,2 @@
+//! Ways of presenting the flow table.
+pub mod json;
