@@ -4,6 +4,7 @@
 //! [`model`] (the flow table, pure), [`kernel`] (the live eBPF source), [`output`] (presentation).
 
 pub mod clock;
+pub mod diagnosis;
 pub mod event;
 pub mod kernel;
 pub mod model;

@@ -168,6 +168,7 @@ mod tests {
         let mut b = sample(7, 500);
         b.bytes_acked = 625_000;
         b.reason = SampleReason::Destroy;
+        b.snd_ssthresh = 42;
         let mut src = FeedSource::new(vec![vec![a], vec![b]]).with_lost(3);
         let opts = JsonOptions { interval: Duration::from_millis(100), duration: None, events: false };
         let mut out = Vec::new();

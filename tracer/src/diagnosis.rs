@@ -1,0 +1,699 @@
+//! Why is each flow as fast as it is? A `limited_by` verdict per flow from what the kernel
+//! reports, and a flag on heavy bulk flows held back by loss-based congestion control on a path
+//! whose losses are not congestive, with the evidence in numbers and the fix.
+//!
+//! Pure code: it sees flows through [`FlowTable`] and the environment through [`Environment`],
+//! so it judges live data, recordings and test feeds alike. Verdicts are computed over a sliding
+//! window of snapshots and change only after they persist (hysteresis), so they do not flap.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::event::Sample;
+use crate::model::{Flow, FlowTable};
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// Congestion controls that back off on packet loss alone.
+pub const LOSS_BASED: &[&str] =
+    &["reno", "cubic", "bic", "htcp", "highspeed", "scalable", "hybla", "westwood", "illinois", "veno", "yeah", "lp"];
+
+pub fn is_loss_based(cc: &str) -> bool {
+    LOSS_BASED.contains(&cc)
+}
+
+/// What limits a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitedBy {
+    /// Not enough observations yet.
+    Unknown,
+    /// Nothing moved in the window.
+    Idle,
+    /// The local side only receives; the peer's sender decides the rate.
+    Receiving,
+    /// The sender had nothing to send much of the time.
+    Application,
+    /// Stalled by the peer's advertised receive window.
+    ReceiveWindow,
+    /// Stalled by the local send buffer.
+    SendBuffer,
+    /// The congestion window was full.
+    CongestionWindow,
+    /// Sending at the pacing rate with room left in cwnd (rate-based CC such as BBR).
+    Pacing,
+}
+
+impl LimitedBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Idle => "idle",
+            Self::Receiving => "receiving",
+            Self::Application => "application",
+            Self::ReceiveWindow => "rwnd",
+            Self::SendBuffer => "sndbuf",
+            Self::CongestionWindow => "cwnd",
+            Self::Pacing => "pacing",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Unknown => "not enough data yet",
+            Self::Idle => "idle: nothing sent or received",
+            Self::Receiving => "receiving: the peer's sender sets the pace",
+            Self::Application => "application-limited: the sender often had nothing to send",
+            Self::ReceiveWindow => "receive-window-limited: the peer's receive window is full",
+            Self::SendBuffer => "send-buffer-limited: the local send buffer is too small",
+            Self::CongestionWindow => "congestion-window-limited: cwnd is full",
+            Self::Pacing => "pacing/bandwidth-limited: sending at the pacing rate",
+        }
+    }
+}
+
+/// Thresholds; the defaults suit a host doing media streaming and bulk transfers.
+#[derive(Clone, Debug)]
+pub struct DiagnosisConfig {
+    /// Snapshots are taken at each evaluation; this many make the judging window.
+    pub window: usize,
+    /// Fewer observed seconds than this: "not enough data".
+    pub min_observed_secs: f64,
+    /// A flow is heavy once it moved this many bytes in total...
+    pub heavy_min_bytes: u64,
+    /// ...and wants at least this rate (bits/s) over the window.
+    pub heavy_min_bps: f64,
+    /// Share of the window the sender must have been backlogged to count as bulk.
+    pub min_busy_share: f64,
+    /// Share of the window stalled by rwnd / sndbuf that decides those verdicts.
+    pub stall_share: f64,
+    /// Retransmitted byte share over the window that counts as "sustained loss".
+    pub min_loss_ratio: f64,
+    /// srtt at most min_rtt * this + `queue_slack_us` means no queue is building.
+    pub queue_ratio: f64,
+    pub queue_slack_us: f64,
+    /// Evaluations a new verdict must persist before it replaces the old one.
+    pub confirm: u32,
+    /// Evaluations the flag condition must fail before the flag is cleared.
+    pub release: u32,
+}
+
+impl Default for DiagnosisConfig {
+    fn default() -> Self {
+        Self {
+            window: 5,
+            min_observed_secs: 3.0,
+            heavy_min_bytes: 1 << 20,
+            heavy_min_bps: 1_000_000.0,
+            min_busy_share: 0.7,
+            stall_share: 0.3,
+            min_loss_ratio: 0.002,
+            queue_ratio: 1.25,
+            queue_slack_us: 2_000.0,
+            confirm: 2,
+            release: 5,
+        }
+    }
+}
+
+/// Facts about the host the fix depends on (side effects live with the caller).
+#[derive(Clone, Debug, Default)]
+pub struct Environment {
+    /// `net.ipv4.tcp_available_congestion_control` contains bbr.
+    pub bbr_available: bool,
+    /// Inode of the host's own network namespace (the fix then needs no nsenter).
+    pub host_netns: u32,
+    /// A process living in each network namespace, for `nsenter --net=/proc/PID/ns/net`.
+    pub netns_pids: HashMap<u32, u32>,
+}
+
+/// The numbers a flag rests on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Evidence {
+    /// Retransmitted share of bytes sent in the window.
+    pub loss_ratio: f64,
+    pub srtt_ms: f64,
+    pub min_rtt_ms: f64,
+    pub mean_cwnd: f64,
+    pub goodput_bps: f64,
+    /// Mathis et al.: MSS/RTT * 1.22/sqrt(p), the most a Reno-like flow gets at this loss.
+    pub mathis_bps: f64,
+    pub mss: u32,
+    pub busy_share: f64,
+    pub rwnd_share: f64,
+    pub sndbuf_share: f64,
+}
+
+/// The judgement on one flow.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    pub limited_by: LimitedBy,
+    pub flagged: bool,
+    /// One paragraph a network engineer can act on.
+    pub text: String,
+    pub evidence: Option<Evidence>,
+    /// Commands that apply the fix, make it persistent and roll it back.
+    pub fix: Vec<String>,
+}
+
+impl Verdict {
+    fn unknown(observed: f64) -> Self {
+        Self {
+            limited_by: LimitedBy::Unknown,
+            flagged: false,
+            text: format!("not enough data yet ({observed:.1} s observed)"),
+            evidence: None,
+            fix: Vec::new(),
+        }
+    }
+}
+
+/// Counters of one flow at one evaluation.
+#[derive(Clone, Copy, Debug)]
+struct Snapshot {
+    ts_ns: u64,
+    busy_us: u64,
+    rwnd_us: u64,
+    sndbuf_us: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    srtt_us: u32,
+    min_rtt_us: u32,
+    cwnd: u32,
+    packets_out: u32,
+    app_limited: bool,
+    cwnd_limited: bool,
+    notsent: u32,
+}
+
+impl Snapshot {
+    fn of(s: &Sample) -> Self {
+        Self {
+            ts_ns: s.ts_ns,
+            busy_us: s.busy_us,
+            rwnd_us: s.rwnd_limited_us,
+            sndbuf_us: s.sndbuf_limited_us,
+            bytes_acked: s.bytes_acked,
+            bytes_received: s.bytes_received,
+            bytes_sent: s.bytes_sent,
+            bytes_retrans: s.bytes_retrans,
+            srtt_us: s.srtt_us,
+            min_rtt_us: s.min_rtt_us,
+            cwnd: s.snd_cwnd,
+            packets_out: s.packets_out,
+            app_limited: s.app_limited,
+            cwnd_limited: s.cwnd_limited,
+            notsent: s.notsent_bytes,
+        }
+    }
+}
+
+/// Per-flow memory of the diagnoser: snapshots and hysteresis counters.
+#[derive(Debug, Default)]
+struct FlowMemory {
+    snapshots: VecDeque<Snapshot>,
+    shown: Option<Verdict>,
+    candidate: Option<LimitedBy>,
+    candidate_runs: u32,
+    flag_runs: u32,
+    unflag_runs: u32,
+    flagged: bool,
+}
+
+/// What the window shows, before hysteresis.
+#[derive(Clone, Debug)]
+struct Window {
+    secs: f64,
+    goodput_bps: f64,
+    sent_bytes: u64,
+    received_bytes: u64,
+    acked_bytes: u64,
+    loss_ratio: f64,
+    busy_share: f64,
+    rwnd_share: f64,
+    sndbuf_share: f64,
+    mean_cwnd: f64,
+    mean_srtt_us: f64,
+    min_rtt_us: f64,
+    cwnd_full_share: f64,
+    app_limited_share: f64,
+}
+
+fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
+    let (first, last) = (snaps.front()?, snaps.back()?);
+    let dt_ns = last.ts_ns.checked_sub(first.ts_ns)?;
+    if dt_ns == 0 {
+        return None;
+    }
+    let secs = dt_ns as f64 / NS_PER_SEC as f64;
+    let span_us = dt_ns as f64 / 1000.0;
+    let share = |a: u64, b: u64| (b.saturating_sub(a) as f64 / span_us).clamp(0.0, 1.0);
+    let acked = last.bytes_acked.saturating_sub(first.bytes_acked);
+    let received = last.bytes_received.saturating_sub(first.bytes_received);
+    let sent = last.bytes_sent.saturating_sub(first.bytes_sent);
+    let retrans = last.bytes_retrans.saturating_sub(first.bytes_retrans);
+    // The first snapshot only anchors the deltas; means are over the rest.
+    let tail: Vec<&Snapshot> = snaps.iter().skip(1).collect();
+    let n = tail.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&Snapshot) -> f64| tail.iter().map(|s| f(s)).sum::<f64>() / n;
+    let min_rtt = tail.iter().map(|s| s.min_rtt_us).filter(|&v| v > 0).min().unwrap_or(0);
+    Some(Window {
+        secs,
+        goodput_bps: (acked + received) as f64 * 8.0 / secs,
+        sent_bytes: sent,
+        received_bytes: received,
+        acked_bytes: acked,
+        loss_ratio: if sent > 0 { retrans as f64 / sent as f64 } else { 0.0 },
+        busy_share: share(first.busy_us, last.busy_us),
+        rwnd_share: share(first.rwnd_us, last.rwnd_us),
+        sndbuf_share: share(first.sndbuf_us, last.sndbuf_us),
+        mean_cwnd: mean(&|s| f64::from(s.cwnd)),
+        mean_srtt_us: mean(&|s| f64::from(s.srtt_us)),
+        min_rtt_us: f64::from(min_rtt),
+        cwnd_full_share: mean(&|s| if s.cwnd_limited || s.packets_out >= s.cwnd { 1.0 } else { 0.0 }),
+        app_limited_share: mean(&|s| if s.app_limited && s.notsent == 0 { 1.0 } else { 0.0 }),
+    })
+}
+
+/// Mathis et al. (1997) steady-state bound for a Reno-like flow, bits/s.
+pub fn mathis_bps(mss: u32, rtt_s: f64, loss: f64) -> f64 {
+    if rtt_s <= 0.0 || loss <= 0.0 {
+        return f64::INFINITY;
+    }
+    f64::from(mss) * 8.0 / rtt_s * 1.22 / loss.sqrt()
+}
+
+fn classify(w: &Window, cfg: &DiagnosisConfig, cc: &str) -> LimitedBy {
+    let moved = w.sent_bytes + w.received_bytes;
+    if moved == 0 {
+        return LimitedBy::Idle;
+    }
+    if w.received_bytes > w.acked_bytes.saturating_mul(4) && w.sent_bytes < w.received_bytes / 4 {
+        return LimitedBy::Receiving;
+    }
+    if w.rwnd_share >= cfg.stall_share {
+        return LimitedBy::ReceiveWindow;
+    }
+    if w.sndbuf_share >= cfg.stall_share {
+        return LimitedBy::SendBuffer;
+    }
+    let active = w.busy_share + w.rwnd_share + w.sndbuf_share;
+    // Either the write queue was often empty, or nearly every delivery-rate sample was marked
+    // application-limited by the kernel with nothing left unsent.
+    if active < cfg.min_busy_share || w.app_limited_share >= 0.8 {
+        return LimitedBy::Application;
+    }
+    // Backlogged: cwnd or pacing decides. Loss-based algorithms without pacing are cwnd-bound
+    // whenever backlogged; for others look at whether cwnd was full.
+    if is_loss_based(cc) || w.cwnd_full_share >= 0.5 {
+        LimitedBy::CongestionWindow
+    } else {
+        LimitedBy::Pacing
+    }
+}
+
+fn mbit(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    }
+}
+
+/// Commands that switch the flow's network namespace to BBR, persist it, and roll it back.
+fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
+    let s = &flow.latest;
+    let current = &s.cc;
+    let prefix = if s.netns == env.host_netns || s.netns == 0 {
+        String::new()
+    } else {
+        match env.netns_pids.get(&s.netns) {
+            Some(pid) => format!("nsenter --net=/proc/{pid}/ns/net "),
+            None => format!("nsenter --net=/proc/<PID in netns {}>/ns/net ", s.netns),
+        }
+    };
+    let mut cmds = Vec::new();
+    if !env.bbr_available {
+        cmds.push("modprobe tcp_bbr   # bbr is not in net.ipv4.tcp_available_congestion_control".to_string());
+    }
+    cmds.push(format!("{prefix}sysctl -w net.ipv4.tcp_congestion_control=bbr"));
+    cmds.push("# persist (inside that container/host): echo tcp_bbr > /etc/modules-load.d/bbr.conf; echo net.ipv4.tcp_congestion_control=bbr > /etc/sysctl.d/90-cctrace-bbr.conf".to_string());
+    cmds.push(format!(
+        "# roll back: {prefix}sysctl -w net.ipv4.tcp_congestion_control={current}; rm /etc/sysctl.d/90-cctrace-bbr.conf /etc/modules-load.d/bbr.conf"
+    ));
+    cmds.push("# the default applies to new connections: restart the stream to pick it up".to_string());
+    cmds
+}
+
+fn evidence_of(w: &Window, mss: u32) -> Evidence {
+    let rtt_s = w.mean_srtt_us / 1e6;
+    Evidence {
+        loss_ratio: w.loss_ratio,
+        srtt_ms: w.mean_srtt_us / 1000.0,
+        min_rtt_ms: w.min_rtt_us / 1000.0,
+        mean_cwnd: w.mean_cwnd,
+        goodput_bps: w.goodput_bps,
+        mathis_bps: mathis_bps(mss, rtt_s, w.loss_ratio),
+        mss,
+        busy_share: w.busy_share,
+        rwnd_share: w.rwnd_share,
+        sndbuf_share: w.sndbuf_share,
+    }
+}
+
+/// The flag condition on one window; returns why not, for the verdict text.
+fn flag_condition(flow: &Flow, w: &Window, limited: LimitedBy, cfg: &DiagnosisConfig) -> Result<(), &'static str> {
+    let total = flow.latest.bytes_acked + flow.latest.bytes_received;
+    if !is_loss_based(&flow.latest.cc) {
+        return Err("congestion control is not loss-based");
+    }
+    if limited != LimitedBy::CongestionWindow {
+        return Err("not congestion-window-limited");
+    }
+    if total < cfg.heavy_min_bytes || w.goodput_bps < cfg.heavy_min_bps {
+        return Err("not a heavy flow");
+    }
+    if w.loss_ratio < cfg.min_loss_ratio {
+        return Err("no sustained loss");
+    }
+    if w.min_rtt_us <= 0.0 || w.mean_srtt_us > w.min_rtt_us * cfg.queue_ratio + cfg.queue_slack_us {
+        return Err("RTT is inflated above min_rtt: a queue is building, so the losses look congestive");
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+pub struct Diagnoser {
+    cfg: DiagnosisConfig,
+    flows: HashMap<u64, FlowMemory>,
+}
+
+impl Diagnoser {
+    pub fn new(cfg: DiagnosisConfig) -> Self {
+        Self { cfg, flows: HashMap::new() }
+    }
+
+    /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second).
+    pub fn evaluate(&mut self, table: &FlowTable, env: &Environment) {
+        self.flows.retain(|cookie, _| table.get(*cookie).is_some());
+        for flow in table.flows() {
+            let mem = self.flows.entry(flow.cookie()).or_default();
+            let snap = Snapshot::of(&flow.latest);
+            if mem.snapshots.back().is_some_and(|s| s.ts_ns == snap.ts_ns) {
+                // No new sample: time still passes for an idle flow only if it is not closed.
+                if flow.is_closed() {
+                    continue;
+                }
+            }
+            mem.snapshots.push_back(snap);
+            while mem.snapshots.len() > self.cfg.window + 1 {
+                mem.snapshots.pop_front();
+            }
+            let verdict = judge(flow, mem, &self.cfg, env);
+            mem.shown = Some(verdict);
+        }
+    }
+
+    pub fn verdict(&self, cookie: u64) -> Option<&Verdict> {
+        self.flows.get(&cookie).and_then(|m| m.shown.as_ref())
+    }
+
+    pub fn flagged(&self) -> impl Iterator<Item = u64> + '_ {
+        self.flows.iter().filter(|(_, m)| m.flagged).map(|(c, _)| *c)
+    }
+}
+
+fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environment) -> Verdict {
+    let observed = flow.age_secs();
+    let Some(w) = window_of(&mem.snapshots) else { return Verdict::unknown(observed) };
+    if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
+        return Verdict::unknown(observed);
+    }
+    let raw = classify(&w, cfg, &flow.latest.cc);
+
+    // Hysteresis on limited_by: a new class must hold `confirm` evaluations in a row.
+    let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
+    let limited = match previous {
+        None => raw,
+        Some(prev) if prev == raw => {
+            mem.candidate = None;
+            prev
+        }
+        Some(prev) => {
+            if mem.candidate == Some(raw) {
+                mem.candidate_runs += 1;
+            } else {
+                mem.candidate = Some(raw);
+                mem.candidate_runs = 1;
+            }
+            if mem.candidate_runs >= cfg.confirm {
+                mem.candidate = None;
+                raw
+            } else {
+                prev
+            }
+        }
+    };
+
+    // Hysteresis on the flag: on after `confirm` windows in a row, off after `release`.
+    let condition = flag_condition(flow, &w, limited, cfg);
+    if condition.is_ok() {
+        mem.flag_runs += 1;
+        mem.unflag_runs = 0;
+        if mem.flag_runs >= cfg.confirm {
+            mem.flagged = true;
+        }
+    } else {
+        mem.flag_runs = 0;
+        mem.unflag_runs += 1;
+        if mem.unflag_runs >= cfg.release {
+            mem.flagged = false;
+        }
+    }
+
+    let s = &flow.latest;
+    let ev = evidence_of(&w, s.mss);
+    let mut text = String::new();
+    if mem.flagged {
+        let _ = write!(
+            text,
+            "{} is held back by loss-based congestion control: {} loses {:.2}% of what it sends while srtt {:.1} ms stays near min_rtt {:.1} ms (no queue: the losses are not congestion). \
+             Mean cwnd {:.0} x {} B per {:.1} ms gives {}; the Mathis bound at this loss is {}. A model-based algorithm (BBR) does not treat random loss as congestion.",
+            flow_name(flow),
+            s.cc,
+            ev.loss_ratio * 100.0,
+            ev.srtt_ms,
+            ev.min_rtt_ms,
+            ev.mean_cwnd,
+            s.mss,
+            ev.srtt_ms,
+            mbit(ev.goodput_bps),
+            mbit(ev.mathis_bps),
+        );
+    } else {
+        let _ = write!(text, "{} ({} over {:.0} s", limited.describe(), mbit(w.goodput_bps), w.secs);
+        if w.loss_ratio > 0.0 {
+            let _ = write!(text, ", {:.2}% retransmitted", w.loss_ratio * 100.0);
+        }
+        text.push(')');
+        if let Err(why) = condition {
+            if is_loss_based(&s.cc) && w.loss_ratio >= cfg.min_loss_ratio && limited == LimitedBy::CongestionWindow {
+                let _ = write!(text, "; not flagged: {why}");
+            }
+        }
+    }
+    Verdict {
+        limited_by: limited,
+        flagged: mem.flagged,
+        text,
+        evidence: Some(ev),
+        fix: if mem.flagged { fix_commands(flow, env) } else { Vec::new() },
+    }
+}
+
+fn flow_name(flow: &Flow) -> String {
+    let s = &flow.latest;
+    format!("{} -> {}", s.local, s.remote)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::sample;
+    use crate::model::TableConfig;
+
+    /// Feed `secs` seconds of a synthetic flow (one sample per 100 ms) and evaluate each second.
+    fn run(cc: &str, secs: u64, step: impl Fn(u64, &mut Sample)) -> (Diagnoser, FlowTable) {
+        let mut table = FlowTable::new(TableConfig::default());
+        let mut d = Diagnoser::new(DiagnosisConfig::default());
+        let env = Environment { bbr_available: true, host_netns: 1, netns_pids: HashMap::from([(4026531840, 77)]) };
+        for tick in 0..=secs * 10 {
+            let mut s = sample(1, tick * 100);
+            s.cc = cc.into();
+            step(tick, &mut s);
+            table.ingest(&s);
+            if tick % 10 == 0 {
+                d.evaluate(&table, &env);
+            }
+        }
+        (d, table)
+    }
+
+    /// Bulk sender at `bps` with `loss` retransmitted share, busy all the time.
+    fn bulk(bps: u64, loss: f64, srtt_us: u32) -> impl Fn(u64, &mut Sample) {
+        move |tick, s| {
+            let acked = bps / 8 * tick / 10;
+            s.bytes_acked = acked;
+            s.bytes_sent = (acked as f64 / (1.0 - loss)) as u64;
+            s.bytes_retrans = s.bytes_sent - acked;
+            s.busy_us = tick * 100_000;
+            s.srtt_us = srtt_us;
+            s.min_rtt_us = 30_000;
+            s.snd_cwnd = 60;
+            s.packets_out = 60;
+            s.cwnd_limited = true;
+        }
+    }
+
+    #[test]
+    fn mathis_bound() {
+        // 1448 B, 30 ms, 2 %: 386 kbit/s * 8.63 = 3.33 Mbit/s.
+        let b = mathis_bps(1448, 0.030, 0.02);
+        assert!((b - 3.331e6).abs() < 5e3, "{b}");
+        assert!(mathis_bps(1448, 0.03, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn not_enough_data_at_first() {
+        let (d, _) = run("cubic", 2, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Unknown);
+        assert!(v.text.contains("not enough data"), "{}", v.text);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn cubic_bulk_on_random_loss_is_flagged_with_evidence_and_fix() {
+        let (d, _) = run("cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.flagged, "{v:?}");
+        assert_eq!(v.limited_by, LimitedBy::CongestionWindow);
+        let e = v.evidence.as_ref().expect("evidence");
+        assert!((e.loss_ratio - 0.02).abs() < 0.001);
+        assert!((e.mathis_bps - mathis_bps(1448, 0.031, e.loss_ratio)).abs() < 1.0);
+        assert!(v.text.contains("Mathis bound"), "{}", v.text);
+        assert!(v.fix.iter().any(|c| c == "nsenter --net=/proc/77/ns/net sysctl -w net.ipv4.tcp_congestion_control=bbr"), "{:?}", v.fix);
+        assert!(v.fix.iter().any(|c| c.contains("roll back") && c.contains("tcp_congestion_control=cubic")));
+        assert!(v.fix.iter().any(|c| c.contains("/etc/sysctl.d/")));
+    }
+
+    #[test]
+    fn bbr_is_never_flagged() {
+        let (d, _) = run("bbr", 10, bulk(40_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn queue_building_means_congestive_loss_and_no_flag() {
+        let (d, _) = run("cubic", 10, bulk(100_000_000, 0.01, 80_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.flagged);
+        assert!(v.text.contains("queue is building"), "{}", v.text);
+    }
+
+    #[test]
+    fn no_loss_no_flag() {
+        let (d, _) = run("cubic", 10, bulk(100_000_000, 0.0, 31_000));
+        assert!(!d.verdict(1).expect("verdict").flagged);
+    }
+
+    #[test]
+    fn paced_app_is_application_limited() {
+        // 0.5 Mbit/s in small writes: busy 10 % of the time, no backlog.
+        let (d, _) = run("cubic", 10, |tick, s| {
+            s.bytes_acked = 500_000 / 8 * tick / 10;
+            s.bytes_sent = s.bytes_acked + s.bytes_acked / 50;
+            s.bytes_retrans = s.bytes_acked / 50;
+            s.busy_us = tick * 10_000;
+            s.app_limited = true;
+            s.min_rtt_us = 30_000;
+            s.srtt_us = 30_500;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Application);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn receive_window_limited() {
+        let (d, _) = run("cubic", 10, |tick, s| {
+            s.bytes_acked = 1_000_000 * tick;
+            s.bytes_sent = s.bytes_acked;
+            s.busy_us = tick * 40_000;
+            s.rwnd_limited_us = tick * 60_000;
+            s.min_rtt_us = 30_000;
+            s.srtt_us = 30_000;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::ReceiveWindow);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn idle_and_receiving() {
+        let (d, _) = run("cubic", 6, |_, _| {});
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Idle);
+        let (d, _) = run("cubic", 6, |tick, s| s.bytes_received = tick * 100_000);
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Receiving);
+    }
+
+    #[test]
+    fn verdict_does_not_flap_on_one_odd_window() {
+        // Application-limited throughout except one backlogged second.
+        let (d, _) = run("cubic", 12, |tick, s| {
+            s.bytes_acked = 100_000 * tick;
+            s.bytes_sent = s.bytes_acked;
+            s.busy_us = (0..tick).map(|t| if (60..70).contains(&t) { 100_000 } else { 10_000 }).sum::<u64>();
+            s.min_rtt_us = 30_000;
+            s.srtt_us = 30_000;
+        });
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Application);
+    }
+
+    #[test]
+    fn flag_needs_confirmation_and_releases_slowly() {
+        // Flagged regime for 10 s, then loss stops: the flag holds for `release` windows.
+        let mut table = FlowTable::new(TableConfig::default());
+        let mut d = Diagnoser::new(DiagnosisConfig::default());
+        let env = Environment::default();
+        let lossy = bulk(4_000_000, 0.02, 31_000);
+        let mut flags = Vec::new();
+        let mut retrans_at_switch = 0;
+        for tick in 0..=200u64 {
+            let mut s = sample(1, tick * 100);
+            lossy(tick, &mut s);
+            if tick > 100 {
+                if retrans_at_switch == 0 {
+                    retrans_at_switch = s.bytes_retrans;
+                }
+                s.bytes_retrans = retrans_at_switch; // no more loss
+            }
+            table.ingest(&s);
+            if tick % 10 == 0 {
+                d.evaluate(&table, &env);
+                flags.push(d.verdict(1).map(|v| v.flagged).unwrap_or(false));
+            }
+        }
+        let first_flag = flags.iter().position(|f| *f).expect("flagged at some point");
+        assert!(first_flag <= 10, "{flags:?}");
+        let last_flag = flags.iter().rposition(|f| *f).expect("flag");
+        // Loss stops at 10 s; the window needs ~5 s to forget it and then 5 evaluations.
+        assert!(last_flag > 11 && last_flag < 20, "{flags:?}");
+        assert!(!flags[20]);
+    }
+}
