@@ -397,17 +397,20 @@ impl Diagnoser {
         Self { cfg, flows: HashMap::new() }
     }
 
-    /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second).
-    pub fn evaluate(&mut self, table: &FlowTable, env: &Environment) {
+    /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
+    /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
+    pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.flows.retain(|cookie, _| table.get(*cookie).is_some());
         for flow in table.flows() {
             let mem = self.flows.entry(flow.cookie()).or_default();
-            let snap = Snapshot::of(&flow.latest);
-            if mem.snapshots.back().is_some_and(|s| s.ts_ns == snap.ts_ns) {
-                // No new sample: time still passes for an idle flow only if it is not closed.
-                if flow.is_closed() {
-                    continue;
-                }
+            if flow.is_closed() && mem.shown.is_some() {
+                // Keep the last verdict of a closed flow as it was.
+                continue;
+            }
+            let mut snap = Snapshot::of(&flow.latest);
+            snap.ts_ns = snap.ts_ns.max(now_ns);
+            if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
+                continue;
             }
             mem.snapshots.push_back(snap);
             while mem.snapshots.len() > self.cfg.window + 1 {
@@ -537,7 +540,7 @@ mod tests {
             step(tick, &mut s);
             table.ingest(&s);
             if tick % 10 == 0 {
-                d.evaluate(&table, &env);
+                d.evaluate(&table, &env, tick * 100_000_000);
             }
         }
         (d, table)
@@ -685,7 +688,7 @@ mod tests {
             }
             table.ingest(&s);
             if tick % 10 == 0 {
-                d.evaluate(&table, &env);
+                d.evaluate(&table, &env, tick * 100_000_000);
                 flags.push(d.verdict(1).map(|v| v.flagged).unwrap_or(false));
             }
         }

@@ -3,6 +3,7 @@
 //! Layers, each usable alone: [`event`] (decoded samples), [`source`] (where samples come from),
 //! [`model`] (the flow table, pure), [`kernel`] (the live eBPF source), [`output`] (presentation).
 
+pub mod analysis;
 pub mod clock;
 pub mod diagnosis;
 pub mod event;
