@@ -1,1 +1,292 @@
+//! Harness for cctrace's integration tests: run the real binary, read its JSON Lines, and read
+//! the kernel's own view (`ss -tni`, `nstat`) inside lab network namespaces.
 
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+/// Tests that load eBPF programs or build labs run one at a time: they count programs with
+/// bpftool and measure timing-sensitive things on a 2-core machine.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Why a test cannot run here, if it cannot. CI runs as root on a BTF kernel, so there every
+/// test runs; elsewhere the skip says exactly what is missing.
+pub fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN) to load eBPF and create namespaces".into());
+    }
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("needs kernel BTF at /sys/kernel/btf/vmlinux".into());
+    }
+    if !cctrace_bin().exists() {
+        return Some(format!("{} is not built (cargo build -p tracer)", cctrace_bin().display()));
+    }
+    None
+}
+
+/// Skip (return early) with a printed reason unless the environment can run the test.
+/// In CI (`CI=true`) a missing prerequisite is a failure, not a skip.
+#[macro_export]
+macro_rules! require_kernel {
+    () => {
+        if let Some(why) = $crate::skip_reason() {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI must run this test, but: {why}");
+            }
+            eprintln!("skipped: {why}");
+            return Ok(());
+        }
+    };
+}
+
+/// The `cctrace` binary next to this test binary (target/<profile>/cctrace), or $CCTRACE_BIN.
+pub fn cctrace_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CCTRACE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> -> target/<profile>/cctrace
+    exe.parent().and_then(|d| d.parent()).map(|d| d.join("cctrace")).unwrap_or_else(|| PathBuf::from("cctrace"))
+}
+
+/// A running `cctrace --json --events`, collecting its output lines.
+pub struct Tracer {
+    child: Child,
+    lines: Arc<Mutex<Vec<Value>>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Tracer {
+    /// Start cctrace with `args` (after `--json --events`) and wait until its programs are
+    /// attached (it says so on stderr).
+    pub fn start(args: &[&str]) -> Result<Self> {
+        let mut child = Command::new(cctrace_bin())
+            .args(["--json", "--events"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", cctrace_bin().display()))?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let l = lines.clone();
+        let r1 = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    l.lock().unwrap_or_else(|p| p.into_inner()).push(v);
+                }
+            }
+        });
+        let e = stderr.clone();
+        let r2 = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = e.lock().unwrap_or_else(|p| p.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut tracer = Self { child, lines, stderr, readers: vec![r1, r2] };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !tracer.stderr().contains("tracing TCP") {
+            if let Some(status) = tracer.child.try_wait()? {
+                bail!("cctrace exited at start-up ({status}): {}", tracer.stderr());
+            }
+            if Instant::now() > deadline {
+                bail!("cctrace did not report ready within 30 s: {}", tracer.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(tracer)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything printed so far.
+    pub fn lines(&self) -> Vec<Value> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Raw kernel samples (`"type":"sample"`) matching `pred`.
+    pub fn samples(&self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        self.lines().into_iter().filter(|v| v["type"] == "sample" && pred(v)).collect()
+    }
+
+    /// Poll until `pred` holds over the collected lines, or fail after `timeout`.
+    pub fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&[Value]) -> bool) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if pred(&self.lines()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("timed out after {timeout:?} waiting for {what}; stderr: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, wait for exit, return the exit status code and all output.
+    pub fn stop(mut self) -> Result<(i32, Vec<Value>)> {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(s) = self.child.try_wait()? {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("cctrace did not exit within 15 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Ok((status.code().unwrap_or(-1), self.lines()))
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CLOCK_MONOTONIC now, in the kernel samples' time base.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One socket as `ss -tni` prints it.
+#[derive(Clone, Debug, Default)]
+pub struct SsSocket {
+    pub state: String,
+    pub local: String,
+    pub peer: String,
+    pub fields: HashMap<String, String>,
+}
+
+impl SsSocket {
+    pub fn local_port(&self) -> Option<u16> {
+        self.local.rsplit(':').next()?.parse().ok()
+    }
+
+    pub fn num(&self, key: &str) -> Option<f64> {
+        self.fields.get(key)?.trim_end_matches("ms").parse().ok()
+    }
+
+    /// `rtt:30.1/0.5` -> (30.1, 0.5)
+    pub fn rtt(&self) -> Option<(f64, f64)> {
+        let (a, b) = self.fields.get("rtt")?.split_once('/')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    }
+}
+
+/// Parse `ss -tniH` output: a socket line followed by an indented info line.
+pub fn parse_ss(text: &str) -> Vec<SsSocket> {
+    let mut out: Vec<SsSocket> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with(char::is_whitespace) {
+            if let Some(sock) = out.last_mut() {
+                for word in line.split_whitespace() {
+                    if let Some((k, v)) = word.split_once(':') {
+                        sock.fields.insert(k.to_string(), v.to_string());
+                    } else {
+                        sock.fields.insert(word.to_string(), String::new());
+                    }
+                }
+            }
+        } else {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() >= 5 {
+                out.push(SsSocket {
+                    state: cols[0].to_string(),
+                    local: cols[3].to_string(),
+                    peer: cols[4].to_string(),
+                    fields: HashMap::new(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `ss -tni` inside a namespace.
+pub fn ss_in(netns: &str) -> Result<Vec<SsSocket>> {
+    let out = Command::new("ip").args(["netns", "exec", netns, "ss", "-tniH"]).output().context("running ss")?;
+    if !out.status.success() {
+        bail!("ss failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(parse_ss(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A namespace-wide SNMP counter via `nstat -az` (absolute values, no history file).
+pub fn nstat_in(netns: &str, counter: &str) -> Result<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "nstat", "-azs", counter])
+        .env("NSTAT_HISTORY", "/dev/null")
+        .output()
+        .context("running nstat")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(counter)).then(|| w.next().and_then(|v| v.parse().ok())).flatten()
+        })
+        .ok_or_else(|| anyhow!("nstat printed no {counter}: {text}"))
+}
+
+/// Names of loaded BPF programs (bpftool prog show).
+pub fn loaded_bpf_programs() -> Result<Vec<String>> {
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("running bpftool")?;
+    let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
+    Ok(v.as_array().map(|a| a.iter().filter_map(|p| p["name"].as_str().map(String::from)).collect()).unwrap_or_default())
+}
+
+/// Number of BPF links (bpftool link show).
+pub fn bpf_link_count() -> Result<usize> {
+    let out = Command::new("bpftool").args(["-j", "link", "show"]).output().context("running bpftool")?;
+    let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
+    Ok(v.as_array().map(Vec::len).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ss_output() {
+        let text = "ESTAB 0      0      198.18.0.1:40000 198.18.0.2:5201\n\t cubic wscale:7,7 rto:231 rtt:30.512/1.25 mss:1448 pmtu:1500 cwnd:68 ssthresh:45 bytes_acked:123 busy:1000ms\n";
+        let s = parse_ss(text);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].local_port(), Some(40000));
+        assert_eq!(s[0].num("cwnd"), Some(68.0));
+        assert_eq!(s[0].num("busy"), Some(1000.0));
+        assert_eq!(s[0].rtt(), Some((30.512, 1.25)));
+        assert!(s[0].fields.contains_key("cubic"));
+    }
+}

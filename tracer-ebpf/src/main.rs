@@ -42,7 +42,6 @@ static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(65_536, 
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 const TCP_SYN_SENT: u8 = 2;
-const TCP_CLOSE: u8 = 7;
 const TCP_LISTEN: u8 = 10;
 const IPPROTO_TCP: u16 = 6;
 const AF_INET: u16 = 2;
@@ -152,9 +151,9 @@ fn observe(hit: Hit) -> Result<u32, u32> {
 
     emit(&hit, &state, now);
 
-    let closing = hit.reason == reason::DESTROY
-        || (hit.reason == reason::STATE_CHANGE && hit.new_state == TCP_CLOSE);
-    if closing {
+    // The entry lives until destroy (which follows the move to CLOSE), so the close and destroy
+    // samples still carry the owner and the retransmission count.
+    if hit.reason == reason::DESTROY {
         let _ = FLOWS.remove(&hit.cookie);
     } else if FLOWS.insert(&hit.cookie, &state, 0).is_err() {
         bump(counter::FLOW_MAP_FULL);

@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod clock;
 pub mod diagnosis;
 pub mod event;
+pub mod host;
 pub mod kernel;
 pub mod model;
 pub mod output;

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use tracer::diagnosis::DiagnosisConfig;
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
 use tracer::output::json::{self, JsonOptions};
 use tracer::signals::Shutdown;
+use tracer::source::EventSource;
 
 #[derive(Parser, Debug)]
 #[command(name = "cctrace", version, about = "Live TCP congestion-control tracer (eBPF)")]
@@ -60,10 +62,16 @@ async fn run_json(cli: &Cli) -> Result<()> {
     for m in &source.info().missing_fields {
         eprintln!("cctrace: kernel field unavailable, reported as 0: {m}");
     }
+    eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let jopts = JsonOptions { interval: Duration::from_millis(cli.interval), duration, events: cli.events };
-    json::run(&mut source, &jopts, &mut out, shutdown.wait()).await
+    let jopts = JsonOptions {
+        interval: Duration::from_millis(cli.interval),
+        diagnosis: DiagnosisConfig::default(),
+        duration,
+        events: cli.events,
+    };
+    json::run(&mut source, tracer::host::environment(), &jopts, &mut out, shutdown.wait()).await
 }
 
 fn main() -> ExitCode {

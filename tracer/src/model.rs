@@ -203,6 +203,9 @@ impl Flow {
         if latest.remote.port() == 0 {
             latest.remote = self.latest.remote;
         }
+        if latest.owner.is_none() {
+            latest.owner = self.latest.owner.clone();
+        }
         self.latest = latest;
     }
 

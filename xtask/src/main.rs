@@ -1,1 +1,208 @@
-fn main(){}
+//! Project tasks: `cargo xtask setup | run | test | bench`.
+//!
+//! Every task starts with `setup`, which installs what a fresh machine lacks (Debian packages,
+//! the nightly rust-src component, bpf-linker built against LLVM 22) and does nothing when it is
+//! all there, so the README's two commands work on a clean machine and in CI alike.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "bpftool",
+    "nftables",
+    "ethtool",
+    "iproute2",
+    "kmod",
+    "tmux",
+    "util-linux",
+];
+const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
+const BPF_LINKER_VERSION: &str = "0.13";
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install everything building and testing needs (idempotent).
+    Setup,
+    /// Set up, build, and run cctrace: the live view, or the built-in demo when this host has
+    /// no TCP traffic worth showing. Arguments after `--` go to cctrace.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, check formatting and lints, build, and run the whole test suite.
+    Test,
+    /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).to_path_buf()
+}
+
+fn say(msg: &str) {
+    eprintln!("xtask: {msg}");
+}
+
+/// PATH with LLVM 22 and cargo's bin directory first.
+fn tool_path() -> String {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let current = std::env::var("PATH").unwrap_or_default();
+    format!("{LLVM_BIN}:{home}/.cargo/bin:{current}")
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.env("PATH", tool_path()).status().with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.env("PATH", tool_path()).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.env("PATH", tool_path()).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_some_and(|s| s.trim() == "0")
+}
+
+fn setup_apt() -> Result<()> {
+    let missing: Vec<&str> =
+        APT_PACKAGES.iter().copied().filter(|p| !succeeds(Command::new("dpkg").args(["-s", p]))).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("Debian packages missing: {}; run `sudo cargo xtask setup` or install them with apt-get", missing.join(" "));
+    }
+    say(&format!("installing Debian packages: {}", missing.join(" ")));
+    run(Command::new("apt-get").args(["update", "-qq"]))
+        .context("apt-get update failed: is a Debian mirror reachable?")?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .with_context(|| format!("could not install {}", missing.join(" ")))
+}
+
+fn setup_rust_src() -> Result<()> {
+    let Some(sysroot) = output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"])) else {
+        bail!(
+            "no nightly Rust toolchain: the eBPF programs need one (rustup toolchain install nightly --component rust-src)"
+        );
+    };
+    if Path::new(sysroot.trim()).join("lib/rustlib/src/rust/library/core").is_dir() {
+        return Ok(());
+    }
+    say("adding the rust-src component to the nightly toolchain");
+    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+        .context("could not add rust-src to the nightly toolchain")
+}
+
+fn setup_bpf_linker() -> Result<()> {
+    let version = output(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+    if version.contains(&format!("bpf-linker {BPF_LINKER_VERSION}")) {
+        return Ok(());
+    }
+    say(&format!("building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)"));
+    run(Command::new("cargo").args([
+        "install",
+        "bpf-linker",
+        "--locked",
+        "--version",
+        &format!("~{BPF_LINKER_VERSION}"),
+        "--no-default-features",
+        "--features",
+        "llvm-22",
+    ]))
+    .context("could not build bpf-linker (needs llvm-22-dev from Debian)")
+}
+
+fn setup_kernel_mounts() {
+    // tracefs for classic tracepoints; harmless if already mounted or impossible.
+    if !Path::new("/sys/kernel/tracing/events").is_dir() && is_root() {
+        let _ = succeeds(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]));
+    }
+}
+
+fn setup() -> Result<()> {
+    setup_apt()?;
+    setup_rust_src()?;
+    setup_bpf_linker()?;
+    setup_kernel_mounts();
+    Ok(())
+}
+
+fn cargo(args: &[&str]) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(workspace_root()).args(args).env("CCTRACE_REQUIRE_EBPF", "1");
+    cmd
+}
+
+/// Does this host have established TCP flows that moved real data (over 10 MiB acked)?
+fn host_has_busy_flows() -> bool {
+    let Some(out) = output(Command::new("ss").args(["-tinH", "state", "established"])) else { return false };
+    out.split_whitespace()
+        .filter_map(|w| w.strip_prefix("bytes_acked:"))
+        .any(|v| v.parse::<u64>().is_ok_and(|b| b > 10 << 20))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup(),
+        Task::Run { args } => setup().and_then(|()| {
+            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
+            let bin = workspace_root().join("target/release/cctrace");
+            let args = if args.is_empty() && !host_has_busy_flows() {
+                say("no busy TCP flows on this host: starting the built-in demo (a lossy 30 ms WAN path in network namespaces)");
+                vec!["demo".to_string()]
+            } else {
+                args
+            };
+            run(Command::new(bin).args(args))
+        }),
+        Task::Test => setup().and_then(|()| {
+            run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all")?;
+            run(&mut cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
+            run(&mut cargo(&["build", "-p", "tracer"]))?;
+            run(&mut cargo(&["test", "--workspace", "--no-fail-fast"]))
+        }),
+        Task::Bench { args } => setup().and_then(|()| {
+            let mut cmd = cargo(&["bench", "-p", "cctrace-tests"]);
+            cmd.arg("--").args(args);
+            run(&mut cmd)
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            say(&format!("error: {e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}

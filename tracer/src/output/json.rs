@@ -7,9 +7,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 
+use crate::analysis::Analysis;
 use crate::clock::WallClock;
+use crate::diagnosis::{DiagnosisConfig, Environment, Verdict};
 use crate::event::CaState;
-use crate::model::{Flow, FlowTable, TableConfig};
+use crate::model::{Flow, TableConfig};
 use crate::source::EventSource;
 
 /// `ss` leaves ssthresh out while it is still "infinite" (TCP_INFINITE_SSTHRESH).
@@ -20,7 +22,7 @@ fn ms(us: u32) -> f64 {
 }
 
 /// The JSON object for one flow. Pure: the schema lives here and in the README.
-pub fn flow_object(flow: &Flow, clock: &WallClock) -> Value {
+pub fn flow_object(flow: &Flow, verdict: Option<&Verdict>, clock: &WallClock) -> Value {
     let s = &flow.latest;
     let mut o = Map::new();
     o.insert("type".into(), json!("flow"));
@@ -73,12 +75,18 @@ pub fn flow_object(flow: &Flow, clock: &WallClock) -> Value {
         CaState::ALL.iter().map(|c| (c.name().to_string(), json!(flow.ca_time_ns[c.index()] / 1_000_000))).collect();
     o.insert("ca_time_ms".into(), Value::Object(ca_time));
     o.insert("samples".into(), json!(flow.samples));
+    o.insert("limited_by".into(), json!(verdict.map_or("unknown", |v| v.limited_by.name())));
+    o.insert("flagged".into(), json!(verdict.is_some_and(|v| v.flagged)));
+    o.insert("verdict".into(), json!(verdict.map_or("not enough data yet", |v| v.text.as_str())));
+    o.insert("evidence".into(), verdict.and_then(|v| v.evidence.as_ref()).map_or(Value::Null, |e| json!(e)));
+    o.insert("fix".into(), verdict.map_or(Value::Null, |v| if v.fix.is_empty() { Value::Null } else { json!(v.fix) }));
     Value::Object(o)
 }
 
 #[derive(Clone, Debug)]
 pub struct JsonOptions {
     pub interval: Duration,
+    pub diagnosis: DiagnosisConfig,
     pub duration: Option<Duration>,
     /// Also print every kernel sample as it arrives (`"type":"sample"`), for debugging and tests.
     pub events: bool,
@@ -87,12 +95,14 @@ pub struct JsonOptions {
 /// Consume `source` until it ends, `duration` passes or `stop` resolves; print as we go.
 pub async fn run<W: Write>(
     source: &mut dyn EventSource,
+    env: Environment,
     opts: &JsonOptions,
     out: &mut W,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let clock = WallClock::now();
-    let mut table = FlowTable::new(TableConfig::default());
+    let mut analysis = Analysis::new(TableConfig::default(), opts.diagnosis.clone(), env);
+    let mut latest_ns = 0u64;
     let mut dirty: HashSet<u64> = HashSet::new();
     let mut tick = tokio::time::interval(opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -115,20 +125,22 @@ pub async fn run<W: Write>(
                         v["type"] = json!("sample");
                         writeln!(out, "{v}").context("writing output")?;
                     }
-                    table.ingest(s);
+                    latest_ns = latest_ns.max(s.ts_ns);
+                    analysis.ingest(s);
                     dirty.insert(s.cookie);
                 },
                 None => ended = true,
             },
             _ = tick.tick() => {
-                report(&table, &mut dirty, &clock, out)?;
-                table.expire(clock.monotonic_now_ns());
+                // Judge on the samples' clock when it runs ahead (replays), else on real time.
+                analysis.tick(clock.monotonic_now_ns().max(latest_ns));
+                report(&analysis, &mut dirty, &clock, out)?;
             }
             _ = &mut deadline => ended = true,
             _ = &mut stop => ended = true,
         }
     }
-    report(&table, &mut dirty, &clock, out)?;
+    report(&analysis, &mut dirty, &clock, out)?;
     let c = source.counters();
     let summary = json!({
         "type": "summary",
@@ -136,19 +148,19 @@ pub async fn run<W: Write>(
         "events_received": c.received,
         "events_lost": c.lost,
         "decode_errors": c.decode_errors,
-        "flows_seen": table.len() as u64 + table.evicted(),
+        "flows_seen": analysis.table.len() as u64 + analysis.table.evicted(),
     });
     writeln!(out, "{summary}").context("writing output")?;
     out.flush().context("writing output")?;
     Ok(())
 }
 
-fn report<W: Write>(table: &FlowTable, dirty: &mut HashSet<u64>, clock: &WallClock, out: &mut W) -> Result<()> {
+fn report<W: Write>(analysis: &Analysis, dirty: &mut HashSet<u64>, clock: &WallClock, out: &mut W) -> Result<()> {
     let mut cookies: Vec<u64> = dirty.drain().collect();
     cookies.sort_unstable();
     for cookie in cookies {
-        if let Some(flow) = table.get(cookie) {
-            writeln!(out, "{}", flow_object(flow, clock)).context("writing output")?;
+        if let Some(flow) = analysis.table.get(cookie) {
+            writeln!(out, "{}", flow_object(flow, analysis.verdict(flow), clock)).context("writing output")?;
         }
     }
     out.flush().context("writing output")
@@ -170,9 +182,14 @@ mod tests {
         b.reason = SampleReason::Destroy;
         b.snd_ssthresh = 42;
         let mut src = FeedSource::new(vec![vec![a], vec![b]]).with_lost(3);
-        let opts = JsonOptions { interval: Duration::from_millis(100), duration: None, events: false };
+        let opts = JsonOptions {
+            interval: Duration::from_millis(100),
+            diagnosis: DiagnosisConfig::default(),
+            duration: None,
+            events: false,
+        };
         let mut out = Vec::new();
-        run(&mut src, &opts, &mut out, std::future::pending()).await.expect("runs");
+        run(&mut src, Environment::default(), &opts, &mut out, std::future::pending()).await.expect("runs");
         let lines: Vec<Value> =
             String::from_utf8(out).expect("utf8").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
         let last = lines.last().expect("summary");
@@ -191,10 +208,12 @@ mod tests {
 
     #[test]
     fn infinite_ssthresh_is_null() {
-        let mut t = FlowTable::new(TableConfig::default());
+        let mut t = crate::model::FlowTable::new(TableConfig::default());
         t.ingest(&sample(1, 0));
-        let v = flow_object(t.get(1).expect("flow"), &WallClock::now());
+        let v = flow_object(t.get(1).expect("flow"), None, &WallClock::now());
         assert!(v["ssthresh"].is_null());
+        assert_eq!(v["limited_by"], "unknown");
+        assert_eq!(v["flagged"], false);
         assert_eq!(v["ca_state"], "Open");
     }
 }

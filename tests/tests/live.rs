@@ -1,0 +1,281 @@
+//! End-to-end: the real `cctrace --json` against real TCP traffic in lab network namespaces,
+//! checked against the kernel's own view (`ss -tni`, `nstat`).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cctrace_lab::{
+    EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions,
+    VethPair,
+};
+use cctrace_tests::{
+    bpf_link_count, loaded_bpf_programs, monotonic_ns, nstat_in, require_kernel, serial, ss_in, Tracer,
+};
+use serde_json::Value;
+
+const PORT: u16 = 5201;
+
+fn port_of(addr: &Value) -> Option<u16> {
+    addr.as_str()?.rsplit(':').next()?.parse().ok()
+}
+
+/// Samples of the flow whose local port is `port` in namespace `netns`.
+fn flow_samples(t: &Tracer, netns: u64, port: u16) -> Vec<Value> {
+    t.samples(|v| v["netns"].as_u64() == Some(netns) && port_of(&v["local"]) == Some(port))
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+#[test]
+fn samples_agree_with_ss() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    // 20 ms RTT, a 40 Mbit/s bottleneck with a 64 KiB queue: the bulk phase overflows the queue
+    // (so ssthresh gets set), the trickle phase after it is loss free, so cwnd holds still.
+    let spec = EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(10)).with_rate(40_000_000, 64 << 10));
+    let lab = EmulatedPath::create(spec)?;
+    let tracer = Tracer::start(&["--sample-ms", "20", "--interval", "500"])?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions {
+            congestion: Some("cubic".into()),
+            mode: SendMode::BulkThenTrickle {
+                bulk_for: Duration::from_secs(2),
+                trickle_every: Duration::from_millis(20),
+                trickle_bytes: 1000,
+            },
+            duration: Duration::from_secs(6),
+            nodelay: true,
+            ..Default::default()
+        },
+    )?;
+    let port = sender.local_port();
+    let netns = lab.sender().inode();
+    std::thread::sleep(Duration::from_millis(3500));
+
+    let mut checked = 0;
+    for _ in 0..3 {
+        let t0 = monotonic_ns();
+        let ss = ss_in(lab.sender().name())?;
+        let t1 = monotonic_ns();
+        let sock = ss.iter().find(|s| s.local_port() == Some(port)).context("ss does not list the flow")?;
+        std::thread::sleep(Duration::from_millis(100));
+        let mid = (t0 + t1) / 2;
+        let samples = flow_samples(&tracer, netns, port);
+        let nearest = samples
+            .iter()
+            .min_by_key(|s| u(s, "ts_ns").abs_diff(mid))
+            .context("cctrace has no sample of the flow")?;
+        let gap_ms = u(nearest, "ts_ns").abs_diff(mid) as f64 / 1e6;
+        assert!(gap_ms < 100.0, "nearest sample is {gap_ms} ms from the ss reading");
+
+        let ss_cwnd = sock.num("cwnd").context("ss cwnd")? as u64;
+        let ss_mss = sock.num("mss").context("ss mss")? as u64;
+        let ss_ssthresh = sock.num("ssthresh").context("ss ssthresh: the bulk phase should have set it")? as u64;
+        let (ss_rtt, _) = sock.rtt().context("ss rtt")?;
+        assert_eq!(u(nearest, "snd_cwnd"), ss_cwnd, "cwnd: cctrace {nearest} vs ss {sock:?}");
+        assert_eq!(u(nearest, "snd_ssthresh"), ss_ssthresh, "ssthresh");
+        assert_eq!(u(nearest, "mss"), ss_mss, "mss");
+        let rtt_ms = u(nearest, "srtt_us") as f64 / 1000.0;
+        // srtt moves a little with every ACK; the tolerance covers one ACK's update (1/8).
+        assert!((rtt_ms - ss_rtt).abs() <= (ss_rtt * 0.15).max(1.0), "srtt: cctrace {rtt_ms} ms vs ss {ss_rtt} ms");
+        assert!(rtt_ms > 19.0 && rtt_ms < 30.0, "the path has 20 ms RTT, cctrace says {rtt_ms}");
+        checked += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(checked, 3);
+    let report = sender.wait()?;
+    assert!(report.bytes_acked > 1_000_000, "the bulk phase moved data: {report:?}");
+    let (code, _) = tracer.stop()?;
+    assert_eq!(code, 0);
+    Ok(())
+}
+
+#[test]
+fn retransmissions_ca_states_and_close_match_the_kernel() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let lab = VethPair::create(VethOptions { loss: 0.02 })?;
+    let tracer = Tracer::start(&["--sample-ms", "50", "--interval", "500"])?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let sender_ns = lab.sender().name().to_string();
+    let retrans_before = nstat_in(&sender_ns, "TcpRetransSegs")?;
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions {
+            congestion: Some("cubic".into()),
+            mode: SendMode::Bulk,
+            duration: Duration::from_secs(3),
+            ..Default::default()
+        },
+    )?;
+    let port = sender.local_port();
+    let report = sender.wait()?;
+    let netns = lab.sender().inode();
+    // The close and destroy samples follow the FIN exchange.
+    tracer.wait_for("the flow's close", Duration::from_secs(10), |lines| {
+        lines.iter().any(|v| {
+            v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true
+        })
+    })?;
+    let retrans_after = nstat_in(&sender_ns, "TcpRetransSegs")?;
+    let kernel_delta = retrans_after - retrans_before;
+    let samples = flow_samples(&tracer, netns, port);
+    let last = samples.last().context("no samples")?;
+    let traced = u(last, "total_retrans");
+    assert!(kernel_delta > 100, "2 % loss over 3 s must cause retransmissions (nstat delta {kernel_delta})");
+    let err = (traced as f64 - kernel_delta as f64).abs() / kernel_delta as f64;
+    assert!(err <= 0.02, "cctrace retrans {traced} vs nstat TcpRetransSegs delta {kernel_delta} ({:.2}%)", err * 100.0);
+    assert_eq!(u64::from(report.total_retrans), traced, "the sender's own TCP_INFO agrees");
+
+    // CA state: Recovery or Loss under loss, and back to Open.
+    let states: Vec<&str> = samples.iter().filter_map(|s| s["ca_state"].as_str()).collect();
+    let first_bad = states.iter().position(|s| *s == "Recovery" || *s == "Loss").context("never left Open")?;
+    assert!(states[first_bad..].contains(&"Open"), "never returned to Open: {states:?}");
+    assert!(samples.iter().any(|s| s["reason"] == "CaState"), "CA state changes are sampled immediately");
+    assert!(samples.iter().any(|s| s["reason"] == "Retransmit"));
+
+    // Closed: the last flow line says so.
+    let lines = tracer.lines();
+    let flow_line = lines
+        .iter()
+        .rev()
+        .find(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port)
+        .context("no flow line")?;
+    assert_eq!(flow_line["closed"], true);
+    assert_eq!(flow_line["cc"], "cubic");
+    assert_eq!(flow_line["retrans"].as_u64(), Some(traced));
+    assert!(flow_line["ca_time_ms"]["Recovery"].as_u64().unwrap_or(0) + flow_line["ca_time_ms"]["Loss"].as_u64().unwrap_or(0) > 0);
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let summary = lines.last().context("no summary")?;
+    assert_eq!(summary["type"], "summary");
+    assert!(summary["events_received"].as_u64().unwrap_or(0) > 10);
+    assert_eq!(summary["events_lost"], 0);
+    Ok(())
+}
+
+#[test]
+fn flows_in_two_namespaces_carry_their_own_netns() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let lab = VethPair::create(VethOptions::default())?;
+    let tracer = Tracer::start(&["--interval", "200"])?;
+    let sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions { mode: SendMode::Bulk, duration: Duration::from_secs(1), ..Default::default() },
+    )?;
+    let port = sender.local_port();
+    sender.wait()?;
+    let (s_ns, r_ns) = (lab.sender().inode(), lab.receiver().inode());
+    assert_ne!(s_ns, r_ns);
+    let closed = |lines: &[Value], ns: u64, local_port: u16| {
+        lines.iter().rev().find(|v| {
+            v["type"] == "flow"
+                && v["netns"].as_u64() == Some(ns)
+                && v["sport"].as_u64() == Some(u64::from(local_port))
+                && v["closed"] == true
+        }).cloned()
+    };
+    tracer.wait_for("both ends of the connection closed", Duration::from_secs(10), |lines| {
+        closed(lines, s_ns, port).is_some() && closed(lines, r_ns, PORT).is_some()
+    })?;
+    let lines = tracer.lines();
+    let last = |ns: u64, p: u16| closed(&lines, ns, p).unwrap_or_default();
+    // The receiving end counts what the sink read; the sending end what the peer acknowledged.
+    // Both count sequence space: the FIN adds one byte to each, and the sender's count also
+    // includes its SYN (acknowledged by the SYN-ACK).
+    assert_eq!(u(&last(r_ns, PORT), "bytes_received"), sink.total_bytes() + 1);
+    assert_eq!(u(&last(s_ns, port), "bytes_acked"), sink.total_bytes() + 2);
+    assert_eq!(last(r_ns, PORT)["dport"].as_u64(), Some(u64::from(port)));
+    assert_eq!(last(s_ns, port)["owner"]["comm"].as_str().map(|c| !c.is_empty()), Some(true), "connect() side knows its owner");
+    tracer.stop()?;
+    Ok(())
+}
+
+#[test]
+fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let lab = VethPair::create(VethOptions::default())?;
+    let tracer = Tracer::start(&["--hooks", "classic", "--interval", "200"])?;
+    assert!(tracer.stderr().contains("5/5 hooks"), "{}", tracer.stderr());
+    let progs = loaded_bpf_programs()?;
+    assert!(progs.iter().any(|p| p.starts_with("cct_tp_")), "classic programs loaded: {progs:?}");
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions { mode: SendMode::Bulk, duration: Duration::from_secs(1), ..Default::default() },
+    )?;
+    let port = sender.local_port();
+    let report = sender.wait()?;
+    let netns = lab.sender().inode();
+    tracer.wait_for("the flow closed", Duration::from_secs(10), |lines| {
+        lines.iter().any(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true)
+    })?;
+    let samples = flow_samples(&tracer, netns, port);
+    let last = samples.last().context("no samples")?;
+    assert_eq!(u(last, "mss"), 1448);
+    assert!(u(last, "snd_cwnd") >= 2);
+    // The kernel counts sequence space: the FIN (and on the sender's last TCP_INFO read, an
+    // in-flight tail) make up to two bytes of difference.
+    assert!(u(last, "bytes_acked").abs_diff(report.bytes_acked) <= 2, "{} vs {}", u(last, "bytes_acked"), report.bytes_acked);
+    tracer.stop()?;
+    Ok(())
+}
+
+#[test]
+fn sigterm_detaches_everything() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let links_before = bpf_link_count()?;
+    let tracer = Tracer::start(&[])?;
+    let progs = loaded_bpf_programs()?;
+    assert!(progs.iter().filter(|p| p.starts_with("cct_")).count() >= 5, "attached: {progs:?}");
+    assert!(bpf_link_count()? >= links_before + 5);
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0, "clean exit on SIGTERM");
+    assert_eq!(lines.last().map(|v| v["type"].clone()), Some(Value::from("summary")));
+    // The kernel frees programs after an RCU grace period: give it a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut after = loaded_bpf_programs()?;
+    while after.iter().any(|p| p.starts_with("cct_")) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        after = loaded_bpf_programs()?;
+    }
+    assert!(!after.iter().any(|p| p.starts_with("cct_")), "programs left behind: {after:?}");
+    assert_eq!(bpf_link_count()?, links_before, "links left behind");
+    Ok(())
+}
+
+#[test]
+fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(cctrace_tests::cctrace_bin())
+        .args(["--json", "--duration", "1"])
+        .output()
+        .context("running setpriv")?;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("CAP_BPF") && stderr.contains("CAP_PERFMON"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(out.stdout.is_empty());
+    let progs = loaded_bpf_programs()?;
+    assert!(!progs.iter().any(|p| p.starts_with("cct_")), "nothing loaded: {progs:?}");
+    Ok(())
+}

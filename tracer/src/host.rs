@@ -1,0 +1,49 @@
+//! Facts about the host that verdicts and headers need, read from /proc and /sys.
+//! Kept apart from the pure diagnosis so that one stays testable.
+
+use std::collections::HashMap;
+
+use crate::diagnosis::Environment;
+
+fn netns_inode(path: &str) -> Option<u32> {
+    // readlink gives "net:[4026531840]".
+    let link = std::fs::read_link(path).ok()?;
+    let s = link.to_string_lossy();
+    s.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// One process per network namespace (the lowest pid), for `nsenter --net=/proc/PID/ns/net`.
+pub fn netns_pids() -> HashMap<u32, u32> {
+    let mut map: HashMap<u32, u32> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return map };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if let Some(ino) = netns_inode(&format!("/proc/{pid}/ns/net")) {
+            map.entry(ino).and_modify(|p| *p = (*p).min(pid)).or_insert(pid);
+        }
+    }
+    map
+}
+
+pub fn available_congestion_controls() -> Vec<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// Everything [`Environment`] holds, read now.
+pub fn environment() -> Environment {
+    Environment {
+        bbr_available: available_congestion_controls().iter().any(|c| c == "bbr"),
+        host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
+        netns_pids: netns_pids(),
+    }
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+}
