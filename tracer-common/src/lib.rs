@@ -343,7 +343,10 @@ impl Config {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowState {
+    /// Last periodic sample.
     pub last_emit_ns: u64,
+    /// Last sample triggered by a retransmission (a loss burst yields one, not hundreds).
+    pub last_retrans_emit_ns: u64,
     pub retrans_events: u32,
     pub pid: u32,
     pub comm: [u8; 16],
@@ -351,7 +354,7 @@ pub struct FlowState {
     pub _pad: [u8; 7],
 }
 
-pub const FLOW_STATE_SIZE: usize = 40;
+pub const FLOW_STATE_SIZE: usize = 48;
 const _: () = assert!(core::mem::size_of::<FlowState>() == FLOW_STATE_SIZE);
 
 #[cfg(feature = "user")]

@@ -132,14 +132,25 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         Some(p) => unsafe { *p },
         None => FlowState::default(),
     };
+    let interval = global!(CONFIG.sample_interval_ns);
+    let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
     if hit.reason == reason::PERIODIC {
-        let interval = global!(CONFIG.sample_interval_ns);
-        if state.last_emit_ns != 0 && now.wrapping_sub(state.last_emit_ns) < interval {
+        if !due(state.last_emit_ns) {
             return Ok(0);
         }
+        state.last_emit_ns = now;
     }
     if hit.reason == reason::RETRANSMIT {
         state.retrans_events = state.retrans_events.wrapping_add(1);
+        // The first retransmission after a quiet interval is sampled at once; the rest of the
+        // burst is counted here and seen in the periodic samples.
+        if !due(state.last_retrans_emit_ns) {
+            if FLOWS.insert(&hit.cookie, &state, 0).is_err() {
+                bump(counter::FLOW_MAP_FULL);
+            }
+            return Ok(0);
+        }
+        state.last_retrans_emit_ns = now;
     }
     if hit.reason == reason::STATE_CHANGE && hit.new_state == TCP_SYN_SENT {
         // connect() runs in the owner's context: remember who opened the flow.
@@ -147,7 +158,6 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         state.comm = bpf_get_current_comm().unwrap_or_default();
         state.flags |= flag::OWNER_KNOWN;
     }
-    state.last_emit_ns = now;
 
     emit(&hit, &state, now);
 

@@ -11,8 +11,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::event::Sample;
-use crate::model::{Flow, FlowTable};
+use crate::model::{Flow, FlowTable, SampleCounts};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -89,6 +88,13 @@ pub struct DiagnosisConfig {
     pub min_busy_share: f64,
     /// Share of the window stalled by rwnd / sndbuf that decides those verdicts.
     pub stall_share: f64,
+    /// Share of samples with a full cwnd that makes a flow cwnd-limited.
+    pub cwnd_full_share: f64,
+    /// Share of samples with nothing to send that makes a flow application-limited.
+    pub no_backlog_share: f64,
+    /// Share of samples the kernel marked application-limited that makes a flow so. Lower than
+    /// the others: in loss recovery cwnd shrinks to what is in flight, hiding the idle time.
+    pub app_limited_share: f64,
     /// Retransmitted byte share over the window that counts as "sustained loss".
     pub min_loss_ratio: f64,
     /// srtt at most min_rtt * this + `queue_slack_us` means no queue is building.
@@ -109,9 +115,12 @@ impl Default for DiagnosisConfig {
             heavy_min_bps: 1_000_000.0,
             min_busy_share: 0.7,
             stall_share: 0.3,
-            min_loss_ratio: 0.002,
-            queue_ratio: 1.25,
-            queue_slack_us: 2_000.0,
+            cwnd_full_share: 0.5,
+            no_backlog_share: 0.6,
+            app_limited_share: 0.4,
+            min_loss_ratio: 0.005,
+            queue_ratio: 1.5,
+            queue_slack_us: 5_000.0,
             confirm: 2,
             release: 5,
         }
@@ -127,6 +136,8 @@ pub struct Environment {
     pub host_netns: u32,
     /// A process living in each network namespace, for `nsenter --net=/proc/PID/ns/net`.
     pub netns_pids: HashMap<u32, u32>,
+    /// Namespaces named by `ip netns add` (/run/netns/NAME), for `ip netns exec NAME`.
+    pub netns_names: HashMap<u32, String>,
 }
 
 /// The numbers a flag rests on.
@@ -144,6 +155,9 @@ pub struct Evidence {
     pub busy_share: f64,
     pub rwnd_share: f64,
     pub sndbuf_share: f64,
+    /// Shares of periodic samples with a full cwnd / marked application-limited by the kernel.
+    pub cwnd_full_share: f64,
+    pub app_limited_share: f64,
 }
 
 /// The judgement on one flow.
@@ -184,14 +198,12 @@ struct Snapshot {
     srtt_us: u32,
     min_rtt_us: u32,
     cwnd: u32,
-    packets_out: u32,
-    app_limited: bool,
-    cwnd_limited: bool,
-    notsent: u32,
+    counts: SampleCounts,
 }
 
 impl Snapshot {
-    fn of(s: &Sample) -> Self {
+    fn of(flow: &Flow) -> Self {
+        let s = &flow.latest;
         Self {
             ts_ns: s.ts_ns,
             busy_us: s.busy_us,
@@ -204,10 +216,7 @@ impl Snapshot {
             srtt_us: s.srtt_us,
             min_rtt_us: s.min_rtt_us,
             cwnd: s.snd_cwnd,
-            packets_out: s.packets_out,
-            app_limited: s.app_limited,
-            cwnd_limited: s.cwnd_limited,
-            notsent: s.notsent_bytes,
+            counts: flow.counts,
         }
     }
 }
@@ -239,7 +248,11 @@ struct Window {
     mean_cwnd: f64,
     mean_srtt_us: f64,
     min_rtt_us: f64,
+    /// Share of samples in the window with a full congestion window.
     cwnd_full_share: f64,
+    /// Share of samples in the window where the sender had nothing to send.
+    no_backlog_share: f64,
+    /// Share of samples the kernel marked application-limited.
     app_limited_share: f64,
 }
 
@@ -261,6 +274,9 @@ fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
     let n = tail.len().max(1) as f64;
     let mean = |f: &dyn Fn(&Snapshot) -> f64| tail.iter().map(|s| f(s)).sum::<f64>() / n;
     let min_rtt = tail.iter().map(|s| s.min_rtt_us).filter(|&v| v > 0).min().unwrap_or(0);
+    let samples = last.counts.samples.saturating_sub(first.counts.samples);
+    let count_share =
+        |a: u64, b: u64| if samples == 0 { 0.0 } else { (b.saturating_sub(a) as f64 / samples as f64).clamp(0.0, 1.0) };
     Some(Window {
         secs,
         goodput_bps: (acked + received) as f64 * 8.0 / secs,
@@ -274,8 +290,9 @@ fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
         mean_cwnd: mean(&|s| f64::from(s.cwnd)),
         mean_srtt_us: mean(&|s| f64::from(s.srtt_us)),
         min_rtt_us: f64::from(min_rtt),
-        cwnd_full_share: mean(&|s| if s.cwnd_limited || s.packets_out >= s.cwnd { 1.0 } else { 0.0 }),
-        app_limited_share: mean(&|s| if s.app_limited && s.notsent == 0 { 1.0 } else { 0.0 }),
+        cwnd_full_share: count_share(first.counts.cwnd_full, last.counts.cwnd_full),
+        no_backlog_share: count_share(first.counts.no_backlog, last.counts.no_backlog),
+        app_limited_share: count_share(first.counts.app_limited, last.counts.app_limited),
     })
 }
 
@@ -298,18 +315,24 @@ fn classify(w: &Window, cfg: &DiagnosisConfig, cc: &str) -> LimitedBy {
     if w.rwnd_share >= cfg.stall_share {
         return LimitedBy::ReceiveWindow;
     }
+    // The kernel marks delivery-rate samples application-limited only while packets in flight
+    // are below cwnd and nothing is left to send: a stream that keeps up with its application.
+    if w.app_limited_share >= cfg.app_limited_share || w.no_backlog_share >= cfg.no_backlog_share {
+        return LimitedBy::Application;
+    }
+    // A full cwnd is the root cause even when the application then blocks on its send buffer.
+    if w.cwnd_full_share >= cfg.cwnd_full_share {
+        return LimitedBy::CongestionWindow;
+    }
     if w.sndbuf_share >= cfg.stall_share {
         return LimitedBy::SendBuffer;
     }
-    let active = w.busy_share + w.rwnd_share + w.sndbuf_share;
-    // Either the write queue was often empty, or nearly every delivery-rate sample was marked
-    // application-limited by the kernel with nothing left unsent.
-    if active < cfg.min_busy_share || w.app_limited_share >= 0.8 {
+    // The write queue ran dry much of the time. (Chrono "busy" runs until the retransmit queue
+    // empties too, so on a lossy long path this alone would miss streams that keep up.)
+    if w.busy_share + w.rwnd_share + w.sndbuf_share < cfg.min_busy_share {
         return LimitedBy::Application;
     }
-    // Backlogged: cwnd or pacing decides. Loss-based algorithms without pacing are cwnd-bound
-    // whenever backlogged; for others look at whether cwnd was full.
-    if is_loss_based(cc) || w.cwnd_full_share >= 0.5 {
+    if is_loss_based(cc) {
         LimitedBy::CongestionWindow
     } else {
         LimitedBy::Pacing
@@ -330,6 +353,8 @@ fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
     let current = &s.cc;
     let prefix = if s.netns == env.host_netns || s.netns == 0 {
         String::new()
+    } else if let Some(name) = env.netns_names.get(&s.netns) {
+        format!("ip netns exec {name} ")
     } else {
         match env.netns_pids.get(&s.netns) {
             Some(pid) => format!("nsenter --net=/proc/{pid}/ns/net "),
@@ -362,6 +387,8 @@ fn evidence_of(w: &Window, mss: u32) -> Evidence {
         busy_share: w.busy_share,
         rwnd_share: w.rwnd_share,
         sndbuf_share: w.sndbuf_share,
+        cwnd_full_share: w.cwnd_full_share,
+        app_limited_share: w.app_limited_share,
     }
 }
 
@@ -407,7 +434,7 @@ impl Diagnoser {
                 // Keep the last verdict of a closed flow as it was.
                 continue;
             }
-            let mut snap = Snapshot::of(&flow.latest);
+            let mut snap = Snapshot::of(flow);
             snap.ts_ns = snap.ts_ns.max(now_ns);
             if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
                 continue;
@@ -529,11 +556,18 @@ mod tests {
     use crate::model::tests::sample;
     use crate::model::TableConfig;
 
+    use crate::event::Sample;
+
     /// Feed `secs` seconds of a synthetic flow (one sample per 100 ms) and evaluate each second.
     fn run(cc: &str, secs: u64, step: impl Fn(u64, &mut Sample)) -> (Diagnoser, FlowTable) {
         let mut table = FlowTable::new(TableConfig::default());
         let mut d = Diagnoser::new(DiagnosisConfig::default());
-        let env = Environment { bbr_available: true, host_netns: 1, netns_pids: HashMap::from([(4026531840, 77)]) };
+        let env = Environment {
+            bbr_available: true,
+            host_netns: 1,
+            netns_pids: HashMap::from([(4026531840, 77)]),
+            netns_names: HashMap::new(),
+        };
         for tick in 0..=secs * 10 {
             let mut s = sample(1, tick * 100);
             s.cc = cc.into();
@@ -624,6 +658,7 @@ mod tests {
             s.bytes_retrans = s.bytes_acked / 50;
             s.busy_us = tick * 10_000;
             s.app_limited = true;
+            s.cwnd_limited = false;
             s.min_rtt_us = 30_000;
             s.srtt_us = 30_500;
         });
@@ -662,6 +697,7 @@ mod tests {
             s.bytes_acked = 100_000 * tick;
             s.bytes_sent = s.bytes_acked;
             s.busy_us = (0..tick).map(|t| if (60..70).contains(&t) { 100_000 } else { 10_000 }).sum::<u64>();
+            s.cwnd_limited = false;
             s.min_rtt_us = 30_000;
             s.srtt_us = 30_000;
         });

@@ -25,6 +25,21 @@ pub fn netns_pids() -> HashMap<u32, u32> {
     map
 }
 
+/// Namespaces created with `ip netns add`: /run/netns/NAME, keyed by inode.
+pub fn named_netns() -> HashMap<u32, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut map = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/run/netns") else { return map };
+    for entry in dir.flatten() {
+        if let (Ok(meta), Some(name)) = (entry.metadata(), entry.file_name().to_str()) {
+            if let Ok(ino) = u32::try_from(meta.ino()) {
+                map.insert(ino, name.to_string());
+            }
+        }
+    }
+    map
+}
+
 pub fn available_congestion_controls() -> Vec<String> {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .map(|s| s.split_whitespace().map(String::from).collect())
@@ -37,6 +52,7 @@ pub fn environment() -> Environment {
         bbr_available: available_congestion_controls().iter().any(|c| c == "bbr"),
         host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
         netns_pids: netns_pids(),
+        netns_names: named_netns(),
     }
 }
 

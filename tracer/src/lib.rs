@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod clock;
+pub mod demo;
 pub mod diagnosis;
 pub mod event;
 pub mod host;
@@ -13,3 +14,4 @@ pub mod model;
 pub mod output;
 pub mod signals;
 pub mod source;
+pub mod tui;

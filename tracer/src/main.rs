@@ -1,6 +1,5 @@
 //! `cctrace`: see every TCP flow's congestion control live, across all network namespaces.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,30 +15,37 @@ use tracer::source::EventSource;
 #[command(name = "cctrace", version, about = "Live TCP congestion-control tracer (eBPF)")]
 struct Cli {
     /// Print JSON Lines (one object per flow per interval) instead of the terminal UI.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
     /// Report interval in milliseconds.
-    #[arg(long, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
+    #[arg(long, global = true, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
     interval: u64,
     /// Kernel sampling interval per flow in milliseconds (retransmissions, CA state changes,
     /// opens and closes are always sampled immediately).
-    #[arg(long, default_value_t = 100, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, global = true, default_value_t = 100, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     sample_ms: u64,
     /// Stop after this many seconds.
-    #[arg(long, value_name = "S")]
+    #[arg(long, global = true, value_name = "S")]
     duration: Option<f64>,
     /// With --json, also print every kernel sample as it arrives.
-    #[arg(long, requires = "json")]
+    #[arg(long, global = true, requires = "json")]
     events: bool,
     /// Which tracepoint flavour to attach.
-    #[arg(long, value_enum, default_value_t = HookMode::Auto)]
+    #[arg(long, global = true, value_enum, default_value_t = HookMode::Auto)]
     hooks: HookMode,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// Build a local lossy WAN path (network namespaces, 30 ms RTT, random loss, 200 Mbit/s)
+    /// with CUBIC and BBR streams and bulk transfers over it, and trace them.
+    Demo {
+        #[command(flatten)]
+        opts: tracer::demo::DemoOptions,
+    },
+}
 
 fn duration_arg(secs: Option<f64>) -> Result<Option<Duration>> {
     match secs {
@@ -49,11 +55,9 @@ fn duration_arg(secs: Option<f64>) -> Result<Option<Duration>> {
     }
 }
 
-async fn run_json(cli: &Cli) -> Result<()> {
-    let duration = duration_arg(cli.duration)?;
-    let mut shutdown = Shutdown::install()?;
+fn start_kernel(cli: &Cli) -> Result<KernelSource> {
     let opts = KernelOptions { sample_interval: Duration::from_millis(cli.sample_ms), hook_mode: cli.hooks };
-    let mut source = KernelSource::start(&opts)?;
+    let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {
         if let HookStatus::Disabled(_) = h.status {
             eprintln!("cctrace: {}", h.line());
@@ -62,16 +66,42 @@ async fn run_json(cli: &Cli) -> Result<()> {
     for m in &source.info().missing_fields {
         eprintln!("cctrace: kernel field unavailable, reported as 0: {m}");
     }
+    Ok(source)
+}
+
+async fn run_json(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown) -> Result<()> {
     eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let jopts = JsonOptions {
         interval: Duration::from_millis(cli.interval),
         diagnosis: DiagnosisConfig::default(),
-        duration,
+        duration: duration_arg(cli.duration)?,
         events: cli.events,
+        env_refresh: Some(tracer::host::environment),
     };
-    json::run(&mut source, tracer::host::environment(), &jopts, &mut out, shutdown.wait()).await
+    json::run(source, tracer::host::environment(), &jopts, &mut out, shutdown.wait()).await
+}
+
+async fn run(cli: &Cli) -> Result<()> {
+    let duration = duration_arg(cli.duration)?;
+    let mut shutdown = Shutdown::install()?;
+    // The demo lab exists only while this function runs: its Drop removes the namespaces on
+    // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
+    // Attach first so the demo's connections are seen from their first packet.
+    let mut source = start_kernel(cli)?;
+    let demo = match &cli.command {
+        Some(Command::Demo { opts }) => {
+            let lab = tracer::demo::DemoLab::start(opts, duration.unwrap_or(cctrace_lab::MAX_DURATION))?;
+            eprintln!("cctrace: {}", lab.description);
+            Some(lab)
+        }
+        None => None,
+    };
+    let result = run_json(cli, &mut source, &mut shutdown).await;
+    drop(source);
+    drop(demo);
+    result
 }
 
 fn main() -> ExitCode {
@@ -83,13 +113,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match &cli.command {
-            None if cli.json || !std::io::stdout().is_terminal() => run_json(&cli).await,
-            None => run_json(&cli).await,
-            Some(_) => unreachable!("no subcommands yet"),
-        }
-    });
+    let result = runtime.block_on(run(&cli));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

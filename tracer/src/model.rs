@@ -110,6 +110,34 @@ pub struct HistoryPoint {
     pub worst_ca_state: CaState,
 }
 
+/// Running counts over every sample of a flow, for shares over any window (deltas).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleCounts {
+    pub samples: u64,
+    /// Samples where the congestion window was full (packets out >= cwnd, or the kernel's
+    /// is_cwnd_limited).
+    pub cwnd_full: u64,
+    /// Samples where the sender had nothing queued: no unsent bytes and room in cwnd.
+    pub no_backlog: u64,
+    /// Samples whose delivery rate the kernel marked application-limited (`rate_app_limited`).
+    pub app_limited: u64,
+}
+
+impl SampleCounts {
+    fn add(&mut self, s: &Sample) {
+        // Event-triggered samples are taken at moments of loss or state change; only the
+        // periodic ones are an unbiased view of the flow's time.
+        if s.reason != crate::event::SampleReason::Periodic {
+            return;
+        }
+        let cwnd_full = s.cwnd_limited || (s.snd_cwnd > 0 && s.packets_out >= s.snd_cwnd);
+        self.samples += 1;
+        self.cwnd_full += u64::from(cwnd_full);
+        self.no_backlog += u64::from(!cwnd_full && s.notsent_bytes == 0);
+        self.app_limited += u64::from(s.app_limited);
+    }
+}
+
 /// Everything known about one flow.
 #[derive(Clone, Debug)]
 pub struct Flow {
@@ -123,6 +151,7 @@ pub struct Flow {
     /// Time spent in each CA state, indexed by `CaState::index()`.
     pub ca_time_ns: [u64; 5],
     pub rates: Rates,
+    pub counts: SampleCounts,
     window: VecDeque<RatePoint>,
     history: VecDeque<HistoryPoint>,
     /// Counters at the start of the current history bucket.
@@ -132,6 +161,8 @@ pub struct Flow {
 impl Flow {
     fn new(sample: &Sample) -> Self {
         let point = RatePoint::of(sample);
+        let mut counts = SampleCounts::default();
+        counts.add(sample);
         Self {
             first: sample.clone(),
             latest: sample.clone(),
@@ -141,6 +172,7 @@ impl Flow {
             closed_at_ns: sample.is_closing().then_some(sample.ts_ns),
             ca_time_ns: [0; 5],
             rates: Rates::default(),
+            counts,
             window: VecDeque::from([point]),
             history: VecDeque::new(),
             bucket_start: point,
@@ -177,6 +209,7 @@ impl Flow {
         let dt = sample.ts_ns - self.latest.ts_ns;
         self.ca_time_ns[self.latest.ca_state.index()] += dt;
         self.samples += 1;
+        self.counts.add(sample);
         self.last_seen_ns = sample.ts_ns;
         if sample.is_closing() && self.closed_at_ns.is_none() {
             self.closed_at_ns = Some(sample.ts_ns);

@@ -14,6 +14,8 @@ use crate::event::CaState;
 use crate::model::{Flow, TableConfig};
 use crate::source::EventSource;
 
+const ENV_REFRESH: Duration = Duration::from_secs(5);
+
 /// `ss` leaves ssthresh out while it is still "infinite" (TCP_INFINITE_SSTHRESH).
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
@@ -90,6 +92,8 @@ pub struct JsonOptions {
     pub duration: Option<Duration>,
     /// Also print every kernel sample as it arrives (`"type":"sample"`), for debugging and tests.
     pub events: bool,
+    /// Re-read host facts (namespaces come and go) every few seconds, when given.
+    pub env_refresh: Option<fn() -> Environment>,
 }
 
 /// Consume `source` until it ends, `duration` passes or `stop` resolves; print as we go.
@@ -103,6 +107,7 @@ pub async fn run<W: Write>(
     let clock = WallClock::now();
     let mut analysis = Analysis::new(TableConfig::default(), opts.diagnosis.clone(), env);
     let mut latest_ns = 0u64;
+    let mut env_read_at = std::time::Instant::now();
     let mut dirty: HashSet<u64> = HashSet::new();
     let mut tick = tokio::time::interval(opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -132,6 +137,12 @@ pub async fn run<W: Write>(
                 None => ended = true,
             },
             _ = tick.tick() => {
+                if let Some(refresh) = opts.env_refresh {
+                    if env_read_at.elapsed() >= ENV_REFRESH {
+                        analysis.env = refresh();
+                        env_read_at = std::time::Instant::now();
+                    }
+                }
                 // Judge on the samples' clock when it runs ahead (replays), else on real time.
                 analysis.tick(clock.monotonic_now_ns().max(latest_ns));
                 report(&analysis, &mut dirty, &clock, out)?;
@@ -187,6 +198,7 @@ mod tests {
             diagnosis: DiagnosisConfig::default(),
             duration: None,
             events: false,
+            env_refresh: None,
         };
         let mut out = Vec::new();
         run(&mut src, Environment::default(), &opts, &mut out, std::future::pending()).await.expect("runs");

@@ -23,7 +23,9 @@ pub fn rate(bps: f64) -> String {
 
 /// Microseconds as milliseconds with one decimal, no unit (the column header carries it).
 pub fn ms(us: u32) -> String {
-    format!("{:.1}", f64::from(us) / 1000.0)
+    // Integer rounding: 30.95 ms must read 31.0, which binary floating point gets wrong.
+    let tenths = (u64::from(us) + 50) / 100;
+    format!("{}.{}", tenths / 10, tenths % 10)
 }
 
 /// Bytes in binary multiples ("1.4 MiB").
@@ -76,6 +78,60 @@ pub fn truncate(s: &str, max: usize) -> String {
     out
 }
 
+/// Cut `s` to at most `max` characters by dropping its middle: an address keeps its start and
+/// its port.
+pub fn truncate_middle(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    if max < 3 {
+        return truncate(s, max);
+    }
+    let tail = (max - 1) / 2;
+    let head = max - 1 - tail;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// Greedy word wrap to `width` columns; a word longer than a line is split. Done here rather
+/// than by ratatui so callers know the exact line count (for scrolling).
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut len = 0;
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            let sep = usize::from(len > 0);
+            if len + sep + word.len() <= width {
+                if sep == 1 {
+                    line.push(' ');
+                }
+                line.extend(word.iter());
+                len += sep + word.len();
+                break;
+            }
+            if len > 0 {
+                lines.push(std::mem::take(&mut line));
+                len = 0;
+                continue;
+            }
+            // The word alone is too long: fill this line with its head.
+            let rest = word.split_off(width);
+            lines.push(word.iter().collect());
+            word = rest;
+        }
+    }
+    if len > 0 || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +144,8 @@ mod tests {
         assert_eq!(rate(12.0), "12 bit/s");
         assert_eq!(rate(f64::INFINITY), "∞");
         assert_eq!(ms(30_950), "31.0");
+        assert_eq!(ms(400), "0.4");
+        assert_eq!(ms(u32::MAX), "4294967.3");
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(5 << 20), "5.0 MiB");
@@ -100,5 +158,14 @@ mod tests {
         assert_eq!(truncate("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
         assert_eq!(truncate("abc", 0), "");
+        assert_eq!(truncate_middle("[2001:db8::1234:5678]:5201", 12), "[2001:…:5201");
+    }
+
+    #[test]
+    fn wraps_words_and_splits_long_ones() {
+        assert_eq!(wrap("a bb ccc dddd", 6), vec!["a bb", "ccc", "dddd"]);
+        assert_eq!(wrap("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), vec![""]);
+        assert_eq!(wrap("x y", 0), vec!["x", "y"]);
     }
 }

@@ -36,19 +36,13 @@ pub struct HeaderInfo {
 }
 
 impl HeaderInfo {
-    /// Header for samples taken on this machine: host name and kernel release come from
-    /// `/proc/sys/kernel` ("?" when unreadable: the header is informative, never fatal).
+    /// Header for samples taken on this machine: its host name and kernel release ("?" when
+    /// unreadable: the header informs, it is never a reason to fail).
     pub fn this_host(source: impl Into<String>) -> Self {
-        let read = |name: &str| {
-            std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
-                .map(|s| s.trim().to_string())
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "?".into())
-        };
+        let known = |s: String| if s.is_empty() { "?".to_string() } else { s };
         Self {
-            host: read("hostname"),
-            kernel: read("osrelease"),
+            host: known(crate::host::hostname()),
+            kernel: known(crate::host::kernel_release()),
             source: source.into(),
             recording: None,
             filters: Vec::new(),
@@ -277,6 +271,8 @@ impl Counters {
                 self.events_per_sec = c.received.saturating_sub(r0) as f64 / secs;
                 self.last = Some((now_ns, c.received));
             }
+            // A clock that went backwards (another time base) restarts the measurement.
+            Some((t0, _)) if now_ns < t0 => self.last = Some((now_ns, c.received)),
             Some(_) => {}
         }
     }

@@ -1,0 +1,359 @@
+//! The detail view of one flow: who it is, its numbers now, its history (charts when there is
+//! room, one-line sparklines when not), a CA-state timeline, and the verdict with evidence and
+//! the exact fix commands.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkline, Widget};
+
+use super::format;
+use super::state::AppState;
+use super::view::{ca_color, dim, CLOSED_MARK, FLAG_MARK};
+use crate::diagnosis::Verdict;
+use crate::event::CaState;
+use crate::model::{Flow, HistoryPoint};
+
+/// Full charts need this much room; below it the history is drawn as sparklines.
+const CHARTS_MIN_WIDTH: u16 = 100;
+const CHARTS_MIN_HEIGHT: u16 = 32;
+
+fn ca_glyph(ca: CaState) -> &'static str {
+    // Height grows with severity, so the timeline reads without colour too.
+    match ca {
+        CaState::Open => "▁",
+        CaState::Disorder => "▃",
+        CaState::Cwr => "▄",
+        CaState::Recovery => "▆",
+        CaState::Loss => "█",
+    }
+}
+
+pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
+    let Some((flow, verdict)) = state.detail_flow() else {
+        Paragraph::new("this flow is gone (closed and expired); Esc goes back").style(dim()).centered().render(area, buf);
+        return;
+    };
+    let ident = ident_lines(flow, verdict, area.width);
+    let full = area.width >= CHARTS_MIN_WIDTH && area.height >= CHARTS_MIN_HEIGHT;
+    let ident_height = u16::try_from(ident.len()).unwrap_or(u16::MAX).min(if full { 4 } else { 3 });
+    let history: Vec<&HistoryPoint> = flow.history().collect();
+    if full {
+        let rest = area.height.saturating_sub(ident_height + 4);
+        let charts_height = (rest * 11 / 20).max(16).min(rest);
+        let [id, charts, ca, verdict_area] = Layout::vertical([
+            Constraint::Length(ident_height),
+            Constraint::Length(charts_height),
+            Constraint::Length(4),
+            Constraint::Min(0),
+        ])
+        .areas(area);
+        Paragraph::new(ident).render(id, buf);
+        render_charts(&history, charts, buf);
+        let block = Block::bordered().title(" congestion-avoidance state, 1 cell = 1 s ").border_style(dim());
+        let inner = block.inner(ca);
+        block.render(ca, buf);
+        let [timeline, legend] = Layout::vertical([Constraint::Length(1); 2]).areas(inner);
+        ca_timeline(&history, timeline, buf);
+        ca_legend(flow).render(legend, buf);
+        render_verdict(state, verdict, verdict_area, buf);
+    } else {
+        let [id, hist, verdict_area] =
+            Layout::vertical([Constraint::Length(ident_height), Constraint::Length(8), Constraint::Min(0)]).areas(area);
+        Paragraph::new(ident).render(id, buf);
+        render_sparklines(flow, &history, hist, buf);
+        render_verdict(state, verdict, verdict_area, buf);
+    }
+}
+
+/// Pack `chunks` into lines of at most `width` columns, two spaces apart, never splitting one.
+fn pack(chunks: Vec<Vec<Span<'static>>>, width: u16, out: &mut Vec<Line<'static>>) {
+    let width = usize::from(width).max(1);
+    let mut line: Vec<Span<'static>> = Vec::new();
+    let mut used = 0;
+    for chunk in chunks {
+        let w: usize = chunk.iter().map(Span::width).sum();
+        if used > 0 && used + 2 + w > width {
+            out.push(Line::from(std::mem::take(&mut line)));
+            used = 0;
+        }
+        if used > 0 {
+            line.push(Span::raw("  "));
+            used += 2;
+        }
+        line.extend(chunk);
+        used += w;
+    }
+    if !line.is_empty() {
+        out.push(Line::from(line));
+    }
+}
+
+fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
+    let s = &flow.latest;
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let mut who: Vec<Vec<Span<'static>>> = Vec::new();
+    if verdict.is_some_and(|v| v.flagged) {
+        who.push(vec![Span::styled(format!("{FLAG_MARK} flagged"), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD))]);
+    }
+    if flow.is_closed() {
+        who.push(vec![Span::styled(format!("{CLOSED_MARK} closed"), dim())]);
+    }
+    who.push(vec![Span::styled(format!("{} → {}", s.local, s.remote), bold)]);
+    who.push(vec![Span::styled(s.cc.clone(), Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD))]);
+    who.push(vec![Span::raw(s.tcp_state.name())]);
+    who.push(vec![Span::raw(match &s.owner {
+        Some(o) => format!("{} (pid {})", o.comm, o.pid),
+        None => "process unknown".into(),
+    })]);
+    who.push(vec![Span::raw(format!("cgroup {}", s.cgroup_id))]);
+    who.push(vec![Span::raw(format!("netns {}", s.netns))]);
+    who.push(vec![Span::styled(format!("seen {:.0} s", flow.age_secs()), dim())]);
+
+    let kv = |k: &str, v: String| vec![Span::styled(format!("{k} "), dim()), Span::raw(v)];
+    let r = &flow.rates;
+    let numbers = vec![
+        kv("cwnd", s.snd_cwnd.to_string()),
+        kv("ssthresh", format::ssthresh(s.snd_ssthresh)),
+        kv("rtt", format!("{} ms (min {}, var {})", format::ms(s.srtt_us), format::ms(s.min_rtt_us), format::ms(s.rttvar_us))),
+        kv("mss", s.mss.to_string()),
+        kv("in flight", s.packets_out.to_string()),
+        kv("thpt", format::rate(r.throughput_bps)),
+        kv("delivery", format::rate(s.delivery_rate_bps as f64)),
+        kv("pacing", format::rate(s.pacing_rate_bps as f64)),
+        kv("retrans", format!("{} ({:.1}/s)", format::pct(r.retrans_ratio), r.retrans_per_sec)),
+        kv("sent", format::bytes(s.bytes_sent)),
+        kv("received", format::bytes(s.bytes_received)),
+    ];
+    let mut lines = Vec::new();
+    pack(who, width, &mut lines);
+    pack(numbers, width, &mut lines);
+    lines
+}
+
+/// The last `n` points that fit in `width` cells, and the sub-area ending at the right edge
+/// that they fill (so "now" is always at the right).
+fn right_aligned(area: Rect, n: usize) -> (Rect, usize) {
+    let n = n.min(usize::from(area.width));
+    let w = u16::try_from(n).unwrap_or(area.width);
+    (Rect { x: area.x + area.width - w, width: w, ..area }, n)
+}
+
+fn sparkline(values: &[u64], area: Rect, style: Style, buf: &mut Buffer) {
+    let (area, n) = right_aligned(area, values.len());
+    let max = values.iter().copied().max().unwrap_or(0).max(1);
+    Sparkline::default().data(&values[values.len() - n..]).max(max).style(style).render(area, buf);
+}
+
+fn ca_timeline(history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
+    let (area, n) = right_aligned(area, history.len());
+    let spans: Vec<Span> = history[history.len() - n..]
+        .iter()
+        .map(|h| Span::styled(ca_glyph(h.worst_ca_state), Style::new().fg(ca_color(h.worst_ca_state))))
+        .collect();
+    Line::from(spans).render(area, buf);
+}
+
+/// Legend for the timeline, with the share of observed time spent in each state.
+fn ca_legend(flow: &Flow) -> Line<'static> {
+    let total: u64 = flow.ca_time_ns.iter().sum();
+    let mut spans = Vec::new();
+    for ca in CaState::ALL {
+        let share = if total > 0 { flow.ca_time_ns[ca.index()] as f64 / total as f64 } else { 0.0 };
+        spans.push(Span::styled(ca_glyph(ca), Style::new().fg(ca_color(ca))));
+        spans.push(Span::raw(format!(" {} {:.0}%  ", ca.name(), share * 100.0)));
+    }
+    Line::from(spans)
+}
+
+fn render_sparklines(flow: &Flow, history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
+    let span = history.len();
+    let block = Block::bordered().title(format!(" last {span} s, 1 cell = 1 s ")).border_style(dim());
+    let inner = block.inner(area);
+    block.render(area, buf);
+    if inner.height == 0 || inner.width == 0 {
+        return;
+    }
+    let s = &flow.latest;
+    let last_retrans = history.last().map_or(0, |h| h.retrans);
+    let rows: [(&str, Vec<u64>, String, Color); 4] = [
+        ("thpt", history.iter().map(|h| h.throughput_bps as u64).collect(), format::rate(flow.rates.throughput_bps), Color::Green),
+        (
+            "cwnd",
+            history.iter().map(|h| u64::from(h.cwnd)).collect(),
+            format!("{} (ssthresh {})", s.snd_cwnd, format::ssthresh(s.snd_ssthresh)),
+            Color::Cyan,
+        ),
+        (
+            "rtt",
+            history.iter().map(|h| u64::from(h.srtt_us)).collect(),
+            format!("{} ms (min {})", format::ms(s.srtt_us), format::ms(s.min_rtt_us)),
+            Color::Yellow,
+        ),
+        ("retr/s", history.iter().map(|h| u64::from(h.retrans)).collect(), format!("{last_retrans}/s"), Color::Red),
+    ];
+    let lines = Layout::vertical([Constraint::Length(1); 6]).split(inner);
+    let columns = |r: Rect| Layout::horizontal([Constraint::Length(7), Constraint::Min(0), Constraint::Length(24)]).areas::<3>(r);
+    for (i, (label, values, now, color)) in rows.into_iter().enumerate() {
+        let [l, chart, v] = columns(lines[i]);
+        Span::styled(label, dim()).render(l, buf);
+        sparkline(&values, chart, Style::new().fg(color), buf);
+        Paragraph::new(now).right_aligned().render(v, buf);
+    }
+    let [l, chart, v] = columns(lines[4]);
+    Span::styled("ca", dim()).render(l, buf);
+    ca_timeline(history, chart, buf);
+    Paragraph::new(s.ca_state.name()).style(Style::new().fg(ca_color(s.ca_state))).right_aligned().render(v, buf);
+    ca_legend(flow).render(lines[5], buf);
+}
+
+/// A line chart over the history; x is seconds before the newest point.
+fn line_chart(
+    area: Rect,
+    buf: &mut Buffer,
+    title: String,
+    series: Vec<(&'static str, Vec<(f64, f64)>, Color)>,
+    y_label: fn(f64) -> String,
+) {
+    let oldest = series.iter().flat_map(|(_, d, _)| d.iter().map(|p| p.0)).fold(0.0_f64, f64::min).min(-1.0);
+    let top = series.iter().flat_map(|(_, d, _)| d.iter().map(|p| p.1)).fold(0.0_f64, f64::max);
+    let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let datasets: Vec<Dataset> = series
+        .iter()
+        .map(|(name, data, color)| {
+            Dataset::default()
+                .name(*name)
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(*color))
+                .data(data)
+        })
+        .collect();
+    let chart = Chart::new(datasets)
+        .block(Block::bordered().title(title).border_style(dim()))
+        .x_axis(Axis::default().bounds([oldest, 0.0]).labels([format!("{oldest:.0}s"), "now".into()]).style(dim()))
+        .y_axis(Axis::default().bounds([0.0, top]).labels([y_label(0.0), y_label(top / 2.0), y_label(top)]).style(dim()));
+    chart.render(area, buf);
+}
+
+fn render_charts(history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
+    let Some(newest) = history.last().map(|h| h.ts_ns) else {
+        Paragraph::new("no history yet").style(dim()).render(area, buf);
+        return;
+    };
+    let x = |h: &HistoryPoint| -((newest - h.ts_ns) as f64 / 1e9);
+    let [top, bottom] = Layout::vertical([Constraint::Fill(1); 2]).areas(area);
+    let [a, b] = Layout::horizontal([Constraint::Fill(1); 2]).areas(top);
+    let [c, d] = Layout::horizontal([Constraint::Fill(1); 2]).areas(bottom);
+    let last = history[history.len() - 1];
+
+    let thpt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), h.throughput_bps / 1e6)).collect();
+    line_chart(
+        a,
+        buf,
+        format!(" throughput, Mbit/s: {} ", format::rate(last.throughput_bps)),
+        vec![("thpt", thpt, Color::Green)],
+        |v| format!("{v:.1}"),
+    );
+
+    let cwnd: Vec<(f64, f64)> = history.iter().map(|h| (x(h), f64::from(h.cwnd))).collect();
+    let ssthresh: Vec<(f64, f64)> = history
+        .iter()
+        .filter(|h| h.ssthresh < format::INFINITE_SSTHRESH)
+        .map(|h| (x(h), f64::from(h.ssthresh)))
+        .collect();
+    line_chart(
+        b,
+        buf,
+        format!(" cwnd / ssthresh, segments: {} / {} ", last.cwnd, format::ssthresh(last.ssthresh)),
+        vec![("cwnd", cwnd, Color::Cyan), ("ssthresh", ssthresh, Color::Magenta)],
+        |v| format!("{v:.0}"),
+    );
+
+    let rtt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), f64::from(h.srtt_us) / 1000.0)).collect();
+    let min_rtt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), f64::from(h.min_rtt_us) / 1000.0)).collect();
+    line_chart(
+        c,
+        buf,
+        format!(" rtt / min_rtt, ms: {} / {} ", format::ms(last.srtt_us), format::ms(last.min_rtt_us)),
+        vec![("srtt", rtt, Color::Yellow), ("min_rtt", min_rtt, Color::Blue)],
+        |v| format!("{v:.1}"),
+    );
+
+    let retrans: Vec<u64> = history.iter().map(|h| u64::from(h.retrans)).collect();
+    let peak = retrans.iter().copied().max().unwrap_or(0);
+    let block =
+        Block::bordered().title(format!(" retransmits/s: {} (peak {peak}) ", last.retrans)).border_style(dim());
+    let inner = block.inner(d);
+    block.render(d, buf);
+    sparkline(&retrans, inner, Style::new().fg(Color::Red), buf);
+}
+
+/// The verdict panel's lines, wrapped to `width`.
+fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
+    let width = usize::from(width).max(1);
+    let mut out = Vec::new();
+    let para = |text: &str, style: Style, indent: usize, out: &mut Vec<Line<'static>>| {
+        for l in format::wrap(text, width.saturating_sub(indent)) {
+            out.push(Line::styled(format!("{}{l}", " ".repeat(indent)), style));
+        }
+    };
+    let Some(v) = verdict else {
+        para("no verdict yet: the first one comes after a few seconds of samples", dim(), 0, &mut out);
+        return out;
+    };
+    para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
+    para(&v.text, Style::new(), 0, &mut out);
+    if let Some(e) = &v.evidence {
+        out.push(Line::raw(""));
+        let evidence = format!(
+            "evidence: retransmitted {} of bytes sent · srtt {:.1} ms · min_rtt {:.1} ms · mean cwnd {:.0} x {} B · goodput {} · Mathis bound {} · busy {:.0}% · rwnd-limited {:.0}% · sndbuf-limited {:.0}%",
+            format::pct(e.loss_ratio),
+            e.srtt_ms,
+            e.min_rtt_ms,
+            e.mean_cwnd,
+            e.mss,
+            format::rate(e.goodput_bps),
+            format::rate(e.mathis_bps),
+            e.busy_share * 100.0,
+            e.rwnd_share * 100.0,
+            e.sndbuf_share * 100.0,
+        );
+        para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
+    }
+    if !v.fix.is_empty() {
+        out.push(Line::raw(""));
+        out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
+        for cmd in &v.fix {
+            let style = if cmd.starts_with('#') { dim() } else { Style::new().fg(Color::Green).add_modifier(Modifier::BOLD) };
+            para(cmd, style, 2, &mut out);
+        }
+    }
+    out
+}
+
+fn render_verdict(state: &AppState, verdict: Option<&Verdict>, area: Rect, buf: &mut Buffer) {
+    let title = match verdict {
+        Some(v) if v.flagged => Line::styled(
+            format!(" {FLAG_MARK} FLAGGED · limited by {} ", v.limited_by.name()),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ),
+        Some(v) => Line::raw(format!(" verdict · limited by {} ", v.limited_by.name())),
+        None => Line::raw(" verdict "),
+    };
+    let mut block = Block::bordered().title(title).border_style(dim());
+    let inner = block.inner(area);
+    let lines = verdict_lines(verdict, inner.width);
+    let max_scroll = u16::try_from(lines.len().saturating_sub(usize::from(inner.height))).unwrap_or(u16::MAX);
+    state.detail_max_scroll.set(max_scroll);
+    state.page_rows.set(usize::from(inner.height.max(1)));
+    let scroll = state.detail_scroll.min(max_scroll);
+    if max_scroll > 0 {
+        let more = if scroll < max_scroll { "↓ more, j/k scroll" } else { "k scrolls up" };
+        block = block.title_bottom(Line::styled(format!(" {more} "), Style::new().fg(Color::Yellow)).right_aligned());
+    }
+    block.render(area, buf);
+    Paragraph::new(lines).scroll((scroll, 0)).render(inner, buf);
+}

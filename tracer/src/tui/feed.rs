@@ -1,0 +1,199 @@
+//! A deterministic, realistic feed for the UI tests: the flows a media/bulk host shows.
+//!
+//! - 101: iperf3 CUBIC bulk upload on a lossy 30 ms path: 2 % of bytes retransmitted, srtt near
+//!   min_rtt (no queue), cwnd-limited and busy. The real `Diagnoser` flags it.
+//! - 202: nginx BBR video stream, application-limited at 2.5 Mbit/s.
+//! - 303: curl in a container receiving 50 Mbit/s.
+//! - 404: python3 upload that closes at 4 s.
+//! - 505: an interactive ssh session, light (hidden in heavy-only mode).
+//!
+//! One sample per flow every 100 ms from monotonic second 1000.
+
+use std::collections::HashMap;
+
+use crate::analysis::Analysis;
+use crate::diagnosis::{DiagnosisConfig, Environment};
+use crate::event::{CaState, Owner, Sample, SampleReason, TcpState};
+use crate::model::tests::sample;
+use crate::model::TableConfig;
+use crate::source::SourceCounters;
+
+use super::state::{AppState, HeaderInfo};
+
+pub const HOST_NETNS: u32 = 4026531840;
+pub const CONTAINER_NETNS: u32 = 4026532561;
+pub const CUBIC: u64 = 101;
+pub const BBR: u64 = 202;
+pub const RECEIVER: u64 = 303;
+pub const CLOSED: u64 = 404;
+pub const SSH: u64 = 505;
+const BASE_MS: u64 = 1_000_000;
+const INFINITE: u32 = 0x7fff_ffff;
+
+pub fn ts_ns(tick: u64) -> u64 {
+    (BASE_MS + tick * 100) * 1_000_000
+}
+
+pub fn env() -> Environment {
+    Environment {
+        bbr_available: true,
+        host_netns: HOST_NETNS,
+        netns_pids: HashMap::from([(CONTAINER_NETNS, 31337)]),
+        ..Default::default()
+    }
+}
+
+pub fn header() -> HeaderInfo {
+    HeaderInfo {
+        host: "edge-07".into(),
+        kernel: "6.8.0-45-generic".into(),
+        source: "live kernel (6/6 hooks)".into(),
+        recording: None,
+        filters: Vec::new(),
+    }
+}
+
+fn base(cookie: u64, tick: u64, local: &str, remote: &str, comm: &str, pid: u32) -> Sample {
+    let mut s = sample(cookie, BASE_MS + tick * 100);
+    s.netns = HOST_NETNS;
+    s.local = local.parse().expect("addr");
+    s.remote = remote.parse().expect("addr");
+    s.owner = Some(Owner { pid, comm: comm.into() });
+    s
+}
+
+/// CUBIC on a 30 ms path losing 2 % at random: cwnd saws between 8 and 14 segments (about
+/// 4 Mbit/s, near the Mathis bound), a loss episode every 2 s.
+fn cubic_lossy(tick: u64) -> Sample {
+    let mut s = base(CUBIC, tick, "198.18.0.1:41234", "203.0.113.10:5201", "iperf3", 4242);
+    s.cgroup_id = 7321;
+    let phase = tick % 20;
+    s.bytes_acked = 50_000 * tick;
+    s.bytes_sent = (s.bytes_acked as f64 / 0.98) as u64;
+    s.bytes_retrans = s.bytes_sent - s.bytes_acked;
+    s.total_retrans = (s.bytes_retrans / 1448) as u32;
+    s.retrans_events = (tick / 20) as u32;
+    s.busy_us = tick * 100_000;
+    s.srtt_us = 31_000 + (tick % 3) as u32 * 300;
+    s.rttvar_us = 1_500;
+    s.min_rtt_us = 30_000;
+    s.snd_cwnd = 8 + (phase / 3) as u32;
+    s.snd_ssthresh = if tick < 20 { INFINITE } else { 8 };
+    s.packets_out = s.snd_cwnd;
+    s.cwnd_limited = true;
+    s.delivery_rate_bps = 4_100_000 - (tick % 5) * 20_000;
+    s.pacing_rate_bps = 4_900_000;
+    s.ca_state = match phase {
+        19 => CaState::Disorder,
+        0 | 1 if tick > 0 => CaState::Recovery,
+        _ => CaState::Open,
+    };
+    s
+}
+
+/// BBR serving video in 2.5 Mbit/s bursts: busy 15 % of the time, application-limited.
+fn bbr_app_limited(tick: u64) -> Sample {
+    let mut s = base(BBR, tick, "198.18.0.1:443", "198.51.100.23:52814", "nginx", 1830);
+    s.cc = "bbr".into();
+    s.cgroup_id = 5120;
+    s.bytes_acked = 31_250 * tick;
+    s.bytes_sent = s.bytes_acked;
+    s.busy_us = tick * 15_000;
+    s.app_limited = true;
+    s.cwnd_limited = false;
+    s.srtt_us = 12_400;
+    s.min_rtt_us = 11_800;
+    s.snd_cwnd = 40;
+    s.snd_ssthresh = INFINITE;
+    s.packets_out = 6;
+    s.delivery_rate_bps = 2_500_000;
+    s.pacing_rate_bps = 15_200_000;
+    s
+}
+
+/// curl in a container downloading at 50 Mbit/s.
+fn receiver(tick: u64) -> Sample {
+    let mut s = base(RECEIVER, tick, "10.88.0.5:48820", "192.0.2.80:443", "curl", 9911);
+    s.netns = CONTAINER_NETNS;
+    s.cgroup_id = 9001;
+    s.bytes_acked = 517 + tick * 40;
+    s.bytes_sent = s.bytes_acked;
+    s.bytes_received = 625_000 * tick;
+    s.srtt_us = 22_000;
+    s.min_rtt_us = 21_300;
+    s.snd_cwnd = 10;
+    s.snd_ssthresh = INFINITE;
+    s.cwnd_limited = false;
+    s.busy_us = tick * 1_000;
+    s
+}
+
+/// An 8 Mbit/s upload that ends at 4 s.
+fn closing(tick: u64) -> Option<Sample> {
+    if tick > 40 {
+        return None;
+    }
+    let mut s = base(CLOSED, tick, "198.18.0.1:39916", "198.18.0.9:8080", "python3", 2200);
+    s.cgroup_id = 7321;
+    s.bytes_acked = 100_000 * tick;
+    s.bytes_sent = s.bytes_acked;
+    s.busy_us = tick * 100_000;
+    s.srtt_us = 1_200;
+    s.min_rtt_us = 900;
+    s.snd_cwnd = 24;
+    s.snd_ssthresh = 20;
+    if tick == 40 {
+        s.reason = SampleReason::Destroy;
+        s.old_tcp_state = TcpState::Established;
+        s.tcp_state = TcpState::Close;
+    }
+    Some(s)
+}
+
+/// Interactive ssh: about 20 kbit/s.
+fn ssh(tick: u64) -> Sample {
+    let mut s = base(SSH, tick, "198.18.0.1:51022", "198.18.0.7:22", "ssh", 3100);
+    s.cgroup_id = 3388;
+    s.bytes_acked = 250 * tick;
+    s.bytes_sent = s.bytes_acked;
+    s.bytes_received = 120 * tick;
+    s.busy_us = tick * 200;
+    s.srtt_us = 400;
+    s.min_rtt_us = 310;
+    s.app_limited = true;
+    s.cwnd_limited = false;
+    s
+}
+
+/// Every flow's sample at `tick` (0.1 s steps).
+pub fn batch(tick: u64) -> Vec<Sample> {
+    let mut b = vec![cubic_lossy(tick), bbr_app_limited(tick), receiver(tick), ssh(tick)];
+    b.extend(closing(tick));
+    b
+}
+
+/// Only the light ssh flow: for the "no heavy flows" state.
+pub fn light_batch(tick: u64) -> Vec<Sample> {
+    vec![ssh(tick)]
+}
+
+/// A state fed `secs` seconds of `make`, ticked once per second as the run loop would.
+pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> AppState {
+    let analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env());
+    let mut state = AppState::new(analysis, header());
+    let mut received = 0;
+    for tick in 0..=secs * 10 {
+        let b = make(tick);
+        received += b.len() as u64;
+        state.ingest(&b);
+        if tick % 10 == 0 {
+            state.tick(ts_ns(tick), SourceCounters { received, lost, decode_errors: 0 });
+        }
+    }
+    state
+}
+
+/// The standard scene: 12 s of the five flows.
+pub fn scene() -> AppState {
+    state_with(12, 0, batch)
+}

@@ -1,0 +1,187 @@
+//! Rendered screens through ratatui's `TestBackend`, pinned with insta. The feed and the clock
+//! are fixed (see [`super::feed`]), so the screens are identical on every run.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::TestBackend;
+use ratatui::style::{Color, Modifier};
+use ratatui::Terminal;
+
+use super::feed::{self, BBR, CUBIC};
+use super::state::AppState;
+use super::update::handle_key;
+use super::view::draw;
+use crate::source::SourceCounters;
+
+fn render(state: &AppState, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    terminal.draw(|f| draw(f, state)).expect("draw");
+    terminal
+}
+
+fn press(state: &mut AppState, code: KeyCode) {
+    handle_key(state, KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn select(state: &mut AppState, cookie: u64) {
+    press(state, KeyCode::Home);
+    while state.selected() != Some(cookie) {
+        let before = state.selected();
+        press(state, KeyCode::Down);
+        assert_ne!(state.selected(), before, "cookie {cookie} not listed");
+    }
+}
+
+#[test]
+fn table_80x24_with_a_flagged_row() {
+    let state = feed::scene();
+    let terminal = render(&state, 80, 24);
+    insta::assert_snapshot!("table_80x24", terminal.backend());
+
+    // The flagged row is marked and styled bold red, not only in text.
+    let buf = terminal.backend().buffer();
+    let row = (0..24).find(|&y| (0..80).any(|x| buf[(x, y)].symbol() == "⚑")).expect("flag mark on screen");
+    let style = buf[(10, row)].style();
+    assert_eq!(style.fg, Some(Color::Red));
+    assert!(style.add_modifier.contains(Modifier::BOLD));
+}
+
+#[test]
+fn table_120x40_all_flows_recording_lost_events() {
+    let mut state = feed::state_with(12, 3, feed::batch);
+    state.header.recording = Some("recording to /var/tmp/edge-07.cctrace".into());
+    state.header.filters = vec!["port 5201,443".into()];
+    state.tick(feed::ts_ns(121), SourceCounters { received: 560, lost: 3, decode_errors: 1 });
+    press(&mut state, KeyCode::Char('a'));
+    let terminal = render(&state, 120, 40);
+    insta::assert_snapshot!("table_all_120x40", terminal.backend());
+    let buf = terminal.backend().buffer();
+    let lost = (0..120).find(|&x| buf[(x, 1)].symbol() == "l" && buf[(x + 1, 1)].symbol() == "o").expect("lost");
+    assert_eq!(buf[(lost, 1)].style().fg, Some(Color::Red), "lost events highlighted");
+}
+
+#[test]
+fn table_filtered_and_paused_80x24() {
+    let mut state = feed::scene();
+    press(&mut state, KeyCode::Char('/'));
+    for c in "cgroup=7321".chars() {
+        press(&mut state, KeyCode::Char(c));
+    }
+    press(&mut state, KeyCode::Enter);
+    press(&mut state, KeyCode::Char(' '));
+    insta::assert_snapshot!("table_filtered_paused_80x24", render(&state, 80, 24).backend());
+}
+
+#[test]
+fn typing_a_filter_80x24() {
+    let mut state = feed::scene();
+    press(&mut state, KeyCode::Char('/'));
+    for c in "bbr".chars() {
+        press(&mut state, KeyCode::Char(c));
+    }
+    insta::assert_snapshot!("typing_filter_80x24", render(&state, 80, 24).backend());
+}
+
+#[test]
+fn detail_of_the_flagged_flow_80x24() {
+    let mut state = feed::scene();
+    select(&mut state, CUBIC);
+    press(&mut state, KeyCode::Enter);
+    insta::assert_snapshot!("detail_flagged_80x24", render(&state, 80, 24).backend());
+    // Scrolling reaches the fix commands.
+    press(&mut state, KeyCode::End);
+    let _ = render(&state, 80, 24);
+    press(&mut state, KeyCode::End);
+    insta::assert_snapshot!("detail_flagged_80x24_scrolled", render(&state, 80, 24).backend());
+}
+
+#[test]
+fn detail_of_the_flagged_flow_120x40() {
+    let mut state = feed::scene();
+    select(&mut state, CUBIC);
+    press(&mut state, KeyCode::Enter);
+    insta::assert_snapshot!("detail_flagged_120x40", render(&state, 120, 40).backend());
+}
+
+#[test]
+fn detail_of_an_app_limited_flow_120x40() {
+    let mut state = feed::scene();
+    select(&mut state, BBR);
+    press(&mut state, KeyCode::Enter);
+    insta::assert_snapshot!("detail_bbr_120x40", render(&state, 120, 40).backend());
+}
+
+#[test]
+fn help_80x24() {
+    let mut state = feed::scene();
+    press(&mut state, KeyCode::Char('?'));
+    insta::assert_snapshot!("help_80x24", render(&state, 80, 24).backend());
+}
+
+#[test]
+fn empty_80x24() {
+    let state = feed::state_with(0, 0, |_| Vec::new());
+    insta::assert_snapshot!("empty_80x24", render(&state, 80, 24).backend());
+}
+
+#[test]
+fn no_heavy_flows_80x24() {
+    let state = feed::state_with(5, 0, feed::light_batch);
+    insta::assert_snapshot!("heavy_only_empty_80x24", render(&state, 80, 24).backend());
+}
+
+#[test]
+fn tiny_20x5() {
+    let state = feed::scene();
+    insta::assert_snapshot!("tiny_20x5", render(&state, 20, 5).backend());
+}
+
+#[test]
+fn no_size_panics_in_any_view() {
+    let mut states = Vec::new();
+    states.push(feed::state_with(0, 0, |_| Vec::new()));
+    let mut table = feed::scene();
+    press(&mut table, KeyCode::Char('a'));
+    states.push(table);
+    let mut detail = feed::scene();
+    select(&mut detail, CUBIC);
+    press(&mut detail, KeyCode::Enter);
+    states.push(detail);
+    let mut help = feed::scene();
+    press(&mut help, KeyCode::Char('?'));
+    states.push(help);
+    let mut young = feed::state_with(0, 0, feed::batch); // detail with one history point
+    press(&mut young, KeyCode::Enter);
+    states.push(young);
+    for state in &states {
+        for w in [0, 1, 2, 5, 10, 20, 39, 40, 41, 55, 80, 99, 100, 101, 160] {
+            for h in [0, 1, 2, 3, 5, 7, 8, 9, 12, 16, 24, 31, 32, 33, 50] {
+                let _ = render(state, w, h);
+            }
+        }
+    }
+}
+
+#[test]
+fn ten_thousand_flows_render() {
+    let mut state = feed::state_with(0, 0, |_| Vec::new());
+    for round in 0..3u64 {
+        let batch: Vec<_> = (0..10_000u64)
+            .map(|cookie| {
+                let mut s = crate::model::tests::sample(cookie, 2_000_000 + round * 500);
+                s.local.set_port(10_000 + (cookie % 50_000) as u16);
+                s.bytes_acked = round * cookie * 40;
+                s.bytes_sent = s.bytes_acked;
+                s
+            })
+            .collect();
+        state.ingest(&batch);
+    }
+    state.tick(2_001_000_000_000, SourceCounters { received: 30_000, lost: 0, decode_errors: 0 });
+    press(&mut state, KeyCode::Char('a'));
+    assert_eq!(state.visible_cookies().count(), 10_000);
+    let screen = render(&state, 120, 40).backend().to_string();
+    assert!(screen.contains("all 10000 flows"), "{screen}");
+    press(&mut state, KeyCode::End);
+    let screen = render(&state, 120, 40).backend().to_string();
+    assert!(screen.contains("10000"), "{screen}");
+}

@@ -1,0 +1,409 @@
+//! Drawing the state: header, flow table, footer, help and the empty and tiny-window states.
+//! Reads [`AppState`] only (plus the few layout facts it records for paging); the detail view
+//! lives in [`super::detail`]. Only the rows on screen are formatted, so 10,000 flows cost no
+//! more to draw than 40.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
+use ratatui::Frame;
+
+use super::detail;
+use super::format;
+use super::state::{AppState, Column, FlowRow, Screen};
+use crate::event::CaState;
+
+/// Below this the full layout cannot work; a one-paragraph summary is drawn instead.
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 8;
+
+pub const FLAG_MARK: &str = "⚑";
+pub const CLOSED_MARK: &str = "×";
+
+/// Columns kept when the terminal is narrow, most important first.
+const PRIORITY: [Column; 15] = [
+    Column::Flag,
+    Column::Remote,
+    Column::Throughput,
+    Column::LimitedBy,
+    Column::Cc,
+    Column::CaState,
+    Column::Retrans,
+    Column::Rtt,
+    Column::Cwnd,
+    Column::Process,
+    Column::Ssthresh,
+    Column::Local,
+    Column::Cgroup,
+    Column::MinRtt,
+    Column::Delivery,
+];
+
+const SEP: &str = " │ ";
+
+/// Draw the whole UI into a frame.
+pub fn draw(frame: &mut Frame, state: &AppState) {
+    frame.render_widget(state, frame.area());
+}
+
+impl Widget for &AppState {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+            render_tiny(self, area, buf);
+            return;
+        }
+        let [header, body, footer] =
+            Layout::vertical([Constraint::Length(2), Constraint::Min(0), Constraint::Length(1)]).areas(area);
+        render_header(self, header, buf);
+        match self.screen {
+            Screen::Table => render_table(self, body, buf),
+            Screen::Detail => detail::render(self, body, buf),
+        }
+        render_footer(self, footer, buf);
+        if self.help {
+            render_help(area, buf);
+        }
+    }
+}
+
+pub(crate) fn dim() -> Style {
+    Style::new().fg(Color::DarkGray)
+}
+
+pub(crate) fn ca_color(ca: CaState) -> Color {
+    match ca {
+        CaState::Open => Color::Green,
+        CaState::Disorder => Color::Yellow,
+        CaState::Cwr => Color::Cyan,
+        CaState::Recovery => Color::Magenta,
+        CaState::Loss => Color::Red,
+    }
+}
+
+fn render_tiny(state: &AppState, area: Rect, buf: &mut Buffer) {
+    let mut text = format!("cctrace: {} flows", state.snapshot.len());
+    if state.flagged_count > 0 {
+        text.push_str(&format!(", {} {FLAG_MARK}", state.flagged_count));
+    }
+    if state.paused {
+        text.push_str(" PAUSED");
+    }
+    text.push_str(&format!(" (window too small: need {MIN_WIDTH}x{MIN_HEIGHT})"));
+    Paragraph::new(text).wrap(Wrap { trim: true }).render(area, buf);
+}
+
+fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
+    let [line1, line2] = Layout::vertical([Constraint::Length(1); 2]).areas(area);
+    let h = &state.header;
+    let sep = || Span::styled(SEP, dim());
+
+    // Right side of line 1: status badges, always visible.
+    let mut badges = Vec::new();
+    if let Some(rec) = &h.recording {
+        let room = usize::from(area.width / 3).saturating_sub(4);
+        badges.push(Span::styled(
+            format!(" ● {} ", format::truncate(rec, room)),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+    }
+    if state.paused {
+        badges.push(Span::styled(
+            " PAUSED ",
+            Style::new().fg(Color::Black).bg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+    }
+    let badges = Line::from(badges);
+    let badge_width = u16::try_from(badges.width()).unwrap_or(u16::MAX).min(line1.width);
+    let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(badge_width)]).areas(line1);
+
+    let mut source = h.source.clone();
+    if state.source_ended() {
+        source.push_str(" (ended)");
+    }
+    Line::from(vec![
+        Span::styled("cctrace", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+        sep(),
+        Span::raw(h.host.clone()),
+        sep(),
+        Span::raw(format!("Linux {}", h.kernel)),
+        sep(),
+        Span::raw(source),
+    ])
+    .render(left, buf);
+    badges.render(right, buf);
+
+    let c = &state.counters;
+    let mut spans = vec![Span::raw(format!("flows {}", state.snapshot.len()))];
+    let mut extra = format!(" ({} heavy", state.heavy_count);
+    if state.flagged_count > 0 {
+        spans.push(Span::raw(extra));
+        spans.push(Span::styled(
+            format!(", {} {FLAG_MARK}", state.flagged_count),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+        extra = String::new();
+    }
+    extra.push(')');
+    spans.push(Span::raw(extra));
+    spans.push(sep());
+    spans.push(Span::raw(format!("{:.0} ev/s", c.events_per_sec)));
+    spans.push(sep());
+    let lost_style =
+        if c.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
+    spans.push(Span::styled(format!("lost {}", c.lost), lost_style));
+    if c.decode_errors > 0 {
+        spans.push(sep());
+        spans.push(Span::styled(format!("decode errors {}", c.decode_errors), Style::new().fg(Color::Yellow)));
+    }
+    if !state.cc_seen.is_empty() {
+        spans.push(sep());
+        let cc: Vec<String> = state.cc_seen.iter().map(|(name, n)| format!("{name} {n}")).collect();
+        spans.push(Span::raw(format!("cc: {}", cc.join(", "))));
+    }
+    let filters = state.active_filters();
+    if !filters.is_empty() {
+        spans.push(sep());
+        spans.push(Span::styled(format!("filter: {}", filters.join(", ")), Style::new().fg(Color::Yellow)));
+    }
+    Line::from(spans).render(line2, buf);
+}
+
+fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
+    let key = Style::new().fg(Color::Black).bg(Color::Gray);
+    let hint = |k: &'static str, what: &'static str| [Span::styled(k, key), Span::raw(format!(" {what}  "))];
+    let line = if state.typing_filter {
+        Line::from(vec![
+            Span::styled("/", key),
+            Span::raw(state.filter_input.clone()),
+            Span::styled("▏", Style::new().fg(Color::Yellow)),
+            Span::styled("  Enter apply · Esc clear · matches address, port, cc, process, limited, cgroup", dim()),
+        ])
+    } else {
+        let hints: Vec<[Span; 2]> = match state.screen {
+            Screen::Table => vec![
+                hint("q", "quit"),
+                hint("?", "help"),
+                hint("↑↓", "move"),
+                hint("⏎", "detail"),
+                hint("/", "filter"),
+                hint("s/S", "sort"),
+                hint("a", if state.show_all { "heavy" } else { "all" }),
+                hint("space", if state.paused { "resume" } else { "pause" }),
+            ],
+            Screen::Detail => vec![
+                hint("Esc", "back"),
+                hint("↑↓", "scroll"),
+                hint("space", if state.paused { "resume" } else { "pause" }),
+                hint("?", "help"),
+                hint("q", "quit"),
+            ],
+        };
+        Line::from(hints.into_iter().flatten().collect::<Vec<_>>())
+    };
+    line.render(area, buf);
+}
+
+fn table_title(state: &AppState) -> Line<'static> {
+    let total = state.snapshot.len();
+    let shown = state.visible.len();
+    let what = match (state.show_all, state.filter.is_empty()) {
+        (true, true) => format!(" all {total} flows "),
+        (true, false) => format!(" {shown} of {total} flows match "),
+        (false, true) => format!(" {shown} heavy of {total} flows "),
+        (false, false) => format!(" {shown} heavy of {total} flows match "),
+    };
+    Line::from(vec![
+        Span::styled(what, Style::new().add_modifier(Modifier::BOLD)),
+        Span::styled(format!("· sort {} {} ", state.sort.title(), state.sort_dir.arrow()), dim()),
+    ])
+}
+
+fn cell_text(row: &FlowRow, col: Column) -> String {
+    match col {
+        Column::Flag => {
+            if row.flagged {
+                FLAG_MARK.into()
+            } else if row.closed {
+                CLOSED_MARK.into()
+            } else {
+                String::new()
+            }
+        }
+        Column::Cgroup => row.cgroup_id.to_string(),
+        Column::Process => format::truncate(row.comm.as_deref().unwrap_or("-"), 15),
+        Column::Local => format::truncate_middle(&row.local.to_string(), 28),
+        Column::Remote => format::truncate_middle(&row.remote.to_string(), 28),
+        Column::Cc => format::truncate(&row.cc, 10),
+        Column::CaState => row.ca_state.name().into(),
+        Column::Cwnd => row.cwnd.to_string(),
+        Column::Ssthresh => format::ssthresh(row.ssthresh),
+        Column::Rtt => format::ms(row.srtt_us),
+        Column::MinRtt => format::ms(row.min_rtt_us),
+        Column::Delivery => short_rate(row.delivery_bps as f64),
+        Column::Throughput => short_rate(row.throughput_bps),
+        Column::Retrans => format::pct(row.retrans_ratio),
+        Column::LimitedBy => row.limited_by.name().into(),
+    }
+}
+
+/// Table cells use the short unit spelling ("4.0 Mb/s") to leave room for more columns.
+fn short_rate(bps: f64) -> String {
+    format::rate(bps).replace("bit/s", "b/s")
+}
+
+fn cell_style(row: &FlowRow, col: Column) -> Style {
+    match col {
+        Column::Flag if row.flagged => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        Column::CaState if !row.flagged && !row.closed => Style::new().fg(ca_color(row.ca_state)),
+        Column::Retrans if !row.flagged && !row.closed && row.retrans_ratio >= 0.002 => {
+            Style::new().fg(Color::Yellow)
+        }
+        _ => Style::new(),
+    }
+}
+
+fn row_style(row: &FlowRow) -> Style {
+    if row.flagged {
+        Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+    } else if row.closed {
+        dim()
+    } else {
+        Style::new()
+    }
+}
+
+/// Pick the columns that fit in `width`, by priority, keeping display order.
+fn choose_columns(widths: &[u16; 15], width: u16) -> Vec<usize> {
+    let mut take = [false; 15];
+    let mut used: u16 = 0;
+    for col in PRIORITY {
+        let i = Column::ALL.iter().position(|c| *c == col).unwrap_or(0);
+        let need = widths[i].saturating_add(u16::from(used > 0));
+        if used.saturating_add(need) <= width {
+            take[i] = true;
+            used += need;
+        }
+    }
+    (0..15).filter(|&i| take[i]).collect()
+}
+
+fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
+    let block = Block::new().borders(Borders::TOP).title(table_title(state)).border_style(dim());
+    let inner = block.inner(area);
+    block.render(area, buf);
+    if state.visible.is_empty() {
+        render_empty(state, inner, buf);
+        return;
+    }
+    let body_rows = usize::from(inner.height.saturating_sub(1));
+    if body_rows == 0 {
+        return;
+    }
+    state.page_rows.set(body_rows);
+
+    // Scroll only as far as needed to keep the selection on screen.
+    let len = state.visible.len();
+    let sel = state.sel_pos.min(len - 1);
+    let mut offset = state.table_offset.get();
+    if sel < offset {
+        offset = sel;
+    } else if sel >= offset + body_rows {
+        offset = sel + 1 - body_rows;
+    }
+    offset = offset.min(len.saturating_sub(body_rows));
+    state.table_offset.set(offset);
+    let end = (offset + body_rows).min(len);
+    let rows: Vec<&FlowRow> = state.visible[offset..end].iter().map(|&i| &state.snapshot[i]).collect();
+
+    let titles: Vec<String> = Column::ALL
+        .iter()
+        .map(|&c| if c == state.sort { format!("{}{}", c.title(), state.sort_dir.arrow()) } else { c.title().into() })
+        .collect();
+    let cells: Vec<Vec<String>> =
+        rows.iter().map(|r| Column::ALL.iter().map(|&c| cell_text(r, c)).collect()).collect();
+    let mut widths = [0u16; 15];
+    for (i, w) in widths.iter_mut().enumerate() {
+        let content = cells.iter().map(|r| Span::raw(r[i].as_str()).width()).max().unwrap_or(0);
+        *w = u16::try_from(content.max(Span::raw(titles[i].as_str()).width())).unwrap_or(u16::MAX);
+    }
+    let chosen = choose_columns(&widths, inner.width);
+
+    let header = Row::new(chosen.iter().map(|&i| Cell::from(titles[i].clone())))
+        .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
+    let selected = state.selected;
+    let table_rows = rows.iter().zip(cells).map(|(row, texts)| {
+        let mut style = row_style(row);
+        if Some(row.cookie) == selected {
+            style = style.add_modifier(Modifier::REVERSED);
+        }
+        let mut texts: Vec<Option<String>> = texts.into_iter().map(Some).collect();
+        Row::new(chosen.iter().map(|&i| {
+            let text = texts[i].take().unwrap_or_default();
+            Cell::from(text).style(cell_style(row, Column::ALL[i]))
+        }))
+        .style(style)
+    });
+    let constraints: Vec<Constraint> = chosen.iter().map(|&i| Constraint::Length(widths[i])).collect();
+    Table::new(table_rows, constraints).header(header).column_spacing(1).render(inner, buf);
+}
+
+fn render_empty(state: &AppState, area: Rect, buf: &mut Buffer) {
+    let total = state.snapshot.len();
+    let msg = if total == 0 {
+        if state.source_ended() {
+            "the source ended without any TCP flow".to_string()
+        } else {
+            "no flows yet: waiting for TCP traffic".to_string()
+        }
+    } else if !state.filter.is_empty() {
+        let scope = if state.show_all { "" } else { " among heavy flows (press a to search all)" };
+        format!("no flows match \"{}\"{scope}; Esc clears the filter", state.filter)
+    } else {
+        format!("no heavy flows (press a to show all {total})")
+    };
+    let top = area.height / 3;
+    let area = Rect { y: area.y.saturating_add(top), height: area.height.saturating_sub(top), ..area };
+    Paragraph::new(msg).style(dim()).centered().wrap(Wrap { trim: true }).render(area, buf);
+}
+
+const HELP: &[(&str, &str)] = &[
+    ("q  Ctrl-C", "quit"),
+    ("?", "this help (any key closes it)"),
+    ("↑ ↓  j k", "select a flow; PgUp PgDn page"),
+    ("Home g  End G", "first / last flow"),
+    ("Enter", "flow detail: charts, verdict, fix"),
+    ("Esc  Backspace", "back to the table"),
+    ("/", "filter: address, port, cc, process,"),
+    ("", "limited, cgroup; Enter applies, Esc clears"),
+    ("s   S  r", "next sort column / reverse order"),
+    ("a", "heavy flows only / all flows"),
+    ("space", "pause the display (tracing goes on)"),
+];
+
+fn render_help(area: Rect, buf: &mut Buffer) {
+    let key = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
+    let mut lines: Vec<Line> =
+        HELP.iter().map(|(k, what)| Line::from(vec![Span::styled(format!(" {k:<15}"), key), Span::raw(*what)])).collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::from(vec![
+        Span::styled(format!(" {FLAG_MARK}"), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
+        Span::raw(" flagged: loss-based cc held back by random loss"),
+    ]));
+    lines.push(Line::raw(format!(" {CLOSED_MARK} closed flow")));
+    lines.push(Line::raw(" heavy: over 1 Mbit/s or flagged; listed first"));
+    lines.push(Line::raw(" units: b/s = bit/s; rtt in ms; cwnd in segments"));
+    let width = area.width.min(62);
+    let height = area.height.min(u16::try_from(lines.len() + 2).unwrap_or(u16::MAX));
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    Clear.render(popup, buf);
+    Paragraph::new(lines)
+        .block(Block::bordered().title(" help · any key closes ").border_style(Style::new().fg(Color::Cyan)))
+        .render(popup, buf);
+}
