@@ -1,0 +1,80 @@
+//! cctrace-lab: a local lossy-WAN lab built from network namespaces.
+//!
+//! Used by the integration tests, the benchmarks and `cctrace demo` to
+//! produce real TCP flows with known path properties:
+//!
+//! - [`Netns`]: a namespace owned by this process, deleted on drop.
+//! - [`VethPair`]: two namespaces on a veth link, optional random TCP loss
+//!   through nftables.
+//! - [`EmulatedPath`]: two namespaces joined by an in-process forwarder over
+//!   TUN devices that adds delay, loss and a rate-limited queue per direction.
+//! - [`Sink`] / [`Sender`]: TCP traffic; [`UdpEcho`], [`udp_ping`],
+//!   [`UdpCounter`], [`udp_blast`]: UDP measurement probes.
+//!
+//! Safety of the surroundings: every address the lab configures or sends to
+//! is in 198.18.0.0/15 (RFC 2544 benchmarking space), inside namespaces it
+//! created; generators refuse any other destination and the forwarder drops
+//! anything else. All operations need root (CAP_NET_ADMIN, CAP_SYS_ADMIN);
+//! [`check_privileges`] tells up front.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cctrace_lab::{
+//!     EmulatedPath, EmulatedPathSpec, PathSpec, Sender, SenderOptions, Sink, SinkOptions,
+//! };
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! // 40 ms RTT, 1 % loss and a 50 Mbit/s bottleneck with a 250 kB queue.
+//! let path = EmulatedPath::create(EmulatedPathSpec::new(
+//!     PathSpec::delay(Duration::from_millis(20))
+//!         .with_loss(0.01)
+//!         .with_rate(50_000_000, 250_000),
+//! ))?;
+//! let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions::default())?;
+//! let sender = Sender::start(
+//!     path.sender(),
+//!     path.receiver_addr(),
+//!     sink.port(),
+//!     SenderOptions {
+//!         congestion: Some("bbr".into()),
+//!         duration: Duration::from_secs(5),
+//!         ..SenderOptions::default()
+//!     },
+//! )?;
+//! // The flow is (sender_addr, sender.local_port()) -> (receiver_addr, sink.port())
+//! // in namespace path.sender().inode().
+//! let report = sender.wait()?;
+//! println!("{:.1} Mbit/s, {:?}", report.goodput_bps / 1e6, path.stats().forward);
+//! # Ok(())
+//! # }
+//! ```
+
+mod addr;
+mod cmd;
+mod error;
+mod forwarder;
+mod jitter;
+mod link;
+mod netns;
+mod nft_loss;
+mod probe;
+mod rng;
+mod sys;
+mod topology;
+mod traffic;
+mod tun;
+
+pub use addr::{ensure_lab_addr, is_lab_addr};
+pub use error::LabError;
+pub use forwarder::{DirectionStats, PathStats};
+pub use jitter::{host_timer_jitter, TimerJitter};
+pub use link::PathSpec;
+pub use netns::{check_privileges, cleanup_stale, list_namespaces, Netns, NetnsGuard, NsThread};
+pub use probe::{
+    udp_blast, udp_ping, BlastOptions, PingOptions, PingReport, UdpCounter, UdpCounterStats,
+    UdpEcho,
+};
+pub use topology::{EmulatedPath, EmulatedPathSpec, Topology, VethOptions, VethPair};
+pub use traffic::{
+    SendMode, Sender, SenderOptions, SenderReport, Sink, SinkConnection, SinkOptions, MAX_DURATION,
+};
