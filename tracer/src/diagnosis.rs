@@ -82,7 +82,7 @@ pub struct DiagnosisConfig {
     pub min_observed_secs: f64,
     /// A flow is heavy once it moved this many bytes in total...
     pub heavy_min_bytes: u64,
-    /// ...and wants at least this rate (bits/s) over the window.
+    /// ...and moves at least this rate (bits/s) over the window, or keeps its cwnd full.
     pub heavy_min_bps: f64,
     /// Share of the window the sender must have been backlogged to count as bulk.
     pub min_busy_share: f64,
@@ -111,7 +111,7 @@ impl Default for DiagnosisConfig {
         Self {
             window: 5,
             min_observed_secs: 3.0,
-            heavy_min_bytes: 1 << 20,
+            heavy_min_bytes: 512 << 10,
             heavy_min_bps: 1_000_000.0,
             min_busy_share: 0.7,
             stall_share: 0.3,
@@ -158,6 +158,8 @@ pub struct Evidence {
     /// Shares of periodic samples with a full cwnd / marked application-limited by the kernel.
     pub cwnd_full_share: f64,
     pub app_limited_share: f64,
+    /// Share of periodic samples with the send buffer less than half full.
+    pub sndbuf_low_share: f64,
 }
 
 /// The judgement on one flow.
@@ -254,6 +256,8 @@ struct Window {
     no_backlog_share: f64,
     /// Share of samples the kernel marked application-limited.
     app_limited_share: f64,
+    /// Share of samples with the send buffer less than half full.
+    sndbuf_low_share: f64,
 }
 
 fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
@@ -293,6 +297,7 @@ fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
         cwnd_full_share: count_share(first.counts.cwnd_full, last.counts.cwnd_full),
         no_backlog_share: count_share(first.counts.no_backlog, last.counts.no_backlog),
         app_limited_share: count_share(first.counts.app_limited, last.counts.app_limited),
+        sndbuf_low_share: count_share(first.counts.sndbuf_low, last.counts.sndbuf_low),
     })
 }
 
@@ -317,7 +322,12 @@ fn classify(w: &Window, cfg: &DiagnosisConfig, cc: &str) -> LimitedBy {
     }
     // The kernel marks delivery-rate samples application-limited only while packets in flight
     // are below cwnd and nothing is left to send: a stream that keeps up with its application.
-    if w.app_limited_share >= cfg.app_limited_share || w.no_backlog_share >= cfg.no_backlog_share {
+    // A sender that never fills its send buffer is paced by its application, even when loss
+    // recovery keeps its small cwnd full.
+    if w.app_limited_share >= cfg.app_limited_share
+        || w.no_backlog_share >= cfg.no_backlog_share
+        || w.sndbuf_low_share >= cfg.no_backlog_share
+    {
         return LimitedBy::Application;
     }
     // A full cwnd is the root cause even when the application then blocks on its send buffer.
@@ -389,6 +399,7 @@ fn evidence_of(w: &Window, mss: u32) -> Evidence {
         sndbuf_share: w.sndbuf_share,
         cwnd_full_share: w.cwnd_full_share,
         app_limited_share: w.app_limited_share,
+        sndbuf_low_share: w.sndbuf_low_share,
     }
 }
 
@@ -401,7 +412,10 @@ fn flag_condition(flow: &Flow, w: &Window, limited: LimitedBy, cfg: &DiagnosisCo
     if limited != LimitedBy::CongestionWindow {
         return Err("not congestion-window-limited");
     }
-    if total < cfg.heavy_min_bytes || w.goodput_bps < cfg.heavy_min_bps {
+    // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,
+    // which is exactly what a flow crushed to a few Mbit/s by loss looks like).
+    let wants_more = w.cwnd_full_share >= 0.9;
+    if total < cfg.heavy_min_bytes || (w.goodput_bps < cfg.heavy_min_bps && !wants_more) {
         return Err("not a heavy flow");
     }
     if w.loss_ratio < cfg.min_loss_ratio {
@@ -659,8 +673,29 @@ mod tests {
             s.busy_us = tick * 10_000;
             s.app_limited = true;
             s.cwnd_limited = false;
+            s.wmem_queued = 2_000;
             s.min_rtt_us = 30_000;
             s.srtt_us = 30_500;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Application);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn stream_that_keeps_its_send_buffer_low_is_application_limited_even_in_recovery() {
+        // BBR under random loss: cwnd shrinks to what is in flight (full), busy never stops,
+        // rate samples only sometimes app-limited, but the send buffer stays mostly empty.
+        let (d, _) = run("bbr", 10, |tick, s| {
+            s.bytes_acked = 25_000_000 / 8 * tick / 10;
+            s.bytes_sent = s.bytes_acked + s.bytes_acked / 40;
+            s.bytes_retrans = s.bytes_acked / 40;
+            s.busy_us = tick * 100_000;
+            s.app_limited = tick % 3 == 0;
+            s.cwnd_limited = tick % 2 == 0;
+            s.notsent_bytes = 30_000;
+            s.wmem_queued = 20_000;
+            s.sndbuf = 200_000;
         });
         let v = d.verdict(1).expect("verdict");
         assert_eq!(v.limited_by, LimitedBy::Application);
@@ -698,6 +733,7 @@ mod tests {
             s.bytes_sent = s.bytes_acked;
             s.busy_us = (0..tick).map(|t| if (60..70).contains(&t) { 100_000 } else { 10_000 }).sum::<u64>();
             s.cwnd_limited = false;
+            s.wmem_queued = if (60..70).contains(&tick) { 87_040 } else { 0 };
             s.min_rtt_us = 30_000;
             s.srtt_us = 30_000;
         });

@@ -121,6 +121,9 @@ pub struct SampleCounts {
     pub no_backlog: u64,
     /// Samples whose delivery rate the kernel marked application-limited (`rate_app_limited`).
     pub app_limited: u64,
+    /// Samples with the send buffer less than half full: the application is not keeping it
+    /// stocked, so it, not the network, sets the pace.
+    pub sndbuf_low: u64,
 }
 
 impl SampleCounts {
@@ -135,6 +138,7 @@ impl SampleCounts {
         self.cwnd_full += u64::from(cwnd_full);
         self.no_backlog += u64::from(!cwnd_full && s.notsent_bytes == 0);
         self.app_limited += u64::from(s.app_limited);
+        self.sndbuf_low += u64::from(s.sndbuf > 0 && u64::from(s.wmem_queued) * 2 < u64::from(s.sndbuf));
     }
 }
 
@@ -416,7 +420,8 @@ pub(crate) mod tests {
             snd_wnd: 65535,
             notsent_bytes: 0,
             sndbuf: 87040,
-            wmem_queued: 0,
+            // A backlogged sender: its send buffer is full.
+            wmem_queued: 87040,
             busy_us: 0,
             rwnd_limited_us: 0,
             sndbuf_limited_us: 0,

@@ -33,13 +33,18 @@ fn ca_glyph(ca: CaState) -> &'static str {
 
 pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     let Some((flow, verdict)) = state.detail_flow() else {
-        Paragraph::new("this flow is gone (closed and expired); Esc goes back").style(dim()).centered().render(area, buf);
+        Paragraph::new("this flow is gone (closed and expired); Esc goes back")
+            .style(dim())
+            .centered()
+            .render(area, buf);
         return;
     };
     let ident = ident_lines(flow, verdict, area.width);
     let full = area.width >= CHARTS_MIN_WIDTH && area.height >= CHARTS_MIN_HEIGHT;
     let ident_height = u16::try_from(ident.len()).unwrap_or(u16::MAX).min(if full { 4 } else { 3 });
     let history: Vec<&HistoryPoint> = flow.history().collect();
+    let step = state.analysis.table.config().history_step_ns;
+    let retrans = retrans_series(flow, &history, step);
     if full {
         let rest = area.height.saturating_sub(ident_height + 4);
         let charts_height = (rest * 11 / 20).max(16).min(rest);
@@ -51,7 +56,7 @@ pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         ])
         .areas(area);
         Paragraph::new(ident).render(id, buf);
-        render_charts(&history, charts, buf);
+        render_charts(&history, &retrans, charts, buf);
         let block = Block::bordered().title(" congestion-avoidance state, 1 cell = 1 s ").border_style(dim());
         let inner = block.inner(ca);
         block.render(ca, buf);
@@ -63,7 +68,7 @@ pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         let [id, hist, verdict_area] =
             Layout::vertical([Constraint::Length(ident_height), Constraint::Length(8), Constraint::Min(0)]).areas(area);
         Paragraph::new(ident).render(id, buf);
-        render_sparklines(flow, &history, hist, buf);
+        render_sparklines(flow, &history, &retrans, hist, buf);
         render_verdict(state, verdict, verdict_area, buf);
     }
 }
@@ -96,7 +101,10 @@ fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let mut who: Vec<Vec<Span<'static>>> = Vec::new();
     if verdict.is_some_and(|v| v.flagged) {
-        who.push(vec![Span::styled(format!("{FLAG_MARK} flagged"), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD))]);
+        who.push(vec![Span::styled(
+            format!("{FLAG_MARK} flagged"),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        )]);
     }
     if flow.is_closed() {
         who.push(vec![Span::styled(format!("{CLOSED_MARK} closed"), dim())]);
@@ -117,7 +125,10 @@ fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'
     let numbers = vec![
         kv("cwnd", s.snd_cwnd.to_string()),
         kv("ssthresh", format::ssthresh(s.snd_ssthresh)),
-        kv("rtt", format!("{} ms (min {}, var {})", format::ms(s.srtt_us), format::ms(s.min_rtt_us), format::ms(s.rttvar_us))),
+        kv(
+            "rtt",
+            format!("{} ms (min {}, var {})", format::ms(s.srtt_us), format::ms(s.min_rtt_us), format::ms(s.rttvar_us)),
+        ),
         kv("mss", s.mss.to_string()),
         kv("in flight", s.packets_out.to_string()),
         kv("thpt", format::rate(r.throughput_bps)),
@@ -131,6 +142,18 @@ fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'
     pack(who, width, &mut lines);
     pack(numbers, width, &mut lines);
     lines
+}
+
+/// Retransmissions per history bucket, without the bucket still filling up (its count so far
+/// would read as a drop): a count, unlike the other series, which are rates or levels.
+fn retrans_series(flow: &Flow, history: &[&HistoryPoint], step_ns: u64) -> Vec<u64> {
+    let mut complete = history;
+    if let Some((last, rest)) = history.split_last() {
+        if !flow.is_closed() && last.ts_ns.saturating_add(step_ns) > flow.last_seen_ns {
+            complete = rest;
+        }
+    }
+    complete.iter().map(|h| u64::from(h.retrans)).collect()
 }
 
 /// The last `n` points that fit in `width` cells, and the sub-area ending at the right edge
@@ -168,18 +191,27 @@ fn ca_legend(flow: &Flow) -> Line<'static> {
     Line::from(spans)
 }
 
-fn render_sparklines(flow: &Flow, history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
-    let span = history.len();
-    let block = Block::bordered().title(format!(" last {span} s, 1 cell = 1 s ")).border_style(dim());
+const LABEL_WIDTH: u16 = 7;
+const VALUE_WIDTH: u16 = 24;
+
+fn render_sparklines(flow: &Flow, history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &mut Buffer) {
+    let untitled = Block::bordered().border_style(dim());
+    let chart_width = untitled.inner(area).width.saturating_sub(LABEL_WIDTH + VALUE_WIDTH);
+    let shown = history.len().min(usize::from(chart_width));
+    let block = untitled.title(format!(" last {shown} s, 1 cell = 1 s "));
     let inner = block.inner(area);
     block.render(area, buf);
     if inner.height == 0 || inner.width == 0 {
         return;
     }
     let s = &flow.latest;
-    let last_retrans = history.last().map_or(0, |h| h.retrans);
     let rows: [(&str, Vec<u64>, String, Color); 4] = [
-        ("thpt", history.iter().map(|h| h.throughput_bps as u64).collect(), format::rate(flow.rates.throughput_bps), Color::Green),
+        (
+            "thpt",
+            history.iter().map(|h| h.throughput_bps as u64).collect(),
+            format::rate(flow.rates.throughput_bps),
+            Color::Green,
+        ),
         (
             "cwnd",
             history.iter().map(|h| u64::from(h.cwnd)).collect(),
@@ -192,10 +224,13 @@ fn render_sparklines(flow: &Flow, history: &[&HistoryPoint], area: Rect, buf: &m
             format!("{} ms (min {})", format::ms(s.srtt_us), format::ms(s.min_rtt_us)),
             Color::Yellow,
         ),
-        ("retr/s", history.iter().map(|h| u64::from(h.retrans)).collect(), format!("{last_retrans}/s"), Color::Red),
+        ("retr/s", retrans.to_vec(), format!("{:.1}/s", flow.rates.retrans_per_sec), Color::Red),
     ];
     let lines = Layout::vertical([Constraint::Length(1); 6]).split(inner);
-    let columns = |r: Rect| Layout::horizontal([Constraint::Length(7), Constraint::Min(0), Constraint::Length(24)]).areas::<3>(r);
+    let columns = |r: Rect| {
+        Layout::horizontal([Constraint::Length(LABEL_WIDTH), Constraint::Min(0), Constraint::Length(VALUE_WIDTH)])
+            .areas::<3>(r)
+    };
     for (i, (label, values, now, color)) in rows.into_iter().enumerate() {
         let [l, chart, v] = columns(lines[i]);
         Span::styled(label, dim()).render(l, buf);
@@ -209,36 +244,44 @@ fn render_sparklines(flow: &Flow, history: &[&HistoryPoint], area: Rect, buf: &m
     ca_legend(flow).render(lines[5], buf);
 }
 
+/// One line of a chart: (seconds before now, value) points.
+struct Series {
+    name: &'static str,
+    points: Vec<(f64, f64)>,
+    color: Color,
+}
+
+fn series(name: &'static str, points: Vec<(f64, f64)>, color: Color) -> Series {
+    Series { name, points, color }
+}
+
 /// A line chart over the history; x is seconds before the newest point.
-fn line_chart(
-    area: Rect,
-    buf: &mut Buffer,
-    title: String,
-    series: Vec<(&'static str, Vec<(f64, f64)>, Color)>,
-    y_label: fn(f64) -> String,
-) {
-    let oldest = series.iter().flat_map(|(_, d, _)| d.iter().map(|p| p.0)).fold(0.0_f64, f64::min).min(-1.0);
-    let top = series.iter().flat_map(|(_, d, _)| d.iter().map(|p| p.1)).fold(0.0_f64, f64::max);
+fn line_chart(area: Rect, buf: &mut Buffer, title: String, lines: Vec<Series>, y_label: fn(f64) -> String) {
+    let all = || lines.iter().flat_map(|s| s.points.iter());
+    let oldest = all().map(|p| p.0).fold(0.0_f64, f64::min).min(-1.0);
+    let top = all().map(|p| p.1).fold(0.0_f64, f64::max);
     let top = if top > 0.0 { top * 1.15 } else { 1.0 };
-    let datasets: Vec<Dataset> = series
+    let datasets: Vec<Dataset> = lines
         .iter()
-        .map(|(name, data, color)| {
+        .map(|s| {
             Dataset::default()
-                .name(*name)
+                .name(s.name)
                 .marker(Marker::Braille)
                 .graph_type(GraphType::Line)
-                .style(Style::new().fg(*color))
-                .data(data)
+                .style(Style::new().fg(s.color))
+                .data(&s.points)
         })
         .collect();
     let chart = Chart::new(datasets)
         .block(Block::bordered().title(title).border_style(dim()))
         .x_axis(Axis::default().bounds([oldest, 0.0]).labels([format!("{oldest:.0}s"), "now".into()]).style(dim()))
-        .y_axis(Axis::default().bounds([0.0, top]).labels([y_label(0.0), y_label(top / 2.0), y_label(top)]).style(dim()));
+        .y_axis(
+            Axis::default().bounds([0.0, top]).labels([y_label(0.0), y_label(top / 2.0), y_label(top)]).style(dim()),
+        );
     chart.render(area, buf);
 }
 
-fn render_charts(history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
+fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &mut Buffer) {
     let Some(newest) = history.last().map(|h| h.ts_ns) else {
         Paragraph::new("no history yet").style(dim()).render(area, buf);
         return;
@@ -253,8 +296,8 @@ fn render_charts(history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
     line_chart(
         a,
         buf,
-        format!(" throughput, Mbit/s: {} ", format::rate(last.throughput_bps)),
-        vec![("thpt", thpt, Color::Green)],
+        format!(" throughput, Mbit/s · now {} ", format::rate(last.throughput_bps)),
+        vec![series("thpt", thpt, Color::Green)],
         |v| format!("{v:.1}"),
     );
 
@@ -267,8 +310,8 @@ fn render_charts(history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
     line_chart(
         b,
         buf,
-        format!(" cwnd / ssthresh, segments: {} / {} ", last.cwnd, format::ssthresh(last.ssthresh)),
-        vec![("cwnd", cwnd, Color::Cyan), ("ssthresh", ssthresh, Color::Magenta)],
+        format!(" cwnd / ssthresh, segments · now {} / {} ", last.cwnd, format::ssthresh(last.ssthresh)),
+        vec![series("cwnd", cwnd, Color::Cyan), series("ssthresh", ssthresh, Color::Magenta)],
         |v| format!("{v:.0}"),
     );
 
@@ -277,18 +320,19 @@ fn render_charts(history: &[&HistoryPoint], area: Rect, buf: &mut Buffer) {
     line_chart(
         c,
         buf,
-        format!(" rtt / min_rtt, ms: {} / {} ", format::ms(last.srtt_us), format::ms(last.min_rtt_us)),
-        vec![("srtt", rtt, Color::Yellow), ("min_rtt", min_rtt, Color::Blue)],
+        format!(" srtt / min_rtt, ms · now {} / {} ", format::ms(last.srtt_us), format::ms(last.min_rtt_us)),
+        vec![series("srtt", rtt, Color::Yellow), series("min_rtt", min_rtt, Color::Blue)],
         |v| format!("{v:.1}"),
     );
 
-    let retrans: Vec<u64> = history.iter().map(|h| u64::from(h.retrans)).collect();
     let peak = retrans.iter().copied().max().unwrap_or(0);
-    let block =
-        Block::bordered().title(format!(" retransmits/s: {} (peak {peak}) ", last.retrans)).border_style(dim());
+    let latest = retrans.last().copied().unwrap_or(0);
+    let block = Block::bordered()
+        .title(format!(" retransmitted segments/s · last full second {latest}, peak {peak} "))
+        .border_style(dim());
     let inner = block.inner(d);
     block.render(d, buf);
-    sparkline(&retrans, inner, Style::new().fg(Color::Red), buf);
+    sparkline(retrans, inner, Style::new().fg(Color::Red), buf);
 }
 
 /// The verdict panel's lines, wrapped to `width`.
@@ -304,30 +348,40 @@ fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
         para("no verdict yet: the first one comes after a few seconds of samples", dim(), 0, &mut out);
         return out;
     };
-    para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
+    // An unflagged verdict's text already opens with the description.
+    if !v.text.starts_with(v.limited_by.describe()) {
+        para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
+    }
     para(&v.text, Style::new(), 0, &mut out);
     if let Some(e) = &v.evidence {
         out.push(Line::raw(""));
-        let evidence = format!(
-            "evidence: retransmitted {} of bytes sent · srtt {:.1} ms · min_rtt {:.1} ms · mean cwnd {:.0} x {} B · goodput {} · Mathis bound {} · busy {:.0}% · rwnd-limited {:.0}% · sndbuf-limited {:.0}%",
-            format::pct(e.loss_ratio),
+        let loss = if e.loss_ratio > 0.0 { format::pct(e.loss_ratio) } else { "0%".into() };
+        let mut evidence = format!(
+            "evidence: retransmitted {loss} of bytes sent · srtt {:.1} ms · min_rtt {:.1} ms · mean cwnd {:.0} x {} B · goodput {}",
             e.srtt_ms,
             e.min_rtt_ms,
             e.mean_cwnd,
             e.mss,
             format::rate(e.goodput_bps),
-            format::rate(e.mathis_bps),
+        );
+        // Without loss the Mathis bound is infinite: nothing to compare with.
+        if e.mathis_bps.is_finite() {
+            evidence.push_str(&format!(" · Mathis bound {}", format::rate(e.mathis_bps)));
+        }
+        evidence.push_str(&format!(
+            " · busy {:.0}% · rwnd-limited {:.0}% · sndbuf-limited {:.0}%",
             e.busy_share * 100.0,
             e.rwnd_share * 100.0,
             e.sndbuf_share * 100.0,
-        );
+        ));
         para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
     }
     if !v.fix.is_empty() {
         out.push(Line::raw(""));
         out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
         for cmd in &v.fix {
-            let style = if cmd.starts_with('#') { dim() } else { Style::new().fg(Color::Green).add_modifier(Modifier::BOLD) };
+            let style =
+                if cmd.starts_with('#') { dim() } else { Style::new().fg(Color::Green).add_modifier(Modifier::BOLD) };
             para(cmd, style, 2, &mut out);
         }
     }

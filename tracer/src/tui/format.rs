@@ -21,6 +21,32 @@ pub fn rate(bps: f64) -> String {
     }
 }
 
+/// A rate in bits/s in at most 5 characters, SI prefixes, three significant digits ("50.0M",
+/// "850k", "1.25G"), for table cells whose title line names the unit.
+pub fn rate_compact(bps: f64) -> String {
+    if !bps.is_finite() {
+        return "∞".into();
+    }
+    let mut v = bps.max(0.0);
+    let mut unit = 0;
+    const PREFIX: [&str; 5] = ["", "k", "M", "G", "T"];
+    // Step up at 999.5 so rounding never prints "1000".
+    while v >= 999.5 && unit + 1 < PREFIX.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    let p = PREFIX[unit];
+    if unit == 0 {
+        format!("{v:.0}")
+    } else if v < 9.995 {
+        format!("{v:.2}{p}")
+    } else if v < 99.95 {
+        format!("{v:.1}{p}")
+    } else {
+        format!("{v:.0}{p}")
+    }
+}
+
 /// Microseconds as milliseconds with one decimal, no unit (the column header carries it).
 pub fn ms(us: u32) -> String {
     // Integer rounding: 30.95 ms must read 31.0, which binary floating point gets wrong.
@@ -143,6 +169,13 @@ mod tests {
         assert_eq!(rate(1_250_000_000.0), "1.25 Gbit/s");
         assert_eq!(rate(12.0), "12 bit/s");
         assert_eq!(rate(f64::INFINITY), "∞");
+        assert_eq!(rate_compact(50_000_000.0), "50.0M");
+        assert_eq!(rate_compact(4_049_000.0), "4.05M");
+        assert_eq!(rate_compact(850_000.0), "850k");
+        assert_eq!(rate_compact(999_700.0), "1.00M");
+        assert_eq!(rate_compact(1_250_000_000.0), "1.25G");
+        assert_eq!(rate_compact(950.0), "950");
+        assert_eq!(rate_compact(0.0), "0");
         assert_eq!(ms(30_950), "31.0");
         assert_eq!(ms(400), "0.4");
         assert_eq!(ms(u32::MAX), "4294967.3");

@@ -100,8 +100,8 @@ impl Column {
             Self::CaState => "ca",
             Self::Cwnd => "cwnd",
             Self::Ssthresh => "ssth",
-            Self::Rtt => "rtt ms",
-            Self::MinRtt => "min ms",
+            Self::Rtt => "rtt",
+            Self::MinRtt => "min",
             Self::Delivery => "deliv",
             Self::Throughput => "thpt",
             Self::Retrans => "retr",
@@ -563,9 +563,11 @@ impl AppState {
 
     /// Keep a copy of the flow whose detail is (or is about to be) shown, so its charts stop too.
     fn freeze_detail(&mut self) {
-        self.frozen = self.detail_cookie.or(self.selected).and_then(|c| self.analysis.table.get(c)).map(|f| {
-            Box::new(FrozenFlow { verdict: self.analysis.verdict(f).cloned(), flow: f.clone() })
-        });
+        self.frozen = self
+            .detail_cookie
+            .or(self.selected)
+            .and_then(|c| self.analysis.table.get(c))
+            .map(|f| Box::new(FrozenFlow { verdict: self.analysis.verdict(f).cloned(), flow: f.clone() }));
     }
 
     /// The flow the detail view shows: the frozen copy while paused, else the live one.
@@ -580,14 +582,12 @@ impl AppState {
         Some((flow, self.analysis.verdict(flow)))
     }
 
-    /// Every filter in force, for the header: the command line's, the typed one, heavy-only.
+    /// Filters in force, for the header: the command line's and the typed one. (Heavy-only is
+    /// a view mode, named in the table's title.)
     pub(crate) fn active_filters(&self) -> Vec<String> {
         let mut out = self.header.filters.clone();
         if !self.filter.is_empty() {
             out.push(format!("/{}", self.filter));
-        }
-        if !self.show_all {
-            out.push("heavy only".into());
         }
         out
     }

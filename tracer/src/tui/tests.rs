@@ -318,7 +318,9 @@ fn key_event(c: char) -> std::io::Result<Event> {
 }
 
 /// Keys arriving at given times (tokio time), then silence.
-fn scripted(script: Vec<(u64, std::io::Result<Event>)>) -> impl futures_util::Stream<Item = std::io::Result<Event>> + Unpin {
+fn scripted(
+    script: Vec<(u64, std::io::Result<Event>)>,
+) -> impl futures_util::Stream<Item = std::io::Result<Event>> + Unpin {
     let stream = futures_util::stream::unfold((script.into_iter(), 0u64), |(mut it, at)| async move {
         match it.next() {
             Some((ms, ev)) => {
@@ -342,9 +344,7 @@ async fn the_loop_ingests_draws_and_quits_on_q() {
     let mut terminal = Terminal::new(TestBackend::new(100, 20)).expect("terminal");
     let opts = TuiOptions { time_base: TimeBase::Samples, max_samples_per_turn: 3, ..Default::default() };
     let keys = scripted(vec![(1_000, key_event('a')), (2_000, key_event('q'))]);
-    run_with_terminal(&mut terminal, keys, &mut source, &mut state, &opts, std::future::pending())
-        .await
-        .expect("runs");
+    run_with_terminal(&mut terminal, keys, &mut source, &mut state, &opts, std::future::pending()).await.expect("runs");
     assert!(state.source_ended());
     assert_eq!(state.analysis.table.len(), 5);
     assert!(state.shows_all());

@@ -31,9 +31,9 @@ const PRIORITY: [Column; 15] = [
     Column::Cc,
     Column::CaState,
     Column::Retrans,
+    Column::Process,
     Column::Rtt,
     Column::Cwnd,
-    Column::Process,
     Column::Ssthresh,
     Column::Local,
     Column::Cgroup,
@@ -150,8 +150,7 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
     spans.push(sep());
     spans.push(Span::raw(format!("{:.0} ev/s", c.events_per_sec)));
     spans.push(sep());
-    let lost_style =
-        if c.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
+    let lost_style = if c.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
     spans.push(Span::styled(format!("lost {}", c.lost), lost_style));
     if c.decode_errors > 0 {
         spans.push(sep());
@@ -178,7 +177,7 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
             Span::styled("/", key),
             Span::raw(state.filter_input.clone()),
             Span::styled("▏", Style::new().fg(Color::Yellow)),
-            Span::styled("  Enter apply · Esc clear · matches address, port, cc, process, limited, cgroup", dim()),
+            Span::styled("  Enter apply · Esc clear · address port cc process limited cgroup", dim()),
         ])
     } else {
         let hints: Vec<[Span; 2]> = match state.screen {
@@ -208,15 +207,19 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
 fn table_title(state: &AppState) -> Line<'static> {
     let total = state.snapshot.len();
     let shown = state.visible.len();
-    let what = match (state.show_all, state.filter.is_empty()) {
-        (true, true) => format!(" all {total} flows "),
-        (true, false) => format!(" {shown} of {total} flows match "),
-        (false, true) => format!(" {shown} heavy of {total} flows "),
-        (false, false) => format!(" {shown} heavy of {total} flows match "),
+    let flows = if total == 1 { "flow" } else { "flows" };
+    let filter = &state.filter;
+    // The typed filter is named here too: on a narrow screen the header may cut it off.
+    let what = match (state.show_all, filter.is_empty()) {
+        (true, true) => format!(" all {total} {flows} "),
+        (true, false) => format!(" {shown} of {total} {flows} match /{filter} "),
+        (false, true) => format!(" {shown} heavy of {total} {flows} "),
+        (false, false) => format!(" {shown} heavy of {total} {flows} match /{filter} "),
     };
+    // The cells carry no units (to fit more columns): the title line names them.
     Line::from(vec![
         Span::styled(what, Style::new().add_modifier(Modifier::BOLD)),
-        Span::styled(format!("· sort {} {} ", state.sort.title(), state.sort_dir.arrow()), dim()),
+        Span::styled(format!("· sort {} {} · rates bit/s, rtt ms ", state.sort.title(), state.sort_dir.arrow()), dim()),
     ])
 }
 
@@ -241,25 +244,18 @@ fn cell_text(row: &FlowRow, col: Column) -> String {
         Column::Ssthresh => format::ssthresh(row.ssthresh),
         Column::Rtt => format::ms(row.srtt_us),
         Column::MinRtt => format::ms(row.min_rtt_us),
-        Column::Delivery => short_rate(row.delivery_bps as f64),
-        Column::Throughput => short_rate(row.throughput_bps),
+        Column::Delivery => format::rate_compact(row.delivery_bps as f64),
+        Column::Throughput => format::rate_compact(row.throughput_bps),
         Column::Retrans => format::pct(row.retrans_ratio),
         Column::LimitedBy => row.limited_by.name().into(),
     }
-}
-
-/// Table cells use the short unit spelling ("4.0 Mb/s") to leave room for more columns.
-fn short_rate(bps: f64) -> String {
-    format::rate(bps).replace("bit/s", "b/s")
 }
 
 fn cell_style(row: &FlowRow, col: Column) -> Style {
     match col {
         Column::Flag if row.flagged => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         Column::CaState if !row.flagged && !row.closed => Style::new().fg(ca_color(row.ca_state)),
-        Column::Retrans if !row.flagged && !row.closed && row.retrans_ratio >= 0.002 => {
-            Style::new().fg(Color::Yellow)
-        }
+        Column::Retrans if !row.flagged && !row.closed && row.retrans_ratio >= 0.002 => Style::new().fg(Color::Yellow),
         _ => Style::new(),
     }
 }
@@ -321,8 +317,7 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
         .iter()
         .map(|&c| if c == state.sort { format!("{}{}", c.title(), state.sort_dir.arrow()) } else { c.title().into() })
         .collect();
-    let cells: Vec<Vec<String>> =
-        rows.iter().map(|r| Column::ALL.iter().map(|&c| cell_text(r, c)).collect()).collect();
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| Column::ALL.iter().map(|&c| cell_text(r, c)).collect()).collect();
     let mut widths = [0u16; 15];
     for (i, w) in widths.iter_mut().enumerate() {
         let content = cells.iter().map(|r| Span::raw(r[i].as_str()).width()).max().unwrap_or(0);
@@ -384,8 +379,10 @@ const HELP: &[(&str, &str)] = &[
 
 fn render_help(area: Rect, buf: &mut Buffer) {
     let key = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
-    let mut lines: Vec<Line> =
-        HELP.iter().map(|(k, what)| Line::from(vec![Span::styled(format!(" {k:<15}"), key), Span::raw(*what)])).collect();
+    let mut lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, what)| Line::from(vec![Span::styled(format!(" {k:<15}"), key), Span::raw(*what)]))
+        .collect();
     lines.push(Line::raw(""));
     lines.push(Line::from(vec![
         Span::styled(format!(" {FLAG_MARK}"), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
@@ -393,15 +390,10 @@ fn render_help(area: Rect, buf: &mut Buffer) {
     ]));
     lines.push(Line::raw(format!(" {CLOSED_MARK} closed flow")));
     lines.push(Line::raw(" heavy: over 1 Mbit/s or flagged; listed first"));
-    lines.push(Line::raw(" units: b/s = bit/s; rtt in ms; cwnd in segments"));
+    lines.push(Line::raw(" units: rates bit/s (k M G); rtt ms; cwnd segments"));
     let width = area.width.min(62);
     let height = area.height.min(u16::try_from(lines.len() + 2).unwrap_or(u16::MAX));
-    let popup = Rect {
-        x: area.x + (area.width - width) / 2,
-        y: area.y + (area.height - height) / 2,
-        width,
-        height,
-    };
+    let popup = Rect { x: area.x + (area.width - width) / 2, y: area.y + (area.height - height) / 2, width, height };
     Clear.render(popup, buf);
     Paragraph::new(lines)
         .block(Block::bordered().title(" help · any key closes ").border_style(Style::new().fg(Color::Cyan)))

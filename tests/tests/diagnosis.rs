@@ -1,0 +1,169 @@
+//! Acceptance of the diagnosis on the emulated WAN path: the real cctrace judging real flows.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
+use cctrace_tests::{monotonic_ns, require_kernel, serial, Tracer};
+use serde_json::Value;
+
+const PORT: u16 = 5201;
+const SMALL_RCVBUF_PORT: u16 = 5202;
+
+/// 30 ms RTT, `loss` on the data direction, a 100 Mbit/s bottleneck with a quarter-BDP queue.
+/// (100 rather than 200 Mbit/s leaves CPU for the tracer on a 2-core machine.)
+fn wan(loss: f64) -> Result<EmulatedPath> {
+    let rate = 100_000_000;
+    let queue = 100_000_000 / 8 * 30 / 1000 / 4;
+    let mut spec =
+        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
+    spec.reverse = PathSpec::delay(Duration::from_millis(15));
+    Ok(EmulatedPath::create(spec)?)
+}
+
+fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) -> Result<Sender> {
+    Ok(Sender::start(
+        path.sender(),
+        path.receiver_addr(),
+        port,
+        SenderOptions {
+            congestion: Some(cc.into()),
+            mode,
+            duration: Duration::from_secs(secs),
+            nodelay: true,
+            ..Default::default()
+        },
+    )?)
+}
+
+/// Flow lines of the sender-side socket with local port `port`.
+fn lines_of(lines: &[Value], netns: u64, port: u16) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port)
+        .cloned()
+        .collect()
+}
+
+struct Outcome {
+    first_flag_s: Option<f64>,
+    ever_flagged: bool,
+    last: Value,
+}
+
+fn outcome(lines: &[Value], netns: u64, port: u16, t0: u64) -> Result<Outcome> {
+    let mine = lines_of(lines, netns, port);
+    let first_flag_s = mine
+        .iter()
+        .find(|v| v["flagged"] == true)
+        .and_then(|v| v["ts_ns"].as_u64())
+        .map(|ts| ts.saturating_sub(t0) as f64 / 1e9);
+    // The verdict while the flow ran: the last line before it started closing.
+    let last = mine.iter().rev().find(|v| v["closed"] == false).or(mine.last()).cloned().context("no flow lines")?;
+    Ok(Outcome { first_flag_s, ever_flagged: mine.iter().any(|v| v["flagged"] == true), last })
+}
+
+fn describe(o: &Outcome) -> String {
+    format!(
+        "limited_by={} flagged={} first_flag={:?} throughput={:.1} Mbit/s verdict={}",
+        o.last["limited_by"],
+        o.last["flagged"],
+        o.first_flag_s,
+        o.last["throughput_bps"].as_f64().unwrap_or(0.0) / 1e6,
+        o.last["verdict"]
+    )
+}
+
+#[test]
+fn lossy_wan_flags_cubic_and_spares_bbr_and_thin_streams() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan(0.02)?;
+    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
+    let t0 = monotonic_ns();
+    let secs = 16;
+    let video = SendMode::Paced { rate_bps: 25_000_000, write_size: 64 * 1024 };
+    let flows: Vec<(&str, Sender)> = vec![
+        ("cubic bulk", start(&path, PORT, "cubic", SendMode::Bulk, secs)?),
+        ("bbr bulk", start(&path, PORT, "bbr", SendMode::Bulk, secs)?),
+        ("cubic 25M stream", start(&path, PORT, "cubic", video.clone(), secs)?),
+        ("bbr 25M stream", start(&path, PORT, "bbr", video, secs)?),
+        (
+            "cubic 0.5M stream",
+            start(&path, PORT, "cubic", SendMode::Paced { rate_bps: 500_000, write_size: 1024 }, secs)?,
+        ),
+    ];
+    let ports: HashMap<&str, u16> = flows.iter().map(|(n, s)| (*n, s.local_port())).collect();
+    for (_, s) in flows {
+        s.wait()?;
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let netns = path.sender().inode();
+    let o = |name: &str| outcome(&lines, netns, ports[name], t0);
+
+    for name in ["cubic bulk", "cubic 25M stream"] {
+        let out = o(name)?;
+        let first = out.first_flag_s.with_context(|| format!("{name} never flagged: {}", describe(&out)))?;
+        assert!(first <= 10.0, "{name} flagged only after {first:.1} s");
+        assert_eq!(out.last["flagged"], true, "{name} stays flagged: {}", describe(&out));
+        assert_eq!(out.last["limited_by"], "cwnd", "{name}: {}", describe(&out));
+        let verdict = out.last["verdict"].as_str().unwrap_or_default();
+        assert!(verdict.contains("Mathis bound"), "{verdict}");
+        let evidence = &out.last["evidence"];
+        let loss = evidence["loss_ratio"].as_f64().unwrap_or(0.0);
+        assert!(loss > 0.01, "retransmitted share near the path's 2 %: {loss}");
+        let rtt = evidence["srtt_ms"].as_f64().unwrap_or(0.0);
+        assert!((29.0..45.0).contains(&rtt), "srtt {rtt}");
+        let fix = out.last["fix"].to_string();
+        assert!(fix.contains(&format!("ip netns exec {} sysctl -w net.ipv4.tcp_congestion_control=bbr", path.sender().name())), "{fix}");
+        assert!(fix.contains("roll back") && fix.contains("/etc/sysctl.d/"), "{fix}");
+    }
+    let bbr_bulk = o("bbr bulk")?;
+    assert!(!bbr_bulk.ever_flagged, "bbr bulk: {}", describe(&bbr_bulk));
+    for name in ["bbr 25M stream", "cubic 0.5M stream"] {
+        let out = o(name)?;
+        assert!(!out.ever_flagged, "{name}: {}", describe(&out));
+        assert_eq!(out.last["limited_by"], "application", "{name}: {}", describe(&out));
+    }
+    // The BBR stream keeps up with its application; the CUBIC one cannot.
+    let rate = |out: &Outcome| out.last["evidence"]["goodput_bps"].as_f64().unwrap_or(0.0);
+    assert!(rate(&o("bbr 25M stream")?) > 20e6, "{}", describe(&o("bbr 25M stream")?));
+    assert!(rate(&o("cubic 25M stream")?) < 15e6, "{}", describe(&o("cubic 25M stream")?));
+    Ok(())
+}
+
+#[test]
+fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan(0.0)?;
+    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
+    let _small = Sink::start(
+        path.receiver(),
+        path.receiver_addr(),
+        SMALL_RCVBUF_PORT,
+        SinkOptions { rcvbuf: Some(32 * 1024) },
+    )?;
+    let bulk = start(&path, PORT, "cubic", SendMode::Bulk, 12)?;
+    let windowed = start(&path, SMALL_RCVBUF_PORT, "cubic", SendMode::Bulk, 12)?;
+    let (bulk_port, windowed_port) = (bulk.local_port(), windowed.local_port());
+    let t0 = monotonic_ns();
+    bulk.wait()?;
+    windowed.wait()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let netns = path.sender().inode();
+    let clean = outcome(&lines, netns, bulk_port, t0)?;
+    assert!(!clean.ever_flagged, "clean path: {}", describe(&clean));
+    assert_ne!(clean.last["limited_by"], "unknown", "{}", describe(&clean));
+    let rwnd = outcome(&lines, netns, windowed_port, t0)?;
+    assert!(!rwnd.ever_flagged, "small rcvbuf: {}", describe(&rwnd));
+    assert_eq!(rwnd.last["limited_by"], "rwnd", "small rcvbuf: {}", describe(&rwnd));
+    Ok(())
+}
