@@ -279,3 +279,38 @@ fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
     assert!(!progs.iter().any(|p| p.starts_with("cct_")), "nothing loaded: {progs:?}");
     Ok(())
 }
+
+#[test]
+fn a_full_ring_buffer_is_reported_as_lost_events() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let lab = VethPair::create(VethOptions { loss: 0.02 })?;
+    // One page of ring (16 samples) and a 1 ms sampling interval over eight lossy bulk flows:
+    // bursts overflow the ring between two reads.
+    let tracer = Tracer::start(&["--ring-kib", "4", "--sample-ms", "1", "--interval", "500"])?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let senders = (0..8)
+        .map(|_| {
+            Sender::start(
+                lab.sender(),
+                lab.receiver_addr(),
+                PORT,
+                SenderOptions { mode: SendMode::Bulk, duration: Duration::from_secs(2), ..Default::default() },
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for s in senders {
+        s.wait()?;
+    }
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let summary = lines.last().context("no summary")?;
+    assert_eq!(summary["type"], "summary");
+    let lost = summary["events_lost"].as_u64().context("events_lost")?;
+    let received = summary["events_received"].as_u64().context("events_received")?;
+    let emitted = summary["kernel_emitted"].as_u64().context("kernel_emitted")?;
+    assert!(lost > 0, "a 4 KiB ring under this load must overflow: {summary}");
+    // Every sample the kernel managed to write reached the consumer; the rest were counted.
+    assert_eq!(received, emitted, "{summary}");
+    Ok(())
+}

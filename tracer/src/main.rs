@@ -33,6 +33,10 @@ struct Cli {
     /// Which tracepoint flavour to attach.
     #[arg(long, global = true, value_enum, default_value_t = HookMode::Auto)]
     hooks: HookMode,
+    /// Kernel ring-buffer size in KiB (a power of two); samples that do not fit are counted
+    /// as lost.
+    #[arg(long, global = true, default_value_t = 8192, value_name = "KIB", hide = true)]
+    ring_kib: u32,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -56,7 +60,11 @@ fn duration_arg(secs: Option<f64>) -> Result<Option<Duration>> {
 }
 
 fn start_kernel(cli: &Cli) -> Result<KernelSource> {
-    let opts = KernelOptions { sample_interval: Duration::from_millis(cli.sample_ms), hook_mode: cli.hooks };
+    let opts = KernelOptions {
+        sample_interval: Duration::from_millis(cli.sample_ms),
+        hook_mode: cli.hooks,
+        ring_bytes: cli.ring_kib.saturating_mul(1024),
+    };
     let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {
         if let HookStatus::Disabled(_) = h.status {

@@ -26,6 +26,11 @@ pub trait EventSource: Send {
     fn counters(&self) -> SourceCounters;
     /// One line saying what this source is, for headers and logs.
     fn describe(&self) -> String;
+    /// For a live kernel source: samples the kernel produced, to check nothing went missing
+    /// between the ring buffer and the consumer (received + still queued == emitted).
+    fn kernel_emitted(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A finite, in-memory feed: deterministic input for tests and snapshots.

@@ -41,11 +41,15 @@ pub enum HookMode {
 pub struct KernelOptions {
     pub sample_interval: Duration,
     pub hook_mode: HookMode,
+    /// Ring-buffer size in bytes: a power of two, at least one page.
+    pub ring_bytes: u32,
 }
+
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        Self { sample_interval: Duration::from_millis(100), hook_mode: HookMode::Auto }
+        Self { sample_interval: Duration::from_millis(100), hook_mode: HookMode::Auto, ring_bytes: DEFAULT_RING_BYTES }
     }
 }
 
@@ -241,7 +245,12 @@ impl KernelSource {
         // so older kernels do not fail map creation.
         raise_memlock();
 
+        let page = 4096u32;
+        if opts.ring_bytes < page || !opts.ring_bytes.is_power_of_two() {
+            bail!("the ring buffer size must be a power of two of at least {page} bytes, got {}", opts.ring_bytes);
+        }
         let mut ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", opts.ring_bytes)
             .override_global("OFFSETS", &resolved.offsets, true)
             .override_global("CLASSIC", &classic, true)
             .override_global("CONFIG", &config, true)
@@ -308,6 +317,11 @@ impl KernelSource {
         self.counters.get(&index, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
+    /// Samples the kernel wrote into the ring buffer so far.
+    pub fn emitted(&self) -> u64 {
+        self.counter(counter::EMITTED)
+    }
+
     /// Kernel-side counters by name (lost, emitted, read errors, map full).
     pub fn kernel_counters(&self) -> HashMap<&'static str, u64> {
         HashMap::from([
@@ -361,6 +375,10 @@ impl EventSource for KernelSource {
 
     fn counters(&self) -> SourceCounters {
         SourceCounters { received: self.received, lost: self.counter(counter::RINGBUF_LOST), decode_errors: self.decode_errors }
+    }
+
+    fn kernel_emitted(&self) -> Option<u64> {
+        Some(self.emitted())
     }
 
     fn describe(&self) -> String {

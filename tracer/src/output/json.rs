@@ -151,6 +151,15 @@ pub async fn run<W: Write>(
             _ = &mut stop => ended = true,
         }
     }
+    // Drain what is already queued so the summary accounts for every sample the kernel wrote
+    // (bounded: under live traffic the queue never runs dry).
+    let drain_until = tokio::time::Instant::now() + Duration::from_millis(300);
+    while let Ok(Ok(Some(batch))) = tokio::time::timeout_at(drain_until, source.next_batch()).await {
+        for s in &batch {
+            analysis.ingest(s);
+            dirty.insert(s.cookie);
+        }
+    }
     report(&analysis, &mut dirty, &clock, out)?;
     let c = source.counters();
     let summary = json!({
@@ -159,6 +168,7 @@ pub async fn run<W: Write>(
         "events_received": c.received,
         "events_lost": c.lost,
         "decode_errors": c.decode_errors,
+        "kernel_emitted": source.kernel_emitted(),
         "flows_seen": analysis.table.len() as u64 + analysis.table.evicted(),
     });
     writeln!(out, "{summary}").context("writing output")?;
