@@ -34,7 +34,10 @@ fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let ebpf_dir = manifest_dir.parent().unwrap_or(Path::new("..")).join("tracer-ebpf");
     println!("cargo:rerun-if-changed={}", ebpf_dir.display());
-    println!("cargo:rerun-if-changed={}", manifest_dir.parent().unwrap_or(Path::new("..")).join("tracer-common/src").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.parent().unwrap_or(Path::new("..")).join("tracer-common/src").display()
+    );
 
     if let Some(problem) = toolchain_problem() {
         if std::env::var("CCTRACE_REQUIRE_EBPF").is_ok_and(|v| v == "1") {

@@ -49,10 +49,7 @@ pub(crate) fn next_veth_pair() -> (Ipv4Addr, Ipv4Addr) {
 /// one /24 per side because the two ends are routed, not bridged.
 pub(crate) fn next_routed_pair() -> (Ipv4Addr, Ipv4Addr) {
     let k = (next_index() % 128) as u8;
-    (
-        Ipv4Addr::new(198, 19, 2 * k, 1),
-        Ipv4Addr::new(198, 19, 2 * k + 1, 1),
-    )
+    (Ipv4Addr::new(198, 19, 2 * k, 1), Ipv4Addr::new(198, 19, 2 * k + 1, 1))
 }
 
 /// Network address of the /24 containing `ip`.

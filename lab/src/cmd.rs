@@ -28,13 +28,9 @@ pub(crate) fn run(cmd: &mut Command) -> Result<String> {
 /// ruleset change is one atomic transaction).
 pub(crate) fn run_with_stdin(cmd: &mut Command, input: Option<&str>) -> Result<String> {
     let command = describe(cmd);
-    cmd.stdin(if input.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|source| LabError::ToolMissing {
         program: cmd.get_program().to_string_lossy().into_owned(),
         source,
@@ -42,13 +38,9 @@ pub(crate) fn run_with_stdin(cmd: &mut Command, input: Option<&str>) -> Result<S
     if let Some(input) = input {
         // Take the pipe so it is closed (EOF for the child) before waiting.
         let mut stdin = child.stdin.take().context("child stdin missing")?;
-        stdin
-            .write_all(input.as_bytes())
-            .with_context(|| format!("writing stdin of `{command}`"))?;
+        stdin.write_all(input.as_bytes()).with_context(|| format!("writing stdin of `{command}`"))?;
     }
-    let out = child
-        .wait_with_output()
-        .with_context(|| format!("waiting for `{command}`"))?;
+    let out = child.wait_with_output().with_context(|| format!("waiting for `{command}`"))?;
     if !out.status.success() {
         return Err(LabError::CommandFailed {
             command,

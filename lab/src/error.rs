@@ -25,11 +25,7 @@ pub enum LabError {
 
     /// An external command ran and failed.
     #[error("`{command}` failed ({status}): {stderr}")]
-    CommandFailed {
-        command: String,
-        status: String,
-        stderr: String,
-    },
+    CommandFailed { command: String, status: String, stderr: String },
 
     /// The lab only ever talks to 198.18.0.0/15 (RFC 2544 benchmarking range).
     #[error("{0} is outside the lab range 198.18.0.0/15; refusing to send traffic there")]

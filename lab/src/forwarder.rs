@@ -151,10 +151,7 @@ impl Ring {
         (self.len > 0).then(|| {
             let i = self.head;
             let start = i * SLOT;
-            (
-                self.release_ns[i],
-                &self.buf[start..start + self.lens[i] as usize],
-            )
+            (self.release_ns[i], &self.buf[start..start + self.lens[i] as usize])
         })
     }
 
@@ -215,14 +212,10 @@ impl Direction {
                 // only a safety net.
                 Some(Duration::from_millis(1))
             } else {
-                ring.front()
-                    .map(|(rel, _)| Duration::from_nanos(rel.saturating_sub(monotonic_ns())))
+                ring.front().map(|(rel, _)| Duration::from_nanos(rel.saturating_sub(monotonic_ns())))
             };
-            let mut pfds = [
-                pollfd(self.stop.raw(), libc::POLLIN),
-                pollfd(input, libc::POLLIN),
-                pollfd(output, libc::POLLOUT),
-            ];
+            let mut pfds =
+                [pollfd(self.stop.raw(), libc::POLLIN), pollfd(input, libc::POLLIN), pollfd(output, libc::POLLOUT)];
             let n = if out_blocked { 3 } else { 2 };
             if let Err(e) = sys::ppoll(&mut pfds[..n], timeout) {
                 log::warn!("emulator ppoll failed: {e}; direction stopped");
@@ -276,11 +269,7 @@ impl Direction {
         let c = &*self.counters;
         for _ in 0..READ_BATCH {
             let full = ring.is_full();
-            let buf = if full {
-                &mut *scratch
-            } else {
-                ring.tail_slot()
-            };
+            let buf = if full { &mut *scratch } else { ring.tail_slot() };
             let n = match sys::read(input, buf) {
                 Ok(n) => n,
                 Err(e) if is_would_block(&e) => return (false, false),
@@ -297,12 +286,8 @@ impl Direction {
             match self.model.admit(now, n) {
                 Verdict::Lost => Counters::add(&c.dropped_loss, 1),
                 Verdict::QueueFull => Counters::add(&c.dropped_queue, 1),
-                Verdict::Deliver {
-                    release_ns,
-                    backlog_bytes,
-                } => {
-                    c.max_queue_bytes
-                        .fetch_max(backlog_bytes, Ordering::Relaxed);
+                Verdict::Deliver { release_ns, backlog_bytes } => {
+                    c.max_queue_bytes.fetch_max(backlog_bytes, Ordering::Relaxed);
                     ring.push(n, release_ns);
                 }
             }
@@ -334,23 +319,11 @@ impl Forwarder {
         let stop = Arc::new(EventFd::new().context("eventfd")?);
         let s = Arc::new(sender_tun);
         let r = Arc::new(receiver_tun);
-        let mut me = Self {
-            stop,
-            threads: Vec::with_capacity(2),
-            forward: Arc::default(),
-            reverse: Arc::default(),
-        };
+        let mut me = Self { stop, threads: Vec::with_capacity(2), forward: Arc::default(), reverse: Arc::default() };
         // Distinct, fixed streams per direction derived from one seed.
         let dirs = [
             ("cct-emu-fwd", &s, &r, fwd, seed, me.forward.clone()),
-            (
-                "cct-emu-rev",
-                &r,
-                &s,
-                rev,
-                seed ^ 0xA5A5_5A5A_DEAD_BEEF,
-                me.reverse.clone(),
-            ),
+            ("cct-emu-rev", &r, &s, rev, seed ^ 0xA5A5_5A5A_DEAD_BEEF, me.reverse.clone()),
         ];
         for (name, input, output, spec, seed, counters) in dirs {
             let dir = Direction {
@@ -371,10 +344,7 @@ impl Forwarder {
     }
 
     pub(crate) fn stats(&self) -> PathStats {
-        PathStats {
-            forward: self.forward.snapshot(),
-            reverse: self.reverse.snapshot(),
-        }
+        PathStats { forward: self.forward.snapshot(), reverse: self.reverse.snapshot() }
     }
 
     /// Stops and joins both threads (idempotent).

@@ -70,11 +70,6 @@ pub use forwarder::{DirectionStats, PathStats};
 pub use jitter::{host_timer_jitter, TimerJitter};
 pub use link::PathSpec;
 pub use netns::{check_privileges, cleanup_stale, list_namespaces, Netns, NetnsGuard, NsThread};
-pub use probe::{
-    udp_blast, udp_ping, BlastOptions, PingOptions, PingReport, UdpCounter, UdpCounterStats,
-    UdpEcho,
-};
+pub use probe::{udp_blast, udp_ping, BlastOptions, PingOptions, PingReport, UdpCounter, UdpCounterStats, UdpEcho};
 pub use topology::{EmulatedPath, EmulatedPathSpec, Topology, VethOptions, VethPair};
-pub use traffic::{
-    SendMode, Sender, SenderOptions, SenderReport, Sink, SinkConnection, SinkOptions, MAX_DURATION,
-};
+pub use traffic::{SendMode, Sender, SenderOptions, SenderReport, Sink, SinkConnection, SinkOptions, MAX_DURATION};

@@ -29,22 +29,14 @@ pub struct PathSpec {
 
 impl Default for PathSpec {
     fn default() -> Self {
-        Self {
-            one_way_delay: Duration::ZERO,
-            loss: 0.0,
-            rate_bps: None,
-            queue_bytes: 1 << 20,
-        }
+        Self { one_way_delay: Duration::ZERO, loss: 0.0, rate_bps: None, queue_bytes: 1 << 20 }
     }
 }
 
 impl PathSpec {
     /// Pure delay, no loss, no rate cap.
     pub fn delay(one_way_delay: Duration) -> Self {
-        Self {
-            one_way_delay,
-            ..Self::default()
-        }
+        Self { one_way_delay, ..Self::default() }
     }
 
     pub fn with_loss(mut self, loss: f64) -> Self {
@@ -148,18 +140,12 @@ impl LinkModel {
                 dep
             }
         };
-        let release_ns = departure_ns
-            .saturating_add(self.delay_ns)
-            .max(self.last_release_ns);
+        let release_ns = departure_ns.saturating_add(self.delay_ns).max(self.last_release_ns);
         self.last_release_ns = release_ns;
         Verdict::Deliver {
             release_ns,
             // Without a rate cap there is no bottleneck queue at all.
-            backlog_bytes: if self.rate_bps.is_some() {
-                backlog + len as u64
-            } else {
-                0
-            },
+            backlog_bytes: if self.rate_bps.is_some() { backlog + len as u64 } else { 0 },
         }
     }
 }
@@ -173,13 +159,7 @@ mod tests {
     #[test]
     fn pure_delay() {
         let mut m = LinkModel::new(&PathSpec::delay(Duration::from_millis(15)), 1);
-        assert_eq!(
-            m.admit(100 * MS, 1500),
-            Verdict::Deliver {
-                release_ns: 115 * MS,
-                backlog_bytes: 0
-            }
-        );
+        assert_eq!(m.admit(100 * MS, 1500), Verdict::Deliver { release_ns: 115 * MS, backlog_bytes: 0 });
         assert!(matches!(
             m.admit(101 * MS, 60),
             Verdict::Deliver { release_ns, .. } if release_ns == 116 * MS
@@ -215,9 +195,7 @@ mod tests {
         let spec = PathSpec::delay(Duration::ZERO).with_loss(0.1);
         let run = |seed| {
             let mut m = LinkModel::new(&spec, seed);
-            (0..10_000)
-                .filter(|&i| m.admit(i, 100) == Verdict::Lost)
-                .count()
+            (0..10_000).filter(|&i| m.admit(i, 100) == Verdict::Lost).count()
         };
         assert_eq!(run(5), run(5));
         let lost = run(5) as f64;
@@ -226,18 +204,9 @@ mod tests {
 
     #[test]
     fn validation() {
-        assert!(PathSpec::delay(Duration::ZERO)
-            .with_loss(1.5)
-            .validate()
-            .is_err());
-        assert!(PathSpec::delay(Duration::ZERO)
-            .with_rate(0, 10)
-            .validate()
-            .is_err());
-        assert!(PathSpec::delay(Duration::ZERO)
-            .with_rate(10, 0)
-            .validate()
-            .is_err());
+        assert!(PathSpec::delay(Duration::ZERO).with_loss(1.5).validate().is_err());
+        assert!(PathSpec::delay(Duration::ZERO).with_rate(0, 10).validate().is_err());
+        assert!(PathSpec::delay(Duration::ZERO).with_rate(10, 0).validate().is_err());
         assert!(PathSpec::default().validate().is_ok());
     }
 }

@@ -38,10 +38,7 @@ pub fn check_privileges() -> std::result::Result<(), LabError> {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .ok_or_else(|| LabError::NotPrivileged("no CapEff in /proc/self/status".into()))?;
-    for (bit, name) in [
-        (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
-        (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
-    ] {
+    for (bit, name) in [(CAP_NET_ADMIN, "CAP_NET_ADMIN"), (CAP_SYS_ADMIN, "CAP_SYS_ADMIN")] {
         if cap_eff & (1 << bit) == 0 {
             return Err(LabError::NotPrivileged(format!("{name} missing")));
         }
@@ -77,17 +74,12 @@ fn delete_named(name: &str) -> Result<()> {
     if !path.exists() {
         return Ok(());
     }
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .context("namespace path contains NUL")?;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("namespace path contains NUL")?;
     // SAFETY: `c_path` is a valid NUL-terminated path for the call's duration.
     // EINVAL (not a mount point) is fine: the unlink below still runs.
     unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) };
-    std::fs::remove_file(&path).map_err(|e| {
-        ip_err.context(format!(
-            "fallback removal of {} failed too: {e}",
-            path.display()
-        ))
-    })
+    std::fs::remove_file(&path)
+        .map_err(|e| ip_err.context(format!("fallback removal of {} failed too: {e}", path.display())))
 }
 
 /// A network namespace created by this process.
@@ -111,9 +103,7 @@ impl Netns {
     pub fn create(role: &str) -> Result<Netns> {
         if role.is_empty()
             || role.len() > 24
-            || !role
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            || !role.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
             return Err(LabError::InvalidArgument(format!("bad namespace role {role:?}")).into());
         }
@@ -146,16 +136,8 @@ impl Netns {
 
         let path = Path::new(NETNS_RUN_DIR).join(&registration.name);
         let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let inode = file
-            .metadata()
-            .with_context(|| format!("stat {}", path.display()))?
-            .ino();
-        let ns = Netns {
-            fd: OwnedFd::from(file),
-            inode,
-            path,
-            registration,
-        };
+        let inode = file.metadata().with_context(|| format!("stat {}", path.display()))?.ino();
+        let ns = Netns { fd: OwnedFd::from(file), inode, path, registration };
         cmd::run(Command::new("ip").args(["-n", ns.name(), "link", "set", "lo", "up"]))
             .with_context(|| format!("bringing up lo in {}", ns.name()))?;
         Ok(ns)
@@ -228,13 +210,9 @@ impl Netns {
     /// Moves the calling thread into this namespace until the guard drops.
     /// Sockets created meanwhile belong to this namespace for their lifetime.
     pub fn enter_current_thread(&self) -> Result<NetnsGuard> {
-        let prev =
-            File::open("/proc/thread-self/ns/net").context("opening /proc/thread-self/ns/net")?;
+        let prev = File::open("/proc/thread-self/ns/net").context("opening /proc/thread-self/ns/net")?;
         setns(&self.fd).with_context(|| format!("setns into {}", self.name()))?;
-        Ok(NetnsGuard {
-            prev: OwnedFd::from(prev),
-            _not_send: PhantomData,
-        })
+        Ok(NetnsGuard { prev: OwnedFd::from(prev), _not_send: PhantomData })
     }
 
     /// Spawns a named std thread that enters this namespace before running
@@ -261,8 +239,7 @@ impl Netns {
             Ok(Ok(())) => Ok(NsThread { inner: handle }),
             Ok(Err(e)) => {
                 let _ = handle.join();
-                Err(anyhow::Error::from(e)
-                    .context(format!("thread {name} entering {}", self.name())))
+                Err(anyhow::Error::from(e).context(format!("thread {name} entering {}", self.name())))
             }
             Err(_) => {
                 let _ = handle.join();
@@ -283,9 +260,7 @@ fn setns(fd: &impl AsFd) -> io::Result<()> {
 fn sysctl_path(key: &str) -> Result<PathBuf> {
     let ok = !key.is_empty()
         && !key.contains("..")
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
     if !ok {
         return Err(LabError::InvalidArgument(format!("bad sysctl key {key:?}")).into());
     }
@@ -296,8 +271,7 @@ fn sysctl_path(key: &str) -> Result<PathBuf> {
 /// Failure is fine (built in, or no modprobe); the later setsockopt/sysctl
 /// reports a clear error if the algorithm really is unavailable.
 pub(crate) fn ensure_congestion_control(algo: &str) {
-    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .unwrap_or_default();
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap_or_default();
     if available.split_whitespace().any(|a| a == algo) {
         return;
     }
@@ -355,11 +329,7 @@ impl<T> NsThread<T> {
 /// tests and diagnostics.
 pub fn list_namespaces() -> Result<Vec<String>> {
     let out = cmd::run(Command::new("ip").args(["netns", "list"]))?;
-    Ok(out
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect())
+    Ok(out.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect())
 }
 
 /// Parses `cct-<pid>-<counter>-<role>` and returns the pid.
@@ -419,10 +389,7 @@ mod tests {
 
     #[test]
     fn sysctl_keys_are_confined() {
-        assert_eq!(
-            sysctl_path("net.ipv4.tcp_rmem").ok(),
-            Some(PathBuf::from("/proc/sys/net/ipv4/tcp_rmem"))
-        );
+        assert_eq!(sysctl_path("net.ipv4.tcp_rmem").ok(), Some(PathBuf::from("/proc/sys/net/ipv4/tcp_rmem")));
         assert!(sysctl_path("../../etc/passwd").is_err());
         assert!(sysctl_path("net ipv4").is_err());
         assert!(sysctl_path("").is_err());

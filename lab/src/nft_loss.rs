@@ -53,15 +53,13 @@ impl NftLoss {
              add counter {TABLE} drops\n\
              add chain {TABLE} {CHAIN} {{ type filter hook prerouting priority -300; policy accept; }}\n"
         );
-        me.apply(ns, &(setup + &me.rules(p)?))
-            .context("installing nftables loss table")?;
+        me.apply(ns, &(setup + &me.rules(p)?)).context("installing nftables loss table")?;
         Ok(me)
     }
 
     /// Replaces the loss rule atomically (one nft transaction).
     pub(crate) fn set_loss(&self, ns: &Netns, p: f64) -> Result<()> {
-        self.apply(ns, &self.rules(p)?)
-            .with_context(|| format!("setting loss {p}"))
+        self.apply(ns, &self.rules(p)?).with_context(|| format!("setting loss {p}"))
     }
 
     fn rules(&self, p: f64) -> Result<String> {
@@ -72,9 +70,7 @@ impl NftLoss {
              add rule {TABLE} {CHAIN} {m} counter name \"seen\"\n"
         );
         if n > 0 {
-            s += &format!(
-                "add rule {TABLE} {CHAIN} {m} numgen random mod {SCALE} < {n} counter name \"drops\" drop\n"
-            );
+            s += &format!("add rule {TABLE} {CHAIN} {m} numgen random mod {SCALE} < {n} counter name \"drops\" drop\n");
         }
         Ok(s)
     }
@@ -85,10 +81,7 @@ impl NftLoss {
 
     /// Packets counted by the named counter `name` (`seen` or `drops`).
     pub(crate) fn counter(&self, ns: &Netns, name: &str) -> Result<u64> {
-        let out = cmd::run(
-            ns.command("nft")
-                .args(["list", "counter", "inet", "cct_loss", name]),
-        )?;
+        let out = cmd::run(ns.command("nft").args(["list", "counter", "inet", "cct_loss", name]))?;
         parse_packets(&out).with_context(|| format!("no packet count in nft output: {out}"))
     }
 }
@@ -119,17 +112,14 @@ mod tests {
 
     #[test]
     fn parses_counter_listing() {
-        let out =
-            "table inet cct_loss {\n\tcounter drops {\n\t\tpackets 502 bytes 24874944\n\t}\n}\n";
+        let out = "table inet cct_loss {\n\tcounter drops {\n\t\tpackets 502 bytes 24874944\n\t}\n}\n";
         assert_eq!(parse_packets(out), Some(502));
         assert_eq!(parse_packets("nothing"), None);
     }
 
     #[test]
     fn rules_text() {
-        let l = NftLoss {
-            daddr: Ipv4Addr::new(198, 18, 3, 2),
-        };
+        let l = NftLoss { daddr: Ipv4Addr::new(198, 18, 3, 2) };
         let r = l.rules(0.02).unwrap_or_default();
         assert!(r.contains(
             "meta l4proto tcp ip daddr 198.18.3.2 numgen random mod 10000 < 200 counter name \"drops\" drop"

@@ -27,11 +27,7 @@ const PROBE_RCVBUF: libc::c_int = 8 << 20;
 /// SO_RCVBUFFORCE on the asm-generic socket ABI (x86-64, arm64, riscv):
 /// unlike SO_RCVBUF it is not capped by the host-wide net.core.rmem_max,
 /// which we must not change from inside a lab.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "riscv64"
-))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
 const SO_RCVBUFFORCE: libc::c_int = 33;
 
 fn encode(buf: &mut [u8], seq: u64, send_ns: u64) {
@@ -52,21 +48,12 @@ fn decode(buf: &[u8]) -> Option<(u64, u64)> {
 
 fn udp_socket(bind: SocketAddrV4) -> Result<OwnedFd> {
     let fd = sys::socket_v4(libc::SOCK_DGRAM).context("socket")?;
-    #[cfg(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ))]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
     let forced = sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, SO_RCVBUFFORCE, PROBE_RCVBUF);
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    )))]
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
     let forced: std::io::Result<()> = Err(std::io::ErrorKind::Unsupported.into());
     if forced.is_err() {
-        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, PROBE_RCVBUF)
-            .context("SO_RCVBUF")?;
+        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, PROBE_RCVBUF).context("SO_RCVBUF")?;
     }
     sys::bind_v4(fd.as_fd(), bind).with_context(|| format!("bind {bind}"))?;
     Ok(fd)
@@ -170,10 +157,7 @@ impl UdpServer {
             sys::raise_thread_priority();
             let mut buf = vec![0u8; 2048];
             loop {
-                let mut p = [
-                    pollfd(t_stop.raw(), libc::POLLIN),
-                    pollfd(fd.as_raw_fd(), libc::POLLIN),
-                ];
+                let mut p = [pollfd(t_stop.raw(), libc::POLLIN), pollfd(fd.as_raw_fd(), libc::POLLIN)];
                 sys::ppoll(&mut p, None).context("ppoll")?;
                 if p[0].revents != 0 {
                     return Ok(());
@@ -189,11 +173,7 @@ impl UdpServer {
             }
         })?;
         match rx.recv() {
-            Ok(Ok(local)) => Ok(Self {
-                local,
-                stop,
-                thread: Some(thread),
-            }),
+            Ok(Ok(local)) => Ok(Self { local, stop, thread: Some(thread) }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e.context(format!("{name} on {bind} in {}", ns.name())))
@@ -268,32 +248,18 @@ impl UdpCounter {
         let received = Arc::new(AtomicU64::new(0));
         let out_of_order = Arc::new(AtomicU64::new(0));
         let next_expected = Arc::new(AtomicU64::new(0));
-        let (r, o, n) = (
-            received.clone(),
-            out_of_order.clone(),
-            next_expected.clone(),
-        );
-        let server = UdpServer::start(
-            ns,
-            "cct-udp-count",
-            SocketAddrV4::new(addr, port),
-            move |_, data, _| {
-                if let Some((seq, _)) = decode(data) {
-                    r.fetch_add(1, Ordering::Relaxed);
-                    if seq < n.load(Ordering::Relaxed) {
-                        o.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        n.store(seq + 1, Ordering::Relaxed);
-                    }
+        let (r, o, n) = (received.clone(), out_of_order.clone(), next_expected.clone());
+        let server = UdpServer::start(ns, "cct-udp-count", SocketAddrV4::new(addr, port), move |_, data, _| {
+            if let Some((seq, _)) = decode(data) {
+                r.fetch_add(1, Ordering::Relaxed);
+                if seq < n.load(Ordering::Relaxed) {
+                    o.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    n.store(seq + 1, Ordering::Relaxed);
                 }
-            },
-        )?;
-        Ok(UdpCounter {
-            server,
-            received,
-            out_of_order,
-            next_expected,
-        })
+            }
+        })?;
+        Ok(UdpCounter { server, received, out_of_order, next_expected })
     }
 
     pub fn port(&self) -> u16 {
@@ -311,14 +277,10 @@ impl UdpCounter {
 
 fn validate_probe(count: u64, payload_len: usize) -> Result<(), LabError> {
     if count == 0 || count > MAX_PROBES {
-        return Err(LabError::InvalidArgument(format!(
-            "probe count {count} not in 1..={MAX_PROBES}"
-        )));
+        return Err(LabError::InvalidArgument(format!("probe count {count} not in 1..={MAX_PROBES}")));
     }
     if !(HEADER..=MAX_PAYLOAD).contains(&payload_len) {
-        return Err(LabError::InvalidArgument(format!(
-            "probe payload {payload_len} not in {HEADER}..={MAX_PAYLOAD}"
-        )));
+        return Err(LabError::InvalidArgument(format!("probe payload {payload_len} not in {HEADER}..={MAX_PAYLOAD}")));
     }
     Ok(())
 }
@@ -337,12 +299,7 @@ pub struct PingOptions {
 
 impl Default for PingOptions {
     fn default() -> Self {
-        Self {
-            count: 300,
-            interval: Duration::from_millis(5),
-            payload_len: 64,
-            timeout: Duration::from_secs(1),
-        }
+        Self { count: 300, interval: Duration::from_millis(5), payload_len: 64, timeout: Duration::from_secs(1) }
     }
 }
 
@@ -410,12 +367,7 @@ fn ping_loop(peer: SocketAddrV4, opts: &PingOptions) -> Result<PingReport> {
             let due = start + opts.interval.saturating_mul(sent as u32);
             if now >= due {
                 encode(&mut tx, sent, monotonic_ns());
-                if send_probe(
-                    &fd,
-                    &tx,
-                    peer,
-                    now + opts.interval.max(Duration::from_millis(10)),
-                )? {
+                if send_probe(&fd, &tx, peer, now + opts.interval.max(Duration::from_millis(10)))? {
                     sent += 1;
                 } else {
                     bail!("could not send probe {sent}: socket stayed busy");
@@ -460,11 +412,7 @@ fn ping_loop(peer: SocketAddrV4, opts: &PingOptions) -> Result<PingReport> {
             }
         }
     }
-    Ok(PingReport {
-        sent,
-        rtts,
-        out_of_order,
-    })
+    Ok(PingReport { sent, rtts, out_of_order })
 }
 
 /// Options for [`udp_blast`].

@@ -19,10 +19,7 @@ pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
 /// Nanoseconds on CLOCK_MONOTONIC: the single time base of the emulator, so
 /// arrival, departure and release stamps are directly comparable.
 pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     // tv_sec/tv_nsec are non-negative for CLOCK_MONOTONIC.
@@ -47,13 +44,7 @@ impl EventFd {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an fd we own. A failure
         // (EAGAIN on counter overflow) still leaves the fd readable.
-        unsafe {
-            libc::write(
-                self.0.as_raw_fd(),
-                (&one as *const u64).cast(),
-                size_of::<u64>(),
-            )
-        };
+        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), size_of::<u64>()) };
     }
 
     pub(crate) fn is_signalled(&self) -> bool {
@@ -67,11 +58,7 @@ impl EventFd {
 }
 
 pub(crate) fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }
+    libc::pollfd { fd, events, revents: 0 }
 }
 
 /// `ppoll` with a nanosecond-resolution relative timeout (`None` = forever).
@@ -81,19 +68,10 @@ pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `fds` is a valid slice of pollfd for its length; `ts_ptr` is
     // null or points at a timespec living until the call returns; no sigmask.
-    let ret = unsafe {
-        libc::ppoll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            ts_ptr,
-            std::ptr::null(),
-        )
-    };
+    let ret = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ts_ptr, std::ptr::null()) };
     match cvt(ret) {
         Ok(n) => Ok(n as usize),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
@@ -157,58 +135,26 @@ pub(crate) fn setsockopt_bytes(
     value: &[u8],
 ) -> io::Result<()> {
     // SAFETY: passes a pointer to `value` and its exact length.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            value.as_ptr().cast(),
-            value.len() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t) })
+        .map(drop)
 }
 
 /// Reads a NUL-terminated string option such as TCP_CONGESTION.
-pub(crate) fn getsockopt_string(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-) -> io::Result<String> {
+pub(crate) fn getsockopt_string(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<String> {
     let mut buf = [0u8; 64];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `buf` and updates `len`.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    })?;
+    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &mut len) })?;
     let bytes = &buf[..(len as usize).min(buf.len())];
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
 }
 
-pub(crate) fn getsockopt_int(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-) -> io::Result<libc::c_int> {
+pub(crate) fn getsockopt_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `value`.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    })?;
+    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len) })?;
     Ok(value)
 }
 
@@ -220,13 +166,7 @@ pub(crate) fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
     // SAFETY: the kernel writes at most `len` bytes into `info`, which is
     // zero-initialised so any unwritten tail is a valid all-zero tcp_info.
     cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
+        libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len)
     })?;
     // SAFETY: zero-initialised plain-old-data struct, possibly partly
     // overwritten by the kernel: every bit pattern is valid for its fields.
@@ -239,29 +179,18 @@ pub(crate) fn sockaddr_in(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     sa.sin_family = libc::AF_INET as libc::sa_family_t;
     sa.sin_port = addr.port().to_be();
-    sa.sin_addr = libc::in_addr {
-        s_addr: u32::from(*addr.ip()).to_be(),
-    };
+    sa.sin_addr = libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() };
     sa
 }
 
 pub(crate) fn from_sockaddr_in(sa: &libc::sockaddr_in) -> std::net::SocketAddrV4 {
-    std::net::SocketAddrV4::new(
-        std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-        u16::from_be(sa.sin_port),
-    )
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)), u16::from_be(sa.sin_port))
 }
 
 /// Creates a close-on-exec, non-blocking IPv4 socket of `ty`.
 pub(crate) fn socket_v4(ty: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall without pointers.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_INET,
-            ty | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    })?;
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, ty | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) })?;
     // SAFETY: `fd` is a fresh descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -302,13 +231,7 @@ pub(crate) fn local_addr_v4(fd: BorrowedFd<'_>) -> io::Result<std::net::SocketAd
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `sa`.
-    cvt(unsafe {
-        libc::getsockname(
-            fd.as_raw_fd(),
-            (&mut sa as *mut libc::sockaddr_in).cast(),
-            &mut len,
-        )
-    })?;
+    cvt(unsafe { libc::getsockname(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in).cast(), &mut len) })?;
     Ok(from_sockaddr_in(&sa))
 }
 

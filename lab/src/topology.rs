@@ -76,10 +76,7 @@ const OFFLOADS: [(&str, &str); 4] = [
 fn prepare_namespace(ns: &Netns) -> Result<()> {
     // No IPv6: router solicitations, MLD and DAD would otherwise cross the
     // links and pollute packet counters.
-    for key in [
-        "net.ipv6.conf.all.disable_ipv6",
-        "net.ipv6.conf.default.disable_ipv6",
-    ] {
+    for key in ["net.ipv6.conf.all.disable_ipv6", "net.ipv6.conf.default.disable_ipv6"] {
         if ns.sysctl_get(key).is_ok() {
             ns.sysctl_set(key, "1")?;
         }
@@ -109,8 +106,8 @@ fn disable_offloads(ns: &Netns, dev: &str) -> Result<()> {
     // ethtool exits non-zero when a feature is fixed (e.g. "lro off [fixed]"),
     // even though the end state is what we want: judge by the read-back.
     let set_result = cmd::run(&mut set);
-    let features = cmd::run(ns.command("ethtool").args(["-k", dev]))
-        .with_context(|| format!("reading offloads of {dev}"))?;
+    let features =
+        cmd::run(ns.command("ethtool").args(["-k", dev])).with_context(|| format!("reading offloads of {dev}"))?;
     for (_, long) in OFFLOADS {
         let on = features.lines().any(|l| {
             l.trim()
@@ -119,11 +116,7 @@ fn disable_offloads(ns: &Netns, dev: &str) -> Result<()> {
                 .is_some_and(|v| v.trim_start().starts_with("on"))
         });
         if on {
-            let why = set_result
-                .as_ref()
-                .err()
-                .map(|e| format!("{e:#}"))
-                .unwrap_or_default();
+            let why = set_result.as_ref().err().map(|e| format!("{e:#}")).unwrap_or_default();
             bail!("{long} still on for {dev} in {}: {why}", ns.name());
         }
     }
@@ -188,13 +181,7 @@ impl VethPair {
         configure_interface(&sender, Self::SENDER_DEV, sender_addr)?;
         configure_interface(&receiver, Self::RECEIVER_DEV, receiver_addr)?;
         let loss = NftLoss::install(&receiver, receiver_addr, opts.loss)?;
-        Ok(VethPair {
-            loss,
-            sender_addr,
-            receiver_addr,
-            sender,
-            receiver,
-        })
+        Ok(VethPair { loss, sender_addr, receiver_addr, sender, receiver })
     }
 
     /// Changes the loss probability (rewrites the nft rule atomically; the
@@ -232,11 +219,7 @@ impl EmulatedPathSpec {
     /// `forward` as given; the reverse path gets the same delay, no loss and
     /// no rate cap.
     pub fn new(forward: PathSpec) -> Self {
-        Self {
-            reverse: PathSpec::delay(forward.one_way_delay),
-            forward,
-            seed: 1,
-        }
+        Self { reverse: PathSpec::delay(forward.one_way_delay), forward, seed: 1 }
     }
 
     /// Symmetric pure delay: `rtt / 2` each way.
@@ -281,16 +264,8 @@ impl EmulatedPath {
         let receiver = Netns::create("ercv")?;
         let s_tun = Self::build_end(&sender, Self::SENDER_DEV, sender_addr, receiver_addr)?;
         let r_tun = Self::build_end(&receiver, Self::RECEIVER_DEV, receiver_addr, sender_addr)?;
-        let forwarder =
-            Forwarder::start(s_tun.fd, r_tun.fd, &spec.forward, &spec.reverse, spec.seed)?;
-        Ok(EmulatedPath {
-            forwarder,
-            spec,
-            sender_addr,
-            receiver_addr,
-            sender,
-            receiver,
-        })
+        let forwarder = Forwarder::start(s_tun.fd, r_tun.fd, &spec.forward, &spec.reverse, spec.seed)?;
+        Ok(EmulatedPath { forwarder, spec, sender_addr, receiver_addr, sender, receiver })
     }
 
     /// One end: namespace settings, TUN device, address, route to the peer.
@@ -298,24 +273,11 @@ impl EmulatedPath {
         prepare_namespace(ns)?;
         allow_large_tcp_windows(ns)?;
         let tun = tun::create_in(ns, dev)?;
-        ns.ip(&[
-            "link",
-            "set",
-            "dev",
-            &tun.name,
-            "txqueuelen",
-            Self::TUN_TXQUEUELEN,
-        ])?;
+        ns.ip(&["link", "set", "dev", &tun.name, "txqueuelen", Self::TUN_TXQUEUELEN])?;
         configure_interface(ns, &tun.name, local)?;
         // TUN is point-to-point at layer 3: routing the peer's /24 to the
         // device is all it takes (no ARP, no gateway).
-        ns.ip(&[
-            "route",
-            "add",
-            &format!("{}/24", net24(peer)),
-            "dev",
-            &tun.name,
-        ])?;
+        ns.ip(&["route", "add", &format!("{}/24", net24(peer)), "dev", &tun.name])?;
         Ok(tun)
     }
 
@@ -337,18 +299,10 @@ impl EmulatedPath {
     pub fn overload_drops(&self) -> Result<(u64, u64)> {
         let read = |ns: &Netns, dev: &str| -> Result<u64> {
             // `ip netns exec` mounts a sysfs of that namespace.
-            let out = cmd::run(
-                ns.command("cat")
-                    .arg(format!("/sys/class/net/{dev}/statistics/tx_dropped")),
-            )?;
-            out.trim()
-                .parse()
-                .with_context(|| format!("tx_dropped of {dev}: {out:?}"))
+            let out = cmd::run(ns.command("cat").arg(format!("/sys/class/net/{dev}/statistics/tx_dropped")))?;
+            out.trim().parse().with_context(|| format!("tx_dropped of {dev}: {out:?}"))
         };
-        Ok((
-            read(&self.sender, Self::SENDER_DEV)?,
-            read(&self.receiver, Self::RECEIVER_DEV)?,
-        ))
+        Ok((read(&self.sender, Self::SENDER_DEV)?, read(&self.receiver, Self::RECEIVER_DEV)?))
     }
 }
 

@@ -87,12 +87,7 @@ impl Sink {
             sink_loop(&listener, &t_stop, &t_conns)
         })?;
         match rx.recv() {
-            Ok(Ok(local)) => Ok(Sink {
-                local,
-                stop,
-                conns,
-                thread: Some(thread),
-            }),
+            Ok(Ok(local)) => Ok(Sink { local, stop, conns, thread: Some(thread) }),
             Ok(Err(e)) => {
                 stop.signal();
                 let _ = thread.join();
@@ -145,17 +140,10 @@ impl Drop for Sink {
 
 fn listen(addr: SocketAddrV4, opts: &SinkOptions) -> Result<OwnedFd> {
     let fd = sys::socket_v4(libc::SOCK_STREAM).context("socket")?;
-    sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)
-        .context("SO_REUSEADDR")?;
+    sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("SO_REUSEADDR")?;
     if let Some(rcvbuf) = opts.rcvbuf {
         // Must precede listen(): the window scale is fixed at the handshake.
-        sys::setsockopt_int(
-            fd.as_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            clamp_int(rcvbuf),
-        )
-        .context("SO_RCVBUF")?;
+        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(rcvbuf)).context("SO_RCVBUF")?;
     }
     sys::bind_v4(fd.as_fd(), addr).with_context(|| format!("bind {addr}"))?;
     // SAFETY: plain syscall on a socket we own.
@@ -181,18 +169,11 @@ fn accept(listener: RawFd) -> std::io::Result<(OwnedFd, SocketAddrV4)> {
         )
     })?;
     // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-    Ok((
-        unsafe { OwnedFd::from_raw_fd(fd) },
-        sys::from_sockaddr_in(&sa),
-    ))
+    Ok((unsafe { OwnedFd::from_raw_fd(fd) }, sys::from_sockaddr_in(&sa)))
 }
 
 /// One thread multiplexes the listener and all connections with ppoll.
-fn sink_loop(
-    listener: &OwnedFd,
-    stop: &EventFd,
-    shared: &Mutex<Vec<SinkConnection>>,
-) -> Result<()> {
+fn sink_loop(listener: &OwnedFd, stop: &EventFd, shared: &Mutex<Vec<SinkConnection>>) -> Result<()> {
     let mut buf = vec![0u8; IO_CHUNK];
     // (socket, index into `shared`)
     let mut conns: Vec<(OwnedFd, usize)> = Vec::new();
@@ -201,11 +182,7 @@ fn sink_loop(
         pfds.clear();
         pfds.push(pollfd(stop.raw(), libc::POLLIN));
         pfds.push(pollfd(listener.as_raw_fd(), libc::POLLIN));
-        pfds.extend(
-            conns
-                .iter()
-                .map(|(fd, _)| pollfd(fd.as_raw_fd(), libc::POLLIN)),
-        );
+        pfds.extend(conns.iter().map(|(fd, _)| pollfd(fd.as_raw_fd(), libc::POLLIN)));
         sys::ppoll(&mut pfds, None).context("ppoll")?;
         if pfds[0].revents != 0 {
             return Ok(());
@@ -215,20 +192,12 @@ fn sink_loop(
                 match accept(listener.as_raw_fd()) {
                     Ok((fd, peer)) => {
                         let mut s = lock(shared);
-                        s.push(SinkConnection {
-                            peer,
-                            bytes: 0,
-                            open: true,
-                        });
+                        s.push(SinkConnection { peer, bytes: 0, open: true });
                         conns.push((fd, s.len() - 1));
                     }
                     Err(e) if is_would_block(&e) => break,
                     // That one peer is gone (or a signal hit): keep serving.
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)
-                        ) => {}
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EPROTO | libc::EINTR)) => {}
                     Err(e) => return Err(e).context("accept"),
                 }
             }
@@ -285,11 +254,7 @@ pub enum SendMode {
     /// Bulk for `bulk_for`, then keep the connection open writing
     /// `trickle_bytes` every `trickle_every` (0 bytes = fully idle) until the
     /// duration ends.
-    BulkThenTrickle {
-        bulk_for: Duration,
-        trickle_every: Duration,
-        trickle_bytes: usize,
-    },
+    BulkThenTrickle { bulk_for: Duration, trickle_every: Duration, trickle_bytes: usize },
 }
 
 /// Options for [`Sender::start`].
@@ -306,6 +271,9 @@ pub struct SenderOptions {
     pub sndbuf: Option<usize>,
     /// TCP_NODELAY (disable Nagle), for small paced writes.
     pub nodelay: bool,
+    /// Name of the sending thread (at most 15 bytes show), which the kernel reports as the
+    /// socket owner's command name; default `cct-sender`.
+    pub name: Option<String>,
 }
 
 impl Default for SenderOptions {
@@ -317,6 +285,7 @@ impl Default for SenderOptions {
             max_bytes: None,
             sndbuf: None,
             nodelay: false,
+            name: None,
         }
     }
 }
@@ -328,17 +297,12 @@ impl SenderOptions {
             return bad("duration must be in (0, 1 h]");
         }
         match self.mode {
-            SendMode::Paced {
-                rate_bps,
-                write_size,
-            } if rate_bps == 0 || write_size == 0 || write_size > 16 << 20 => {
+            SendMode::Paced { rate_bps, write_size } if rate_bps == 0 || write_size == 0 || write_size > 16 << 20 => {
                 bad("paced mode needs rate_bps > 0 and 0 < write_size <= 16 MiB")
             }
-            SendMode::BulkThenTrickle {
-                trickle_every,
-                trickle_bytes,
-                ..
-            } if trickle_every.is_zero() || trickle_bytes > 16 << 20 => {
+            SendMode::BulkThenTrickle { trickle_every, trickle_bytes, .. }
+                if trickle_every.is_zero() || trickle_bytes > 16 << 20 =>
+            {
                 bad("trickle needs trickle_every > 0 and trickle_bytes <= 16 MiB")
             }
             _ => Ok(()),
@@ -388,16 +352,11 @@ impl Sender {
         let (tx, rx) = mpsc::sync_channel(1);
         let (t_stop, t_abort) = (stop.clone(), abort.clone());
         let peer = SocketAddrV4::new(dst, port);
-        let thread = ns.spawn_thread("cct-sender", move || {
-            run_sender(peer, &opts, &t_stop, &t_abort, tx)
-        })?;
+        // The thread name becomes the kernel's comm for the socket's owner: tracers show it.
+        let name = opts.name.clone().unwrap_or_else(|| "cct-sender".to_string());
+        let thread = ns.spawn_thread(&name, move || run_sender(peer, &opts, &t_stop, &t_abort, tx))?;
         match rx.recv() {
-            Ok(local) => Ok(Sender {
-                local,
-                stop,
-                abort,
-                thread: Some(thread),
-            }),
+            Ok(local) => Ok(Sender { local, stop, abort, thread: Some(thread) }),
             // The thread only drops the channel without sending on failure.
             Err(_) => Err(thread_result(thread.join(), "sender")
                 .err()
@@ -474,21 +433,14 @@ impl SendState<'_> {
             if now >= deadline {
                 return Ok(false);
             }
-            let mut p = [
-                pollfd(self.stop.raw(), libc::POLLIN),
-                pollfd(self.fd.as_raw_fd(), libc::POLLOUT),
-            ];
+            let mut p = [pollfd(self.stop.raw(), libc::POLLIN), pollfd(self.fd.as_raw_fd(), libc::POLLOUT)];
             sys::ppoll(&mut p, Some(deadline - now)).context("ppoll")?;
             if p[0].revents != 0 {
                 return Ok(false);
             }
             if p[1].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-                let err = sys::getsockopt_int(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_ERROR)
-                    .unwrap_or(0);
-                bail!(
-                    "connection failed: {}",
-                    std::io::Error::from_raw_os_error(err)
-                );
+                let err = sys::getsockopt_int(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(0);
+                bail!("connection failed: {}", std::io::Error::from_raw_os_error(err));
             }
             if p[1].revents & libc::POLLOUT != 0 {
                 return Ok(true);
@@ -517,11 +469,7 @@ impl SendState<'_> {
                 Err(e) => return Err(e).context("send"),
             }
         }
-        Ok(if self.done() {
-            Phase::Done
-        } else {
-            Phase::Continue
-        })
+        Ok(if self.done() { Phase::Done } else { Phase::Continue })
     }
 
     /// Sleeps until `until` unless stopped first. Returns false if stopped.
@@ -547,13 +495,7 @@ impl SendState<'_> {
     /// `chunk` bytes every `interval` from `start` until `deadline`. If the
     /// network falls behind, the backlog is caught up (like an encoder's
     /// buffer), but never more than one second of it.
-    fn paced(
-        &mut self,
-        start: Instant,
-        deadline: Instant,
-        interval: Duration,
-        chunk: u64,
-    ) -> Result<Phase> {
+    fn paced(&mut self, start: Instant, deadline: Instant, interval: Duration, chunk: u64) -> Result<Phase> {
         let mut next = start;
         while next < deadline && Instant::now() < deadline {
             if !self.sleep_until(next)? {
@@ -604,26 +546,14 @@ impl SendState<'_> {
 fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<OwnedFd> {
     let fd = sys::socket_v4(libc::SOCK_STREAM).context("socket")?;
     if let Some(cc) = &opts.congestion {
-        sys::setsockopt_bytes(
-            fd.as_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_bytes(),
-        )
-        .with_context(|| format!("TCP_CONGESTION {cc}"))?;
+        sys::setsockopt_bytes(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
+            .with_context(|| format!("TCP_CONGESTION {cc}"))?;
     }
     if let Some(sndbuf) = opts.sndbuf {
-        sys::setsockopt_int(
-            fd.as_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            clamp_int(sndbuf),
-        )
-        .context("SO_SNDBUF")?;
+        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, clamp_int(sndbuf)).context("SO_SNDBUF")?;
     }
     if opts.nodelay {
-        sys::setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
-            .context("TCP_NODELAY")?;
+        sys::setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).context("TCP_NODELAY")?;
     }
     sys::connect_v4(fd.as_fd(), peer).context("connect")?;
     let deadline = Instant::now() + CONNECT_TIMEOUT;
@@ -632,10 +562,7 @@ fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<O
         if now >= deadline {
             bail!("connect to {peer} timed out");
         }
-        let mut p = [
-            pollfd(stop.raw(), libc::POLLIN),
-            pollfd(fd.as_raw_fd(), libc::POLLOUT),
-        ];
+        let mut p = [pollfd(stop.raw(), libc::POLLIN), pollfd(fd.as_raw_fd(), libc::POLLOUT)];
         sys::ppoll(&mut p, Some(deadline - now)).context("ppoll")?;
         if p[0].revents != 0 {
             bail!("stopped while connecting");
@@ -644,8 +571,7 @@ fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<O
             break;
         }
     }
-    let err =
-        sys::getsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ERROR).context("SO_ERROR")?;
+    let err = sys::getsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ERROR).context("SO_ERROR")?;
     if err != 0 {
         return Err(std::io::Error::from_raw_os_error(err)).context(format!("connect to {peer}"));
     }
@@ -666,32 +592,18 @@ fn run_sender(
     let _ = ready.send(local);
     drop(ready);
 
-    let mut st = SendState {
-        fd,
-        stop,
-        written: 0,
-        budget: opts.max_bytes.unwrap_or(u64::MAX),
-        zeros: vec![0u8; IO_CHUNK],
-    };
+    let mut st =
+        SendState { fd, stop, written: 0, budget: opts.max_bytes.unwrap_or(u64::MAX), zeros: vec![0u8; IO_CHUNK] };
     let deadline = start + opts.duration;
     match opts.mode {
         SendMode::Bulk => {
             st.bulk(deadline)?;
         }
-        SendMode::Paced {
-            rate_bps,
-            write_size,
-        } => {
-            let interval = Duration::from_nanos(
-                (write_size as u128 * 8_000_000_000 / rate_bps as u128) as u64,
-            );
+        SendMode::Paced { rate_bps, write_size } => {
+            let interval = Duration::from_nanos((write_size as u128 * 8_000_000_000 / rate_bps as u128) as u64);
             st.paced(start, deadline, interval, write_size as u64)?;
         }
-        SendMode::BulkThenTrickle {
-            bulk_for,
-            trickle_every,
-            trickle_bytes,
-        } => {
+        SendMode::BulkThenTrickle { bulk_for, trickle_every, trickle_bytes } => {
             let bulk_end = (start + bulk_for).min(deadline);
             if st.bulk(bulk_end)? == Phase::Continue {
                 st.paced(bulk_end, deadline, trickle_every, trickle_bytes as u64)?;
@@ -701,8 +613,7 @@ fn run_sender(
     st.drain(abort);
     let elapsed = start.elapsed();
     let info = sys::tcp_info(st.fd.as_fd()).context("TCP_INFO")?;
-    let congestion = sys::getsockopt_string(st.fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION)
-        .unwrap_or_default();
+    let congestion = sys::getsockopt_string(st.fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION).unwrap_or_default();
     let secs = elapsed.as_secs_f64();
     // The acknowledged FIN counts one sequence number: report payload only.
     let bytes_acked = info.tcpi_bytes_acked.min(st.written);
@@ -710,11 +621,7 @@ fn run_sender(
         bytes_written: st.written,
         bytes_acked,
         elapsed,
-        goodput_bps: if secs > 0.0 {
-            bytes_acked as f64 * 8.0 / secs
-        } else {
-            0.0
-        },
+        goodput_bps: if secs > 0.0 { bytes_acked as f64 * 8.0 / secs } else { 0.0 },
         total_retrans: info.tcpi_total_retrans,
         congestion,
         local_port: local.port(),

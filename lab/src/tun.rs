@@ -30,19 +30,13 @@ pub(crate) fn create_in(ns: &Netns, name: &str) -> Result<Tun> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || !name.is_ascii() {
         return Err(LabError::InvalidArgument(format!("bad interface name {name:?}")).into());
     }
-    ns.run_inside(|| open_tun(name))?
-        .with_context(|| format!("creating TUN {name} in {}", ns.name()))
+    ns.run_inside(|| open_tun(name))?.with_context(|| format!("creating TUN {name} in {}", ns.name()))
 }
 
 fn open_tun(name: &str) -> Result<Tun> {
     // SAFETY: the path literal is NUL-terminated; flags are plain integers.
-    let raw = cvt(unsafe {
-        libc::open(
-            c"/dev/net/tun".as_ptr(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    })
-    .context("opening /dev/net/tun")?;
+    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
+        .context("opening /dev/net/tun")?;
     // SAFETY: `raw` is a fresh descriptor owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
 
@@ -53,14 +47,11 @@ fn open_tun(name: &str) -> Result<Tun> {
     }
     ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `ifr` is.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) })
-        .context("ioctl(TUNSETIFF)")?;
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) }).context("ioctl(TUNSETIFF)")?;
 
     // The kernel writes back the final name (relevant for "%d" patterns).
     // SAFETY: ifr_name is NUL-terminated: we wrote < IFNAMSIZ bytes into a
     // zeroed array and the kernel keeps names below IFNAMSIZ as well.
-    let actual = unsafe { CStr::from_ptr(ifr.ifr_name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let actual = unsafe { CStr::from_ptr(ifr.ifr_name.as_ptr()) }.to_string_lossy().into_owned();
     Ok(Tun { fd, name: actual })
 }

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use cctrace_lab::{
-    host_timer_jitter, list_namespaces, udp_blast, udp_ping, BlastOptions, EmulatedPath,
-    EmulatedPathSpec, PathSpec, PingOptions, SendMode, Sender, SenderOptions, Sink, SinkOptions,
-    UdpCounter, UdpEcho,
+    host_timer_jitter, list_namespaces, udp_blast, udp_ping, BlastOptions, EmulatedPath, EmulatedPathSpec, PathSpec,
+    PingOptions, SendMode, Sender, SenderOptions, Sink, SinkOptions, UdpCounter, UdpEcho,
 };
 use common::{binomial_halfwidth, lab, mbps, Z99};
 
@@ -52,15 +51,9 @@ fn rtt_is_accurate_and_packets_stay_in_order() -> Result<()> {
             path.sender(),
             path.receiver_addr(),
             echo.port(),
-            PingOptions {
-                count: 400,
-                interval: Duration::from_millis(2),
-                ..PingOptions::default()
-            },
+            PingOptions { count: 400, interval: Duration::from_millis(2), ..PingOptions::default() },
         )?;
-        let host = jitter
-            .join()
-            .map_err(|_| anyhow::anyhow!("jitter thread panicked"))??;
+        let host = jitter.join().map_err(|_| anyhow::anyhow!("jitter thread panicked"))??;
         let after = path.stats();
         let sorted = report.sorted();
         ensure!(report.received() == 400, "lost probes on a lossless path");
@@ -109,11 +102,7 @@ fn rtt_is_accurate_and_packets_stay_in_order() -> Result<()> {
         path.sender(),
         path.receiver_addr(),
         counter.port(),
-        BlastOptions {
-            count: 10_000,
-            rate_pps: 20_000,
-            payload_len: 200,
-        },
+        BlastOptions { count: 10_000, rate_pps: 20_000, payload_len: 200 },
     )?;
     let stats = settle(|| counter.stats());
     println!("one-way burst: sent={sent} {stats:?}");
@@ -126,21 +115,14 @@ fn rtt_is_accurate_and_packets_stay_in_order() -> Result<()> {
 fn realised_loss_matches_configured_rate() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     const P: f64 = 0.02;
-    let spec = EmulatedPathSpec {
-        seed: 0xC0FFEE,
-        ..EmulatedPathSpec::new(PathSpec::delay(RTT / 2).with_loss(P))
-    };
+    let spec = EmulatedPathSpec { seed: 0xC0FFEE, ..EmulatedPathSpec::new(PathSpec::delay(RTT / 2).with_loss(P)) };
     let path = EmulatedPath::create(spec)?;
     let counter = UdpCounter::start(path.receiver(), path.receiver_addr(), 0)?;
     let sent = udp_blast(
         path.sender(),
         path.receiver_addr(),
         counter.port(),
-        BlastOptions {
-            count: 30_000,
-            rate_pps: 30_000,
-            payload_len: 100,
-        },
+        BlastOptions { count: 30_000, rate_pps: 30_000, payload_len: 100 },
     )?;
     let received = settle(|| counter.stats()).received;
     let fwd = path.stats().forward;
@@ -157,19 +139,10 @@ fn realised_loss_matches_configured_rate() -> Result<()> {
         n as f64 * P + hw
     );
     ensure!(n == sent, "forwarder saw {n} packets, {sent} were sent");
-    ensure!(
-        (fwd.dropped_loss as f64 - n as f64 * P).abs() <= hw,
-        "realised loss outside the 99% binomial interval"
-    );
-    ensure!(
-        lost_by_probe == fwd.dropped_loss,
-        "receiver count disagrees with the forwarder's loss counter"
-    );
+    ensure!((fwd.dropped_loss as f64 - n as f64 * P).abs() <= hw, "realised loss outside the 99% binomial interval");
+    ensure!(lost_by_probe == fwd.dropped_loss, "receiver count disagrees with the forwarder's loss counter");
     ensure!(fwd.dropped_queue == 0 && fwd.dropped_other == 0);
-    ensure!(
-        rev.dropped_loss == 0,
-        "reverse path must be lossless by default"
-    );
+    ensure!(rev.dropped_loss == 0, "reverse path must be lossless by default");
     Ok(())
 }
 
@@ -177,12 +150,7 @@ fn realised_loss_matches_configured_rate() -> Result<()> {
 fn bulk_tcp_exceeds_200_mbit() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(RTT))?;
-    let sink = Sink::start(
-        path.receiver(),
-        path.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
@@ -206,11 +174,7 @@ fn bulk_tcp_exceeds_200_mbit() -> Result<()> {
         report.total_retrans
     );
     ensure!(report.congestion == "cubic");
-    ensure!(
-        report.goodput_bps >= 200e6,
-        "goodput {:.1} Mbit/s below 200",
-        mbps(report.goodput_bps)
-    );
+    ensure!(report.goodput_bps >= 200e6, "goodput {:.1} Mbit/s below 200", mbps(report.goodput_bps));
     ensure!(stats.forward.dropped_other == 0 && stats.reverse.dropped_other == 0);
     Ok(())
 }
@@ -220,15 +184,8 @@ fn rate_cap_and_queue_shape_a_bulk_flow() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     const RATE: u64 = 20_000_000;
     const QUEUE: usize = 150_000;
-    let path = EmulatedPath::create(EmulatedPathSpec::new(
-        PathSpec::delay(RTT / 2).with_rate(RATE, QUEUE),
-    ))?;
-    let sink = Sink::start(
-        path.receiver(),
-        path.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let path = EmulatedPath::create(EmulatedPathSpec::new(PathSpec::delay(RTT / 2).with_rate(RATE, QUEUE)))?;
+    let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
@@ -251,22 +208,10 @@ fn rate_cap_and_queue_shape_a_bulk_flow() -> Result<()> {
     );
     // Goodput excludes headers (~3 %) and slow start; it must not exceed
     // the cap and should come close to it.
-    ensure!(
-        report.goodput_bps <= RATE as f64,
-        "faster than the rate cap"
-    );
-    ensure!(
-        report.goodput_bps >= 0.8 * RATE as f64,
-        "far below the rate cap"
-    );
-    ensure!(
-        fwd.max_queue_bytes <= QUEUE as u64,
-        "queue exceeded its limit"
-    );
-    ensure!(
-        fwd.dropped_queue > 0,
-        "cubic should overflow a 150 kB queue"
-    );
+    ensure!(report.goodput_bps <= RATE as f64, "faster than the rate cap");
+    ensure!(report.goodput_bps >= 0.8 * RATE as f64, "far below the rate cap");
+    ensure!(fwd.max_queue_bytes <= QUEUE as u64, "queue exceeded its limit");
+    ensure!(fwd.dropped_queue > 0, "cubic should overflow a 150 kB queue");
     Ok(())
 }
 
@@ -274,27 +219,16 @@ fn rate_cap_and_queue_shape_a_bulk_flow() -> Result<()> {
 fn drop_mid_flow_removes_namespaces_promptly() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(RTT))?;
-    let names = [
-        path.sender().name().to_owned(),
-        path.receiver().name().to_owned(),
-    ];
+    let names = [path.sender().name().to_owned(), path.receiver().name().to_owned()];
     let listed = list_namespaces()?;
     ensure!(names.iter().all(|n| listed.contains(n)));
     // Tear down mid-flood: the forwarder must stop even while saturated.
-    let sink = Sink::start(
-        path.receiver(),
-        path.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
         sink.port(),
-        SenderOptions {
-            duration: Duration::from_secs(30),
-            ..SenderOptions::default()
-        },
+        SenderOptions { duration: Duration::from_secs(30), ..SenderOptions::default() },
     )?;
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
@@ -305,17 +239,9 @@ fn drop_mid_flow_removes_namespaces_promptly() -> Result<()> {
     drop(sink);
     let generators_took = t.elapsed();
     let listed = list_namespaces()?;
-    println!(
-        "emulated path torn down mid-flow in {took:?}, generators stopped in {generators_took:?}"
-    );
-    ensure!(
-        names.iter().all(|n| !listed.contains(n)),
-        "namespaces left behind"
-    );
+    println!("emulated path torn down mid-flow in {took:?}, generators stopped in {generators_took:?}");
+    ensure!(names.iter().all(|n| !listed.contains(n)), "namespaces left behind");
     ensure!(took < Duration::from_secs(2), "teardown took {took:?}");
-    ensure!(
-        generators_took < Duration::from_secs(2),
-        "generators took {generators_took:?}"
-    );
+    ensure!(generators_took < Duration::from_secs(2), "generators took {generators_took:?}");
     Ok(())
 }

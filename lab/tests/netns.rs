@@ -20,29 +20,16 @@ fn namespace_identity_and_lifecycle() -> Result<()> {
     let ns = Netns::create("unit")?;
     let name = ns.name().to_owned();
     let prefix = format!("cct-{}-", std::process::id());
-    ensure!(
-        name.starts_with(&prefix) && name.ends_with("-unit"),
-        "name {name}"
-    );
+    ensure!(name.starts_with(&prefix) && name.ends_with("-unit"), "name {name}");
     ensure!(ns.path() == std::path::Path::new("/run/netns").join(&name));
     ensure!(std::fs::metadata(ns.path())?.ino() == ns.inode());
 
     // A process started through command() lives in the namespace.
     let out = ns.command("readlink").arg("/proc/self/ns/net").output()?;
     let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    ensure!(
-        link == format!("net:[{}]", ns.inode()),
-        "{link} vs {}",
-        ns.inode()
-    );
-    let out = ns
-        .command("ip")
-        .args(["-o", "link", "show", "lo"])
-        .output()?;
-    ensure!(
-        String::from_utf8_lossy(&out.stdout).contains("UP"),
-        "lo not up"
-    );
+    ensure!(link == format!("net:[{}]", ns.inode()), "{link} vs {}", ns.inode());
+    let out = ns.command("ip").args(["-o", "link", "show", "lo"]).output()?;
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("UP"), "lo not up");
 
     ensure!(list_namespaces()?.contains(&name));
     drop(ns);
@@ -58,10 +45,7 @@ fn sysctl_is_per_namespace() -> Result<()> {
     let ns = Netns::create("sysctl")?;
     ns.sysctl_set(key, "bbr")?;
     ensure!(ns.sysctl_get(key)? == "bbr");
-    let out = ns
-        .command("cat")
-        .arg("/proc/sys/net/ipv4/tcp_congestion_control")
-        .output()?;
+    let out = ns.command("cat").arg("/proc/sys/net/ipv4/tcp_congestion_control").output()?;
     ensure!(String::from_utf8_lossy(&out.stdout).trim() == "bbr");
     let host_after = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")?;
     ensure!(host_before == host_after, "host sysctl changed");
@@ -113,9 +97,6 @@ fn stale_namespaces_of_dead_processes_are_removed() -> Result<()> {
         bail!("{stale} not removed (removed: {removed:?})");
     }
     ensure!(removed.contains(&stale));
-    ensure!(
-        listed.contains(&live.name().to_owned()),
-        "live namespace removed"
-    );
+    ensure!(listed.contains(&live.name().to_owned()), "live namespace removed");
     Ok(())
 }

@@ -9,18 +9,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use cctrace_lab::{
-    EmulatedPath, EmulatedPathSpec, LabError, Netns, SendMode, Sender, SenderOptions, Sink,
-    SinkOptions, VethOptions, VethPair,
+    EmulatedPath, EmulatedPathSpec, LabError, Netns, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions,
+    VethPair,
 };
 use common::{lab, mbps};
 
 /// `ss -tnHi` socket lines (state first; the indented `-i` detail lines
 /// are dropped) in `ns` for connections with local port `port`.
 fn ss_lines(ns: &Netns, port: u16) -> Result<Vec<String>> {
-    let out = ns
-        .command("ss")
-        .args(["-tnHi", "state", "all", &format!("sport = :{port}")])
-        .output()?;
+    let out = ns.command("ss").args(["-tnHi", "state", "all", &format!("sport = :{port}")]).output()?;
     ensure!(out.status.success(), "ss failed");
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -33,12 +30,7 @@ fn ss_lines(ns: &Netns, port: u16) -> Result<Vec<String>> {
 fn paced_sender_holds_its_rate() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let pair = VethPair::create(VethOptions::default())?;
-    let sink = Sink::start(
-        pair.receiver(),
-        pair.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(pair.receiver(), pair.receiver_addr(), 0, SinkOptions::default())?;
     for (rate, write) in [(25_000_000u64, 64 * 1024usize), (500_000, 1024)] {
         let t = Instant::now();
         let report = Sender::start(
@@ -46,10 +38,7 @@ fn paced_sender_holds_its_rate() -> Result<()> {
             pair.receiver_addr(),
             sink.port(),
             SenderOptions {
-                mode: SendMode::Paced {
-                    rate_bps: rate,
-                    write_size: write,
-                },
+                mode: SendMode::Paced { rate_bps: rate, write_size: write },
                 duration: Duration::from_secs(2),
                 nodelay: write < 4096,
                 ..SenderOptions::default()
@@ -75,10 +64,7 @@ fn paced_sender_holds_its_rate() -> Result<()> {
         ensure!(report.bytes_acked == report.bytes_written);
     }
     let conns = sink.connections();
-    ensure!(
-        conns.len() == 2 && conns.iter().all(|c| !c.open),
-        "{conns:?}"
-    );
+    ensure!(conns.len() == 2 && conns.iter().all(|c| !c.open), "{conns:?}");
     Ok(())
 }
 
@@ -86,37 +72,21 @@ fn paced_sender_holds_its_rate() -> Result<()> {
 fn byte_budget_ends_the_flow_early_and_closes_cleanly() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let pair = VethPair::create(VethOptions::default())?;
-    let sink = Sink::start(
-        pair.receiver(),
-        pair.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(pair.receiver(), pair.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         pair.sender(),
         pair.receiver_addr(),
         sink.port(),
-        SenderOptions {
-            duration: Duration::from_secs(10),
-            max_bytes: Some(3_000_000),
-            ..SenderOptions::default()
-        },
+        SenderOptions { duration: Duration::from_secs(10), max_bytes: Some(3_000_000), ..SenderOptions::default() },
     )?;
     let port = sender.local_port();
     let report = sender.wait()?;
     ensure!(report.bytes_written == 3_000_000 && report.bytes_acked == 3_000_000);
-    ensure!(
-        report.elapsed < Duration::from_secs(2),
-        "took {:?}",
-        report.elapsed
-    );
+    ensure!(report.elapsed < Duration::from_secs(2), "took {:?}", report.elapsed);
     ensure!(report.local_port == port);
     // Orderly close: our side is in TIME-WAIT (or gone), never reset.
     let lines = ss_lines(pair.sender(), port)?;
-    ensure!(
-        lines.iter().all(|l| l.starts_with("TIME-WAIT")),
-        "unexpected socket states: {lines:?}"
-    );
+    ensure!(lines.iter().all(|l| l.starts_with("TIME-WAIT")), "unexpected socket states: {lines:?}");
     let conns = sink.connections();
     ensure!(conns.len() == 1 && conns[0].bytes == 3_000_000 && !conns[0].open);
     Ok(())
@@ -126,12 +96,7 @@ fn byte_budget_ends_the_flow_early_and_closes_cleanly() -> Result<()> {
 fn bulk_then_trickle_keeps_the_connection_open() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(Duration::from_millis(20)))?;
-    let sink = Sink::start(
-        path.receiver(),
-        path.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
@@ -152,20 +117,11 @@ fn bulk_then_trickle_keeps_the_connection_open() -> Result<()> {
     let bytes_mid = sink.total_bytes();
     let report = sender.wait()?;
     println!("mid-trickle ss: {during:?}");
-    ensure!(
-        during.len() == 1 && during[0].starts_with("ESTAB"),
-        "flow not established while trickling: {during:?}"
-    );
+    ensure!(during.len() == 1 && during[0].starts_with("ESTAB"), "flow not established while trickling: {during:?}");
     let trickled = report.bytes_written - bytes_mid;
-    ensure!(
-        (100..=1000).contains(&trickled),
-        "trickle phase wrote {trickled} bytes after the bulk phase"
-    );
+    ensure!((100..=1000).contains(&trickled), "trickle phase wrote {trickled} bytes after the bulk phase");
     let after = ss_lines(path.sender(), port)?;
-    ensure!(
-        after.iter().all(|l| l.starts_with("TIME-WAIT")),
-        "{after:?}"
-    );
+    ensure!(after.iter().all(|l| l.starts_with("TIME-WAIT")), "{after:?}");
     Ok(())
 }
 
@@ -173,28 +129,15 @@ fn bulk_then_trickle_keeps_the_connection_open() -> Result<()> {
 fn small_receive_buffer_limits_the_flow() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(Duration::from_millis(30)))?;
-    let sink = Sink::start(
-        path.receiver(),
-        path.receiver_addr(),
-        0,
-        SinkOptions {
-            rcvbuf: Some(64 * 1024),
-        },
-    )?;
+    let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions { rcvbuf: Some(64 * 1024) })?;
     let report = Sender::start(
         path.sender(),
         path.receiver_addr(),
         sink.port(),
-        SenderOptions {
-            duration: Duration::from_secs(1),
-            ..SenderOptions::default()
-        },
+        SenderOptions { duration: Duration::from_secs(1), ..SenderOptions::default() },
     )?
     .wait()?;
-    println!(
-        "64 KiB rcvbuf over 30 ms: {:.1} Mbit/s",
-        mbps(report.goodput_bps)
-    );
+    println!("64 KiB rcvbuf over 30 ms: {:.1} Mbit/s", mbps(report.goodput_bps));
     // The window caps the flow near rcvbuf/RTT (~17-35 Mbit/s), far
     // below what the path carries unconstrained.
     ensure!(report.goodput_bps < 60e6, "not receive-window limited");
@@ -206,12 +149,7 @@ fn small_receive_buffer_limits_the_flow() -> Result<()> {
 fn congestion_control_is_per_socket() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let pair = VethPair::create(VethOptions::default())?;
-    let sink = Sink::start(
-        pair.receiver(),
-        pair.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(pair.receiver(), pair.receiver_addr(), 0, SinkOptions::default())?;
     for cc in ["bbr", "reno", "cubic"] {
         let report = Sender::start(
             pair.sender(),
@@ -224,20 +162,13 @@ fn congestion_control_is_per_socket() -> Result<()> {
             },
         )?
         .wait()?;
-        ensure!(
-            report.congestion == cc,
-            "{} instead of {cc}",
-            report.congestion
-        );
+        ensure!(report.congestion == cc, "{} instead of {cc}", report.congestion);
     }
     let err = Sender::start(
         pair.sender(),
         pair.receiver_addr(),
         sink.port(),
-        SenderOptions {
-            congestion: Some("no-such-cc".into()),
-            ..SenderOptions::default()
-        },
+        SenderOptions { congestion: Some("no-such-cc".into()), ..SenderOptions::default() },
     )
     .err();
     ensure!(err.is_some(), "unknown congestion control accepted");
@@ -248,11 +179,7 @@ fn congestion_control_is_per_socket() -> Result<()> {
 fn generators_refuse_addresses_outside_the_lab() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let ns = Netns::create("guard")?;
-    for ip in [
-        Ipv4Addr::new(10, 0, 0, 1),
-        Ipv4Addr::new(8, 8, 8, 8),
-        Ipv4Addr::LOCALHOST,
-    ] {
+    for ip in [Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(8, 8, 8, 8), Ipv4Addr::LOCALHOST] {
         let err = Sender::start(&ns, ip, 9, SenderOptions::default()).err();
         ensure!(
             matches!(
@@ -270,30 +197,18 @@ fn generators_refuse_addresses_outside_the_lab() -> Result<()> {
 fn stop_ends_a_long_flow_promptly() -> Result<()> {
     let Some(_lab) = lab() else { return Ok(()) };
     let pair = VethPair::create(VethOptions::default())?;
-    let sink = Sink::start(
-        pair.receiver(),
-        pair.receiver_addr(),
-        0,
-        SinkOptions::default(),
-    )?;
+    let sink = Sink::start(pair.receiver(), pair.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         pair.sender(),
         pair.receiver_addr(),
         sink.port(),
-        SenderOptions {
-            duration: Duration::from_secs(60),
-            ..SenderOptions::default()
-        },
+        SenderOptions { duration: Duration::from_secs(60), ..SenderOptions::default() },
     )?;
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     sender.stop();
     let report = sender.wait()?;
-    ensure!(
-        t.elapsed() < Duration::from_secs(1),
-        "stop took {:?}",
-        t.elapsed()
-    );
+    ensure!(t.elapsed() < Duration::from_secs(1), "stop took {:?}", t.elapsed());
     ensure!(report.bytes_written > 0 && report.bytes_acked == report.bytes_written);
 
     // Dropping a running sender is prompt as well.
@@ -301,18 +216,11 @@ fn stop_ends_a_long_flow_promptly() -> Result<()> {
         pair.sender(),
         pair.receiver_addr(),
         sink.port(),
-        SenderOptions {
-            duration: Duration::from_secs(60),
-            ..SenderOptions::default()
-        },
+        SenderOptions { duration: Duration::from_secs(60), ..SenderOptions::default() },
     )?;
     std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
     drop(sender);
-    ensure!(
-        t.elapsed() < Duration::from_secs(1),
-        "drop took {:?}",
-        t.elapsed()
-    );
+    ensure!(t.elapsed() < Duration::from_secs(1), "drop took {:?}", t.elapsed());
     Ok(())
 }

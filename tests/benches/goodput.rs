@@ -59,7 +59,10 @@ fn main() -> Result<()> {
     let path = EmulatedPath::create(spec).context("building the emulated path")?;
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
 
-    println!("path: {rtt_ms} ms RTT, {:.1}% random loss, {rate_mbps} Mbit/s bottleneck; {secs} s bulk per algorithm", loss * 100.0);
+    println!(
+        "path: {rtt_ms} ms RTT, {:.1}% random loss, {rate_mbps} Mbit/s bottleneck; {secs} s bulk per algorithm",
+        loss * 100.0
+    );
     let cubic = bulk(&path, "cubic", secs)?;
     let bbr = bulk(&path, "bbr", secs)?;
     let mss = 1448.0;

@@ -264,7 +264,9 @@ pub fn nstat_in(netns: &str, counter: &str) -> Result<u64> {
 pub fn loaded_bpf_programs() -> Result<Vec<String>> {
     let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("running bpftool")?;
     let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
-    Ok(v.as_array().map(|a| a.iter().filter_map(|p| p["name"].as_str().map(String::from)).collect()).unwrap_or_default())
+    Ok(v.as_array()
+        .map(|a| a.iter().filter_map(|p| p["name"].as_str().map(String::from)).collect())
+        .unwrap_or_default())
 }
 
 /// Number of BPF links (bpftool link show).

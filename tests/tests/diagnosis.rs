@@ -19,11 +19,11 @@ fn wan(loss: f64) -> Result<EmulatedPath> {
     let mut spec =
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
-    Ok(EmulatedPath::create(spec)?)
+    EmulatedPath::create(spec)
 }
 
 fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) -> Result<Sender> {
-    Ok(Sender::start(
+    Sender::start(
         path.sender(),
         path.receiver_addr(),
         port,
@@ -34,7 +34,7 @@ fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) ->
             nodelay: true,
             ..Default::default()
         },
-    )?)
+    )
 }
 
 /// Flow lines of the sender-side socket with local port `port`.
@@ -119,7 +119,13 @@ fn lossy_wan_flags_cubic_and_spares_bbr_and_thin_streams() -> Result<()> {
         let rtt = evidence["srtt_ms"].as_f64().unwrap_or(0.0);
         assert!((29.0..45.0).contains(&rtt), "srtt {rtt}");
         let fix = out.last["fix"].to_string();
-        assert!(fix.contains(&format!("ip netns exec {} sysctl -w net.ipv4.tcp_congestion_control=bbr", path.sender().name())), "{fix}");
+        assert!(
+            fix.contains(&format!(
+                "ip netns exec {} sysctl -w net.ipv4.tcp_congestion_control=bbr",
+                path.sender().name()
+            )),
+            "{fix}"
+        );
         assert!(fix.contains("roll back") && fix.contains("/etc/sysctl.d/"), "{fix}");
     }
     let bbr_bulk = o("bbr bulk")?;
@@ -143,12 +149,8 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     let path = wan(0.0)?;
     let tracer = Tracer::start(&["--interval", "1000"])?;
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let _small = Sink::start(
-        path.receiver(),
-        path.receiver_addr(),
-        SMALL_RCVBUF_PORT,
-        SinkOptions { rcvbuf: Some(32 * 1024) },
-    )?;
+    let _small =
+        Sink::start(path.receiver(), path.receiver_addr(), SMALL_RCVBUF_PORT, SinkOptions { rcvbuf: Some(32 * 1024) })?;
     let bulk = start(&path, PORT, "cubic", SendMode::Bulk, 12)?;
     let windowed = start(&path, SMALL_RCVBUF_PORT, "cubic", SendMode::Bulk, 12)?;
     let (bulk_port, windowed_port) = (bulk.local_port(), windowed.local_port());

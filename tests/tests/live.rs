@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use cctrace_lab::{
-    EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions,
-    VethPair,
+    EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair,
 };
 use cctrace_tests::{
     bpf_link_count, loaded_bpf_programs, monotonic_ns, nstat_in, require_kernel, serial, ss_in, Tracer,
@@ -67,10 +66,8 @@ fn samples_agree_with_ss() -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
         let mid = (t0 + t1) / 2;
         let samples = flow_samples(&tracer, netns, port);
-        let nearest = samples
-            .iter()
-            .min_by_key(|s| u(s, "ts_ns").abs_diff(mid))
-            .context("cctrace has no sample of the flow")?;
+        let nearest =
+            samples.iter().min_by_key(|s| u(s, "ts_ns").abs_diff(mid)).context("cctrace has no sample of the flow")?;
         let gap_ms = u(nearest, "ts_ns").abs_diff(mid) as f64 / 1e6;
         assert!(gap_ms < 100.0, "nearest sample is {gap_ms} ms from the ss reading");
 
@@ -152,7 +149,11 @@ fn retransmissions_ca_states_and_close_match_the_kernel() -> Result<()> {
     assert_eq!(flow_line["closed"], true);
     assert_eq!(flow_line["cc"], "cubic");
     assert_eq!(flow_line["retrans"].as_u64(), Some(traced));
-    assert!(flow_line["ca_time_ms"]["Recovery"].as_u64().unwrap_or(0) + flow_line["ca_time_ms"]["Loss"].as_u64().unwrap_or(0) > 0);
+    assert!(
+        flow_line["ca_time_ms"]["Recovery"].as_u64().unwrap_or(0)
+            + flow_line["ca_time_ms"]["Loss"].as_u64().unwrap_or(0)
+            > 0
+    );
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let summary = lines.last().context("no summary")?;
@@ -180,12 +181,16 @@ fn flows_in_two_namespaces_carry_their_own_netns() -> Result<()> {
     let (s_ns, r_ns) = (lab.sender().inode(), lab.receiver().inode());
     assert_ne!(s_ns, r_ns);
     let closed = |lines: &[Value], ns: u64, local_port: u16| {
-        lines.iter().rev().find(|v| {
-            v["type"] == "flow"
-                && v["netns"].as_u64() == Some(ns)
-                && v["sport"].as_u64() == Some(u64::from(local_port))
-                && v["closed"] == true
-        }).cloned()
+        lines
+            .iter()
+            .rev()
+            .find(|v| {
+                v["type"] == "flow"
+                    && v["netns"].as_u64() == Some(ns)
+                    && v["sport"].as_u64() == Some(u64::from(local_port))
+                    && v["closed"] == true
+            })
+            .cloned()
     };
     tracer.wait_for("both ends of the connection closed", Duration::from_secs(10), |lines| {
         closed(lines, s_ns, port).is_some() && closed(lines, r_ns, PORT).is_some()
@@ -198,7 +203,11 @@ fn flows_in_two_namespaces_carry_their_own_netns() -> Result<()> {
     assert_eq!(u(&last(r_ns, PORT), "bytes_received"), sink.total_bytes() + 1);
     assert_eq!(u(&last(s_ns, port), "bytes_acked"), sink.total_bytes() + 2);
     assert_eq!(last(r_ns, PORT)["dport"].as_u64(), Some(u64::from(port)));
-    assert_eq!(last(s_ns, port)["owner"]["comm"].as_str().map(|c| !c.is_empty()), Some(true), "connect() side knows its owner");
+    assert_eq!(
+        last(s_ns, port)["owner"]["comm"].as_str().map(|c| !c.is_empty()),
+        Some(true),
+        "connect() side knows its owner"
+    );
     tracer.stop()?;
     Ok(())
 }
@@ -223,7 +232,9 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
     let report = sender.wait()?;
     let netns = lab.sender().inode();
     tracer.wait_for("the flow closed", Duration::from_secs(10), |lines| {
-        lines.iter().any(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true)
+        lines.iter().any(|v| {
+            v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true
+        })
     })?;
     let samples = flow_samples(&tracer, netns, port);
     let last = samples.last().context("no samples")?;
@@ -231,7 +242,12 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
     assert!(u(last, "snd_cwnd") >= 2);
     // The kernel counts sequence space: the FIN (and on the sender's last TCP_INFO read, an
     // in-flight tail) make up to two bytes of difference.
-    assert!(u(last, "bytes_acked").abs_diff(report.bytes_acked) <= 2, "{} vs {}", u(last, "bytes_acked"), report.bytes_acked);
+    assert!(
+        u(last, "bytes_acked").abs_diff(report.bytes_acked) <= 2,
+        "{} vs {}",
+        u(last, "bytes_acked"),
+        report.bytes_acked
+    );
     tracer.stop()?;
     Ok(())
 }

@@ -144,7 +144,7 @@ pub struct FlowSample {
 
 pub const FLOW_SAMPLE_SIZE: usize = 256;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
-const _: () = assert!(core::mem::size_of::<FlowSample>() % 8 == 0);
+const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
 /// Location of a bit field inside a struct: byte to read, then `(byte >> shift) & mask`.
 #[repr(C)]

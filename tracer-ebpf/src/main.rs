@@ -13,16 +13,16 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_jiffies64,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_jiffies64, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
     },
     macros::{btf_tracepoint, map, tracepoint},
     maps::{LruHashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use tracer_common::{
-    counter, flag, reason, record_kind, BitField, ClassicTracepointOffsets, Config, FlowSample,
-    FlowState, Offsets, RecordHeader, ABSENT, FLOW_SAMPLE_SIZE, WIRE_VERSION,
+    counter, flag, reason, record_kind, BitField, ClassicTracepointOffsets, Config, FlowSample, FlowState, Offsets,
+    RecordHeader, ABSENT, FLOW_SAMPLE_SIZE, WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -127,7 +127,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         return Ok(0);
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    let mut state = match FLOWS.get_ptr_mut(&hit.cookie) {
+    let mut state = match FLOWS.get_ptr_mut(hit.cookie) {
         // SAFETY: the pointer is into the map value, valid for this program run.
         Some(p) => unsafe { *p },
         None => FlowState::default(),
@@ -145,7 +145,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         // The first retransmission after a quiet interval is sampled at once; the rest of the
         // burst is counted here and seen in the periodic samples.
         if !due(state.last_retrans_emit_ns) {
-            if FLOWS.insert(&hit.cookie, &state, 0).is_err() {
+            if FLOWS.insert(hit.cookie, state, 0).is_err() {
                 bump(counter::FLOW_MAP_FULL);
             }
             return Ok(0);
@@ -164,8 +164,8 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     // The entry lives until destroy (which follows the move to CLOSE), so the close and destroy
     // samples still carry the owner and the retransmission count.
     if hit.reason == reason::DESTROY {
-        let _ = FLOWS.remove(&hit.cookie);
-    } else if FLOWS.insert(&hit.cookie, &state, 0).is_err() {
+        let _ = FLOWS.remove(hit.cookie);
+    } else if FLOWS.insert(hit.cookie, state, 0).is_err() {
         bump(counter::FLOW_MAP_FULL);
     }
     Ok(0)
@@ -184,11 +184,8 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
     unsafe {
         core::ptr::write_bytes(s as *mut u8, 0, FLOW_SAMPLE_SIZE);
         let s = &mut *s;
-        s.header = RecordHeader {
-            version: WIRE_VERSION,
-            kind: record_kind::FLOW_SAMPLE,
-            size: FLOW_SAMPLE_SIZE as u32,
-        };
+        s.header =
+            RecordHeader { version: WIRE_VERSION, kind: record_kind::FLOW_SAMPLE, size: FLOW_SAMPLE_SIZE as u32 };
         s.ts_ns = now;
         s.cookie = hit.cookie;
         s.reason = hit.reason;
@@ -203,11 +200,8 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
 
         let family: u16 = read(sk, global!(OFFSETS.skc_family));
         s.family = family;
-        s.tcp_state = if hit.reason == reason::STATE_CHANGE {
-            hit.new_state
-        } else {
-            read(sk, global!(OFFSETS.skc_state))
-        };
+        s.tcp_state =
+            if hit.reason == reason::STATE_CHANGE { hit.new_state } else { read(sk, global!(OFFSETS.skc_state)) };
         s.sport = read(sk, global!(OFFSETS.skc_num));
         s.dport = u16::from_be(read(sk, global!(OFFSETS.skc_dport)));
         if family == AF_INET6 {
@@ -228,11 +222,8 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
 
         let ops = read_ptr(sk, global!(OFFSETS.icsk_ca_ops));
         read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);
-        s.ca_state = if hit.ca_state == CA_FROM_SOCKET {
-            read_bits(sk, global!(OFFSETS.icsk_ca_state))
-        } else {
-            hit.ca_state
-        };
+        s.ca_state =
+            if hit.ca_state == CA_FROM_SOCKET { read_bits(sk, global!(OFFSETS.icsk_ca_state)) } else { hit.ca_state };
 
         s.snd_cwnd = read(sk, global!(OFFSETS.snd_cwnd));
         s.snd_ssthresh = read(sk, global!(OFFSETS.snd_ssthresh));
@@ -307,7 +298,15 @@ fn btf_cookie(sk: *const u8) -> u64 {
 #[btf_tracepoint(function = "tcp_probe")]
 pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
     let sk: *const u8 = ctx.arg(0);
-    let hit = Hit { sk, cookie: btf_cookie(sk), reason: reason::PERIODIC, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: false };
+    let hit = Hit {
+        sk,
+        cookie: btf_cookie(sk),
+        reason: reason::PERIODIC,
+        ca_state: CA_FROM_SOCKET,
+        old_state: 0,
+        new_state: 0,
+        classic: false,
+    };
     match observe(hit) {
         Ok(v) | Err(v) => v,
     }
@@ -316,7 +315,15 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "tcp_retransmit_skb")]
 pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
     let sk: *const u8 = ctx.arg(0);
-    let hit = Hit { sk, cookie: btf_cookie(sk), reason: reason::RETRANSMIT, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: false };
+    let hit = Hit {
+        sk,
+        cookie: btf_cookie(sk),
+        reason: reason::RETRANSMIT,
+        ca_state: CA_FROM_SOCKET,
+        old_state: 0,
+        new_state: 0,
+        classic: false,
+    };
     match observe(hit) {
         Ok(v) | Err(v) => v,
     }
@@ -369,7 +376,15 @@ fn try_set_state(sk: *const u8, old: u8, new: u8, classic: bool) -> Result<u32, 
         return Ok(0);
     }
     let cookie = if classic { read(sk, global!(OFFSETS.skc_cookie)) } else { btf_cookie(sk) };
-    observe(Hit { sk, cookie, reason: reason::STATE_CHANGE, ca_state: CA_FROM_SOCKET, old_state: old, new_state: new, classic })
+    observe(Hit {
+        sk,
+        cookie,
+        reason: reason::STATE_CHANGE,
+        ca_state: CA_FROM_SOCKET,
+        old_state: old,
+        new_state: new,
+        classic,
+    })
 }
 
 #[inline(always)]
@@ -414,7 +429,15 @@ fn classic_cookie(sk: *const u8) -> u64 {
 #[tracepoint(category = "tcp", name = "tcp_probe")]
 pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
     let sk = classic_sk(&ctx, 0);
-    let hit = Hit { sk, cookie: classic_cookie(sk), reason: reason::PERIODIC, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: true };
+    let hit = Hit {
+        sk,
+        cookie: classic_cookie(sk),
+        reason: reason::PERIODIC,
+        ca_state: CA_FROM_SOCKET,
+        old_state: 0,
+        new_state: 0,
+        classic: true,
+    };
     match observe(hit) {
         Ok(v) | Err(v) => v,
     }
@@ -423,7 +446,15 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
 #[tracepoint(category = "tcp", name = "tcp_retransmit_skb")]
 pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
     let sk = classic_sk(&ctx, 1);
-    let hit = Hit { sk, cookie: classic_cookie(sk), reason: reason::RETRANSMIT, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic: true };
+    let hit = Hit {
+        sk,
+        cookie: classic_cookie(sk),
+        reason: reason::RETRANSMIT,
+        ca_state: CA_FROM_SOCKET,
+        old_state: 0,
+        new_state: 0,
+        classic: true,
+    };
     match observe(hit) {
         Ok(v) | Err(v) => v,
     }

@@ -1,7 +1,7 @@
 //! The flow table and the diagnoser driven together: what every front end (JSON, TUI, replay)
 //! feeds samples into and reads flows and verdicts out of.
 
-use crate::diagnosis::{DiagnosisConfig, Diagnoser, Environment, Verdict};
+use crate::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::event::Sample;
 use crate::model::{Flow, FlowTable, Ingested, TableConfig};
 

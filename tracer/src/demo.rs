@@ -32,7 +32,10 @@ impl DemoOptions {
         anyhow::ensure!(self.rtt_ms > 0.0 && self.rtt_ms <= 2000.0, "--rtt-ms must be in (0, 2000]");
         anyhow::ensure!((0.0..50.0).contains(&self.loss_pct), "--loss-pct must be in [0, 50)");
         anyhow::ensure!(self.rate_mbps >= 1.0 && self.rate_mbps <= 10_000.0, "--rate-mbps must be in [1, 10000]");
-        anyhow::ensure!(self.stream_mbps > 0.0 && self.stream_mbps < self.rate_mbps, "--stream-mbps must be below --rate-mbps");
+        anyhow::ensure!(
+            self.stream_mbps > 0.0 && self.stream_mbps < self.rate_mbps,
+            "--stream-mbps must be below --rate-mbps"
+        );
         Ok(())
     }
 }
@@ -72,19 +75,26 @@ impl DemoLab {
         let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())
             .context("starting the receiver")?;
         let stream = SendMode::Paced { rate_bps: (opts.stream_mbps * 1e6) as u64, write_size: 64 * 1024 };
-        let plan: [(&'static str, &str, SendMode); 4] = [
-            ("CUBIC video stream", "cubic", stream.clone()),
-            ("BBR video stream", "bbr", stream),
-            ("CUBIC bulk transfer", "cubic", SendMode::Bulk),
-            ("BBR bulk transfer", "bbr", SendMode::Bulk),
+        // The thread names become the flows' process names in the UI.
+        let plan: [(&'static str, &str, &str, SendMode); 4] = [
+            ("CUBIC video stream", "cubic-video", "cubic", stream.clone()),
+            ("BBR video stream", "bbr-video", "bbr", stream),
+            ("CUBIC bulk transfer", "cubic-bulk", "cubic", SendMode::Bulk),
+            ("BBR bulk transfer", "bbr-bulk", "bbr", SendMode::Bulk),
         ];
         let mut flows = Vec::new();
-        for (label, cc, mode) in plan {
+        for (label, name, cc, mode) in plan {
             let sender = Sender::start(
                 path.sender(),
                 path.receiver_addr(),
                 PORT,
-                SenderOptions { congestion: Some(cc.into()), mode, duration, ..Default::default() },
+                SenderOptions {
+                    congestion: Some(cc.into()),
+                    mode,
+                    duration,
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
             )
             .with_context(|| format!("starting the {label}"))?;
             flows.push(DemoFlow { label, sender });
@@ -94,7 +104,7 @@ impl DemoLab {
             opts.rtt_ms,
             opts.loss_pct,
             opts.rate_mbps,
-            flows.iter().map(|f| format!(":{} {}", f.sender.local_port(), f.label)).collect::<Vec<_>>().join(", ")
+            flows.iter().map(|f| format!("{} :{}", f.label, f.sender.local_port())).collect::<Vec<_>>().join(", ")
         );
         Ok(Self { flows, _sink: sink, path, description })
     }

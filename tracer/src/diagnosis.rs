@@ -637,7 +637,11 @@ mod tests {
         assert!((e.loss_ratio - 0.02).abs() < 0.001);
         assert!((e.mathis_bps - mathis_bps(1448, 0.031, e.loss_ratio)).abs() < 1.0);
         assert!(v.text.contains("Mathis bound"), "{}", v.text);
-        assert!(v.fix.iter().any(|c| c == "nsenter --net=/proc/77/ns/net sysctl -w net.ipv4.tcp_congestion_control=bbr"), "{:?}", v.fix);
+        assert!(
+            v.fix.iter().any(|c| c == "nsenter --net=/proc/77/ns/net sysctl -w net.ipv4.tcp_congestion_control=bbr"),
+            "{:?}",
+            v.fix
+        );
         assert!(v.fix.iter().any(|c| c.contains("roll back") && c.contains("tcp_congestion_control=cubic")));
         assert!(v.fix.iter().any(|c| c.contains("/etc/sysctl.d/")));
     }

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
+use std::io::IsTerminal;
+
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use tracer::diagnosis::DiagnosisConfig;
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
@@ -14,7 +16,8 @@ use tracer::source::EventSource;
 #[derive(Parser, Debug)]
 #[command(name = "cctrace", version, about = "Live TCP congestion-control tracer (eBPF)")]
 struct Cli {
-    /// Print JSON Lines (one object per flow per interval) instead of the terminal UI.
+    /// Print JSON Lines (one object per flow per interval) instead of the terminal UI
+    /// (the default when stdout is not a terminal).
     #[arg(long, global = true)]
     json: bool,
     /// Report interval in milliseconds.
@@ -37,6 +40,9 @@ struct Cli {
     /// as lost.
     #[arg(long, global = true, default_value_t = 8192, value_name = "KIB", hide = true)]
     ring_kib: u32,
+    /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
+    #[arg(long, global = true, value_name = "PATH")]
+    log_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -91,25 +97,69 @@ async fn run_json(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown)
     json::run(source, tracer::host::environment(), &jopts, &mut out, shutdown.wait()).await
 }
 
+async fn run_tui(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown, demo: Option<&str>) -> Result<()> {
+    let described = match demo {
+        Some(d) => format!("{} · {d}", source.describe()),
+        None => source.describe(),
+    };
+    let header = tracer::tui::HeaderInfo::this_host(described);
+    let opts = tracer::tui::TuiOptions { env_refresh: Some(tracer::host::environment), ..Default::default() };
+    let duration = duration_arg(cli.duration)?;
+    let stop = async {
+        tokio::select! {
+            _ = shutdown.wait() => {}
+            _ = async {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    };
+    tracer::tui::run(source, header, tracer::host::environment(), opts, stop).await
+}
+
 async fn run(cli: &Cli) -> Result<()> {
     let duration = duration_arg(cli.duration)?;
     let mut shutdown = Shutdown::install()?;
-    // The demo lab exists only while this function runs: its Drop removes the namespaces on
-    // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
     // Attach first so the demo's connections are seen from their first packet.
     let mut source = start_kernel(cli)?;
+    // The demo lab exists only while this function runs: its Drop removes the namespaces on
+    // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
     let demo = match &cli.command {
         Some(Command::Demo { opts }) => {
             let lab = tracer::demo::DemoLab::start(opts, duration.unwrap_or(cctrace_lab::MAX_DURATION))?;
-            eprintln!("cctrace: {}", lab.description);
+            if cli.json {
+                eprintln!("cctrace: {}", lab.description);
+            }
             Some(lab)
         }
         None => None,
     };
-    let result = run_json(cli, &mut source, &mut shutdown).await;
+    let result = if cli.json || !std::io::stdout().is_terminal() {
+        run_json(cli, &mut source, &mut shutdown).await
+    } else {
+        run_tui(cli, &mut source, &mut shutdown, demo.as_ref().map(|d| d.description.as_str())).await
+    };
     drop(source);
     drop(demo);
     result
+}
+
+/// `--log-file`: the only place log output goes (stderr belongs to the terminal UI).
+fn init_logging(path: Option<&std::path::Path>) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening log file {}", path.display()))?;
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Info)
+        .parse_default_env()
+        .target(env_logger::Target::Pipe(Box::new(file)))
+        .try_init()
+        .context("initialising logging")
 }
 
 fn main() -> ExitCode {
@@ -121,6 +171,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = init_logging(cli.log_file.as_deref()) {
+        eprintln!("cctrace: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let result = runtime.block_on(run(&cli));
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -316,7 +316,11 @@ impl FlowTable {
             Some(flow) => {
                 was_closed = flow.is_closed();
                 flow.update(sample, &self.cfg);
-                if flow.is_closed() && !was_closed { Ingested::Closed } else { Ingested::Updated }
+                if flow.is_closed() && !was_closed {
+                    Ingested::Closed
+                } else {
+                    Ingested::Updated
+                }
             }
             None => {
                 if self.flows.len() >= self.cfg.max_flows {
@@ -325,7 +329,11 @@ impl FlowTable {
                 let flow = Flow::new(sample);
                 let closed = flow.is_closed();
                 self.flows.insert(sample.cookie, flow);
-                if closed { Ingested::Closed } else { Ingested::NewFlow }
+                if closed {
+                    Ingested::Closed
+                } else {
+                    Ingested::NewFlow
+                }
             }
         };
         outcome
@@ -344,11 +352,7 @@ impl FlowTable {
 
     fn evict_one(&mut self) {
         // Prefer a closed flow; otherwise the one updated longest ago.
-        let victim = self
-            .flows
-            .values()
-            .min_by_key(|f| (!f.is_closed(), f.last_seen_ns))
-            .map(Flow::cookie);
+        let victim = self.flows.values().min_by_key(|f| (!f.is_closed(), f.last_seen_ns)).map(Flow::cookie);
         if let Some(cookie) = victim {
             self.flows.remove(&cookie);
             self.evicted += 1;
@@ -482,7 +486,8 @@ pub(crate) mod tests {
 
     #[test]
     fn closed_flows_linger_then_age_out_and_idle_flows_time_out() {
-        let cfg = TableConfig { closed_linger_ns: 5 * NS_PER_SEC, idle_timeout_ns: 60 * NS_PER_SEC, ..Default::default() };
+        let cfg =
+            TableConfig { closed_linger_ns: 5 * NS_PER_SEC, idle_timeout_ns: 60 * NS_PER_SEC, ..Default::default() };
         let mut t = FlowTable::new(cfg);
         t.ingest(&sample(1, 0));
         t.ingest(&sample(2, 0));

@@ -96,7 +96,10 @@ fn setup_apt() -> Result<()> {
         return Ok(());
     }
     if !is_root() {
-        bail!("Debian packages missing: {}; run `sudo cargo xtask setup` or install them with apt-get", missing.join(" "));
+        bail!(
+            "Debian packages missing: {}; run `sudo cargo xtask setup` or install them with apt-get",
+            missing.join(" ")
+        );
     }
     say(&format!("installing Debian packages: {}", missing.join(" ")));
     run(Command::new("apt-get").args(["update", "-qq"]))
@@ -187,10 +190,10 @@ fn main() -> ExitCode {
         }),
         Task::Test => setup().and_then(|()| {
             run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all")?;
-            run(&mut cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+            run(&mut cargo(&["clippy", "--all-targets", "--", "-D", "warnings"]))?;
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             run(&mut cargo(&["build", "-p", "tracer"]))?;
-            run(&mut cargo(&["test", "--workspace", "--no-fail-fast"]))
+            run(&mut cargo(&["test", "--no-fail-fast"]))
         }),
         Task::Bench { args } => setup().and_then(|()| {
             let mut cmd = cargo(&["bench", "-p", "cctrace-tests"]);

@@ -8,10 +8,7 @@ const CAP_BPF: u32 = 39;
 
 /// Parse the `CapEff:` line of /proc/self/status.
 pub fn effective_caps(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
 }
 
 /// Capabilities cctrace needs and does not have, by name. Empty when it may proceed.

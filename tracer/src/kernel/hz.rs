@@ -37,9 +37,9 @@ fn measure_hz() -> Option<u32> {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let j1 = jiffies_now()?;
     let rate = (j1.saturating_sub(j0)) as f64 / start.elapsed().as_secs_f64();
-    [100u32, 250, 300, 1000].into_iter().min_by(|a, b| {
-        (f64::from(*a) - rate).abs().total_cmp(&(f64::from(*b) - rate).abs())
-    })
+    [100u32, 250, 300, 1000]
+        .into_iter()
+        .min_by(|a, b| (f64::from(*a) - rate).abs().total_cmp(&(f64::from(*b) - rate).abs()))
 }
 
 #[cfg(test)]

@@ -281,7 +281,8 @@ impl KernelSource {
                     Err(e) => reasons.push(format!("classic tracepoint: {e}")),
                 }
             }
-            let status = status.unwrap_or_else(|| HookStatus::Disabled(format!("{}; {}", reasons.join("; "), h.without)));
+            let status =
+                status.unwrap_or_else(|| HookStatus::Disabled(format!("{}; {}", reasons.join("; "), h.without)));
             reports.push(HookReport { name, status });
         }
         if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
@@ -374,7 +375,11 @@ impl EventSource for KernelSource {
     }
 
     fn counters(&self) -> SourceCounters {
-        SourceCounters { received: self.received, lost: self.counter(counter::RINGBUF_LOST), decode_errors: self.decode_errors }
+        SourceCounters {
+            received: self.received,
+            lost: self.counter(counter::RINGBUF_LOST),
+            decode_errors: self.decode_errors,
+        }
     }
 
     fn kernel_emitted(&self) -> Option<u64> {

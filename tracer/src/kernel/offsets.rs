@@ -105,9 +105,8 @@ impl BtfResolver {
                 Type::Struct(s) | Type::Union(s) => s.clone(),
                 _ => bail!("BTF: {struct_name}.{path}: {part} is inside a non-struct"),
             };
-            let (off, b, t) = self
-                .find_member(&s, part, 0)?
-                .ok_or_else(|| anyhow!("BTF: {struct_name} has no member {path}"))?;
+            let (off, b, t) =
+                self.find_member(&s, part, 0)?.ok_or_else(|| anyhow!("BTF: {struct_name} has no member {path}"))?;
             bit_offset += off;
             bits = b;
             current = t;
@@ -138,7 +137,7 @@ pub struct Resolved {
 }
 
 fn byte_offset(loc: &FieldLoc, w: &Want) -> Result<u32> {
-    if loc.bitfield_bits.is_some() || loc.bit_offset % 8 != 0 {
+    if loc.bitfield_bits.is_some() || !loc.bit_offset.is_multiple_of(8) {
         bail!("{}.{} is a bit field", w.strukt, w.path);
     }
     if w.read_size != 0 && loc.size != w.read_size {

@@ -43,10 +43,7 @@ pub fn flow_object(flow: &Flow, verdict: Option<&Verdict>, clock: &WallClock) ->
     o.insert("cc".into(), json!(s.cc));
     o.insert("ca_state".into(), json!(s.ca_state.name()));
     o.insert("cwnd".into(), json!(s.snd_cwnd));
-    o.insert(
-        "ssthresh".into(),
-        if s.snd_ssthresh >= INFINITE_SSTHRESH { Value::Null } else { json!(s.snd_ssthresh) },
-    );
+    o.insert("ssthresh".into(), if s.snd_ssthresh >= INFINITE_SSTHRESH { Value::Null } else { json!(s.snd_ssthresh) });
     o.insert("rtt".into(), json!(ms(s.srtt_us)));
     o.insert("rttvar".into(), json!(ms(s.rttvar_us)));
     o.insert("minrtt".into(), json!(ms(s.min_rtt_us)));

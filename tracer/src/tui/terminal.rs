@@ -51,7 +51,7 @@ impl TerminalGuard {
         install_panic_hook();
         enable_raw_mode().context("switching the terminal to raw mode")?;
         ACTIVE.store(true, Ordering::SeqCst);
-        // From here on a failure must undo what was done: build the guard first, so its Drop runs.
+        // No guard exists yet, so until it does a failure undoes raw mode (and the screen) by hand.
         let mut stdout = io::stdout();
         if let Err(e) = execute!(stdout, EnterAlternateScreen, Hide) {
             let _ = restore();
