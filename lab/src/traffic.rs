@@ -483,6 +483,19 @@ impl SendState<'_> {
         Ok(p[0].revents == 0)
     }
 
+    /// Waits until everything written so far is acknowledged (or `deadline`), so a phase that
+    /// follows starts from an empty send queue rather than megabytes of buffered bulk data.
+    fn wait_acked(&self, deadline: Instant, abort: &AtomicBool) {
+        while !abort.load(Ordering::Relaxed) && !self.stop.is_signalled() && Instant::now() < deadline {
+            match sys::tcp_info(self.fd.as_fd()) {
+                // tcpi_notsent_bytes: queued, not yet sent; tcpi_unacked: segments in flight.
+                Ok(info) if info.tcpi_notsent_bytes == 0 && info.tcpi_unacked == 0 => return,
+                Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => return,
+            }
+        }
+    }
+
     fn bulk(&mut self, deadline: Instant) -> Result<Phase> {
         while Instant::now() < deadline {
             if self.write(u64::MAX, deadline)? == Phase::Done {
@@ -606,7 +619,9 @@ fn run_sender(
         SendMode::BulkThenTrickle { bulk_for, trickle_every, trickle_bytes } => {
             let bulk_end = (start + bulk_for).min(deadline);
             if st.bulk(bulk_end)? == Phase::Continue {
-                st.paced(bulk_end, deadline, trickle_every, trickle_bytes as u64)?;
+                st.wait_acked(deadline, abort);
+                let trickle_start = Instant::now().max(bulk_end);
+                st.paced(trickle_start, deadline, trickle_every, trickle_bytes as u64)?;
             }
         }
     }

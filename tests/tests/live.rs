@@ -50,6 +50,9 @@ fn samples_agree_with_ss() -> Result<()> {
             },
             duration: Duration::from_secs(6),
             nodelay: true,
+            // A modest send buffer: the bulk phase must not leave megabytes queued that would
+            // keep cwnd moving into the trickle phase.
+            sndbuf: Some(256 << 10),
             ..Default::default()
         },
     )?;

@@ -95,8 +95,13 @@ pub struct DiagnosisConfig {
     /// Share of samples the kernel marked application-limited that makes a flow so. Lower than
     /// the others: in loss recovery cwnd shrinks to what is in flight, hiding the idle time.
     pub app_limited_share: f64,
-    /// Retransmitted byte share over the window that counts as "sustained loss".
+    /// Share of samples with a send buffer under 60 % full that makes a flow application-limited.
+    pub sndbuf_low_share: f64,
+    /// Retransmitted byte share over the window that counts as "sustained loss"...
     pub min_loss_ratio: f64,
+    /// ...when it is spread over at least this share of the window's intervals (a slow-start
+    /// overshoot or a queue overflow loses a lot, but all at once).
+    pub min_lossy_interval_share: f64,
     /// srtt at most min_rtt * this + `queue_slack_us` means no queue is building.
     pub queue_ratio: f64,
     pub queue_slack_us: f64,
@@ -118,7 +123,9 @@ impl Default for DiagnosisConfig {
             cwnd_full_share: 0.5,
             no_backlog_share: 0.6,
             app_limited_share: 0.4,
+            sndbuf_low_share: 0.5,
             min_loss_ratio: 0.005,
+            min_lossy_interval_share: 0.6,
             queue_ratio: 1.5,
             queue_slack_us: 5_000.0,
             confirm: 2,
@@ -158,8 +165,10 @@ pub struct Evidence {
     /// Shares of periodic samples with a full cwnd / marked application-limited by the kernel.
     pub cwnd_full_share: f64,
     pub app_limited_share: f64,
-    /// Share of periodic samples with the send buffer less than half full.
+    /// Share of periodic samples with the send buffer under 60 % full.
     pub sndbuf_low_share: f64,
+    /// Share of the window's seconds with retransmissions.
+    pub lossy_interval_share: f64,
 }
 
 /// The judgement on one flow.
@@ -197,6 +206,7 @@ struct Snapshot {
     bytes_received: u64,
     bytes_sent: u64,
     bytes_retrans: u64,
+    total_retrans: u32,
     srtt_us: u32,
     min_rtt_us: u32,
     cwnd: u32,
@@ -215,6 +225,7 @@ impl Snapshot {
             bytes_received: s.bytes_received,
             bytes_sent: s.bytes_sent,
             bytes_retrans: s.bytes_retrans,
+            total_retrans: s.total_retrans,
             srtt_us: s.srtt_us,
             min_rtt_us: s.min_rtt_us,
             cwnd: s.snd_cwnd,
@@ -256,8 +267,11 @@ struct Window {
     no_backlog_share: f64,
     /// Share of samples the kernel marked application-limited.
     app_limited_share: f64,
-    /// Share of samples with the send buffer less than half full.
+    /// Share of samples with the send buffer under 60 % full.
     sndbuf_low_share: f64,
+    /// Share of the window's intervals (between snapshots) with at least one retransmission:
+    /// random loss shows up in nearly every interval, a congestion episode in one or two.
+    lossy_interval_share: f64,
 }
 
 fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
@@ -298,6 +312,12 @@ fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
         no_backlog_share: count_share(first.counts.no_backlog, last.counts.no_backlog),
         app_limited_share: count_share(first.counts.app_limited, last.counts.app_limited),
         sndbuf_low_share: count_share(first.counts.sndbuf_low, last.counts.sndbuf_low),
+        lossy_interval_share: {
+            let intervals = snaps.len().saturating_sub(1).max(1) as f64;
+            let lossy =
+                snaps.iter().zip(snaps.iter().skip(1)).filter(|(a, b)| b.total_retrans > a.total_retrans).count();
+            lossy as f64 / intervals
+        },
     })
 }
 
@@ -326,7 +346,7 @@ fn classify(w: &Window, cfg: &DiagnosisConfig, cc: &str) -> LimitedBy {
     // recovery keeps its small cwnd full.
     if w.app_limited_share >= cfg.app_limited_share
         || w.no_backlog_share >= cfg.no_backlog_share
-        || w.sndbuf_low_share >= cfg.no_backlog_share
+        || w.sndbuf_low_share >= cfg.sndbuf_low_share
     {
         return LimitedBy::Application;
     }
@@ -400,6 +420,7 @@ fn evidence_of(w: &Window, mss: u32) -> Evidence {
         cwnd_full_share: w.cwnd_full_share,
         app_limited_share: w.app_limited_share,
         sndbuf_low_share: w.sndbuf_low_share,
+        lossy_interval_share: w.lossy_interval_share,
     }
 }
 
@@ -418,7 +439,7 @@ fn flag_condition(flow: &Flow, w: &Window, limited: LimitedBy, cfg: &DiagnosisCo
     if total < cfg.heavy_min_bytes || (w.goodput_bps < cfg.heavy_min_bps && !wants_more) {
         return Err("not a heavy flow");
     }
-    if w.loss_ratio < cfg.min_loss_ratio {
+    if w.loss_ratio < cfg.min_loss_ratio || w.lossy_interval_share < cfg.min_lossy_interval_share {
         return Err("no sustained loss");
     }
     if w.min_rtt_us <= 0.0 || w.mean_srtt_us > w.min_rtt_us * cfg.queue_ratio + cfg.queue_slack_us {
@@ -601,6 +622,7 @@ mod tests {
             s.bytes_acked = acked;
             s.bytes_sent = (acked as f64 / (1.0 - loss)) as u64;
             s.bytes_retrans = s.bytes_sent - acked;
+            s.total_retrans = (s.bytes_retrans / 1448) as u32;
             s.busy_us = tick * 100_000;
             s.srtt_us = srtt_us;
             s.min_rtt_us = 30_000;
@@ -659,6 +681,18 @@ mod tests {
         let v = d.verdict(1).expect("verdict");
         assert!(!v.flagged);
         assert!(v.text.contains("queue is building"), "{}", v.text);
+    }
+
+    #[test]
+    fn one_loss_burst_is_not_sustained_loss() {
+        // A slow-start overshoot: 3 % of the first second's bytes retransmitted, then none.
+        let (d, _) = run("cubic", 10, |tick, s| {
+            bulk(40_000_000, 0.0, 31_000)(tick, s);
+            s.bytes_retrans = if tick >= 40 { 150_000 } else { 0 };
+            s.total_retrans = if tick >= 40 { 100 } else { 0 };
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.flagged, "{v:?}");
     }
 
     #[test]
@@ -761,6 +795,7 @@ mod tests {
                     retrans_at_switch = s.bytes_retrans;
                 }
                 s.bytes_retrans = retrans_at_switch; // no more loss
+                s.total_retrans = (retrans_at_switch / 1448) as u32;
             }
             table.ingest(&s);
             if tick % 10 == 0 {

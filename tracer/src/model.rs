@@ -121,8 +121,8 @@ pub struct SampleCounts {
     pub no_backlog: u64,
     /// Samples whose delivery rate the kernel marked application-limited (`rate_app_limited`).
     pub app_limited: u64,
-    /// Samples with the send buffer less than half full: the application is not keeping it
-    /// stocked, so it, not the network, sets the pace.
+    /// Samples with the send buffer under 60 % full: the application is not keeping it
+    /// stocked, so it, not the network, sets the pace. (Backlogged senders sit at 70-100 %.)
     pub sndbuf_low: u64,
 }
 
@@ -138,7 +138,7 @@ impl SampleCounts {
         self.cwnd_full += u64::from(cwnd_full);
         self.no_backlog += u64::from(!cwnd_full && s.notsent_bytes == 0);
         self.app_limited += u64::from(s.app_limited);
-        self.sndbuf_low += u64::from(s.sndbuf > 0 && u64::from(s.wmem_queued) * 2 < u64::from(s.sndbuf));
+        self.sndbuf_low += u64::from(s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6);
     }
 }
 
