@@ -144,6 +144,15 @@ impl Tracer {
         }
     }
 
+    /// Wait until a flow line of the socket with local port `port` in `netns` says it closed.
+    pub fn wait_closed(&self, netns: u64, port: u16, timeout: Duration) -> Result<()> {
+        self.wait_for(&format!("the close of :{port} in netns {netns}"), timeout, |lines| {
+            lines.iter().any(|v| {
+                v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true
+            })
+        })
+    }
+
     /// SIGTERM, wait for exit, return the exit status code and all output.
     pub fn stop(mut self) -> Result<(i32, Vec<Value>)> {
         // SAFETY: kill on our own child's pid.

@@ -120,11 +120,7 @@ fn retransmissions_ca_states_and_close_match_the_kernel() -> Result<()> {
     let report = sender.wait()?;
     let netns = lab.sender().inode();
     // The close and destroy samples follow the FIN exchange.
-    tracer.wait_for("the flow's close", Duration::from_secs(10), |lines| {
-        lines.iter().any(|v| {
-            v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true
-        })
-    })?;
+    tracer.wait_closed(netns, port, Duration::from_secs(10))?;
     let retrans_after = nstat_in(&sender_ns, "TcpRetransSegs")?;
     let kernel_delta = retrans_after - retrans_before;
     let samples = flow_samples(&tracer, netns, port);
@@ -234,11 +230,7 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
     let port = sender.local_port();
     let report = sender.wait()?;
     let netns = lab.sender().inode();
-    tracer.wait_for("the flow closed", Duration::from_secs(10), |lines| {
-        lines.iter().any(|v| {
-            v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port && v["closed"] == true
-        })
-    })?;
+    tracer.wait_closed(netns, port, Duration::from_secs(10))?;
     let samples = flow_samples(&tracer, netns, port);
     let last = samples.last().context("no samples")?;
     assert_eq!(u(last, "mss"), 1448);

@@ -76,6 +76,43 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Run cargo test, passing its output through, and close with one total line over all test
+/// binaries (the last binary cargo runs is the doc-test one, whose own summary says little).
+fn run_tests(cmd: &mut Command) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .env("PATH", tool_path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {shown}"))?;
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                for part in rest.split(';') {
+                    let mut words = part.split_whitespace().rev();
+                    let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+                    let n: u64 = n.parse().unwrap_or(0);
+                    match what {
+                        "passed" => passed += n,
+                        "failed" => failed += n,
+                        "ignored" => ignored += n,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    let status = child.wait().with_context(|| format!("waiting for {shown}"))?;
+    println!("{passed} passed, {failed} failed, {ignored} skipped");
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
 fn succeeds(cmd: &mut Command) -> bool {
     cmd.env("PATH", tool_path()).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
@@ -193,7 +230,7 @@ fn main() -> ExitCode {
             run(&mut cargo(&["clippy", "--all-targets", "--", "-D", "warnings"]))?;
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             run(&mut cargo(&["build", "-p", "tracer"]))?;
-            run(&mut cargo(&["test", "--no-fail-fast"]))
+            run_tests(&mut cargo(&["test", "--no-fail-fast"]))
         }),
         Task::Bench { args } => setup().and_then(|()| {
             let mut cmd = cargo(&["bench", "-p", "cctrace-tests"]);
