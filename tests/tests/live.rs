@@ -78,6 +78,13 @@ fn samples_agree_with_ss() -> Result<()> {
         let ss_mss = sock.num("mss").context("ss mss")? as u64;
         let ss_ssthresh = sock.num("ssthresh").context("ss ssthresh: the bulk phase should have set it")? as u64;
         let (ss_rtt, _) = sock.rtt().context("ss rtt")?;
+        eprintln!(
+            "gap {gap_ms:.1} ms: cwnd {} vs ss {ss_cwnd}, ssthresh {} vs {ss_ssthresh}, mss {} vs {ss_mss}, srtt {:.2} vs {ss_rtt} ms",
+            u(nearest, "snd_cwnd"),
+            u(nearest, "snd_ssthresh"),
+            u(nearest, "mss"),
+            u(nearest, "srtt_us") as f64 / 1000.0
+        );
         assert_eq!(u(nearest, "snd_cwnd"), ss_cwnd, "cwnd: cctrace {nearest} vs ss {sock:?}");
         assert_eq!(u(nearest, "snd_ssthresh"), ss_ssthresh, "ssthresh");
         assert_eq!(u(nearest, "mss"), ss_mss, "mss");
@@ -128,6 +135,7 @@ fn retransmissions_ca_states_and_close_match_the_kernel() -> Result<()> {
     let traced = u(last, "total_retrans");
     assert!(kernel_delta > 100, "2 % loss over 3 s must cause retransmissions (nstat delta {kernel_delta})");
     let err = (traced as f64 - kernel_delta as f64).abs() / kernel_delta as f64;
+    eprintln!("retransmissions: cctrace {traced}, nstat TcpRetransSegs delta {kernel_delta}, sender TCP_INFO {}", report.total_retrans);
     assert!(err <= 0.02, "cctrace retrans {traced} vs nstat TcpRetransSegs delta {kernel_delta} ({:.2}%)", err * 100.0);
     assert_eq!(u64::from(report.total_retrans), traced, "the sender's own TCP_INFO agrees");
 
@@ -320,6 +328,7 @@ fn a_full_ring_buffer_is_reported_as_lost_events() -> Result<()> {
     let lost = summary["events_lost"].as_u64().context("events_lost")?;
     let received = summary["events_received"].as_u64().context("events_received")?;
     let emitted = summary["kernel_emitted"].as_u64().context("kernel_emitted")?;
+    eprintln!("ring of 4 KiB: {summary}");
     assert!(lost > 0, "a 4 KiB ring under this load must overflow: {summary}");
     // Every sample the kernel managed to write reached the consumer; the rest were counted.
     assert_eq!(received, emitted, "{summary}");
