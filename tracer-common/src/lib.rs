@@ -34,7 +34,7 @@ pub mod flag {
     pub const APP_LIMITED: u8 = 1 << 0;
     /// `tcp_sock.is_cwnd_limited`: the flow filled its congestion window in the last window.
     pub const CWND_LIMITED: u8 = 1 << 1;
-    /// `pid`/`comm` were captured in process context (connect/listen side), so they name the owner.
+    /// `pid`/`comm` were captured in process context (connect() or a send), so they name the owner.
     pub const OWNER_KNOWN: u8 = 1 << 2;
     /// The cookie came from `skc_cookie` read in a classic tracepoint, not from the helper.
     pub const CLASSIC_HOOK: u8 = 1 << 3;
@@ -47,6 +47,8 @@ pub mod hook {
     pub const CONG_STATE: u32 = 1 << 2;
     pub const SET_STATE: u32 = 1 << 3;
     pub const DESTROY: u32 = 1 << 4;
+    /// `tcp:tcp_sendmsg_locked`: no sample, only the owner of a flow seen sending.
+    pub const SENDMSG: u32 = 1 << 5;
 }
 
 /// Indexes of the per-CPU counters in the `COUNTERS` map.
@@ -291,15 +293,14 @@ impl Offsets {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassicTracepointOffsets {
-    /// `skaddr` in each of the five events, in [`hook`] bit order.
-    pub skaddr: [u32; 5],
+    /// `skaddr` in each of the six events, in [`hook`] bit order.
+    pub skaddr: [u32; 6],
     /// `oldstate`/`newstate`/`protocol` of `sock:inet_sock_set_state`.
     pub set_state_oldstate: u32,
     pub set_state_newstate: u32,
     pub set_state_protocol: u32,
     /// `cong_state` of `tcp:tcp_cong_state_set`.
     pub cong_state: u32,
-    pub _pad: u32,
 }
 
 pub const CLASSIC_OFFSETS_SIZE: usize = 40;
@@ -308,12 +309,11 @@ const _: () = assert!(core::mem::size_of::<ClassicTracepointOffsets>() == CLASSI
 impl ClassicTracepointOffsets {
     pub const fn unresolved() -> Self {
         Self {
-            skaddr: [ABSENT; 5],
+            skaddr: [ABSENT; 6],
             set_state_oldstate: ABSENT,
             set_state_newstate: ABSENT,
             set_state_protocol: ABSENT,
             cong_state: ABSENT,
-            _pad: 0,
         }
     }
 }

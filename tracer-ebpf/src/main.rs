@@ -356,6 +356,44 @@ pub fn cct_destroy(ctx: BtfTracePointContext) -> u32 {
     }
 }
 
+/// Remember who sends on a flow whose owner is unknown (accepted connections: the SYN_SENT
+/// transition happened on the peer). Runs in the sending process's context; emits nothing.
+#[inline(always)]
+fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
+    if sk.is_null() || cookie == 0 {
+        return Ok(0);
+    }
+    if let Some(p) = FLOWS.get_ptr_mut(cookie) {
+        // SAFETY: pointer into the map value for this run; sendmsg holds the socket lock, so the
+        // other hooks of this socket do not run concurrently.
+        let state = unsafe { &mut *p };
+        if state.flags & flag::OWNER_KNOWN == 0 {
+            state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+            state.comm = bpf_get_current_comm().unwrap_or_default();
+            state.flags |= flag::OWNER_KNOWN;
+        }
+        return Ok(0);
+    }
+    let state = FlowState {
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        comm: bpf_get_current_comm().unwrap_or_default(),
+        flags: flag::OWNER_KNOWN,
+        ..FlowState::default()
+    };
+    if FLOWS.insert(cookie, state, 0).is_err() {
+        bump(counter::FLOW_MAP_FULL);
+    }
+    Ok(0)
+}
+
+#[btf_tracepoint(function = "tcp_sendmsg_locked")]
+pub fn cct_sendmsg(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    match try_sendmsg(sk, btf_cookie(sk)) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
 #[inline(always)]
 fn try_cong_state(sk: *const u8, cookie: u64, new_ca: u8, classic: bool) -> Result<u32, u32> {
     // tcp_set_ca_state() fires the tracepoint before storing the state; many callers set the
@@ -490,6 +528,8 @@ pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
         Ok(v) | Err(v) => v,
     }
 }
+
+// tcp:tcp_sendmsg_locked has no skaddr in its tracefs record, so it has no classic twin.
 
 #[cfg(not(test))]
 #[panic_handler]

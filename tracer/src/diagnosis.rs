@@ -593,23 +593,30 @@ mod tests {
 
     use crate::event::Sample;
 
-    /// Feed `secs` seconds of a synthetic flow (one sample per 100 ms) and evaluate each second.
-    fn run(cc: &str, secs: u64, step: impl Fn(u64, &mut Sample)) -> (Diagnoser, FlowTable) {
-        let mut table = FlowTable::new(TableConfig::default());
-        let mut d = Diagnoser::new(DiagnosisConfig::default());
-        let env = Environment {
+    fn test_env() -> Environment {
+        Environment {
             bbr_available: true,
             host_netns: 1,
             netns_pids: HashMap::from([(4026531840, 77)]),
             netns_names: HashMap::new(),
-        };
+        }
+    }
+
+    /// Feed `secs` seconds of a synthetic flow (one sample per 100 ms) and evaluate each second.
+    fn run(cc: &str, secs: u64, step: impl Fn(u64, &mut Sample)) -> (Diagnoser, FlowTable) {
+        run_in(&test_env(), cc, secs, step)
+    }
+
+    fn run_in(env: &Environment, cc: &str, secs: u64, step: impl Fn(u64, &mut Sample)) -> (Diagnoser, FlowTable) {
+        let mut table = FlowTable::new(TableConfig::default());
+        let mut d = Diagnoser::new(DiagnosisConfig::default());
         for tick in 0..=secs * 10 {
             let mut s = sample(1, tick * 100);
             s.cc = cc.into();
             step(tick, &mut s);
             table.ingest(&s);
             if tick % 10 == 0 {
-                d.evaluate(&table, &env, tick * 100_000_000);
+                d.evaluate(&table, env, tick * 100_000_000);
             }
         }
         (d, table)
@@ -666,6 +673,23 @@ mod tests {
         );
         assert!(v.fix.iter().any(|c| c.contains("roll back") && c.contains("tcp_congestion_control=cubic")));
         assert!(v.fix.iter().any(|c| c.contains("/etc/sysctl.d/")));
+    }
+
+    #[test]
+    fn fix_loads_bbr_when_missing_and_names_the_netns() {
+        let mut env = test_env();
+        env.bbr_available = false;
+        env.netns_names.insert(4026531840, "video".into());
+        let (d, _) = run_in(&env, "cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.flagged);
+        assert!(v.fix[0].starts_with("modprobe tcp_bbr"), "{:?}", v.fix);
+        assert_eq!(v.fix[1], "ip netns exec video sysctl -w net.ipv4.tcp_congestion_control=bbr");
+        // The host's own namespace needs no prefix.
+        env.host_netns = 4026531840;
+        let (d, _) = run_in(&env, "cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.fix[1], "sysctl -w net.ipv4.tcp_congestion_control=bbr");
     }
 
     #[test]

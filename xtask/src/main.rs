@@ -81,11 +81,8 @@ fn run(cmd: &mut Command) -> Result<()> {
 fn run_tests(cmd: &mut Command) -> Result<()> {
     use std::io::{BufRead, BufReader};
     let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .env("PATH", tool_path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {shown}"))?;
+    let mut child =
+        cmd.env("PATH", tool_path()).stdout(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
     let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out).lines().map_while(Result::ok) {

@@ -63,7 +63,7 @@ struct Hook {
     without: &'static str,
 }
 
-const HOOKS: [Hook; 5] = [
+const HOOKS: [Hook; 6] = [
     Hook {
         bit: hook::TCP_PROBE,
         group: "tcp",
@@ -103,6 +103,14 @@ const HOOKS: [Hook; 5] = [
         btf_prog: "cct_destroy",
         classic_prog: "cct_tp_destroy",
         without: "closes are seen only through state changes",
+    },
+    Hook {
+        bit: hook::SENDMSG,
+        group: "tcp",
+        event: "tcp_sendmsg_locked",
+        btf_prog: "cct_sendmsg",
+        classic_prog: "",
+        without: "owners of accepted connections stay unknown",
     },
 ];
 
@@ -195,7 +203,7 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<()> {
 }
 
 fn attach_classic(ebpf: &mut Ebpf, h: &Hook, index: usize, classic: &ClassicTracepointOffsets) -> Result<()> {
-    if classic.skaddr[index] == ABSENT {
+    if h.classic_prog.is_empty() || classic.skaddr[index] == ABSENT {
         bail!("tracefs has no {}:{} with an skaddr field", h.group, h.event);
     }
     let prog: &mut TracePoint = ebpf
