@@ -230,7 +230,7 @@ fn main() -> ExitCode {
             run_tests(&mut cargo(&["test", "--no-fail-fast"]))
         }),
         Task::Bench { args } => setup().and_then(|()| {
-            let mut cmd = cargo(&["bench", "-p", "cctrace-tests"]);
+            let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
             cmd.arg("--").args(args);
             run(&mut cmd)
         }),

@@ -1,0 +1,81 @@
+//! How the terminal UI's per-frame work grows with the number of flows: ingest one sample per
+//! flow, re-judge, re-derive the rows and draw a 120x40 frame, for 10,000 flows against a
+//! baseline of 100 flows measured in the same run. Prints times and the ratio; asserts nothing.
+//!
+//! `cargo bench -p tracer --bench frame`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use tracer::analysis::Analysis;
+use tracer::diagnosis::{DiagnosisConfig, Environment};
+use tracer::event::{from_raw, raw_sample_template, DecodeContext, Sample};
+use tracer::model::TableConfig;
+use tracer::source::SourceCounters;
+use tracer::tui::{draw, AppState, HeaderInfo};
+
+const CTX: DecodeContext = DecodeContext { hz: 250 };
+
+fn sample(cookie: u64, ts_ns: u64, round: u64) -> Sample {
+    let mut raw = raw_sample_template();
+    raw.cookie = cookie;
+    raw.ts_ns = ts_ns;
+    raw.saddr[..4].copy_from_slice(&[198, 18, (cookie >> 8) as u8, cookie as u8]);
+    raw.daddr[..4].copy_from_slice(&[198, 19, 0, 1]);
+    raw.sport = 10_000 + (cookie % 50_000) as u16;
+    raw.dport = 443;
+    raw.cc_name[..5].copy_from_slice(b"cubic");
+    raw.mss = 1448;
+    raw.snd_cwnd = 10 + (cookie % 90) as u32;
+    raw.snd_ssthresh = 64;
+    raw.srtt_us = 30_000;
+    raw.min_rtt_us = 29_000;
+    raw.bytes_acked = round * (cookie % 1000 + 1) * 10_000;
+    raw.bytes_sent = raw.bytes_acked + raw.bytes_acked / 50;
+    raw.bytes_retrans = raw.bytes_acked / 50;
+    raw.sndbuf = 87_040;
+    raw.wmem_queued = 80_000;
+    from_raw(&raw, &CTX).expect("valid sample")
+}
+
+/// Mean time of one frame with `flows` flows.
+fn frame_time(flows: u64, frames: u64) -> Duration {
+    let analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
+    let mut state = AppState::new(analysis, HeaderInfo::this_host("bench")).with_show_all(true);
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).expect("test backend");
+    let mut batch = Vec::with_capacity(flows as usize);
+    // Warm up: give every flow history and a verdict.
+    for round in 0..5 {
+        let ts = 1_000_000_000 * (round + 1);
+        batch.clear();
+        batch.extend((0..flows).map(|c| sample(c, ts, round)));
+        state.ingest(&batch);
+        state.tick(ts, SourceCounters::default());
+    }
+    let start = Instant::now();
+    for round in 5..5 + frames {
+        // Four frames per second of samples, as the UI draws.
+        let ts = 1_000_000_000 * 5 + round * 250_000_000;
+        batch.clear();
+        batch.extend((0..flows).map(|c| sample(c, ts, round)));
+        state.ingest(&batch);
+        state.tick(ts, SourceCounters { received: round * flows, lost: 0, decode_errors: 0 });
+        terminal.draw(|f| draw(f, &state)).expect("draw");
+        black_box(terminal.backend());
+    }
+    start.elapsed() / frames as u32
+}
+
+fn main() {
+    let baseline = frame_time(100, 40);
+    let large = frame_time(10_000, 40);
+    println!("frame with    100 flows: {baseline:?} (baseline)");
+    println!("frame with 10,000 flows: {large:?}");
+    println!(
+        "ratio: {:.1}x the baseline for 100x the flows; budget at 4 frames/s: {:.0}% of one core",
+        large.as_secs_f64() / baseline.as_secs_f64(),
+        large.as_secs_f64() * 4.0 * 100.0
+    );
+}
