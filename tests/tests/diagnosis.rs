@@ -189,3 +189,32 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     assert_eq!(rwnd.last["limited_by"], "rwnd", "small rcvbuf: {}", describe(&rwnd));
     Ok(())
 }
+
+#[test]
+fn demo_flags_its_cubic_flows_and_cleans_up_on_sigterm() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let tracer = Tracer::start(&["demo"])?;
+    let prefix = format!("cct-{}-", tracer.pid());
+    let namespaces = || -> Result<Vec<String>> {
+        let out = std::process::Command::new("ip").args(["netns", "list"]).output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(&prefix)).map(String::from).collect())
+    };
+    assert_eq!(namespaces()?.len(), 2, "the demo's sender and receiver namespaces exist");
+    tracer.wait_for("both CUBIC demo flows flagged", Duration::from_secs(15), |lines| {
+        let flagged = |comm: &str| {
+            lines.iter().any(|v| v["type"] == "flow" && v["owner"]["comm"] == comm && v["flagged"] == true)
+        };
+        flagged("cubic-video") && flagged("cubic-bulk")
+    })?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    for comm in ["bbr-video", "bbr-bulk"] {
+        assert!(
+            !lines.iter().any(|v| v["type"] == "flow" && v["owner"]["comm"] == comm && v["flagged"] == true),
+            "{comm} must not be flagged"
+        );
+    }
+    assert!(namespaces()?.is_empty(), "left behind: {:?}", namespaces()?);
+    Ok(())
+}

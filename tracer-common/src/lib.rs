@@ -324,9 +324,9 @@ impl ClassicTracepointOffsets {
 pub struct Config {
     /// Minimum time between two periodic samples of one flow.
     pub sample_interval_ns: u64,
-    /// Hooks that are attached ([`hook`] bits); informational for the programs.
+    /// Reserved for the hooks attached ([`hook`] bits); 0 for now.
     pub hooks: u32,
-    /// Only sockets in this cgroup v2 subtree id (0: all). Reserved for container filters.
+    /// Reserved for in-kernel container filters; 0 for now.
     pub _reserved: u32,
 }
 

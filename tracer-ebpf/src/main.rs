@@ -126,6 +126,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     if hit.sk.is_null() || hit.cookie == 0 {
         return Ok(0);
     }
+    // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let mut state = match FLOWS.get_ptr_mut(hit.cookie) {
         // SAFETY: the pointer is into the map value, valid for this program run.
