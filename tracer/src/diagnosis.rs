@@ -116,7 +116,7 @@ impl Default for DiagnosisConfig {
         Self {
             window: 5,
             min_observed_secs: 3.0,
-            heavy_min_bytes: 512 << 10,
+            heavy_min_bytes: 500_000,
             heavy_min_bps: 1_000_000.0,
             min_busy_share: 0.7,
             stall_share: 0.3,
@@ -481,6 +481,10 @@ impl Diagnoser {
             let verdict = judge(flow, mem, &self.cfg, env);
             mem.shown = Some(verdict);
         }
+    }
+
+    pub fn config(&self) -> &DiagnosisConfig {
+        &self.cfg
     }
 
     pub fn verdict(&self, cookie: u64) -> Option<&Verdict> {

@@ -40,6 +40,12 @@ struct Cli {
     /// as lost.
     #[arg(long, global = true, default_value_t = 8192, value_name = "KIB", hide = true)]
     ring_kib: u32,
+    /// A flow counts as heavy (flaggable, shown by default) once it moved this many MB...
+    #[arg(long, global = true, default_value_t = 0.5, value_name = "MB")]
+    heavy_mb: f64,
+    /// ...and moves at least this many Mbit/s (or keeps its congestion window full).
+    #[arg(long, global = true, default_value_t = 1.0, value_name = "MBIT/S")]
+    heavy_mbps: f64,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
@@ -63,6 +69,16 @@ fn duration_arg(secs: Option<f64>) -> Result<Option<Duration>> {
         Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
         Some(s) => anyhow::bail!("--duration must be a positive number of seconds, got {s}"),
     }
+}
+
+fn diagnosis_config(cli: &Cli) -> Result<DiagnosisConfig> {
+    anyhow::ensure!(cli.heavy_mb.is_finite() && cli.heavy_mb >= 0.0, "--heavy-mb must be a non-negative number");
+    anyhow::ensure!(cli.heavy_mbps.is_finite() && cli.heavy_mbps >= 0.0, "--heavy-mbps must be a non-negative number");
+    Ok(DiagnosisConfig {
+        heavy_min_bytes: (cli.heavy_mb * 1e6) as u64,
+        heavy_min_bps: cli.heavy_mbps * 1e6,
+        ..DiagnosisConfig::default()
+    })
 }
 
 fn start_kernel(cli: &Cli) -> Result<KernelSource> {
@@ -89,7 +105,7 @@ async fn run_json(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown)
     let mut out = std::io::BufWriter::new(stdout.lock());
     let jopts = JsonOptions {
         interval: Duration::from_millis(cli.interval),
-        diagnosis: DiagnosisConfig::default(),
+        diagnosis: diagnosis_config(cli)?,
         duration: duration_arg(cli.duration)?,
         events: cli.events,
         env_refresh: Some(tracer::host::environment),
@@ -103,7 +119,11 @@ async fn run_tui(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown, 
         None => source.describe(),
     };
     let header = tracer::tui::HeaderInfo::this_host(described);
-    let opts = tracer::tui::TuiOptions { env_refresh: Some(tracer::host::environment), ..Default::default() };
+    let opts = tracer::tui::TuiOptions {
+        env_refresh: Some(tracer::host::environment),
+        diagnosis: diagnosis_config(cli)?,
+        ..Default::default()
+    };
     let duration = duration_arg(cli.duration)?;
     let stop = async {
         tokio::select! {
@@ -121,6 +141,7 @@ async fn run_tui(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown, 
 
 async fn run(cli: &Cli) -> Result<()> {
     let duration = duration_arg(cli.duration)?;
+    diagnosis_config(cli)?;
     let mut shutdown = Shutdown::install()?;
     // Attach first so the demo's connections are seen from their first packet.
     let mut source = start_kernel(cli)?;

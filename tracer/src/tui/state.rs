@@ -15,9 +15,6 @@ use crate::event::{CaState, Sample, TcpState};
 use crate::model::Flow;
 use crate::source::SourceCounters;
 
-/// A flow is "heavy" (shown by default) above this throughput, or when it is flagged.
-pub const HEAVY_BPS: f64 = 1_000_000.0;
-
 const NS_PER_SEC: u64 = 1_000_000_000;
 
 /// Facts for the header that the UI cannot know by itself.
@@ -184,7 +181,9 @@ pub(crate) struct FlowRow {
 }
 
 impl FlowRow {
-    fn of(flow: &Flow, verdict: Option<&Verdict>) -> Self {
+    /// `heavy_bps`: above this throughput (the diagnosis' own heavy threshold) or when flagged,
+    /// a flow is "heavy" and shown by default.
+    fn of(flow: &Flow, verdict: Option<&Verdict>, heavy_bps: f64) -> Self {
         let s = &flow.latest;
         let flagged = verdict.is_some_and(|v| v.flagged);
         let closed = flow.is_closed() || matches!(s.tcp_state, TcpState::Close | TcpState::TimeWait);
@@ -206,7 +205,7 @@ impl FlowRow {
             retrans_ratio: flow.rates.retrans_ratio,
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
-            heavy: flagged || flow.rates.throughput_bps > HEAVY_BPS,
+            heavy: flagged || flow.rates.throughput_bps > heavy_bps,
         }
     }
 
@@ -446,7 +445,8 @@ impl AppState {
     fn rebuild_snapshot(&mut self) {
         let analysis = &self.analysis;
         self.snapshot.clear();
-        self.snapshot.extend(analysis.table.flows().map(|f| FlowRow::of(f, analysis.verdict(f))));
+        let heavy_bps = analysis.diagnoser.config().heavy_min_bps;
+        self.snapshot.extend(analysis.table.flows().map(|f| FlowRow::of(f, analysis.verdict(f), heavy_bps)));
         let mut cc: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.snapshot {
             *cc.entry(r.cc.as_str()).or_default() += 1;
