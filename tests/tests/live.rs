@@ -23,6 +23,21 @@ fn flow_samples(t: &Tracer, netns: u64, port: u16) -> Vec<Value> {
     t.samples(|v| v["netns"].as_u64() == Some(netns) && port_of(&v["local"]) == Some(port))
 }
 
+/// A bulk sender from the lab's sender namespace to its sink, for `secs` seconds.
+fn bulk(lab: &VethPair, cc: &str, secs: u64) -> Result<Sender> {
+    Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions {
+            congestion: Some(cc.into()),
+            mode: SendMode::Bulk,
+            duration: Duration::from_secs(secs),
+            ..Default::default()
+        },
+    )
+}
+
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
@@ -112,17 +127,7 @@ fn retransmissions_ca_states_and_close_match_the_kernel() -> Result<()> {
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
     let sender_ns = lab.sender().name().to_string();
     let retrans_before = nstat_in(&sender_ns, "TcpRetransSegs")?;
-    let sender = Sender::start(
-        lab.sender(),
-        lab.receiver_addr(),
-        PORT,
-        SenderOptions {
-            congestion: Some("cubic".into()),
-            mode: SendMode::Bulk,
-            duration: Duration::from_secs(3),
-            ..Default::default()
-        },
-    )?;
+    let sender = bulk(&lab, "cubic", 3)?;
     let port = sender.local_port();
     let report = sender.wait()?;
     let netns = lab.sender().inode();
@@ -180,12 +185,7 @@ fn flows_in_two_namespaces_carry_their_own_netns() -> Result<()> {
     let lab = VethPair::create(VethOptions::default())?;
     let tracer = Tracer::start(&["--interval", "200"])?;
     let sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
-    let sender = Sender::start(
-        lab.sender(),
-        lab.receiver_addr(),
-        PORT,
-        SenderOptions { mode: SendMode::Bulk, duration: Duration::from_secs(1), ..Default::default() },
-    )?;
+    let sender = bulk(&lab, "cubic", 1)?;
     let port = sender.local_port();
     sender.wait()?;
     let (s_ns, r_ns) = (lab.sender().inode(), lab.receiver().inode());
@@ -242,12 +242,7 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
     let progs = loaded_bpf_programs()?;
     assert!(progs.iter().any(|p| p.starts_with("cct_tp_")), "classic programs loaded: {progs:?}");
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
-    let sender = Sender::start(
-        lab.sender(),
-        lab.receiver_addr(),
-        PORT,
-        SenderOptions { mode: SendMode::Bulk, duration: Duration::from_secs(1), ..Default::default() },
-    )?;
+    let sender = bulk(&lab, "cubic", 1)?;
     let port = sender.local_port();
     let report = sender.wait()?;
     let netns = lab.sender().inode();
@@ -321,16 +316,7 @@ fn a_full_ring_buffer_is_reported_as_lost_events() -> Result<()> {
     // bursts overflow the ring between two reads.
     let tracer = Tracer::start(&["--ring-kib", "4", "--sample-ms", "1", "--interval", "500"])?;
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
-    let senders = (0..8)
-        .map(|_| {
-            Sender::start(
-                lab.sender(),
-                lab.receiver_addr(),
-                PORT,
-                SenderOptions { mode: SendMode::Bulk, duration: Duration::from_secs(2), ..Default::default() },
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let senders = (0..8).map(|_| bulk(&lab, "cubic", 2)).collect::<Result<Vec<_>>>()?;
     for s in senders {
         s.wait()?;
     }

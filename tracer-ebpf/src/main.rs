@@ -277,14 +277,15 @@ fn read_chrono(sk: *const u8, out: &mut [u32; 3]) {
     *out = read(sk, off);
 }
 
-/// Sockets that carry no flow (listeners) or are not TCP produce no samples.
+/// Sockets that carry no flow or are not TCP produce no samples. A listener is already in CLOSE
+/// when it is destroyed, so "no peer port" is what identifies it (and any never-connected socket).
 #[inline(always)]
 fn is_flow_socket(sk: *const u8) -> bool {
     let proto_off = global!(OFFSETS.sk_protocol);
     if proto_off != ABSENT && read::<u16>(sk, proto_off) != IPPROTO_TCP {
         return false;
     }
-    read::<u8>(sk, global!(OFFSETS.skc_state)) != TCP_LISTEN
+    read::<u8>(sk, global!(OFFSETS.skc_state)) != TCP_LISTEN && read::<u16>(sk, global!(OFFSETS.skc_dport)) != 0
 }
 
 #[inline(always)]
