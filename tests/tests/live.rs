@@ -381,3 +381,59 @@ fn accepted_connections_learn_their_owner_when_they_send() -> Result<()> {
     tracer.stop()?;
     Ok(())
 }
+
+#[test]
+fn idle_flows_that_exist_at_start_are_listed_at_once() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    use std::io::{Read, Write};
+    const IDLE_PORT: u16 = 5204;
+    let lab = VethPair::create(VethOptions::default())?;
+    // A connection that exchanges a little data, then sits idle while cctrace starts.
+    let addr = std::net::SocketAddr::from((lab.receiver_addr(), IDLE_PORT));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let server = lab.receiver().spawn_thread("cct-idle-srv", move || -> std::io::Result<()> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        let _ = tx.send(());
+        let (mut conn, _) = listener.accept()?;
+        let mut buf = [0u8; 5];
+        conn.read_exact(&mut buf)?;
+        let _ = stop_rx.recv_timeout(Duration::from_secs(30));
+        Ok(())
+    })?;
+    rx.recv_timeout(Duration::from_secs(5)).context("server did not start")?;
+    let (client_tx, client_rx) = std::sync::mpsc::channel();
+    let (client_stop_tx, client_stop_rx) = std::sync::mpsc::channel::<()>();
+    let client = lab.sender().spawn_thread("cct-idle-cli", move || -> std::io::Result<()> {
+        let mut conn = std::net::TcpStream::connect(addr)?;
+        conn.write_all(b"hello")?;
+        let _ = client_tx.send(conn.local_addr()?.port());
+        let _ = client_stop_rx.recv_timeout(Duration::from_secs(30));
+        Ok(())
+    })?;
+    let client_port = client_rx.recv_timeout(Duration::from_secs(5)).context("client did not connect")?;
+    std::thread::sleep(Duration::from_millis(300));
+
+    let tracer = Tracer::start(&["--interval", "200"])?;
+    let netns = lab.sender().inode();
+    tracer.wait_for("a snapshot sample of the idle flow", Duration::from_secs(5), |lines| {
+        lines.iter().any(|v| {
+            v["type"] == "sample"
+                && v["reason"] == "Snapshot"
+                && v["netns"].as_u64() == Some(netns)
+                && port_of(&v["local"]) == Some(client_port)
+        })
+    })?;
+    let snap = flow_samples(&tracer, netns, client_port);
+    let first = snap.first().context("no samples")?;
+    assert_eq!(first["reason"], "Snapshot", "{first}");
+    assert_eq!(first["tcp_state"], "Established");
+    assert_eq!(u(first, "bytes_acked"), 6, "5 bytes and the SYN: {first}");
+    let _ = stop_tx.send(());
+    let _ = client_stop_tx.send(());
+    client.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
+    server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    tracer.stop()?;
+    Ok(())
+}

@@ -7,7 +7,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 
 /// Record kinds carried in [`RecordHeader::kind`].
 pub mod record_kind {
@@ -26,6 +26,8 @@ pub mod reason {
     pub const STATE_CHANGE: u8 = 4;
     /// The socket is being destroyed (`tcp:tcp_destroy_sock`).
     pub const DESTROY: u8 = 5;
+    /// Start-up snapshot of an existing socket (`iter/tcp`), so idle flows show at once.
+    pub const SNAPSHOT: u8 = 6;
 }
 
 /// Bits of [`FlowSample::flags`].

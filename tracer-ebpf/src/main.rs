@@ -533,6 +533,42 @@ pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
 
 // tcp:tcp_sendmsg_locked has no skaddr in its tracefs record, so it has no classic twin.
 
+// ---------------------------------------------------------------- start-up snapshot
+
+const TCP_TIME_WAIT: u8 = 6;
+const TCP_NEW_SYN_RECV: u8 = 12;
+
+/// `iter/tcp`: one sample of every TCP socket of the iterating process's network namespace, so
+/// flows that are idle when cctrace starts are listed too. The context is
+/// `struct bpf_iter__tcp { struct bpf_iter_meta *meta; struct sock_common *sk_common; uid_t uid; }`.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/tcp")]
+pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
+    // SAFETY: the verifier gives iterator programs this context; sk_common is its second field
+    // and may be NULL (end of iteration).
+    let sk = unsafe { *(ctx as *const *const u8).add(1) };
+    if sk.is_null() {
+        return 0;
+    }
+    // Time-wait and request sockets are not full sockets; listeners carry no flow.
+    let state: u8 = read(sk, global!(OFFSETS.skc_state));
+    if state == TCP_TIME_WAIT || state == TCP_NEW_SYN_RECV || state == TCP_LISTEN || !is_flow_socket(sk) {
+        return 0;
+    }
+    let hit = Hit {
+        sk,
+        cookie: btf_cookie(sk),
+        reason: reason::SNAPSHOT,
+        ca_state: CA_FROM_SOCKET,
+        old_state: 0,
+        new_state: 0,
+        classic: false,
+    };
+    match observe(hit) {
+        Ok(_) | Err(_) => 0,
+    }
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

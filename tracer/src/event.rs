@@ -114,6 +114,8 @@ pub enum SampleReason {
     CaState,
     StateChange,
     Destroy,
+    /// Start-up snapshot of a socket that already existed.
+    Snapshot,
 }
 
 impl SampleReason {
@@ -124,6 +126,7 @@ impl SampleReason {
             reason::CA_STATE => Self::CaState,
             reason::STATE_CHANGE => Self::StateChange,
             reason::DESTROY => Self::Destroy,
+            reason::SNAPSHOT => Self::Snapshot,
             other => return Err(DecodeError::BadField("reason", other as u64)),
         })
     }

@@ -63,3 +63,18 @@ pub fn hostname() -> String {
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
 }
+
+/// A path that opens each network namespace on the host, one per namespace (by inode): a
+/// process's `/proc/PID/ns/net`, or `/run/netns/NAME` for namespaces without processes.
+pub fn netns_paths() -> Vec<(u32, std::path::PathBuf)> {
+    let mut seen: HashMap<u32, std::path::PathBuf> = HashMap::new();
+    for (ino, pid) in netns_pids() {
+        seen.insert(ino, format!("/proc/{pid}/ns/net").into());
+    }
+    for (ino, name) in named_netns() {
+        seen.entry(ino).or_insert_with(|| std::path::Path::new("/run/netns").join(name));
+    }
+    let mut all: Vec<_> = seen.into_iter().collect();
+    all.sort_unstable();
+    all
+}

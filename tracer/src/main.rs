@@ -96,6 +96,9 @@ fn start_kernel(cli: &Cli) -> Result<KernelSource> {
     for m in &source.info().missing_fields {
         eprintln!("cctrace: kernel field unavailable, reported as 0: {m}");
     }
+    if let Err(why) = &source.info().snapshot {
+        eprintln!("cctrace: no start-up snapshot of existing sockets ({why}); idle flows appear when they next send");
+    }
     Ok(source)
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, TracePoint};
+use aya::programs::{BtfTracePoint, Iter, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, hook, ClassicTracepointOffsets, Config, ABSENT};
@@ -146,6 +146,8 @@ pub struct KernelInfo {
     /// Optional kernel fields this kernel lacks (their values read as 0).
     pub missing_fields: Vec<String>,
     pub hz: u32,
+    /// The start-up snapshot of existing sockets: namespaces walked, or why it was skipped.
+    pub snapshot: Result<usize, String>,
 }
 
 pub struct KernelSource {
@@ -298,6 +300,12 @@ impl KernelSource {
             bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
         }
 
+        // With the hooks attached, list the sockets that already exist, so idle flows show too.
+        let snapshot = match aya_btf.as_ref() {
+            Some(btf) => snapshot_existing_sockets(&mut ebpf, btf).map_err(|e| short(&format!("{e:#}"))),
+            None => Err("kernel BTF unavailable".to_string()),
+        };
+
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
@@ -310,7 +318,7 @@ impl KernelSource {
             ring,
             counters,
             _ebpf: ebpf,
-            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz },
+            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
             ctx: DecodeContext { hz },
             received: 0,
             decode_errors: 0,
@@ -369,6 +377,40 @@ impl KernelSource {
             }
         }
     }
+}
+
+/// Run the `iter/tcp` program once in every network namespace: an iterator walks the sockets of
+/// the namespace of the thread that creates it, so each walk happens on a thread that entered
+/// that namespace. Samples go through the ring buffer like any other. Returns the namespaces
+/// walked; the program is unloaded afterwards.
+fn snapshot_existing_sockets(ebpf: &mut Ebpf, btf: &Btf) -> Result<usize> {
+    let prog: &mut Iter =
+        ebpf.program_mut("cct_iter_tcp").ok_or_else(|| anyhow!("program cct_iter_tcp missing"))?.try_into()?;
+    prog.load("tcp", btf).map_err(|e| anyhow!("iter/tcp: {}", short(&error_chain(&e))))?;
+    let mut walked = 0;
+    for (_, path) in crate::host::netns_paths() {
+        let link = prog.attach().and_then(|id| prog.take_link(id));
+        let Ok(link) = link else { continue };
+        let walk = std::thread::scope(|scope| {
+            scope
+                .spawn(move || -> Result<()> {
+                    let ns = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+                    // SAFETY: setns on this thread only, with a namespace fd we just opened.
+                    if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) } != 0 {
+                        bail!("setns {}: {}", path.display(), std::io::Error::last_os_error());
+                    }
+                    let mut iter = link.into_file().map_err(|e| anyhow!("creating the iterator: {e}"))?;
+                    std::io::copy(&mut iter, &mut std::io::sink()).context("walking sockets")?;
+                    Ok(())
+                })
+                .join()
+        });
+        if matches!(walk, Ok(Ok(()))) {
+            walked += 1;
+        }
+    }
+    let _ = prog.unload();
+    Ok(walked)
 }
 
 fn raise_memlock() {
