@@ -1,9 +1,8 @@
 //! `cctrace`: see every TCP flow's congestion control live, across all network namespaces.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
-
-use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
