@@ -6,30 +6,57 @@ use crate::event::Sample;
 use crate::model::{Flow, FlowTable, Ingested, TableConfig};
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
+/// Namespaces and processes come and go: host facts are re-read this often when a reader is set.
+const ENV_REFRESH_NS: u64 = 5_000_000_000;
 
 pub struct Analysis {
     pub table: FlowTable,
     pub diagnoser: Diagnoser,
     pub env: Environment,
     last_evaluation_ns: u64,
+    /// Re-reads host facts (a side effect injected by the caller; tests leave it out).
+    env_refresh: Option<fn() -> Environment>,
+    env_read_ns: u64,
 }
 
 impl Analysis {
     pub fn new(table: TableConfig, diagnosis: DiagnosisConfig, env: Environment) -> Self {
-        Self { table: FlowTable::new(table), diagnoser: Diagnoser::new(diagnosis), env, last_evaluation_ns: 0 }
+        Self {
+            table: FlowTable::new(table),
+            diagnoser: Diagnoser::new(diagnosis),
+            env,
+            last_evaluation_ns: 0,
+            env_refresh: None,
+            env_read_ns: 0,
+        }
+    }
+
+    /// Re-read host facts with `refresh` every few seconds of `tick` time.
+    pub fn with_env_refresh(mut self, refresh: Option<fn() -> Environment>) -> Self {
+        self.env_refresh = refresh;
+        self
     }
 
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         self.table.ingest(sample)
     }
 
-    /// Age out old flows and re-judge every flow, at most once per second of `now_ns`
-    /// (monotonic, the samples' clock). Returns whether an evaluation ran.
+    /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per
+    /// second of `now_ns` (monotonic, the samples' clock). Returns whether an evaluation ran.
     pub fn tick(&mut self, now_ns: u64) -> bool {
         if self.last_evaluation_ns != 0 && now_ns.saturating_sub(self.last_evaluation_ns) < EVALUATE_EVERY_NS {
             return false;
         }
         self.last_evaluation_ns = now_ns;
+        if let Some(refresh) = self.env_refresh {
+            // The caller read the environment it passed in: the first tick only starts the clock.
+            if self.env_read_ns == 0 {
+                self.env_read_ns = now_ns;
+            } else if now_ns.saturating_sub(self.env_read_ns) >= ENV_REFRESH_NS {
+                self.env = refresh();
+                self.env_read_ns = now_ns;
+            }
+        }
         self.table.expire(now_ns);
         self.diagnoser.evaluate(&self.table, &self.env, now_ns);
         true
@@ -37,5 +64,26 @@ impl Analysis {
 
     pub fn verdict(&self, flow: &Flow) -> Option<&Verdict> {
         self.diagnoser.verdict(flow.cookie())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn later_env() -> Environment {
+        Environment { host_netns: 42, ..Environment::default() }
+    }
+
+    #[test]
+    fn host_facts_are_re_read_every_few_seconds_of_tick_time() {
+        let mut a = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default())
+            .with_env_refresh(Some(later_env));
+        assert!(a.tick(1_000_000_000));
+        assert!(!a.tick(1_500_000_000), "at most one evaluation per second");
+        assert!(a.tick(5_000_000_000));
+        assert_eq!(a.env.host_netns, 0, "not yet five seconds since the first tick");
+        assert!(a.tick(6_000_000_000));
+        assert_eq!(a.env.host_netns, 42);
     }
 }

@@ -14,8 +14,6 @@ use crate::event::CaState;
 use crate::model::{Flow, TableConfig};
 use crate::source::EventSource;
 
-const ENV_REFRESH: Duration = Duration::from_secs(5);
-
 /// `ss` leaves ssthresh out while it is still "infinite" (TCP_INFINITE_SSTHRESH).
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
@@ -89,7 +87,7 @@ pub struct JsonOptions {
     pub duration: Option<Duration>,
     /// Also print every kernel sample as it arrives (`"type":"sample"`), for debugging and tests.
     pub events: bool,
-    /// Re-read host facts (namespaces come and go) every few seconds, when given.
+    /// Re-reads host facts (namespaces come and go), when given; see [`Analysis::with_env_refresh`].
     pub env_refresh: Option<fn() -> Environment>,
 }
 
@@ -102,9 +100,9 @@ pub async fn run<W: Write>(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let clock = WallClock::now();
-    let mut analysis = Analysis::new(TableConfig::default(), opts.diagnosis.clone(), env);
+    let mut analysis =
+        Analysis::new(TableConfig::default(), opts.diagnosis.clone(), env).with_env_refresh(opts.env_refresh);
     let mut latest_ns = 0u64;
-    let mut env_read_at = std::time::Instant::now();
     let mut dirty: HashSet<u64> = HashSet::new();
     let mut tick = tokio::time::interval(opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -134,12 +132,6 @@ pub async fn run<W: Write>(
                 None => ended = true,
             },
             _ = tick.tick() => {
-                if let Some(refresh) = opts.env_refresh {
-                    if env_read_at.elapsed() >= ENV_REFRESH {
-                        analysis.env = refresh();
-                        env_read_at = std::time::Instant::now();
-                    }
-                }
                 // Judge on the samples' clock when it runs ahead (replays), else on real time.
                 analysis.tick(clock.monotonic_now_ns().max(latest_ns));
                 report(&analysis, &mut dirty, &clock, out)?;

@@ -42,9 +42,6 @@ pub use state::{AppState, Column, HeaderInfo, SortDir, View};
 pub use update::{handle_key, Action};
 pub use view::draw;
 
-/// How often host facts are re-read when `env_refresh` is given (as the JSON output does).
-const ENV_REFRESH: Duration = Duration::from_secs(5);
-
 /// Which clock "now" is for ageing flows and judging them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TimeBase {
@@ -95,7 +92,7 @@ pub async fn run(
     opts: TuiOptions,
     stop: impl Future<Output = ()>,
 ) -> Result<()> {
-    let analysis = Analysis::new(opts.table.clone(), opts.diagnosis.clone(), env);
+    let analysis = Analysis::new(opts.table.clone(), opts.diagnosis.clone(), env).with_env_refresh(opts.env_refresh);
     let mut state = AppState::new(analysis, header).with_show_all(opts.show_all);
     let mut guard = terminal::TerminalGuard::enter()?;
     let keys = EventStream::new();
@@ -134,7 +131,6 @@ where
     let mut backlog_at = 0;
     let mut keys_open = true;
     let mut source_open = true;
-    let mut env_read_at = tokio::time::Instant::now();
 
     loop {
         let has_backlog = backlog_at < backlog.len();
@@ -156,12 +152,6 @@ where
                 None => keys_open = false,
             },
             _ = frames.tick() => {
-                if let Some(refresh) = opts.env_refresh {
-                    if env_read_at.elapsed() >= ENV_REFRESH {
-                        state.analysis.env = refresh();
-                        env_read_at = tokio::time::Instant::now();
-                    }
-                }
                 state.tick(now(state), source.counters());
                 draw_frame(terminal, state)?;
             }
