@@ -291,6 +291,11 @@ impl Default for SenderOptions {
 }
 
 impl SenderOptions {
+    /// A sender using congestion control `cc` in `mode` for `duration`; the rest default.
+    pub fn new(cc: &str, mode: SendMode, duration: Duration) -> Self {
+        Self { congestion: Some(cc.to_string()), mode, duration, ..Self::default() }
+    }
+
     fn validate(&self) -> Result<(), LabError> {
         let bad = |m: &str| Err(LabError::InvalidArgument(m.into()));
         if self.duration.is_zero() || self.duration > MAX_DURATION {

@@ -22,12 +22,7 @@ fn bulk(path: &EmulatedPath, cc: &'static str, secs: u64) -> Result<Run> {
         path.sender(),
         path.receiver_addr(),
         PORT,
-        SenderOptions {
-            congestion: Some(cc.into()),
-            mode: SendMode::Bulk,
-            duration: Duration::from_secs(secs),
-            ..Default::default()
-        },
+        SenderOptions::new(cc, SendMode::Bulk, Duration::from_secs(secs)),
     )?;
     let r = sender.wait()?;
     Ok(Run { cc, goodput_bps: r.goodput_bps, retrans: r.total_retrans, bytes_acked: r.bytes_acked })

@@ -27,13 +27,7 @@ fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) ->
         path.sender(),
         path.receiver_addr(),
         port,
-        SenderOptions {
-            congestion: Some(cc.into()),
-            mode,
-            duration: Duration::from_secs(secs),
-            nodelay: true,
-            ..Default::default()
-        },
+        SenderOptions { nodelay: true, ..SenderOptions::new(cc, mode, Duration::from_secs(secs)) },
     )
 }
 

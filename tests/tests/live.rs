@@ -29,12 +29,7 @@ fn bulk(lab: &VethPair, cc: &str, secs: u64) -> Result<Sender> {
         lab.sender(),
         lab.receiver_addr(),
         PORT,
-        SenderOptions {
-            congestion: Some(cc.into()),
-            mode: SendMode::Bulk,
-            duration: Duration::from_secs(secs),
-            ..Default::default()
-        },
+        SenderOptions::new(cc, SendMode::Bulk, Duration::from_secs(secs)),
     )
 }
 

@@ -88,13 +88,7 @@ impl DemoLab {
                 path.sender(),
                 path.receiver_addr(),
                 PORT,
-                SenderOptions {
-                    congestion: Some(cc.into()),
-                    mode,
-                    duration,
-                    name: Some(name.into()),
-                    ..Default::default()
-                },
+                SenderOptions { name: Some(name.into()), ..SenderOptions::new(cc, mode, duration) },
             )
             .with_context(|| format!("starting the {label}"))?;
             flows.push(DemoFlow { label, sender });
