@@ -9,6 +9,45 @@
 /// Version of the ring-buffer record layout. Bump on any layout change.
 pub const WIRE_VERSION: u16 = 2;
 
+/// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
+pub const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// Default ring-buffer size in bytes (the `EVENTS` map; userspace may resize it before load).
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+
+/// Default minimum spacing of periodic samples per flow (retransmissions, CA-state changes,
+/// opens and closes are sampled at once).
+pub const DEFAULT_SAMPLE_INTERVAL_NS: u64 = 100_000_000;
+
+/// `TCP_INFINITE_SSTHRESH`: ssthresh before the first loss (`ss` leaves it out then).
+pub const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+/// `IPPROTO_TCP`, as `sk_protocol` holds it.
+pub const IPPROTO_TCP: u16 = 6;
+
+/// Address families as `skc_family` holds them.
+pub mod family {
+    pub const AF_INET: u16 = 2;
+    pub const AF_INET6: u16 = 10;
+}
+
+/// TCP states (`include/net/tcp_states.h`).
+pub mod tcp_state {
+    pub const ESTABLISHED: u8 = 1;
+    pub const SYN_SENT: u8 = 2;
+    pub const SYN_RECV: u8 = 3;
+    pub const FIN_WAIT1: u8 = 4;
+    pub const FIN_WAIT2: u8 = 5;
+    pub const TIME_WAIT: u8 = 6;
+    pub const CLOSE: u8 = 7;
+    pub const CLOSE_WAIT: u8 = 8;
+    pub const LAST_ACK: u8 = 9;
+    pub const LISTEN: u8 = 10;
+    pub const CLOSING: u8 = 11;
+    pub const NEW_SYN_RECV: u8 = 12;
+    pub const BOUND_INACTIVE: u8 = 13;
+}
+
 /// Record kinds carried in [`RecordHeader::kind`].
 pub mod record_kind {
     pub const FLOW_SAMPLE: u16 = 1;

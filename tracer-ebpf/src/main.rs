@@ -21,8 +21,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use tracer_common::{
-    counter, flag, reason, record_kind, BitField, ClassicTracepointOffsets, Config, FlowSample, FlowState, Offsets,
-    RecordHeader, ABSENT, FLOW_SAMPLE_SIZE, WIRE_VERSION,
+    counter, family, flag, reason, record_kind, tcp_state, BitField, ClassicTracepointOffsets, Config, FlowSample,
+    FlowState, Offsets, RecordHeader, ABSENT, DEFAULT_RING_BYTES, FLOW_SAMPLE_SIZE, IPPROTO_TCP, WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -35,17 +35,12 @@ static CLASSIC: ClassicTracepointOffsets = ClassicTracepointOffsets::unresolved(
 static CONFIG: Config = Config::default_config();
 
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[map]
 static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(65_536, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-const TCP_SYN_SENT: u8 = 2;
-const TCP_LISTEN: u8 = 10;
-const IPPROTO_TCP: u16 = 6;
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
 /// No CA state override: read `icsk_ca_state` from the socket.
 const CA_FROM_SOCKET: u8 = 0xff;
 
@@ -153,7 +148,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         }
         state.last_retrans_emit_ns = now;
     }
-    if hit.reason == reason::STATE_CHANGE && hit.new_state == TCP_SYN_SENT {
+    if hit.reason == reason::STATE_CHANGE && hit.new_state == tcp_state::SYN_SENT {
         // connect() runs in the owner's context: remember who opened the flow.
         state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
         state.comm = bpf_get_current_comm().unwrap_or_default();
@@ -205,10 +200,10 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
             if hit.reason == reason::STATE_CHANGE { hit.new_state } else { read(sk, global!(OFFSETS.skc_state)) };
         s.sport = read(sk, global!(OFFSETS.skc_num));
         s.dport = u16::from_be(read(sk, global!(OFFSETS.skc_dport)));
-        if family == AF_INET6 {
+        if family == family::AF_INET6 {
             read_bytes(sk, global!(OFFSETS.skc_v6_rcv_saddr), &mut s.saddr);
             read_bytes(sk, global!(OFFSETS.skc_v6_daddr), &mut s.daddr);
-        } else if family == AF_INET {
+        } else if family == family::AF_INET {
             read_bytes(sk, global!(OFFSETS.skc_rcv_saddr), &mut s.saddr[..4]);
             read_bytes(sk, global!(OFFSETS.skc_daddr), &mut s.daddr[..4]);
         }
@@ -285,7 +280,7 @@ fn is_flow_socket(sk: *const u8) -> bool {
     if proto_off != ABSENT && read::<u16>(sk, proto_off) != IPPROTO_TCP {
         return false;
     }
-    read::<u8>(sk, global!(OFFSETS.skc_state)) != TCP_LISTEN && read::<u16>(sk, global!(OFFSETS.skc_dport)) != 0
+    read::<u8>(sk, global!(OFFSETS.skc_state)) != tcp_state::LISTEN && read::<u16>(sk, global!(OFFSETS.skc_dport)) != 0
 }
 
 #[inline(always)]
@@ -408,7 +403,7 @@ fn try_cong_state(sk: *const u8, cookie: u64, new_ca: u8, classic: bool) -> Resu
 
 #[inline(always)]
 fn try_set_state(sk: *const u8, old: u8, new: u8, classic: bool) -> Result<u32, u32> {
-    if old == TCP_LISTEN || new == TCP_LISTEN {
+    if old == tcp_state::LISTEN || new == tcp_state::LISTEN {
         return Ok(0);
     }
     let proto_off = global!(OFFSETS.sk_protocol);
@@ -535,9 +530,6 @@ pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
 
 // ---------------------------------------------------------------- start-up snapshot
 
-const TCP_TIME_WAIT: u8 = 6;
-const TCP_NEW_SYN_RECV: u8 = 12;
-
 /// `iter/tcp`: one sample of every TCP socket of the iterating process's network namespace, so
 /// flows that are idle when cctrace starts are listed too. The context is
 /// `struct bpf_iter__tcp { struct bpf_iter_meta *meta; struct sock_common *sk_common; uid_t uid; }`.
@@ -552,7 +544,11 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     }
     // Time-wait and request sockets are not full sockets; listeners carry no flow.
     let state: u8 = read(sk, global!(OFFSETS.skc_state));
-    if state == TCP_TIME_WAIT || state == TCP_NEW_SYN_RECV || state == TCP_LISTEN || !is_flow_socket(sk) {
+    if state == tcp_state::TIME_WAIT
+        || state == tcp_state::NEW_SYN_RECV
+        || state == tcp_state::LISTEN
+        || !is_flow_socket(sk)
+    {
         return 0;
     }
     let hit = Hit {

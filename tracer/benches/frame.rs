@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
+use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
+use tracer::analysis::event::{from_raw, raw_sample_template, DecodeContext, Sample};
+use tracer::analysis::model::TableConfig;
 use tracer::analysis::Analysis;
-use tracer::diagnosis::{DiagnosisConfig, Environment};
-use tracer::event::{from_raw, raw_sample_template, DecodeContext, Sample};
-use tracer::model::TableConfig;
 use tracer::source::SourceCounters;
 use tracer::tui::{draw, AppState, HeaderInfo};
 

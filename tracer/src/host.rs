@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::diagnosis::Environment;
+use crate::analysis::diagnosis::Environment;
 
 fn netns_inode(path: &str) -> Option<u32> {
     // readlink gives "net:[4026531840]".

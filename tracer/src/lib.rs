@@ -1,16 +1,13 @@
 //! cctrace: live TCP congestion-control tracing with eBPF.
 //!
-//! Layers, each usable alone: [`event`] (decoded samples), [`source`] (where samples come from),
-//! [`model`] (the flow table, pure), [`kernel`] (the live eBPF source), [`output`] (presentation).
+//! Layers: [`analysis`] (the pure core: samples, flow table, diagnosis), [`source`] (where
+//! samples come from), [`kernel`] (the live eBPF source), [`output`] and [`tui`] (front ends).
 
 pub mod analysis;
 pub mod clock;
 pub mod demo;
-pub mod diagnosis;
-pub mod event;
 pub mod host;
 pub mod kernel;
-pub mod model;
 pub mod output;
 pub mod signals;
 pub mod source;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use tracer::diagnosis::DiagnosisConfig;
+use tracer::analysis::diagnosis::DiagnosisConfig;
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
 use tracer::output::json::{self, JsonOptions};
 use tracer::signals::Shutdown;

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::event::Sample;
+use crate::analysis::event::Sample;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

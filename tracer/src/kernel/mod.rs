@@ -18,7 +18,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, hook, ClassicTracepointOffsets, Config, ABSENT};
 
-use crate::event::{decode, DecodeContext, Sample};
+use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::source::{BoxFuture, EventSource, SourceCounters};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
@@ -45,11 +45,15 @@ pub struct KernelOptions {
     pub ring_bytes: u32,
 }
 
-pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+pub use tracer_common::DEFAULT_RING_BYTES;
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        Self { sample_interval: Duration::from_millis(100), hook_mode: HookMode::Auto, ring_bytes: DEFAULT_RING_BYTES }
+        Self {
+            sample_interval: Duration::from_nanos(tracer_common::DEFAULT_SAMPLE_INTERVAL_NS),
+            hook_mode: HookMode::Auto,
+            ring_bytes: DEFAULT_RING_BYTES,
+        }
     }
 }
 

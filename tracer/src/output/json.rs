@@ -7,15 +7,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 
+use crate::analysis::diagnosis::{DiagnosisConfig, Environment, Verdict};
+use crate::analysis::event::CaState;
+use crate::analysis::model::{Flow, TableConfig};
 use crate::analysis::Analysis;
 use crate::clock::WallClock;
-use crate::diagnosis::{DiagnosisConfig, Environment, Verdict};
-use crate::event::CaState;
-use crate::model::{Flow, TableConfig};
 use crate::source::EventSource;
 
-/// `ss` leaves ssthresh out while it is still "infinite" (TCP_INFINITE_SSTHRESH).
-const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE_SSTHRESH;
 
 fn ms(us: u32) -> f64 {
     f64::from(us) / 1000.0
@@ -179,8 +178,8 @@ fn report<W: Write>(analysis: &Analysis, dirty: &mut HashSet<u64>, clock: &WallC
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::SampleReason;
-    use crate::model::tests::sample;
+    use crate::analysis::event::SampleReason;
+    use crate::analysis::model::tests::sample;
     use crate::source::FeedSource;
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -219,7 +218,7 @@ mod tests {
 
     #[test]
     fn infinite_ssthresh_is_null() {
-        let mut t = crate::model::FlowTable::new(TableConfig::default());
+        let mut t = crate::analysis::model::FlowTable::new(TableConfig::default());
         t.ingest(&sample(1, 0));
         let v = flow_object(t.get(1).expect("flow"), None, &WallClock::now());
         assert!(v["ssthresh"].is_null());

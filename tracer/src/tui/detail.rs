@@ -12,9 +12,9 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkl
 use super::format;
 use super::state::AppState;
 use super::view::{ca_color, dim, CLOSED_MARK, FLAG_MARK};
-use crate::diagnosis::Verdict;
-use crate::event::CaState;
-use crate::model::{Flow, HistoryPoint};
+use crate::analysis::diagnosis::Verdict;
+use crate::analysis::event::CaState;
+use crate::analysis::model::{Flow, HistoryPoint};
 
 /// Full charts need this much room; below it the history is drawn as sparklines.
 const CHARTS_MIN_WIDTH: u16 = 100;

@@ -11,11 +11,11 @@
 
 use std::collections::HashMap;
 
+use crate::analysis::diagnosis::{DiagnosisConfig, Environment};
+use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
+use crate::analysis::model::tests::sample;
+use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
-use crate::diagnosis::{DiagnosisConfig, Environment};
-use crate::event::{CaState, Owner, Sample, SampleReason, TcpState};
-use crate::model::tests::sample;
-use crate::model::TableConfig;
 use crate::source::SourceCounters;
 
 use super::state::{AppState, HeaderInfo};
@@ -28,7 +28,7 @@ pub const RECEIVER: u64 = 303;
 pub const CLOSED: u64 = 404;
 pub const SSH: u64 = 505;
 const BASE_MS: u64 = 1_000_000;
-const INFINITE: u32 = 0x7fff_ffff;
+use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE;
 
 pub fn ts_ns(tick: u64) -> u64 {
     (BASE_MS + tick * 100) * 1_000_000

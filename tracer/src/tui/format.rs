@@ -2,7 +2,7 @@
 //! Pure functions, so every view formats a value the same way and tests can pin them.
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh is "not set yet" at or above this.
-pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+pub use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE_SSTHRESH;
 
 /// A rate in bits/s with the unit a network engineer expects ("4.0 Mbit/s").
 pub fn rate(bps: f64) -> String {

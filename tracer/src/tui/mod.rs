@@ -31,11 +31,11 @@ use futures_util::{Stream, StreamExt};
 use ratatui::backend::Backend;
 use ratatui::Terminal;
 
+use crate::analysis::diagnosis::{DiagnosisConfig, Environment};
+use crate::analysis::event::Sample;
+use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
 use crate::clock::WallClock;
-use crate::diagnosis::{DiagnosisConfig, Environment};
-use crate::event::Sample;
-use crate::model::TableConfig;
 use crate::source::EventSource;
 
 pub use state::{AppState, Column, HeaderInfo, SortDir, View};

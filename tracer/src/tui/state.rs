@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use crate::analysis::diagnosis::{LimitedBy, Verdict};
+use crate::analysis::event::{CaState, Sample, TcpState};
+use crate::analysis::model::Flow;
 use crate::analysis::Analysis;
-use crate::diagnosis::{LimitedBy, Verdict};
-use crate::event::{CaState, Sample, TcpState};
-use crate::model::Flow;
 use crate::source::SourceCounters;
 
-const NS_PER_SEC: u64 = 1_000_000_000;
+use tracer_common::NS_PER_SEC;
 
 /// Facts for the header that the UI cannot know by itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -360,7 +360,9 @@ async fn the_loop_stops_on_the_stop_future_even_with_endless_input() {
     // A source that never ends and keys that never come: only `stop` ends the loop.
     struct Endless(u64);
     impl crate::source::EventSource for Endless {
-        fn next_batch(&mut self) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::event::Sample>>>> {
+        fn next_batch(
+            &mut self,
+        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::event::Sample>>>> {
             self.0 += 1;
             let b = feed::batch(self.0 % 100);
             Box::pin(async move { Ok(Some(b)) })

@@ -13,7 +13,7 @@ use ratatui::Frame;
 use super::detail;
 use super::format;
 use super::state::{AppState, Column, FlowRow, Screen};
-use crate::event::CaState;
+use crate::analysis::event::CaState;
 
 /// Below this the full layout cannot work; a one-paragraph summary is drawn instead.
 pub const MIN_WIDTH: u16 = 40;

@@ -11,9 +11,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::model::{Flow, FlowTable, SampleCounts};
+use crate::analysis::fix;
+use crate::analysis::model::{Flow, FlowTable, SampleCounts};
 
-const NS_PER_SEC: u64 = 1_000_000_000;
+use tracer_common::NS_PER_SEC;
 
 /// Congestion controls that back off on packet loss alone.
 pub const LOSS_BASED: &[&str] =
@@ -377,33 +378,6 @@ fn mbit(bps: f64) -> String {
     }
 }
 
-/// Commands that switch the flow's network namespace to BBR, persist it, and roll it back.
-fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
-    let s = &flow.latest;
-    let current = &s.cc;
-    let prefix = if s.netns == env.host_netns || s.netns == 0 {
-        String::new()
-    } else if let Some(name) = env.netns_names.get(&s.netns) {
-        format!("ip netns exec {name} ")
-    } else {
-        match env.netns_pids.get(&s.netns) {
-            Some(pid) => format!("nsenter --net=/proc/{pid}/ns/net "),
-            None => format!("nsenter --net=/proc/<PID in netns {}>/ns/net ", s.netns),
-        }
-    };
-    let mut cmds = Vec::new();
-    if !env.bbr_available {
-        cmds.push("modprobe tcp_bbr   # bbr is not in net.ipv4.tcp_available_congestion_control".to_string());
-    }
-    cmds.push(format!("{prefix}sysctl -w net.ipv4.tcp_congestion_control=bbr"));
-    cmds.push("# persist (inside that container/host): echo tcp_bbr > /etc/modules-load.d/bbr.conf; echo net.ipv4.tcp_congestion_control=bbr > /etc/sysctl.d/90-cctrace-bbr.conf".to_string());
-    cmds.push(format!(
-        "# roll back: {prefix}sysctl -w net.ipv4.tcp_congestion_control={current}; rm /etc/sysctl.d/90-cctrace-bbr.conf /etc/modules-load.d/bbr.conf"
-    ));
-    cmds.push("# the default applies to new connections: restart the stream to pick it up".to_string());
-    cmds
-}
-
 fn evidence_of(w: &Window, mss: u32) -> Evidence {
     let rtt_s = w.mean_srtt_us / 1e6;
     Evidence {
@@ -580,7 +554,7 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
         flagged: mem.flagged,
         text,
         evidence: Some(ev),
-        fix: if mem.flagged { fix_commands(flow, env) } else { Vec::new() },
+        fix: if mem.flagged { fix::fix_commands(flow, env) } else { Vec::new() },
     }
 }
 
@@ -592,10 +566,10 @@ fn flow_name(flow: &Flow) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tests::sample;
-    use crate::model::TableConfig;
+    use crate::analysis::model::tests::sample;
+    use crate::analysis::model::TableConfig;
 
-    use crate::event::Sample;
+    use crate::analysis::event::Sample;
 
     fn test_env() -> Environment {
         Environment {

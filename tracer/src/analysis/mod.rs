@@ -1,9 +1,19 @@
-//! The flow table and the diagnoser driven together: what every front end (JSON, TUI, replay)
-//! feeds samples into and reads flows and verdicts out of.
+//! The pure core: decoded samples ([`event`]), the flow table ([`model`]), the diagnosis
+//! ([`diagnosis`]) and the wording of fixes ([`fix`]), and [`Analysis`], which drives the flow
+//! table and the diagnoser together for every front end (JSON, TUI, replay).
+//!
+//! Nothing under this module touches aya, tokio, a terminal or the host: time comes in as
+//! arguments, host facts as [`Environment`], so all of it runs on recordings and test feeds,
+//! without root. (`purity` below checks the sources for it.)
 
-use crate::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
-use crate::event::Sample;
-use crate::model::{Flow, FlowTable, Ingested, TableConfig};
+pub mod diagnosis;
+pub mod event;
+pub mod fix;
+pub mod model;
+
+use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
+use crate::analysis::event::Sample;
+use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
 /// Namespaces and processes come and go: host facts are re-read this often when a reader is set.

@@ -6,7 +6,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
-use tracer_common::{flag, reason, record_kind, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION};
+use tracer_common::family::AF_INET6;
+use tracer_common::{flag, reason, record_kind, tcp_state, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION};
 
 /// TCP state machine states (`include/net/tcp_states.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -30,19 +31,19 @@ pub enum TcpState {
 impl TcpState {
     pub fn from_raw(v: u8) -> Self {
         match v {
-            1 => Self::Established,
-            2 => Self::SynSent,
-            3 => Self::SynRecv,
-            4 => Self::FinWait1,
-            5 => Self::FinWait2,
-            6 => Self::TimeWait,
-            7 => Self::Close,
-            8 => Self::CloseWait,
-            9 => Self::LastAck,
-            10 => Self::Listen,
-            11 => Self::Closing,
-            12 => Self::NewSynRecv,
-            13 => Self::BoundInactive,
+            tcp_state::ESTABLISHED => Self::Established,
+            tcp_state::SYN_SENT => Self::SynSent,
+            tcp_state::SYN_RECV => Self::SynRecv,
+            tcp_state::FIN_WAIT1 => Self::FinWait1,
+            tcp_state::FIN_WAIT2 => Self::FinWait2,
+            tcp_state::TIME_WAIT => Self::TimeWait,
+            tcp_state::CLOSE => Self::Close,
+            tcp_state::CLOSE_WAIT => Self::CloseWait,
+            tcp_state::LAST_ACK => Self::LastAck,
+            tcp_state::LISTEN => Self::Listen,
+            tcp_state::CLOSING => Self::Closing,
+            tcp_state::NEW_SYN_RECV => Self::NewSynRecv,
+            tcp_state::BOUND_INACTIVE => Self::BoundInactive,
             other => Self::Unknown(other),
         }
     }
@@ -240,7 +241,7 @@ pub fn decode(bytes: &[u8], ctx: &DecodeContext) -> Result<Sample, DecodeError> 
 }
 
 fn addr(family: u16, bytes: &[u8; 16], port: u16) -> std::net::SocketAddr {
-    let ip = if family == libc::AF_INET6 as u16 {
+    let ip = if family == AF_INET6 {
         IpAddr::V6(Ipv6Addr::from(*bytes))
     } else {
         IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]))
@@ -363,7 +364,7 @@ pub fn raw_sample_template() -> FlowSample {
         retrans_events: 0,
         sport: 0,
         dport: 0,
-        family: libc::AF_INET as u16,
+        family: tracer_common::family::AF_INET,
         reason: reason::PERIODIC,
         ca_state: 0,
         tcp_state: 1,
@@ -426,7 +427,7 @@ mod tests {
     #[test]
     fn decodes_ipv6_and_owner() {
         let mut raw = sample();
-        raw.family = libc::AF_INET6 as u16;
+        raw.family = AF_INET6;
         raw.saddr = Ipv6Addr::LOCALHOST.octets();
         raw.flags = flag::OWNER_KNOWN | flag::APP_LIMITED;
         raw.pid = 7;

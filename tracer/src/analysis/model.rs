@@ -4,9 +4,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::event::{CaState, Sample};
+use crate::analysis::event::{CaState, Sample};
 
-const NS_PER_SEC: u64 = 1_000_000_000;
+use tracer_common::NS_PER_SEC;
 
 #[derive(Clone, Debug)]
 pub struct TableConfig {
@@ -130,7 +130,7 @@ impl SampleCounts {
     fn add(&mut self, s: &Sample) {
         // Event-triggered samples are taken at moments of loss or state change; only the
         // periodic ones are an unbiased view of the flow's time.
-        if s.reason != crate::event::SampleReason::Periodic {
+        if s.reason != crate::analysis::event::SampleReason::Periodic {
             return;
         }
         let cwnd_full = s.cwnd_limited || (s.snd_cwnd > 0 && s.packets_out >= s.snd_cwnd);
@@ -384,7 +384,7 @@ impl FlowTable {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::event::{SampleReason, TcpState};
+    use crate::analysis::event::{SampleReason, TcpState};
 
     pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         Sample {
