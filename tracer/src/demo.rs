@@ -9,21 +9,23 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+
+use crate::cli::bounded_f64;
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct DemoOptions {
     /// Round-trip time of the emulated path, ms.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = bounded_f64(0.1, 2000.0))]
     pub rtt_ms: f64,
     /// Random loss on the data direction, percent.
-    #[arg(long, default_value_t = 2.5)]
+    #[arg(long, default_value_t = 2.5, value_parser = bounded_f64(0.0, 49.0))]
     pub loss_pct: f64,
     /// Bottleneck rate, Mbit/s.
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, default_value_t = 200.0, value_parser = bounded_f64(1.0, 10_000.0))]
     pub rate_mbps: f64,
     /// Rate of the two video-like streams, Mbit/s.
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, default_value_t = 25.0, value_parser = bounded_f64(0.01, 10_000.0))]
     pub stream_mbps: f64,
 }
 

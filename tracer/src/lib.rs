@@ -4,11 +4,14 @@
 //! samples come from), [`kernel`] (the live eBPF source), [`output`] and [`tui`] (front ends).
 
 pub mod analysis;
+pub mod cli;
 pub mod clock;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod host;
 pub mod kernel;
 pub mod output;
+pub mod pipeline;
 pub mod signals;
 pub mod source;
 pub mod tui;

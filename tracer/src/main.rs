@@ -7,8 +7,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use tracer::analysis::diagnosis::DiagnosisConfig;
+use tracer::analysis::model::TableConfig;
+use tracer::analysis::schema::SummaryRecord;
+use tracer::analysis::Analysis;
+use tracer::cli::{bounded_f64, duration_secs, ring_kib};
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
-use tracer::output::json::{self, JsonOptions};
+use tracer::output::json::JsonOutput;
+use tracer::output::writer::LineWriter;
+use tracer::pipeline::{self, PipelineOptions};
 use tracer::signals::Shutdown;
 use tracer::source::EventSource;
 
@@ -19,31 +25,34 @@ struct Cli {
     /// (the default when stdout is not a terminal).
     #[arg(long, global = true)]
     json: bool,
-    /// Report interval in milliseconds.
-    #[arg(long, global = true, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
+    /// Report interval in milliseconds (10 to 3600000).
+    #[arg(long, global = true, default_value_t = 1000, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     interval: u64,
-    /// Kernel sampling interval per flow in milliseconds (retransmissions, CA state changes,
-    /// opens and closes are always sampled immediately).
-    #[arg(long, global = true, default_value_t = 100, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Kernel sampling interval per flow in milliseconds, 1 to 60000 (retransmissions, CA state
+    /// changes, opens and closes are always sampled immediately).
+    #[arg(long, global = true, default_value_t = tracer_common::DEFAULT_SAMPLE_INTERVAL_NS / 1_000_000,
+          value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
     sample_ms: u64,
     /// Stop after this many seconds.
-    #[arg(long, global = true, value_name = "S")]
-    duration: Option<f64>,
+    #[arg(long, global = true, value_name = "S", value_parser = duration_secs)]
+    duration: Option<Duration>,
     /// With --json, also print every kernel sample as it arrives.
     #[arg(long, global = true, requires = "json")]
     events: bool,
     /// Which tracepoint flavour to attach.
     #[arg(long, global = true, value_enum, default_value_t = HookMode::Auto)]
     hooks: HookMode,
-    /// Kernel ring-buffer size in KiB (a power of two); samples that do not fit are counted
-    /// as lost.
-    #[arg(long, global = true, default_value_t = 8192, value_name = "KIB", hide = true)]
+    /// Kernel ring-buffer size in KiB (a power of two from 4 to 1048576); samples that do not
+    /// fit are counted as lost.
+    #[arg(long, global = true, default_value_t = tracer_common::DEFAULT_RING_BYTES / 1024, value_name = "KIB",
+          value_parser = ring_kib, hide = true)]
     ring_kib: u32,
     /// A flow counts as heavy (flaggable, shown by default) once it moved this many MB...
-    #[arg(long, global = true, default_value_t = 0.5, value_name = "MB")]
+    #[arg(long, global = true, default_value_t = 0.5, value_name = "MB", value_parser = bounded_f64(0.0, 1e6))]
     heavy_mb: f64,
     /// ...and moves at least this many Mbit/s (or keeps its congestion window full).
-    #[arg(long, global = true, default_value_t = 1.0, value_name = "MBIT/S")]
+    #[arg(long, global = true, default_value_t = 1.0, value_name = "MBIT/S", value_parser = bounded_f64(0.0, 1e6))]
     heavy_mbps: f64,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
@@ -56,28 +65,19 @@ struct Cli {
 enum Command {
     /// Build a local lossy WAN path (network namespaces, 30 ms RTT, random loss, 200 Mbit/s)
     /// with CUBIC and BBR streams and bulk transfers over it, and trace them.
+    #[cfg(feature = "demo")]
     Demo {
         #[command(flatten)]
         opts: tracer::demo::DemoOptions,
     },
 }
 
-fn duration_arg(secs: Option<f64>) -> Result<Option<Duration>> {
-    match secs {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => anyhow::bail!("--duration must be a positive number of seconds, got {s}"),
-    }
-}
-
-fn diagnosis_config(cli: &Cli) -> Result<DiagnosisConfig> {
-    anyhow::ensure!(cli.heavy_mb.is_finite() && cli.heavy_mb >= 0.0, "--heavy-mb must be a non-negative number");
-    anyhow::ensure!(cli.heavy_mbps.is_finite() && cli.heavy_mbps >= 0.0, "--heavy-mbps must be a non-negative number");
-    Ok(DiagnosisConfig {
+fn diagnosis_config(cli: &Cli) -> DiagnosisConfig {
+    DiagnosisConfig {
         heavy_min_bytes: (cli.heavy_mb * 1e6) as u64,
         heavy_min_bps: cli.heavy_mbps * 1e6,
         ..DiagnosisConfig::default()
-    })
+    }
 }
 
 fn start_kernel(cli: &Cli) -> Result<KernelSource> {
@@ -101,70 +101,81 @@ fn start_kernel(cli: &Cli) -> Result<KernelSource> {
     Ok(source)
 }
 
-async fn run_json(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown) -> Result<()> {
-    eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let jopts = JsonOptions {
-        interval: Duration::from_millis(cli.interval),
-        diagnosis: diagnosis_config(cli)?,
-        duration: duration_arg(cli.duration)?,
-        events: cli.events,
-        env_refresh: Some(tracer::host::environment),
-    };
-    json::run(source, tracer::host::environment(), &jopts, &mut out, shutdown.wait()).await
-}
-
-async fn run_tui(cli: &Cli, source: &mut KernelSource, shutdown: &mut Shutdown, demo: Option<&str>) -> Result<()> {
-    let described = match demo {
-        Some(d) => format!("{} · {d}", source.describe()),
-        None => source.describe(),
-    };
-    let header = tracer::tui::HeaderInfo::this_host(described);
-    let opts = tracer::tui::TuiOptions {
-        env_refresh: Some(tracer::host::environment),
-        diagnosis: diagnosis_config(cli)?,
-        ..Default::default()
-    };
-    let duration = duration_arg(cli.duration)?;
-    let stop = async {
-        tokio::select! {
-            _ = shutdown.wait() => {}
-            _ = async {
-                match duration {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            } => {}
+/// One line for stderr after the terminal UI: what the run saw and whether anything was lost.
+fn summary_line(s: &SummaryRecord) -> String {
+    let mut line = format!(
+        "cctrace: {} samples from {}, {} lost, {} flows",
+        s.events_received, s.source, s.events_lost, s.flows_seen
+    );
+    for (what, n) in [
+        ("decode errors", s.decode_errors),
+        ("kernel read errors", s.kernel_read_errors),
+        ("flows the kernel map could not hold", s.flow_map_full),
+        ("flows evicted from the table", s.flows_evicted),
+    ] {
+        if n > 0 {
+            line.push_str(&format!(", {n} {what}"));
         }
-    };
-    tracer::tui::run(source, header, tracer::host::environment(), opts, stop).await
+    }
+    line
 }
 
 async fn run(cli: &Cli) -> Result<()> {
-    let duration = duration_arg(cli.duration)?;
-    diagnosis_config(cli)?;
     let mut shutdown = Shutdown::install()?;
     // Attach first so the demo's connections are seen from their first packet.
     let mut source = start_kernel(cli)?;
     // The demo lab exists only while this function runs: its Drop removes the namespaces on
     // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
+    #[cfg(feature = "demo")]
     let demo = match &cli.command {
         Some(Command::Demo { opts }) => {
-            let lab = tracer::demo::DemoLab::start(opts, duration.unwrap_or(cctrace_lab::MAX_DURATION))?;
-            if cli.json {
-                eprintln!("cctrace: {}", lab.description);
-            }
-            Some(lab)
+            Some(tracer::demo::DemoLab::start(opts, cli.duration.unwrap_or(cctrace_lab::MAX_DURATION))?)
         }
         None => None,
     };
+    #[cfg(feature = "demo")]
+    let demo_description = demo.as_ref().map(|d| d.description.clone());
+    #[cfg(not(feature = "demo"))]
+    let demo_description: Option<String> = None;
+
+    let env = tracer::host::environment();
+    let mut analysis = Analysis::new(TableConfig::default(), diagnosis_config(cli), env)
+        .with_env_refresh(Some(tracer::host::environment));
+    let pipeline_opts = PipelineOptions {
+        tick: Duration::from_millis(cli.interval),
+        duration: cli.duration,
+        ..PipelineOptions::default()
+    };
     let result = if cli.json || !std::io::stdout().is_terminal() {
-        run_json(cli, &mut source, &mut shutdown).await
+        eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
+        if let Some(d) = &demo_description {
+            eprintln!("cctrace: {d}");
+        }
+        let out = LineWriter::spawn(Box::new(std::io::stdout()));
+        let mut front = JsonOutput::new(out, tracer::clock::wall_clock_now(), cli.events);
+        pipeline::run(
+            &mut source,
+            &mut analysis,
+            &mut front,
+            &pipeline_opts,
+            tracer::clock::monotonic_now_ns,
+            &mut shutdown,
+        )
+        .await
+        .map(drop)
     } else {
-        run_tui(cli, &mut source, &mut shutdown, demo.as_ref().map(|d| d.description.as_str())).await
+        let described = match &demo_description {
+            Some(d) => format!("{} · {d}", source.describe()),
+            None => source.describe(),
+        };
+        let header = tracer::tui::HeaderInfo::this_host(described);
+        let opts = tracer::tui::TuiOptions::default();
+        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, &mut shutdown)
+            .await
+            .map(|summary| eprintln!("{}", summary_line(&summary)))
     };
     drop(source);
+    #[cfg(feature = "demo")]
     drop(demo);
     result
 }
@@ -185,8 +196,27 @@ fn init_logging(path: Option<&std::path::Path>) -> Result<()> {
         .context("initialising logging")
 }
 
+/// Parse the command line; bad input is one line on stderr and exit code 2.
+fn parse_cli() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        use clap::error::ErrorKind;
+        if matches!(
+            e.kind(),
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ) {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("cctrace: {}", tracer::cli::one_line(&e.to_string()));
+        ExitCode::from(2)
+    })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -199,6 +229,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = runtime.block_on(run(&cli));
+    // A writer thread blocked on a reader that stopped reading must not hold the exit.
+    runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-/// Resolves on the first SIGINT or SIGTERM.
+/// SIGINT and SIGTERM, as a [`crate::pipeline::StopSignal`].
 pub struct Shutdown {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
@@ -16,8 +16,11 @@ impl Shutdown {
             term: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
         })
     }
+}
 
-    pub async fn wait(&mut self) {
+impl crate::pipeline::StopSignal for Shutdown {
+    /// The next SIGINT or SIGTERM (a second one after the first is another stop).
+    async fn wait(&mut self) {
         tokio::select! {
             _ = self.int.recv() => {}
             _ = self.term.recv() => {}

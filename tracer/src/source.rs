@@ -17,11 +17,17 @@ pub struct SourceCounters {
     pub lost: u64,
     /// Records that failed to decode (each is reported, then skipped).
     pub decode_errors: u64,
+    /// Kernel memory reads the programs could not make (those fields read as 0).
+    pub kernel_read_errors: u64,
+    /// Flows the kernel's per-flow state map could not hold (their samples lack deltas).
+    pub flow_map_full: u64,
 }
 
 /// A stream of sample batches.
 pub trait EventSource: Send {
     /// The next batch; `Ok(None)` when the source has ended (a recording, a finite feed).
+    /// Cancel-safe: the pipeline drops this future whenever another event wins the turn, so a
+    /// source must not consume anything before the future completes.
     fn next_batch(&mut self) -> BoxFuture<'_, anyhow::Result<Option<Vec<Sample>>>>;
     fn counters(&self) -> SourceCounters;
     /// One line saying what this source is, for headers and logs.
@@ -54,15 +60,18 @@ impl FeedSource {
 
 impl EventSource for FeedSource {
     fn next_batch(&mut self) -> BoxFuture<'_, anyhow::Result<Option<Vec<Sample>>>> {
-        let next = self.batches.pop_front();
-        if let Some(b) = &next {
-            self.received += b.len() as u64;
-        }
-        Box::pin(async move { Ok(next) })
+        // Taken when polled, not when the future is made: a future dropped unpolled loses nothing.
+        Box::pin(async move {
+            let next = self.batches.pop_front();
+            if let Some(b) = &next {
+                self.received += b.len() as u64;
+            }
+            Ok(next)
+        })
     }
 
     fn counters(&self) -> SourceCounters {
-        SourceCounters { received: self.received, lost: self.lost, decode_errors: 0 }
+        SourceCounters { received: self.received, lost: self.lost, ..SourceCounters::default() }
     }
 
     fn describe(&self) -> String {

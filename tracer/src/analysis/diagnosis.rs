@@ -9,7 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::fix;
 use crate::analysis::model::{Flow, FlowTable, SampleCounts};
@@ -25,7 +25,7 @@ pub fn is_loss_based(cc: &str) -> bool {
 }
 
 /// What limits a flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitedBy {
     /// Not enough observations yet.
@@ -37,10 +37,13 @@ pub enum LimitedBy {
     /// The sender had nothing to send much of the time.
     Application,
     /// Stalled by the peer's advertised receive window.
+    #[serde(rename = "rwnd")]
     ReceiveWindow,
     /// Stalled by the local send buffer.
+    #[serde(rename = "sndbuf")]
     SendBuffer,
     /// The congestion window was full.
+    #[serde(rename = "cwnd")]
     CongestionWindow,
     /// Sending at the pacing rate with room left in cwnd (rate-based CC such as BBR).
     Pacing,
@@ -135,6 +138,25 @@ impl Default for DiagnosisConfig {
     }
 }
 
+impl DiagnosisConfig {
+    /// A heavy flow: it moved at least `heavy_min_bytes` in total and moves at least
+    /// `heavy_min_bps` (or keeps its congestion window full, which is what a flow crushed to a
+    /// few Mbit/s by loss looks like). The one definition the flag, the UI's default view and
+    /// its help use.
+    pub fn is_heavy(&self, moved_bytes: u64, rate_bps: f64, keeps_cwnd_full: bool) -> bool {
+        moved_bytes >= self.heavy_min_bytes && (rate_bps >= self.heavy_min_bps || keeps_cwnd_full)
+    }
+
+    /// [`Self::is_heavy`] in words, for help texts.
+    pub fn heavy_rule(&self) -> String {
+        format!(
+            "heavy: ≥{} MB at ≥{} Mbit/s (or cwnd full)",
+            self.heavy_min_bytes as f64 / 1e6,
+            self.heavy_min_bps / 1e6
+        )
+    }
+}
+
 /// Facts about the host the fix depends on (side effects live with the caller).
 #[derive(Clone, Debug, Default)]
 pub struct Environment {
@@ -149,7 +171,7 @@ pub struct Environment {
 }
 
 /// The numbers a flag rests on.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// Retransmitted share of bytes sent in the window.
     pub loss_ratio: f64,
@@ -410,7 +432,7 @@ fn flag_condition(flow: &Flow, w: &Window, limited: LimitedBy, cfg: &DiagnosisCo
     // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,
     // which is exactly what a flow crushed to a few Mbit/s by loss looks like).
     let wants_more = w.cwnd_full_share >= 0.9;
-    if total < cfg.heavy_min_bytes || (w.goodput_bps < cfg.heavy_min_bps && !wants_more) {
+    if !cfg.is_heavy(total, w.goodput_bps, wants_more) {
         return Err("not a heavy flow");
     }
     if w.loss_ratio < cfg.min_loss_ratio || w.lossy_interval_share < cfg.min_lossy_interval_share {

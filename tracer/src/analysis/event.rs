@@ -109,6 +109,7 @@ impl CaState {
 
 /// Why a sample was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SampleReason {
     Periodic,
     Retransmit,

@@ -10,6 +10,8 @@ pub mod diagnosis;
 pub mod event;
 pub mod fix;
 pub mod model;
+pub mod schema;
+pub mod time;
 
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::analysis::event::Sample;

@@ -1,2 +1,3 @@
-//! Ways of presenting the flow table.
+//! Front ends that print: JSON Lines, through a writer that cannot block the process.
 pub mod json;
+pub mod writer;

@@ -43,7 +43,7 @@ pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     let full = area.width >= CHARTS_MIN_WIDTH && area.height >= CHARTS_MIN_HEIGHT;
     let ident_height = u16::try_from(ident.len()).unwrap_or(u16::MAX).min(if full { 4 } else { 3 });
     let history: Vec<&HistoryPoint> = flow.history().collect();
-    let step = state.analysis.table.config().history_step_ns;
+    let step = state.history_step_ns;
     let retrans = retrans_series(flow, &history, step);
     if full {
         let rest = area.height.saturating_sub(ident_height + 4);

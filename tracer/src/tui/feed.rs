@@ -16,9 +16,13 @@ use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::model::tests::sample;
 use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
+use crate::pipeline::Status;
 use crate::source::SourceCounters;
 
+use crossterm::event::KeyEvent;
+
 use super::state::{AppState, HeaderInfo};
+use super::{apply_key, Action};
 
 pub const HOST_NETNS: u32 = 4026531840;
 pub const CONTAINER_NETNS: u32 = 4026532561;
@@ -177,23 +181,72 @@ pub fn light_batch(tick: u64) -> Vec<Sample> {
     vec![ssh(tick)]
 }
 
-/// A state fed `secs` seconds of `make`, ticked once per second as the run loop would.
-pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> AppState {
-    let analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env());
-    let mut state = AppState::new(analysis, header());
+/// The analysis and the UI state together, driven as the pipeline and the front end drive them.
+pub struct Scene {
+    pub analysis: Analysis,
+    pub state: AppState,
+}
+
+impl Scene {
+    pub fn new() -> Self {
+        Self {
+            analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env()),
+            state: AppState::new(header()),
+        }
+    }
+
+    pub fn ingest(&mut self, batch: &[Sample]) {
+        for s in batch {
+            self.analysis.ingest(s);
+        }
+    }
+
+    /// One frame: the analysis ticked at `now_ns`, the state synced from it.
+    pub fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
+        self.analysis.tick(now_ns);
+        let status = Status { now_ns, counters, source_ended: false };
+        self.state.sync(&self.analysis, &status);
+    }
+
+    /// A key, as the front end applies it.
+    pub fn key(&mut self, key: KeyEvent) -> Action {
+        apply_key(&mut self.state, &self.analysis, key)
+    }
+
+    pub fn refresh(&mut self) {
+        self.state.refresh(&self.analysis);
+    }
+}
+
+impl std::ops::Deref for Scene {
+    type Target = AppState;
+    fn deref(&self) -> &AppState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Scene {
+    fn deref_mut(&mut self) -> &mut AppState {
+        &mut self.state
+    }
+}
+
+/// A scene fed `secs` seconds of `make`, ticked once per second as the pipeline would.
+pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
+    let mut scene = Scene::new();
     let mut received = 0;
     for tick in 0..=secs * 10 {
         let b = make(tick);
         received += b.len() as u64;
-        state.ingest(&b);
+        scene.ingest(&b);
         if tick % 10 == 0 {
-            state.tick(ts_ns(tick), SourceCounters { received, lost, decode_errors: 0 });
+            scene.tick(ts_ns(tick), SourceCounters { received, lost, ..SourceCounters::default() });
         }
     }
-    state
+    scene
 }
 
 /// The standard scene: 12 s of the five flows.
-pub fn scene() -> AppState {
+pub fn scene() -> Scene {
     state_with(12, 0, batch)
 }

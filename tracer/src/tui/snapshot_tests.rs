@@ -6,9 +6,8 @@ use ratatui::backend::TestBackend;
 use ratatui::style::{Color, Modifier};
 use ratatui::Terminal;
 
-use super::feed::{self, BBR, CUBIC};
+use super::feed::{self, Scene, BBR, CUBIC};
 use super::state::AppState;
-use super::update::handle_key;
 use super::view::draw;
 use crate::source::SourceCounters;
 
@@ -18,11 +17,11 @@ fn render(state: &AppState, width: u16, height: u16) -> Terminal<TestBackend> {
     terminal
 }
 
-fn press(state: &mut AppState, code: KeyCode) {
-    handle_key(state, KeyEvent::new(code, KeyModifiers::NONE));
+fn press(state: &mut Scene, code: KeyCode) {
+    state.key(KeyEvent::new(code, KeyModifiers::NONE));
 }
 
-fn select(state: &mut AppState, cookie: u64) {
+fn select(state: &mut Scene, cookie: u64) {
     press(state, KeyCode::Home);
     while state.selected() != Some(cookie) {
         let before = state.selected();
@@ -50,7 +49,10 @@ fn table_120x40_all_flows_recording_lost_events() {
     let mut state = feed::state_with(12, 3, feed::batch);
     state.header.recording = Some("recording to /var/tmp/edge-07.cctrace".into());
     state.header.filters = vec!["port 5201,443".into()];
-    state.tick(feed::ts_ns(121), SourceCounters { received: 560, lost: 3, decode_errors: 1 });
+    state.tick(
+        feed::ts_ns(121),
+        SourceCounters { received: 560, lost: 3, decode_errors: 1, ..SourceCounters::default() },
+    );
     press(&mut state, KeyCode::Char('a'));
     let terminal = render(&state, 120, 40);
     insta::assert_snapshot!("table_all_120x40", terminal.backend());
@@ -178,7 +180,7 @@ fn ten_thousand_flows_render() {
             .collect();
         state.ingest(&batch);
     }
-    state.tick(2_001_000_000_000, SourceCounters { received: 30_000, lost: 0, decode_errors: 0 });
+    state.tick(2_001_000_000_000, SourceCounters { received: 30_000, ..SourceCounters::default() });
     press(&mut state, KeyCode::Char('a'));
     assert_eq!(state.visible_cookies().count(), 10_000);
     let screen = render(&state, 120, 40).backend().to_string();

@@ -1,7 +1,8 @@
-//! What the UI knows and remembers: the analysis it feeds, the rows it shows (a snapshot taken
-//! once per frame, filtered and sorted then, never per event), the selection, the view and the
-//! header facts. No terminal and no clock here: time comes in as `now_ns`, keys come in through
-//! [`super::update`], and [`super::view`] only reads.
+//! What the UI knows and remembers: the rows it shows (a snapshot of the pipeline's analysis
+//! taken once per frame, filtered and sorted then, never per event), a copy of the flow the
+//! detail view shows, the selection, the view and the header facts. No terminal, no clock and
+//! no analysis of its own here: [`AppState::sync`] copies what it needs from the analysis the
+//! pipeline lends it, keys come in through [`super::update`], and [`super::view`] only reads.
 
 use std::cell::Cell;
 use std::cmp::Ordering;
@@ -10,9 +11,10 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use crate::analysis::diagnosis::{LimitedBy, Verdict};
-use crate::analysis::event::{CaState, Sample, TcpState};
+use crate::analysis::event::{CaState, TcpState};
 use crate::analysis::model::Flow;
 use crate::analysis::Analysis;
+use crate::pipeline::Status;
 use crate::source::SourceCounters;
 
 use tracer_common::NS_PER_SEC;
@@ -181,9 +183,8 @@ pub(crate) struct FlowRow {
 }
 
 impl FlowRow {
-    /// `heavy_bps`: above this throughput (the diagnosis' own heavy threshold) or when flagged,
-    /// a flow is "heavy" and shown by default.
-    fn of(flow: &Flow, verdict: Option<&Verdict>, heavy_bps: f64) -> Self {
+    /// Heavy (shown by default) as the diagnosis defines it, or flagged.
+    fn of(flow: &Flow, verdict: Option<&Verdict>, analysis: &Analysis) -> Self {
         let s = &flow.latest;
         let flagged = verdict.is_some_and(|v| v.flagged);
         let closed = flow.is_closed() || matches!(s.tcp_state, TcpState::Close | TcpState::TimeWait);
@@ -205,7 +206,11 @@ impl FlowRow {
             retrans_ratio: flow.rates.retrans_ratio,
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
-            heavy: flagged || flow.rates.throughput_bps > heavy_bps,
+            heavy: flagged || {
+                let moved = s.bytes_acked.saturating_add(s.bytes_received);
+                let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
+                analysis.diagnoser.config().is_heavy(moved, flow.rates.throughput_bps, cwnd_full)
+            },
         }
     }
 
@@ -253,6 +258,8 @@ pub struct Counters {
     pub received: u64,
     pub lost: u64,
     pub decode_errors: u64,
+    pub kernel_read_errors: u64,
+    pub flow_map_full: u64,
     /// Samples per second over the last measured interval (at least one second long).
     pub events_per_sec: f64,
     last: Option<(u64, u64)>,
@@ -263,6 +270,8 @@ impl Counters {
         self.received = c.received;
         self.lost = c.lost;
         self.decode_errors = c.decode_errors;
+        self.kernel_read_errors = c.kernel_read_errors;
+        self.flow_map_full = c.flow_map_full;
         match self.last {
             None => self.last = Some((now_ns, c.received)),
             Some((t0, r0)) if now_ns.saturating_sub(t0) >= NS_PER_SEC => {
@@ -277,21 +286,22 @@ impl Counters {
     }
 }
 
-/// A flow and its verdict as they were when the display was paused.
+/// The flow the detail view shows and its verdict: copied on every frame, held while paused.
 #[derive(Debug)]
-pub(crate) struct FrozenFlow {
+pub(crate) struct DetailFlow {
     pub flow: Flow,
     pub verdict: Option<Verdict>,
 }
 
 /// Everything the UI shows. See the module docs for who changes what.
 pub struct AppState {
-    pub analysis: Analysis,
     pub header: HeaderInfo,
     pub(crate) counters: Counters,
-    /// Newest sample timestamp seen (monotonic ns).
-    latest_sample_ns: u64,
     source_ended: bool,
+    /// What counts as heavy, in words (from the diagnosis' configuration), for the help.
+    pub(crate) heavy_rule: String,
+    /// Width of one chart point of the flows' history.
+    pub(crate) history_step_ns: u64,
 
     /// Every flow, as of the last refresh (frozen while paused).
     pub(crate) snapshot: Vec<FlowRow>,
@@ -314,7 +324,7 @@ pub struct AppState {
     pub(crate) typing_filter: bool,
     pub(crate) show_all: bool,
     pub(crate) paused: bool,
-    pub(crate) frozen: Option<Box<FrozenFlow>>,
+    pub(crate) detail: Option<Box<DetailFlow>>,
     pub(crate) screen: Screen,
     pub(crate) help: bool,
     /// The flow the detail view shows (fixed on Enter, even if it leaves the table's filter).
@@ -328,13 +338,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(analysis: Analysis, header: HeaderInfo) -> Self {
+    pub fn new(header: HeaderInfo) -> Self {
         Self {
-            analysis,
             header,
             counters: Counters::default(),
-            latest_sample_ns: 0,
             source_ended: false,
+            heavy_rule: String::new(),
+            history_step_ns: NS_PER_SEC,
             snapshot: Vec::new(),
             visible: Vec::new(),
             cc_seen: Vec::new(),
@@ -349,7 +359,7 @@ impl AppState {
             typing_filter: false,
             show_all: false,
             paused: false,
-            frozen: None,
+            detail: None,
             screen: Screen::Table,
             help: false,
             detail_cookie: None,
@@ -366,24 +376,14 @@ impl AppState {
         self
     }
 
-    /// Feed samples to the analysis. Cheap: rows are re-derived on [`Self::refresh`] only.
-    pub fn ingest(&mut self, samples: &[Sample]) {
-        for s in samples {
-            self.analysis.ingest(s);
-            self.latest_sample_ns = self.latest_sample_ns.max(s.ts_ns);
-        }
-    }
-
-    /// Once per frame: re-judge flows (the analysis limits itself to once a second), update the
-    /// counters and re-derive the rows.
-    pub fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
-        self.analysis.tick(now_ns);
-        self.counters.observe(counters, now_ns);
-        self.refresh();
-    }
-
-    pub fn latest_sample_ns(&self) -> u64 {
-        self.latest_sample_ns
+    /// Once per frame: take the counters and re-derive the rows and the detail copy from the
+    /// analysis (unless paused).
+    pub fn sync(&mut self, analysis: &Analysis, status: &Status) {
+        self.counters.observe(status.counters, status.now_ns);
+        self.source_ended |= status.source_ended;
+        self.heavy_rule = analysis.diagnoser.config().heavy_rule();
+        self.history_step_ns = analysis.table.config().history_step_ns;
+        self.refresh(analysis);
     }
 
     /// The source said it has no more samples (a recording or feed ran out).
@@ -434,19 +434,18 @@ impl AppState {
     }
 
     /// Re-derive the rows from the flow table (unless paused), then filter, sort and keep the
-    /// selection on its flow.
-    pub fn refresh(&mut self) {
+    /// selection on its flow; copy the detail view's flow.
+    pub fn refresh(&mut self, analysis: &Analysis) {
         if !self.paused {
-            self.rebuild_snapshot();
+            self.rebuild_snapshot(analysis);
         }
         self.apply_view();
+        self.sync_detail(analysis);
     }
 
-    fn rebuild_snapshot(&mut self) {
-        let analysis = &self.analysis;
+    fn rebuild_snapshot(&mut self, analysis: &Analysis) {
         self.snapshot.clear();
-        let heavy_bps = analysis.diagnoser.config().heavy_min_bps;
-        self.snapshot.extend(analysis.table.flows().map(|f| FlowRow::of(f, analysis.verdict(f), heavy_bps)));
+        self.snapshot.extend(analysis.table.flows().map(|f| FlowRow::of(f, analysis.verdict(f), analysis)));
         let mut cc: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.snapshot {
             *cc.entry(r.cc.as_str()).or_default() += 1;
@@ -534,9 +533,6 @@ impl AppState {
             self.detail_cookie = Some(cookie);
             self.detail_scroll = 0;
             self.screen = Screen::Detail;
-            if self.paused {
-                self.freeze_detail();
-            }
         }
     }
 
@@ -553,33 +549,35 @@ impl AppState {
 
     pub(crate) fn toggle_pause(&mut self) {
         self.paused = !self.paused;
-        if self.paused {
-            self.freeze_detail();
-        } else {
-            self.frozen = None;
-            self.refresh();
+    }
+
+    /// Copy the flow the detail view shows (or would show for the selection) from the analysis:
+    /// on every frame while live; while paused only when the copy is of another flow (a paused
+    /// view's charts stand still).
+    pub fn sync_detail(&mut self, analysis: &Analysis) {
+        let Some(cookie) = self.detail_cookie.or(self.selected) else {
+            self.detail = None;
+            return;
+        };
+        let have = self.detail.as_ref().is_some_and(|d| d.flow.cookie() == cookie);
+        if self.paused && have {
+            return;
+        }
+        match analysis.table.get(cookie) {
+            Some(f) => {
+                self.detail = Some(Box::new(DetailFlow { verdict: analysis.verdict(f).cloned(), flow: f.clone() }));
+            }
+            // Gone (closed and expired): the view says so, unless paused on its copy.
+            None if !self.paused => self.detail = None,
+            None => {}
         }
     }
 
-    /// Keep a copy of the flow whose detail is (or is about to be) shown, so its charts stop too.
-    fn freeze_detail(&mut self) {
-        self.frozen = self
-            .detail_cookie
-            .or(self.selected)
-            .and_then(|c| self.analysis.table.get(c))
-            .map(|f| Box::new(FrozenFlow { verdict: self.analysis.verdict(f).cloned(), flow: f.clone() }));
-    }
-
-    /// The flow the detail view shows: the frozen copy while paused, else the live one.
+    /// The flow the detail view shows, as last copied.
     pub(crate) fn detail_flow(&self) -> Option<(&Flow, Option<&Verdict>)> {
         let cookie = self.detail_cookie?;
-        if self.paused {
-            if let Some(f) = self.frozen.as_deref().filter(|f| f.flow.cookie() == cookie) {
-                return Some((&f.flow, f.verdict.as_ref()));
-            }
-        }
-        let flow = self.analysis.table.get(cookie)?;
-        Some((flow, self.analysis.verdict(flow)))
+        let d = self.detail.as_deref().filter(|d| d.flow.cookie() == cookie)?;
+        Some((&d.flow, d.verdict.as_ref()))
     }
 
     /// Filters in force, for the header: the command line's and the typed one. (Heavy-only is

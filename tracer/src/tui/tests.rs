@@ -4,27 +4,28 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use super::feed::{self, BBR, CLOSED, CUBIC, RECEIVER, SSH};
+use super::feed::{self, Scene, BBR, CLOSED, CUBIC, RECEIVER, SSH};
 use super::state::{AppState, Column, SortDir, View};
-use super::update::{handle_key, Action};
-use super::{run_with_terminal, TimeBase, TuiOptions};
+use super::update::Action;
+use super::TuiFrontEnd;
+use crate::pipeline::{self, PipelineOptions, StopSignal, TimeBase};
 use crate::source::{FeedSource, SourceCounters};
 
 fn key(code: KeyCode) -> KeyEvent {
     KeyEvent::new(code, KeyModifiers::NONE)
 }
 
-fn press(state: &mut AppState, code: KeyCode) -> Action {
-    handle_key(state, key(code))
+fn press(state: &mut Scene, code: KeyCode) -> Action {
+    state.key(key(code))
 }
 
-fn typed(state: &mut AppState, text: &str) {
+fn typed(state: &mut Scene, text: &str) {
     for c in text.chars() {
         press(state, KeyCode::Char(c));
     }
 }
 
-fn select(state: &mut AppState, cookie: u64) {
+fn select(state: &mut Scene, cookie: u64) {
     press(state, KeyCode::Home);
     for _ in 0..state.visible.len() {
         if state.selected() == Some(cookie) {
@@ -134,7 +135,7 @@ fn filter_is_typed_then_applied_and_esc_clears_it() {
     ] {
         press(&mut state, KeyCode::Char('/'));
         // The prompt starts from the applied filter; Ctrl-U clears it.
-        handle_key(&mut state, KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+        state.key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
         typed(&mut state, text);
         press(&mut state, KeyCode::Enter);
         assert_eq!(visible(&state), want, "filter {text:?}");
@@ -170,7 +171,7 @@ fn pause_freezes_rows_while_intake_continues() {
         b.push(new_flow);
         state.ingest(&b);
     }
-    state.tick(feed::ts_ns(135), SourceCounters { received: 9_999, lost: 0, decode_errors: 0 });
+    state.tick(feed::ts_ns(135), SourceCounters { received: 9_999, ..SourceCounters::default() });
     assert!(state.analysis.table.get(999).is_some(), "intake continued");
     assert_eq!(visible(&state), before, "display frozen");
     assert_eq!(state.snapshot.iter().map(|r| r.cwnd).collect::<Vec<_>>(), cwnd_before);
@@ -249,12 +250,12 @@ fn quit_keys() {
     let mut state = feed::scene();
     assert_eq!(press(&mut state, KeyCode::Char('q')), Action::Quit);
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
-    assert_eq!(handle_key(&mut state, ctrl_c), Action::Quit);
+    assert_eq!(state.key(ctrl_c), Action::Quit);
     press(&mut state, KeyCode::Char('/'));
-    assert_eq!(handle_key(&mut state, ctrl_c), Action::Quit, "Ctrl-C quits while typing");
+    assert_eq!(state.key(ctrl_c), Action::Quit, "Ctrl-C quits while typing");
     press(&mut state, KeyCode::Esc);
     press(&mut state, KeyCode::Char('?'));
-    assert_eq!(handle_key(&mut state, ctrl_c), Action::Quit, "and from help");
+    assert_eq!(state.key(ctrl_c), Action::Quit, "and from help");
 }
 
 #[test]
@@ -262,7 +263,7 @@ fn key_releases_are_ignored() {
     let mut state = feed::scene();
     let mut release = key(KeyCode::Char('q'));
     release.kind = KeyEventKind::Release;
-    assert_eq!(handle_key(&mut state, release), Action::None);
+    assert_eq!(state.key(release), Action::None);
 }
 
 #[test]
@@ -299,17 +300,17 @@ fn a_vanished_selection_moves_to_its_neighbour() {
 
 #[test]
 fn events_per_second_come_from_counter_deltas() {
-    let analysis = crate::analysis::Analysis::new(Default::default(), Default::default(), feed::env());
-    let mut state = AppState::new(analysis, feed::header());
-    state.tick(1_000_000_000, SourceCounters { received: 100, lost: 0, decode_errors: 0 });
-    state.tick(1_500_000_000, SourceCounters { received: 400, lost: 2, decode_errors: 0 });
+    let mut state = Scene::new();
+    let counters = |received, lost| SourceCounters { received, lost, ..SourceCounters::default() };
+    state.tick(1_000_000_000, counters(100, 0));
+    state.tick(1_500_000_000, counters(400, 2));
     assert_eq!(state.counters.events_per_sec, 0.0, "less than a second measured");
     assert_eq!(state.counters.lost, 2);
-    state.tick(3_000_000_000, SourceCounters { received: 700, lost: 2, decode_errors: 0 });
+    state.tick(3_000_000_000, counters(700, 2));
     assert!((state.counters.events_per_sec - 300.0).abs() < 1e-9);
     // Time going backwards restarts the measurement instead of freezing it.
-    state.tick(500_000_000, SourceCounters { received: 800, lost: 2, decode_errors: 0 });
-    state.tick(1_500_000_000, SourceCounters { received: 1_000, lost: 2, decode_errors: 0 });
+    state.tick(500_000_000, counters(800, 2));
+    state.tick(1_500_000_000, counters(1_000, 2));
     assert!((state.counters.events_per_sec - 200.0).abs() < 1e-9);
 }
 
@@ -333,21 +334,41 @@ fn scripted(
     Box::pin(stream)
 }
 
+/// Says stop at a given instant of the test's clock (every wait until then, after it at once).
+struct StopAt(Option<tokio::time::Instant>);
+
+impl StopSignal for StopAt {
+    async fn wait(&mut self) {
+        match self.0 {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn the_loop_ingests_draws_and_quits_on_q() {
+async fn the_pipeline_ingests_draws_and_quits_on_q() {
     let batches: Vec<_> = (0..=120).map(feed::batch).collect();
+    let fed: usize = batches.iter().map(Vec::len).sum();
     let mut source = FeedSource::new(batches).with_lost(3);
-    let mut state = AppState::new(
-        crate::analysis::Analysis::new(Default::default(), Default::default(), feed::env()),
-        feed::header(),
-    );
+    let mut scene = Scene::new();
     let mut terminal = Terminal::new(TestBackend::new(100, 20)).expect("terminal");
-    let opts = TuiOptions { time_base: TimeBase::Samples, max_samples_per_turn: 3, ..Default::default() };
+    let opts = PipelineOptions {
+        tick: std::time::Duration::from_millis(250),
+        time_base: TimeBase::Samples,
+        max_samples_per_turn: 3,
+        ..PipelineOptions::default()
+    };
     let keys = scripted(vec![(1_000, key_event('a')), (2_000, key_event('q'))]);
-    run_with_terminal(&mut terminal, keys, &mut source, &mut state, &opts, std::future::pending()).await.expect("runs");
-    assert!(state.source_ended());
-    assert_eq!(state.analysis.table.len(), 5);
-    assert!(state.shows_all());
+    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()));
+    let summary = pipeline::run(&mut source, &mut scene.analysis, &mut front, &opts, || 0, &mut StopAt(None))
+        .await
+        .expect("runs");
+    assert!(front.state.source_ended());
+    assert!(front.state.shows_all());
+    assert_eq!(scene.analysis.table.len(), 5);
+    assert_eq!(summary.events_lost, 3);
+    assert_eq!(summary.events_received, fed as u64);
     let screen = terminal.backend().to_string();
     assert!(screen.contains("lost 3"), "{screen}");
     assert!(screen.contains("(ended)"), "{screen}");
@@ -356,8 +377,8 @@ async fn the_loop_ingests_draws_and_quits_on_q() {
 
 // Real time: a source that is always ready never lets a paused clock auto-advance.
 #[tokio::test(flavor = "current_thread")]
-async fn the_loop_stops_on_the_stop_future_even_with_endless_input() {
-    // A source that never ends and keys that never come: only `stop` ends the loop.
+async fn the_pipeline_stops_on_the_stop_signal_even_with_endless_input() {
+    // A source that never ends and keys that never come: only the stop ends the run.
     struct Endless(u64);
     impl crate::source::EventSource for Endless {
         fn next_batch(
@@ -368,24 +389,26 @@ async fn the_loop_stops_on_the_stop_future_even_with_endless_input() {
             Box::pin(async move { Ok(Some(b)) })
         }
         fn counters(&self) -> SourceCounters {
-            SourceCounters { received: self.0, lost: 0, decode_errors: 0 }
+            SourceCounters { received: self.0, ..SourceCounters::default() }
         }
         fn describe(&self) -> String {
             "endless".into()
         }
     }
     let mut source = Endless(0);
-    let mut state = AppState::new(
-        crate::analysis::Analysis::new(Default::default(), Default::default(), feed::env()),
-        feed::header(),
-    );
+    let mut scene = Scene::new();
     let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
-    let opts = TuiOptions { time_base: TimeBase::Samples, ..Default::default() };
+    let opts = PipelineOptions {
+        tick: std::time::Duration::from_millis(250),
+        time_base: TimeBase::Samples,
+        ..PipelineOptions::default()
+    };
     let keys = scripted(Vec::new());
-    let stop = tokio::time::sleep(std::time::Duration::from_millis(600));
-    let run = run_with_terminal(&mut terminal, keys, &mut source, &mut state, &opts, stop);
+    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()));
+    let mut stop = StopAt(Some(tokio::time::Instant::now() + std::time::Duration::from_millis(600)));
+    let run = pipeline::run(&mut source, &mut scene.analysis, &mut front, &opts, || 0, &mut stop);
     tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("stopped in time").expect("runs");
+    drop(front);
     // Frames were drawn while the source flooded the loop.
     assert!(terminal.backend().to_string().contains("cctrace"));
-    assert!(source.0 > 10);
 }

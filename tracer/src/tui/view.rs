@@ -63,7 +63,7 @@ impl Widget for &AppState {
         }
         render_footer(self, footer, buf);
         if self.help {
-            render_help(area, buf);
+            render_help(self, area, buf);
         }
     }
 }
@@ -152,9 +152,16 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
     spans.push(sep());
     let lost_style = if c.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
     spans.push(Span::styled(format!("lost {}", c.lost), lost_style));
-    if c.decode_errors > 0 {
-        spans.push(sep());
-        spans.push(Span::styled(format!("decode errors {}", c.decode_errors), Style::new().fg(Color::Yellow)));
+    // The summary's other counters: shown once they are not zero, since then data is missing.
+    for (what, n) in [
+        ("decode errors", c.decode_errors),
+        ("kernel read errors", c.kernel_read_errors),
+        ("flow map full", c.flow_map_full),
+    ] {
+        if n > 0 {
+            spans.push(sep());
+            spans.push(Span::styled(format!("{what} {n}"), Style::new().fg(Color::Yellow)));
+        }
     }
     if !state.cc_seen.is_empty() {
         spans.push(sep());
@@ -377,7 +384,7 @@ const HELP: &[(&str, &str)] = &[
     ("space", "pause the display (tracing goes on)"),
 ];
 
-fn render_help(area: Rect, buf: &mut Buffer) {
+fn render_help(state: &AppState, area: Rect, buf: &mut Buffer) {
     let key = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
     let mut lines: Vec<Line> = HELP
         .iter()
@@ -389,7 +396,7 @@ fn render_help(area: Rect, buf: &mut Buffer) {
         Span::raw(" flagged: loss-based cc held back by random loss"),
     ]));
     lines.push(Line::raw(format!(" {CLOSED_MARK} closed flow")));
-    lines.push(Line::raw(" heavy: over 1 Mbit/s or flagged; listed first"));
+    lines.push(Line::raw(format!(" {}, listed first", state.heavy_rule)));
     lines.push(Line::raw(" units: rates bit/s (k M G); rtt ms; cwnd segments"));
     let width = area.width.min(62);
     let height = area.height.min(u16::try_from(lines.len() + 2).unwrap_or(u16::MAX));

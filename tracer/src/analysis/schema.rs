@@ -1,0 +1,230 @@
+//! The one definition of what cctrace prints and records: JSON Lines records for samples, flows
+//! and the run's summary. `--json` prints them, and recordings and exports use the same names.
+//! Names and units are the ones `ss -tni` users know (see the README's table).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
+
+use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
+use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
+use crate::analysis::model::Flow;
+use crate::analysis::time::WallClock;
+
+/// One line of output, tagged by `"type"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Record {
+    /// One kernel sample as it arrived (`--events`).
+    Sample(SampleRecord),
+    /// A flow's latest state with its rates and verdict.
+    Flow(FlowRecord),
+    /// The run's totals, printed last.
+    Summary(SummaryRecord),
+}
+
+/// What one socket looked like at one instant: shared by sample and flow records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SocketFields {
+    /// Unix time, seconds.
+    pub time: f64,
+    /// CLOCK_MONOTONIC nanoseconds of the sample.
+    pub ts_ns: u64,
+    pub cookie: u64,
+    pub netns: u32,
+    pub cgroup_id: u64,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+    /// TCP state as `ss` names it (`ESTAB`, `FIN-WAIT-1`, ...).
+    pub state: String,
+    pub owner: Option<Owner>,
+    pub cc: String,
+    /// `Open`, `Disorder`, `CWR`, `Recovery`, `Loss`.
+    pub ca_state: String,
+    /// Segments.
+    pub cwnd: u32,
+    /// Segments; `null` while unset (infinite), as `ss` leaves it out.
+    pub ssthresh: Option<u32>,
+    /// Milliseconds.
+    pub rtt: f64,
+    pub rttvar: f64,
+    pub minrtt: f64,
+    /// Bytes.
+    pub mss: u32,
+    /// Segments: in flight, lost, SACKed, retransmitted and in flight, retransmitted in total.
+    pub unacked: u32,
+    pub lost: u32,
+    pub sacked: u32,
+    pub retrans_out: u32,
+    pub retrans: u32,
+    /// Bytes (sequence space: SYN and FIN count one each).
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub bytes_retrans: u64,
+    /// Segments.
+    pub delivered: u32,
+    /// Bits per second.
+    pub delivery_rate: u64,
+    pub app_limited: bool,
+    pub cwnd_limited: bool,
+    pub pacing_rate: u64,
+    /// Bytes: the peer's receive window, written but unsent, send buffer size and fill.
+    pub snd_wnd: u32,
+    pub notsent: u32,
+    pub sndbuf: u32,
+    pub wmem_queued: u32,
+    /// Milliseconds busy / stalled by the receive window / by the send buffer.
+    pub busy: u64,
+    pub rwnd_limited: u64,
+    pub sndbuf_limited: u64,
+}
+
+fn ms(us: u32) -> f64 {
+    f64::from(us) / 1000.0
+}
+
+impl SocketFields {
+    pub fn of(s: &Sample, clock: &WallClock) -> Self {
+        Self {
+            time: clock.unix_secs(s.ts_ns),
+            ts_ns: s.ts_ns,
+            cookie: s.cookie,
+            netns: s.netns,
+            cgroup_id: s.cgroup_id,
+            src: s.local.ip().to_string(),
+            sport: s.local.port(),
+            dst: s.remote.ip().to_string(),
+            dport: s.remote.port(),
+            state: s.tcp_state.name().to_string(),
+            owner: s.owner.clone(),
+            cc: s.cc.clone(),
+            ca_state: s.ca_state.name().to_string(),
+            cwnd: s.snd_cwnd,
+            ssthresh: (s.snd_ssthresh < TCP_INFINITE_SSTHRESH).then_some(s.snd_ssthresh),
+            rtt: ms(s.srtt_us),
+            rttvar: ms(s.rttvar_us),
+            minrtt: ms(s.min_rtt_us),
+            mss: s.mss,
+            unacked: s.packets_out,
+            lost: s.lost_out,
+            sacked: s.sacked_out,
+            retrans_out: s.retrans_out,
+            retrans: s.total_retrans,
+            bytes_sent: s.bytes_sent,
+            bytes_acked: s.bytes_acked,
+            bytes_received: s.bytes_received,
+            bytes_retrans: s.bytes_retrans,
+            delivered: s.delivered,
+            delivery_rate: s.delivery_rate_bps,
+            app_limited: s.app_limited,
+            cwnd_limited: s.cwnd_limited,
+            pacing_rate: s.pacing_rate_bps,
+            snd_wnd: s.snd_wnd,
+            notsent: s.notsent_bytes,
+            sndbuf: s.sndbuf,
+            wmem_queued: s.wmem_queued,
+            busy: s.busy_us / 1000,
+            rwnd_limited: s.rwnd_limited_us / 1000,
+            sndbuf_limited: s.sndbuf_limited_us / 1000,
+        }
+    }
+}
+
+/// One kernel sample (`--events`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    /// Why the kernel took it: `periodic`, `retransmit`, `ca_state`, `state_change`, `destroy`,
+    /// `snapshot` (the start-up listing of sockets that already existed).
+    pub reason: SampleReason,
+    /// The TCP state before a `state_change`.
+    pub old_state: String,
+    #[serde(flatten)]
+    pub socket: SocketFields,
+    /// Retransmissions the tracer's own hook counted for the flow.
+    pub retrans_events: u32,
+}
+
+impl SampleRecord {
+    pub fn of(s: &Sample, clock: &WallClock) -> Self {
+        Self {
+            reason: s.reason,
+            old_state: s.old_tcp_state.name().to_string(),
+            socket: SocketFields::of(s, clock),
+            retrans_events: s.retrans_events,
+        }
+    }
+}
+
+/// A flow: its latest sample, what the flow table derived, and the diagnosis.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowRecord {
+    #[serde(flatten)]
+    pub socket: SocketFields,
+    /// The kernel reported the socket closed.
+    pub closed: bool,
+    /// Bytes acked plus received over the last second, bits/s (goodput).
+    pub throughput_bps: u64,
+    /// Bytes put on the wire over the last second, retransmissions included, bits/s.
+    pub send_rate_bps: u64,
+    /// Retransmitted share of bytes sent over the last second, 0..1.
+    pub retrans_ratio: f64,
+    /// Milliseconds spent in each CA state.
+    pub ca_time_ms: BTreeMap<String, u64>,
+    /// Kernel samples received for the flow.
+    pub samples: u64,
+    pub limited_by: LimitedBy,
+    pub flagged: bool,
+    pub verdict: String,
+    pub evidence: Option<Evidence>,
+    /// For flagged flows: commands to apply the fix, persist it and roll it back.
+    pub fix: Option<Vec<String>>,
+}
+
+impl FlowRecord {
+    pub fn of(flow: &Flow, verdict: Option<&Verdict>, clock: &WallClock) -> Self {
+        let ns_per_ms = NS_PER_SEC / 1000;
+        Self {
+            socket: SocketFields::of(&flow.latest, clock),
+            closed: flow.is_closed(),
+            throughput_bps: flow.rates.throughput_bps.round() as u64,
+            send_rate_bps: flow.rates.send_rate_bps.round() as u64,
+            retrans_ratio: flow.rates.retrans_ratio,
+            ca_time_ms: CaState::ALL
+                .iter()
+                .map(|c| (c.name().to_string(), flow.ca_time_ns[c.index()] / ns_per_ms))
+                .collect(),
+            samples: flow.samples,
+            limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
+            flagged: verdict.is_some_and(|v| v.flagged),
+            verdict: verdict.map_or_else(|| LimitedBy::Unknown.describe().to_string(), |v| v.text.clone()),
+            evidence: verdict.and_then(|v| v.evidence.clone()),
+            fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
+        }
+    }
+}
+
+/// The run's totals: every front end ends with them, so nothing is lost silently.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryRecord {
+    /// What the samples came from.
+    pub source: String,
+    /// Samples delivered to the analysis.
+    pub events_received: u64,
+    /// Samples the kernel could not queue (ring buffer full).
+    pub events_lost: u64,
+    /// Samples the kernel wrote into the ring buffer (live sources only).
+    pub kernel_emitted: Option<u64>,
+    /// Records that failed to decode.
+    pub decode_errors: u64,
+    /// Kernel memory reads that failed (fields read as 0 in those samples).
+    pub kernel_read_errors: u64,
+    /// Flows the kernel's per-flow map could not hold.
+    pub flow_map_full: u64,
+    /// Distinct flows seen, and how many of them the flow table evicted to stay bounded.
+    pub flows_seen: u64,
+    pub flows_evicted: u64,
+}

@@ -1,0 +1,24 @@
+//! Kernel timestamps are CLOCK_MONOTONIC; people read wall-clock time. [`WallClock`] maps one
+//! to the other with an offset captured once (by [`crate::clock::wall_clock_now`] live, or
+//! fixed for deterministic tests and replays).
+
+use tracer_common::NS_PER_SEC;
+
+/// Monotonic-to-realtime offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WallClock {
+    realtime_minus_monotonic_ns: i128,
+}
+
+impl WallClock {
+    pub fn fixed(realtime_minus_monotonic_ns: i128) -> Self {
+        Self { realtime_minus_monotonic_ns }
+    }
+
+    /// Unix time in seconds (millisecond precision) of a monotonic timestamp.
+    pub fn unix_secs(&self, monotonic_ns: u64) -> f64 {
+        let ns = i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns;
+        let ms_per_ns = i128::from(NS_PER_SEC / 1000);
+        ((ns / ms_per_ns) as f64) / 1000.0
+    }
+}

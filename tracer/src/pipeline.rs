@@ -1,0 +1,268 @@
+//! The one pipeline every front end runs on: source -> analysis -> clock -> front end.
+//!
+//! [`run`] reads batches from an [`EventSource`], feeds them to the [`Analysis`], ticks it on
+//! the chosen clock, and hands both to a [`FrontEnd`] (JSON Lines, the terminal UI, later the
+//! recorder and the exporter). It also owns what every front end needs the same way: stopping
+//! on a signal, `--duration`, a quit key or a closed output; slicing floods so input and ticks
+//! keep their turn; the final drain of what the kernel already queued; and the summary.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::analysis::event::Sample;
+use crate::analysis::schema::SummaryRecord;
+use crate::analysis::Analysis;
+use crate::source::{EventSource, SourceCounters};
+
+/// Which clock "now" is for ageing flows and judging them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeBase {
+    /// CLOCK_MONOTONIC (the clock live kernel samples carry), or the newest sample's time when
+    /// that runs ahead: idle flows are seen idle.
+    #[default]
+    Monotonic,
+    /// The newest sample's timestamp only: for a replay whose times lie in the past.
+    Samples,
+}
+
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// How often the front end's [`FrontEnd::on_tick`] runs (the analysis re-judges flows at
+    /// most once a second of sample time, whatever this is).
+    pub tick: Duration,
+    /// Samples ingested before stop, input and ticks get a turn again.
+    pub max_samples_per_turn: usize,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    pub time_base: TimeBase,
+    /// After stopping, how long to keep reading what the source already queued.
+    pub final_drain: Duration,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_secs(1),
+            max_samples_per_turn: 4096,
+            duration: None,
+            time_base: TimeBase::Monotonic,
+            final_drain: Duration::from_millis(300),
+        }
+    }
+}
+
+/// What the pipeline should do next, as a front end sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    /// End the run (the user quit, the output was closed): drain, summarise, return.
+    Stop,
+}
+
+/// What a tick tells the front end besides the analysis.
+#[derive(Clone, Debug)]
+pub struct Status {
+    /// The time the analysis was judged at (monotonic ns).
+    pub now_ns: u64,
+    pub counters: SourceCounters,
+    /// The source has no more samples (a recording or feed ran out).
+    pub source_ended: bool,
+}
+
+/// A consumer of the pipeline: JSON Lines, the terminal UI, a recorder.
+///
+/// The async methods run inside the pipeline's loop; a stop (signal, `--duration`) cancels
+/// whichever is pending, so a front end blocked on a full pipe cannot hold the process.
+#[allow(async_fn_in_trait)] // used with concrete types on one thread; no Send bound needed
+pub trait FrontEnd {
+    /// Samples just fed to `analysis`, in arrival order.
+    async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[Sample]) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+
+    /// Once per [`PipelineOptions::tick`], after the analysis was ticked.
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control>;
+
+    /// Input of the front end's own (keys); resolves when there is some. Never, by default.
+    async fn input(&mut self, _analysis: &Analysis) -> Result<Control> {
+        std::future::pending().await
+    }
+
+    /// The source ran out. Stop (the default), or keep showing what there is until the user
+    /// quits (the terminal UI).
+    fn on_source_end(&mut self) -> Control {
+        Control::Stop
+    }
+
+    /// The run is over: everything queued has been read; print or show the summary.
+    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()>;
+}
+
+/// What says "stop" (SIGINT or SIGTERM, live): awaited while the run goes on, and again while
+/// the front end finishes, so a second signal ends a finish stuck on a stalled output.
+#[allow(async_fn_in_trait)]
+pub trait StopSignal {
+    async fn wait(&mut self);
+}
+
+/// Never says stop: runs end by `--duration`, the source or the front end.
+pub struct NoStop;
+
+impl StopSignal for NoStop {
+    async fn wait(&mut self) {
+        std::future::pending().await
+    }
+}
+
+/// The summary of a run so far.
+pub fn summary(source: &dyn EventSource, analysis: &Analysis) -> SummaryRecord {
+    let c = source.counters();
+    SummaryRecord {
+        source: source.describe(),
+        events_received: c.received,
+        events_lost: c.lost,
+        kernel_emitted: source.kernel_emitted(),
+        decode_errors: c.decode_errors,
+        kernel_read_errors: c.kernel_read_errors,
+        flow_map_full: c.flow_map_full,
+        flows_seen: analysis.table.len() as u64 + analysis.table.evicted(),
+        flows_evicted: analysis.table.evicted(),
+    }
+}
+
+/// Run `source` through `analysis` into `front` until the source ends (and the front end
+/// agrees to stop), `duration` passes, the front end stops, or `stop` resolves. Returns the
+/// summary the front end was given.
+pub async fn run<F: FrontEnd>(
+    source: &mut dyn EventSource,
+    analysis: &mut Analysis,
+    front: &mut F,
+    opts: &PipelineOptions,
+    now_monotonic: impl Fn() -> u64,
+    stop: &mut impl StopSignal,
+) -> Result<SummaryRecord> {
+    let mut latest_ns = 0u64;
+    let now = |latest_ns: u64| match opts.time_base {
+        TimeBase::Monotonic => now_monotonic().max(latest_ns),
+        TimeBase::Samples => latest_ns,
+    };
+    let cap = opts.max_samples_per_turn.max(1);
+    let mut ticks = tokio::time::interval(opts.tick.max(Duration::from_millis(10)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let deadline = async {
+        match opts.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    // A batch larger than `cap` is ingested in slices, one per turn of the loop.
+    let mut backlog: Vec<Sample> = Vec::new();
+    let mut backlog_at = 0;
+    let mut source_open = true;
+
+    loop {
+        let has_backlog = backlog_at < backlog.len();
+        // Biased: stop, the deadline, input and ticks are polled before intake, every turn, so
+        // a flood of samples cannot starve them.
+        let control = tokio::select! {
+            biased;
+            () = stop.wait() => break,
+            () = &mut deadline => break,
+            control = front.input(analysis) => control?,
+            _ = ticks.tick() => {
+                analysis.tick(now(latest_ns));
+                let status =
+                    Status { now_ns: now(latest_ns), counters: source.counters(), source_ended: !source_open };
+                tokio::select! {
+                    biased;
+                    () = stop.wait() => break,
+                    control = front.on_tick(analysis, &status) => control?,
+                }
+            }
+            () = std::future::ready(()), if has_backlog => {
+                let end = (backlog_at + cap).min(backlog.len());
+                let control = ingest(analysis, front, &backlog[backlog_at..end], &mut latest_ns, stop).await?;
+                backlog_at = end;
+                if backlog_at == backlog.len() {
+                    backlog.clear();
+                    backlog_at = 0;
+                }
+                // Let the runtime's timer and I/O drivers run between slices of a flood.
+                tokio::task::yield_now().await;
+                control
+            }
+            batch = source.next_batch(), if source_open && !has_backlog => {
+                let control = match batch.context("reading samples")? {
+                    Some(batch) if batch.len() <= cap => {
+                        ingest(analysis, front, &batch, &mut latest_ns, stop).await?
+                    }
+                    Some(batch) => {
+                        backlog = batch;
+                        backlog_at = 0;
+                        Control::Continue
+                    }
+                    None => {
+                        source_open = false;
+                        front.on_source_end()
+                    }
+                };
+                tokio::task::yield_now().await;
+                control
+            }
+        };
+        if control == Control::Stop {
+            break;
+        }
+    }
+
+    // What was sliced off but not yet ingested, then what the source already queued: bounded,
+    // since under live traffic the queue never runs dry. A second signal ends the drain.
+    let drain_until = tokio::time::Instant::now() + opts.final_drain;
+    let mut pending = backlog.split_off(backlog_at);
+    loop {
+        if !pending.is_empty() {
+            for s in &pending {
+                latest_ns = latest_ns.max(s.ts_ns);
+                analysis.ingest(s);
+            }
+            let _ = tokio::time::timeout_at(drain_until, front.on_batch(analysis, &pending)).await;
+        }
+        // The deadline is checked here too: a source that is always ready (a flood) would
+        // otherwise win every `timeout_at`, which polls its future before the clock.
+        if !source_open || tokio::time::Instant::now() >= drain_until {
+            break;
+        }
+        match tokio::time::timeout_at(drain_until, source.next_batch()).await {
+            Ok(Ok(Some(batch))) => pending = batch,
+            _ => break,
+        }
+    }
+    analysis.tick(now(latest_ns));
+    let summary = summary(source, analysis);
+    tokio::select! {
+        biased;
+        () = stop.wait() => {}
+        finished = front.finish(analysis, &summary) => finished?,
+    }
+    Ok(summary)
+}
+
+async fn ingest<F: FrontEnd>(
+    analysis: &mut Analysis,
+    front: &mut F,
+    batch: &[Sample],
+    latest_ns: &mut u64,
+    stop: &mut impl StopSignal,
+) -> Result<Control> {
+    for s in batch {
+        *latest_ns = (*latest_ns).max(s.ts_ns);
+        analysis.ingest(s);
+    }
+    tokio::select! {
+        biased;
+        () = stop.wait() => Ok(Control::Stop),
+        control = front.on_batch(analysis, batch) => control,
+    }
+}
