@@ -15,6 +15,9 @@ use crate::analysis::schema::SummaryRecord;
 use crate::analysis::Analysis;
 use crate::source::{EventSource, SourceCounters};
 
+/// How long the front end may take to finish after a stop signal.
+const FINISH_AFTER_SIGNAL: Duration = Duration::from_secs(1);
+
 /// Which clock "now" is for ageing flows and judging them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TimeBase {
@@ -161,6 +164,7 @@ pub async fn run<F: FrontEnd>(
     let mut backlog: Vec<Sample> = Vec::new();
     let mut backlog_at = 0;
     let mut source_open = true;
+    let mut signalled = false;
 
     loop {
         let has_backlog = backlog_at < backlog.len();
@@ -168,7 +172,10 @@ pub async fn run<F: FrontEnd>(
         // a flood of samples cannot starve them.
         let control = tokio::select! {
             biased;
-            () = stop.wait() => break,
+            () = stop.wait() => {
+                signalled = true;
+                break;
+            }
             () = &mut deadline => break,
             control = front.input(analysis) => control?,
             _ = ticks.tick() => {
@@ -177,13 +184,16 @@ pub async fn run<F: FrontEnd>(
                     Status { now_ns: now(latest_ns), counters: source.counters(), source_ended: !source_open };
                 tokio::select! {
                     biased;
-                    () = stop.wait() => break,
+                    () = stop.wait() => {
+                        signalled = true;
+                        break;
+                    }
                     control = front.on_tick(analysis, &status) => control?,
                 }
             }
             () = std::future::ready(()), if has_backlog => {
                 let end = (backlog_at + cap).min(backlog.len());
-                let control = ingest(analysis, front, &backlog[backlog_at..end], &mut latest_ns, stop).await?;
+                let control = ingest(analysis, front, &backlog[backlog_at..end], &mut latest_ns, stop, &mut signalled).await?;
                 backlog_at = end;
                 if backlog_at == backlog.len() {
                     backlog.clear();
@@ -196,7 +206,7 @@ pub async fn run<F: FrontEnd>(
             batch = source.next_batch(), if source_open && !has_backlog => {
                 let control = match batch.context("reading samples")? {
                     Some(batch) if batch.len() <= cap => {
-                        ingest(analysis, front, &batch, &mut latest_ns, stop).await?
+                        ingest(analysis, front, &batch, &mut latest_ns, stop, &mut signalled).await?
                     }
                     Some(batch) => {
                         backlog = batch;
@@ -241,10 +251,19 @@ pub async fn run<F: FrontEnd>(
     }
     analysis.tick(now(latest_ns));
     let summary = summary(source, analysis);
-    tokio::select! {
-        biased;
-        () = stop.wait() => {}
-        finished = front.finish(analysis, &summary) => finished?,
+    if signalled {
+        // Asked to stop: the summary gets a moment to reach the output, no more (a reader that
+        // stopped reading must not keep a signalled process alive).
+        if let Ok(finished) = tokio::time::timeout(FINISH_AFTER_SIGNAL, front.finish(analysis, &summary)).await {
+            finished?;
+        }
+    } else {
+        // The run ended by itself: the output gets everything, unless a signal says stop.
+        tokio::select! {
+            biased;
+            () = stop.wait() => {}
+            finished = front.finish(analysis, &summary) => finished?,
+        }
     }
     Ok(summary)
 }
@@ -255,6 +274,7 @@ async fn ingest<F: FrontEnd>(
     batch: &[Sample],
     latest_ns: &mut u64,
     stop: &mut impl StopSignal,
+    signalled: &mut bool,
 ) -> Result<Control> {
     for s in batch {
         *latest_ns = (*latest_ns).max(s.ts_ns);
@@ -262,7 +282,10 @@ async fn ingest<F: FrontEnd>(
     }
     tokio::select! {
         biased;
-        () = stop.wait() => Ok(Control::Stop),
+        () = stop.wait() => {
+            *signalled = true;
+            Ok(Control::Stop)
+        }
         control = front.on_batch(analysis, batch) => control,
     }
 }

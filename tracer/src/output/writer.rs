@@ -10,7 +10,7 @@ use anyhow::Result;
 use tokio::sync::{mpsc, oneshot};
 
 /// Chunks (a tick's worth of lines each) that may wait for a slow reader.
-const QUEUED_CHUNKS: usize = 64;
+const QUEUED_CHUNKS: usize = 16;
 
 /// What became of a chunk handed to [`LineWriter::send`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

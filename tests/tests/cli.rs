@@ -1,0 +1,196 @@
+//! The command line as a user meets it: bad numbers, a closed or stalled stdout, signals. Each
+//! ends cleanly: one line on stderr, the right exit status, every program detached.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
+use cctrace_tests::{cctrace_bin, require_kernel, serial};
+
+const PORT: u16 = 5201;
+
+/// IDs of the BPF programs `pid` holds: the `prog_id` of its program and link descriptors.
+fn programs_of(pid: u32) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
+        let Ok(text) = std::fs::read_to_string(entry?.path()) else { continue };
+        ids.extend(
+            text.lines().filter_map(|l| l.strip_prefix("prog_id:")).filter_map(|v| v.trim().parse::<u64>().ok()),
+        );
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Which of `ids` are still loaded.
+fn still_loaded(ids: &[u64]) -> Result<Vec<u64>> {
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("running bpftool")?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
+    let loaded: Vec<u64> = v.as_array().into_iter().flatten().filter_map(|p| p["id"].as_u64()).collect();
+    Ok(ids.iter().copied().filter(|id| loaded.contains(id)).collect())
+}
+
+/// Wait for `child` to exit, at most `limit`; kill it and fail if it does not.
+fn exit_within(child: &mut std::process::Child, limit: Duration, what: &str) -> Result<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.code().unwrap_or(-1));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("cctrace did not exit within {limit:?} {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait until cctrace said on stderr that it attached.
+fn wait_attached(child: &mut std::process::Child) -> Result<Vec<String>> {
+    let err = child.stderr.take().context("stderr")?;
+    let mut lines = BufReader::new(err).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line?;
+        let ready = line.contains("tracing TCP");
+        seen.push(line);
+        if ready {
+            // Keep draining stderr in the background so cctrace never blocks on it.
+            std::thread::spawn(move || for _ in lines.by_ref() {});
+            return Ok(seen);
+        }
+    }
+    bail!("cctrace exited before attaching: {seen:?}")
+}
+
+#[test]
+fn bad_numbers_are_one_line_errors_and_nothing_is_loaded() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    for args in [
+        &["--json", "--duration", "1e20"][..],
+        &["--json", "--duration=-1"],
+        &["--json", "--interval", "5"],
+        &["--json", "--sample-ms", "0"],
+        &["--json", "--ring-kib", "3000"],
+        &["--json", "--heavy-mb", "NaN"],
+        &["--json", "--heavy-mbps=-2"],
+        &["demo", "--json", "--loss-pct", "80"],
+        &["demo", "--json", "--rtt-ms", "inf"],
+    ] {
+        let out = Command::new(cctrace_bin()).args(args).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, got {stderr:?}");
+        assert!(stderr.starts_with("cctrace: invalid value"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        eprintln!("{args:?} -> {}", stderr.trim());
+    }
+    Ok(())
+}
+
+/// A lossless veth lab with a bulk flow, so cctrace has flow lines to print every interval.
+fn busy_lab(secs: u64) -> Result<(VethPair, Sink, Sender)> {
+    let lab = VethPair::create(VethOptions::default())?;
+    let sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(secs)),
+    )?;
+    Ok((lab, sink, sender))
+}
+
+#[test]
+fn a_closed_stdout_ends_cctrace_quietly_with_status_0() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let (_lab, _sink, sender) = busy_lab(20)?;
+    // `cctrace --json --events | head -1`: the reader takes one line and goes away.
+    let mut child = Command::new(cctrace_bin())
+        .args(["--json", "--events", "--interval", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let before = wait_attached(&mut child)?;
+    let programs = programs_of(child.id())?;
+    assert!(programs.len() >= 5, "cctrace holds its programs while it runs: {programs:?}");
+    let mut out = BufReader::new(child.stdout.take().context("stdout")?);
+    let mut first = String::new();
+    out.read_line(&mut first)?;
+    assert!(first.starts_with('{'), "a JSON line first: {first:?}");
+    drop(out);
+    let code = exit_within(&mut child, Duration::from_secs(10), "after its reader went away")?;
+    assert_eq!(code, 0, "stderr: {before:?}");
+    assert_eq!(still_loaded(&programs)?, Vec::<u64>::new(), "programs left loaded");
+    drop(sender);
+    Ok(())
+}
+
+#[test]
+fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let (_lab, _sink, sender) = busy_lab(30)?;
+    // Every sample printed, and nobody reads: the pipe and the writer's queue fill up.
+    let mut child = Command::new(cctrace_bin())
+        .args(["--json", "--events", "--sample-ms", "1", "--interval", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    wait_attached(&mut child)?;
+    let programs = programs_of(child.id())?;
+    assert!(programs.len() >= 5, "cctrace holds its programs while it runs: {programs:?}");
+    let stdout = child.stdout.take().context("stdout")?;
+    // Wait until the pipe is full: its capacity is known, and what waits in it unread is the
+    // kernel's own count (FIONREAD).
+    let capacity = pipe_size(&stdout)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while unread(&stdout)? < capacity {
+        if Instant::now() > deadline {
+            bail!("only {} of {capacity} pipe bytes filled in 20 s", unread(&stdout)?);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(i32::try_from(child.id())?, libc::SIGTERM) };
+    let started = Instant::now();
+    let code = exit_within(&mut child, Duration::from_secs(10), "of SIGTERM with a stalled reader")?;
+    eprintln!(
+        "the {capacity}-byte pipe was full and unread; cctrace exited {:.2} s after SIGTERM",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(code, 0);
+    assert_eq!(still_loaded(&programs)?, Vec::<u64>::new(), "programs left loaded");
+    drop(stdout);
+    drop(sender);
+    Ok(())
+}
+
+/// Bytes waiting unread in the pipe behind `stdout` (FIONREAD).
+fn unread(stdout: &std::process::ChildStdout) -> Result<i32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the valid pointer we pass.
+    if unsafe { libc::ioctl(stdout.as_raw_fd(), libc::FIONREAD, &mut n) } != 0 {
+        bail!("FIONREAD: {}", std::io::Error::last_os_error());
+    }
+    Ok(n)
+}
+
+/// The capacity of the pipe behind `stdout` (F_GETPIPE_SZ).
+fn pipe_size(stdout: &std::process::ChildStdout) -> Result<i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl F_GETPIPE_SZ on a pipe fd we own; no memory is passed.
+    let size = unsafe { libc::fcntl(stdout.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    if size <= 0 {
+        bail!("F_GETPIPE_SZ: {}", std::io::Error::last_os_error());
+    }
+    Ok(size)
+}
