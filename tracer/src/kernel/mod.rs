@@ -16,7 +16,7 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, Iter, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
-use tracer_common::{counter, hook, ClassicTracepointOffsets, Config, ABSENT};
+use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
 
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::source::{BoxFuture, EventSource, SourceCounters};
@@ -58,7 +58,7 @@ impl Default for KernelOptions {
 }
 
 struct Hook {
-    bit: u32,
+    id: HookId,
     group: &'static str,
     event: &'static str,
     btf_prog: &'static str,
@@ -67,9 +67,10 @@ struct Hook {
     without: &'static str,
 }
 
-const HOOKS: [Hook; 6] = [
+/// One entry per [`HookId`], at its index (checked below).
+const HOOKS: [Hook; HookId::COUNT] = [
     Hook {
-        bit: hook::TCP_PROBE,
+        id: HookId::TcpProbe,
         group: "tcp",
         event: "tcp_probe",
         btf_prog: "cct_probe",
@@ -77,7 +78,7 @@ const HOOKS: [Hook; 6] = [
         without: "no periodic samples; flows update only on retransmissions and state changes",
     },
     Hook {
-        bit: hook::RETRANSMIT,
+        id: HookId::Retransmit,
         group: "tcp",
         event: "tcp_retransmit_skb",
         btf_prog: "cct_retrans",
@@ -85,7 +86,7 @@ const HOOKS: [Hook; 6] = [
         without: "retransmissions show only in the counters of later samples",
     },
     Hook {
-        bit: hook::CONG_STATE,
+        id: HookId::CongState,
         group: "tcp",
         event: "tcp_cong_state_set",
         btf_prog: "cct_cong_state",
@@ -93,7 +94,7 @@ const HOOKS: [Hook; 6] = [
         without: "CA state changes show only in periodic samples",
     },
     Hook {
-        bit: hook::SET_STATE,
+        id: HookId::SetState,
         group: "sock",
         event: "inet_sock_set_state",
         btf_prog: "cct_set_state",
@@ -101,7 +102,7 @@ const HOOKS: [Hook; 6] = [
         without: "opens are seen at the first ACK and closes only at destroy",
     },
     Hook {
-        bit: hook::DESTROY,
+        id: HookId::Destroy,
         group: "tcp",
         event: "tcp_destroy_sock",
         btf_prog: "cct_destroy",
@@ -109,7 +110,7 @@ const HOOKS: [Hook; 6] = [
         without: "closes are seen only through state changes",
     },
     Hook {
-        bit: hook::SENDMSG,
+        id: HookId::SendMsg,
         group: "tcp",
         event: "tcp_sendmsg_locked",
         btf_prog: "cct_sendmsg",
@@ -117,6 +118,15 @@ const HOOKS: [Hook; 6] = [
         without: "owners of accepted connections stay unknown",
     },
 ];
+
+// The table covers every hook once, in index order: `HOOKS[id.index()].id == id`.
+const _: () = {
+    let mut i = 0;
+    while i < HookId::COUNT {
+        assert!(HOOKS[i].id.index() == i);
+        i += 1;
+    }
+};
 
 /// How one hook ended up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,16 +184,16 @@ fn classic_offsets() -> (ClassicTracepointOffsets, Option<String>) {
         Ok(r) => r,
         Err(e) => return (out, Some(e.to_string())),
     };
-    for (i, h) in HOOKS.iter().enumerate() {
+    for h in &HOOKS {
         let Ok(fields) = tracefs::event_format(&root, h.group, h.event) else { continue };
         let at = |name: &str| fields.get(name).map_or(ABSENT, |f| f.offset);
-        out.skaddr[i] = at("skaddr");
-        if h.bit == hook::SET_STATE {
+        out.skaddr[h.id.index()] = at("skaddr");
+        if h.id == HookId::SetState {
             out.set_state_oldstate = at("oldstate");
             out.set_state_newstate = at("newstate");
             out.set_state_protocol = at("protocol");
         }
-        if h.bit == hook::CONG_STATE {
+        if h.id == HookId::CongState {
             out.cong_state = at("cong_state");
         }
     }
@@ -208,8 +218,8 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<()> {
     Ok(())
 }
 
-fn attach_classic(ebpf: &mut Ebpf, h: &Hook, index: usize, classic: &ClassicTracepointOffsets) -> Result<()> {
-    if h.classic_prog.is_empty() || classic.skaddr[index] == ABSENT {
+fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<()> {
+    if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
         bail!("tracefs has no {}:{} with an skaddr field", h.group, h.event);
     }
     let prog: &mut TracePoint = ebpf
@@ -252,7 +262,8 @@ impl KernelSource {
         let (classic, _tracefs_err) = classic_offsets();
         let config = Config {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
-            hooks: 0,
+            // Every hook that attaches runs; the bits let one be switched off without a detach.
+            hooks: HookId::ALL_BITS,
             _reserved: 0,
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
@@ -276,7 +287,7 @@ impl KernelSource {
             _ => Btf::from_sys_fs().ok(),
         };
         let mut reports = Vec::new();
-        for (i, h) in HOOKS.iter().enumerate() {
+        for h in &HOOKS {
             let name = format!("{}:{}", h.group, h.event);
             let mut reasons = Vec::new();
             let mut status = None;
@@ -290,7 +301,7 @@ impl KernelSource {
                 }
             }
             if status.is_none() && opts.hook_mode != HookMode::Btf {
-                match attach_classic(&mut ebpf, h, i, &classic) {
+                match attach_classic(&mut ebpf, h, &classic) {
                     Ok(()) => status = Some(HookStatus::Classic),
                     Err(e) => reasons.push(format!("classic tracepoint: {e}")),
                 }
