@@ -61,7 +61,7 @@ fn frame_time(flows: u64, frames: u64) -> Duration {
         batch.clear();
         batch.extend((0..flows).map(|c| sample(c, ts, round)));
         state.ingest(&batch);
-        state.tick(ts, SourceCounters { received: round * flows, lost: 0, decode_errors: 0 });
+        state.tick(ts, SourceCounters { received: round * flows, lost: 0, ..Default::default() });
         terminal.draw(|f| draw(f, &state)).expect("draw");
         black_box(terminal.backend());
     }

@@ -17,6 +17,16 @@ pub struct SourceCounters {
     pub lost: u64,
     /// Records that failed to decode (each is reported, then skipped).
     pub decode_errors: u64,
+    /// Kernel reads of socket fields that failed in the eBPF programs: the field read as 0 in
+    /// that sample (a kernel whose layout the offsets do not match, or a socket torn down
+    /// under the read).
+    pub kernel_read_errors: u64,
+    /// Per-flow kernel state that could not be stored because the kernel's flow map was full:
+    /// those flows lose rate limiting and owner names until entries free up.
+    pub flow_map_full: u64,
+    /// Samples the kernel wrote into the ring buffer (live sources only): received + lost
+    /// accounts for all of them.
+    pub kernel_emitted: Option<u64>,
 }
 
 /// A stream of sample batches.
@@ -62,7 +72,7 @@ impl EventSource for FeedSource {
     }
 
     fn counters(&self) -> SourceCounters {
-        SourceCounters { received: self.received, lost: self.lost, decode_errors: 0 }
+        SourceCounters { received: self.received, lost: self.lost, ..SourceCounters::default() }
     }
 
     fn describe(&self) -> String {

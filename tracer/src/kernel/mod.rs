@@ -444,6 +444,9 @@ impl EventSource for KernelSource {
             received: self.received,
             lost: self.counter(counter::RINGBUF_LOST),
             decode_errors: self.decode_errors,
+            kernel_read_errors: self.counter(counter::READ_ERRORS),
+            flow_map_full: self.counter(counter::FLOW_MAP_FULL),
+            kernel_emitted: Some(self.emitted()),
         }
     }
 

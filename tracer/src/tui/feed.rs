@@ -187,7 +187,7 @@ pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Ap
         received += b.len() as u64;
         state.ingest(&b);
         if tick % 10 == 0 {
-            state.tick(ts_ns(tick), SourceCounters { received, lost, decode_errors: 0 });
+            state.tick(ts_ns(tick), SourceCounters { received, lost, ..Default::default() });
         }
     }
     state

@@ -50,7 +50,7 @@ fn table_120x40_all_flows_recording_lost_events() {
     let mut state = feed::state_with(12, 3, feed::batch);
     state.header.recording = Some("recording to /var/tmp/edge-07.cctrace".into());
     state.header.filters = vec!["port 5201,443".into()];
-    state.tick(feed::ts_ns(121), SourceCounters { received: 560, lost: 3, decode_errors: 1 });
+    state.tick(feed::ts_ns(121), SourceCounters { received: 560, lost: 3, decode_errors: 1, ..Default::default() });
     press(&mut state, KeyCode::Char('a'));
     let terminal = render(&state, 120, 40);
     insta::assert_snapshot!("table_all_120x40", terminal.backend());
@@ -178,7 +178,7 @@ fn ten_thousand_flows_render() {
             .collect();
         state.ingest(&batch);
     }
-    state.tick(2_001_000_000_000, SourceCounters { received: 30_000, lost: 0, decode_errors: 0 });
+    state.tick(2_001_000_000_000, SourceCounters { received: 30_000, lost: 0, ..Default::default() });
     press(&mut state, KeyCode::Char('a'));
     assert_eq!(state.visible_cookies().count(), 10_000);
     let screen = render(&state, 120, 40).backend().to_string();

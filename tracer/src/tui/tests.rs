@@ -170,7 +170,7 @@ fn pause_freezes_rows_while_intake_continues() {
         b.push(new_flow);
         state.ingest(&b);
     }
-    state.tick(feed::ts_ns(135), SourceCounters { received: 9_999, lost: 0, decode_errors: 0 });
+    state.tick(feed::ts_ns(135), SourceCounters { received: 9_999, lost: 0, ..Default::default() });
     assert!(state.analysis.table.get(999).is_some(), "intake continued");
     assert_eq!(visible(&state), before, "display frozen");
     assert_eq!(state.snapshot.iter().map(|r| r.cwnd).collect::<Vec<_>>(), cwnd_before);
@@ -301,15 +301,15 @@ fn a_vanished_selection_moves_to_its_neighbour() {
 fn events_per_second_come_from_counter_deltas() {
     let analysis = crate::analysis::Analysis::new(Default::default(), Default::default(), feed::env());
     let mut state = AppState::new(analysis, feed::header());
-    state.tick(1_000_000_000, SourceCounters { received: 100, lost: 0, decode_errors: 0 });
-    state.tick(1_500_000_000, SourceCounters { received: 400, lost: 2, decode_errors: 0 });
+    state.tick(1_000_000_000, SourceCounters { received: 100, lost: 0, ..Default::default() });
+    state.tick(1_500_000_000, SourceCounters { received: 400, lost: 2, ..Default::default() });
     assert_eq!(state.counters.events_per_sec, 0.0, "less than a second measured");
     assert_eq!(state.counters.lost, 2);
-    state.tick(3_000_000_000, SourceCounters { received: 700, lost: 2, decode_errors: 0 });
+    state.tick(3_000_000_000, SourceCounters { received: 700, lost: 2, ..Default::default() });
     assert!((state.counters.events_per_sec - 300.0).abs() < 1e-9);
     // Time going backwards restarts the measurement instead of freezing it.
-    state.tick(500_000_000, SourceCounters { received: 800, lost: 2, decode_errors: 0 });
-    state.tick(1_500_000_000, SourceCounters { received: 1_000, lost: 2, decode_errors: 0 });
+    state.tick(500_000_000, SourceCounters { received: 800, lost: 2, ..Default::default() });
+    state.tick(1_500_000_000, SourceCounters { received: 1_000, lost: 2, ..Default::default() });
     assert!((state.counters.events_per_sec - 200.0).abs() < 1e-9);
 }
 
@@ -368,7 +368,7 @@ async fn the_loop_stops_on_the_stop_future_even_with_endless_input() {
             Box::pin(async move { Ok(Some(b)) })
         }
         fn counters(&self) -> SourceCounters {
-            SourceCounters { received: self.0, lost: 0, decode_errors: 0 }
+            SourceCounters { received: self.0, lost: 0, ..Default::default() }
         }
         fn describe(&self) -> String {
             "endless".into()
