@@ -5,6 +5,7 @@
 
 pub mod caps;
 pub mod hz;
+pub mod listing;
 pub mod offsets;
 pub mod tracefs;
 
@@ -13,12 +14,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, Iter, TracePoint};
+use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
 
 use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::kernel::listing::{ListingError, ListingReport};
 use crate::source::{BoxFuture, EventSource, SourceCounters};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
@@ -160,8 +162,23 @@ pub struct KernelInfo {
     /// Optional kernel fields this kernel lacks (their values read as 0).
     pub missing_fields: Vec<String>,
     pub hz: u32,
-    /// The start-up snapshot of existing sockets: namespaces walked, or why it was skipped.
-    pub snapshot: Result<usize, String>,
+    /// The start-up listing of existing sockets: what it walked and skipped, or why it did not run.
+    pub snapshot: Result<ListingReport, ListingError>,
+}
+
+impl KernelInfo {
+    /// One line (without the `cctrace: ` prefix) when the start-up listing of existing sockets
+    /// did not run or skipped some network namespaces (without CAP_SYS_ADMIN, `setns` into them
+    /// is refused), so idle flows there appear only when they next send. `None` when it walked
+    /// every namespace.
+    pub fn start_up_listing_line(&self) -> Option<String> {
+        match &self.snapshot {
+            Ok(report) => report.skipped_line(),
+            Err(why) => {
+                Some(format!("no start-up listing of existing sockets ({why}); idle flows appear when they next send"))
+            }
+        }
+    }
 }
 
 pub struct KernelSource {
@@ -317,8 +334,8 @@ impl KernelSource {
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let snapshot = match aya_btf.as_ref() {
-            Some(btf) => snapshot_existing_sockets(&mut ebpf, btf).map_err(|e| short(&format!("{e:#}"))),
-            None => Err("kernel BTF unavailable".to_string()),
+            Some(btf) => listing::list_existing_sockets(&mut ebpf, btf),
+            None => Err(ListingError::BtfUnavailable),
         };
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
@@ -392,40 +409,6 @@ impl KernelSource {
             }
         }
     }
-}
-
-/// Run the `iter/tcp` program once in every network namespace: an iterator walks the sockets of
-/// the namespace of the thread that creates it, so each walk happens on a thread that entered
-/// that namespace. Samples go through the ring buffer like any other. Returns the namespaces
-/// walked; the program is unloaded afterwards.
-fn snapshot_existing_sockets(ebpf: &mut Ebpf, btf: &Btf) -> Result<usize> {
-    let prog: &mut Iter =
-        ebpf.program_mut("cct_iter_tcp").ok_or_else(|| anyhow!("program cct_iter_tcp missing"))?.try_into()?;
-    prog.load("tcp", btf).map_err(|e| anyhow!("iter/tcp: {}", short(&error_chain(&e))))?;
-    let mut walked = 0;
-    for (_, path) in crate::host::netns_paths() {
-        let link = prog.attach().and_then(|id| prog.take_link(id));
-        let Ok(link) = link else { continue };
-        let walk = std::thread::scope(|scope| {
-            scope
-                .spawn(move || -> Result<()> {
-                    let ns = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-                    // SAFETY: setns on this thread only, with a namespace fd we just opened.
-                    if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) } != 0 {
-                        bail!("setns {}: {}", path.display(), std::io::Error::last_os_error());
-                    }
-                    let mut iter = link.into_file().map_err(|e| anyhow!("creating the iterator: {e}"))?;
-                    std::io::copy(&mut iter, &mut std::io::sink()).context("walking sockets")?;
-                    Ok(())
-                })
-                .join()
-        });
-        if matches!(walk, Ok(Ok(()))) {
-            walked += 1;
-        }
-    }
-    let _ = prog.unload();
-    Ok(walked)
 }
 
 fn raise_memlock() {
