@@ -379,10 +379,17 @@ fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
     if !v.fix.is_empty() {
         out.push(Line::raw(""));
         out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
+        // Wrapped so that each row pasted alone still means what the line means: a comment's
+        // tail is a comment, a command's tail follows a backslash (never a command of its own).
         for cmd in &v.fix {
-            let style =
-                if cmd.starts_with('#') { dim() } else { Style::new().fg(Color::Green).add_modifier(Modifier::BOLD) };
-            para(cmd, style, 2, &mut out);
+            for row in format::wrap_shell(cmd, width.saturating_sub(2)) {
+                let style = if row.trim_start().starts_with('#') {
+                    dim()
+                } else {
+                    Style::new().fg(Color::Green).add_modifier(Modifier::BOLD)
+                };
+                out.push(Line::styled(format!("  {row}"), style));
+            }
         }
     }
     out

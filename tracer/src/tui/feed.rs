@@ -179,7 +179,12 @@ pub fn light_batch(tick: u64) -> Vec<Sample> {
 
 /// A state fed `secs` seconds of `make`, ticked once per second as the run loop would.
 pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> AppState {
-    let analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env());
+    state_in(env(), secs, lost, make)
+}
+
+/// As [`state_with`], on a host described by `env`.
+pub fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> AppState {
+    let analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env);
     let mut state = AppState::new(analysis, header());
     let mut received = 0;
     for tick in 0..=secs * 10 {
