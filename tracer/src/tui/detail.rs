@@ -292,11 +292,11 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
     let [c, d] = Layout::horizontal([Constraint::Fill(1); 2]).areas(bottom);
     let last = history[history.len() - 1];
 
-    let thpt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), h.throughput_bps / 1e6)).collect();
+    let thpt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), f64::from(h.throughput_bps) / 1e6)).collect();
     line_chart(
         a,
         buf,
-        format!(" throughput, Mbit/s · now {} ", format::rate(last.throughput_bps)),
+        format!(" throughput, Mbit/s · now {} ", format::rate(f64::from(last.throughput_bps))),
         vec![series("thpt", thpt, Color::Green)],
         |v| format!("{v:.1}"),
     );
