@@ -58,6 +58,15 @@ impl Outcome {
 
 fn outcome(lines: &[Value], netns: u64, port: u16, t0: u64) -> Result<Outcome> {
     let mine = lines_of(lines, netns, port);
+    // Time to a flag counts from the flow's first kernel sample: on a loaded machine a sender
+    // can start well after `t0`, and that delay is not the diagnosis's.
+    let local_port = |v: &Value| v["local"].as_str().and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok());
+    let t0 = lines
+        .iter()
+        .filter(|v| v["type"] == "sample" && v["netns"].as_u64() == Some(netns) && local_port(v) == Some(port))
+        .filter_map(|v| v["ts_ns"].as_u64())
+        .min()
+        .unwrap_or(t0);
     let first_flag_s = mine
         .iter()
         .find(|v| v["flagged"] == true)

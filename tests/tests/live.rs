@@ -72,38 +72,86 @@ fn samples_agree_with_ss() -> Result<()> {
 
     let mut checked = 0;
     for _ in 0..3 {
+        // ss reads the socket at some instant between t0 and t1, which cctrace's samples
+        // bracket: the last one before t0 and the first one after t1 (and any taken in between).
         let t0 = monotonic_ns();
         let ss = ss_in(lab.sender().name())?;
         let t1 = monotonic_ns();
         let sock = ss.iter().find(|s| s.local_port() == Some(port)).context("ss does not list the flow")?;
-        std::thread::sleep(Duration::from_millis(100));
-        let mid = (t0 + t1) / 2;
-        let samples = flow_samples(&tracer, netns, port);
-        let nearest =
-            samples.iter().min_by_key(|s| u(s, "ts_ns").abs_diff(mid)).context("cctrace has no sample of the flow")?;
-        let gap_ms = u(nearest, "ts_ns").abs_diff(mid) as f64 / 1e6;
-        assert!(gap_ms < 100.0, "nearest sample is {gap_ms} ms from the ss reading");
+        // Wait for the samples after the reading to be printed: the bracket, and half a second
+        // more to see how this flow's samples are spaced around it.
+        let around_ns = 500_000_000;
+        tracer.wait_for("samples after the ss reading", Duration::from_secs(10), |lines| {
+            lines.iter().any(|v| {
+                v["type"] == "sample"
+                    && v["netns"].as_u64() == Some(netns)
+                    && port_of(&v["local"]) == Some(port)
+                    && v["ts_ns"].as_u64().is_some_and(|ts| ts > t1 + around_ns)
+            })
+        })?;
+        let mut samples = flow_samples(&tracer, netns, port);
+        samples.sort_by_key(|s| u(s, "ts_ns"));
+        let ts = |s: &Value| u(s, "ts_ns");
+        let first = samples.iter().rposition(|s| ts(s) < t0).context("no sample before the ss reading")?;
+        let last = samples.iter().position(|s| ts(s) > t1).context("no sample after the ss reading")?;
+        let bracket = &samples[first..=last];
+
+        // How far apart this flow's samples are around the reading (not counting the bracket):
+        // the bracket may span the reading plus two of the widest spacings seen.
+        let spacing: Vec<u64> = samples
+            .windows(2)
+            .filter(|w| {
+                let (a, b) = (ts(&w[0]), ts(&w[1]));
+                (a + around_ns >= t0 && b <= ts(&bracket[0]))
+                    || (a >= ts(&bracket[bracket.len() - 1]) && b <= t1 + around_ns)
+            })
+            .map(|w| ts(&w[1]) - ts(&w[0]))
+            .collect();
+        let widest = *spacing.iter().max().context("too few samples around the reading to judge their spacing")?;
+        let width = ts(&bracket[bracket.len() - 1]) - ts(&bracket[0]);
+        let allowed = (t1 - t0) + 2 * widest;
+        // srtt moves by one EWMA step per ACK; between two samples by at least that much. The
+        // widest step seen between consecutive samples around the reading bounds one ACK's.
+        let srtt = |s: &Value| u(s, "srtt_us") as f64 / 1000.0;
+        let step_ms = samples
+            .windows(2)
+            .filter(|w| ts(&w[0]) + around_ns >= t0 && ts(&w[1]) <= t1 + around_ns)
+            .map(|w| (srtt(&w[1]) - srtt(&w[0])).abs())
+            .fold(0.0_f64, f64::max);
+        let (lo, hi) = bracket.iter().map(srtt).fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
 
         let ss_cwnd = sock.num("cwnd").context("ss cwnd")? as u64;
         let ss_mss = sock.num("mss").context("ss mss")? as u64;
         let ss_ssthresh = sock.num("ssthresh").context("ss ssthresh: the bulk phase should have set it")? as u64;
         let (ss_rtt, _) = sock.rtt().context("ss rtt")?;
+        let values = |k: &str| bracket.iter().map(|s| u(s, k)).collect::<Vec<_>>();
         eprintln!(
-            "gap {gap_ms:.1} ms: cwnd {} vs ss {ss_cwnd}, ssthresh {} vs {ss_ssthresh}, mss {} vs {ss_mss}, srtt {:.2} vs {ss_rtt} ms",
-            u(nearest, "snd_cwnd"),
-            u(nearest, "snd_ssthresh"),
-            u(nearest, "mss"),
-            u(nearest, "srtt_us") as f64 / 1000.0
+            "ss read in {:.1} ms; {} samples bracket it over {:.1} ms (allowed {:.1}: widest spacing around {:.1} ms): \
+             cwnd {:?} vs ss {ss_cwnd}, ssthresh {:?} vs {ss_ssthresh}, mss {:?} vs {ss_mss}, \
+             srtt {lo:.3}..{hi:.3} (+/- {step_ms:.3}) vs ss {ss_rtt} ms",
+            (t1 - t0) as f64 / 1e6,
+            bracket.len(),
+            width as f64 / 1e6,
+            allowed as f64 / 1e6,
+            widest as f64 / 1e6,
+            values("snd_cwnd"),
+            values("snd_ssthresh"),
+            values("mss"),
         );
-        assert_eq!(u(nearest, "snd_cwnd"), ss_cwnd, "cwnd: cctrace {nearest} vs ss {sock:?}");
-        assert_eq!(u(nearest, "snd_ssthresh"), ss_ssthresh, "ssthresh");
-        assert_eq!(u(nearest, "mss"), ss_mss, "mss");
-        let rtt_ms = u(nearest, "srtt_us") as f64 / 1000.0;
-        // srtt moves a little with every ACK; the tolerance covers one ACK's update (1/8).
-        assert!((rtt_ms - ss_rtt).abs() <= (ss_rtt * 0.15).max(1.0), "srtt: cctrace {rtt_ms} ms vs ss {ss_rtt} ms");
-        assert!(rtt_ms > 19.0 && rtt_ms < 30.0, "the path has 20 ms RTT, cctrace says {rtt_ms}");
+        assert!(width <= allowed, "the samples around the reading are {width} ns apart, more than {allowed} ns");
+        // cwnd, ssthresh and mss hold still in the trickle phase; where one changed between
+        // the samples, ss saw one of the values cctrace reported.
+        assert!(values("snd_cwnd").contains(&ss_cwnd), "cwnd: ss {ss_cwnd}, cctrace {:?}", values("snd_cwnd"));
+        assert!(values("snd_ssthresh").contains(&ss_ssthresh), "ssthresh: ss {ss_ssthresh}");
+        assert!(values("mss").contains(&ss_mss), "mss: ss {ss_mss}");
+        // ss prints srtt in ms with three decimals.
+        let slack = step_ms + 0.001;
+        assert!(
+            ss_rtt >= lo - slack && ss_rtt <= hi + slack,
+            "srtt: ss {ss_rtt} ms outside cctrace's {lo:.3}..{hi:.3} ms +/- {slack:.3}"
+        );
+        assert!(lo >= 20.0, "the path has a 20 ms RTT; cctrace says srtt {lo} ms");
         checked += 1;
-        std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(checked, 3);
     let report = sender.wait()?;
