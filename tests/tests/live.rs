@@ -8,7 +8,7 @@ use cctrace_lab::{
     EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair,
 };
 use cctrace_tests::{
-    bpf_link_count, loaded_bpf_programs, monotonic_ns, nstat_in, require_kernel, serial, ss_in, Tracer,
+    bpf_held_by, bpf_ids, loaded_bpf_programs, monotonic_ns, nstat_in, require_kernel, serial, ss_in, HeldBpf, Tracer,
 };
 use serde_json::Value;
 
@@ -310,23 +310,30 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
 fn sigterm_detaches_everything() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let links_before = bpf_link_count()?;
     let tracer = Tracer::start(&[])?;
+    // What this cctrace holds, by ID: other tracers may run on the same machine.
+    let held = bpf_held_by(tracer.pid())?;
     let progs = loaded_bpf_programs()?;
     assert!(progs.iter().filter(|p| p.starts_with("cct_")).count() >= 5, "attached: {progs:?}");
-    assert!(bpf_link_count()? >= links_before + 5);
+    assert!(held.programs.len() >= 5 && held.links.len() >= 5, "cctrace holds {held:?}");
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0, "clean exit on SIGTERM");
     assert_eq!(lines.last().map(|v| v["type"].clone()), Some(Value::from("summary")));
     // The kernel frees programs after an RCU grace period: give it a moment.
+    let left = || -> Result<HeldBpf> {
+        let now = bpf_ids()?;
+        Ok(HeldBpf {
+            programs: held.programs.iter().copied().filter(|id| now.programs.contains(id)).collect(),
+            links: held.links.iter().copied().filter(|id| now.links.contains(id)).collect(),
+        })
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut after = loaded_bpf_programs()?;
-    while after.iter().any(|p| p.starts_with("cct_")) && std::time::Instant::now() < deadline {
+    let mut after = left()?;
+    while after != HeldBpf::default() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        after = loaded_bpf_programs()?;
+        after = left()?;
     }
-    assert!(!after.iter().any(|p| p.starts_with("cct_")), "programs left behind: {after:?}");
-    assert_eq!(bpf_link_count()?, links_before, "links left behind");
+    assert_eq!(after, HeldBpf::default(), "programs or links of the stopped cctrace left behind");
     Ok(())
 }
 
@@ -334,6 +341,7 @@ fn sigterm_detaches_everything() -> Result<()> {
 fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
     require_kernel!();
     let _serial = serial();
+    let before = bpf_ids()?;
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(cctrace_tests::cctrace_bin())
@@ -345,8 +353,26 @@ fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
     assert!(stderr.contains("CAP_BPF") && stderr.contains("CAP_PERFMON"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     assert!(out.stdout.is_empty());
-    let progs = loaded_bpf_programs()?;
-    assert!(!progs.iter().any(|p| p.starts_with("cct_")), "nothing loaded: {progs:?}");
+    // Nothing it could have loaded stays: every program or link that appeared since is held
+    // by a running process (another tracer on this machine), none is left over.
+    let after = bpf_ids()?;
+    let new_programs: Vec<u32> = after.programs.iter().copied().filter(|id| !before.programs.contains(id)).collect();
+    let new_links: Vec<u32> = after.links.iter().copied().filter(|id| !before.links.contains(id)).collect();
+    if !new_programs.is_empty() || !new_links.is_empty() {
+        let mut held = HeldBpf::default();
+        for pid in std::fs::read_dir("/proc")?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+            if let Ok(h) = bpf_held_by(pid) {
+                held.programs.extend(h.programs);
+                held.links.extend(h.links);
+            }
+        }
+        let orphans: Vec<&u32> = new_programs
+            .iter()
+            .chain(&new_links)
+            .filter(|id| !held.programs.contains(id) && !held.links.contains(id))
+            .collect();
+        assert!(orphans.is_empty(), "left behind by the failed start: {orphans:?}");
+    }
     Ok(())
 }
 
