@@ -41,6 +41,10 @@ pub trait EventSource: Send {
     fn kernel_emitted(&self) -> Option<u64> {
         None
     }
+    /// Stop producing new samples; what is already queued can still be read. A consumer that
+    /// ends calls this before its final drain, so the counters it reports are final: a live
+    /// kernel otherwise keeps writing samples between that drain and reading the counters.
+    fn stop_producing(&mut self) {}
 }
 
 /// A finite, in-memory feed: deterministic input for tests and snapshots.

@@ -185,7 +185,7 @@ pub struct KernelSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
     received: u64,
@@ -349,7 +349,7 @@ impl KernelSource {
         Ok(Self {
             ring,
             counters,
-            _ebpf: ebpf,
+            ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
             ctx: DecodeContext { hz },
             received: 0,
@@ -360,6 +360,21 @@ impl KernelSource {
 
     pub fn info(&self) -> &KernelInfo {
         &self.info
+    }
+
+    /// Detach every program: no sample is written after this, so the ring buffer drains dry
+    /// and the samples received plus lost account for all the kernel emitted, even while
+    /// traffic goes on. The maps stay open for the final drain and counters.
+    fn detach_programs(&mut self) {
+        for (_, program) in self.ebpf.programs_mut() {
+            // A program that never loaded (its hook was disabled) has nothing to detach.
+            let _ = match program {
+                aya::programs::Program::BtfTracePoint(p) => p.unload(),
+                aya::programs::Program::TracePoint(p) => p.unload(),
+                aya::programs::Program::Iter(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
     }
 
     fn counter(&self, index: u32) -> u64 {
@@ -435,6 +450,10 @@ impl EventSource for KernelSource {
 
     fn kernel_emitted(&self) -> Option<u64> {
         Some(self.emitted())
+    }
+
+    fn stop_producing(&mut self) {
+        self.detach_programs();
     }
 
     fn describe(&self) -> String {
