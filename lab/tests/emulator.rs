@@ -35,15 +35,19 @@ fn rtt_is_accurate_and_packets_stay_in_order() -> Result<()> {
     let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(RTT))?;
     let echo = UdpEcho::start(path.receiver(), path.receiver_addr(), 0)?;
 
-    // A shared VM can stall any thread for milliseconds (other tenants,
-    // vCPU steal), in bursts that come and go within seconds. So each
-    // attempt measures, concurrently, how late a plain timer sleep wakes on
-    // this host. An attempt only counts against the emulator when the host
-    // was quiet: each probe crosses four wake-ups (two releases, echo,
-    // receive), so a host timer p99 above 250 us already eats the budget.
-    const QUIET_HOST_P99: Duration = Duration::from_micros(250);
-    let mut passed = false;
-    let mut quiet_failures = 0;
+    // A shared VM can stall any thread for milliseconds (other tenants, vCPU
+    // steal, other builds on the same two cores), and no emulator can be more
+    // precise than the host's timers let it be. So each attempt measures,
+    // concurrently, how late a plain timer sleep wakes on this host, and
+    // checks the emulator against its own budget (0.5 ms at p50, 1 ms at p99
+    // over the configured RTT) plus what the host imposes: each probe crosses
+    // four timed wake-ups (two releases, echo, receive), so four times the
+    // host's lateness at the same percentile. The bound is checked on every
+    // host, quiet or loaded; there is no "could not tell" outcome.
+    const BUDGET_P50: Duration = Duration::from_micros(500);
+    const BUDGET_P99: Duration = Duration::from_millis(1);
+    const WAKE_UPS_PER_PROBE: u32 = 4;
+    let mut failures = Vec::new();
     for attempt in 1..=ATTEMPTS {
         let before = path.stats();
         let jitter = std::thread::spawn(|| host_timer_jitter(800, Duration::from_millis(1)));
@@ -60,13 +64,15 @@ fn rtt_is_accurate_and_packets_stay_in_order() -> Result<()> {
         let (min, max) = (sorted[0], sorted[sorted.len() - 1]);
         let p50 = report.percentile(0.50).unwrap_or_default();
         let p99 = report.percentile(0.99).unwrap_or_default();
+        let p50_bound = RTT + BUDGET_P50 + host.p50 * WAKE_UPS_PER_PROBE;
+        let p99_bound = RTT + BUDGET_P99 + host.p99 * WAKE_UPS_PER_PROBE;
         let late = after.forward.late_releases + after.reverse.late_releases
             - before.forward.late_releases
             - before.reverse.late_releases;
         println!(
-            "attempt {attempt}: udp ping over {RTT:?}: n={} min={min:?} p50={p50:?} p99={p99:?} \
-             max={max:?} reordered={}; emulator releases >0.5 ms late: {late}; \
-             host timer wake-up p50={:?} p99={:?} max={:?}",
+            "attempt {attempt}: udp ping over {RTT:?}: n={} min={min:?} p50={p50:?} (bound {p50_bound:?}) \
+             p99={p99:?} (bound {p99_bound:?}) max={max:?} reordered={}; emulator releases >0.5 ms late: \
+             {late}; host timer wake-up p50={:?} p99={:?} max={:?}",
             report.received(),
             report.out_of_order,
             host.p50,
@@ -77,24 +83,17 @@ fn rtt_is_accurate_and_packets_stay_in_order() -> Result<()> {
         // short and packets are never reordered.
         ensure!(min >= RTT, "RTT {min:?} below the configured {RTT:?}");
         ensure!(report.out_of_order == 0, "ping replies reordered");
-        if p99 <= RTT + Duration::from_millis(1) && p50 <= RTT + Duration::from_micros(500) {
-            passed = true;
+        if p99 <= p99_bound && p50 <= p50_bound {
             break;
         }
-        if host.p99 <= QUIET_HOST_P99 {
-            quiet_failures += 1;
-        }
+        failures.push(format!("p50 {p50:?} (bound {p50_bound:?}), p99 {p99:?} (bound {p99_bound:?})"));
     }
-    if !passed {
-        ensure!(
-            quiet_failures == 0,
-            "p50/p99 more than 0.5/1 ms above {RTT:?} in {quiet_failures} attempt(s) on a quiet host"
-        );
-        println!(
-            "WARNING: RTT p99 bound not verified: in all {ATTEMPTS} attempts this host's own \
-             timer wake-ups were late by more than {QUIET_HOST_P99:?} at p99 (vCPU steal / load)"
-        );
-    }
+    // A load burst can outlast one attempt's jitter measurement; it cannot
+    // outlast all of them.
+    ensure!(
+        failures.len() < ATTEMPTS,
+        "the emulator's RTT exceeded its budget over the host's own timer lateness in all {ATTEMPTS} attempts: {failures:?}"
+    );
 
     // A fast one-way stream: every probe arrives, in sequence order.
     let counter = UdpCounter::start(path.receiver(), path.receiver_addr(), 0)?;
@@ -215,14 +214,17 @@ fn rate_cap_and_queue_shape_a_bulk_flow() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn drop_mid_flow_removes_namespaces_promptly() -> Result<()> {
-    let Some(_lab) = lab() else { return Ok(()) };
-    let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(RTT))?;
-    let names = [path.sender().name().to_owned(), path.receiver().name().to_owned()];
-    let listed = list_namespaces()?;
-    ensure!(names.iter().all(|n| listed.contains(n)));
-    // Tear down mid-flood: the forwarder must stop even while saturated.
+/// How much slower than on a healthy path a teardown may be and still count
+/// as prompt: either this many times the baseline measured on this host in
+/// this run, or the baseline plus `PROMPT_SLACK`, whichever is larger.
+const PROMPT_FACTOR: u32 = 10;
+const PROMPT_SLACK: Duration = Duration::from_secs(1);
+
+fn prompt_limit(baseline: Duration) -> Duration {
+    (baseline * PROMPT_FACTOR).max(baseline + PROMPT_SLACK)
+}
+
+fn flood(path: &EmulatedPath) -> Result<(Sink, Sender)> {
     let sink = Sink::start(path.receiver(), path.receiver_addr(), 0, SinkOptions::default())?;
     let sender = Sender::start(
         path.sender(),
@@ -230,6 +232,31 @@ fn drop_mid_flow_removes_namespaces_promptly() -> Result<()> {
         sink.port(),
         SenderOptions { duration: Duration::from_secs(30), ..SenderOptions::default() },
     )?;
+    Ok((sink, sender))
+}
+
+#[test]
+fn drop_mid_flow_removes_namespaces_promptly() -> Result<()> {
+    let Some(_lab) = lab() else { return Ok(()) };
+    // What "prompt" means on this host right now: stopping generators on a
+    // path that stays up, then tearing down the idle path.
+    let baseline_path = EmulatedPath::create(EmulatedPathSpec::with_rtt(RTT))?;
+    let (sink, sender) = flood(&baseline_path)?;
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    drop(sender);
+    drop(sink);
+    let generators_baseline = t.elapsed();
+    let t = Instant::now();
+    drop(baseline_path);
+    let teardown_baseline = t.elapsed();
+
+    let path = EmulatedPath::create(EmulatedPathSpec::with_rtt(RTT))?;
+    let names = [path.sender().name().to_owned(), path.receiver().name().to_owned()];
+    let listed = list_namespaces()?;
+    ensure!(names.iter().all(|n| listed.contains(n)));
+    // Tear down mid-flood: the forwarder must stop even while saturated.
+    let (sink, sender) = flood(&path)?;
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     drop(path);
@@ -239,9 +266,14 @@ fn drop_mid_flow_removes_namespaces_promptly() -> Result<()> {
     drop(sink);
     let generators_took = t.elapsed();
     let listed = list_namespaces()?;
-    println!("emulated path torn down mid-flow in {took:?}, generators stopped in {generators_took:?}");
+    println!(
+        "emulated path torn down mid-flow in {took:?} (idle path: {teardown_baseline:?}, limit {:?}), \
+         generators stopped in {generators_took:?} (on a live path: {generators_baseline:?}, limit {:?})",
+        prompt_limit(teardown_baseline),
+        prompt_limit(generators_baseline)
+    );
     ensure!(names.iter().all(|n| !listed.contains(n)), "namespaces left behind");
-    ensure!(took < Duration::from_secs(2), "teardown took {took:?}");
-    ensure!(generators_took < Duration::from_secs(2), "generators took {generators_took:?}");
+    ensure!(took <= prompt_limit(teardown_baseline), "teardown took {took:?}");
+    ensure!(generators_took <= prompt_limit(generators_baseline), "generators took {generators_took:?}");
     Ok(())
 }

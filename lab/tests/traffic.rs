@@ -70,6 +70,7 @@ fn paced_sender_holds_its_rate() -> Result<()> {
 
 #[test]
 fn byte_budget_ends_the_flow_early_and_closes_cleanly() -> Result<()> {
+    const DURATION: Duration = Duration::from_secs(10);
     let Some(_lab) = lab() else { return Ok(()) };
     let pair = VethPair::create(VethOptions::default())?;
     let sink = Sink::start(pair.receiver(), pair.receiver_addr(), 0, SinkOptions::default())?;
@@ -77,12 +78,14 @@ fn byte_budget_ends_the_flow_early_and_closes_cleanly() -> Result<()> {
         pair.sender(),
         pair.receiver_addr(),
         sink.port(),
-        SenderOptions { duration: Duration::from_secs(10), max_bytes: Some(3_000_000), ..SenderOptions::default() },
+        SenderOptions { duration: DURATION, max_bytes: Some(3_000_000), ..SenderOptions::default() },
     )?;
     let port = sender.local_port();
     let report = sender.wait()?;
     ensure!(report.bytes_written == 3_000_000 && report.bytes_acked == 3_000_000);
-    ensure!(report.elapsed < Duration::from_secs(2), "took {:?}", report.elapsed);
+    // The claim is that the budget, not the duration, ended the flow: 3 MB over a veth takes
+    // milliseconds, so even a loaded host finishes far inside the duration.
+    ensure!(report.elapsed < DURATION / 2, "took {:?} of the {DURATION:?} duration", report.elapsed);
     ensure!(report.local_port == port);
     // Orderly close: our side is in TIME-WAIT (or gone), never reset.
     let lines = ss_lines(pair.sender(), port)?;

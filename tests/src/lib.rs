@@ -278,6 +278,46 @@ pub fn loaded_bpf_programs() -> Result<Vec<String>> {
         .unwrap_or_default())
 }
 
+/// IDs of the BPF programs and links process `pid` holds open, read from its fd table: what
+/// that process loaded and attached, whatever other processes on the machine do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldBpf {
+    pub programs: Vec<u32>,
+    pub links: Vec<u32>,
+}
+
+pub fn bpf_held_by(pid: u32) -> Result<HeldBpf> {
+    let mut held = HeldBpf::default();
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).with_context(|| format!("reading fds of {pid}"))?;
+    for entry in dir.flatten() {
+        // An fd can close between listing and reading: skip it.
+        let Ok(info) = std::fs::read_to_string(entry.path()) else { continue };
+        let field =
+            |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u32>().ok());
+        // A link fd also names its program: it counts as the link only.
+        if let Some(link) = field("link_id:") {
+            held.links.push(link);
+        } else if let Some(prog) = field("prog_id:") {
+            held.programs.push(prog);
+        }
+    }
+    held.programs.sort_unstable();
+    held.links.sort_unstable();
+    Ok(held)
+}
+
+/// IDs of every loaded BPF program and link (bpftool prog/link show).
+pub fn bpf_ids() -> Result<HeldBpf> {
+    let ids = |what: &str| -> Result<Vec<u32>> {
+        let out = Command::new("bpftool").args(["-j", what, "show"]).output().context("running bpftool")?;
+        let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
+        Ok(v.as_array()
+            .map(|a| a.iter().filter_map(|p| p["id"].as_u64().and_then(|i| u32::try_from(i).ok())).collect())
+            .unwrap_or_default())
+    };
+    Ok(HeldBpf { programs: ids("prog")?, links: ids("link")? })
+}
+
 /// Number of BPF links (bpftool link show).
 pub fn bpf_link_count() -> Result<usize> {
     let out = Command::new("bpftool").args(["-j", "link", "show"]).output().context("running bpftool")?;

@@ -7,30 +7,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
-use cctrace_tests::{cctrace_bin, require_kernel, serial};
+use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, require_kernel, serial, HeldBpf};
 
 const PORT: u16 = 5201;
 
-/// IDs of the BPF programs `pid` holds: the `prog_id` of its program and link descriptors.
-fn programs_of(pid: u32) -> Result<Vec<u64>> {
-    let mut ids = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
-        let Ok(text) = std::fs::read_to_string(entry?.path()) else { continue };
-        ids.extend(
-            text.lines().filter_map(|l| l.strip_prefix("prog_id:")).filter_map(|v| v.trim().parse::<u64>().ok()),
-        );
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    Ok(ids)
+/// What `pid` holds now (programs and links), and which of it is still loaded later.
+fn held(pid: u32) -> Result<HeldBpf> {
+    let held = bpf_held_by(pid)?;
+    assert!(held.programs.len() >= 5 && !held.links.is_empty(), "cctrace holds its programs while it runs: {held:?}");
+    Ok(held)
 }
 
-/// Which of `ids` are still loaded.
-fn still_loaded(ids: &[u64]) -> Result<Vec<u64>> {
-    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("running bpftool")?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
-    let loaded: Vec<u64> = v.as_array().into_iter().flatten().filter_map(|p| p["id"].as_u64()).collect();
-    Ok(ids.iter().copied().filter(|id| loaded.contains(id)).collect())
+fn still_loaded(held: &HeldBpf) -> Result<HeldBpf> {
+    let now = bpf_ids()?;
+    Ok(HeldBpf {
+        programs: held.programs.iter().copied().filter(|p| now.programs.contains(p)).collect(),
+        links: held.links.iter().copied().filter(|l| now.links.contains(l)).collect(),
+    })
 }
 
 /// Wait for `child` to exit, at most `limit`; kill it and fail if it does not.
@@ -118,8 +111,7 @@ fn a_closed_stdout_ends_cctrace_quietly_with_status_0() -> Result<()> {
         .stderr(Stdio::piped())
         .spawn()?;
     let before = wait_attached(&mut child)?;
-    let programs = programs_of(child.id())?;
-    assert!(programs.len() >= 5, "cctrace holds its programs while it runs: {programs:?}");
+    let programs = held(child.id())?;
     let mut out = BufReader::new(child.stdout.take().context("stdout")?);
     let mut first = String::new();
     out.read_line(&mut first)?;
@@ -127,7 +119,7 @@ fn a_closed_stdout_ends_cctrace_quietly_with_status_0() -> Result<()> {
     drop(out);
     let code = exit_within(&mut child, Duration::from_secs(10), "after its reader went away")?;
     assert_eq!(code, 0, "stderr: {before:?}");
-    assert_eq!(still_loaded(&programs)?, Vec::<u64>::new(), "programs left loaded");
+    assert_eq!(still_loaded(&programs)?, HeldBpf::default(), "programs or links left behind");
     drop(sender);
     Ok(())
 }
@@ -144,8 +136,7 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
         .stderr(Stdio::piped())
         .spawn()?;
     wait_attached(&mut child)?;
-    let programs = programs_of(child.id())?;
-    assert!(programs.len() >= 5, "cctrace holds its programs while it runs: {programs:?}");
+    let programs = held(child.id())?;
     let stdout = child.stdout.take().context("stdout")?;
     // Wait until the pipe is full: its capacity is known, and what waits in it unread is the
     // kernel's own count (FIONREAD).
@@ -167,7 +158,7 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     assert_eq!(code, 0);
-    assert_eq!(still_loaded(&programs)?, Vec::<u64>::new(), "programs left loaded");
+    assert_eq!(still_loaded(&programs)?, HeldBpf::default(), "programs or links left behind");
     drop(stdout);
     drop(sender);
     Ok(())

@@ -8,7 +8,7 @@ use cctrace_lab::{
     EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair,
 };
 use cctrace_tests::{
-    bpf_link_count, loaded_bpf_programs, monotonic_ns, nstat_in, require_kernel, serial, ss_in, Tracer,
+    bpf_held_by, bpf_ids, loaded_bpf_programs, monotonic_ns, nstat_in, require_kernel, serial, ss_in, HeldBpf, Tracer,
 };
 use serde_json::Value;
 
@@ -72,38 +72,86 @@ fn samples_agree_with_ss() -> Result<()> {
 
     let mut checked = 0;
     for _ in 0..3 {
+        // ss reads the socket at some instant between t0 and t1, which cctrace's samples
+        // bracket: the last one before t0 and the first one after t1 (and any taken in between).
         let t0 = monotonic_ns();
         let ss = ss_in(lab.sender().name())?;
         let t1 = monotonic_ns();
         let sock = ss.iter().find(|s| s.local_port() == Some(port)).context("ss does not list the flow")?;
-        std::thread::sleep(Duration::from_millis(100));
-        let mid = (t0 + t1) / 2;
-        let samples = flow_samples(&tracer, netns, port);
-        let nearest =
-            samples.iter().min_by_key(|s| u(s, "ts_ns").abs_diff(mid)).context("cctrace has no sample of the flow")?;
-        let gap_ms = u(nearest, "ts_ns").abs_diff(mid) as f64 / 1e6;
-        assert!(gap_ms < 100.0, "nearest sample is {gap_ms} ms from the ss reading");
+        // Wait for the samples after the reading to be printed: the bracket, and half a second
+        // more to see how this flow's samples are spaced around it.
+        let around_ns = 500_000_000;
+        tracer.wait_for("samples after the ss reading", Duration::from_secs(10), |lines| {
+            lines.iter().any(|v| {
+                v["type"] == "sample"
+                    && v["netns"].as_u64() == Some(netns)
+                    && v["sport"].as_u64() == Some(u64::from(port))
+                    && v["ts_ns"].as_u64().is_some_and(|ts| ts > t1 + around_ns)
+            })
+        })?;
+        let mut samples = flow_samples(&tracer, netns, port);
+        samples.sort_by_key(|s| u(s, "ts_ns"));
+        let ts = |s: &Value| u(s, "ts_ns");
+        let first = samples.iter().rposition(|s| ts(s) < t0).context("no sample before the ss reading")?;
+        let last = samples.iter().position(|s| ts(s) > t1).context("no sample after the ss reading")?;
+        let bracket = &samples[first..=last];
+
+        // How far apart this flow's samples are around the reading (not counting the bracket):
+        // the bracket may span the reading plus two of the widest spacings seen.
+        let spacing: Vec<u64> = samples
+            .windows(2)
+            .filter(|w| {
+                let (a, b) = (ts(&w[0]), ts(&w[1]));
+                (a + around_ns >= t0 && b <= ts(&bracket[0]))
+                    || (a >= ts(&bracket[bracket.len() - 1]) && b <= t1 + around_ns)
+            })
+            .map(|w| ts(&w[1]) - ts(&w[0]))
+            .collect();
+        let widest = *spacing.iter().max().context("too few samples around the reading to judge their spacing")?;
+        let width = ts(&bracket[bracket.len() - 1]) - ts(&bracket[0]);
+        let allowed = (t1 - t0) + 2 * widest;
+        // srtt moves by one EWMA step per ACK; between two samples by at least that much. The
+        // widest step seen between consecutive samples around the reading bounds one ACK's.
+        let srtt = |s: &Value| f(s, "rtt");
+        let step_ms = samples
+            .windows(2)
+            .filter(|w| ts(&w[0]) + around_ns >= t0 && ts(&w[1]) <= t1 + around_ns)
+            .map(|w| (srtt(&w[1]) - srtt(&w[0])).abs())
+            .fold(0.0_f64, f64::max);
+        let (lo, hi) = bracket.iter().map(srtt).fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
 
         let ss_cwnd = sock.num("cwnd").context("ss cwnd")? as u64;
         let ss_mss = sock.num("mss").context("ss mss")? as u64;
         let ss_ssthresh = sock.num("ssthresh").context("ss ssthresh: the bulk phase should have set it")? as u64;
         let (ss_rtt, _) = sock.rtt().context("ss rtt")?;
+        let values = |k: &str| bracket.iter().map(|s| u(s, k)).collect::<Vec<_>>();
         eprintln!(
-            "gap {gap_ms:.1} ms: cwnd {} vs ss {ss_cwnd}, ssthresh {} vs {ss_ssthresh}, mss {} vs {ss_mss}, srtt {:.2} vs {ss_rtt} ms",
-            u(nearest, "cwnd"),
-            u(nearest, "ssthresh"),
-            u(nearest, "mss"),
-            f(nearest, "rtt")
+            "ss read in {:.1} ms; {} samples bracket it over {:.1} ms (allowed {:.1}: widest spacing around {:.1} ms): \
+             cwnd {:?} vs ss {ss_cwnd}, ssthresh {:?} vs {ss_ssthresh}, mss {:?} vs {ss_mss}, \
+             srtt {lo:.3}..{hi:.3} (+/- {step_ms:.3}) vs ss {ss_rtt} ms",
+            (t1 - t0) as f64 / 1e6,
+            bracket.len(),
+            width as f64 / 1e6,
+            allowed as f64 / 1e6,
+            widest as f64 / 1e6,
+            values("cwnd"),
+            values("ssthresh"),
+            values("mss"),
         );
-        assert_eq!(u(nearest, "cwnd"), ss_cwnd, "cwnd: cctrace {nearest} vs ss {sock:?}");
-        assert_eq!(u(nearest, "ssthresh"), ss_ssthresh, "ssthresh");
-        assert_eq!(u(nearest, "mss"), ss_mss, "mss");
-        let rtt_ms = f(nearest, "rtt");
-        // srtt moves a little with every ACK; the tolerance covers one ACK's update (1/8).
-        assert!((rtt_ms - ss_rtt).abs() <= (ss_rtt * 0.15).max(1.0), "srtt: cctrace {rtt_ms} ms vs ss {ss_rtt} ms");
-        assert!(rtt_ms > 19.0 && rtt_ms < 30.0, "the path has 20 ms RTT, cctrace says {rtt_ms}");
+        assert!(width <= allowed, "the samples around the reading are {width} ns apart, more than {allowed} ns");
+        // cwnd, ssthresh and mss hold still in the trickle phase; where one changed between
+        // the samples, ss saw one of the values cctrace reported.
+        assert!(values("cwnd").contains(&ss_cwnd), "cwnd: ss {ss_cwnd}, cctrace {:?}", values("cwnd"));
+        assert!(values("ssthresh").contains(&ss_ssthresh), "ssthresh: ss {ss_ssthresh}");
+        assert!(values("mss").contains(&ss_mss), "mss: ss {ss_mss}");
+        // ss prints srtt in ms with three decimals.
+        let slack = step_ms + 0.001;
+        assert!(
+            ss_rtt >= lo - slack && ss_rtt <= hi + slack,
+            "srtt: ss {ss_rtt} ms outside cctrace's {lo:.3}..{hi:.3} ms +/- {slack:.3}"
+        );
+        assert!(lo >= 20.0, "the path has a 20 ms RTT; cctrace says srtt {lo} ms");
         checked += 1;
-        std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(checked, 3);
     let report = sender.wait()?;
@@ -266,23 +314,30 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
 fn sigterm_detaches_everything() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let links_before = bpf_link_count()?;
     let tracer = Tracer::start(&[])?;
+    // What this cctrace holds, by ID: other tracers may run on the same machine.
+    let held = bpf_held_by(tracer.pid())?;
     let progs = loaded_bpf_programs()?;
     assert!(progs.iter().filter(|p| p.starts_with("cct_")).count() >= 5, "attached: {progs:?}");
-    assert!(bpf_link_count()? >= links_before + 5);
+    assert!(held.programs.len() >= 5 && held.links.len() >= 5, "cctrace holds {held:?}");
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0, "clean exit on SIGTERM");
     assert_eq!(lines.last().map(|v| v["type"].clone()), Some(Value::from("summary")));
     // The kernel frees programs after an RCU grace period: give it a moment.
+    let left = || -> Result<HeldBpf> {
+        let now = bpf_ids()?;
+        Ok(HeldBpf {
+            programs: held.programs.iter().copied().filter(|id| now.programs.contains(id)).collect(),
+            links: held.links.iter().copied().filter(|id| now.links.contains(id)).collect(),
+        })
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut after = loaded_bpf_programs()?;
-    while after.iter().any(|p| p.starts_with("cct_")) && std::time::Instant::now() < deadline {
+    let mut after = left()?;
+    while after != HeldBpf::default() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        after = loaded_bpf_programs()?;
+        after = left()?;
     }
-    assert!(!after.iter().any(|p| p.starts_with("cct_")), "programs left behind: {after:?}");
-    assert_eq!(bpf_link_count()?, links_before, "links left behind");
+    assert_eq!(after, HeldBpf::default(), "programs or links of the stopped cctrace left behind");
     Ok(())
 }
 
@@ -290,6 +345,7 @@ fn sigterm_detaches_everything() -> Result<()> {
 fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
     require_kernel!();
     let _serial = serial();
+    let before = bpf_ids()?;
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(cctrace_tests::cctrace_bin())
@@ -301,8 +357,26 @@ fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
     assert!(stderr.contains("CAP_BPF") && stderr.contains("CAP_PERFMON"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     assert!(out.stdout.is_empty());
-    let progs = loaded_bpf_programs()?;
-    assert!(!progs.iter().any(|p| p.starts_with("cct_")), "nothing loaded: {progs:?}");
+    // Nothing it could have loaded stays: every program or link that appeared since is held
+    // by a running process (another tracer on this machine), none is left over.
+    let after = bpf_ids()?;
+    let new_programs: Vec<u32> = after.programs.iter().copied().filter(|id| !before.programs.contains(id)).collect();
+    let new_links: Vec<u32> = after.links.iter().copied().filter(|id| !before.links.contains(id)).collect();
+    if !new_programs.is_empty() || !new_links.is_empty() {
+        let mut held = HeldBpf::default();
+        for pid in std::fs::read_dir("/proc")?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+            if let Ok(h) = bpf_held_by(pid) {
+                held.programs.extend(h.programs);
+                held.links.extend(h.links);
+            }
+        }
+        let orphans: Vec<&u32> = new_programs
+            .iter()
+            .chain(&new_links)
+            .filter(|id| !held.programs.contains(id) && !held.links.contains(id))
+            .collect();
+        assert!(orphans.is_empty(), "left behind by the failed start: {orphans:?}");
+    }
     Ok(())
 }
 

@@ -81,16 +81,58 @@ pub mod flag {
     pub const CLASSIC_HOOK: u8 = 1 << 3;
 }
 
-/// Bits of [`Config::hooks`] and indexes of the hooks.
-pub mod hook {
-    pub const TCP_PROBE: u32 = 1 << 0;
-    pub const RETRANSMIT: u32 = 1 << 1;
-    pub const CONG_STATE: u32 = 1 << 2;
-    pub const SET_STATE: u32 = 1 << 3;
-    pub const DESTROY: u32 = 1 << 4;
+/// The kernel hooks cctrace attaches. One enum names each hook for both sides: its
+/// [`HookId::bit`] in [`Config::hooks`] and its [`HookId::index`] into
+/// [`ClassicTracepointOffsets::skaddr`] and the loader's table, so the eBPF programs and the
+/// loader cannot disagree about which is which.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HookId {
+    /// `tcp:tcp_probe`: periodic samples.
+    TcpProbe = 0,
+    /// `tcp:tcp_retransmit_skb`.
+    Retransmit = 1,
+    /// `tcp:tcp_cong_state_set`.
+    CongState = 2,
+    /// `sock:inet_sock_set_state`.
+    SetState = 3,
+    /// `tcp:tcp_destroy_sock`.
+    Destroy = 4,
     /// `tcp:tcp_sendmsg_locked`: no sample, only the owner of a flow seen sending.
-    pub const SENDMSG: u32 = 1 << 5;
+    SendMsg = 5,
 }
+
+impl HookId {
+    pub const COUNT: usize = 6;
+    /// Every hook, in index order.
+    pub const ALL: [HookId; HookId::COUNT] =
+        [HookId::TcpProbe, HookId::Retransmit, HookId::CongState, HookId::SetState, HookId::Destroy, HookId::SendMsg];
+    /// Every hook's bit.
+    pub const ALL_BITS: u32 = (1 << HookId::COUNT) - 1;
+
+    /// Position in [`HookId::ALL`], [`ClassicTracepointOffsets::skaddr`] and the loader's table.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// This hook's bit in [`Config::hooks`].
+    pub const fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+// `ALL` lists every id once, in index order (so `ALL[id.index()] == id`), and `ALL_BITS` is
+// exactly their bits.
+const _: () = {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < HookId::COUNT {
+        assert!(HookId::ALL[i].index() == i);
+        bits |= HookId::ALL[i].bit();
+        i += 1;
+    }
+    assert!(bits == HookId::ALL_BITS);
+};
 
 /// Indexes of the per-CPU counters in the `COUNTERS` map.
 pub mod counter {
@@ -334,8 +376,8 @@ impl Offsets {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassicTracepointOffsets {
-    /// `skaddr` in each of the six events, in [`hook`] bit order.
-    pub skaddr: [u32; 6],
+    /// `skaddr` in each hook's event, indexed by [`HookId::index`].
+    pub skaddr: [u32; HookId::COUNT],
     /// `oldstate`/`newstate`/`protocol` of `sock:inet_sock_set_state`.
     pub set_state_oldstate: u32,
     pub set_state_newstate: u32,
@@ -350,7 +392,7 @@ const _: () = assert!(core::mem::size_of::<ClassicTracepointOffsets>() == CLASSI
 impl ClassicTracepointOffsets {
     pub const fn unresolved() -> Self {
         Self {
-            skaddr: [ABSENT; 6],
+            skaddr: [ABSENT; HookId::COUNT],
             set_state_oldstate: ABSENT,
             set_state_newstate: ABSENT,
             set_state_protocol: ABSENT,
@@ -365,7 +407,8 @@ impl ClassicTracepointOffsets {
 pub struct Config {
     /// Minimum time between two periodic samples of one flow.
     pub sample_interval_ns: u64,
-    /// Reserved for the hooks attached ([`hook`] bits); 0 for now.
+    /// Hooks whose programs run ([`HookId::bit`]s); a program whose bit is clear returns at
+    /// once, so a hook can be switched off without detaching it.
     pub hooks: u32,
     /// Reserved for in-kernel container filters; 0 for now.
     pub _reserved: u32,
@@ -376,7 +419,7 @@ const _: () = assert!(core::mem::size_of::<Config>() == CONFIG_SIZE);
 
 impl Config {
     pub const fn default_config() -> Self {
-        Self { sample_interval_ns: 100_000_000, hooks: 0, _reserved: 0 }
+        Self { sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS, hooks: HookId::ALL_BITS, _reserved: 0 }
     }
 }
 

@@ -22,7 +22,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, family, flag, reason, record_kind, tcp_state, BitField, ClassicTracepointOffsets, Config, FlowSample,
-    FlowState, Offsets, RecordHeader, ABSENT, DEFAULT_RING_BYTES, FLOW_SAMPLE_SIZE, IPPROTO_TCP, WIRE_VERSION,
+    FlowState, HookId, Offsets, RecordHeader, ABSENT, DEFAULT_RING_BYTES, FLOW_SAMPLE_SIZE, IPPROTO_TCP, WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -53,6 +53,12 @@ macro_rules! global {
         let value = unsafe { core::ptr::read_volatile(&$s.$($f)+) };
         value
     }};
+}
+
+/// Whether userspace enabled `hook` in `CONFIG.hooks`; a disabled hook's programs do nothing.
+#[inline(always)]
+fn enabled(hook: HookId) -> bool {
+    global!(CONFIG.hooks) & hook.bit() != 0
 }
 
 #[inline(always)]
@@ -294,6 +300,9 @@ fn btf_cookie(sk: *const u8) -> u64 {
 
 #[btf_tracepoint(function = "tcp_probe")]
 pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
+    if !enabled(HookId::TcpProbe) {
+        return 0;
+    }
     let sk: *const u8 = ctx.arg(0);
     let hit = Hit {
         sk,
@@ -311,6 +320,9 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "tcp_retransmit_skb")]
 pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
+    if !enabled(HookId::Retransmit) {
+        return 0;
+    }
     let sk: *const u8 = ctx.arg(0);
     let hit = Hit {
         sk,
@@ -328,6 +340,9 @@ pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "tcp_cong_state_set")]
 pub fn cct_cong_state(ctx: BtfTracePointContext) -> u32 {
+    if !enabled(HookId::CongState) {
+        return 0;
+    }
     let sk: *const u8 = ctx.arg(0);
     let new_ca: u8 = ctx.arg(1);
     match try_cong_state(sk, btf_cookie(sk), new_ca, false) {
@@ -337,6 +352,9 @@ pub fn cct_cong_state(ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "inet_sock_set_state")]
 pub fn cct_set_state(ctx: BtfTracePointContext) -> u32 {
+    if !enabled(HookId::SetState) {
+        return 0;
+    }
     let sk: *const u8 = ctx.arg(0);
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
@@ -347,6 +365,9 @@ pub fn cct_set_state(ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "tcp_destroy_sock")]
 pub fn cct_destroy(ctx: BtfTracePointContext) -> u32 {
+    if !enabled(HookId::Destroy) {
+        return 0;
+    }
     let sk: *const u8 = ctx.arg(0);
     match try_destroy(sk, btf_cookie(sk), false) {
         Ok(v) | Err(v) => v,
@@ -385,6 +406,9 @@ fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
 
 #[btf_tracepoint(function = "tcp_sendmsg_locked")]
 pub fn cct_sendmsg(ctx: BtfTracePointContext) -> u32 {
+    if !enabled(HookId::SendMsg) {
+        return 0;
+    }
     let sk: *const u8 = ctx.arg(0);
     match try_sendmsg(sk, btf_cookie(sk)) {
         Ok(v) | Err(v) => v,
@@ -438,8 +462,8 @@ fn try_destroy(sk: *const u8, cookie: u64, classic: bool) -> Result<u32, u32> {
 // reported from the first event after something (tcp_probe's own format does) assigned it.
 
 #[inline(always)]
-fn classic_sk(ctx: &TracePointContext, index: usize) -> *const u8 {
-    let off = global!(CLASSIC.skaddr[index]);
+fn classic_sk(ctx: &TracePointContext, hook: HookId) -> *const u8 {
+    let off = global!(CLASSIC.skaddr[hook.index()]);
     if off == ABSENT {
         return core::ptr::null();
     }
@@ -463,7 +487,10 @@ fn classic_cookie(sk: *const u8) -> u64 {
 
 #[tracepoint(category = "tcp", name = "tcp_probe")]
 pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
-    let sk = classic_sk(&ctx, 0);
+    if !enabled(HookId::TcpProbe) {
+        return 0;
+    }
+    let sk = classic_sk(&ctx, HookId::TcpProbe);
     let hit = Hit {
         sk,
         cookie: classic_cookie(sk),
@@ -480,7 +507,10 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "tcp", name = "tcp_retransmit_skb")]
 pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
-    let sk = classic_sk(&ctx, 1);
+    if !enabled(HookId::Retransmit) {
+        return 0;
+    }
+    let sk = classic_sk(&ctx, HookId::Retransmit);
     let hit = Hit {
         sk,
         cookie: classic_cookie(sk),
@@ -497,7 +527,10 @@ pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "tcp", name = "tcp_cong_state_set")]
 pub fn cct_tp_cong(ctx: TracePointContext) -> u32 {
-    let sk = classic_sk(&ctx, 2);
+    if !enabled(HookId::CongState) {
+        return 0;
+    }
+    let sk = classic_sk(&ctx, HookId::CongState);
     let new_ca = classic_u32(&ctx, global!(CLASSIC.cong_state)) as u8;
     match try_cong_state(sk, classic_cookie(sk), new_ca, true) {
         Ok(v) | Err(v) => v,
@@ -506,7 +539,10 @@ pub fn cct_tp_cong(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "sock", name = "inet_sock_set_state")]
 pub fn cct_tp_setstate(ctx: TracePointContext) -> u32 {
-    let sk = classic_sk(&ctx, 3);
+    if !enabled(HookId::SetState) {
+        return 0;
+    }
+    let sk = classic_sk(&ctx, HookId::SetState);
     let protocol = classic_u32(&ctx, global!(CLASSIC.set_state_protocol)) as u16;
     if protocol != IPPROTO_TCP {
         return 0;
@@ -520,7 +556,10 @@ pub fn cct_tp_setstate(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "tcp", name = "tcp_destroy_sock")]
 pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
-    let sk = classic_sk(&ctx, 4);
+    if !enabled(HookId::Destroy) {
+        return 0;
+    }
+    let sk = classic_sk(&ctx, HookId::Destroy);
     match try_destroy(sk, classic_cookie(sk), true) {
         Ok(v) | Err(v) => v,
     }

@@ -13,6 +13,7 @@ use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
 use tracer::analysis::event::{from_raw, raw_sample_template, DecodeContext, Sample};
 use tracer::analysis::model::TableConfig;
 use tracer::analysis::Analysis;
+use tracer::pipeline::Status;
 use tracer::source::SourceCounters;
 use tracer::tui::{draw, AppState, HeaderInfo};
 
@@ -40,10 +41,19 @@ fn sample(cookie: u64, ts_ns: u64, round: u64) -> Sample {
     from_raw(&raw, &CTX).expect("valid sample")
 }
 
+/// What the pipeline and the UI do per frame: ingest, tick the analysis, sync the rows.
+fn frame(analysis: &mut Analysis, state: &mut AppState, batch: &[Sample], now_ns: u64, counters: SourceCounters) {
+    for s in batch {
+        analysis.ingest(s);
+    }
+    analysis.tick(now_ns);
+    state.sync(analysis, &Status { now_ns, counters, source_ended: false });
+}
+
 /// Mean time of one frame with `flows` flows.
 fn frame_time(flows: u64, frames: u64) -> Duration {
-    let analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
-    let mut state = AppState::new(analysis, HeaderInfo::this_host("bench")).with_show_all(true);
+    let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
+    let mut state = AppState::new(HeaderInfo::this_host("bench")).with_show_all(true);
     let mut terminal = Terminal::new(TestBackend::new(120, 40)).expect("test backend");
     let mut batch = Vec::with_capacity(flows as usize);
     // Warm up: give every flow history and a verdict.
@@ -51,8 +61,7 @@ fn frame_time(flows: u64, frames: u64) -> Duration {
         let ts = 1_000_000_000 * (round + 1);
         batch.clear();
         batch.extend((0..flows).map(|c| sample(c, ts, round)));
-        state.ingest(&batch);
-        state.tick(ts, SourceCounters::default());
+        frame(&mut analysis, &mut state, &batch, ts, SourceCounters::default());
     }
     let start = Instant::now();
     for round in 5..5 + frames {
@@ -60,8 +69,7 @@ fn frame_time(flows: u64, frames: u64) -> Duration {
         let ts = 1_000_000_000 * 5 + round * 250_000_000;
         batch.clear();
         batch.extend((0..flows).map(|c| sample(c, ts, round)));
-        state.ingest(&batch);
-        state.tick(ts, SourceCounters { received: round * flows, lost: 0, decode_errors: 0 });
+        frame(&mut analysis, &mut state, &batch, ts, SourceCounters { received: round * flows, ..Default::default() });
         terminal.draw(|f| draw(f, &state)).expect("draw");
         black_box(terminal.backend());
     }

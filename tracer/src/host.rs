@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use crate::analysis::diagnosis::Environment;
 
-fn netns_inode(path: &str) -> Option<u32> {
+/// Inode of the network namespace a `/proc/.../ns/net` link points to.
+pub fn netns_inode(path: &str) -> Option<u32> {
     // readlink gives "net:[4026531840]".
     let link = std::fs::read_link(path).ok()?;
     let s = link.to_string_lossy();

@@ -95,8 +95,8 @@ fn start_kernel(cli: &Cli) -> Result<KernelSource> {
     for m in &source.info().missing_fields {
         eprintln!("cctrace: kernel field unavailable, reported as 0: {m}");
     }
-    if let Err(why) = &source.info().snapshot {
-        eprintln!("cctrace: no start-up snapshot of existing sockets ({why}); idle flows appear when they next send");
+    if let Some(line) = source.info().start_up_listing_line() {
+        eprintln!("cctrace: {line}");
     }
     Ok(source)
 }

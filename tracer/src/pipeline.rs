@@ -88,7 +88,8 @@ pub trait FrontEnd {
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control>;
 
     /// Input of the front end's own (keys); resolves when there is some. Never, by default.
-    async fn input(&mut self, _analysis: &Analysis) -> Result<Control> {
+    /// The analysis may be changed from here (e.g. which flow keeps a long history).
+    async fn input(&mut self, _analysis: &mut Analysis) -> Result<Control> {
         std::future::pending().await
     }
 
@@ -125,7 +126,7 @@ pub fn summary(source: &dyn EventSource, analysis: &Analysis) -> SummaryRecord {
         source: source.describe(),
         events_received: c.received,
         events_lost: c.lost,
-        kernel_emitted: source.kernel_emitted(),
+        kernel_emitted: c.kernel_emitted,
         decode_errors: c.decode_errors,
         kernel_read_errors: c.kernel_read_errors,
         flow_map_full: c.flow_map_full,
@@ -177,7 +178,7 @@ pub async fn run<F: FrontEnd>(
                 break;
             }
             () = &mut deadline => break,
-            control = front.input(analysis) => control?,
+            control = front.input(&mut *analysis) => control?,
             _ = ticks.tick() => {
                 analysis.tick(now(latest_ns));
                 let status =
@@ -227,6 +228,9 @@ pub async fn run<F: FrontEnd>(
         }
     }
 
+    // From here on the counters must be final: the source stops producing (a live kernel
+    // detaches its programs), so received + lost accounts for everything it emitted.
+    source.stop_producing();
     // What was sliced off but not yet ingested, then what the source already queued: bounded,
     // since under live traffic the queue never runs dry. A second signal ends the drain.
     let drain_until = tokio::time::Instant::now() + opts.final_drain;

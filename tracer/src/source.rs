@@ -17,10 +17,16 @@ pub struct SourceCounters {
     pub lost: u64,
     /// Records that failed to decode (each is reported, then skipped).
     pub decode_errors: u64,
-    /// Kernel memory reads the programs could not make (those fields read as 0).
+    /// Kernel reads of socket fields that failed in the eBPF programs: the field read as 0 in
+    /// that sample (a kernel whose layout the offsets do not match, or a socket torn down
+    /// under the read).
     pub kernel_read_errors: u64,
-    /// Flows the kernel's per-flow state map could not hold (their samples lack deltas).
+    /// Per-flow kernel state that could not be stored because the kernel's flow map was full:
+    /// those flows lose rate limiting and owner names until entries free up.
     pub flow_map_full: u64,
+    /// Samples the kernel wrote into the ring buffer (live sources only): received + lost
+    /// accounts for all of them.
+    pub kernel_emitted: Option<u64>,
 }
 
 /// A stream of sample batches.
@@ -32,11 +38,10 @@ pub trait EventSource: Send {
     fn counters(&self) -> SourceCounters;
     /// One line saying what this source is, for headers and logs.
     fn describe(&self) -> String;
-    /// For a live kernel source: samples the kernel produced, to check nothing went missing
-    /// between the ring buffer and the consumer (received + still queued == emitted).
-    fn kernel_emitted(&self) -> Option<u64> {
-        None
-    }
+    /// Stop producing new samples; what is already queued can still be read. A consumer that
+    /// ends calls this before its final drain, so the counters it reports are final: a live
+    /// kernel otherwise keeps writing samples between that drain and reading the counters.
+    fn stop_producing(&mut self) {}
 }
 
 /// A finite, in-memory feed: deterministic input for tests and snapshots.

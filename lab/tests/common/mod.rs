@@ -8,15 +8,24 @@ use std::sync::{Mutex, MutexGuard};
 /// cores, parallel bulk flows would distort each other's timing.
 static LAB_LOCK: Mutex<()> = Mutex::new(());
 
+/// Whether this is a CI run (`CI=true`), where every test must run.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
 /// Returns the lab lock, or `None` (after saying why) when the process may
-/// not create namespaces, in which case the test returns early.
+/// not create namespaces, in which case the test returns early. In CI
+/// (`CI=true`) that is a failure: a skipped test would pass without checking
+/// anything.
 pub fn lab() -> Option<MutexGuard<'static, ()>> {
     if let Err(e) = cctrace_lab::check_privileges() {
         let detail = match e {
             cctrace_lab::LabError::NotPrivileged(d) => d,
             other => other.to_string(),
         };
-        println!("skipped: needs root (CAP_NET_ADMIN) to create network namespaces ({detail})");
+        let why = format!("needs root (CAP_NET_ADMIN) to create network namespaces ({detail})");
+        assert!(!in_ci(), "CI must run this test, but: {why}");
+        println!("skipped: {why}");
         return None;
     }
     Some(LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner()))

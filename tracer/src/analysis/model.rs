@@ -1,8 +1,14 @@
 //! The flow table: every TCP flow seen, its latest sample, derived rates, time per CA state and
 //! a bounded history for charts. Pure code: no aya, no terminal, no clock of its own (times come
 //! from the samples and from the caller), so it runs the same on live data, recordings and tests.
+//!
+//! Memory is bounded by design: at most `max_flows` flows, each with a short chart history
+//! (`short_history_len` compact points, allocated only once a flow reaches its second bucket);
+//! only the `charted_flows` busiest flows (and the one a front end asks to keep) hold the full
+//! `history_len`. A full table evicts the least recently updated flow through an ordered index,
+//! in O(log n), not by scanning.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::analysis::event::{CaState, Sample};
 
@@ -14,8 +20,13 @@ pub struct TableConfig {
     pub rate_window_ns: u64,
     /// Width of one history bucket (one chart point).
     pub history_step_ns: u64,
-    /// History buckets kept per flow.
+    /// History buckets kept for the flows worth charting (see `charted_flows`).
     pub history_len: usize,
+    /// History buckets kept for every other flow.
+    pub short_history_len: usize,
+    /// How many flows keep the full `history_len`: the busiest by throughput. A charted flow
+    /// stays charted while it is among twice as many, so flows near the cut do not flap.
+    pub charted_flows: usize,
     /// How long a closed flow stays visible.
     pub closed_linger_ns: u64,
     /// A flow with no sample for this long is dropped (it may still exist, but is idle).
@@ -30,6 +41,8 @@ impl Default for TableConfig {
             rate_window_ns: NS_PER_SEC,
             history_step_ns: NS_PER_SEC,
             history_len: 300,
+            short_history_len: 30,
+            charted_flows: 1_000,
             closed_linger_ns: 30 * NS_PER_SEC,
             idle_timeout_ns: 300 * NS_PER_SEC,
             max_flows: 50_000,
@@ -93,22 +106,108 @@ fn rates_between(a: &RatePoint, b: &RatePoint) -> Option<Rates> {
     })
 }
 
-/// One chart point: the state of the flow over one history step.
-#[derive(Clone, Debug, PartialEq)]
+/// One chart point: the state of the flow over one history step. Compact (32 bytes): a chart
+/// needs no more precision than f32, and there are many of these.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HistoryPoint {
     /// Start of the bucket (monotonic ns, aligned to the step).
     pub ts_ns: u64,
-    pub throughput_bps: f64,
+    pub throughput_bps: f32,
     pub cwnd: u32,
     pub ssthresh: u32,
     pub srtt_us: u32,
     pub min_rtt_us: u32,
-    /// Segments retransmitted during the bucket.
-    pub retrans: u32,
+    /// Segments retransmitted during the bucket (saturates at 65,535).
+    pub retrans: u16,
     /// CA state at the end of the bucket and the worst one seen in it.
     pub ca_state: CaState,
     pub worst_ca_state: CaState,
 }
+
+const _: () = assert!(std::mem::size_of::<HistoryPoint>() == 32);
+
+/// A flow's chart points: completed buckets in a ring that grows only as far as the flow's cap,
+/// and the bucket still filling held inline, so a flow that never leaves its first bucket
+/// allocates nothing.
+#[derive(Clone, Debug, Default)]
+struct History {
+    done: VecDeque<HistoryPoint>,
+    current: Option<HistoryPoint>,
+    /// Points kept, the current one included.
+    cap: usize,
+}
+
+impl History {
+    fn new(cap: usize) -> Self {
+        Self { done: VecDeque::new(), current: None, cap: cap.max(1) }
+    }
+
+    /// Close the current bucket and open `next`.
+    fn start(&mut self, next: HistoryPoint) {
+        if let Some(finished) = self.current.replace(next) {
+            let keep = self.cap - 1;
+            if keep == 0 {
+                return;
+            }
+            if self.done.len() >= keep {
+                self.done.pop_front();
+            } else if self.done.len() == self.done.capacity() {
+                // Grow by doubling, but never past the cap (VecDeque alone would round 300 up
+                // to 512).
+                let target = (self.done.capacity() * 2).clamp(4, keep);
+                self.done.reserve_exact(target - self.done.len());
+            }
+            self.done.push_back(finished);
+        }
+    }
+
+    /// Keep at most `cap` points from now on, dropping the oldest beyond it (and their memory).
+    fn set_cap(&mut self, cap: usize) {
+        let cap = cap.max(1);
+        if cap == self.cap {
+            return;
+        }
+        self.cap = cap;
+        let keep = cap - 1;
+        if self.done.len() > keep {
+            self.done.drain(..self.done.len() - keep);
+        }
+        if self.done.capacity() > keep {
+            self.done.shrink_to(keep);
+        }
+    }
+
+    fn iter(&self) -> HistoryIter<'_> {
+        HistoryIter { done: self.done.iter(), current: self.current.as_ref() }
+    }
+}
+
+/// Oldest to newest over a flow's history.
+pub struct HistoryIter<'a> {
+    done: std::collections::vec_deque::Iter<'a, HistoryPoint>,
+    current: Option<&'a HistoryPoint>,
+}
+
+impl<'a> Iterator for HistoryIter<'a> {
+    type Item = &'a HistoryPoint;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.done.next().or_else(|| self.current.take())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.done.len() + usize::from(self.current.is_some());
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for HistoryIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.current.take().or_else(|| self.done.next_back())
+    }
+}
+
+impl ExactSizeIterator for HistoryIter<'_> {}
 
 /// Running counts over every sample of a flow, for shares over any window (deltas).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -157,13 +256,13 @@ pub struct Flow {
     pub rates: Rates,
     pub counts: SampleCounts,
     window: VecDeque<RatePoint>,
-    history: VecDeque<HistoryPoint>,
+    history: History,
     /// Counters at the start of the current history bucket.
     bucket_start: RatePoint,
 }
 
 impl Flow {
-    fn new(sample: &Sample) -> Self {
+    fn new(sample: &Sample, history_cap: usize) -> Self {
         let point = RatePoint::of(sample);
         let mut counts = SampleCounts::default();
         counts.add(sample);
@@ -178,7 +277,7 @@ impl Flow {
             rates: Rates::default(),
             counts,
             window: VecDeque::from([point]),
-            history: VecDeque::new(),
+            history: History::new(history_cap),
             bucket_start: point,
         }
     }
@@ -193,6 +292,11 @@ impl Flow {
 
     pub fn history(&self) -> impl ExactSizeIterator<Item = &HistoryPoint> + DoubleEndedIterator {
         self.history.iter()
+    }
+
+    /// Chart points this flow keeps (the full length only for flows worth charting).
+    pub fn history_cap(&self) -> usize {
+        self.history.cap
     }
 
     /// Seconds the flow has been observed.
@@ -249,10 +353,10 @@ impl Flow {
     fn record_history(&mut self, sample: &Sample, point: RatePoint, cfg: &TableConfig) {
         let step = cfg.history_step_ns.max(1);
         let bucket = sample.ts_ns - sample.ts_ns % step;
-        let same_bucket = self.history.back().is_some_and(|h| h.ts_ns == bucket);
+        let same_bucket = self.history.current.as_ref().is_some_and(|h| h.ts_ns == bucket);
         if !same_bucket {
             self.bucket_start = RatePoint::of(&self.latest);
-            self.history.push_back(HistoryPoint {
+            self.history.start(HistoryPoint {
                 ts_ns: bucket,
                 throughput_bps: 0.0,
                 cwnd: sample.snd_cwnd,
@@ -263,28 +367,33 @@ impl Flow {
                 ca_state: sample.ca_state,
                 worst_ca_state: sample.ca_state,
             });
-            while self.history.len() > cfg.history_len {
-                self.history.pop_front();
-            }
         }
         let start = self.bucket_start;
-        if let Some(h) = self.history.back_mut() {
+        if let Some(h) = self.history.current.as_mut() {
             let rates = rates_between(&start, &point).unwrap_or_default();
             if rates.throughput_bps > 0.0 || point.ts_ns > start.ts_ns {
-                h.throughput_bps = rates.throughput_bps;
+                h.throughput_bps = rates.throughput_bps as f32;
             }
             h.cwnd = sample.snd_cwnd;
             h.ssthresh = sample.snd_ssthresh;
             h.srtt_us = sample.srtt_us;
             h.min_rtt_us = sample.min_rtt_us;
-            h.retrans = point.total_retrans.saturating_sub(start.total_retrans);
+            h.retrans = u16::try_from(point.total_retrans.saturating_sub(start.total_retrans)).unwrap_or(u16::MAX);
             h.ca_state = sample.ca_state;
             if sample.ca_state.index() > h.worst_ca_state.index() {
                 h.worst_ca_state = sample.ca_state;
             }
         }
     }
+
+    /// Where the flow stands in the eviction order: closed flows first, then by last update.
+    fn eviction_key(&self) -> EvictionKey {
+        (!self.is_closed(), self.last_seen_ns, self.cookie())
+    }
 }
+
+/// (still open, last update, cookie): the smallest is evicted first.
+type EvictionKey = (bool, u64, u64);
 
 /// Summary of what the table did with a sample; lets callers react to opens and closes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,12 +407,16 @@ pub enum Ingested {
 pub struct FlowTable {
     cfg: TableConfig,
     flows: HashMap<u64, Flow>,
+    /// Every flow's [`EvictionKey`], kept in step with `flows`: the first one is the victim.
+    eviction_order: BTreeSet<EvictionKey>,
+    /// The flow a front end is showing: it keeps its full history whatever its rank.
+    kept: Option<u64>,
     evicted: u64,
 }
 
 impl FlowTable {
     pub fn new(cfg: TableConfig) -> Self {
-        Self { cfg, flows: HashMap::new(), evicted: 0 }
+        Self { cfg, flows: HashMap::new(), eviction_order: BTreeSet::new(), kept: None, evicted: 0 }
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -311,49 +424,107 @@ impl FlowTable {
     }
 
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
-        let was_closed;
-        let outcome = match self.flows.get_mut(&sample.cookie) {
-            Some(flow) => {
-                was_closed = flow.is_closed();
-                flow.update(sample, &self.cfg);
-                if flow.is_closed() && !was_closed {
-                    Ingested::Closed
-                } else {
-                    Ingested::Updated
-                }
+        if let Some(flow) = self.flows.get_mut(&sample.cookie) {
+            let was_closed = flow.is_closed();
+            let before = flow.eviction_key();
+            flow.update(sample, &self.cfg);
+            let after = flow.eviction_key();
+            let closed = flow.is_closed() && !was_closed;
+            if after != before {
+                self.eviction_order.remove(&before);
+                self.eviction_order.insert(after);
             }
-            None => {
-                if self.flows.len() >= self.cfg.max_flows {
-                    self.evict_one();
-                }
-                let flow = Flow::new(sample);
-                let closed = flow.is_closed();
-                self.flows.insert(sample.cookie, flow);
-                if closed {
-                    Ingested::Closed
-                } else {
-                    Ingested::NewFlow
-                }
-            }
+            return if closed { Ingested::Closed } else { Ingested::Updated };
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            self.evict_one();
+        }
+        // Short until ranked (the next expire), unless it is the flow being shown.
+        let cap = if self.kept == Some(sample.cookie) {
+            self.cfg.history_len
+        } else {
+            self.cfg.short_history_len.min(self.cfg.history_len)
         };
-        outcome
+        let flow = Flow::new(sample, cap);
+        let closed = flow.is_closed();
+        self.eviction_order.insert(flow.eviction_key());
+        self.flows.insert(sample.cookie, flow);
+        if closed {
+            Ingested::Closed
+        } else {
+            Ingested::NewFlow
+        }
     }
 
-    /// Drop flows closed for longer than the linger time and flows idle past the timeout.
+    /// Drop flows closed for longer than the linger time and flows idle past the timeout, and
+    /// re-pick the flows that keep full history. Meant to run about once per second.
     pub fn expire(&mut self, now_ns: u64) -> usize {
         let before = self.flows.len();
         let cfg = &self.cfg;
-        self.flows.retain(|_, f| match f.closed_at_ns {
-            Some(closed) => now_ns.saturating_sub(closed) < cfg.closed_linger_ns,
-            None => now_ns.saturating_sub(f.last_seen_ns) < cfg.idle_timeout_ns,
+        let order = &mut self.eviction_order;
+        self.flows.retain(|_, f| {
+            let keep = match f.closed_at_ns {
+                Some(closed) => now_ns.saturating_sub(closed) < cfg.closed_linger_ns,
+                None => now_ns.saturating_sub(f.last_seen_ns) < cfg.idle_timeout_ns,
+            };
+            if !keep {
+                order.remove(&f.eviction_key());
+            }
+            keep
         });
+        self.rank_history();
         before - self.flows.len()
+    }
+
+    /// Keep the full history for `cookie` (the flow a front end shows), whatever its rank;
+    /// `None` returns it to the ranking.
+    pub fn keep_history(&mut self, cookie: Option<u64>) {
+        let previous = std::mem::replace(&mut self.kept, cookie);
+        if let Some(flow) = cookie.and_then(|c| self.flows.get_mut(&c)) {
+            flow.history.set_cap(self.cfg.history_len);
+        }
+        if previous != cookie {
+            // The previous one goes back to its rank at the next expire.
+            self.rank_history();
+        }
+    }
+
+    /// Full history for the `charted_flows` busiest flows by throughput (a flow already charted
+    /// keeps it while among twice as many), short history for the rest. O(n), once a second.
+    fn rank_history(&mut self) {
+        let (long, short) = (self.cfg.history_len, self.cfg.short_history_len.min(self.cfg.history_len));
+        let k = self.cfg.charted_flows;
+        if (k > 0 && self.flows.len() <= k) || long <= short {
+            for f in self.flows.values_mut() {
+                f.history.set_cap(long);
+            }
+            return;
+        }
+        // Ranks by (throughput, cookie): a total order, so ties at 0 cannot make every flow
+        // "in the top k".
+        let rank_key = |f: &Flow| (f.rates.throughput_bps.max(0.0).to_bits(), f.cookie());
+        let mut keys: Vec<(u64, u64)> = self.flows.values().map(rank_key).collect();
+        // The smallest key among the `n` largest; None when n is 0 (nobody is in).
+        let mut lowest_of_top = |n: usize| -> Option<(u64, u64)> {
+            let n = n.min(keys.len());
+            let at = keys.len().checked_sub(n).filter(|_| n > 0)?;
+            Some(*keys.select_nth_unstable(at).1)
+        };
+        let enter = lowest_of_top(k);
+        let stay = lowest_of_top(k.saturating_mul(2));
+        for f in self.flows.values_mut() {
+            let key = rank_key(f);
+            let charted = f.history.cap == long;
+            let keeps = Some(f.cookie()) == self.kept
+                || enter.is_some_and(|e| key >= e)
+                || (charted && stay.is_some_and(|s| key >= s));
+            f.history.set_cap(if keeps { long } else { short });
+        }
     }
 
     fn evict_one(&mut self) {
         // Prefer a closed flow; otherwise the one updated longest ago.
-        let victim = self.flows.values().min_by_key(|f| (!f.is_closed(), f.last_seen_ns)).map(Flow::cookie);
-        if let Some(cookie) = victim {
+        if let Some((_, _, cookie)) = self.eviction_order.pop_first() {
             self.flows.remove(&cookie);
             self.evicted += 1;
         }
@@ -516,6 +687,144 @@ pub(crate) mod tests {
             t.ingest(&sample(1_000_000, 10_000 + i * 1000));
         }
         assert_eq!(t.get(1_000_000).expect("flow").history().len(), 10);
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_least_recently_updated_flows() {
+        let cfg = TableConfig { max_flows: 5, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        for cookie in 1..=5u64 {
+            t.ingest(&sample(cookie, cookie * 10));
+        }
+        // Flow 1 is the oldest by creation but updated last: it must survive.
+        t.ingest(&sample(1, 100));
+        // Three new flows push out the three least recently updated: 2, 3 and 4.
+        for cookie in 6..=8u64 {
+            assert_eq!(t.ingest(&sample(cookie, 100 + cookie)), Ingested::NewFlow);
+        }
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.evicted(), 3);
+        let mut left: Vec<u64> = t.flows().map(Flow::cookie).collect();
+        left.sort_unstable();
+        assert_eq!(left, vec![1, 5, 6, 7, 8]);
+        // A closed flow goes before any open one, however recent.
+        let mut close = sample(8, 200);
+        close.reason = SampleReason::Destroy;
+        t.ingest(&close);
+        t.ingest(&sample(9, 300));
+        assert!(t.get(8).is_none(), "the closed flow was evicted first");
+        assert!(t.get(5).is_some());
+        assert_eq!((t.len(), t.evicted()), (5, 4));
+        // The index stays in step with the table through expiry, too.
+        assert_eq!(t.expire(300 * 1_000_000 + 300 * NS_PER_SEC), 5);
+        assert!(t.is_empty() && t.eviction_order.is_empty());
+    }
+
+    #[test]
+    fn eviction_order_stays_in_step_with_the_table_under_churn() {
+        let mut t = FlowTable::new(TableConfig { max_flows: 64, ..Default::default() });
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for ts in 1..20_000u64 {
+            // A cheap deterministic shuffle of cookies, updates, closes and expiry.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut s = sample(x % 200, ts);
+            if x.is_multiple_of(11) {
+                s.reason = SampleReason::Destroy;
+            }
+            t.ingest(&s);
+            if ts.is_multiple_of(1000) {
+                t.expire(ts * 1_000_000 + 20 * NS_PER_SEC);
+            }
+            assert!(t.len() <= 64);
+        }
+        let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
+        assert_eq!(keys, t.eviction_order);
+    }
+
+    /// A flow at `bps` for `secs` seconds (one sample every 100 ms), starting at `from_s`.
+    fn run_flow(t: &mut FlowTable, cookie: u64, bps: u64, from_s: u64, secs: u64) {
+        for tick in from_s * 10..=(from_s + secs) * 10 {
+            let mut s = sample(cookie, tick * 100);
+            s.bytes_acked = bps / 8 * tick / 10;
+            t.ingest(&s);
+        }
+    }
+
+    #[test]
+    fn only_the_busiest_flows_keep_the_full_history() {
+        let cfg = TableConfig { history_len: 20, short_history_len: 5, charted_flows: 2, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        // Throughputs 1..=6 Mbit/s for flows 1..=6.
+        for cookie in 1..=6u64 {
+            run_flow(&mut t, cookie, cookie * 1_000_000, 0, 30);
+        }
+        for cookie in 1..=6u64 {
+            assert_eq!(t.get(cookie).expect("flow").history().len(), 5, "short until ranked");
+        }
+        t.expire(30 * NS_PER_SEC);
+        let caps = |t: &FlowTable| (1..=6u64).map(|c| t.get(c).expect("flow").history_cap()).collect::<Vec<_>>();
+        assert_eq!(caps(&t), vec![5, 5, 5, 5, 20, 20]);
+        for cookie in 31..=50u64 {
+            // Charted flows grow to the full length; the rest stay short.
+            run_flow(&mut t, 6, 6_000_000, cookie, 0);
+            run_flow(&mut t, 1, 1_000_000, cookie, 0);
+        }
+        assert_eq!(t.get(6).expect("flow").history().len(), 20);
+        assert_eq!(t.get(1).expect("flow").history().len(), 5);
+        // Flow 6 slows to rank 3: still among twice as many, so it keeps its history.
+        run_flow(&mut t, 6, 6_000_000, 51, 0);
+        let mut slow = sample(6, 52_000);
+        slow.bytes_acked = t.get(6).expect("flow").latest.bytes_acked + 3_500_000 / 8;
+        t.ingest(&slow);
+        t.expire(52 * NS_PER_SEC);
+        assert_eq!(t.get(6).expect("flow").history_cap(), 20);
+        // Down to rank 6: out, and its memory trimmed.
+        let mut stopped = sample(6, 53_000);
+        stopped.bytes_acked = slow.bytes_acked;
+        t.ingest(&stopped);
+        t.expire(53 * NS_PER_SEC);
+        let f = t.get(6).expect("flow");
+        assert_eq!((f.history_cap(), f.history().len()), (5, 5));
+        assert!(f.history.done.capacity() <= 4, "{}", f.history.done.capacity());
+        // The flow a front end shows keeps the full length whatever its rank.
+        t.keep_history(Some(1));
+        assert_eq!(t.get(1).expect("flow").history_cap(), 20);
+        t.expire(54 * NS_PER_SEC);
+        assert_eq!(t.get(1).expect("flow").history_cap(), 20);
+        t.keep_history(None);
+        assert_eq!(t.get(1).expect("flow").history_cap(), 5);
+    }
+
+    #[test]
+    fn with_no_charted_flows_every_flow_stays_short() {
+        let cfg = TableConfig { history_len: 20, short_history_len: 5, charted_flows: 0, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        run_flow(&mut t, 1, 1_000_000, 0, 30);
+        t.expire(30 * NS_PER_SEC);
+        assert_eq!(t.get(1).expect("flow").history_cap(), 5);
+    }
+
+    #[test]
+    fn history_allocates_nothing_in_the_first_bucket_and_never_past_its_cap() {
+        let mut t = FlowTable::new(TableConfig { history_len: 300, charted_flows: 10, ..Default::default() });
+        for i in 0..10u64 {
+            t.ingest(&sample(1, i * 100));
+        }
+        let f = t.get(1).expect("flow");
+        assert_eq!(f.history().len(), 1);
+        assert_eq!(f.history.done.capacity(), 0, "one bucket: held inline");
+        t.expire(1_000_000_000);
+        for i in 10..4_000u64 {
+            t.ingest(&sample(1, i * 100));
+        }
+        let f = t.get(1).expect("flow");
+        assert_eq!(f.history().len(), 300);
+        assert_eq!(f.history.done.capacity(), 299, "grown to the cap, not to a power of two");
+        let ts: Vec<u64> = f.history().map(|h| h.ts_ns).collect();
+        assert!(ts.windows(2).all(|w| w[1] == w[0] + NS_PER_SEC), "oldest to newest, one per second");
+        assert_eq!(f.history().next_back().map(|h| h.ts_ns), ts.last().copied());
     }
 
     #[test]

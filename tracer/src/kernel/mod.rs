@@ -5,6 +5,7 @@
 
 pub mod caps;
 pub mod hz;
+pub mod listing;
 pub mod offsets;
 pub mod tracefs;
 
@@ -13,12 +14,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, Iter, TracePoint};
+use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
-use tracer_common::{counter, hook, ClassicTracepointOffsets, Config, ABSENT};
+use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
 
 use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::kernel::listing::{ListingError, ListingReport};
 use crate::source::{BoxFuture, EventSource, SourceCounters};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
@@ -58,7 +60,7 @@ impl Default for KernelOptions {
 }
 
 struct Hook {
-    bit: u32,
+    id: HookId,
     group: &'static str,
     event: &'static str,
     btf_prog: &'static str,
@@ -67,9 +69,10 @@ struct Hook {
     without: &'static str,
 }
 
-const HOOKS: [Hook; 6] = [
+/// One entry per [`HookId`], at its index (checked below).
+const HOOKS: [Hook; HookId::COUNT] = [
     Hook {
-        bit: hook::TCP_PROBE,
+        id: HookId::TcpProbe,
         group: "tcp",
         event: "tcp_probe",
         btf_prog: "cct_probe",
@@ -77,7 +80,7 @@ const HOOKS: [Hook; 6] = [
         without: "no periodic samples; flows update only on retransmissions and state changes",
     },
     Hook {
-        bit: hook::RETRANSMIT,
+        id: HookId::Retransmit,
         group: "tcp",
         event: "tcp_retransmit_skb",
         btf_prog: "cct_retrans",
@@ -85,7 +88,7 @@ const HOOKS: [Hook; 6] = [
         without: "retransmissions show only in the counters of later samples",
     },
     Hook {
-        bit: hook::CONG_STATE,
+        id: HookId::CongState,
         group: "tcp",
         event: "tcp_cong_state_set",
         btf_prog: "cct_cong_state",
@@ -93,7 +96,7 @@ const HOOKS: [Hook; 6] = [
         without: "CA state changes show only in periodic samples",
     },
     Hook {
-        bit: hook::SET_STATE,
+        id: HookId::SetState,
         group: "sock",
         event: "inet_sock_set_state",
         btf_prog: "cct_set_state",
@@ -101,7 +104,7 @@ const HOOKS: [Hook; 6] = [
         without: "opens are seen at the first ACK and closes only at destroy",
     },
     Hook {
-        bit: hook::DESTROY,
+        id: HookId::Destroy,
         group: "tcp",
         event: "tcp_destroy_sock",
         btf_prog: "cct_destroy",
@@ -109,7 +112,7 @@ const HOOKS: [Hook; 6] = [
         without: "closes are seen only through state changes",
     },
     Hook {
-        bit: hook::SENDMSG,
+        id: HookId::SendMsg,
         group: "tcp",
         event: "tcp_sendmsg_locked",
         btf_prog: "cct_sendmsg",
@@ -117,6 +120,15 @@ const HOOKS: [Hook; 6] = [
         without: "owners of accepted connections stay unknown",
     },
 ];
+
+// The table covers every hook once, in index order: `HOOKS[id.index()].id == id`.
+const _: () = {
+    let mut i = 0;
+    while i < HookId::COUNT {
+        assert!(HOOKS[i].id.index() == i);
+        i += 1;
+    }
+};
 
 /// How one hook ended up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,15 +162,30 @@ pub struct KernelInfo {
     /// Optional kernel fields this kernel lacks (their values read as 0).
     pub missing_fields: Vec<String>,
     pub hz: u32,
-    /// The start-up snapshot of existing sockets: namespaces walked, or why it was skipped.
-    pub snapshot: Result<usize, String>,
+    /// The start-up listing of existing sockets: what it walked and skipped, or why it did not run.
+    pub snapshot: Result<ListingReport, ListingError>,
+}
+
+impl KernelInfo {
+    /// One line (without the `cctrace: ` prefix) when the start-up listing of existing sockets
+    /// did not run or skipped some network namespaces (without CAP_SYS_ADMIN, `setns` into them
+    /// is refused), so idle flows there appear only when they next send. `None` when it walked
+    /// every namespace.
+    pub fn start_up_listing_line(&self) -> Option<String> {
+        match &self.snapshot {
+            Ok(report) => report.skipped_line(),
+            Err(why) => {
+                Some(format!("no start-up listing of existing sockets ({why}); idle flows appear when they next send"))
+            }
+        }
+    }
 }
 
 pub struct KernelSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
     received: u64,
@@ -174,16 +201,16 @@ fn classic_offsets() -> (ClassicTracepointOffsets, Option<String>) {
         Ok(r) => r,
         Err(e) => return (out, Some(e.to_string())),
     };
-    for (i, h) in HOOKS.iter().enumerate() {
+    for h in &HOOKS {
         let Ok(fields) = tracefs::event_format(&root, h.group, h.event) else { continue };
         let at = |name: &str| fields.get(name).map_or(ABSENT, |f| f.offset);
-        out.skaddr[i] = at("skaddr");
-        if h.bit == hook::SET_STATE {
+        out.skaddr[h.id.index()] = at("skaddr");
+        if h.id == HookId::SetState {
             out.set_state_oldstate = at("oldstate");
             out.set_state_newstate = at("newstate");
             out.set_state_protocol = at("protocol");
         }
-        if h.bit == hook::CONG_STATE {
+        if h.id == HookId::CongState {
             out.cong_state = at("cong_state");
         }
     }
@@ -208,8 +235,8 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<()> {
     Ok(())
 }
 
-fn attach_classic(ebpf: &mut Ebpf, h: &Hook, index: usize, classic: &ClassicTracepointOffsets) -> Result<()> {
-    if h.classic_prog.is_empty() || classic.skaddr[index] == ABSENT {
+fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<()> {
+    if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
         bail!("tracefs has no {}:{} with an skaddr field", h.group, h.event);
     }
     let prog: &mut TracePoint = ebpf
@@ -252,7 +279,8 @@ impl KernelSource {
         let (classic, _tracefs_err) = classic_offsets();
         let config = Config {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
-            hooks: 0,
+            // Every hook that attaches runs; the bits let one be switched off without a detach.
+            hooks: HookId::ALL_BITS,
             _reserved: 0,
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
@@ -276,7 +304,7 @@ impl KernelSource {
             _ => Btf::from_sys_fs().ok(),
         };
         let mut reports = Vec::new();
-        for (i, h) in HOOKS.iter().enumerate() {
+        for h in &HOOKS {
             let name = format!("{}:{}", h.group, h.event);
             let mut reasons = Vec::new();
             let mut status = None;
@@ -290,7 +318,7 @@ impl KernelSource {
                 }
             }
             if status.is_none() && opts.hook_mode != HookMode::Btf {
-                match attach_classic(&mut ebpf, h, i, &classic) {
+                match attach_classic(&mut ebpf, h, &classic) {
                     Ok(()) => status = Some(HookStatus::Classic),
                     Err(e) => reasons.push(format!("classic tracepoint: {e}")),
                 }
@@ -306,8 +334,8 @@ impl KernelSource {
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let snapshot = match aya_btf.as_ref() {
-            Some(btf) => snapshot_existing_sockets(&mut ebpf, btf).map_err(|e| short(&format!("{e:#}"))),
-            None => Err("kernel BTF unavailable".to_string()),
+            Some(btf) => listing::list_existing_sockets(&mut ebpf, btf),
+            None => Err(ListingError::BtfUnavailable),
         };
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
@@ -321,7 +349,7 @@ impl KernelSource {
         Ok(Self {
             ring,
             counters,
-            _ebpf: ebpf,
+            ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
             ctx: DecodeContext { hz },
             received: 0,
@@ -332,6 +360,21 @@ impl KernelSource {
 
     pub fn info(&self) -> &KernelInfo {
         &self.info
+    }
+
+    /// Detach every program: no sample is written after this, so the ring buffer drains dry
+    /// and the samples received plus lost account for all the kernel emitted, even while
+    /// traffic goes on. The maps stay open for the final drain and counters.
+    fn detach_programs(&mut self) {
+        for (_, program) in self.ebpf.programs_mut() {
+            // A program that never loaded (its hook was disabled) has nothing to detach.
+            let _ = match program {
+                aya::programs::Program::BtfTracePoint(p) => p.unload(),
+                aya::programs::Program::TracePoint(p) => p.unload(),
+                aya::programs::Program::Iter(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
     }
 
     fn counter(&self, index: u32) -> u64 {
@@ -383,40 +426,6 @@ impl KernelSource {
     }
 }
 
-/// Run the `iter/tcp` program once in every network namespace: an iterator walks the sockets of
-/// the namespace of the thread that creates it, so each walk happens on a thread that entered
-/// that namespace. Samples go through the ring buffer like any other. Returns the namespaces
-/// walked; the program is unloaded afterwards.
-fn snapshot_existing_sockets(ebpf: &mut Ebpf, btf: &Btf) -> Result<usize> {
-    let prog: &mut Iter =
-        ebpf.program_mut("cct_iter_tcp").ok_or_else(|| anyhow!("program cct_iter_tcp missing"))?.try_into()?;
-    prog.load("tcp", btf).map_err(|e| anyhow!("iter/tcp: {}", short(&error_chain(&e))))?;
-    let mut walked = 0;
-    for (_, path) in crate::host::netns_paths() {
-        let link = prog.attach().and_then(|id| prog.take_link(id));
-        let Ok(link) = link else { continue };
-        let walk = std::thread::scope(|scope| {
-            scope
-                .spawn(move || -> Result<()> {
-                    let ns = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-                    // SAFETY: setns on this thread only, with a namespace fd we just opened.
-                    if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) } != 0 {
-                        bail!("setns {}: {}", path.display(), std::io::Error::last_os_error());
-                    }
-                    let mut iter = link.into_file().map_err(|e| anyhow!("creating the iterator: {e}"))?;
-                    std::io::copy(&mut iter, &mut std::io::sink()).context("walking sockets")?;
-                    Ok(())
-                })
-                .join()
-        });
-        if matches!(walk, Ok(Ok(()))) {
-            walked += 1;
-        }
-    }
-    let _ = prog.unload();
-    Ok(walked)
-}
-
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: setrlimit reads a valid rlimit struct; failure is harmless on current kernels.
@@ -435,11 +444,12 @@ impl EventSource for KernelSource {
             decode_errors: self.decode_errors,
             kernel_read_errors: self.counter(counter::READ_ERRORS),
             flow_map_full: self.counter(counter::FLOW_MAP_FULL),
+            kernel_emitted: Some(self.emitted()),
         }
     }
 
-    fn kernel_emitted(&self) -> Option<u64> {
-        Some(self.emitted())
+    fn stop_producing(&mut self) {
+        self.detach_programs();
     }
 
     fn describe(&self) -> String {

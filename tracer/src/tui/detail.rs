@@ -292,11 +292,11 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
     let [c, d] = Layout::horizontal([Constraint::Fill(1); 2]).areas(bottom);
     let last = history[history.len() - 1];
 
-    let thpt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), h.throughput_bps / 1e6)).collect();
+    let thpt: Vec<(f64, f64)> = history.iter().map(|h| (x(h), f64::from(h.throughput_bps) / 1e6)).collect();
     line_chart(
         a,
         buf,
-        format!(" throughput, Mbit/s · now {} ", format::rate(last.throughput_bps)),
+        format!(" throughput, Mbit/s · now {} ", format::rate(f64::from(last.throughput_bps))),
         vec![series("thpt", thpt, Color::Green)],
         |v| format!("{v:.1}"),
     );
@@ -379,10 +379,17 @@ fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
     if !v.fix.is_empty() {
         out.push(Line::raw(""));
         out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
+        // Wrapped so that each row pasted alone still means what the line means: a comment's
+        // tail is a comment, a command's tail follows a backslash (never a command of its own).
         for cmd in &v.fix {
-            let style =
-                if cmd.starts_with('#') { dim() } else { Style::new().fg(Color::Green).add_modifier(Modifier::BOLD) };
-            para(cmd, style, 2, &mut out);
+            for row in format::wrap_shell(cmd, width.saturating_sub(2)) {
+                let style = if row.trim_start().starts_with('#') {
+                    dim()
+                } else {
+                    Style::new().fg(Color::Green).add_modifier(Modifier::BOLD)
+                };
+                out.push(Line::styled(format!("  {row}"), style));
+            }
         }
     }
     out

@@ -189,8 +189,13 @@ pub struct Scene {
 
 impl Scene {
     pub fn new() -> Self {
+        Self::on_host(env())
+    }
+
+    /// A scene on a host described by `env`.
+    pub fn on_host(env: Environment) -> Self {
         Self {
-            analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env()),
+            analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env),
             state: AppState::new(header()),
         }
     }
@@ -233,7 +238,12 @@ impl std::ops::DerefMut for Scene {
 
 /// A scene fed `secs` seconds of `make`, ticked once per second as the pipeline would.
 pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
-    let mut scene = Scene::new();
+    state_in(env(), secs, lost, make)
+}
+
+/// As [`state_with`], on a host described by `env`.
+pub fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
+    let mut scene = Scene::on_host(env);
     let mut received = 0;
     for tick in 0..=secs * 10 {
         let b = make(tick);

@@ -158,6 +158,118 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// Indent of the rows that continue a command.
+const COMMAND_CONTINUES: &str = "    ";
+/// Start of the rows that continue a comment: still a comment, visibly a continuation.
+const COMMENT_CONTINUES: &str = "#   ";
+
+/// Split one line of shell into its words and the comment after them (`#` at the start of a
+/// word, outside quotes, to the end of the line). Quoted text stays inside its word.
+fn shell_words(line: &str) -> (Vec<String>, Vec<String>) {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if quoted {
+            word.push(c);
+            quoted = c != '\'';
+            continue;
+        }
+        match c {
+            '\'' => {
+                quoted = true;
+                word.push(c);
+            }
+            '\\' => {
+                word.push(c);
+                word.extend(chars.next());
+            }
+            '#' if word.is_empty() => {
+                let comment = std::iter::once('#').chain(chars).collect::<String>();
+                return (words, comment.split_whitespace().map(String::from).collect());
+            }
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    (words, Vec::new())
+}
+
+/// Wrap one line of shell (a command, a comment, or a command with a trailing comment) to
+/// `width` columns so that every row, pasted into a shell, means what the whole line means: a
+/// command breaks only between words (never inside quotes) and ends the row with ` \`, a
+/// comment continues on rows that start with `#`. A word too long for a row is cut with `…` and
+/// ends the rows: no row is ever the tail of a word or a comment, which would run as a command.
+pub fn wrap_shell(line: &str, width: usize) -> Vec<String> {
+    let width = width.max(COMMAND_CONTINUES.len() + COMMENT_CONTINUES.len() + 4);
+    let (words, comment) = shell_words(line);
+    let comment_continues = if words.is_empty() {
+        COMMENT_CONTINUES.to_string()
+    } else {
+        format!("{COMMAND_CONTINUES}{COMMENT_CONTINUES}")
+    };
+    let mut rows = Vec::new();
+    let mut row = String::new();
+    let mut len = 0;
+    let mut fresh = true;
+    let mut in_comment = false;
+    let count = words.len() + comment.len();
+    let tokens = words.iter().map(|w| (w, false)).chain(comment.iter().map(|w| (w, true)));
+    for (i, (word, is_comment)) in tokens.enumerate() {
+        let mut word: &str = word;
+        // A command row keeps room for the " \\" it ends with if a later word breaks it.
+        let limit = if is_comment || i + 1 == count { width } else { width - 2 };
+        loop {
+            let need = word.chars().count() + usize::from(!fresh);
+            if len + need <= limit {
+                if !fresh {
+                    row.push(' ');
+                }
+                row.push_str(word);
+                len += need;
+                fresh = false;
+                break;
+            }
+            if fresh && !is_comment {
+                row.push_str(&truncate(word, limit - len));
+                rows.push(row);
+                return rows;
+            }
+            if fresh {
+                // A comment word may be split: its tail goes on a comment row too.
+                let head = word.char_indices().nth(limit - len).map_or(word.len(), |(at, _)| at);
+                row.push_str(&word[..head]);
+                word = &word[head..];
+            } else if !in_comment {
+                // The line continues: the break is between two words of the command (or
+                // before its comment), which the shell joins back together.
+                row.push_str(" \\");
+            }
+            let next = if in_comment || (fresh && is_comment) {
+                comment_continues.clone()
+            } else {
+                COMMAND_CONTINUES.to_string()
+            };
+            rows.push(std::mem::replace(&mut row, next));
+            len = row.chars().count();
+            fresh = true;
+        }
+        in_comment = is_comment;
+    }
+    if !row.is_empty() || rows.is_empty() {
+        rows.push(row);
+    }
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +312,81 @@ mod tests {
         assert_eq!(wrap("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
         assert_eq!(wrap("", 4), vec![""]);
         assert_eq!(wrap("x y", 0), vec!["x", "y"]);
+    }
+
+    #[test]
+    fn shell_lines_wrap_so_every_row_means_what_the_line_means() {
+        // Short lines stay whole.
+        assert_eq!(wrap_shell("sysctl -w a=b", 40), vec!["sysctl -w a=b"]);
+        // A comment continues as a comment.
+        assert_eq!(
+            wrap_shell("# roll back: sysctl -w x=cubic; rm -f /etc/sysctl.d/90-cctrace-bbr.conf", 40),
+            vec!["# roll back: sysctl -w x=cubic; rm -f", "#   /etc/sysctl.d/90-cctrace-bbr.conf"]
+        );
+        // A command continues with a backslash, never inside its quotes.
+        assert_eq!(
+            wrap_shell("ip netns exec 'a b c d' sysctl -w net.ipv4.tcp_congestion_control=bbr", 40),
+            vec!["ip netns exec 'a b c d' sysctl -w \\", "    net.ipv4.tcp_congestion_control=bbr"]
+        );
+        // A command's trailing comment continues as a comment; the backslash before it is fine.
+        assert_eq!(
+            wrap_shell("modprobe tcp_bbr   # bbr is not in net.ipv4.tcp_available_congestion_control", 30),
+            vec![
+                "modprobe tcp_bbr # bbr is not",
+                "    #   in",
+                "    #   net.ipv4.tcp_available",
+                "    #   _congestion_control"
+            ]
+        );
+        assert_eq!(wrap_shell("modprobe tcp_bbr #bbr-missing", 20), vec!["modprobe tcp_bbr \\", "    #bbr-missing"]);
+        // A word too long for a row is cut and ends the rows.
+        assert_eq!(wrap_shell("echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bb", 20), vec!["echo \\", "    aaaaaaaaaaaaa…"]);
+        // '\'' inside a quoted word is part of the word.
+        assert_eq!(
+            shell_words(r"ip 'it'\''s x' y # c d"),
+            (
+                vec!["ip".to_string(), r"'it'\''s x'".to_string(), "y".to_string()],
+                vec!["#".to_string(), "c".to_string(), "d".to_string()]
+            )
+        );
+    }
+
+    #[test]
+    fn no_wrapped_row_stands_alone_as_a_command() {
+        let lines = [
+            "# persist: test -e /etc/modules-load.d/cctrace-bbr.conf || echo tcp_bbr > /etc/modules-load.d/cctrace-bbr.conf",
+            "# roll back: ip netns exec 'x;id>/tmp/p;#' sysctl -w net.ipv4.tcp_congestion_control=cubic; rm -f /etc/sysctl.d/90-cctrace-bbr.conf",
+            "modprobe tcp_bbr   # bbr is not in net.ipv4.tcp_available_congestion_control",
+            "nsenter --net=/proc/31337/ns/net sysctl -w net.ipv4.tcp_congestion_control=bbr",
+        ];
+        for line in lines {
+            for width in 10..120 {
+                let rows = wrap_shell(line, width);
+                for pair in rows.windows(2) {
+                    assert!(
+                        pair[0].ends_with(" \\") || pair[1].trim_start().starts_with('#'),
+                        "{width}: {pair:?} in {rows:?}"
+                    );
+                }
+                if line.starts_with('#') {
+                    assert!(rows.iter().all(|r| r.starts_with('#')), "{width}: {rows:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrapped_shell_rows_join_back_into_the_same_command() {
+        let line = "ip netns exec 'x;id>/tmp/p;#' sysctl -w net.ipv4.tcp_congestion_control=bbr";
+        for width in 20..90 {
+            let rows = wrap_shell(line, width);
+            assert!(rows.iter().all(|r| r.chars().count() <= width.max(16)), "{width}: {rows:?}");
+            if rows.iter().any(|r| r.ends_with('…')) {
+                continue;
+            }
+            // What the shell reads: continuation rows joined by their backslash-newlines.
+            let joined = rows.join("\n").replace(" \\\n", " ");
+            assert_eq!(shell_words(&joined), shell_words(line), "{width}: {rows:?}");
+        }
     }
 }

@@ -99,7 +99,7 @@ where
         Ok(Control::Continue)
     }
 
-    async fn input(&mut self, analysis: &Analysis) -> Result<Control> {
+    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
         if !self.keys_open {
             return std::future::pending().await;
         }
@@ -108,6 +108,8 @@ where
                 if apply_key(&mut self.state, analysis, k) == Action::Quit {
                     return Ok(Control::Stop);
                 }
+                // The flow in the detail view keeps its full chart history, busy or not.
+                analysis.table.keep_history(self.state.detail_cookie());
                 self.draw()?;
             }
             Some(Ok(Event::Resize(..))) => self.draw()?,

@@ -98,6 +98,41 @@ fn detail_of_the_flagged_flow_80x24() {
     insta::assert_snapshot!("detail_flagged_80x24_scrolled", render(&state, 80, 24).backend());
 }
 
+/// The flagged flow in a namespace with a hostile, long `ip netns` name, scrolled to its fix.
+fn detail_of_a_fix_with_long_lines(width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut env = feed::env();
+    env.netns_names.insert(feed::CONTAINER_NETNS, "x;id>/tmp/p;#-a-namespace-name-long-enough-to-wrap".into());
+    let in_container = |tick| {
+        let mut b = feed::batch(tick);
+        b.iter_mut().filter(|s| s.cookie == CUBIC).for_each(|s| s.netns = feed::CONTAINER_NETNS);
+        b
+    };
+    let mut state = feed::state_in(env, 12, 0, in_container);
+    select(&mut state, CUBIC);
+    press(&mut state, KeyCode::Enter);
+    let _ = render(&state, width, height);
+    press(&mut state, KeyCode::End);
+    render(&state, width, height)
+}
+
+#[test]
+fn long_fix_lines_wrap_into_comments_or_continued_commands_only() {
+    let terminal = detail_of_a_fix_with_long_lines(72, 30);
+    insta::assert_snapshot!("detail_fix_long_lines_72x30", terminal.backend());
+    let buf = terminal.backend().buffer();
+    let rows: Vec<String> =
+        (0..30).map(|y| (1..71).map(|x| buf[(x, y)].symbol()).collect::<String>().trim_end().to_string()).collect();
+    let fix = rows.iter().position(|r| r == "fix (as root):").expect("the fix is on screen");
+    let fix_rows: Vec<&String> = rows[fix + 1..].iter().take_while(|r| r.starts_with("  ")).collect();
+    assert!(fix_rows.len() >= 6, "{rows:#?}");
+    for (i, row) in fix_rows.iter().enumerate() {
+        let text = row.trim_start();
+        let continues = i > 0 && fix_rows[i - 1].ends_with(" \\");
+        let command = ["ip ", "nsenter ", "sysctl ", "modprobe "].iter().any(|c| text.starts_with(c));
+        assert!(text.starts_with('#') || continues || command, "row {i} looks like a command of its own: {row:?}");
+    }
+}
+
 #[test]
 fn detail_of_the_flagged_flow_120x40() {
     let mut state = feed::scene();

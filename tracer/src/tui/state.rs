@@ -573,6 +573,11 @@ impl AppState {
         }
     }
 
+    /// The flow the detail view is open on, if it is.
+    pub fn detail_cookie(&self) -> Option<u64> {
+        (self.screen == Screen::Detail).then_some(self.detail_cookie).flatten()
+    }
+
     /// The flow the detail view shows, as last copied.
     pub(crate) fn detail_flow(&self) -> Option<(&Flow, Option<&Verdict>)> {
         let cookie = self.detail_cookie?;

@@ -1,0 +1,141 @@
+//! The fix commands through a real `/bin/sh`: a hostile namespace name must reach the command
+//! as one unchanged argument and run nothing, and the comment lines must run nothing at all.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use tracer::analysis::diagnosis::Environment;
+use tracer::analysis::event::{decode, raw_bytes, raw_sample_template, DecodeContext};
+use tracer::analysis::fix::{fix_commands, shell_quote};
+use tracer::analysis::model::{FlowTable, TableConfig};
+
+const NETNS: u32 = 4026532561;
+
+/// A fresh directory under the temp dir, for files a mis-quoted word would create.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cctrace-fix-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Run `script` with `/bin/sh -c`; stdout, and whether it succeeded.
+fn sh(script: &str) -> (String, bool) {
+    let out = Command::new("/bin/sh").arg("-c").arg(script).output().expect("running /bin/sh");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.success())
+}
+
+fn hostile_names(dir: &std::path::Path) -> Vec<String> {
+    let d = dir.display();
+    vec![
+        "x;id>/tmp/p;#".to_string(),
+        format!("x;touch {d}/semicolon;#"),
+        format!("$(touch {d}/subst)"),
+        format!("`touch {d}/backtick`"),
+        format!("it's'; touch {d}/quote; '"),
+        format!("a\ntouch {d}/newline"),
+        format!("x > {d}/redirect"),
+        "  spaces  and\ttabs ".to_string(),
+        "*".to_string(),
+        "~root".to_string(),
+        "$HOME".to_string(),
+        String::new(),
+        "cct-14174-0-esnd".to_string(),
+    ]
+}
+
+#[test]
+fn hostile_names_survive_the_shell_unchanged_and_run_nothing() {
+    let dir = scratch("quote");
+    for name in hostile_names(&dir) {
+        let (out, ok) = sh(&format!("printf %s {}", shell_quote(&name)));
+        assert!(ok, "{name:?}");
+        assert_eq!(out, name, "round trip of {name:?} quoted as {}", shell_quote(&name));
+    }
+    let created: Vec<_> = std::fs::read_dir(&dir).expect("scratch").flatten().map(|e| e.file_name()).collect();
+    assert!(created.is_empty(), "quoted names ran commands: {created:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn fix_for(netns: u32, env: &Environment) -> Vec<String> {
+    let mut raw = raw_sample_template();
+    raw.cookie = 1;
+    raw.ts_ns = 1_000_000_000;
+    raw.netns = netns;
+    raw.cc_name[..5].copy_from_slice(b"cubic");
+    let sample = decode(&raw_bytes(&raw), &DecodeContext { hz: 250 }).expect("decode");
+    let mut table = FlowTable::new(TableConfig::default());
+    table.ingest(&sample);
+    fix_commands(table.get(1).expect("flow"), env)
+}
+
+/// Shell functions standing in for the commands the fix runs: each prints its arguments, one
+/// per bracket, so the test sees the argument vector the shell built.
+const STUBS: &str = r#"show() { for a in "$@"; do printf '[%s]' "$a"; done; echo; }
+ip() { show ip "$@"; }; sysctl() { show sysctl "$@"; }; nsenter() { show nsenter "$@"; }
+rm() { show rm "$@"; }; modprobe() { show modprobe "$@"; }
+"#;
+
+#[test]
+fn the_fix_for_a_hostile_namespace_name_runs_exactly_the_sysctl() {
+    let dir = scratch("fix");
+    for name in hostile_names(&dir) {
+        let env = Environment {
+            bbr_available: false,
+            host_netns: 4026531840,
+            netns_pids: HashMap::new(),
+            netns_names: HashMap::from([(NETNS, name.clone())]),
+        };
+        let fix = fix_for(NETNS, &env);
+        // Every line is one line, and every comment line is inert.
+        for line in &fix {
+            assert!(!line.contains('\n'), "{line:?}");
+            if line.starts_with('#') {
+                assert_eq!(sh(&format!("{STUBS}{line}")), (String::new(), true), "{line}");
+            }
+        }
+        if name.chars().any(char::is_control) {
+            // Not shown on a line at all; no process leads in here, so no command either.
+            assert!(fix.iter().all(|c| c.starts_with('#') && !c.contains(&name)), "{fix:?}");
+            continue;
+        }
+        let set = fix.iter().find(|c| c.contains("=bbr") && !c.starts_with('#')).expect("the command");
+        let (out, ok) = sh(&format!("{STUBS}{set}"));
+        assert!(ok, "{set}");
+        assert_eq!(out, format!("[ip][netns][exec][{name}][sysctl][-w][net.ipv4.tcp_congestion_control=bbr]\n"));
+        // The roll-back, pasted without its "# roll back: " label, does the reverse and deletes
+        // only cctrace's own files.
+        let rollback = fix.iter().find_map(|c| c.strip_prefix("# roll back: ")).expect("roll back");
+        let (out, ok) = sh(&format!("{STUBS}{rollback}"));
+        assert!(ok, "{rollback}");
+        assert_eq!(out, format!("[ip][netns][exec][{name}][sysctl][-w][net.ipv4.tcp_congestion_control=cubic]\n"));
+    }
+    let created: Vec<_> = std::fs::read_dir(&dir).expect("scratch").flatten().map(|e| e.file_name()).collect();
+    assert!(created.is_empty(), "the fix ran commands hidden in a name: {created:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_host_roll_back_deletes_only_cctrace_files() {
+    let env = Environment { bbr_available: true, host_netns: 4026531840, ..Environment::default() };
+    let fix = fix_for(4026531840, &env);
+    let rollback = fix.iter().find_map(|c| c.strip_prefix("# roll back: ")).expect("roll back");
+    let (out, ok) = sh(&format!("{STUBS}{rollback}"));
+    assert!(ok, "{rollback}");
+    assert_eq!(
+        out,
+        "[sysctl][-w][net.ipv4.tcp_congestion_control=cubic]\n\
+         [rm][-f][/etc/sysctl.d/90-cctrace-bbr.conf][/etc/modules-load.d/cctrace-bbr.conf]\n"
+    );
+}
+
+#[test]
+fn an_unreachable_namespace_gets_only_an_inert_comment() {
+    let env = Environment { bbr_available: true, host_netns: 4026531840, ..Environment::default() };
+    for netns in [0, NETNS] {
+        let fix = fix_for(netns, &env);
+        assert_eq!(fix.len(), 1, "{fix:?}");
+        assert_eq!(sh(&format!("{STUBS}{}", fix[0])), (String::new(), true), "{fix:?}");
+    }
+}
