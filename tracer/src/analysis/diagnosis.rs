@@ -128,6 +128,11 @@ pub struct DiagnosisConfig {
     /// only part of their losses come at a full queue: this share of episodes with a queue
     /// (and at least two) means they fill the path.
     pub rate_based_queued_share: f64,
+    /// A rate-based sender delivering at least this share of the best rate seen without
+    /// queueing is at the path's ceiling: its delivery rate stays flat whatever its window.
+    /// (Not used for loss-based senders: their best clean rate may date from a slow start cut
+    /// short by random loss.)
+    pub ceiling_share: f64,
     /// Mean srtt above `min_rtt * (1 + standing_queue_ratio) + standing_queue_slack_us` over
     /// the window is a standing queue: the flow fills the bottleneck's buffer (CUBIC on a deep
     /// buffer may not lose for a long time). Above the 1-3 ms jitter of clean paths and the
@@ -170,6 +175,7 @@ impl Default for DiagnosisConfig {
             clean_episode_share: 0.75,
             queued_episode_share: 0.5,
             rate_based_queued_share: 0.2,
+            ceiling_share: 0.8,
             standing_queue_ratio: 0.15,
             standing_queue_slack_us: 3_000.0,
             min_loss_ratio: 0.0002,
@@ -518,8 +524,12 @@ fn fills_path(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> boo
     if is_loss_based(cc) {
         lv.episodes >= 2 && lv.queued_share() >= cfg.queued_episode_share
     } else {
-        lv.queued >= 2 && lv.queued_share() >= cfg.rate_based_queued_share
+        (lv.queued >= 2 && lv.queued_share() >= cfg.rate_based_queued_share) || at_ceiling(w, lv, cfg)
     }
+}
+
+fn at_ceiling(w: &Window, lv: &LossView, cfg: &DiagnosisConfig) -> bool {
+    lv.clean_delivery_bps > 0.0 && w.goodput_bps >= cfg.ceiling_share * lv.clean_delivery_bps
 }
 
 fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> LimitedBy {
@@ -644,7 +654,14 @@ fn decided_by(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: Limited
             w.min_rtt_us / 1000.0,
             (w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us) / 1000.0
         ),
-        LimitedBy::Path => format!("queue before the losses: {episodes}"),
+        LimitedBy::Path if lv.queued >= 2 && lv.queued_share() >= cfg.rate_based_queued_share => {
+            format!("queue before the losses: {episodes}")
+        }
+        LimitedBy::Path => format!(
+            "goodput {} is at the {} the path delivered without queueing; {episodes}",
+            mbit(w.goodput_bps),
+            mbit(lv.clean_delivery_bps)
+        ),
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
             format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
         }
