@@ -451,9 +451,6 @@ struct LossView {
     median_cwnd_before: f64,
     loss_ratio: f64,
     event_rate: f64,
-    /// Bytes sent less retransmitted per second since the first judged episode: the goodput
-    /// the loss response is compared with (the five-second window may still hold slow start).
-    goodput_bps: f64,
     clean_delivery_bps: f64,
 }
 
@@ -513,10 +510,6 @@ fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> LossView {
         // n episodes over the segments sent since the first: slightly high for small n, which
         // lowers the response function, so it never flatters the flag.
         v.event_rate = v.episodes as f64 / (sent as f64 / f64::from(s.mss.max(1)));
-        let retrans = s.bytes_retrans.saturating_sub(first.bytes_retrans);
-        if v.span_secs >= 1.0 {
-            v.goodput_bps = sent.saturating_sub(retrans) as f64 * 8.0 / v.span_secs;
-        }
     }
     v
 }
@@ -710,8 +703,10 @@ fn flag_condition(
     if lv.clean_share() < cfg.clean_episode_share {
         return Err("srtt rose above min_rtt before too many of the losses: they look congestive");
     }
-    let goodput = if lv.goodput_bps > 0.0 { lv.goodput_bps } else { w.goodput_bps };
-    if goodput > cfg.response_slack * ev.response_bps {
+    // Its rate is the loss response's, or at least not the path's: the path showed clearly
+    // more without queueing. (After a long slow-start overshoot CUBIC drains a huge cwnd for
+    // seconds, above its steady-state response, while its losses already show no queue.)
+    if w.goodput_bps > cfg.response_slack * ev.response_bps && ev.available_bps.is_none() {
         return Err("goodput is above what its loss response allows: the losses do not hold it back");
     }
     Ok(())
