@@ -502,7 +502,7 @@ fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> LossView {
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;
     v.span_secs = now_ns.saturating_sub(first.ts_ns) as f64 / NS_PER_SEC as f64;
-    v.median_queue_us = median(judged.iter().map(|e| queue(e)).collect());
+    v.median_queue_us = median(judged.iter().map(queue).collect());
     v.median_cwnd_before = median(judged.iter().map(|e| f64::from(e.cwnd_before)).collect());
     let sent = s.bytes_sent.saturating_sub(first.bytes_sent);
     if sent > 0 {
