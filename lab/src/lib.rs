@@ -68,7 +68,7 @@ pub use addr::{ensure_lab_addr, is_lab_addr};
 pub use error::LabError;
 pub use forwarder::{DirectionStats, PathStats};
 pub use jitter::{host_timer_jitter, TimerJitter};
-pub use link::PathSpec;
+pub use link::{GilbertElliott, PathSpec};
 pub use netns::{check_privileges, cleanup_stale, list_namespaces, Netns, NetnsGuard, NsThread};
 pub use probe::{udp_blast, udp_ping, BlastOptions, PingOptions, PingReport, UdpCounter, UdpCounterStats, UdpEcho};
 pub use topology::{EmulatedPath, EmulatedPathSpec, Topology, VethOptions, VethPair};

@@ -1,5 +1,5 @@
 //! The per-direction link model of the path emulator, free of I/O so its
-//! arithmetic is unit-testable: Bernoulli loss, then a rate-limited FIFO
+//! arithmetic is unit-testable: Bernoulli or Gilbert-Elliott (bursty) loss, then a rate-limited FIFO
 //! bottleneck with a byte-bounded queue (tail drop), then a fixed delay.
 //!
 //! The bottleneck is a constant-rate, work-conserving FIFO, so the bytes not
@@ -25,11 +25,59 @@ pub struct PathSpec {
     pub rate_bps: Option<u64>,
     /// Bottleneck queue limit in bytes (tail drop); only used with a rate.
     pub queue_bytes: usize,
+    /// Bursty loss instead of `loss` (which must then be 0).
+    pub bursty_loss: Option<GilbertElliott>,
+}
+
+/// Two-state (Gilbert-Elliott) loss: a Markov chain between a good and a bad state, stepped
+/// once per packet, each state losing with its own probability. Losses come in bursts of mean
+/// length ~`1 / p_bad_to_good` packets in the bad state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GilbertElliott {
+    pub p_good_to_bad: f64,
+    pub p_bad_to_good: f64,
+    pub loss_in_good: f64,
+    pub loss_in_bad: f64,
+}
+
+impl GilbertElliott {
+    /// A chain losing `mean_loss` of packets on average, in bad spells of `mean_bad_len`
+    /// packets on average that lose `loss_in_bad` of their packets (none lost when good).
+    pub fn with_mean(mean_loss: f64, mean_bad_len: f64, loss_in_bad: f64) -> Self {
+        let p_bad_to_good = 1.0 / mean_bad_len.max(1.0);
+        // Stationary share of the bad state: pi = p_gb / (p_gb + p_bg) = mean_loss / loss_in_bad.
+        let pi = (mean_loss / loss_in_bad).clamp(0.0, 0.999);
+        let p_good_to_bad = pi * p_bad_to_good / (1.0 - pi);
+        Self { p_good_to_bad, p_bad_to_good, loss_in_good: 0.0, loss_in_bad }
+    }
+
+    /// Long-run loss probability.
+    pub fn mean_loss(&self) -> f64 {
+        let pi = self.p_good_to_bad / (self.p_good_to_bad + self.p_bad_to_good);
+        pi * self.loss_in_bad + (1.0 - pi) * self.loss_in_good
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("p_good_to_bad", self.p_good_to_bad),
+            ("p_bad_to_good", self.p_bad_to_good),
+            ("loss_in_good", self.loss_in_good),
+            ("loss_in_bad", self.loss_in_bad),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("Gilbert-Elliott {name} {v} not in [0, 1]"));
+            }
+        }
+        if self.p_bad_to_good == 0.0 && self.p_good_to_bad > 0.0 {
+            return Err("Gilbert-Elliott chain would stay bad forever".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for PathSpec {
     fn default() -> Self {
-        Self { one_way_delay: Duration::ZERO, loss: 0.0, rate_bps: None, queue_bytes: 1 << 20 }
+        Self { one_way_delay: Duration::ZERO, loss: 0.0, rate_bps: None, queue_bytes: 1 << 20, bursty_loss: None }
     }
 }
 
@@ -41,6 +89,11 @@ impl PathSpec {
 
     pub fn with_loss(mut self, loss: f64) -> Self {
         self.loss = loss;
+        self
+    }
+
+    pub fn with_bursty_loss(mut self, ge: GilbertElliott) -> Self {
+        self.bursty_loss = Some(ge);
         self
     }
 
@@ -57,6 +110,12 @@ impl PathSpec {
         }
         if self.one_way_delay > Duration::from_secs(10) {
             return bad(format!("one-way delay {:?} above 10 s", self.one_way_delay));
+        }
+        if let Some(ge) = &self.bursty_loss {
+            ge.validate().map_err(LabError::InvalidArgument)?;
+            if self.loss > 0.0 {
+                return bad("set either loss or bursty_loss, not both".into());
+            }
         }
         if self.rate_bps == Some(0) {
             return bad("rate_bps must be > 0 (use None for no cap)".into());
@@ -85,6 +144,9 @@ pub(crate) enum Verdict {
 pub(crate) struct LinkModel {
     delay_ns: u64,
     loss: f64,
+    bursty: Option<GilbertElliott>,
+    /// Gilbert-Elliott state: in the bad state.
+    bad: bool,
     rate_bps: Option<u64>,
     queue_bytes: u64,
     rng: Rng,
@@ -100,6 +162,8 @@ impl LinkModel {
         Self {
             delay_ns: u64::try_from(spec.one_way_delay.as_nanos()).unwrap_or(u64::MAX),
             loss: spec.loss,
+            bursty: spec.bursty_loss,
+            bad: false,
             rate_bps: spec.rate_bps,
             queue_bytes: spec.queue_bytes as u64,
             rng: Rng::new(seed),
@@ -119,10 +183,23 @@ impl LinkModel {
         }
     }
 
+    fn lose(&mut self) -> bool {
+        match self.bursty {
+            None => self.rng.bernoulli(self.loss),
+            Some(ge) => {
+                let flip = if self.bad { ge.p_bad_to_good } else { ge.p_good_to_bad };
+                if self.rng.bernoulli(flip) {
+                    self.bad = !self.bad;
+                }
+                self.rng.bernoulli(if self.bad { ge.loss_in_bad } else { ge.loss_in_good })
+            }
+        }
+    }
+
     pub(crate) fn admit(&mut self, now_ns: u64, len: usize) -> Verdict {
         // Loss is applied on arrival, before the bottleneck: a lost packet
         // consumes no link capacity, like corruption on the access link.
-        if self.rng.bernoulli(self.loss) {
+        if self.lose() {
             return Verdict::Lost;
         }
         let mut backlog = 0;
@@ -203,7 +280,37 @@ mod tests {
     }
 
     #[test]
+    fn gilbert_elliott_is_seeded_bursty_and_averages_its_mean() {
+        // 0.2 % on average, in bad spells of 5 packets losing half of theirs.
+        let ge = GilbertElliott::with_mean(0.002, 5.0, 0.5);
+        assert!((ge.mean_loss() - 0.002).abs() < 1e-12);
+        let spec = PathSpec::delay(Duration::ZERO).with_bursty_loss(ge);
+        spec.validate().expect("valid");
+        let n = 2_000_000u64;
+        let run = |seed| {
+            let mut m = LinkModel::new(&spec, seed);
+            (0..n).map(|i| m.admit(i, 100) == Verdict::Lost).collect::<Vec<bool>>()
+        };
+        let lost = run(9);
+        assert_eq!(lost, run(9), "same seed, same pattern");
+        let count = lost.iter().filter(|l| **l).count() as f64;
+        // Bursts inflate the variance: a loss count's sd is ~sqrt(n p (1 + 2 x mean burst)),
+        // here ~sqrt(4000 * 6) = 155; allow 4 sd.
+        assert!((count - 4000.0).abs() < 620.0, "lost {count}");
+        // Burstiness: after a loss the next packet is lost far more often than on average
+        // (in the bad state: ~0.8 x 0.5 = 0.4, against 0.002 for independent loss).
+        let after_loss = lost.windows(2).filter(|w| w[0]).count() as f64;
+        let pairs = lost.windows(2).filter(|w| w[0] && w[1]).count() as f64;
+        let conditional = pairs / after_loss;
+        assert!((0.3..0.5).contains(&conditional), "P(loss | loss) = {conditional}");
+    }
+
+    #[test]
     fn validation() {
+        let ge = GilbertElliott::with_mean(0.002, 5.0, 0.5);
+        assert!(PathSpec::delay(Duration::ZERO).with_loss(0.01).with_bursty_loss(ge).validate().is_err());
+        let stuck = GilbertElliott { p_bad_to_good: 0.0, ..ge };
+        assert!(PathSpec::delay(Duration::ZERO).with_bursty_loss(stuck).validate().is_err());
         assert!(PathSpec::delay(Duration::ZERO).with_loss(1.5).validate().is_err());
         assert!(PathSpec::delay(Duration::ZERO).with_rate(0, 10).validate().is_err());
         assert!(PathSpec::delay(Duration::ZERO).with_rate(10, 0).validate().is_err());

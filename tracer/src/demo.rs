@@ -1,10 +1,14 @@
 //! `cctrace demo`: the motivating story on a local emulated WAN path, so a newcomer sees within
 //! seconds which flows are flagged and why.
 //!
-//! Two namespaces joined by a userspace path emulator (30 ms RTT, random loss, a 200 Mbit/s
-//! bottleneck). Over it: a 25 Mbit/s video-like stream from a CUBIC sender (it cannot keep up: at
-//! this loss CUBIC's bound is a few Mbit/s), the same stream from a BBR sender (keeps up,
-//! application-limited), and a CUBIC and a BBR bulk transfer. Everything is removed on drop.
+//! The default path is the story's own: 30 ms RTT, 0.1 % random loss, a 200 Mbit/s bottleneck,
+//! where CUBIC held a 4K stream at 17-22 Mbit/s and BBR reached 110-340 Mbit/s (`--loss-pct 2.5`
+//! gives the starker version). Two copies of that path, each a pair of namespaces joined by a
+//! userspace path emulator: the CUBIC flows on one and the BBR flows on the other, as in the
+//! story, where the sender switched from one to the other. (Sharing one path, the BBR bulk
+//! transfer would fill the bottleneck and the CUBIC flows would rightly be path-limited.) On each:
+//! a 40 Mbit/s video-like stream (CUBIC cannot keep up: at 0.1 % its loss response is ~15 Mbit/s;
+//! BBR keeps up, application-limited) and a bulk transfer. Everything is removed on drop.
 
 use std::time::Duration;
 
@@ -19,13 +23,13 @@ pub struct DemoOptions {
     #[arg(long, default_value_t = 30.0, value_parser = bounded_f64(0.1, 2000.0))]
     pub rtt_ms: f64,
     /// Random loss on the data direction, percent.
-    #[arg(long, default_value_t = 2.5, value_parser = bounded_f64(0.0, 49.0))]
+    #[arg(long, default_value_t = 0.1, value_parser = bounded_f64(0.0, 49.0))]
     pub loss_pct: f64,
     /// Bottleneck rate, Mbit/s.
     #[arg(long, default_value_t = 200.0, value_parser = bounded_f64(1.0, 10_000.0))]
     pub rate_mbps: f64,
     /// Rate of the two video-like streams, Mbit/s.
-    #[arg(long, default_value_t = 25.0, value_parser = bounded_f64(0.01, 10_000.0))]
+    #[arg(long, default_value_t = 40.0, value_parser = bounded_f64(0.01, 10_000.0))]
     pub stream_mbps: f64,
 }
 
@@ -50,10 +54,11 @@ pub struct DemoFlow {
 
 /// The running demo; dropping it stops the traffic and removes the namespaces.
 pub struct DemoLab {
-    // Drop order: senders, then the sink, then the path (its namespaces).
+    // Drop order: senders, then the sinks, then the paths (their namespaces).
     pub flows: Vec<DemoFlow>,
-    _sink: Sink,
-    pub path: EmulatedPath,
+    _sinks: Vec<Sink>,
+    /// The CUBIC flows' copy of the path, then the BBR flows'.
+    pub paths: Vec<EmulatedPath>,
     pub description: String,
 }
 
@@ -73,9 +78,17 @@ impl DemoLab {
         let forward = PathSpec::delay(one_way).with_loss(opts.loss_pct / 100.0).with_rate(rate, queue);
         let mut spec = EmulatedPathSpec::new(forward);
         spec.reverse = PathSpec::delay(one_way).with_rate(rate, queue);
-        let path = EmulatedPath::create(spec).context("building the emulated path")?;
-        let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())
-            .context("starting the receiver")?;
+        let mut paths = Vec::new();
+        let mut sinks = Vec::new();
+        for seed in [1, 2] {
+            let path = EmulatedPath::create(EmulatedPathSpec { seed, ..spec.clone() })
+                .context("building the emulated path")?;
+            sinks.push(
+                Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())
+                    .context("starting the receiver")?,
+            );
+            paths.push(path);
+        }
         let stream = SendMode::Paced { rate_bps: (opts.stream_mbps * 1e6) as u64, write_size: 64 * 1024 };
         // The thread names become the flows' process names in the UI.
         let plan: [(&'static str, &str, &str, SendMode); 4] = [
@@ -86,6 +99,7 @@ impl DemoLab {
         ];
         let mut flows = Vec::new();
         for (label, name, cc, mode) in plan {
+            let path = &paths[usize::from(cc == "bbr")];
             let sender = Sender::start(
                 path.sender(),
                 path.receiver_addr(),
@@ -96,12 +110,12 @@ impl DemoLab {
             flows.push(DemoFlow { label, sender });
         }
         let description = format!(
-            "demo path {:.0} ms RTT, {:.1}% loss, {:.0} Mbit/s: {}",
+            "demo path {:.0} ms RTT, {}% loss, {:.0} Mbit/s (a copy per algorithm): {}",
             opts.rtt_ms,
             opts.loss_pct,
             opts.rate_mbps,
             flows.iter().map(|f| format!("{} :{}", f.label, f.sender.local_port())).collect::<Vec<_>>().join(", ")
         );
-        Ok(Self { flows, _sink: sink, path, description })
+        Ok(Self { flows, _sinks: sinks, paths, description })
     }
 }

@@ -32,7 +32,10 @@ pub struct Analysis {
 }
 
 impl Analysis {
-    pub fn new(table: TableConfig, diagnosis: DiagnosisConfig, env: Environment) -> Self {
+    pub fn new(mut table: TableConfig, diagnosis: DiagnosisConfig, env: Environment) -> Self {
+        // One rule for "queueing" in the flow table's records and in the diagnosis.
+        table.queue_ratio = diagnosis.queue_ratio;
+        table.queue_slack_us = diagnosis.queue_slack_us;
         Self {
             table: FlowTable::new(table),
             diagnoser: Diagnoser::new(diagnosis),

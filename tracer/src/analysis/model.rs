@@ -10,9 +10,9 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use crate::analysis::event::{CaState, Sample};
+use crate::analysis::event::{CaState, Sample, SampleReason};
 
-use tracer_common::NS_PER_SEC;
+use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 #[derive(Clone, Debug)]
 pub struct TableConfig {
@@ -33,6 +33,14 @@ pub struct TableConfig {
     pub idle_timeout_ns: u64,
     /// Hard bound on flows kept; the least recently updated are evicted first.
     pub max_flows: usize,
+    /// What counts as queueing in a sample (srtt above min_rtt by more than
+    /// `min_rtt * queue_ratio + queue_slack_us`). The diagnosis judges loss episodes with the
+    /// same rule; [`crate::analysis::Analysis`] copies it from [`DiagnosisConfig`] so there is
+    /// one source of truth.
+    ///
+    /// [`DiagnosisConfig`]: crate::analysis::diagnosis::DiagnosisConfig
+    pub queue_ratio: f64,
+    pub queue_slack_us: f64,
 }
 
 impl Default for TableConfig {
@@ -46,7 +54,151 @@ impl Default for TableConfig {
             closed_linger_ns: 30 * NS_PER_SEC,
             idle_timeout_ns: 300 * NS_PER_SEC,
             max_flows: 50_000,
+            queue_ratio: DEFAULT_QUEUE_RATIO,
+            queue_slack_us: DEFAULT_QUEUE_SLACK_US,
         }
+    }
+}
+
+/// Default of [`TableConfig::queue_ratio`] and the diagnosis' episode threshold: see
+/// `DiagnosisConfig::queue_ratio` for why.
+pub const DEFAULT_QUEUE_RATIO: f64 = 0.1;
+pub const DEFAULT_QUEUE_SLACK_US: f64 = 2_000.0;
+
+/// Queueing threshold in microseconds for a path of `min_rtt_us`.
+pub fn queue_threshold_us(min_rtt_us: u32, ratio: f64, slack_us: f64) -> f64 {
+    f64::from(min_rtt_us) * ratio + slack_us
+}
+
+/// Flows start tracking loss episodes once they sent this much: smaller flows are never heavy,
+/// and most of a busy host's flows stay below it, so they allocate nothing.
+const TRACK_MIN_BYTES: u64 = 64 * 1024;
+/// Loss episodes kept per flow.
+pub const MAX_EPISODES: usize = 16;
+/// Periodic samples kept to describe the moments before a loss.
+const RING_LEN: usize = 8;
+/// How far before a loss the "before" figures look.
+pub const LOSS_LOOKBACK_NS: u64 = 500_000_000;
+
+/// The start of one loss episode (a recovery: entering Recovery/Loss, or a retransmission
+/// outside one), counted once however many segments it retransmits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossEpisode {
+    pub ts_ns: u64,
+    /// srtt when the loss was detected. The kernel updates srtt on every ACK (gain 1/8), so
+    /// this is the RTT of the segments sent just before the drop: on a drop-tail bottleneck it
+    /// includes the full queue (the queue drops exactly when full), on a random loss it does
+    /// not. A median over the preceding half second smooths a shallow queue away (it fills in
+    /// the last RTTs only: measured 2-6 ms against 6-12 ms at the loss on a quarter-BDP queue).
+    pub srtt_at_us: u32,
+    /// Median srtt of the periodic samples in the half second before (0: none).
+    pub srtt_before_us: u32,
+    pub min_rtt_us: u32,
+    /// Largest cwnd in the half second before the cut, and at detection.
+    pub cwnd_before: u32,
+    /// Largest delivery rate in the half second before (not application-limited), bits/s.
+    pub delivery_before_bps: u64,
+    /// Counters at the episode's start, for loss rates over the episodes' span.
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    /// The sender was still in or leaving slow start (ssthresh unset in the lookback): an
+    /// overshoot of its own making, which says nothing about the path's losses.
+    pub slow_start: bool,
+}
+
+impl LossEpisode {
+    /// Queueing delay when the loss was detected, µs.
+    pub fn queue_us(&self) -> u32 {
+        self.srtt_at_us.saturating_sub(self.min_rtt_us)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RingPoint {
+    ts_ns: u64,
+    srtt_us: u32,
+    cwnd: u32,
+    delivery_bps: u64,
+    app_limited: bool,
+    slow_start: bool,
+}
+
+/// Per-flow loss memory, allocated once the flow has sent [`TRACK_MIN_BYTES`].
+#[derive(Clone, Debug, Default)]
+pub struct LossTracker {
+    ring: [RingPoint; RING_LEN],
+    ring_next: usize,
+    ring_len: usize,
+    /// The latest loss episodes, oldest first (at most [`MAX_EPISODES`]).
+    pub episodes: VecDeque<LossEpisode>,
+    in_loss: bool,
+    /// The three highest delivery rates seen without queueing and not application-limited,
+    /// highest first (bits/s): what the path has shown it can carry for this flow.
+    pub best_clean_bps: [u64; 3],
+}
+
+impl LossTracker {
+    fn update(&mut self, prev: &Sample, s: &Sample, cfg: &TableConfig) {
+        let lossy = matches!(s.ca_state, CaState::Recovery | CaState::Loss);
+        let retransmitted = s.total_retrans > prev.total_retrans;
+        if !self.in_loss && (lossy || retransmitted) {
+            self.record_episode(prev, s);
+        }
+        // One episode per recovery: it ends when the sender is back in Open (or Disorder/CWR).
+        self.in_loss = lossy;
+        let queue_thr = queue_threshold_us(s.min_rtt_us, cfg.queue_ratio, cfg.queue_slack_us);
+        let clean = s.srtt_us > 0
+            && s.min_rtt_us > 0
+            && s.min_rtt_us != u32::MAX
+            && f64::from(s.srtt_us.saturating_sub(s.min_rtt_us)) <= queue_thr;
+        if clean && !s.app_limited && s.delivery_rate_bps > 0 && s.delivery_rate_bps != u64::MAX {
+            let best = &mut self.best_clean_bps;
+            if s.delivery_rate_bps > best[2] {
+                best[2] = s.delivery_rate_bps;
+                best.sort_unstable_by(|a, b| b.cmp(a));
+            }
+        }
+        if s.reason == SampleReason::Periodic {
+            self.ring[self.ring_next] = RingPoint {
+                ts_ns: s.ts_ns,
+                srtt_us: s.srtt_us,
+                cwnd: s.snd_cwnd,
+                delivery_bps: s.delivery_rate_bps,
+                app_limited: s.app_limited,
+                slow_start: s.snd_ssthresh >= TCP_INFINITE_SSTHRESH,
+            };
+            self.ring_next = (self.ring_next + 1) % RING_LEN;
+            self.ring_len = (self.ring_len + 1).min(RING_LEN);
+        }
+    }
+
+    fn record_episode(&mut self, prev: &Sample, s: &Sample) {
+        let since = s.ts_ns.saturating_sub(LOSS_LOOKBACK_NS);
+        let before: Vec<&RingPoint> = self.ring.iter().take(self.ring_len).filter(|p| p.ts_ns >= since).collect();
+        let mut srtts: Vec<u32> = before.iter().map(|p| p.srtt_us).collect();
+        srtts.sort_unstable();
+        let cwnd_before = before.iter().map(|p| p.cwnd).max().unwrap_or(0).max(prev.snd_cwnd).max(s.snd_cwnd);
+        let delivery_before_bps = before
+            .iter()
+            .filter(|p| !p.app_limited && p.delivery_bps != u64::MAX)
+            .map(|p| p.delivery_bps)
+            .max()
+            .unwrap_or(0);
+        let slow_start = prev.snd_ssthresh >= TCP_INFINITE_SSTHRESH || before.iter().any(|p| p.slow_start);
+        if self.episodes.len() >= MAX_EPISODES {
+            self.episodes.pop_front();
+        }
+        self.episodes.push_back(LossEpisode {
+            ts_ns: s.ts_ns,
+            srtt_at_us: s.srtt_us,
+            srtt_before_us: srtts.get(srtts.len() / 2).copied().unwrap_or(0),
+            min_rtt_us: s.min_rtt_us,
+            cwnd_before,
+            delivery_before_bps,
+            bytes_sent: s.bytes_sent,
+            bytes_retrans: s.bytes_retrans,
+            slow_start,
+        });
     }
 }
 
@@ -229,7 +381,7 @@ impl SampleCounts {
     fn add(&mut self, s: &Sample) {
         // Event-triggered samples are taken at moments of loss or state change; only the
         // periodic ones are an unbiased view of the flow's time.
-        if s.reason != crate::analysis::event::SampleReason::Periodic {
+        if s.reason != SampleReason::Periodic {
             return;
         }
         let cwnd_full = s.cwnd_limited || (s.snd_cwnd > 0 && s.packets_out >= s.snd_cwnd);
@@ -255,6 +407,9 @@ pub struct Flow {
     pub ca_time_ns: [u64; 5],
     pub rates: Rates,
     pub counts: SampleCounts,
+    /// Loss episodes and the moments before them; `None` until the flow has sent enough to
+    /// matter (see [`TRACK_MIN_BYTES`]).
+    pub loss: Option<Box<LossTracker>>,
     window: VecDeque<RatePoint>,
     history: History,
     /// Counters at the start of the current history bucket.
@@ -276,6 +431,7 @@ impl Flow {
             ca_time_ns: [0; 5],
             rates: Rates::default(),
             counts,
+            loss: None,
             window: VecDeque::from([point]),
             history: History::new(history_cap),
             bucket_start: point,
@@ -288,6 +444,11 @@ impl Flow {
 
     pub fn is_closed(&self) -> bool {
         self.closed_at_ns.is_some()
+    }
+
+    /// The flow's recorded loss episodes, oldest first.
+    pub fn loss_episodes(&self) -> impl DoubleEndedIterator<Item = &LossEpisode> {
+        self.loss.iter().flat_map(|l| l.episodes.iter())
     }
 
     pub fn history(&self) -> impl ExactSizeIterator<Item = &HistoryPoint> + DoubleEndedIterator {
@@ -335,6 +496,12 @@ impl Flow {
             }
         }
         self.record_history(sample, point, cfg);
+        if self.loss.is_none() && sample.bytes_sent >= TRACK_MIN_BYTES {
+            self.loss = Some(Box::default());
+        }
+        if let Some(loss) = self.loss.as_mut() {
+            loss.update(&self.latest, sample, cfg);
+        }
         let mut latest = sample.clone();
         // The kernel clears the local port when a closing socket is unhashed, and a connecting
         // one has none yet: the flow's identity is the last complete one seen.
@@ -859,6 +1026,73 @@ pub(crate) mod tests {
         close.local.set_port(0);
         t.ingest(&close);
         assert_eq!(t.get(1).expect("flow").latest.local.port(), 40000);
+    }
+
+    /// A bulk sender at cwnd ~`cwnd` on a 30 ms path losing once at each tick in `losses`;
+    /// `queue_ms(tick)` adds queueing to srtt.
+    fn lossy_feed(t: &mut FlowTable, losses: &[u64], queue_ms: impl Fn(u64) -> u32) {
+        let mut retrans = 0;
+        for tick in 0..=100u64 {
+            let mut s = sample(1, tick * 100);
+            s.bytes_sent = 200_000 + tick * 250_000;
+            s.bytes_acked = s.bytes_sent;
+            s.snd_cwnd = 40 + (tick % 10) as u32;
+            s.snd_ssthresh = if tick < 10 { TCP_INFINITE_SSTHRESH } else { 30 };
+            s.srtt_us = 30_000 + queue_ms(tick) * 1000;
+            s.delivery_rate_bps = 20_000_000;
+            t.ingest(&s);
+            if losses.contains(&tick) {
+                // Detection (CA state change), then a burst of retransmissions in Recovery.
+                for (i, reason) in
+                    [SampleReason::CaState, SampleReason::Retransmit, SampleReason::Retransmit].into_iter().enumerate()
+                {
+                    let mut l = s.clone();
+                    l.ts_ns += 1_000_000 * (i as u64 + 1);
+                    l.reason = reason;
+                    l.ca_state = CaState::Recovery;
+                    retrans += u32::from(i > 0);
+                    l.total_retrans = retrans;
+                    t.ingest(&l);
+                }
+                let mut open = s.clone();
+                open.ts_ns += 40_000_000;
+                open.reason = SampleReason::CaState;
+                open.total_retrans = retrans;
+                t.ingest(&open);
+            }
+        }
+    }
+
+    #[test]
+    fn one_episode_per_recovery_with_the_moments_before() {
+        let mut t = FlowTable::new(TableConfig::default());
+        lossy_feed(&mut t, &[5, 30, 60], |tick| if tick == 60 { 8 } else { 0 });
+        let f = t.get(1).expect("flow");
+        let eps: Vec<_> = f.loss_episodes().copied().collect();
+        assert_eq!(eps.len(), 3, "{eps:?}");
+        assert!(eps[0].slow_start, "the first loss ends slow start");
+        assert!(!eps[1].slow_start && !eps[2].slow_start);
+        assert_eq!(eps[1].queue_us(), 0);
+        assert_eq!(eps[2].queue_us(), 8_000);
+        assert_eq!(eps[1].srtt_before_us, 30_000);
+        assert_eq!(eps[1].cwnd_before, 49);
+        assert_eq!(eps[1].delivery_before_bps, 20_000_000);
+        assert_eq!(f.loss.as_ref().expect("tracked").best_clean_bps, [20_000_000; 3]);
+    }
+
+    #[test]
+    fn episodes_are_bounded_and_small_flows_allocate_nothing() {
+        let mut t = FlowTable::new(TableConfig::default());
+        lossy_feed(&mut t, &(0..100).step_by(3).collect::<Vec<_>>(), |_| 0);
+        assert_eq!(t.get(1).expect("flow").loss_episodes().count(), MAX_EPISODES);
+        // A flow that sent little: no loss memory at all.
+        let mut small = sample(2, 0);
+        t.ingest(&small);
+        small.ts_ns += 100_000_000;
+        small.bytes_sent = 10_000;
+        small.total_retrans = 1;
+        t.ingest(&small);
+        assert!(t.get(2).expect("flow").loss.is_none());
     }
 
     #[test]

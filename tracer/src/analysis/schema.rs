@@ -15,6 +15,8 @@ use crate::analysis::time::WallClock;
 /// One line of output, tagged by `"type"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
+// Records are made one at a time and written at once, never kept in bulk: no need to box.
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     /// One kernel sample as it arrived (`--events`).
     Sample(SampleRecord),

@@ -13,6 +13,7 @@ use ratatui::Frame;
 use super::detail;
 use super::format;
 use super::state::{AppState, Column, FlowRow, Screen};
+use crate::analysis::diagnosis::LimitedBy;
 use crate::analysis::event::CaState;
 
 /// Below this the full layout cannot work; a one-paragraph summary is drawn instead.
@@ -262,7 +263,13 @@ fn cell_style(row: &FlowRow, col: Column) -> Style {
     match col {
         Column::Flag if row.flagged => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         Column::CaState if !row.flagged && !row.closed => Style::new().fg(ca_color(row.ca_state)),
-        Column::Retrans if !row.flagged && !row.closed && row.retrans_ratio >= 0.002 => Style::new().fg(Color::Yellow),
+        // A flow filling the path loses at its bottleneck: expected, not a warning.
+        Column::Retrans
+            if !row.flagged && !row.closed && row.limited_by != LimitedBy::Path && row.retrans_ratio >= 0.002 =>
+        {
+            Style::new().fg(Color::Yellow)
+        }
+        Column::LimitedBy if row.limited_by == LimitedBy::Path && !row.closed => Style::new().fg(Color::Green),
         _ => Style::new(),
     }
 }
