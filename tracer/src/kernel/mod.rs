@@ -135,7 +135,42 @@ const _: () = {
 pub enum HookStatus {
     Btf,
     Classic,
-    Disabled(String),
+    Disabled(HookDisabled),
+}
+
+/// Why one flavour of a hook could not be attached.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    #[error("kernel BTF unavailable")]
+    NoKernelBtf,
+    #[error("program {0} missing from the object")]
+    ProgramMissing(&'static str),
+    #[error("tracefs has no {0} with an skaddr field")]
+    NoSkaddr(String),
+    #[error("load: {0}")]
+    Load(String),
+    #[error("attach: {0}")]
+    Attach(String),
+}
+
+/// A hook that is off: why each flavour tried failed, and what is lost without it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookDisabled {
+    pub btf: Option<AttachError>,
+    pub classic: Option<AttachError>,
+    pub without: &'static str,
+}
+
+impl std::fmt::Display for HookDisabled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(e) = &self.btf {
+            write!(f, "BTF tracepoint: {e}; ")?;
+        }
+        if let Some(e) = &self.classic {
+            write!(f, "classic tracepoint: {e}; ")?;
+        }
+        f.write_str(self.without)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -160,7 +195,7 @@ impl HookReport {
 pub struct KernelInfo {
     pub hooks: Vec<HookReport>,
     /// Optional kernel fields this kernel lacks (their values read as 0).
-    pub missing_fields: Vec<String>,
+    pub missing_fields: Vec<offsets::MissingField>,
     pub hz: u32,
     /// The start-up listing of existing sockets: what it walked and skipped, or why it did not run.
     pub snapshot: Result<ListingReport, ListingError>,
@@ -222,31 +257,33 @@ fn short(e: &dyn std::fmt::Display) -> String {
     s.lines().next().unwrap_or("").chars().take(160).collect()
 }
 
-fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<()> {
+fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<(), AttachError> {
     let prog: &mut BtfTracePoint = ebpf
         .program_mut(h.btf_prog)
-        .ok_or_else(|| anyhow!("program {} missing from object", h.btf_prog))?
-        .try_into()?;
-    prog.load(h.event, btf).map_err(|e| anyhow!("load: {}", short(&error_chain(&e))))?;
+        .ok_or(AttachError::ProgramMissing(h.btf_prog))?
+        .try_into()
+        .map_err(|e| AttachError::Load(short(&e)))?;
+    prog.load(h.event, btf).map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
     if let Err(e) = prog.attach() {
         let _ = prog.unload();
-        bail!("attach: {}", short(&error_chain(&e)));
+        return Err(AttachError::Attach(short(&error_chain(&e))));
     }
     Ok(())
 }
 
-fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<()> {
+fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<(), AttachError> {
     if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
-        bail!("tracefs has no {}:{} with an skaddr field", h.group, h.event);
+        return Err(AttachError::NoSkaddr(format!("{}:{}", h.group, h.event)));
     }
     let prog: &mut TracePoint = ebpf
         .program_mut(h.classic_prog)
-        .ok_or_else(|| anyhow!("program {} missing from object", h.classic_prog))?
-        .try_into()?;
-    prog.load().map_err(|e| anyhow!("load: {}", short(&error_chain(&e))))?;
+        .ok_or(AttachError::ProgramMissing(h.classic_prog))?
+        .try_into()
+        .map_err(|e| AttachError::Load(short(&e)))?;
+    prog.load().map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
     if let Err(e) = prog.attach(h.group, h.event) {
         let _ = prog.unload();
-        bail!("attach: {}", short(&error_chain(&e)));
+        return Err(AttachError::Attach(short(&error_chain(&e))));
     }
     Ok(())
 }
@@ -306,25 +343,22 @@ impl KernelSource {
         let mut reports = Vec::new();
         for h in &HOOKS {
             let name = format!("{}:{}", h.group, h.event);
-            let mut reasons = Vec::new();
+            let mut disabled = HookDisabled { btf: None, classic: None, without: h.without };
             let mut status = None;
             if opts.hook_mode != HookMode::Classic {
-                match aya_btf.as_ref() {
-                    Some(btf) => match attach_btf(&mut ebpf, h, btf) {
-                        Ok(()) => status = Some(HookStatus::Btf),
-                        Err(e) => reasons.push(format!("BTF tracepoint: {e}")),
-                    },
-                    None => reasons.push("BTF tracepoint: kernel BTF unavailable".to_string()),
+                let attached = aya_btf.as_ref().ok_or(AttachError::NoKernelBtf).and_then(|b| attach_btf(&mut ebpf, h, b));
+                match attached {
+                    Ok(()) => status = Some(HookStatus::Btf),
+                    Err(e) => disabled.btf = Some(e),
                 }
             }
             if status.is_none() && opts.hook_mode != HookMode::Btf {
                 match attach_classic(&mut ebpf, h, &classic) {
                     Ok(()) => status = Some(HookStatus::Classic),
-                    Err(e) => reasons.push(format!("classic tracepoint: {e}")),
+                    Err(e) => disabled.classic = Some(e),
                 }
             }
-            let status =
-                status.unwrap_or_else(|| HookStatus::Disabled(format!("{}; {}", reasons.join("; "), h.without)));
+            let status = status.unwrap_or(HookStatus::Disabled(disabled));
             reports.push(HookReport { name, status });
         }
         if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {

@@ -128,12 +128,22 @@ const fn want(strukt: &'static str, path: &'static str, read_size: usize, requir
     Want { strukt, path, read_size, required }
 }
 
+/// An optional field this kernel's BTF does not have as cctrace reads it: the samples carry 0
+/// for it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct MissingField {
+    pub strukt: &'static str,
+    pub path: &'static str,
+    pub why: String,
+}
+
 /// Outcome of resolving: the offsets and what is missing on this kernel.
 #[derive(Debug)]
 pub struct Resolved {
     pub offsets: Offsets,
     /// Optional fields the kernel lacks, with the reason (reported, not fatal).
-    pub missing: Vec<String>,
+    pub missing: Vec<MissingField>,
 }
 
 fn byte_offset(loc: &FieldLoc, w: &Want) -> Result<u32> {
@@ -221,7 +231,7 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
             Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
             Err(e) => {
                 *dst = ABSENT;
-                missing.push(e.to_string());
+                missing.push(MissingField { strukt: w.strukt, path: w.path, why: e.to_string() });
             }
         }
     }
@@ -236,7 +246,7 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         match btf.field(w.strukt, w.path).and_then(|loc| bit_field(&loc, &w)) {
             Ok(b) => *dst = b,
             Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
-            Err(e) => missing.push(e.to_string()),
+            Err(e) => missing.push(MissingField { strukt: w.strukt, path: w.path, why: e.to_string() }),
         }
     }
     Ok(Resolved { offsets: o, missing })
