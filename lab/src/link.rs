@@ -177,8 +177,8 @@ impl LinkModel {
         match self.rate_bps {
             None => 0,
             Some(rate) => {
-                let remaining_ns = self.last_departure_ns.saturating_sub(now_ns) as u128;
-                (remaining_ns * rate as u128 / 8_000_000_000) as u64
+                let remaining_ns = u128::from(self.last_departure_ns.saturating_sub(now_ns));
+                (remaining_ns * u128::from(rate) / 8_000_000_000) as u64
             }
         }
     }
@@ -211,7 +211,7 @@ impl LinkModel {
                 if backlog > 0 && backlog + len as u64 > self.queue_bytes {
                     return Verdict::QueueFull;
                 }
-                let tx_ns = (len as u128 * 8_000_000_000 / rate as u128) as u64;
+                let tx_ns = (len as u128 * 8_000_000_000 / u128::from(rate)) as u64;
                 let dep = self.last_departure_ns.max(now_ns).saturating_add(tx_ns);
                 self.last_departure_ns = dep;
                 dep

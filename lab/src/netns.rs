@@ -66,10 +66,7 @@ impl Drop for Registration {
 /// Deletes a named namespace with `ip netns del`, falling back to doing what
 /// it does (detach the bind mount, remove the file) if `ip` fails.
 fn delete_named(name: &str) -> Result<()> {
-    let ip_err = match cmd::run(Command::new("ip").args(["netns", "del", name])) {
-        Ok(_) => return Ok(()),
-        Err(e) => e,
-    };
+    let Err(ip_err) = cmd::run(Command::new("ip").args(["netns", "del", name])) else { return Ok(()) };
     let path = Path::new(NETNS_RUN_DIR).join(name);
     if !path.exists() {
         return Ok(());

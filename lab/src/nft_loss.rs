@@ -34,7 +34,7 @@ pub(crate) fn threshold(p: f64) -> Result<u32, LabError> {
     if !(0.0..=1.0).contains(&p) {
         return Err(LabError::InvalidArgument(format!("loss {p} not in [0, 1]")));
     }
-    Ok((p * SCALE as f64).round() as u32)
+    Ok((p * f64::from(SCALE)).round() as u32)
 }
 
 #[derive(Debug)]

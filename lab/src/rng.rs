@@ -67,8 +67,8 @@ mod tests {
         let mut r = Rng::new(7);
         let n = 200_000;
         let hits = (0..n).filter(|_| r.bernoulli(0.02)).count() as f64;
-        let expected = 0.02 * n as f64;
-        let sd = (n as f64 * 0.02 * 0.98).sqrt();
+        let expected = 0.02 * f64::from(n);
+        let sd = (f64::from(n) * 0.02 * 0.98).sqrt();
         assert!((hits - expected).abs() < 4.0 * sd, "hits {hits}");
         assert!(!r.bernoulli(0.0));
         assert!(r.bernoulli(1.0));

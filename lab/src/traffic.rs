@@ -30,7 +30,7 @@ const IO_CHUNK: usize = 256 * 1024;
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicked generator thread cannot leave these plain counters in a
     // state worth refusing to read.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn thread_result<T>(r: std::thread::Result<Result<T>>, what: &str) -> Result<T> {
@@ -618,7 +618,7 @@ fn run_sender(
             st.bulk(deadline)?;
         }
         SendMode::Paced { rate_bps, write_size } => {
-            let interval = Duration::from_nanos((write_size as u128 * 8_000_000_000 / rate_bps as u128) as u64);
+            let interval = Duration::from_nanos((write_size as u128 * 8_000_000_000 / u128::from(rate_bps)) as u64);
             st.paced(start, deadline, interval, write_size as u64)?;
         }
         SendMode::BulkThenTrickle { bulk_for, trickle_every, trickle_bytes } => {

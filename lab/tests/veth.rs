@@ -51,7 +51,7 @@ fn veth_loss_drops_configured_fraction_and_cleans_up() -> Result<()> {
     ensure!((drops as f64 - seen as f64 * P).abs() <= hw, "realised loss off");
     // Loss on the receiver's ingress is real network loss for the sender.
     ensure!(
-        report.total_retrans as f64 >= 0.5 * drops as f64,
+        f64::from(report.total_retrans) >= 0.5 * drops as f64,
         "TCP retransmitted {} segments for {drops} drops",
         report.total_retrans
     );

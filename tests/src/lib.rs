@@ -15,7 +15,7 @@ use serde_json::Value;
 /// bpftool and measure timing-sensitive things on a 2-core machine.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Why a test cannot run here, if it cannot. CI runs as root on a BTF kernel, so there every
@@ -86,14 +86,14 @@ impl Tracer {
         let r1 = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    l.lock().unwrap_or_else(|p| p.into_inner()).push(v);
+                    l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(v);
                 }
             }
         });
         let e = stderr.clone();
         let r2 = std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = e.lock().unwrap_or_else(|p| p.into_inner());
+                let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 s.push_str(&line);
                 s.push('\n');
             }
@@ -113,7 +113,7 @@ impl Tracer {
     }
 
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     pub fn pid(&self) -> u32 {
@@ -122,7 +122,7 @@ impl Tracer {
 
     /// Everything printed so far.
     pub fn lines(&self) -> Vec<Value> {
-        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Raw kernel samples (`"type":"sample"`) matching `pred`.

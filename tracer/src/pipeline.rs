@@ -115,7 +115,7 @@ pub struct NoStop;
 
 impl StopSignal for NoStop {
     async fn wait(&mut self) {
-        std::future::pending().await
+        std::future::pending::<()>().await;
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 static LAB_LOCK: Mutex<()> = Mutex::new(());
 
 /// Whether this is a CI run (`CI=true`), where every test must run.
-pub fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
@@ -17,7 +17,7 @@ pub fn in_ci() -> bool {
 /// not create namespaces, in which case the test returns early. In CI
 /// (`CI=true`) that is a failure: a skipped test would pass without checking
 /// anything.
-pub fn lab() -> Option<MutexGuard<'static, ()>> {
+pub(crate) fn lab() -> Option<MutexGuard<'static, ()>> {
     if let Err(e) = cctrace_lab::check_privileges() {
         let detail = match e {
             cctrace_lab::LabError::NotPrivileged(d) => d,
@@ -28,17 +28,17 @@ pub fn lab() -> Option<MutexGuard<'static, ()>> {
         println!("skipped: {why}");
         return None;
     }
-    Some(LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+    Some(LAB_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// Half-width of the two-sided binomial interval at z standard deviations.
-pub fn binomial_halfwidth(n: u64, p: f64, z: f64) -> f64 {
+pub(crate) fn binomial_halfwidth(n: u64, p: f64, z: f64) -> f64 {
     z * (n as f64 * p * (1.0 - p)).sqrt()
 }
 
 /// z for a two-sided 99 % interval.
-pub const Z99: f64 = 2.576;
+pub(crate) const Z99: f64 = 2.576;
 
-pub fn mbps(bps: f64) -> f64 {
+pub(crate) fn mbps(bps: f64) -> f64 {
     bps / 1e6
 }

@@ -129,7 +129,7 @@ impl SampleReason {
             reason::STATE_CHANGE => Self::StateChange,
             reason::DESTROY => Self::Destroy,
             reason::SNAPSHOT => Self::Snapshot,
-            other => return Err(DecodeError::BadField("reason", other as u64)),
+            other => return Err(DecodeError::BadField("reason", u64::from(other))),
         })
     }
 }

@@ -346,7 +346,8 @@ impl KernelSource {
             let mut disabled = HookDisabled { btf: None, classic: None, without: h.without };
             let mut status = None;
             if opts.hook_mode != HookMode::Classic {
-                let attached = aya_btf.as_ref().ok_or(AttachError::NoKernelBtf).and_then(|b| attach_btf(&mut ebpf, h, b));
+                let attached =
+                    aya_btf.as_ref().ok_or(AttachError::NoKernelBtf).and_then(|b| attach_btf(&mut ebpf, h, b));
                 match attached {
                     Ok(()) => status = Some(HookStatus::Btf),
                     Err(e) => disabled.btf = Some(e),

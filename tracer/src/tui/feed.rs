@@ -24,21 +24,21 @@ use crossterm::event::KeyEvent;
 use super::state::{AppState, HeaderInfo};
 use super::{apply_key, Action};
 
-pub const HOST_NETNS: u32 = 4026531840;
-pub const CONTAINER_NETNS: u32 = 4026532561;
-pub const CUBIC: u64 = 101;
-pub const BBR: u64 = 202;
-pub const RECEIVER: u64 = 303;
-pub const CLOSED: u64 = 404;
-pub const SSH: u64 = 505;
+pub(super) const HOST_NETNS: u32 = 4026531840;
+pub(super) const CONTAINER_NETNS: u32 = 4026532561;
+pub(super) const CUBIC: u64 = 101;
+pub(super) const BBR: u64 = 202;
+pub(super) const RECEIVER: u64 = 303;
+pub(super) const CLOSED: u64 = 404;
+pub(super) const SSH: u64 = 505;
 const BASE_MS: u64 = 1_000_000;
 use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE;
 
-pub fn ts_ns(tick: u64) -> u64 {
+pub(super) fn ts_ns(tick: u64) -> u64 {
     (BASE_MS + tick * 100) * 1_000_000
 }
 
-pub fn env() -> Environment {
+pub(super) fn env() -> Environment {
     Environment {
         bbr_available: true,
         host_netns: HOST_NETNS,
@@ -47,7 +47,7 @@ pub fn env() -> Environment {
     }
 }
 
-pub fn header() -> HeaderInfo {
+pub(super) fn header() -> HeaderInfo {
     HeaderInfo {
         host: "edge-07".into(),
         kernel: "6.8.0-45-generic".into(),
@@ -170,55 +170,55 @@ fn ssh(tick: u64) -> Sample {
 }
 
 /// Every flow's sample at `tick` (0.1 s steps).
-pub fn batch(tick: u64) -> Vec<Sample> {
+pub(super) fn batch(tick: u64) -> Vec<Sample> {
     let mut b = vec![cubic_lossy(tick), bbr_app_limited(tick), receiver(tick), ssh(tick)];
     b.extend(closing(tick));
     b
 }
 
 /// Only the light ssh flow: for the "no heavy flows" state.
-pub fn light_batch(tick: u64) -> Vec<Sample> {
+pub(super) fn light_batch(tick: u64) -> Vec<Sample> {
     vec![ssh(tick)]
 }
 
 /// The analysis and the UI state together, driven as the pipeline and the front end drive them.
-pub struct Scene {
+pub(super) struct Scene {
     pub analysis: Analysis,
     pub state: AppState,
 }
 
 impl Scene {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::on_host(env())
     }
 
     /// A scene on a host described by `env`.
-    pub fn on_host(env: Environment) -> Self {
+    pub(super) fn on_host(env: Environment) -> Self {
         Self {
             analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env),
             state: AppState::new(header()),
         }
     }
 
-    pub fn ingest(&mut self, batch: &[Sample]) {
+    pub(super) fn ingest(&mut self, batch: &[Sample]) {
         for s in batch {
             self.analysis.ingest(s);
         }
     }
 
     /// One frame: the analysis ticked at `now_ns`, the state synced from it.
-    pub fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
+    pub(super) fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
         self.analysis.tick(now_ns);
         let status = Status { now_ns, counters, source_ended: false };
         self.state.sync(&self.analysis, &status);
     }
 
     /// A key, as the front end applies it.
-    pub fn key(&mut self, key: KeyEvent) -> Action {
+    pub(super) fn key(&mut self, key: KeyEvent) -> Action {
         apply_key(&mut self.state, &self.analysis, key)
     }
 
-    pub fn refresh(&mut self) {
+    pub(super) fn refresh(&mut self) {
         self.state.refresh(&self.analysis);
     }
 }
@@ -237,12 +237,12 @@ impl std::ops::DerefMut for Scene {
 }
 
 /// A scene fed `secs` seconds of `make`, ticked once per second as the pipeline would.
-pub fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
+pub(super) fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
     state_in(env(), secs, lost, make)
 }
 
 /// As [`state_with`], on a host described by `env`.
-pub fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
+pub(super) fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
     let mut scene = Scene::on_host(env);
     let mut received = 0;
     for tick in 0..=secs * 10 {
@@ -257,6 +257,6 @@ pub fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Ve
 }
 
 /// The standard scene: 12 s of the five flows.
-pub fn scene() -> Scene {
+pub(super) fn scene() -> Scene {
     state_with(12, 0, batch)
 }

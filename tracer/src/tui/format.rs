@@ -2,10 +2,10 @@
 //! Pure functions, so every view formats a value the same way and tests can pin them.
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh is "not set yet" at or above this.
-pub use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE_SSTHRESH;
+pub(super) use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE_SSTHRESH;
 
 /// A rate in bits/s with the unit a network engineer expects ("4.0 Mbit/s").
-pub fn rate(bps: f64) -> String {
+pub(super) fn rate(bps: f64) -> String {
     if !bps.is_finite() {
         return "∞".into();
     }
@@ -23,7 +23,7 @@ pub fn rate(bps: f64) -> String {
 
 /// A rate in bits/s in at most 5 characters, SI prefixes, three significant digits ("50.0M",
 /// "850k", "1.25G"), for table cells whose title line names the unit.
-pub fn rate_compact(bps: f64) -> String {
+pub(super) fn rate_compact(bps: f64) -> String {
     if !bps.is_finite() {
         return "∞".into();
     }
@@ -48,14 +48,14 @@ pub fn rate_compact(bps: f64) -> String {
 }
 
 /// Microseconds as milliseconds with one decimal, no unit (the column header carries it).
-pub fn ms(us: u32) -> String {
+pub(super) fn ms(us: u32) -> String {
     // Integer rounding: 30.95 ms must read 31.0, which binary floating point gets wrong.
     let tenths = (u64::from(us) + 50) / 100;
     format!("{}.{}", tenths / 10, tenths % 10)
 }
 
 /// Bytes in binary multiples ("1.4 MiB").
-pub fn bytes(b: u64) -> String {
+pub(super) fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut unit = 0;
@@ -72,7 +72,7 @@ pub fn bytes(b: u64) -> String {
 
 /// A 0..=1 share as a percentage. Two decimals below 10 %, because the loss thresholds that
 /// matter (0.2 %, 2 %) would vanish at one.
-pub fn pct(ratio: f64) -> String {
+pub(super) fn pct(ratio: f64) -> String {
     if !ratio.is_finite() || ratio <= 0.0 {
         "0".into()
     } else if ratio < 0.1 {
@@ -83,7 +83,7 @@ pub fn pct(ratio: f64) -> String {
 }
 
 /// ssthresh in segments, "-" while it is still infinite (as `ss` leaves it out).
-pub fn ssthresh(v: u32) -> String {
+pub(super) fn ssthresh(v: u32) -> String {
     if v >= INFINITE_SSTHRESH {
         "-".into()
     } else {
@@ -92,7 +92,7 @@ pub fn ssthresh(v: u32) -> String {
 }
 
 /// Cut `s` to at most `max` characters, marking the cut with "…".
-pub fn truncate(s: &str, max: usize) -> String {
+pub(super) fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         return s.to_string();
     }
@@ -106,7 +106,7 @@ pub fn truncate(s: &str, max: usize) -> String {
 
 /// Cut `s` to at most `max` characters by dropping its middle: an address keeps its start and
 /// its port.
-pub fn truncate_middle(s: &str, max: usize) -> String {
+pub(super) fn truncate_middle(s: &str, max: usize) -> String {
     let n = s.chars().count();
     if n <= max {
         return s.to_string();
@@ -124,7 +124,7 @@ pub fn truncate_middle(s: &str, max: usize) -> String {
 
 /// Greedy word wrap to `width` columns; a word longer than a line is split. Done here rather
 /// than by ratatui so callers know the exact line count (for scrolling).
-pub fn wrap(text: &str, width: usize) -> Vec<String> {
+pub(super) fn wrap(text: &str, width: usize) -> Vec<String> {
     let width = width.max(1);
     let mut lines = Vec::new();
     let mut line = String::new();
@@ -208,7 +208,7 @@ fn shell_words(line: &str) -> (Vec<String>, Vec<String>) {
 /// command breaks only between words (never inside quotes) and ends the row with ` \`, a
 /// comment continues on rows that start with `#`. A word too long for a row is cut with `…` and
 /// ends the rows: no row is ever the tail of a word or a comment, which would run as a command.
-pub fn wrap_shell(line: &str, width: usize) -> Vec<String> {
+pub(super) fn wrap_shell(line: &str, width: usize) -> Vec<String> {
     let width = width.max(COMMAND_CONTINUES.len() + COMMENT_CONTINUES.len() + 4);
     let (words, comment) = shell_words(line);
     let comment_continues = if words.is_empty() {

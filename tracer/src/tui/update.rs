@@ -18,7 +18,7 @@ pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
         return Action::None;
     }
     // Raw mode turns Ctrl-C into a key: it must quit from anywhere, even while typing.
-    if key.modifiers.contains(KeyModifiers::CONTROL) && matches!(key.code, KeyCode::Char('c') | KeyCode::Char('C')) {
+    if key.modifiers.contains(KeyModifiers::CONTROL) && matches!(key.code, KeyCode::Char('c' | 'C')) {
         return Action::Quit;
     }
     if state.help {
@@ -64,7 +64,7 @@ fn table_key(state: &mut AppState, key: KeyEvent) {
             state.sort_dir = state.sort.natural_dir();
             state.apply_view();
         }
-        KeyCode::Char('S') | KeyCode::Char('r') => {
+        KeyCode::Char('S' | 'r') => {
             state.sort_dir = state.sort_dir.reversed();
             state.apply_view();
         }
