@@ -8,6 +8,8 @@
 //! userspace fills from the running kernel's BTF before load, so one object runs on many kernels.
 #![no_std]
 #![no_main]
+// Entry points are `pub` as aya's program macros are written; an eBPF object has no Rust API.
+#![allow(unreachable_pub)]
 
 use core::ffi::c_void;
 

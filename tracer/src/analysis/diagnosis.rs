@@ -99,6 +99,9 @@ pub struct DiagnosisConfig {
     pub stall_share: f64,
     /// Share of samples with a full cwnd that makes a flow cwnd-limited.
     pub cwnd_full_share: f64,
+    /// Share of samples with a full cwnd that makes a slow flow heavy all the same: it wants
+    /// more than it gets (nearly always full, unlike a flow that fills its window now and then).
+    pub wants_more_cwnd_full_share: f64,
     /// Share of samples with nothing to send that makes a flow application-limited.
     pub no_backlog_share: f64,
     /// Share of samples the kernel marked application-limited that makes a flow so. Lower than
@@ -171,6 +174,7 @@ impl Default for DiagnosisConfig {
             min_busy_share: 0.7,
             stall_share: 0.3,
             cwnd_full_share: 0.5,
+            wants_more_cwnd_full_share: 0.9,
             no_backlog_share: 0.6,
             app_limited_share: 0.4,
             sndbuf_low_share: 0.5,
@@ -725,7 +729,7 @@ fn flag_condition(
     }
     // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,
     // which is exactly what a flow crushed to a few Mbit/s by loss looks like).
-    let wants_more = w.cwnd_full_share >= 0.9;
+    let wants_more = w.cwnd_full_share >= cfg.wants_more_cwnd_full_share;
     if !cfg.is_heavy(total, w.goodput_bps, wants_more) {
         return Err("not a heavy flow");
     }
