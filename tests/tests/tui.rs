@@ -99,7 +99,11 @@ fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
     let text = flowing(&detail);
     assert!(text.contains("Mathis bound"), "{detail}");
     assert!(text.contains("limited by cwnd"), "{detail}");
-    assert!(text.contains("sysctl -w net.ipv4.tcp_congestion_control=bbr"), "the fix is on screen: {detail}");
+    // The fix is at the end of the verdict panel: scroll there as a user would.
+    tmux.keys(&["End"])?;
+    tmux.wait_for("the fix at the end of the verdict", Duration::from_secs(5), |s| {
+        flowing(s).contains("sysctl -w net.ipv4.tcp_congestion_control=bbr")
+    })?;
 
     tmux.keys(&["q"])?;
     let after = tmux.wait_for("cctrace to exit", Duration::from_secs(15), |s| s.contains("TERMINAL_CHECKED"))?;
