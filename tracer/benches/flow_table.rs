@@ -4,12 +4,14 @@
 //!
 //! `cargo bench -p tracer --bench flow_table`
 
+mod synthetic;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use tracer::analysis::event::{from_raw, raw_sample_template, DecodeContext, Sample};
+use tracer::analysis::event::Sample;
 use tracer::analysis::model::{Flow, FlowTable, TableConfig};
 
 /// Live heap bytes of the whole process.
@@ -41,28 +43,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const CTX: DecodeContext = DecodeContext { hz: 250 };
 const MS: u64 = 1_000_000;
 
+/// Flow `cookie`'s sample at `ts_ns`: a bulk upload acking at a rate of its own.
 fn sample(cookie: u64, ts_ns: u64) -> Sample {
-    let mut raw = raw_sample_template();
-    raw.cookie = cookie;
-    raw.ts_ns = ts_ns;
-    raw.saddr[..4].copy_from_slice(&[198, 18, (cookie >> 8) as u8, cookie as u8]);
-    raw.daddr[..4].copy_from_slice(&[198, 19, 0, 1]);
-    raw.sport = 10_000 + (cookie % 50_000) as u16;
-    raw.dport = 443;
-    raw.cc_name[..5].copy_from_slice(b"cubic");
-    raw.comm[..6].copy_from_slice(b"iperf3");
-    raw.flags = tracer_common::flag::OWNER_KNOWN;
-    raw.mss = 1448;
-    raw.snd_cwnd = 10 + (cookie % 90) as u32;
-    raw.srtt_us = 30_000;
-    raw.min_rtt_us = 29_000;
-    raw.bytes_acked = ts_ns / 1000 * (cookie % 7 + 1);
-    raw.bytes_sent = raw.bytes_acked + raw.bytes_acked / 50;
-    raw.bytes_retrans = raw.bytes_acked / 50;
-    from_raw(&raw, &CTX).expect("valid sample")
+    synthetic::sample(cookie, ts_ns, ts_ns / 1000 * (cookie % 7 + 1))
 }
 
 /// Heap bytes per flow (the table's own index included) after `fill` filled a table made with

@@ -4,41 +4,24 @@
 //!
 //! `cargo bench -p tracer --bench frame`
 
+mod synthetic;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
-use tracer::analysis::event::{from_raw, raw_sample_template, DecodeContext, Sample};
+use tracer::analysis::event::Sample;
 use tracer::analysis::model::TableConfig;
 use tracer::analysis::Analysis;
 use tracer::pipeline::Status;
 use tracer::source::SourceCounters;
 use tracer::tui::{draw, AppState, HeaderInfo};
 
-const CTX: DecodeContext = DecodeContext { hz: 250 };
-
+/// Flow `cookie`'s sample in frame `round`.
 fn sample(cookie: u64, ts_ns: u64, round: u64) -> Sample {
-    let mut raw = raw_sample_template();
-    raw.cookie = cookie;
-    raw.ts_ns = ts_ns;
-    raw.saddr[..4].copy_from_slice(&[198, 18, (cookie >> 8) as u8, cookie as u8]);
-    raw.daddr[..4].copy_from_slice(&[198, 19, 0, 1]);
-    raw.sport = 10_000 + (cookie % 50_000) as u16;
-    raw.dport = 443;
-    raw.cc_name[..5].copy_from_slice(b"cubic");
-    raw.mss = 1448;
-    raw.snd_cwnd = 10 + (cookie % 90) as u32;
-    raw.snd_ssthresh = 64;
-    raw.srtt_us = 30_000;
-    raw.min_rtt_us = 29_000;
-    raw.bytes_acked = round * (cookie % 1000 + 1) * 10_000;
-    raw.bytes_sent = raw.bytes_acked + raw.bytes_acked / 50;
-    raw.bytes_retrans = raw.bytes_acked / 50;
-    raw.sndbuf = 87_040;
-    raw.wmem_queued = 80_000;
-    from_raw(&raw, &CTX).expect("valid sample")
+    synthetic::sample(cookie, ts_ns, round * (cookie % 1000 + 1) * 10_000)
 }
 
 /// What the pipeline and the UI do per frame: ingest, tick the analysis, sync the rows.
