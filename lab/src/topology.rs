@@ -14,6 +14,7 @@ use crate::forwarder::{Forwarder, PathStats};
 use crate::link::PathSpec;
 use crate::netns::Netns;
 use crate::nft_loss::{self, NftLoss};
+use crate::sys;
 use crate::tun;
 
 /// What every topology offers to traffic generators and tests.
@@ -246,6 +247,8 @@ pub struct EmulatedPath {
     receiver_addr: Ipv4Addr,
     sender: Netns,
     receiver: Netns,
+    /// Held while the path exists: see [`sys::ZeroWakeLatency`].
+    _wake_latency: sys::ZeroWakeLatency,
 }
 
 impl EmulatedPath {
@@ -265,7 +268,15 @@ impl EmulatedPath {
         let s_tun = Self::build_end(&sender, Self::SENDER_DEV, sender_addr, receiver_addr)?;
         let r_tun = Self::build_end(&receiver, Self::RECEIVER_DEV, receiver_addr, sender_addr)?;
         let forwarder = Forwarder::start(s_tun.fd, r_tun.fd, &spec.forward, &spec.reverse, spec.seed)?;
-        Ok(EmulatedPath { forwarder, spec, sender_addr, receiver_addr, sender, receiver })
+        Ok(EmulatedPath {
+            forwarder,
+            spec,
+            sender_addr,
+            receiver_addr,
+            sender,
+            receiver,
+            _wake_latency: sys::ZeroWakeLatency::request(),
+        })
     }
 
     /// One end: namespace settings, TUN device, address, route to the peer.

@@ -113,10 +113,60 @@ fn describe(o: &Outcome) -> String {
     )
 }
 
+/// Share of packets the emulator released more than 0.5 ms late on the data direction of
+/// `paths`: its own measure of how faithfully it delayed them. A host that stalls (CPU steal
+/// on a shared VM, softirq storms) shows up here before it shows up as "queue" in srtt.
+fn late_share(paths: &[&EmulatedPath]) -> f64 {
+    let (late, sent) =
+        paths.iter().map(|p| p.stats().forward).fold((0, 0), |(l, n), f| (l + f.late_releases, n + f.forwarded));
+    late as f64 / sent.max(1) as f64
+}
+
+/// Above this share of late releases the emulated path had delay the test did not ask for, so
+/// what cctrace said about queueing cannot be checked against it. (A quiet run measures well
+/// under 1 %.)
+const MAX_LATE_SHARE: f64 = 0.05;
+
+/// Run `scenario` until it holds on a run whose emulator kept its timing, at most `attempts`
+/// times. A failure on a faithful run fails at once; only runs the emulator itself reports as
+/// unfaithful are tried again, and if none is faithful the test fails saying so.
+fn on_a_faithful_path(attempts: usize, mut scenario: impl FnMut() -> Result<f64>) -> Result<()> {
+    let mut late = Vec::new();
+    for attempt in 1..=attempts {
+        match scenario() {
+            Ok(share) if share <= MAX_LATE_SHARE => return Ok(()),
+            Ok(share) => late.push(share),
+            Err(e) => {
+                let Some(share) = e.downcast_ref::<Unfaithful>().map(|u| u.0) else { return Err(e) };
+                eprintln!("attempt {attempt}: {e:#}; the emulator released {:.1}% of packets late", share * 100.0);
+                late.push(share);
+            }
+        }
+    }
+    anyhow::bail!("the host could not emulate the path in {attempts} attempts (late releases: {late:?})")
+}
+
+/// A scenario's assertions failed on a run whose emulator was late: (late share).
+#[derive(Debug)]
+struct Unfaithful(f64);
+
+impl std::fmt::Display for Unfaithful {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the emulator released {:.1}% of packets late", self.0 * 100.0)
+    }
+}
+
+impl std::error::Error for Unfaithful {}
+
 #[test]
 fn lossy_wan_flags_cubic_and_spares_bbr_and_thin_streams() -> Result<()> {
     require_kernel!();
     let _serial = serial();
+    on_a_faithful_path(3, lossy_wan_scenario)
+}
+
+/// The 2 % WAN with the demo's mix; returns the emulator's late-release share.
+fn lossy_wan_scenario() -> Result<f64> {
     // The BBR flows get their own copy of the path, as in the demo: on a shared one the BBR bulk
     // transfer keeps the bottleneck's queue full, and CUBIC's losses then come with a queue.
     let path = wan(0.02)?;
@@ -145,26 +195,39 @@ fn lossy_wan_flags_cubic_and_spares_bbr_and_thin_streams() -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
+    let late = late_share(&[&path, &bbr_path]);
+    println!("emulator: {:.2}% of packets released late", late * 100.0);
     let o = |name: &str| {
         let netns = if name.starts_with("bbr") { bbr_path.sender().inode() } else { path.sender().inode() };
         outcome(&lines, netns, ports[name], t0)
     };
+    match check_lossy_wan(&o, &path, &reports) {
+        Ok(()) => Ok(late),
+        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
+        Err(e) => Err(e),
+    }
+}
 
+fn check_lossy_wan(
+    o: &dyn Fn(&str) -> Result<Outcome>,
+    path: &EmulatedPath,
+    reports: &HashMap<&str, cctrace_lab::SenderReport>,
+) -> Result<()> {
     for name in ["cubic bulk", "cubic 25M stream"] {
         let out = o(name)?;
         let first = out.first_flag_s.with_context(|| format!("{name} never flagged: {}", describe(&out)))?;
-        assert!(first <= 10.0, "{name} flagged only after {first:.1} s");
-        assert_eq!(out.last["flagged"], true, "{name} stays flagged: {}", describe(&out));
-        assert_eq!(out.last["limited_by"], "cwnd", "{name}: {}", describe(&out));
+        anyhow::ensure!(first <= 10.0, "{name} flagged only after {first:.1} s");
+        anyhow::ensure!(out.last["flagged"] == true, "{name} stays flagged: {}", describe(&out));
+        anyhow::ensure!(out.last["limited_by"] == "cwnd", "{name}: {}", describe(&out));
         let verdict = out.last["verdict"].as_str().unwrap_or_default();
-        assert!(verdict.contains("Mathis bound"), "{verdict}");
+        anyhow::ensure!(verdict.contains("Mathis bound"), "{verdict}");
         let evidence = &out.last["evidence"];
         let loss = evidence["loss_ratio"].as_f64().unwrap_or(0.0);
-        assert!(loss > 0.01, "retransmitted share near the path's 2 %: {loss}");
+        anyhow::ensure!(loss > 0.01, "retransmitted share near the path's 2 %: {loss}");
         let rtt = evidence["srtt_ms"].as_f64().unwrap_or(0.0);
-        assert!((29.0..45.0).contains(&rtt), "srtt {rtt}");
+        anyhow::ensure!((29.0..45.0).contains(&rtt), "srtt {rtt}");
         let fix = out.last["fix"].to_string();
-        assert!(
+        anyhow::ensure!(
             fix.contains(&format!(
                 "ip netns exec {} sysctl -w net.ipv4.tcp_congestion_control=bbr",
                 path.sender().name()
@@ -172,23 +235,26 @@ fn lossy_wan_flags_cubic_and_spares_bbr_and_thin_streams() -> Result<()> {
             "{fix}"
         );
         // An `ip netns add` namespace does not survive a reboot: no files to persist it in.
-        assert!(fix.contains("roll back: ip netns exec") && fix.contains("=cubic") && fix.contains("persist"), "{fix}");
+        anyhow::ensure!(
+            fix.contains("roll back: ip netns exec") && fix.contains("=cubic") && fix.contains("persist"),
+            "{fix}"
+        );
     }
     let bbr_bulk = o("bbr bulk")?;
-    assert!(!bbr_bulk.ever_flagged, "bbr bulk: {}", describe(&bbr_bulk));
+    anyhow::ensure!(!bbr_bulk.ever_flagged, "bbr bulk: {}", describe(&bbr_bulk));
     for name in ["bbr 25M stream", "cubic 0.5M stream"] {
         let out = o(name)?;
-        assert!(!out.ever_flagged, "{name}: {}", describe(&out));
+        anyhow::ensure!(!out.ever_flagged, "{name}: {}", describe(&out));
         // What the user sees once the stream runs steadily: application-limited, bar the odd
         // window in which a loss burst made it lag. (In its first seconds the BBR stream shares
         // the path with the BBR bulk transfer's start-up and may lag its application: `cwnd`
         // or `path` then are right.)
-        assert!(out.late_share("application") >= 0.75, "{name}: {}", describe(&out));
+        anyhow::ensure!(out.late_share("application") >= 0.75, "{name}: {}", describe(&out));
     }
     // The BBR stream keeps up with its application; the CUBIC one cannot (the senders' own
     // count over their whole run: the last window includes the tail after the last write).
-    assert!(reports["bbr 25M stream"].goodput_bps > 20e6, "{:?}", reports["bbr 25M stream"]);
-    assert!(reports["cubic 25M stream"].goodput_bps < 15e6, "{:?}", reports["cubic 25M stream"]);
+    anyhow::ensure!(reports["bbr 25M stream"].goodput_bps > 20e6, "{:?}", reports["bbr 25M stream"]);
+    anyhow::ensure!(reports["cubic 25M stream"].goodput_bps < 15e6, "{:?}", reports["cubic 25M stream"]);
     Ok(())
 }
 
@@ -232,7 +298,8 @@ fn demo_flags_its_cubic_flows_and_cleans_up_on_sigterm() -> Result<()> {
     };
     // A sender and a receiver namespace for each algorithm's copy of the path.
     assert_eq!(namespaces()?.len(), 4, "the demo's namespaces exist");
-    tracer.wait_for("both CUBIC demo flows flagged", Duration::from_secs(15), |lines| {
+    // The time to flag is measured by the tests above; here that the demo's story plays out.
+    tracer.wait_for("both CUBIC demo flows flagged", Duration::from_secs(40), |lines| {
         let flagged = |comm: &str| {
             lines.iter().any(|v| v["type"] == "flow" && v["owner"]["comm"] == comm && v["flagged"] == true)
         };
@@ -426,7 +493,7 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
     require_kernel!();
     let _serial = serial();
     // One at a time: BBR takes the whole 200 Mbit/s and the emulator needs a core for it.
-    for (rtt, loss) in [(30, 0.001), (80, 0.0005), (30, 0.01)] {
+    for (rtt, loss) in [(30, 0.0005), (30, 0.001), (30, 0.01), (80, 0.0005), (80, 0.001), (80, 0.01)] {
         let path = lossy_path(rtt, loss, false)?;
         let name = format!("{rtt} ms {:.2}%", loss * 100.0);
         let judged = run_bulk(&[(name.as_str(), &path)], &[(0, "bbr")], 12)?;

@@ -374,6 +374,10 @@ fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
             e.rwnd_share * 100.0,
             e.sndbuf_share * 100.0,
         ));
+        // The signals that decided (loss episodes, the queue at them, the standing queue).
+        if !e.decided_by.is_empty() {
+            evidence.push_str(&format!(" · decided by: {}", e.decided_by));
+        }
         para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
     }
     if !v.fix.is_empty() {
