@@ -41,19 +41,31 @@ pub fn named_netns() -> HashMap<u32, String> {
     map
 }
 
+/// A sysctl of the calling thread's network namespace holding a space-separated list.
+fn sysctl_words(key_path: &str) -> Vec<String> {
+    std::fs::read_to_string(key_path).map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default()
+}
+
 pub fn available_congestion_controls() -> Vec<String> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .map(|s| s.split_whitespace().map(String::from).collect())
-        .unwrap_or_default()
+    sysctl_words("/proc/sys/net/ipv4/tcp_available_congestion_control")
+}
+
+/// What a non-initial network namespace may choose as its default.
+pub fn allowed_congestion_controls() -> Vec<String> {
+    sysctl_words("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 }
 
 /// Everything [`Environment`] holds, read now.
 pub fn environment() -> Environment {
+    let available_cc = available_congestion_controls();
     Environment {
-        bbr_available: available_congestion_controls().iter().any(|c| c == "bbr"),
+        bbr_available: available_cc.iter().any(|c| c == "bbr"),
+        available_cc,
+        allowed_cc: allowed_congestion_controls(),
         host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
         netns_pids: netns_pids(),
         netns_names: named_netns(),
+        ..Environment::default()
     }
 }
 

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::container::CgroupInfo;
 use crate::analysis::fix;
 use crate::analysis::model::{self, Flow, FlowTable, SampleCounts};
 
@@ -227,6 +228,15 @@ pub struct Environment {
     pub netns_pids: HashMap<u32, u32>,
     /// Namespaces named by `ip netns add` (/run/netns/NAME), for `ip netns exec NAME`.
     pub netns_names: HashMap<u32, String>,
+    /// Every cgroup v2 id seen on the host: its path and container.
+    pub cgroups: HashMap<u64, CgroupInfo>,
+    /// `net.ipv4.tcp_congestion_control` as each network namespace sees it (its default for
+    /// new connections), for the namespaces flows were seen in.
+    pub netns_cc: HashMap<u32, String>,
+    /// The host's `net.ipv4.tcp_available_congestion_control` and
+    /// `tcp_allowed_congestion_control` (what a non-initial namespace may choose).
+    pub available_cc: Vec<String>,
+    pub allowed_cc: Vec<String>,
 }
 
 /// The numbers a flag rests on.
@@ -935,6 +945,7 @@ mod tests {
             host_netns: 1,
             netns_pids: HashMap::from([(4026531840, 77)]),
             netns_names: HashMap::new(),
+            ..Environment::default()
         }
     }
 

@@ -137,6 +137,7 @@ mod tests {
             host_netns: 4026531840,
             netns_pids: HashMap::new(),
             netns_names: HashMap::new(),
+            ..Environment::default()
         }
     }
 
