@@ -86,6 +86,7 @@ fn the_fix_for_a_hostile_namespace_name_runs_exactly_the_sysctl() {
             host_netns: 4026531840,
             netns_pids: HashMap::new(),
             netns_names: HashMap::from([(NETNS, name.clone())]),
+            ..Environment::default()
         };
         let fix = fix_for(NETNS, &env);
         // Every line is one line, and every comment line is inert.
