@@ -9,6 +9,7 @@
 pub mod container;
 pub mod diagnosis;
 pub mod event;
+pub mod filter;
 pub mod fix;
 pub mod model;
 pub mod schema;
