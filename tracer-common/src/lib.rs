@@ -144,7 +144,10 @@ pub mod counter {
     pub const READ_ERRORS: u32 = 2;
     /// Flow-state map insertions that failed (map full).
     pub const FLOW_MAP_FULL: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// Samples not written because the flow is outside the filter (`--cgroup`, `--container`,
+    /// `--netns`).
+    pub const FILTERED: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Every record begins with this.
@@ -304,11 +307,12 @@ pub struct Offsets {
     pub net_ns_inum: u32,
     /// `struct cgroup` -> `kn`.
     pub cgroup_kn: u32,
+    /// `struct kernfs_node` -> `__parent` (`parent` before 6.14): walks a cgroup's ancestors.
+    pub kernfs_node_parent: u32,
     /// `struct kernfs_node` -> `id`.
     pub kernfs_node_id: u32,
     /// `struct tcp_congestion_ops` -> `name`.
     pub ca_ops_name: u32,
-    pub _pad: u32,
 }
 
 pub const OFFSETS_SIZE: usize = 208;
@@ -364,9 +368,9 @@ impl Offsets {
             is_cwnd_limited: NONE,
             net_ns_inum: ABSENT,
             cgroup_kn: ABSENT,
+            kernfs_node_parent: ABSENT,
             kernfs_node_id: ABSENT,
             ca_ops_name: ABSENT,
-            _pad: 0,
         }
     }
 }
@@ -423,6 +427,36 @@ impl Config {
     }
 }
 
+/// The kernel-side flow filter, one entry of the `FILTER` array map, rewritten by userspace
+/// whenever the user's filter or what it resolves to changes. A flow passes when it matches
+/// every dimension `mode` turns on: its cgroup or one of its ancestors is in `FILTER_CGROUPS`,
+/// its network namespace is in `FILTER_NETNS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterState {
+    /// Bumped on every change, so flows cached under an older filter are checked again. 0 is
+    /// never used for a filter (it is what a new flow's cache holds).
+    pub generation: u32,
+    /// [`filter_mode`] bits; 0: every flow passes.
+    pub mode: u32,
+}
+
+pub const FILTER_STATE_SIZE: usize = 8;
+const _: () = assert!(core::mem::size_of::<FilterState>() == FILTER_STATE_SIZE);
+
+pub mod filter_mode {
+    /// Keep flows whose cgroup, or an ancestor of it, is in `FILTER_CGROUPS`.
+    pub const CGROUP: u32 = 1;
+    /// Keep flows whose network namespace is in `FILTER_NETNS`.
+    pub const NETNS: u32 = 2;
+}
+
+/// Most cgroups and namespaces one filter names (map sizes).
+pub const FILTER_MAX_CGROUPS: u32 = 4096;
+pub const FILTER_MAX_NETNS: u32 = 1024;
+/// Deepest a socket's cgroup may sit below a filtered cgroup (levels walked up in the kernel).
+pub const FILTER_MAX_CGROUP_DEPTH: u32 = 32;
+
 /// Per-flow state kept in the kernel between samples.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -435,7 +469,11 @@ pub struct FlowState {
     pub pid: u32,
     pub comm: [u8; 16],
     pub flags: u8,
-    pub _pad: [u8; 7],
+    /// Whether the flow passed the filter of generation `filter_generation` (1) or not (0):
+    /// the filter is checked once per flow and filter change, not on every event.
+    pub filter_pass: u8,
+    pub _pad: [u8; 2],
+    pub filter_generation: u32,
 }
 
 pub const FLOW_STATE_SIZE: usize = 48;
@@ -452,6 +490,8 @@ mod pod {
     unsafe impl aya::Pod for super::ClassicTracepointOffsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Config {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FilterState {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FlowState {}
 }

@@ -19,12 +19,13 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
     },
     macros::{btf_tracepoint, map, tracepoint},
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use tracer_common::{
-    counter, family, flag, reason, record_kind, tcp_state, BitField, ClassicTracepointOffsets, Config, FlowSample,
-    FlowState, HookId, Offsets, RecordHeader, ABSENT, DEFAULT_RING_BYTES, FLOW_SAMPLE_SIZE, IPPROTO_TCP, WIRE_VERSION,
+    counter, family, filter_mode, flag, reason, record_kind, tcp_state, BitField, ClassicTracepointOffsets, Config,
+    FilterState, FlowSample, FlowState, HookId, Offsets, RecordHeader, ABSENT, DEFAULT_RING_BYTES, FILTER_MAX_CGROUPS,
+    FILTER_MAX_CGROUP_DEPTH, FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -42,6 +43,14 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 static FLOWS: LruHashMap<u64, FlowState> = LruHashMap::with_max_entries(65_536, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+/// The flow filter (one entry) and the cgroups and network namespaces it keeps; userspace
+/// rewrites them while the programs run.
+#[map]
+static FILTER: Array<FilterState> = Array::with_max_entries(1, 0);
+#[map]
+static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(FILTER_MAX_CGROUPS, 0);
+#[map]
+static FILTER_NETNS: HashMap<u32, u8> = HashMap::with_max_entries(FILTER_MAX_NETNS, 0);
 
 /// No CA state override: read `icsk_ca_state` from the socket.
 const CA_FROM_SOCKET: u8 = 0xff;
@@ -163,7 +172,11 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         state.flags |= flag::OWNER_KNOWN;
     }
 
-    emit(&hit, &state, now);
+    if passes_filter(hit.sk, &mut state) {
+        emit(&hit, &state, now);
+    } else {
+        bump(counter::FILTERED);
+    }
 
     // The entry lives until destroy (which follows the move to CLOSE), so the close and destroy
     // samples still carry the owner and the retransmission count.
@@ -173,6 +186,56 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         bump(counter::FLOW_MAP_FULL);
     }
     Ok(0)
+}
+
+/// Whether the flow is inside the user's filter. The answer is kept in the flow's state for the
+/// filter's generation, so the namespace read and the cgroup walk run once per flow and filter
+/// change, not on every `tcp_probe`.
+#[inline(always)]
+fn passes_filter(sk: *const u8, state: &mut FlowState) -> bool {
+    let Some(filter) = FILTER.get(0) else { return true };
+    let filter = *filter;
+    if filter.mode == 0 {
+        return true;
+    }
+    if state.filter_generation != filter.generation {
+        state.filter_generation = filter.generation;
+        state.filter_pass = u8::from(matches_filter(sk, filter.mode));
+    }
+    state.filter_pass != 0
+}
+
+#[inline(always)]
+fn matches_filter(sk: *const u8, mode: u32) -> bool {
+    if mode & filter_mode::NETNS != 0 {
+        let net = read_ptr(sk, global!(OFFSETS.skc_net));
+        let inum: u32 = read(net, global!(OFFSETS.net_ns_inum));
+        // SAFETY: a lookup in a hash map of plain integers; the value is not used.
+        if unsafe { FILTER_NETNS.get(&inum) }.is_none() {
+            return false;
+        }
+    }
+    if mode & filter_mode::CGROUP != 0 {
+        // The socket's cgroup and its ancestors, by their kernfs ids (the cgroup ids userspace
+        // sees as directory inodes): a filter on a cgroup keeps everything below it.
+        let cgroup = read_ptr(sk, global!(OFFSETS.sk_cgrp_cgroup));
+        let mut kn = read_ptr(cgroup, global!(OFFSETS.cgroup_kn));
+        let mut level = 0;
+        while level < FILTER_MAX_CGROUP_DEPTH {
+            if kn.is_null() {
+                return false;
+            }
+            let id: u64 = read(kn, global!(OFFSETS.kernfs_node_id));
+            // SAFETY: as above.
+            if unsafe { FILTER_CGROUPS.get(&id) }.is_some() {
+                return true;
+            }
+            kn = read_ptr(kn, global!(OFFSETS.kernfs_node_parent));
+            level += 1;
+        }
+        return false;
+    }
+    true
 }
 
 #[inline(always)]

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod demo;
 pub mod host;
 pub mod kernel;
+pub mod live_filter;
 pub mod output;
 pub mod pipeline;
 pub mod signals;

@@ -7,11 +7,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use tracer::analysis::diagnosis::DiagnosisConfig;
+use tracer::analysis::filter::{resolve, FilterSpec, ResolvedFilter};
 use tracer::analysis::model::TableConfig;
 use tracer::analysis::schema::SummaryRecord;
 use tracer::analysis::Analysis;
 use tracer::cli::{bounded_f64, duration_secs, ring_kib};
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
+use tracer::live_filter::{cgroup2_mount, FilterUpkeep, HostPaths, LiveFilter};
 use tracer::output::json::JsonOutput;
 use tracer::output::writer::LineWriter;
 use tracer::pipeline::{self, PipelineOptions};
@@ -54,6 +56,18 @@ struct Cli {
     /// ...and moves at least this many Mbit/s (or keeps its congestion window full).
     #[arg(long, global = true, default_value_t = 1.0, value_name = "MBIT/S", value_parser = bounded_f64(0.0, 1e6))]
     heavy_mbps: f64,
+    /// Trace only flows whose socket belongs to this cgroup v2 or below it: a path below the
+    /// cgroup v2 mount (`/system.slice/nginx.service`) or an absolute one. Repeatable.
+    #[arg(long, global = true, value_name = "PATH")]
+    cgroup: Vec<String>,
+    /// Trace only this container's flows: its name, its id or an id prefix (Docker, Podman,
+    /// containerd, CRI-O, LXC, Proxmox) or a systemd unit. Repeatable.
+    #[arg(long, global = true, value_name = "NAME|ID")]
+    container: Vec<String>,
+    /// Trace only flows in this network namespace: an `ip netns` name, a path such as
+    /// /proc/PID/ns/net, or its inode number. Repeatable.
+    #[arg(long, global = true, value_name = "NAME|PATH|INODE")]
+    netns: Vec<String>,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
@@ -80,11 +94,16 @@ fn diagnosis_config(cli: &Cli) -> DiagnosisConfig {
     }
 }
 
-fn start_kernel(cli: &Cli) -> Result<KernelSource> {
+fn filter_spec(cli: &Cli) -> FilterSpec {
+    FilterSpec { cgroups: cli.cgroup.clone(), containers: cli.container.clone(), netns: cli.netns.clone() }
+}
+
+fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     let opts = KernelOptions {
         sample_interval: Duration::from_millis(cli.sample_ms),
         hook_mode: cli.hooks,
         ring_bytes: cli.ring_kib.saturating_mul(1024),
+        filter,
     };
     let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {
@@ -111,6 +130,7 @@ fn summary_line(s: &SummaryRecord) -> String {
         ("decode errors", s.decode_errors),
         ("kernel read errors", s.kernel_read_errors),
         ("flows the kernel map could not hold", s.flow_map_full),
+        ("samples filtered out in the kernel", s.events_filtered),
         ("flows evicted from the table", s.flows_evicted),
     ] {
         if n > 0 {
@@ -122,8 +142,14 @@ fn summary_line(s: &SummaryRecord) -> String {
 
 async fn run(cli: &Cli) -> Result<()> {
     let mut shutdown = Shutdown::install()?;
+    // A filter term that names nothing is an error before anything is attached.
+    let env = tracer::host::environment();
+    let spec = filter_spec(cli);
+    let host_paths = HostPaths { cgroup_root: cgroup2_mount() };
+    let resolved = resolve(&spec, &env, &host_paths)?;
     // Attach first so the demo's connections are seen from their first packet.
-    let mut source = start_kernel(cli)?;
+    let mut source = start_kernel(cli, resolved)?;
+    let live_filter = source.take_filter().map(|k| LiveFilter::new(k, spec.clone(), host_paths));
     // The demo lab exists only while this function runs: its Drop removes the namespaces on
     // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
     #[cfg(feature = "demo")]
@@ -138,7 +164,6 @@ async fn run(cli: &Cli) -> Result<()> {
     #[cfg(not(feature = "demo"))]
     let demo_description: Option<String> = None;
 
-    let env = tracer::host::environment();
     let mut analysis = Analysis::new(TableConfig::default(), diagnosis_config(cli), env)
         .with_env_refresh(Some(tracer::host::environment));
     let pipeline_opts = PipelineOptions {
@@ -147,12 +172,17 @@ async fn run(cli: &Cli) -> Result<()> {
         ..PipelineOptions::default()
     };
     let result = if cli.json || !std::io::stdout().is_terminal() {
-        eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
+        if spec.is_empty() {
+            eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
+        } else {
+            eprintln!("cctrace: tracing TCP flows of {} ({})", spec.describe().join(" "), source.describe());
+        }
         if let Some(d) = &demo_description {
             eprintln!("cctrace: {d}");
         }
         let out = LineWriter::spawn(Box::new(std::io::stdout()));
-        let mut front = JsonOutput::new(out, tracer::clock::wall_clock_now(), cli.events);
+        let json = JsonOutput::new(out, tracer::clock::wall_clock_now(), cli.events);
+        let mut front = FilterUpkeep { inner: json, filter: live_filter.context("the filter maps are missing")? };
         pipeline::run(
             &mut source,
             &mut analysis,
@@ -168,7 +198,8 @@ async fn run(cli: &Cli) -> Result<()> {
             Some(d) => format!("{} · {d}", source.describe()),
             None => source.describe(),
         };
-        let header = tracer::tui::HeaderInfo::this_host(described);
+        let mut header = tracer::tui::HeaderInfo::this_host(described);
+        header.filters = spec.describe();
         let opts = tracer::tui::TuiOptions::default();
         tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, &mut shutdown)
             .await

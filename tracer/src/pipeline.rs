@@ -130,6 +130,7 @@ pub fn summary(source: &dyn EventSource, analysis: &Analysis) -> SummaryRecord {
         decode_errors: c.decode_errors,
         kernel_read_errors: c.kernel_read_errors,
         flow_map_full: c.flow_map_full,
+        events_filtered: c.filtered,
         flows_seen: analysis.table.len() as u64 + analysis.table.evicted(),
         flows_evicted: analysis.table.evicted(),
     }

@@ -24,6 +24,8 @@ pub struct SourceCounters {
     /// Per-flow kernel state that could not be stored because the kernel's flow map was full:
     /// those flows lose rate limiting and owner names until entries free up.
     pub flow_map_full: u64,
+    /// Samples the kernel did not write because their flow is outside the filter.
+    pub filtered: u64,
     /// Samples the kernel wrote into the ring buffer (live sources only): received + lost
     /// accounts for all of them.
     pub kernel_emitted: Option<u64>,

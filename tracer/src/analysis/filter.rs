@@ -3,6 +3,9 @@
 //!
 //! Pure: resolution reads the host facts from [`Environment`]; the kernel side applies the result.
 
+use std::collections::BTreeSet;
+
+use crate::analysis::container::{Container, Runtime};
 use crate::analysis::diagnosis::Environment;
 
 /// The user's filter, as given on the command line or typed in the TUI.
@@ -39,4 +42,162 @@ pub trait FilterControl {
     fn apply(&mut self, spec: &FilterSpec, env: &Environment) -> Result<Vec<String>, String>;
     /// The filter in force.
     fn current(&self) -> FilterSpec;
+}
+
+/// What a filter resolves to on this host: the sets the kernel programs check. An empty set
+/// leaves that dimension open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolvedFilter {
+    /// cgroup ids whose subtrees are kept (`--cgroup` and `--container`).
+    pub cgroup_ids: BTreeSet<u64>,
+    /// Network-namespace inodes kept (`--netns`).
+    pub netns: BTreeSet<u32>,
+}
+
+impl ResolvedFilter {
+    pub fn is_open(&self) -> bool {
+        self.cgroup_ids.is_empty() && self.netns.is_empty()
+    }
+}
+
+/// A filter term that names nothing on this host.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("no container {given:?} on this host{}", closest_text(closest))]
+    UnknownContainer { given: String, closest: Vec<String> },
+    #[error("container {given:?} is ambiguous: it is a prefix of the ids of {}", matches.join(", "))]
+    AmbiguousContainer { given: String, matches: Vec<String> },
+    #[error("no cgroup {given:?} in the cgroup v2 hierarchy{}", closest_text(closest))]
+    UnknownCgroup { given: String, closest: Vec<String> },
+    #[error(
+        "no network namespace {given:?} (give an ip netns name, a path such as /proc/PID/ns/net, or an inode number){}",
+        closest_text(closest)
+    )]
+    UnknownNetns { given: String, closest: Vec<String> },
+}
+
+fn closest_text(closest: &[String]) -> String {
+    if closest.is_empty() {
+        String::new()
+    } else {
+        format!("; closest: {}", closest.join(", "))
+    }
+}
+
+/// How the host answers what pure code cannot: the cgroup id of a cgroup path (the directory's
+/// inode) and the namespace a path opens.
+pub trait HostLookup {
+    fn cgroup_id(&self, path: &str) -> Option<u64>;
+    fn netns_inode(&self, path: &str) -> Option<u32>;
+}
+
+/// Up to three known names most like `given`: similar spellings first, then names containing it.
+fn closest<'a>(given: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let given_lower = given.to_lowercase();
+    let mut scored: Vec<(f64, &str)> = known
+        .into_iter()
+        .map(|k| {
+            let lower = k.to_lowercase();
+            let mut score = strsim::jaro_winkler(&given_lower, &lower);
+            if lower.contains(&given_lower) || given_lower.contains(&lower) {
+                score += 1.0;
+            }
+            (score, k)
+        })
+        .filter(|(score, _)| *score >= 0.7)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored.into_iter().take(3).map(|(_, k)| k.to_string()).collect()
+}
+
+/// The shortest id prefix a container may be named by (Docker's CLI accepts any unique prefix;
+/// a single hex digit would match half the host by accident).
+pub const MIN_ID_PREFIX: usize = 3;
+
+/// Whether the user's `given` names `c`: its name, its id or an id prefix, a pod as
+/// `namespace/name` or `name`, or a systemd unit with or without its suffix.
+fn names_container(given: &str, c: &Container) -> bool {
+    if c.name.as_deref() == Some(given) || c.id == given {
+        return true;
+    }
+    if given.len() >= MIN_ID_PREFIX && c.id.starts_with(given) && c.id.chars().all(|ch| ch.is_ascii_hexdigit()) {
+        return true;
+    }
+    if let Some(pod) = &c.pod {
+        if pod.name == given || format!("{}/{}", pod.namespace, pod.name) == given {
+            return true;
+        }
+    }
+    c.runtime == Runtime::Systemd && c.id.rsplit_once('.').is_some_and(|(stem, _)| stem == given)
+}
+
+/// Resolve `spec` against the host facts in `env` and `host`.
+pub fn resolve(spec: &FilterSpec, env: &Environment, host: &dyn HostLookup) -> Result<ResolvedFilter, FilterError> {
+    let mut out = ResolvedFilter::default();
+    for given in &spec.containers {
+        let hits: Vec<(u64, &Container)> = env
+            .cgroups
+            .iter()
+            .filter_map(|(id, info)| info.container.as_ref().map(|c| (*id, c)))
+            .filter(|(_, c)| names_container(given, c))
+            .collect();
+        let distinct: BTreeSet<&str> = hits.iter().map(|(_, c)| c.id.as_str()).collect();
+        if distinct.len() > 1 && hits.iter().all(|(_, c)| c.name.as_deref() != Some(given.as_str())) {
+            let matches = hits
+                .iter()
+                .map(|(_, c)| c.name.clone().unwrap_or_else(|| c.id.clone()))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            return Err(FilterError::AmbiguousContainer { given: given.clone(), matches });
+        }
+        if hits.is_empty() {
+            let known: BTreeSet<String> = env
+                .cgroups
+                .values()
+                .filter_map(|i| i.container.as_ref())
+                .flat_map(|c| [c.name.clone(), Some(c.id.clone())])
+                .flatten()
+                .collect();
+            let closest = closest(given, known.iter().map(String::as_str));
+            return Err(FilterError::UnknownContainer { given: given.clone(), closest });
+        }
+        // A name given exactly wins over id prefixes that happen to match too.
+        let exact = hits.iter().any(|(_, c)| c.name.as_deref() == Some(given.as_str()));
+        out.cgroup_ids.extend(
+            hits.iter().filter(|(_, c)| !exact || c.name.as_deref() == Some(given.as_str())).map(|(id, _)| *id),
+        );
+    }
+    for given in &spec.cgroups {
+        match host.cgroup_id(given) {
+            Some(id) => {
+                out.cgroup_ids.insert(id);
+            }
+            None => {
+                let closest = closest(given, env.cgroups.values().map(|i| i.path.as_str()));
+                return Err(FilterError::UnknownCgroup { given: given.clone(), closest });
+            }
+        }
+    }
+    for given in &spec.netns {
+        let by_name = env.netns_names.iter().find(|(_, name)| *name == given).map(|(ino, _)| *ino);
+        let by_inode = given.parse::<u32>().ok().filter(|ino| {
+            *ino == env.host_netns
+                || env.netns_names.contains_key(ino)
+                || env.netns_pids.contains_key(ino)
+                || env.netns_cc.contains_key(ino)
+        });
+        let by_path = || given.contains('/').then(|| host.netns_inode(given)).flatten();
+        match by_name.or(by_inode).or_else(by_path) {
+            Some(ino) => {
+                out.netns.insert(ino);
+            }
+            None => {
+                let closest = closest(given, env.netns_names.values().map(String::as_str));
+                return Err(FilterError::UnknownNetns { given: given.clone(), closest });
+            }
+        }
+    }
+    Ok(out)
 }

@@ -226,6 +226,10 @@ pub struct SummaryRecord {
     pub kernel_read_errors: u64,
     /// Flows the kernel's per-flow map could not hold.
     pub flow_map_full: u64,
+    /// Samples the kernel did not write because their flow is outside `--cgroup`,
+    /// `--container` or `--netns`.
+    #[serde(default)]
+    pub events_filtered: u64,
     /// Distinct flows seen, and how many of them the flow table evicted to stay bounded.
     pub flows_seen: u64,
     pub flows_evicted: u64,

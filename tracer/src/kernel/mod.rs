@@ -4,6 +4,7 @@
 //! Dropping [`KernelSource`] detaches every program and frees every map: nothing is pinned.
 
 pub mod caps;
+pub mod filter;
 pub mod hz;
 pub mod listing;
 pub mod offsets;
@@ -45,6 +46,8 @@ pub struct KernelOptions {
     pub hook_mode: HookMode,
     /// Ring-buffer size in bytes: a power of two, at least one page.
     pub ring_bytes: u32,
+    /// Flows to keep (open: all), in force from the first program run.
+    pub filter: crate::analysis::filter::ResolvedFilter,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
@@ -55,6 +58,7 @@ impl Default for KernelOptions {
             sample_interval: Duration::from_nanos(tracer_common::DEFAULT_SAMPLE_INTERVAL_NS),
             hook_mode: HookMode::Auto,
             ring_bytes: DEFAULT_RING_BYTES,
+            filter: crate::analysis::filter::ResolvedFilter::default(),
         }
     }
 }
@@ -220,6 +224,8 @@ pub struct KernelSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
+    /// Until a front end takes it to change the filter while running.
+    filter: Option<filter::KernelFilter>,
     ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
@@ -336,6 +342,10 @@ impl KernelSource {
             .load(EBPF_OBJECT)
             .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
 
+        // The filter is in force before any program runs, the start-up listing included.
+        let mut filter = filter::KernelFilter::take(&mut ebpf, &resolved.offsets)?;
+        filter.apply(&opts.filter)?;
+
         let aya_btf = match opts.hook_mode {
             HookMode::Classic => None,
             _ => Btf::from_sys_fs().ok(),
@@ -384,6 +394,7 @@ impl KernelSource {
         Ok(Self {
             ring,
             counters,
+            filter: Some(filter),
             ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
             ctx: DecodeContext { hz },
@@ -395,6 +406,11 @@ impl KernelSource {
 
     pub fn info(&self) -> &KernelInfo {
         &self.info
+    }
+
+    /// The filter maps, to change the filter while the programs run (once).
+    pub fn take_filter(&mut self) -> Option<filter::KernelFilter> {
+        self.filter.take()
     }
 
     /// Detach every program: no sample is written after this, so the ring buffer drains dry
@@ -428,6 +444,7 @@ impl KernelSource {
             ("emitted", self.counter(counter::EMITTED)),
             ("read_errors", self.counter(counter::READ_ERRORS)),
             ("flow_map_full", self.counter(counter::FLOW_MAP_FULL)),
+            ("filtered", self.counter(counter::FILTERED)),
         ])
     }
 
@@ -479,6 +496,7 @@ impl EventSource for KernelSource {
             decode_errors: self.decode_errors,
             kernel_read_errors: self.counter(counter::READ_ERRORS),
             flow_map_full: self.counter(counter::FLOW_MAP_FULL),
+            filtered: self.counter(counter::FILTERED),
             kernel_emitted: Some(self.emitted()),
         }
     }

@@ -236,6 +236,17 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         }
     }
 
+    // Renamed `__parent` in 6.14 (readers must now hold a lock or RCU, which a probe read of a
+    // cgroup that stays alive while its socket exists does not need).
+    let parent = btf
+        .field("kernfs_node", "__parent")
+        .or_else(|_| btf.field("kernfs_node", "parent"))
+        .and_then(|loc| byte_offset(&loc, &want("kernfs_node", "parent", 8, false)));
+    match parent {
+        Ok(off) => o.kernfs_node_parent = off,
+        Err(e) => missing.push(MissingField { strukt: "kernfs_node", path: "parent", why: e.to_string() }),
+    }
+
     let bits: [(&mut BitField, Want); 4] = [
         (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
         (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),

@@ -1,0 +1,173 @@
+//! The filter while cctrace runs: resolve the user's terms on this host, put them in the
+//! kernel, follow containers that restart under the same name, and let the TUI change it.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+
+use crate::analysis::diagnosis::Environment;
+use crate::analysis::event::Sample;
+use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
+use crate::analysis::schema::SummaryRecord;
+use crate::analysis::Analysis;
+use crate::kernel::filter::KernelFilter;
+use crate::pipeline::{Control, FrontEnd, Status};
+
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const NSFS_MAGIC: i64 = 0x6e73_6673;
+
+fn fs_magic(path: &Path) -> Option<i64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statfs writes into the zeroed struct we own; `c` is NUL-terminated.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::statfs(c.as_ptr(), &raw mut buf) } == 0).then_some(buf.f_type)
+}
+
+/// Answers filter lookups from the host's file systems.
+pub struct HostPaths {
+    /// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts).
+    pub cgroup_root: Option<PathBuf>,
+}
+
+impl HostLookup for HostPaths {
+    /// The id of a cgroup given as a path below the v2 mount (`/system.slice/x.service`,
+    /// `system.slice/x.service`) or as an absolute path on a cgroup2 file system.
+    fn cgroup_id(&self, given: &str) -> Option<u64> {
+        let given_path = Path::new(given);
+        let candidates: Vec<PathBuf> = match &self.cgroup_root {
+            Some(root) => {
+                let below = root.join(given.trim_start_matches('/'));
+                if given_path.is_absolute() && given_path.starts_with(root) {
+                    vec![given_path.to_path_buf()]
+                } else {
+                    vec![below, given_path.to_path_buf()]
+                }
+            }
+            None => vec![given_path.to_path_buf()],
+        };
+        candidates.into_iter().find_map(|p| {
+            let meta = std::fs::metadata(&p).ok()?;
+            (meta.is_dir() && fs_magic(&p) == Some(CGROUP2_SUPER_MAGIC)).then(|| meta.ino())
+        })
+    }
+
+    /// The namespace a path opens: `/proc/PID/ns/net`, `/run/netns/NAME`, a bind mount.
+    fn netns_inode(&self, given: &str) -> Option<u32> {
+        let path = Path::new(given);
+        if fs_magic(path) != Some(NSFS_MAGIC) {
+            return None;
+        }
+        u32::try_from(std::fs::metadata(path).ok()?.ino()).ok()
+    }
+}
+
+struct Inner {
+    kernel: KernelFilter,
+    spec: FilterSpec,
+}
+
+/// The filter in force, shared by the upkeep that follows the host and the TUI's prompt.
+#[derive(Clone)]
+pub struct LiveFilter {
+    inner: Arc<Mutex<Inner>>,
+    host: Arc<HostPaths>,
+}
+
+impl LiveFilter {
+    /// `kernel` already has `spec`'s resolution applied.
+    pub fn new(kernel: KernelFilter, spec: FilterSpec, host: HostPaths) -> Self {
+        Self { inner: Arc::new(Mutex::new(Inner { kernel, spec })), host: Arc::new(host) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding it leaves maps that are still consistent.
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn applied(&self) -> ResolvedFilter {
+        self.lock().kernel.applied().clone()
+    }
+
+    /// Re-resolve the filter in force against newer host facts: a container that was
+    /// recreated under the same name has a new cgroup. A term that no longer resolves (its
+    /// container stopped) keeps what it resolved to last.
+    pub fn refresh(&self, env: &Environment) -> Result<bool> {
+        let mut inner = self.lock();
+        if inner.spec.is_empty() {
+            return Ok(false);
+        }
+        let Ok(resolved) = resolve(&inner.spec, env, self.host.as_ref()) else { return Ok(false) };
+        if &resolved == inner.kernel.applied() {
+            return Ok(false);
+        }
+        inner.kernel.apply(&resolved)?;
+        log::info!("filter {:?} now resolves to {:?}", inner.spec.describe(), resolved);
+        Ok(true)
+    }
+}
+
+impl FilterControl for LiveFilter {
+    fn apply(&mut self, spec: &FilterSpec, env: &Environment) -> Result<Vec<String>, String> {
+        let resolved = resolve(spec, env, self.host.as_ref()).map_err(|e| e.to_string())?;
+        let mut inner = self.lock();
+        inner.kernel.apply(&resolved).map_err(|e| format!("{e:#}"))?;
+        inner.spec = spec.clone();
+        log::info!("filter set to {:?}: {:?}", spec.describe(), resolved);
+        Ok(spec.describe())
+    }
+
+    fn current(&self) -> FilterSpec {
+        self.lock().spec.clone()
+    }
+}
+
+/// Runs a front end and keeps the kernel filter following the host on every tick.
+pub struct FilterUpkeep<F> {
+    pub inner: F,
+    pub filter: LiveFilter,
+}
+
+impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
+    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
+        self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        if let Err(e) = self.filter.refresh(&analysis.env) {
+            log::warn!("re-applying the filter failed: {e:#}");
+        }
+        self.inner.on_tick(analysis, status).await
+    }
+
+    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
+        self.inner.input(analysis).await
+    }
+
+    fn on_source_end(&mut self) -> Control {
+        self.inner.on_source_end()
+    }
+
+    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
+        self.inner.finish(analysis, summary).await
+    }
+}
+
+/// Where cgroup v2 is mounted, from `/proc/self/mountinfo`: `/sys/fs/cgroup` on unified hosts,
+/// `/sys/fs/cgroup/unified` on hybrid ones.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut mounts: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| {
+            // "... mount_point options - fstype source super_options"
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .collect();
+    mounts.sort_by_key(|p| p.components().count());
+    mounts.into_iter().next()
+}
