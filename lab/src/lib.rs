@@ -50,6 +50,7 @@
 //! ```
 
 mod addr;
+mod cgroup;
 mod cmd;
 mod error;
 mod forwarder;
@@ -65,6 +66,7 @@ mod traffic;
 mod tun;
 
 pub use addr::{ensure_lab_addr, is_lab_addr};
+pub use cgroup::{cgroup2_mount, create_sockets_in, Cgroup};
 pub use error::LabError;
 pub use forwarder::{DirectionStats, PathStats};
 pub use jitter::{host_timer_jitter, TimerJitter};

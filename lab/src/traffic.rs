@@ -274,6 +274,9 @@ pub struct SenderOptions {
     /// Name of the sending thread (at most 15 bytes show), which the kernel reports as the
     /// socket owner's command name; default `cct-sender`.
     pub name: Option<String>,
+    /// Create the socket as a member of this cgroup v2 directory (see [`crate::Cgroup`]), as
+    /// if a container in it had opened the connection.
+    pub socket_cgroup: Option<std::path::PathBuf>,
 }
 
 impl Default for SenderOptions {
@@ -286,6 +289,7 @@ impl Default for SenderOptions {
             sndbuf: None,
             nodelay: false,
             name: None,
+            socket_cgroup: None,
         }
     }
 }
@@ -562,7 +566,11 @@ impl SendState<'_> {
 }
 
 fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<OwnedFd> {
-    let fd = sys::socket_v4(libc::SOCK_STREAM).context("socket")?;
+    let fd = match &opts.socket_cgroup {
+        Some(dir) => crate::cgroup::create_sockets_in(dir, || sys::socket_v4(libc::SOCK_STREAM))?,
+        None => sys::socket_v4(libc::SOCK_STREAM),
+    }
+    .context("socket")?;
     if let Some(cc) = &opts.congestion {
         sys::setsockopt_bytes(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
             .with_context(|| format!("TCP_CONGESTION {cc}"))?;

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
-use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
+use crate::analysis::container::Container;
+use crate::analysis::diagnosis::{Environment, Evidence, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::Flow;
 use crate::analysis::time::WallClock;
@@ -136,6 +137,30 @@ impl SocketFields {
     }
 }
 
+/// Where the flow's socket lives: its cgroup, container and its namespace's default CC, from
+/// the host facts (null while unknown).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// cgroup v2 path of the socket, below the v2 mount (`/system.slice/docker-<id>.scope`).
+    pub cgroup: Option<String>,
+    /// The container (or systemd unit) that cgroup belongs to.
+    pub container: Option<Container>,
+    /// `net.ipv4.tcp_congestion_control` of the flow's network namespace: what new connections
+    /// there get.
+    pub netns_cc: Option<String>,
+}
+
+impl Placement {
+    pub fn of(s: &Sample, env: &Environment) -> Self {
+        let info = env.cgroups.get(&s.cgroup_id);
+        Self {
+            cgroup: info.map(|i| i.path.clone()),
+            container: info.and_then(|i| i.container.clone()),
+            netns_cc: env.netns_cc.get(&s.netns).cloned(),
+        }
+    }
+}
+
 /// One kernel sample (`--events`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SampleRecord {
@@ -146,13 +171,16 @@ pub struct SampleRecord {
     pub old_state: String,
     #[serde(flatten)]
     pub socket: SocketFields,
+    #[serde(flatten)]
+    pub placement: Placement,
     /// Retransmissions the tracer's own hook counted for the flow.
     pub retrans_events: u32,
 }
 
 impl SampleRecord {
-    pub fn of(s: &Sample, clock: &WallClock) -> Self {
+    pub fn of(s: &Sample, clock: &WallClock, env: &Environment) -> Self {
         Self {
+            placement: Placement::of(s, env),
             reason: s.reason,
             old_state: s.old_tcp_state.name().to_string(),
             socket: SocketFields::of(s, clock),
@@ -166,6 +194,8 @@ impl SampleRecord {
 pub struct FlowRecord {
     #[serde(flatten)]
     pub socket: SocketFields,
+    #[serde(flatten)]
+    pub placement: Placement,
     /// The kernel reported the socket closed.
     pub closed: bool,
     /// Bytes acked plus received over the last second, bits/s (goodput).
@@ -187,9 +217,10 @@ pub struct FlowRecord {
 }
 
 impl FlowRecord {
-    pub fn of(flow: &Flow, verdict: Option<&Verdict>, clock: &WallClock) -> Self {
+    pub fn of(flow: &Flow, verdict: Option<&Verdict>, clock: &WallClock, env: &Environment) -> Self {
         let ns_per_ms = NS_PER_SEC / 1000;
         Self {
+            placement: Placement::of(&flow.latest, env),
             socket: SocketFields::of(&flow.latest, clock),
             closed: flow.is_closed(),
             throughput_bps: flow.rates.throughput_bps.round() as u64,

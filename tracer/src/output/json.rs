@@ -40,7 +40,7 @@ impl JsonOutput {
         cookies.sort_unstable();
         for cookie in cookies {
             if let Some(flow) = analysis.table.get(cookie) {
-                let record = Record::Flow(FlowRecord::of(flow, analysis.verdict(flow), &self.clock));
+                let record = Record::Flow(FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env));
                 self.push(&record)?;
             }
         }
@@ -61,11 +61,11 @@ impl JsonOutput {
 }
 
 impl FrontEnd for JsonOutput {
-    async fn on_batch(&mut self, _analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
+    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
         for s in batch {
             self.dirty.insert(s.cookie);
             if self.events {
-                let record = Record::Sample(SampleRecord::of(s, &self.clock));
+                let record = Record::Sample(SampleRecord::of(s, &self.clock, &analysis.env));
                 self.push(&record)?;
             }
         }
@@ -197,8 +197,13 @@ mod tests {
     fn infinite_ssthresh_is_null() {
         let mut t = crate::analysis::model::FlowTable::new(TableConfig::default());
         t.ingest(&sample(1, 0));
-        let v = serde_json::to_value(Record::Flow(FlowRecord::of(t.get(1).expect("flow"), None, &WallClock::fixed(0))))
-            .expect("json");
+        let v = serde_json::to_value(Record::Flow(FlowRecord::of(
+            t.get(1).expect("flow"),
+            None,
+            &WallClock::fixed(0),
+            &Environment::default(),
+        )))
+        .expect("json");
         assert!(v["ssthresh"].is_null());
         assert_eq!(v["limited_by"], "unknown");
         assert_eq!(v["flagged"], false);
