@@ -15,7 +15,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cli::bounded_f64;
-use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
+use cctrace_lab::{
+    Cgroup, EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
+};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct DemoOptions {
@@ -46,6 +48,50 @@ impl DemoOptions {
     }
 }
 
+/// The demo's container id for "jellyfin" (Docker ids are 64 hex digits).
+pub const JELLYFIN_ID: &str = "de3051a5c0ffee0123456789abcdef0123456789abcdef0123456789abcdef01";
+
+/// Where the demo's senders live: a Docker-shaped cgroup "jellyfin" for the CUBIC flows and a
+/// Proxmox-shaped LXC "proxy" (vmid 102) for the BBR flows, with the runtimes' metadata files
+/// in a directory of its own, so the names come from files as they would on a real host.
+pub struct DemoContainers {
+    pub jellyfin: Cgroup,
+    pub proxy: Cgroup,
+    /// Holds `docker/containers/<id>/config.v2.json` and `pve/102.conf`.
+    pub files: std::path::PathBuf,
+    // Dropped last: the tree the two above live in.
+    _top: Cgroup,
+}
+
+impl DemoContainers {
+    pub fn create() -> Result<Self> {
+        let top = Cgroup::top().context("creating the demo's cgroups")?;
+        let jellyfin = top.child(&format!("system.slice/docker-{JELLYFIN_ID}.scope"))?;
+        let proxy = top.child("lxc/102/ns")?;
+        let files = std::env::temp_dir().join(format!("cctrace-demo-{}", std::process::id()));
+        let docker = files.join("docker/containers").join(JELLYFIN_ID);
+        std::fs::create_dir_all(&docker).context("creating the demo's container files")?;
+        std::fs::write(docker.join("config.v2.json"), format!(r#"{{"ID":"{JELLYFIN_ID}","Name":"/jellyfin"}}"#))?;
+        std::fs::create_dir_all(files.join("pve"))?;
+        std::fs::write(files.join("pve/102.conf"), "arch: amd64\nhostname: proxy\nostype: debian\n")?;
+        Ok(Self { jellyfin, proxy, files, _top: top })
+    }
+
+    pub fn docker_root(&self) -> std::path::PathBuf {
+        self.files.join("docker")
+    }
+
+    pub fn pve_lxc_dir(&self) -> std::path::PathBuf {
+        self.files.join("pve")
+    }
+}
+
+impl Drop for DemoContainers {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.files);
+    }
+}
+
 /// One traffic flow of the demo.
 pub struct DemoFlow {
     pub label: &'static str,
@@ -65,7 +111,7 @@ pub struct DemoLab {
 const PORT: u16 = 5201;
 
 impl DemoLab {
-    pub fn start(opts: &DemoOptions, duration: Duration) -> Result<Self> {
+    pub fn start(opts: &DemoOptions, duration: Duration, containers: &mut DemoContainers) -> Result<Self> {
         opts.validate()?;
         cctrace_lab::check_privileges().context("the demo builds network namespaces")?;
         // A crashed earlier demo may have left namespaces behind.
@@ -97,20 +143,28 @@ impl DemoLab {
             ("CUBIC bulk transfer", "cubic-bulk", "cubic", SendMode::Bulk),
             ("BBR bulk transfer", "bbr-bulk", "bbr", SendMode::Bulk),
         ];
+        // Each container gets a resident process in its namespace, as a real one has its init.
+        containers.jellyfin.spawn_resident(paths[0].sender()).context("starting jellyfin's resident")?;
+        containers.proxy.spawn_resident(paths[1].sender()).context("starting proxy's resident")?;
         let mut flows = Vec::new();
         for (label, name, cc, mode) in plan {
             let path = &paths[usize::from(cc == "bbr")];
+            let cgroup = if cc == "bbr" { &containers.proxy } else { &containers.jellyfin };
             let sender = Sender::start(
                 path.sender(),
                 path.receiver_addr(),
                 PORT,
-                SenderOptions { name: Some(name.into()), ..SenderOptions::new(cc, mode, duration) },
+                SenderOptions {
+                    name: Some(name.into()),
+                    socket_cgroup: Some(cgroup.path().to_path_buf()),
+                    ..SenderOptions::new(cc, mode, duration)
+                },
             )
             .with_context(|| format!("starting the {label}"))?;
             flows.push(DemoFlow { label, sender });
         }
         let description = format!(
-            "demo path {:.0} ms RTT, {}% loss, {:.0} Mbit/s (a copy per algorithm): {}",
+            "demo path {:.0} ms RTT, {}% loss, {:.0} Mbit/s (a copy per algorithm; CUBIC in docker jellyfin, BBR in lxc proxy): {}",
             opts.rtt_ms,
             opts.loss_pct,
             opts.rate_mbps,

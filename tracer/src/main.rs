@@ -142,6 +142,12 @@ fn summary_line(s: &SummaryRecord) -> String {
 
 async fn run(cli: &Cli) -> Result<()> {
     let mut shutdown = Shutdown::install()?;
+    // The demo's containers exist before the host is read, so `--container jellyfin` names one.
+    #[cfg(feature = "demo")]
+    let mut demo_containers = match &cli.command {
+        Some(Command::Demo { .. }) => Some(tracer::demo::DemoContainers::create()?),
+        None => None,
+    };
     // A filter term that names nothing is an error before anything is attached.
     let env = tracer::host::environment();
     let spec = filter_spec(cli);
@@ -153,11 +159,11 @@ async fn run(cli: &Cli) -> Result<()> {
     // The demo lab exists only while this function runs: its Drop removes the namespaces on
     // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
     #[cfg(feature = "demo")]
-    let demo = match &cli.command {
-        Some(Command::Demo { opts }) => {
-            Some(tracer::demo::DemoLab::start(opts, cli.duration.unwrap_or(cctrace_lab::MAX_DURATION))?)
+    let demo = match (&cli.command, demo_containers.as_mut()) {
+        (Some(Command::Demo { opts }), Some(containers)) => {
+            Some(tracer::demo::DemoLab::start(opts, cli.duration.unwrap_or(cctrace_lab::MAX_DURATION), containers)?)
         }
-        None => None,
+        _ => None,
     };
     #[cfg(feature = "demo")]
     let demo_description = demo.as_ref().map(|d| d.description.clone());
@@ -207,7 +213,10 @@ async fn run(cli: &Cli) -> Result<()> {
     };
     drop(source);
     #[cfg(feature = "demo")]
-    drop(demo);
+    {
+        drop(demo);
+        drop(demo_containers);
+    }
     result
 }
 
