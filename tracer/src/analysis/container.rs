@@ -95,8 +95,8 @@ impl Container {
     }
 }
 
-/// `s` with each control character written as an escape (`\n`, `\u{1b}`).
-fn printable(s: &str) -> String {
+/// `s` with each control character written as an escape (`\n`, `\u{1b}`): one printable line.
+pub fn printable(s: &str) -> String {
     if s.chars().any(char::is_control) {
         s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
     } else {
