@@ -2,6 +2,9 @@
 //! Kept apart from the pure diagnosis so that one stays testable.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
 
 use crate::analysis::diagnosis::Environment;
 
@@ -55,9 +58,50 @@ pub fn allowed_congestion_controls() -> Vec<String> {
     sysctl_words("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 }
 
-/// Everything [`Environment`] holds, read now.
+/// Each network namespace's default congestion control (`net.ipv4.tcp_congestion_control`,
+/// what new connections in it get), by inode, for namespaces opened by `paths` (see
+/// [`netns_paths`]). Namespaces that cannot be entered (gone, no privilege) are left out.
+///
+/// `/proc/sys/net` shows the namespace of the thread that opens it, so a short-lived thread
+/// enters each namespace in turn (`setns` moves only the calling thread) and reads it there;
+/// the rest of the process never leaves its own namespace.
+pub fn netns_default_cc(paths: &[(u32, PathBuf)]) -> HashMap<u32, String> {
+    let paths = paths.to_vec();
+    let reader = std::thread::Builder::new().name("cct-netns-cc".into()).spawn(move || {
+        let mut out = HashMap::new();
+        for (ino, path) in paths {
+            let Ok(ns) = std::fs::File::open(&path) else { continue };
+            // Entered by the descriptor: a namespace whose path now leads elsewhere (a pid
+            // reused) is caught by comparing the inode of what was opened.
+            if ns.metadata().map(|m| m.ino()).ok() != Some(u64::from(ino)) {
+                continue;
+            }
+            // SAFETY: a valid descriptor of a network namespace; affects only this thread.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                continue;
+            }
+            if let Ok(cc) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control") {
+                let cc = cc.trim();
+                if !cc.is_empty() {
+                    out.insert(ino, cc.to_string());
+                }
+            }
+        }
+        out
+    });
+    reader.ok().and_then(|t| t.join().ok()).unwrap_or_default()
+}
+
+/// Everything [`Environment`] holds, read now. Cgroups come from the process-wide resolver
+/// ([`crate::cgroups::with_system_resolver`]): this is called through a plain `fn`, and the
+/// resolver's cache (names already read, when it last walked) must outlive the call.
 pub fn environment() -> Environment {
     let available_cc = available_congestion_controls();
+    let paths = netns_paths();
+    let cgroups = crate::cgroups::with_system_resolver(|r| {
+        r.refresh(std::time::Instant::now());
+        r.all().clone()
+    });
     Environment {
         bbr_available: available_cc.iter().any(|c| c == "bbr"),
         available_cc,
@@ -65,7 +109,8 @@ pub fn environment() -> Environment {
         host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
         netns_pids: netns_pids(),
         netns_names: named_netns(),
-        ..Environment::default()
+        netns_cc: netns_default_cc(&paths),
+        cgroups,
     }
 }
 
@@ -79,8 +124,8 @@ pub fn kernel_release() -> String {
 
 /// A path that opens each network namespace on the host, one per namespace (by inode): a
 /// process's `/proc/PID/ns/net`, or `/run/netns/NAME` for namespaces without processes.
-pub fn netns_paths() -> Vec<(u32, std::path::PathBuf)> {
-    let mut seen: HashMap<u32, std::path::PathBuf> = HashMap::new();
+pub fn netns_paths() -> Vec<(u32, PathBuf)> {
+    let mut seen: HashMap<u32, PathBuf> = HashMap::new();
     for (ino, pid) in netns_pids() {
         seen.insert(ino, format!("/proc/{pid}/ns/net").into());
     }
@@ -90,4 +135,65 @@ pub fn netns_paths() -> Vec<(u32, std::path::PathBuf)> {
     let mut all: Vec<_> = seen.into_iter().collect();
     all.sort_unstable();
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::*;
+
+    /// A namespace made with `ip netns add`, deleted on drop (also when the test fails).
+    struct TestNetns(String);
+
+    impl TestNetns {
+        fn add(name: String) -> Option<Self> {
+            let ok = Command::new("ip").args(["netns", "add", &name]).status().is_ok_and(|s| s.success());
+            ok.then_some(Self(name))
+        }
+
+        fn exec(&self, args: &[&str]) -> bool {
+            Command::new("ip").args(["netns", "exec", &self.0]).args(args).status().is_ok_and(|s| s.success())
+        }
+    }
+
+    impl Drop for TestNetns {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "delete", &self.0]).status();
+        }
+    }
+
+    #[test]
+    fn each_namespace_default_is_read_inside_it() {
+        let Some(ns) = TestNetns::add(format!("cct-test-{}", std::process::id())) else {
+            eprintln!("skipped: cannot create a network namespace (not root?)");
+            return;
+        };
+        assert!(ns.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=reno"]), "reno is always allowed");
+        let ino = named_netns().into_iter().find(|(_, n)| *n == ns.0).map(|(i, _)| i).expect("listed");
+        let host = netns_inode("/proc/self/ns/net").expect("own namespace");
+        let paths = netns_paths();
+        assert!(paths.iter().any(|(i, _)| *i == ino), "{paths:?}");
+        let cc = netns_default_cc(&paths);
+        assert_eq!(cc.get(&ino).map(String::as_str), Some("reno"));
+        let own = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").expect("sysctl");
+        assert_eq!(cc.get(&host).map(String::as_str), Some(own.trim()), "the host's own");
+        assert_ne!(own.trim(), "reno", "this thread stayed in its own namespace");
+        // A path that now leads to another namespace than its inode says is not read.
+        let wrong = netns_default_cc(&[(host, std::path::Path::new("/run/netns").join(&ns.0))]);
+        assert!(wrong.is_empty(), "{wrong:?}");
+    }
+
+    #[test]
+    fn the_environment_names_cgroups_and_congestion_controls() {
+        let env = environment();
+        assert!(env.available_cc.iter().any(|c| c == "reno"), "{:?}", env.available_cc);
+        assert!(!env.allowed_cc.is_empty());
+        if crate::cgroups::cgroup2_mount().is_some() {
+            assert_eq!(env.cgroups.get(&1).map(|i| i.path.as_str()), Some("/"), "the root cgroup is id 1");
+        }
+        if env.host_netns != 0 && netns_inode("/proc/self/ns/net") == Some(env.host_netns) {
+            assert!(env.netns_cc.contains_key(&env.host_netns), "{:?}", env.netns_cc);
+        }
+    }
 }

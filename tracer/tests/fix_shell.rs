@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+use tracer::analysis::container::{CgroupInfo, Container, Runtime};
 use tracer::analysis::diagnosis::Environment;
 use tracer::analysis::event::{decode, raw_bytes, raw_sample_template, DecodeContext};
 use tracer::analysis::fix::{fix_commands, shell_quote};
@@ -59,10 +60,15 @@ fn hostile_names_survive_the_shell_unchanged_and_run_nothing() {
 }
 
 fn fix_for(netns: u32, env: &Environment) -> Vec<String> {
+    fix_in(netns, 0, env)
+}
+
+fn fix_in(netns: u32, cgroup_id: u64, env: &Environment) -> Vec<String> {
     let mut raw = raw_sample_template();
     raw.cookie = 1;
     raw.ts_ns = 1_000_000_000;
     raw.netns = netns;
+    raw.cgroup_id = cgroup_id;
     raw.cc_name[..5].copy_from_slice(b"cubic");
     let sample = decode(&raw_bytes(&raw), &DecodeContext { hz: 250 }).expect("decode");
     let mut table = FlowTable::new(TableConfig::default());
@@ -139,4 +145,104 @@ fn an_unreachable_namespace_gets_only_an_inert_comment() {
         assert_eq!(fix.len(), 1, "{fix:?}");
         assert_eq!(sh(&format!("{STUBS}{}", fix[0])), (String::new(), true), "{fix:?}");
     }
+}
+
+/// Stub executables for commands whose names a shell function cannot have (`lxc-attach`), in a
+/// directory to put first on PATH; each prints its name and arguments like `show`.
+fn stub_bin(dir: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    for cmd in ["lxc-attach", "pct"] {
+        let path = bin.join(cmd);
+        std::fs::write(&path, format!("#!/bin/sh\nfor a in {cmd} \"$@\"; do printf '[%s]' \"$a\"; done; echo\n"))
+            .expect("stub");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    bin
+}
+
+const CGROUP: u64 = 7321;
+const ID: &str = "3f4e1b2c5d6a7980a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718";
+
+fn in_container(container: Container) -> Environment {
+    Environment {
+        bbr_available: true,
+        host_netns: 4026531840,
+        netns_pids: HashMap::from([(NETNS, 31337)]),
+        cgroups: HashMap::from([(CGROUP, CgroupInfo { path: "/x".into(), container: Some(container) })]),
+        ..Environment::default()
+    }
+}
+
+#[test]
+fn the_fix_for_a_hostile_container_name_runs_exactly_the_sysctl() {
+    let dir = scratch("container");
+    let marks = dir.join("marks");
+    std::fs::create_dir_all(&marks).expect("marks");
+    let path = format!("PATH={}:$PATH; {STUBS}", stub_bin(&dir).display());
+    let run = |script: &str| sh(&format!("{path}{script}"));
+    for name in hostile_names(&marks) {
+        // LXC: the name is how lxc-attach finds the container.
+        let lxc = Container { runtime: Runtime::Lxc, id: name.clone(), name: Some(name.clone()), pod: None };
+        // Docker: the name only appears in the comment saying how to persist.
+        let docker = Container { runtime: Runtime::Docker, id: ID.into(), name: Some(name.clone()), pod: None };
+        for container in [lxc, docker] {
+            let runtime = container.runtime;
+            let fix = fix_in(NETNS, CGROUP, &in_container(container));
+            for line in &fix {
+                assert!(!line.contains('\n'), "{line:?}");
+                if line.starts_with('#') {
+                    assert_eq!(run(line), (String::new(), true), "{line}");
+                }
+            }
+            let set = fix.iter().find(|c| c.contains("=bbr") && !c.starts_with('#')).expect("the command");
+            let (out, ok) = run(set);
+            assert!(ok, "{set}");
+            let usable = runtime == Runtime::Lxc && !name.is_empty() && !name.chars().any(char::is_control);
+            let enter = if usable {
+                format!("[lxc-attach][-n][{name}][--]")
+            } else {
+                "[nsenter][--net=/proc/31337/ns/net]".into()
+            };
+            assert_eq!(out, format!("{enter}[sysctl][-w][net.ipv4.tcp_congestion_control=bbr]\n"), "{set}");
+            let rollback = fix.iter().find_map(|c| c.strip_prefix("# roll back: ")).expect("roll back");
+            let (out, ok) = run(rollback);
+            assert!(ok, "{rollback}");
+            let mut want = format!("{enter}[sysctl][-w][net.ipv4.tcp_congestion_control=cubic]\n");
+            if usable {
+                want.push_str(&format!("{enter}[rm][-f][/etc/sysctl.d/90-cctrace-bbr.conf]\n"));
+                // The persisting command, pasted without its label, writes the file inside.
+                let persist =
+                    fix.iter().find_map(|c| c.strip_prefix("# persist (in the container): ")).expect("persist");
+                let (out, ok) = run(persist);
+                assert!(ok, "{persist}");
+                assert_eq!(
+                    out,
+                    format!(
+                        "{enter}[sh][-c][test -e /etc/sysctl.d/90-cctrace-bbr.conf || echo \
+                         net.ipv4.tcp_congestion_control=bbr > /etc/sysctl.d/90-cctrace-bbr.conf]\n"
+                    )
+                );
+            }
+            assert_eq!(out, want, "{rollback}");
+        }
+    }
+    let created: Vec<_> = std::fs::read_dir(&marks).expect("scratch").flatten().map(|e| e.file_name()).collect();
+    assert!(created.is_empty(), "the fix ran commands hidden in a container name: {created:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_fix_for_a_proxmox_container_runs_through_pct() {
+    let dir = scratch("pct");
+    let path = format!("PATH={}:$PATH; {STUBS}", stub_bin(&dir).display());
+    let pve = Container { runtime: Runtime::Proxmox, id: "101".into(), name: Some("plex".into()), pod: None };
+    let fix = fix_in(NETNS, CGROUP, &in_container(pve));
+    let set = fix.iter().find(|c| c.contains("=bbr") && !c.starts_with('#')).expect("the command");
+    assert_eq!(
+        sh(&format!("{path}{set}")),
+        ("[pct][exec][101][--][sysctl][-w][net.ipv4.tcp_congestion_control=bbr]\n".to_string(), true)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 
+use crate::analysis::container::{printable, Container, Runtime};
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::model::Flow;
 
@@ -61,60 +62,228 @@ fn reach(netns: u32, env: &Environment) -> Reach {
     }
 }
 
-/// Commands that switch the flow's network namespace to BBR, persist it, and roll it back. For
-/// a namespace cctrace cannot reach, one comment saying why and how to find it, and no command.
+/// How the fix gets into the sender's namespace and how it is made to last, by where the
+/// sender lives (its cgroup's container).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Place<'a> {
+    /// Not in a container, or in one sharing the host's namespace (or an unknown one): as
+    /// [`Reach`] says.
+    Plain(Reach, Option<&'a Container>),
+    /// A Docker/Podman/containerd container: nsenter from the host (inside it /proc/sys is
+    /// read-only), persisted by the runtime's `--sysctl`.
+    Engine(Reach, &'a Container),
+    /// A Kubernetes pod's container: nsenter now, the pod spec's sysctls to persist.
+    Pod(Reach, &'a Container),
+    /// A Proxmox container: `pct exec VMID --`.
+    Proxmox(&'a str),
+    /// An LXC container: `lxc-attach -n NAME --`.
+    Lxc(&'a str),
+}
+
+fn place<'a>(netns: u32, container: Option<&'a Container>, env: &Environment) -> Place<'a> {
+    let target = reach(netns, env);
+    let Some(c) = container else { return Place::Plain(target, None) };
+    // The host's namespace (`--network host`, hostNetwork pods) or an unknown one: the container
+    // does not change where the sysctl goes.
+    if matches!(target, Reach::Host) || netns == 0 {
+        return Place::Plain(target, Some(c));
+    }
+    match c.runtime {
+        Runtime::Proxmox if !c.id.is_empty() && c.id.bytes().all(|b| b.is_ascii_digit()) => Place::Proxmox(&c.id),
+        // A name with a control character never reaches a command: then only nsenter leads in.
+        Runtime::Lxc if !c.id.is_empty() && !c.id.chars().any(char::is_control) => Place::Lxc(&c.id),
+        Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio
+            if matches!(target, Reach::Named(_) | Reach::Process(_)) =>
+        {
+            if c.pod.is_some() || matches!(c.runtime, Runtime::Crio) {
+                Place::Pod(target, c)
+            } else {
+                Place::Engine(target, c)
+            }
+        }
+        _ => Place::Plain(target, Some(c)),
+    }
+}
+
+/// The words that run a command in the place's network namespace.
+fn enter(place: &Place<'_>) -> String {
+    match place {
+        Place::Plain(r, _) | Place::Engine(r, _) | Place::Pod(r, _) => match r {
+            Reach::Named(name) => format!("ip netns exec {} ", shell_quote(name)),
+            Reach::Process(pid) => format!("nsenter --net=/proc/{pid}/ns/net "),
+            Reach::Host | Reach::Unreachable => String::new(),
+        },
+        Place::Proxmox(vmid) => format!("pct exec {} -- ", shell_quote(vmid)),
+        Place::Lxc(name) => format!("lxc-attach -n {} -- ", shell_quote(name)),
+    }
+}
+
+/// A congestion control's name as the kernel writes them; anything else is not repeated.
+fn cc_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Commands that switch the flow's network namespace to BBR, persist it, and roll it back, for
+/// where the sender lives (the host, a named namespace, a Docker/Podman container, a Kubernetes
+/// pod, a Proxmox or LXC container), with what must come first when the kernel would refuse
+/// (bbr not loaded: ENOENT; not allowed in a non-initial namespace: EPERM). For a namespace
+/// cctrace cannot reach, one comment saying why and how to find it, and no command.
 pub fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
     let s = &flow.latest;
-    let target = reach(s.netns, env);
-    let prefix = match &target {
-        Reach::Host => String::new(),
-        Reach::Named(name) => format!("ip netns exec {} ", shell_quote(name)),
-        Reach::Process(pid) => format!("nsenter --net=/proc/{pid}/ns/net "),
-        Reach::Unreachable => return vec![unreachable_note(s.netns)],
-    };
+    let container = env.cgroups.get(&s.cgroup_id).and_then(|i| i.container.as_ref());
+    let place = place(s.netns, container, env);
+    if let Place::Plain(Reach::Unreachable, c) = &place {
+        return vec![unreachable_note(s.netns, *c)];
+    }
+    let host = matches!(place, Place::Plain(Reach::Host, _));
+    let prefix = enter(&place);
     let mut cmds = Vec::new();
-    if !env.bbr_available {
-        cmds.push("modprobe tcp_bbr   # bbr is not in net.ipv4.tcp_available_congestion_control".to_string());
+
+    if let Some(c) = container.filter(|_| host) {
+        if c.runtime != Runtime::Systemd {
+            cmds.push(format!(
+                "# {} {} shares the host's network namespace: this switches the host's default",
+                c.runtime.name(),
+                c.label()
+            ));
+        }
+    }
+    // The namespace's default already bbr: the application chose its algorithm itself.
+    let default = env.netns_cc.get(&s.netns).filter(|cc| cc_name(cc));
+    if default.is_some_and(|cc| cc == "bbr") {
+        cmds.push(
+            "# this namespace's default is already bbr: the flow started before it was set, or the application \
+             sets its own (setsockopt TCP_CONGESTION); restart it, or change it in the application"
+                .to_string(),
+        );
+    }
+    if !(env.bbr_available || env.available_cc.iter().any(|c| c == "bbr")) {
+        cmds.push(
+            "modprobe tcp_bbr   # on the host: bbr is not in net.ipv4.tcp_available_congestion_control, and \
+             only the host can load it (from a container the sysctl fails with ENOENT)"
+                .to_string(),
+        );
+    }
+    if !host && !env.allowed_cc.is_empty() && !env.allowed_cc.iter().any(|c| c == "bbr") {
+        let mut allowed: Vec<&str> = env.allowed_cc.iter().map(String::as_str).filter(|c| cc_name(c)).collect();
+        allowed.push("bbr");
+        let setting = format!("net.ipv4.tcp_allowed_congestion_control={}", allowed.join(" "));
+        cmds.push(format!(
+            "sysctl -w {}   # on the host: a namespace other than the host's may only choose from this list \
+             (EPERM otherwise); persist it in the host's /etc/sysctl.d",
+            shell_quote(&setting)
+        ));
+    }
+    if matches!(place, Place::Engine(..) | Place::Pod(..)) {
+        cmds.push(
+            "# from the host, not with exec inside the container: its /proc/sys is read-only (EROFS); \
+             nsenter --net keeps the host's mounts"
+                .to_string(),
+        );
     }
     cmds.push(format!("{prefix}{SET_BBR}"));
+
     // Written only when absent (never over a file that is there), so rolling back may delete them.
-    let write_files = format!(
-        "test -e {MODULES_FILE} || echo tcp_bbr > {MODULES_FILE}; \
-         test -e {SYSCTL_FILE} || echo net.ipv4.tcp_congestion_control=bbr > {SYSCTL_FILE}"
-    );
-    let remove_files = format!("; rm -f {SYSCTL_FILE} {MODULES_FILE}");
-    let (persist, rollback_rm) = match target {
-        Reach::Host => (format!("# persist: {write_files}"), remove_files.as_str()),
-        Reach::Process(_) => {
-            (format!("# persist (inside that container, in its own /etc): {write_files}"), remove_files.as_str())
+    let write_sysctl = format!("test -e {SYSCTL_FILE} || echo net.ipv4.tcp_congestion_control=bbr > {SYSCTL_FILE}");
+    let write_modules = format!("test -e {MODULES_FILE} || echo tcp_bbr > {MODULES_FILE}");
+    let mut rollback_rm = String::new();
+    let mut rollback_note = None;
+    match &place {
+        Place::Plain(Reach::Host, _) => {
+            cmds.push(format!("# persist: {write_modules}; {write_sysctl}"));
+            rollback_rm = format!("; rm -f {SYSCTL_FILE} {MODULES_FILE}");
+        }
+        // A service's private namespace is made each time the unit starts, and its /etc is the
+        // host's: files there would switch the host.
+        Place::Plain(Reach::Process(_), Some(c)) if c.runtime == Runtime::Systemd => cmds.push(format!(
+            "# persist: {} gets a new namespace each time it starts: set the sysctl where it is created \
+             (an ExecStartPre= in a drop-in for it)",
+            printable(&shell_quote(&c.id))
+        )),
+        // The file goes in the container's /etc, the module is the host's. The roll back below
+        // runs on the host, so it must not delete the host's files: it names the container's.
+        Place::Plain(Reach::Process(_), _) => {
+            cmds.push(format!("# persist (inside that container, in its own /etc): {write_sysctl}"));
+            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
+            rollback_note = Some(format!("# and inside that container: rm -f {SYSCTL_FILE}"));
         }
         // A namespace from `ip netns add` does not survive a reboot, and files in the host's
         // /etc would switch the host instead.
-        _ => (
+        Place::Plain(..) => cmds.push(
             "# persist: a namespace made by ip netns add does not survive a reboot: set the sysctl where it is created"
                 .to_string(),
-            "",
         ),
+        Place::Engine(_, c) => {
+            // /etc/sysctl.d in an image is not applied when a container starts: only the
+            // runtime sets sysctls in a new container's namespace.
+            let (run, also) = match c.runtime {
+                Runtime::Podman => ("podman run", " (quadlet: Sysctl=net.ipv4.tcp_congestion_control=bbr)"),
+                Runtime::Docker => ("docker run", " (compose: sysctls: [net.ipv4.tcp_congestion_control=bbr])"),
+                _ => ("nerdctl run", ""),
+            };
+            let which = c.name.as_deref().unwrap_or(c.short_id());
+            cmds.push(format!(
+                "# persist: recreate {} with {run} --sysctl net.ipv4.tcp_congestion_control=bbr …{also}; \
+                 /etc/sysctl.d in the image is not applied when it starts",
+                printable(&shell_quote(which))
+            ));
+        }
+        Place::Pod(_, c) => {
+            let pod = c.pod.as_ref().filter(|p| !p.name.is_empty());
+            let of = pod.map_or(String::new(), |p| {
+                let ns =
+                    if p.namespace.is_empty() { String::new() } else { format!(" -n {}", shell_quote(&p.namespace)) };
+                format!(" of {}{ns}", shell_quote(&p.name))
+            });
+            cmds.push(format!(
+                "# persist: in the pod spec{}: securityContext: {{sysctls: [{{name: net.ipv4.tcp_congestion_control, \
+                 value: bbr}}]}} (the change above lasts until the pod is recreated)",
+                printable(&of)
+            ));
+            cmds.push(
+                "# the kubelet must allow this unsafe sysctl, or the pod is rejected (SysctlForbidden): \
+                 --allowed-unsafe-sysctls=net.ipv4.tcp_congestion_control (allowedUnsafeSysctls in its config)"
+                    .to_string(),
+            );
+        }
+        Place::Proxmox(_) | Place::Lxc(_) => {
+            // The container's own /etc is applied by its init at boot; the module is the host's.
+            cmds.push(format!("# persist (in the container): {prefix}sh -c {}", shell_quote(&write_sysctl)));
+            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
+            rollback_rm = format!("; {prefix}rm -f {SYSCTL_FILE}");
+            if let Place::Lxc(name) = place {
+                cmds.push(format!(
+                    "# LXD/Incus: the same with lxc exec {0} -- or incus exec {0} -- in place of lxc-attach -n {0} --",
+                    shell_quote(name)
+                ));
+            }
+        }
+    }
+    // What to restore: the namespace's default as read, else the flow's own algorithm, else
+    // the kernel's default.
+    let previous = match default {
+        Some(cc) if cc != "bbr" => cc.as_str(),
+        _ if !s.cc.is_empty() && !s.cc.chars().any(char::is_control) => s.cc.as_str(),
+        _ => "cubic",
     };
-    cmds.push(persist);
-    // The kernel's default when the name is missing or unprintable.
-    let previous = if s.cc.is_empty() || s.cc.chars().any(char::is_control) { "cubic" } else { s.cc.as_str() };
     let restore = format!("net.ipv4.tcp_congestion_control={previous}");
     cmds.push(format!("# roll back: {prefix}sysctl -w {}{rollback_rm}", shell_quote(&restore)));
+    cmds.extend(rollback_note);
     cmds.push("# the default applies to new connections: restart the stream to pick it up".to_string());
     cmds
 }
 
 /// Why there is no command for a namespace cctrace cannot reach, as a comment (nothing in it
 /// runs if pasted).
-fn unreachable_note(netns: u32) -> String {
+fn unreachable_note(netns: u32, container: Option<&Container>) -> String {
+    let of = container.map_or(String::new(), |c| format!(" ({} {})", c.runtime.name(), c.label()));
     if netns == 0 {
         "# no command: the flow's network namespace is unknown (the kernel reported none), and a \
          sysctl run in another namespace would not change this flow"
             .to_string()
     } else {
         format!(
-            "# no command: network namespace {netns} has no ip netns name and no process cctrace can see, \
+            "# no command: network namespace {netns}{of} has no ip netns name and no process cctrace can see, \
              so there is no path to enter it by; find a process in it with lsns -t net, then set \
              net.ipv4.tcp_congestion_control=bbr inside it with nsenter"
         )
@@ -126,6 +295,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::analysis::container::{classify, CgroupInfo};
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::{FlowTable, TableConfig};
 
@@ -142,12 +312,46 @@ mod tests {
     }
 
     fn fix_for(netns: u32, cc: &str, env: &Environment) -> Vec<String> {
+        fix_in(netns, 0, cc, env)
+    }
+
+    fn fix_in(netns: u32, cgroup_id: u64, cc: &str, env: &Environment) -> Vec<String> {
         let mut table = FlowTable::new(TableConfig::default());
         let mut s = sample(1, 0);
         s.netns = netns;
+        s.cgroup_id = cgroup_id;
         s.cc = cc.into();
         table.ingest(&s);
         fix_commands(table.get(1).expect("flow"), env)
+    }
+
+    const ID: &str = "3f4e1b2c5d6a7980a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718";
+    const UID: &str = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
+    const CG: u64 = 7321;
+    const SET: &str = "sysctl -w net.ipv4.tcp_congestion_control=bbr";
+
+    /// What the host adapter would say of a cgroup at `path`.
+    fn info(path: &str) -> CgroupInfo {
+        CgroupInfo { path: path.to_string(), container: classify(path) }
+    }
+
+    /// An environment where the flow's namespace NETNS has process 31337 and its cgroup CG is
+    /// `container`.
+    fn in_container(container: Option<Container>) -> Environment {
+        let mut e = env();
+        e.netns_pids.insert(NETNS, 31337);
+        e.cgroups.insert(CG, CgroupInfo { path: "/x".into(), container });
+        e
+    }
+
+    fn docker(name: Option<&str>) -> Container {
+        let mut c = classify(&format!("/system.slice/docker-{ID}.scope")).expect("docker");
+        c.name = name.map(String::from);
+        c
+    }
+
+    fn line<'a>(fix: &'a [String], start: &str) -> &'a str {
+        fix.iter().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no {start:?} in {fix:#?}"))
     }
 
     fn commands(fix: &[String]) -> Vec<&String> {
@@ -236,8 +440,15 @@ mod tests {
         let mut e = env();
         e.netns_pids.insert(NETNS, 31337);
         e.netns_names.insert(NETNS + 1, "video".into());
-        for netns in [4026531840, NETNS, NETNS + 1] {
-            let fix = fix_for(netns, "cubic", &e);
+        e.netns_pids.insert(NETNS + 2, 4242);
+        e.netns_pids.insert(NETNS + 3, 4343);
+        e.cgroups.insert(101, info("/lxc/101/ns"));
+        e.cgroups.insert(102, info("/lxc.payload.web"));
+        e.cgroups.insert(103, info(&format!("/system.slice/docker-{ID}.scope")));
+        for (netns, cgroup) in
+            [(4026531840, 0), (NETNS, 0), (NETNS + 1, 0), (NETNS + 2, 101), (NETNS + 3, 102), (NETNS, 103)]
+        {
+            let fix = fix_in(netns, cgroup, "cubic", &e);
             for line in &fix {
                 // Every path an `rm` gets is one of cctrace's own files.
                 for part in line.split(';') {
@@ -253,12 +464,173 @@ mod tests {
                 // Every file written is written only when absent.
                 for part in line.split(';') {
                     if let Some((_, target)) = part.split_once(" > ") {
-                        let target = target.trim();
+                        // (Inside `sh -c '...'`, the closing quote is not part of the path.)
+                        let target = target.trim().trim_end_matches('\'');
                         assert!(part.contains(&format!("test -e {target} ||")), "clobbers {target}: {line}");
                         assert!(target.contains("cctrace"), "{target}");
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn docker_and_podman_are_switched_from_the_host_and_persisted_by_the_runtime() {
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(docker(Some("jellyfin")))));
+        assert_eq!(commands(&fix), vec![&format!("nsenter --net=/proc/31337/ns/net {SET}")]);
+        assert!(line(&fix, "# from the host").contains("read-only (EROFS)"), "{fix:#?}");
+        let persist = line(&fix, "# persist");
+        assert!(persist.contains("recreate jellyfin with docker run --sysctl net.ipv4.tcp_congestion_control=bbr"));
+        assert!(persist.contains("compose: sysctls:") && persist.contains("/etc/sysctl.d in the image is not applied"));
+        let rollback = line(&fix, "# roll back");
+        assert_eq!(
+            rollback,
+            "# roll back: nsenter --net=/proc/31337/ns/net sysctl -w net.ipv4.tcp_congestion_control=cubic"
+        );
+        assert!(fix.iter().all(|l| !l.contains("docker exec")), "{fix:#?}");
+        // Unnamed: the short id; Podman: podman run.
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(docker(None))));
+        assert!(line(&fix, "# persist").contains("recreate 3f4e1b2c5d6a with docker run --sysctl"), "{fix:#?}");
+        let mut p = classify(&format!("/machine.slice/libpod-{ID}.scope/container")).expect("podman");
+        p.name = Some("nextcloud".into());
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(p)));
+        assert_eq!(commands(&fix), vec![&format!("nsenter --net=/proc/31337/ns/net {SET}")]);
+        assert!(line(&fix, "# persist").contains("recreate nextcloud with podman run --sysctl"), "{fix:#?}");
+    }
+
+    #[test]
+    fn a_container_on_the_host_network_switches_the_host_and_says_so() {
+        let fix = fix_in(4026531840, CG, "cubic", &in_container(Some(docker(Some("jellyfin")))));
+        assert_eq!(commands(&fix), vec![SET]);
+        assert!(line(&fix, "# docker jellyfin shares the host's network namespace").contains("host's default"));
+        assert!(line(&fix, "# roll back").ends_with(&format!("rm -f {SYSCTL_FILE} {MODULES_FILE}")));
+    }
+
+    #[test]
+    fn a_kubernetes_pod_is_persisted_in_its_spec_with_the_kubelet_allowing_the_sysctl() {
+        let mut c = classify(&format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{ID}.scope",
+            UID.replace('-', "_")
+        ))
+        .expect("k8s");
+        c.name = Some("transcoder".into());
+        let pod = c.pod.as_mut().expect("pod");
+        pod.namespace = "media".into();
+        pod.name = "streamer-7d9f".into();
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(c.clone())));
+        assert_eq!(commands(&fix), vec![&format!("nsenter --net=/proc/31337/ns/net {SET}")]);
+        let persist = line(&fix, "# persist");
+        assert!(persist.contains("in the pod spec of streamer-7d9f -n media:"), "{persist}");
+        assert!(persist.contains("sysctls: [{name: net.ipv4.tcp_congestion_control, value: bbr}]"), "{persist}");
+        assert!(
+            line(&fix, "# the kubelet must allow").contains("--allowed-unsafe-sysctls=net.ipv4.tcp_congestion_control")
+        );
+        assert!(line(&fix, "# from the host").contains("EROFS"));
+        // A pod not named (no kubelet logs): still the spec and the kubelet.
+        c.pod.as_mut().expect("pod").name.clear();
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(c)));
+        assert!(line(&fix, "# persist: in the pod spec:").contains("sysctls"), "{fix:#?}");
+    }
+
+    #[test]
+    fn proxmox_and_lxc_containers_are_entered_by_their_tools_and_persisted_inside() {
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(classify("/lxc/101/ns")));
+        assert_eq!(commands(&fix), vec![&format!("pct exec 101 -- {SET}")]);
+        assert_eq!(
+            line(&fix, "# persist"),
+            format!(
+                "# persist (in the container): pct exec 101 -- sh -c 'test -e {SYSCTL_FILE} || echo \
+                 net.ipv4.tcp_congestion_control=bbr > {SYSCTL_FILE}'"
+            )
+        );
+        assert!(line(&fix, "# and on the host").contains(&format!("echo tcp_bbr > {MODULES_FILE}")));
+        assert_eq!(
+            line(&fix, "# roll back"),
+            format!("# roll back: pct exec 101 -- sysctl -w net.ipv4.tcp_congestion_control=cubic; pct exec 101 -- rm -f {SYSCTL_FILE}")
+        );
+        // No process needed: pct finds the container by its vmid.
+        let mut e = in_container(classify("/lxc/101/ns"));
+        e.netns_pids.clear();
+        assert_eq!(commands(&fix_in(NETNS, CG, "cubic", &e)), vec![&format!("pct exec 101 -- {SET}")]);
+
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(classify("/lxc.payload.web")));
+        assert_eq!(commands(&fix), vec![&format!("lxc-attach -n web -- {SET}")]);
+        assert!(line(&fix, "# LXD/Incus").contains("lxc exec web --"));
+        assert!(line(&fix, "# roll back").ends_with(&format!("lxc-attach -n web -- rm -f {SYSCTL_FILE}")));
+    }
+
+    #[test]
+    fn hostile_container_names_are_quoted_or_never_used() {
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(classify("/lxc.payload.a;$(reboot) 'x'")));
+        assert_eq!(commands(&fix), vec![&format!(r"lxc-attach -n 'a;$(reboot) '\''x'\''' -- {SET}")]);
+        // A newline in the name: never on a line; nsenter through its process instead.
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(classify("/lxc.payload.a\nreboot")));
+        assert!(fix.iter().all(|l| !l.contains('\n') && !l.contains("lxc-attach")), "{fix:#?}");
+        assert_eq!(commands(&fix), vec![&format!("nsenter --net=/proc/31337/ns/net {SET}")]);
+        for name in ["x;id>/tmp/p;#", "$(id)", "a b", "it's", "a\nrm -rf /"] {
+            let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(docker(Some(name)))));
+            assert!(fix.iter().all(|l| !l.contains('\n')), "{fix:#?}");
+            let persist = line(&fix, "# persist");
+            if !name.contains('\n') {
+                assert!(persist.contains(&format!("recreate {} with", shell_quote(name))), "{persist}");
+            }
+        }
+        // Unreachable, named: the name is shown escaped, on the one comment line.
+        let mut e = in_container(classify("/lxc.payload.a\nreboot"));
+        e.netns_pids.clear();
+        let fix = fix_in(NETNS, CG, "cubic", &e);
+        assert_eq!(fix.len(), 1, "{fix:#?}");
+        assert!(fix[0].starts_with("# no command") && fix[0].contains(r"(lxc a\nreboot)"), "{fix:#?}");
+    }
+
+    #[test]
+    fn what_the_kernel_would_refuse_comes_first_with_why() {
+        let mut e = in_container(Some(docker(Some("jellyfin"))));
+        e.bbr_available = false;
+        e.available_cc = vec!["reno".into(), "cubic".into()];
+        e.allowed_cc = vec!["reno".into(), "cubic".into()];
+        let fix = fix_in(NETNS, CG, "cubic", &e);
+        assert_eq!(
+            commands(&fix).iter().map(|c| c.split("   #").next().unwrap_or_default()).collect::<Vec<_>>(),
+            vec![
+                "modprobe tcp_bbr",
+                "sysctl -w 'net.ipv4.tcp_allowed_congestion_control=reno cubic bbr'",
+                &format!("nsenter --net=/proc/31337/ns/net {SET}"),
+            ]
+        );
+        assert!(line(&fix, "modprobe").contains("ENOENT"));
+        assert!(line(&fix, "sysctl -w 'net.ipv4.tcp_allowed").contains("EPERM"));
+        // The host's own namespace may choose any loaded algorithm: no allowed list; and an
+        // allowed list already with bbr, or unknown, needs nothing.
+        let fix = fix_in(4026531840, 0, "cubic", &e);
+        assert!(fix.iter().all(|l| !l.contains("allowed_congestion")), "{fix:#?}");
+        for allowed in [vec!["reno".to_string(), "bbr".to_string()], Vec::new()] {
+            let e = Environment { allowed_cc: allowed, ..in_container(Some(docker(None))) };
+            assert!(fix_in(NETNS, CG, "cubic", &e).iter().all(|l| !l.contains("allowed_congestion")));
+        }
+        // A hostile entry in the list is not repeated into the command.
+        let e = Environment { allowed_cc: vec!["reno".into(), "x;reboot".into()], ..in_container(Some(docker(None))) };
+        assert!(line(&fix_in(NETNS, CG, "cubic", &e), "sysctl -w 'net.ipv4.tcp_allowed")
+            .starts_with("sysctl -w 'net.ipv4.tcp_allowed_congestion_control=reno bbr'   #"));
+    }
+
+    #[test]
+    fn the_namespace_default_is_restored_and_a_bbr_default_explains_itself() {
+        let mut e = in_container(None);
+        e.netns_cc.insert(NETNS, "reno".into());
+        let fix = fix_in(NETNS, 0, "cubic", &e);
+        assert!(line(&fix, "# roll back").contains("tcp_congestion_control=reno"), "{fix:#?}");
+        e.netns_cc.insert(NETNS, "bbr".into());
+        let fix = fix_in(NETNS, 0, "cubic", &e);
+        assert!(line(&fix, "# this namespace's default is already bbr").contains("setsockopt"), "{fix:#?}");
+        assert!(line(&fix, "# roll back").contains("tcp_congestion_control=cubic"), "{fix:#?}");
+    }
+
+    #[test]
+    fn a_service_with_its_own_namespace_is_not_persisted_in_the_hosts_etc() {
+        let fix = fix_in(NETNS, CG, "cubic", &in_container(classify("/system.slice/media.service")));
+        assert_eq!(commands(&fix), vec![&format!("nsenter --net=/proc/31337/ns/net {SET}")]);
+        assert!(line(&fix, "# persist").contains("media.service gets a new namespace"), "{fix:#?}");
+        assert!(fix.iter().all(|l| !l.contains(SYSCTL_FILE)), "{fix:#?}");
     }
 }
