@@ -154,20 +154,3 @@ impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
         self.inner.finish(analysis, summary).await
     }
 }
-
-/// Where cgroup v2 is mounted, from `/proc/self/mountinfo`: `/sys/fs/cgroup` on unified hosts,
-/// `/sys/fs/cgroup/unified` on hybrid ones.
-pub fn cgroup2_mount() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut mounts: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|line| {
-            // "... mount_point options - fstype source super_options"
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .collect();
-    mounts.sort_by_key(|p| p.components().count());
-    mounts.into_iter().next()
-}

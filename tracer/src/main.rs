@@ -11,9 +11,10 @@ use tracer::analysis::filter::{resolve, FilterSpec, ResolvedFilter};
 use tracer::analysis::model::TableConfig;
 use tracer::analysis::schema::SummaryRecord;
 use tracer::analysis::Analysis;
+use tracer::cgroups::{cgroup2_mount, CgroupResolver, ContainerFiles};
 use tracer::cli::{bounded_f64, duration_secs, ring_kib};
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
-use tracer::live_filter::{cgroup2_mount, FilterUpkeep, HostPaths, LiveFilter};
+use tracer::live_filter::{FilterUpkeep, HostPaths, LiveFilter};
 use tracer::output::json::JsonOutput;
 use tracer::output::writer::LineWriter;
 use tracer::pipeline::{self, PipelineOptions};
@@ -68,6 +69,21 @@ struct Cli {
     /// /proc/PID/ns/net, or its inode number. Repeatable.
     #[arg(long, global = true, value_name = "NAME|PATH|INODE")]
     netns: Vec<String>,
+    /// Docker's data root, where `containers/<id>/config.v2.json` names each container
+    /// (default: `data-root` from /etc/docker/daemon.json, else /var/lib/docker).
+    #[arg(long, global = true, value_name = "DIR", help_heading = "Container names")]
+    docker_root: Option<std::path::PathBuf>,
+    /// A Podman storage root (`overlay-containers/containers.json` names containers); default
+    /// /var/lib/containers/storage and each user's rootless store. Repeatable.
+    #[arg(long, global = true, value_name = "DIR", help_heading = "Container names")]
+    podman_store: Vec<std::path::PathBuf>,
+    /// Where Proxmox keeps container configs (`<vmid>.conf` with `hostname:`), default /etc/pve/lxc.
+    #[arg(long, global = true, value_name = "DIR", help_heading = "Container names")]
+    pve_lxc_dir: Option<std::path::PathBuf>,
+    /// The kubelet's log directory (`pods/` and `containers/` below it name pods and their
+    /// containers), default /var/log.
+    #[arg(long, global = true, value_name = "DIR", help_heading = "Container names")]
+    kubelet_logs: Option<std::path::PathBuf>,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
@@ -92,6 +108,26 @@ fn diagnosis_config(cli: &Cli) -> DiagnosisConfig {
         heavy_min_bps: cli.heavy_mbps * 1e6,
         ..DiagnosisConfig::default()
     }
+}
+
+/// Where container names are read from: the runtimes' usual files, or what the command line
+/// (or the demo's own files) says instead.
+fn container_files(cli: &Cli) -> ContainerFiles {
+    let mut files = ContainerFiles::default();
+    if let Some(dir) = &cli.docker_root {
+        files.docker_root.clone_from(dir);
+    }
+    if !cli.podman_store.is_empty() {
+        files.podman_stores.clone_from(&cli.podman_store);
+    }
+    if let Some(dir) = &cli.pve_lxc_dir {
+        files.pve_lxc.clone_from(dir);
+    }
+    if let Some(dir) = &cli.kubelet_logs {
+        files.kubelet_pod_logs = dir.join("pods");
+        files.kubelet_container_logs = dir.join("containers");
+    }
+    files
 }
 
 fn filter_spec(cli: &Cli) -> FilterSpec {
@@ -148,6 +184,15 @@ async fn run(cli: &Cli) -> Result<()> {
         Some(Command::Demo { .. }) => Some(tracer::demo::DemoContainers::create()?),
         None => None,
     };
+    #[allow(unused_mut)] // the demo adds its own container files
+    let mut files = container_files(cli);
+    #[cfg(feature = "demo")]
+    if let Some(c) = &demo_containers {
+        files.docker_root = c.docker_root();
+        files.pve_lxc = c.pve_lxc_dir();
+    }
+    // One resolver for the host facts and the filter, with the roots chosen above.
+    tracer::cgroups::set_system_resolver(CgroupResolver::new(cgroup2_mount(), files));
     // A filter term that names nothing is an error before anything is attached.
     let env = tracer::host::environment();
     let spec = filter_spec(cli);
