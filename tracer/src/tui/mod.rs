@@ -9,6 +9,7 @@
 
 mod detail;
 mod format;
+mod origin;
 pub mod state;
 pub mod terminal;
 pub mod update;
