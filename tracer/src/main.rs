@@ -252,7 +252,8 @@ async fn run(cli: &Cli) -> Result<()> {
         let mut header = tracer::tui::HeaderInfo::this_host(described);
         header.filters = spec.describe();
         let opts = tracer::tui::TuiOptions::default();
-        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, &mut shutdown)
+        // The kernel filter's control comes with the filter itself; until then, none to change.
+        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, None, &mut shutdown)
             .await
             .map(|summary| eprintln!("{}", summary_line(&summary)))
     };

@@ -10,9 +10,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkline, Widget};
 
 use super::format;
-use super::state::AppState;
+use super::origin::{self, Origin};
+use super::state::{AppState, Whereabouts};
 use super::view::{ca_color, dim, CLOSED_MARK, FLAG_MARK};
-use crate::analysis::diagnosis::Verdict;
+use crate::analysis::container::Runtime;
+use crate::analysis::diagnosis::{is_loss_based, Verdict};
 use crate::analysis::event::CaState;
 use crate::analysis::model::{Flow, HistoryPoint};
 
@@ -32,16 +34,26 @@ fn ca_glyph(ca: CaState) -> &'static str {
 }
 
 pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
-    let Some((flow, verdict)) = state.detail_flow() else {
+    let Some(detail) = state.detail_copy() else {
         Paragraph::new("this flow is gone (closed and expired); Esc goes back")
             .style(dim())
             .centered()
             .render(area, buf);
         return;
     };
-    let ident = ident_lines(flow, verdict, area.width);
+    let (flow, verdict) = (&detail.flow, detail.verdict.as_ref());
     let full = area.width >= CHARTS_MIN_WIDTH && area.height >= CHARTS_MIN_HEIGHT;
-    let ident_height = u16::try_from(ident.len()).unwrap_or(u16::MAX).min(if full { 4 } else { 3 });
+    // (In the panel, inside its borders.)
+    let whereabouts =
+        where_lines(flow, &detail.whereabouts, if full { area.width } else { area.width.saturating_sub(2) });
+    // Where the flow lives goes under its identity when there is room, else at the top of the
+    // scrolling panel, where it can be read on any screen.
+    let (ident, lead) = if full {
+        (ident_lines(flow, verdict, &detail.whereabouts, whereabouts, area.width), Vec::new())
+    } else {
+        (ident_lines(flow, verdict, &detail.whereabouts, Vec::new(), area.width), whereabouts)
+    };
+    let ident_height = u16::try_from(ident.len()).unwrap_or(u16::MAX).min(if full { 9 } else { 3 });
     let history: Vec<&HistoryPoint> = flow.history().collect();
     let step = state.history_step_ns;
     let retrans = retrans_series(flow, &history, step);
@@ -63,13 +75,13 @@ pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         let [timeline, legend] = Layout::vertical([Constraint::Length(1); 2]).areas(inner);
         ca_timeline(&history, timeline, buf);
         ca_legend(flow).render(legend, buf);
-        render_verdict(state, verdict, verdict_area, buf);
+        render_verdict(state, verdict, lead, verdict_area, buf);
     } else {
         let [id, hist, verdict_area] =
             Layout::vertical([Constraint::Length(ident_height), Constraint::Length(8), Constraint::Min(0)]).areas(area);
         Paragraph::new(ident).render(id, buf);
         render_sparklines(flow, &history, &retrans, hist, buf);
-        render_verdict(state, verdict, verdict_area, buf);
+        render_verdict(state, verdict, lead, verdict_area, buf);
     }
 }
 
@@ -96,7 +108,13 @@ fn pack(chunks: Vec<Vec<Span<'static>>>, width: u16, out: &mut Vec<Line<'static>
     }
 }
 
-fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
+fn ident_lines(
+    flow: &Flow,
+    verdict: Option<&Verdict>,
+    whereabouts: &Whereabouts,
+    where_lines: Vec<Line<'static>>,
+    width: u16,
+) -> Vec<Line<'static>> {
     let s = &flow.latest;
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let mut who: Vec<Vec<Span<'static>>> = Vec::new();
@@ -116,8 +134,11 @@ fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'
         Some(o) => format!("{} (pid {})", o.comm, o.pid),
         None => "process unknown".into(),
     })]);
-    who.push(vec![Span::raw(format!("cgroup {}", s.cgroup_id))]);
-    who.push(vec![Span::raw(format!("netns {}", s.netns))]);
+    // Where the flow lives, in short, when its full account is not right below.
+    if where_lines.is_empty() {
+        let origin = Origin::of(s.cgroup_id, whereabouts.cgroup.as_ref());
+        who.push(vec![Span::styled(origin.full(), Style::new().fg(Color::Cyan))]);
+    }
     who.push(vec![Span::styled(format!("seen {:.0} s", flow.age_secs()), dim())]);
 
     let kv = |k: &str, v: String| vec![Span::styled(format!("{k} "), dim()), Span::raw(v)];
@@ -140,8 +161,76 @@ fn ident_lines(flow: &Flow, verdict: Option<&Verdict>, width: u16) -> Vec<Line<'
     ];
     let mut lines = Vec::new();
     pack(who, width, &mut lines);
+    lines.extend(where_lines);
     pack(numbers, width, &mut lines);
     lines
+}
+
+/// Where the flow lives: its container, its cgroup, its network namespace with the default
+/// congestion control there, and the host's lists; a hint when the namespace's default is
+/// loss-based and the host does not let namespaces choose bbr.
+fn where_lines(flow: &Flow, w: &Whereabouts, width: u16) -> Vec<Line<'static>> {
+    let s = &flow.latest;
+    let kv = |k: &str, v: String| vec![Span::styled(format!("{k} "), dim()), Span::raw(v)];
+    let room = usize::from(width).saturating_sub(7);
+    let mut chunks = Vec::new();
+    match w.cgroup.as_ref().and_then(|c| c.container.as_ref()) {
+        Some(c) if c.runtime == Runtime::Systemd => chunks.push(kv("unit", c.id.clone())),
+        Some(c) => {
+            let name = c.name.clone().unwrap_or_else(|| "(no name)".into());
+            chunks.push(kv("container", format!("{name} ({})", c.runtime.name())));
+            chunks.push(kv("id", origin::short_id(c).to_string()));
+            if let Some(p) = &c.pod {
+                chunks.push(kv("pod", format!("{}/{}", p.namespace, p.name)));
+            }
+        }
+        None => chunks.push(kv("container", "none".into())),
+    }
+    let path = match &w.cgroup {
+        Some(c) => format!("{} (id {})", format::truncate_middle(&c.path, room.saturating_sub(12)), s.cgroup_id),
+        None => format!("{} (path unknown)", s.cgroup_id),
+    };
+    chunks.push(kv("cgroup", path));
+    let mut lines = Vec::new();
+    pack(chunks, width, &mut lines);
+
+    let default = w.netns_cc.as_deref().unwrap_or("unknown");
+    let host = if w.host_netns { " (host)" } else { "" };
+    let list = |l: &[String]| if l.is_empty() { "unknown".to_string() } else { l.join(" ") };
+    let cc = vec![
+        kv("netns", format!("{}{host}, default cc {default}", s.netns)),
+        kv("host cc:", format!("available {}, allowed in namespaces {}", list(&w.available_cc), list(&w.allowed_cc))),
+    ];
+    pack(cc, width, &mut lines);
+
+    if let Some(hint) = bbr_hint(w) {
+        for l in format::wrap(&hint, usize::from(width).max(1)) {
+            lines.push(Line::styled(l, Style::new().fg(Color::Yellow)));
+        }
+    }
+    lines
+}
+
+/// A namespace whose default is loss-based while the host does not allow bbr in namespaces
+/// cannot be switched to bbr from inside: worth knowing before trying the fix. (A hint: the
+/// lists may be stale, and a socket may have chosen its cc itself.)
+fn bbr_hint(w: &Whereabouts) -> Option<String> {
+    let default = w.netns_cc.as_deref()?;
+    if w.host_netns || !is_loss_based(default) || w.allowed_cc.is_empty() || w.allowed_cc.iter().any(|c| c == "bbr") {
+        return None;
+    }
+    let available = w.available_cc.iter().any(|c| c == "bbr");
+    Some(if available {
+        format!(
+            "hint: this namespace defaults to {default} (loss-based) and the host does not allow bbr for \
+             namespaces: add it to net.ipv4.tcp_allowed_congestion_control on the host first"
+        )
+    } else {
+        format!(
+            "hint: this namespace defaults to {default} (loss-based) and bbr is neither available nor allowed on \
+             the host: load tcp_bbr and add it to net.ipv4.tcp_allowed_congestion_control first"
+        )
+    })
 }
 
 /// Retransmissions per history bucket, without the bucket still filling up (its count so far
@@ -335,8 +424,9 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
     sparkline(retrans, inner, Style::new().fg(Color::Red), buf);
 }
 
-/// The verdict panel's lines, wrapped to `width`.
-fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
+/// The verdict panel's lines, wrapped to `width`; `lead` (where the flow lives, when the view
+/// had no room for it above) follows the verdict's text.
+fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16) -> Vec<Line<'static>> {
     let width = usize::from(width).max(1);
     let mut out = Vec::new();
     let para = |text: &str, style: Style, indent: usize, out: &mut Vec<Line<'static>>| {
@@ -344,15 +434,23 @@ fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
             out.push(Line::styled(format!("{}{l}", " ".repeat(indent)), style));
         }
     };
+    let with_lead = |mut out: Vec<Line<'static>>| {
+        if !lead.is_empty() {
+            out.push(Line::raw(""));
+            out.extend(lead);
+        }
+        out
+    };
     let Some(v) = verdict else {
         para("no verdict yet: the first one comes after a few seconds of samples", dim(), 0, &mut out);
-        return out;
+        return with_lead(out);
     };
     // An unflagged verdict's text already opens with the description.
     if !v.text.starts_with(v.limited_by.describe()) {
         para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
     }
     para(&v.text, Style::new(), 0, &mut out);
+    let mut out = with_lead(out);
     if let Some(e) = &v.evidence {
         out.push(Line::raw(""));
         let loss = if e.loss_ratio > 0.0 { format::pct(e.loss_ratio) } else { "0%".into() };
@@ -399,7 +497,7 @@ fn verdict_lines(verdict: Option<&Verdict>, width: u16) -> Vec<Line<'static>> {
     out
 }
 
-fn render_verdict(state: &AppState, verdict: Option<&Verdict>, area: Rect, buf: &mut Buffer) {
+fn render_verdict(state: &AppState, verdict: Option<&Verdict>, lead: Vec<Line<'static>>, area: Rect, buf: &mut Buffer) {
     let title = match verdict {
         Some(v) if v.flagged => Line::styled(
             format!(" {FLAG_MARK} FLAGGED · limited by {} ", v.limited_by.name()),
@@ -410,7 +508,7 @@ fn render_verdict(state: &AppState, verdict: Option<&Verdict>, area: Rect, buf: 
     };
     let mut block = Block::bordered().title(title).border_style(dim());
     let inner = block.inner(area);
-    let lines = verdict_lines(verdict, inner.width);
+    let lines = verdict_lines(verdict, lead, inner.width);
     let max_scroll = u16::try_from(lines.len().saturating_sub(usize::from(inner.height))).unwrap_or(u16::MAX);
     state.detail_max_scroll.set(max_scroll);
     state.page_rows.set(usize::from(inner.height.max(1)));

@@ -7,12 +7,19 @@
 //! - 404: python3 upload that closes at 4 s.
 //! - 505: an interactive ssh session, light (hidden in heavy-only mode).
 //!
+//! Where they run (`Environment::cgroups`): 101 and 404 in the docker container `jellyfin` (on
+//! the host's network), 202 in `nginx.service`, 303 in the Proxmox container 102 `proxy` (its
+//! own network namespace, defaulting to cubic), 505 in the root cgroup (the host). The host
+//! offers bbr but allows namespaces reno and cubic only (Debian's default).
+//!
 //! One sample per flow every 100 ms from monotonic second 1000.
 
 use std::collections::HashMap;
 
+use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::diagnosis::{DiagnosisConfig, Environment};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
+use crate::analysis::filter::{FilterControl, FilterSpec};
 use crate::analysis::model::tests::sample;
 use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
@@ -31,6 +38,11 @@ pub(super) const BBR: u64 = 202;
 pub(super) const RECEIVER: u64 = 303;
 pub(super) const CLOSED: u64 = 404;
 pub(super) const SSH: u64 = 505;
+pub(super) const JELLYFIN_CGROUP: u64 = 7321;
+pub(super) const NGINX_CGROUP: u64 = 5120;
+pub(super) const PROXY_CGROUP: u64 = 9001;
+pub(super) const ROOT_CGROUP: u64 = 1;
+pub(super) const JELLYFIN_ID: &str = "4c1f0e9a7b2d83c5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9";
 const BASE_MS: u64 = 1_000_000;
 use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE;
 
@@ -39,11 +51,82 @@ pub(super) fn ts_ns(tick: u64) -> u64 {
 }
 
 pub(super) fn env() -> Environment {
+    let container = |runtime, id: &str, name: Option<&str>| {
+        Some(Container { runtime, id: id.into(), name: name.map(Into::into), pod: None })
+    };
+    let cgroups = HashMap::from([
+        (
+            JELLYFIN_CGROUP,
+            CgroupInfo {
+                path: format!("/system.slice/docker-{JELLYFIN_ID}.scope"),
+                container: container(Runtime::Docker, JELLYFIN_ID, Some("jellyfin")),
+            },
+        ),
+        (
+            NGINX_CGROUP,
+            CgroupInfo {
+                path: "/system.slice/nginx.service".into(),
+                container: container(Runtime::Systemd, "nginx.service", None),
+            },
+        ),
+        (
+            PROXY_CGROUP,
+            CgroupInfo {
+                path: "/lxc/102/ns/system.slice/cron.service".into(),
+                container: container(Runtime::Proxmox, "102", Some("proxy")),
+            },
+        ),
+        (ROOT_CGROUP, CgroupInfo { path: "/".into(), container: None }),
+    ]);
+    let words = |s: &str| s.split(' ').map(String::from).collect();
     Environment {
         bbr_available: true,
         host_netns: HOST_NETNS,
         netns_pids: HashMap::from([(CONTAINER_NETNS, 31337)]),
+        cgroups,
+        netns_cc: HashMap::from([(HOST_NETNS, "cubic".into()), (CONTAINER_NETNS, "cubic".into())]),
+        available_cc: words("reno cubic bbr"),
+        allowed_cc: words("reno cubic"),
         ..Default::default()
+    }
+}
+
+/// A kernel filter that resolves against the host facts as the real one would and remembers
+/// what it applied: unknown containers, cgroups and namespaces are errors.
+#[derive(Debug, Default)]
+pub(super) struct FakeFilter {
+    pub spec: FilterSpec,
+    pub applied: usize,
+}
+
+impl FilterControl for FakeFilter {
+    fn apply(&mut self, spec: &FilterSpec, env: &Environment) -> Result<Vec<String>, String> {
+        let containers = || env.cgroups.values().filter_map(|c| c.container.as_ref());
+        if let Some(c) = spec
+            .containers
+            .iter()
+            .find(|n| !containers().any(|c| c.name.as_deref() == Some(n.as_str()) || c.id.starts_with(n.as_str())))
+        {
+            return Err(format!("no container named {c} on this host"));
+        }
+        if let Some(p) =
+            spec.cgroups.iter().find(|p| !env.cgroups.values().any(|c| c.path.starts_with(p.trim_end_matches('/'))))
+        {
+            return Err(format!("no cgroup {p}"));
+        }
+        if let Some(n) = spec.netns.iter().find(|n| {
+            !env.netns_names.values().any(|v| v == *n)
+                && n.parse::<u32>().map_or(true, |i| !env.netns_cc.contains_key(&i))
+        }) {
+            return Err(format!("no network namespace {n}"));
+        }
+        self.spec = spec.clone();
+        self.applied += 1;
+        Ok(spec.describe())
+    }
+
+    fn current(&self) -> FilterSpec {
+        self.spec.clone()
     }
 }
 
@@ -70,7 +153,7 @@ fn base(cookie: u64, tick: u64, local: &str, remote: &str, comm: &str, pid: u32)
 /// 4 Mbit/s, near the Mathis bound), a loss episode every 2 s.
 fn cubic_lossy(tick: u64) -> Sample {
     let mut s = base(CUBIC, tick, "198.18.0.1:41234", "203.0.113.10:5201", "iperf3", 4242);
-    s.cgroup_id = 7321;
+    s.cgroup_id = JELLYFIN_CGROUP;
     let phase = tick % 20;
     s.bytes_acked = 50_000 * tick;
     s.bytes_sent = (s.bytes_acked as f64 / 0.98) as u64;
@@ -99,7 +182,7 @@ fn cubic_lossy(tick: u64) -> Sample {
 fn bbr_app_limited(tick: u64) -> Sample {
     let mut s = base(BBR, tick, "198.18.0.1:443", "198.51.100.23:52814", "nginx", 1830);
     s.cc = "bbr".into();
-    s.cgroup_id = 5120;
+    s.cgroup_id = NGINX_CGROUP;
     s.bytes_acked = 31_250 * tick;
     s.bytes_sent = s.bytes_acked;
     s.busy_us = tick * 15_000;
@@ -119,7 +202,7 @@ fn bbr_app_limited(tick: u64) -> Sample {
 fn receiver(tick: u64) -> Sample {
     let mut s = base(RECEIVER, tick, "10.88.0.5:48820", "192.0.2.80:443", "curl", 9911);
     s.netns = CONTAINER_NETNS;
-    s.cgroup_id = 9001;
+    s.cgroup_id = PROXY_CGROUP;
     s.bytes_acked = 517 + tick * 40;
     s.bytes_sent = s.bytes_acked;
     s.bytes_received = 625_000 * tick;
@@ -138,7 +221,7 @@ fn closing(tick: u64) -> Option<Sample> {
         return None;
     }
     let mut s = base(CLOSED, tick, "198.18.0.1:39916", "198.18.0.9:8080", "python3", 2200);
-    s.cgroup_id = 7321;
+    s.cgroup_id = JELLYFIN_CGROUP;
     s.bytes_acked = 100_000 * tick;
     s.bytes_sent = s.bytes_acked;
     s.busy_us = tick * 100_000;
@@ -157,7 +240,7 @@ fn closing(tick: u64) -> Option<Sample> {
 /// Interactive ssh: about 20 kbit/s.
 fn ssh(tick: u64) -> Sample {
     let mut s = base(SSH, tick, "198.18.0.1:51022", "198.18.0.7:22", "ssh", 3100);
-    s.cgroup_id = 3388;
+    s.cgroup_id = ROOT_CGROUP;
     s.bytes_acked = 250 * tick;
     s.bytes_sent = s.bytes_acked;
     s.bytes_received = 120 * tick;
@@ -185,6 +268,7 @@ pub(super) fn light_batch(tick: u64) -> Vec<Sample> {
 pub(super) struct Scene {
     pub analysis: Analysis,
     pub state: AppState,
+    pub kernel: FakeFilter,
 }
 
 impl Scene {
@@ -197,6 +281,7 @@ impl Scene {
         Self {
             analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env),
             state: AppState::new(header()),
+            kernel: FakeFilter::default(),
         }
     }
 
@@ -215,7 +300,7 @@ impl Scene {
 
     /// A key, as the front end applies it.
     pub(super) fn key(&mut self, key: KeyEvent) -> Action {
-        apply_key(&mut self.state, &self.analysis, key)
+        apply_key(&mut self.state, &self.analysis, Some(&mut self.kernel), key)
     }
 
     pub(super) fn refresh(&mut self) {

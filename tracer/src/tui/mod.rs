@@ -9,6 +9,7 @@
 
 mod detail;
 mod format;
+mod origin;
 pub mod state;
 pub mod terminal;
 pub mod update;
@@ -30,13 +31,14 @@ use futures_util::{Stream, StreamExt};
 use ratatui::backend::Backend;
 use ratatui::Terminal;
 
+use crate::analysis::filter::FilterControl;
 use crate::analysis::schema::SummaryRecord;
 use crate::analysis::Analysis;
 use crate::pipeline::{self, Control, FrontEnd, PipelineOptions, Status, StopSignal};
 use crate::source::EventSource;
 
 pub use state::{AppState, Column, HeaderInfo, SortDir, View};
-pub use update::{handle_key, Action};
+pub use update::{handle_key, parse_filter_spec, Action};
 pub use view::draw;
 
 #[derive(Clone, Debug)]
@@ -53,10 +55,28 @@ impl Default for TuiOptions {
     }
 }
 
+/// The kernel filter's control, when the front end may change it (`None`: the prompt says the
+/// filter cannot be changed here).
+pub type FilterControlBox = Box<dyn FilterControl + Send>;
+
 /// Apply a key, then bring the rows and the detail copy up to date with it (a re-sort, a new
-/// detail flow, a resume). What the front end does with every key; tests do the same.
-pub fn apply_key(state: &mut AppState, analysis: &Analysis, key: KeyEvent) -> Action {
-    let action = handle_key(state, key);
+/// detail flow, a resume); a kernel filter typed in goes to `filter`. What the front end does
+/// with every key; tests do the same.
+pub fn apply_key(
+    state: &mut AppState,
+    analysis: &Analysis,
+    filter: Option<&mut dyn FilterControl>,
+    key: KeyEvent,
+) -> Action {
+    let mut action = handle_key(state, key);
+    if let Action::SetKernelFilter(spec) = action {
+        let result = match filter {
+            Some(control) => control.apply(&spec, &analysis.env),
+            None => Err("this source has no kernel filter to change".into()),
+        };
+        state.kernel_filter_applied(spec, result);
+        action = Action::None;
+    }
     state.refresh(analysis);
     action
 }
@@ -67,6 +87,8 @@ pub struct TuiFrontEnd<'t, B: Backend, K> {
     terminal: &'t mut Terminal<B>,
     keys: K,
     keys_open: bool,
+    /// Changes the kernel filter (the `F` prompt); `None` where there is none to change.
+    filter: Option<FilterControlBox>,
     pub state: AppState,
 }
 
@@ -76,8 +98,20 @@ where
     B::Error: Send + Sync + 'static,
     K: Stream<Item = io::Result<Event>> + Unpin,
 {
-    pub fn new(terminal: &'t mut Terminal<B>, keys: K, state: AppState) -> Self {
-        Self { terminal, keys, keys_open: true, state }
+    /// A front end drawing `state` on `terminal`, reading `keys`, changing the kernel filter
+    /// through `filter` (its filter in force is the one the UI starts with).
+    pub fn new(terminal: &'t mut Terminal<B>, keys: K, state: AppState, filter: Option<FilterControlBox>) -> Self {
+        let state = match &filter {
+            Some(f) => {
+                let mut state = state.with_kernel_filter(f.current());
+                if state.header.filters.is_empty() {
+                    state.header.filters = f.current().describe();
+                }
+                state
+            }
+            None => state,
+        };
+        Self { terminal, keys, keys_open: true, filter, state }
     }
 
     fn draw(&mut self) -> Result<()> {
@@ -105,7 +139,8 @@ where
         }
         match self.keys.next().await {
             Some(Ok(Event::Key(k))) => {
-                if apply_key(&mut self.state, analysis, k) == Action::Quit {
+                let filter = self.filter.as_deref_mut().map(|f| f as &mut dyn FilterControl);
+                if apply_key(&mut self.state, analysis, filter, k) == Action::Quit {
                     return Ok(Control::Stop);
                 }
                 // The flow in the detail view keeps its full chart history, busy or not.
@@ -134,19 +169,20 @@ where
 }
 
 /// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
-/// (SIGTERM). The terminal is restored before this returns, also on error, so the caller may
-/// print the summary it returns.
+/// (SIGTERM); `filter` lets the user change the kernel filter (`F`). The terminal is restored
+/// before this returns, also on error, so the caller may print the summary it returns.
 pub async fn run(
     source: &mut dyn EventSource,
     analysis: &mut Analysis,
     header: HeaderInfo,
     opts: &TuiOptions,
     pipeline_opts: PipelineOptions,
+    filter: Option<FilterControlBox>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
     let mut guard = terminal::TerminalGuard::enter()?;
     let state = AppState::new(header).with_show_all(opts.show_all);
-    let mut front = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state);
+    let mut front = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter);
     let pipeline_opts = PipelineOptions { tick: opts.frame_interval, ..pipeline_opts };
     let result =
         pipeline::run(source, analysis, &mut front, &pipeline_opts, crate::clock::monotonic_now_ns, stop).await;

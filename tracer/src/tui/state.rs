@@ -6,16 +6,21 @@
 
 use std::cell::Cell;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use crate::analysis::diagnosis::{LimitedBy, Verdict};
+use crate::analysis::container::CgroupInfo;
+use crate::analysis::diagnosis::{Environment, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, TcpState};
+use crate::analysis::filter::FilterSpec;
 use crate::analysis::model::Flow;
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::source::SourceCounters;
+
+use super::origin::Origin;
 
 use tracer_common::NS_PER_SEC;
 
@@ -30,7 +35,8 @@ pub struct HeaderInfo {
     pub source: String,
     /// Recording status ("recording to x.cctrace"), `None` when not recording.
     pub recording: Option<String>,
-    /// Filters applied before the UI (command-line options), one short phrase each.
+    /// Filters applied before the UI (the kernel filter: command-line options, or what the
+    /// filter prompt set), one short phrase each.
     pub filters: Vec<String>,
 }
 
@@ -53,7 +59,7 @@ impl HeaderInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Column {
     Flag,
-    Cgroup,
+    Container,
     Process,
     Local,
     Remote,
@@ -72,7 +78,7 @@ pub enum Column {
 impl Column {
     pub const ALL: [Column; 15] = [
         Self::Flag,
-        Self::Cgroup,
+        Self::Container,
         Self::Process,
         Self::Local,
         Self::Remote,
@@ -91,7 +97,7 @@ impl Column {
     pub fn title(self) -> &'static str {
         match self {
             Self::Flag => "!",
-            Self::Cgroup => "cgroup",
+            Self::Container => "container",
             Self::Process => "proc",
             Self::Local => "local",
             Self::Remote => "remote",
@@ -111,7 +117,7 @@ impl Column {
     /// Numbers read best largest first, names alphabetically.
     pub fn natural_dir(self) -> SortDir {
         match self {
-            Self::Cgroup | Self::Process | Self::Local | Self::Remote | Self::Cc | Self::LimitedBy => SortDir::Asc,
+            Self::Container | Self::Process | Self::Local | Self::Remote | Self::Cc | Self::LimitedBy => SortDir::Asc,
             _ => SortDir::Desc,
         }
     }
@@ -163,7 +169,8 @@ pub(crate) enum Screen {
 #[derive(Clone, Debug)]
 pub(crate) struct FlowRow {
     pub cookie: u64,
-    pub cgroup_id: u64,
+    /// The flow's container or cgroup, shared by the rows of one cgroup.
+    pub origin: Arc<Origin>,
     pub comm: Option<String>,
     pub local: SocketAddr,
     pub remote: SocketAddr,
@@ -176,6 +183,8 @@ pub(crate) struct FlowRow {
     pub min_rtt_us: u32,
     pub delivery_bps: u64,
     pub throughput_bps: f64,
+    /// Bytes put on the wire, retransmissions included, bits/s (weighs `retrans_ratio`).
+    pub send_bps: f64,
     pub retrans_ratio: f64,
     pub limited_by: LimitedBy,
     pub flagged: bool,
@@ -184,13 +193,13 @@ pub(crate) struct FlowRow {
 
 impl FlowRow {
     /// Heavy (shown by default) as the diagnosis defines it, or flagged.
-    fn of(flow: &Flow, verdict: Option<&Verdict>, analysis: &Analysis) -> Self {
+    fn of(flow: &Flow, verdict: Option<&Verdict>, analysis: &Analysis, origin: Arc<Origin>) -> Self {
         let s = &flow.latest;
         let flagged = verdict.is_some_and(|v| v.flagged);
         let closed = flow.is_closed() || matches!(s.tcp_state, TcpState::Close | TcpState::TimeWait);
         Self {
             cookie: s.cookie,
-            cgroup_id: s.cgroup_id,
+            origin,
             comm: s.owner.as_ref().map(|o| o.comm.clone()),
             local: s.local,
             remote: s.remote,
@@ -203,6 +212,7 @@ impl FlowRow {
             min_rtt_us: s.min_rtt_us,
             delivery_bps: s.delivery_rate_bps,
             throughput_bps: flow.rates.throughput_bps,
+            send_bps: flow.rates.send_rate_bps,
             retrans_ratio: flow.rates.retrans_ratio,
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
@@ -214,28 +224,30 @@ impl FlowRow {
         }
     }
 
-    /// Lower-case text the filter searches: addresses with ports, cc, comm, limited_by, cgroup.
+    /// Lower-case text the filter searches: addresses with ports, cc, comm, limited_by, and
+    /// the container (name, id, runtime, pod, cgroup path and `cgroup=ID`).
     fn haystack(&self, buf: &mut String) {
         buf.clear();
         let _ = write!(
             buf,
-            "{} {} {} {} {} cgroup={} {}",
+            "{} {} {} {} {} {}",
             self.local,
             self.remote,
             self.cc,
             self.comm.as_deref().unwrap_or(""),
             self.limited_by.name(),
-            self.cgroup_id,
             if self.flagged { "flagged" } else { "" },
         );
         buf.make_ascii_lowercase();
+        buf.push(' ');
+        buf.push_str(&self.origin.search);
     }
 }
 
 fn compare(col: Column, a: &FlowRow, b: &FlowRow) -> Ordering {
     match col {
         Column::Flag => (a.flagged, !a.closed).cmp(&(b.flagged, !b.closed)),
-        Column::Cgroup => a.cgroup_id.cmp(&b.cgroup_id),
+        Column::Container => (&a.origin.name, a.origin.runtime).cmp(&(&b.origin.name, b.origin.runtime)),
         Column::Process => a.comm.cmp(&b.comm),
         Column::Local => a.local.cmp(&b.local),
         Column::Remote => a.remote.cmp(&b.remote),
@@ -286,11 +298,87 @@ impl Counters {
     }
 }
 
+/// One container's (or cgroup's) flows in the grouped view, with their totals over every flow
+/// of the group that passes the typed filter (light ones too, as the header counts them); the
+/// rates are those of its open flows.
+#[derive(Clone, Debug)]
+pub(crate) struct Group {
+    pub origin: Arc<Origin>,
+    pub flows: usize,
+    pub heavy: usize,
+    pub flagged: usize,
+    pub throughput_bps: f64,
+    send_bps: f64,
+    retrans_bps: f64,
+}
+
+impl Group {
+    fn new(origin: Arc<Origin>) -> Self {
+        Self { origin, flows: 0, heavy: 0, flagged: 0, throughput_bps: 0.0, send_bps: 0.0, retrans_bps: 0.0 }
+    }
+
+    fn add(&mut self, row: &FlowRow) {
+        self.flows += 1;
+        self.heavy += usize::from(row.heavy);
+        self.flagged += usize::from(row.flagged);
+        // A closed flow moves nothing now, whatever its last rate was.
+        if row.closed {
+            return;
+        }
+        self.throughput_bps += row.throughput_bps;
+        self.send_bps += row.send_bps;
+        self.retrans_bps += row.send_bps * row.retrans_ratio;
+    }
+
+    /// Retransmitted share of what the group's flows sent over the last second.
+    pub(crate) fn retrans_ratio(&self) -> f64 {
+        if self.send_bps > 0.0 {
+            self.retrans_bps / self.send_bps
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A line of the table: a group's header (grouped view only) or a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TableLine {
+    /// Index into `groups`.
+    Group(usize),
+    /// Index into `visible`.
+    Flow(usize),
+}
+
+/// What the detail view shows of where its flow lives: copied with the flow.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Whereabouts {
+    pub cgroup: Option<CgroupInfo>,
+    /// The flow's namespace's default congestion control, as that namespace sees it.
+    pub netns_cc: Option<String>,
+    pub host_netns: bool,
+    pub available_cc: Vec<String>,
+    pub allowed_cc: Vec<String>,
+}
+
+impl Whereabouts {
+    fn of(flow: &Flow, env: &Environment) -> Self {
+        let s = &flow.latest;
+        Self {
+            cgroup: env.cgroups.get(&s.cgroup_id).cloned(),
+            netns_cc: env.netns_cc.get(&s.netns).cloned(),
+            host_netns: env.host_netns != 0 && env.host_netns == s.netns,
+            available_cc: env.available_cc.clone(),
+            allowed_cc: env.allowed_cc.clone(),
+        }
+    }
+}
+
 /// The flow the detail view shows and its verdict: copied on every frame, held while paused.
 #[derive(Debug)]
 pub(crate) struct DetailFlow {
     pub flow: Flow,
     pub verdict: Option<Verdict>,
+    pub whereabouts: Whereabouts,
 }
 
 /// Everything the UI shows. See the module docs for who changes what.
@@ -305,8 +393,14 @@ pub struct AppState {
 
     /// Every flow, as of the last refresh (frozen while paused).
     pub(crate) snapshot: Vec<FlowRow>,
-    /// Indices into `snapshot` that pass the filters, in display order.
+    /// Indices into `snapshot` that pass the filters, in display order (grouped: group by
+    /// group, each group's flows together).
     pub(crate) visible: Vec<usize>,
+    /// Flows per container or cgroup, when `grouped`.
+    pub(crate) grouped: bool,
+    pub(crate) groups: Vec<Group>,
+    /// The table's lines: the flows, with each group's header before its flows when grouped.
+    pub(crate) lines: Vec<TableLine>,
     /// Congestion controls in the snapshot with their flow counts, by name.
     pub(crate) cc_seen: Vec<(String, usize)>,
     pub(crate) heavy_count: usize,
@@ -322,6 +416,13 @@ pub struct AppState {
     pub(crate) filter: String,
     pub(crate) filter_input: String,
     pub(crate) typing_filter: bool,
+    /// The kernel filter in force, and the prompt's text (kept after a rejected attempt so it
+    /// can be corrected).
+    pub(crate) kernel_filter: FilterSpec,
+    pub(crate) kernel_filter_input: String,
+    pub(crate) typing_kernel_filter: bool,
+    /// A one-line message for the status line (an error), until the next key.
+    pub(crate) status: Option<String>,
     pub(crate) show_all: bool,
     pub(crate) paused: bool,
     pub(crate) detail: Option<Box<DetailFlow>>,
@@ -347,6 +448,9 @@ impl AppState {
             history_step_ns: NS_PER_SEC,
             snapshot: Vec::new(),
             visible: Vec::new(),
+            grouped: false,
+            groups: Vec::new(),
+            lines: Vec::new(),
             cc_seen: Vec::new(),
             heavy_count: 0,
             flagged_count: 0,
@@ -357,6 +461,10 @@ impl AppState {
             filter: String::new(),
             filter_input: String::new(),
             typing_filter: false,
+            kernel_filter: FilterSpec::default(),
+            kernel_filter_input: String::new(),
+            typing_kernel_filter: false,
+            status: None,
             show_all: false,
             paused: false,
             detail: None,
@@ -368,6 +476,41 @@ impl AppState {
             page_rows: Cell::new(10),
             detail_max_scroll: Cell::new(0),
         }
+    }
+
+    /// The kernel filter in force when the UI starts (the prompt starts from it).
+    pub fn with_kernel_filter(mut self, spec: FilterSpec) -> Self {
+        self.kernel_filter_input = spec.describe().join(" ");
+        self.kernel_filter = spec;
+        self
+    }
+
+    /// What became of applying `spec` as the kernel filter: in force, shown in the header as
+    /// the phrases returned; or refused, with the previous filter still in force and the error
+    /// on the status line (the prompt keeps the text to correct).
+    pub fn kernel_filter_applied(&mut self, spec: FilterSpec, result: Result<Vec<String>, String>) {
+        match result {
+            Ok(shown) => {
+                self.kernel_filter_input = spec.describe().join(" ");
+                self.kernel_filter = spec;
+                self.header.filters = shown;
+            }
+            Err(e) => self.status = Some(format!("kernel filter unchanged: {e}")),
+        }
+    }
+
+    /// The kernel filter in force, as last applied through the UI (or given at start).
+    pub fn kernel_filter(&self) -> &FilterSpec {
+        &self.kernel_filter
+    }
+
+    /// The status line's message, if any.
+    pub fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+
+    pub fn is_grouped(&self) -> bool {
+        self.grouped
     }
 
     /// Start with every flow shown instead of heavy flows only.
@@ -445,7 +588,13 @@ impl AppState {
 
     fn rebuild_snapshot(&mut self, analysis: &Analysis) {
         self.snapshot.clear();
-        self.snapshot.extend(analysis.table.flows().map(|f| FlowRow::of(f, analysis.verdict(f), analysis)));
+        let mut origins: HashMap<u64, Arc<Origin>> = HashMap::new();
+        for f in analysis.table.flows() {
+            let id = f.latest.cgroup_id;
+            let origin =
+                origins.entry(id).or_insert_with(|| Arc::new(Origin::of(id, analysis.env.cgroups.get(&id)))).clone();
+            self.snapshot.push(FlowRow::of(f, analysis.verdict(f), analysis, origin));
+        }
         let mut cc: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.snapshot {
             *cc.entry(r.cc.as_str()).or_default() += 1;
@@ -461,15 +610,20 @@ impl AppState {
         let terms: Vec<String> = self.filter.split_whitespace().map(str::to_ascii_lowercase).collect();
         let mut hay = String::new();
         self.visible.clear();
+        // Grouped: every flow that matches counts in its group's totals, listed or not.
+        let mut groups: HashMap<&str, Group> = HashMap::new();
         for (i, row) in self.snapshot.iter().enumerate() {
-            if !self.show_all && !row.heavy {
-                continue;
-            }
             if !terms.is_empty() {
                 row.haystack(&mut hay);
                 if !terms.iter().all(|t| hay.contains(t.as_str())) {
                     continue;
                 }
+            }
+            if self.grouped {
+                groups.entry(row.origin.group.as_str()).or_insert_with(|| Group::new(row.origin.clone())).add(row);
+            }
+            if !self.show_all && !row.heavy {
+                continue;
             }
             self.visible.push(i);
         }
@@ -491,7 +645,41 @@ impl AppState {
                 .then_with(|| b.throughput_bps.total_cmp(&a.throughput_bps))
                 .then_with(|| a.cookie.cmp(&b.cookie))
         });
+        self.groups.clear();
+        self.lines.clear();
+        if self.grouped {
+            // Groups in the order of their first flow, each group's flows in the sort's order.
+            let mut rank: HashMap<&str, usize> = HashMap::new();
+            for &i in &self.visible {
+                let key = rows[i].origin.group.as_str();
+                let n = rank.len();
+                rank.entry(key).or_insert(n);
+            }
+            self.visible.sort_by_key(|&i| rank[rows[i].origin.group.as_str()]);
+            let mut current = None;
+            for (pos, &i) in self.visible.iter().enumerate() {
+                let key = rows[i].origin.group.as_str();
+                if current != Some(key) {
+                    current = Some(key);
+                    self.lines.push(TableLine::Group(self.groups.len()));
+                    self.groups.push(groups.remove(key).unwrap_or_else(|| Group::new(rows[i].origin.clone())));
+                }
+                self.lines.push(TableLine::Flow(pos));
+            }
+        } else {
+            self.lines.extend((0..self.visible.len()).map(TableLine::Flow));
+        }
         self.fix_selection();
+    }
+
+    pub(crate) fn toggle_grouping(&mut self) {
+        self.grouped = !self.grouped;
+        self.apply_view();
+    }
+
+    /// The table line the selection is on.
+    pub(crate) fn selected_line(&self) -> usize {
+        self.lines.iter().position(|l| *l == TableLine::Flow(self.sel_pos)).unwrap_or(0)
     }
 
     fn fix_selection(&mut self) {
@@ -565,7 +753,11 @@ impl AppState {
         }
         match analysis.table.get(cookie) {
             Some(f) => {
-                self.detail = Some(Box::new(DetailFlow { verdict: analysis.verdict(f).cloned(), flow: f.clone() }));
+                self.detail = Some(Box::new(DetailFlow {
+                    verdict: analysis.verdict(f).cloned(),
+                    whereabouts: Whereabouts::of(f, &analysis.env),
+                    flow: f.clone(),
+                }));
             }
             // Gone (closed and expired): the view says so, unless paused on its copy.
             None if !self.paused => self.detail = None,
@@ -579,14 +771,19 @@ impl AppState {
     }
 
     /// The flow the detail view shows, as last copied.
+    #[cfg(test)]
     pub(crate) fn detail_flow(&self) -> Option<(&Flow, Option<&Verdict>)> {
-        let cookie = self.detail_cookie?;
-        let d = self.detail.as_deref().filter(|d| d.flow.cookie() == cookie)?;
+        let d = self.detail_copy()?;
         Some((&d.flow, d.verdict.as_ref()))
     }
 
-    /// Filters in force, for the header: the command line's and the typed one. (Heavy-only is
-    /// a view mode, named in the table's title.)
+    pub(crate) fn detail_copy(&self) -> Option<&DetailFlow> {
+        let cookie = self.detail_cookie?;
+        self.detail.as_deref().filter(|d| d.flow.cookie() == cookie)
+    }
+
+    /// Filters in force, for the header: the kernel's and the typed one. (Heavy-only is a view
+    /// mode, named in the table's title.)
     pub(crate) fn active_filters(&self) -> Vec<String> {
         let mut out = self.header.filters.clone();
         if !self.filter.is_empty() {

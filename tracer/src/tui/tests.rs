@@ -5,9 +5,10 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use super::feed::{self, Scene, BBR, CLOSED, CUBIC, RECEIVER, SSH};
-use super::state::{AppState, Column, SortDir, View};
-use super::update::Action;
-use super::TuiFrontEnd;
+use super::state::{AppState, Column, SortDir, TableLine, View};
+use super::update::{parse_filter_spec, Action};
+use super::{apply_key, TuiFrontEnd};
+use crate::analysis::filter::FilterSpec;
 use crate::pipeline::{self, PipelineOptions, StopSignal, TimeBase};
 use crate::source::{FeedSource, SourceCounters};
 
@@ -280,7 +281,7 @@ fn navigation_stays_in_bounds() {
     assert_eq!(state.selected(), rows.last().copied());
     press(&mut state, KeyCode::Down);
     assert_eq!(state.selected(), rows.last().copied());
-    press(&mut state, KeyCode::Char('g'));
+    press(&mut state, KeyCode::Home);
     assert_eq!(state.selected(), Some(rows[0]));
     press(&mut state, KeyCode::Char('G'));
     assert_eq!(state.selected(), rows.last().copied());
@@ -360,7 +361,7 @@ async fn the_pipeline_ingests_draws_and_quits_on_q() {
         ..PipelineOptions::default()
     };
     let keys = scripted(vec![(1_000, key_event('a')), (2_000, key_event('q'))]);
-    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()));
+    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()), None);
     let summary = pipeline::run(&mut source, &mut scene.analysis, &mut front, &opts, || 0, &mut StopAt(None))
         .await
         .expect("runs");
@@ -404,11 +405,171 @@ async fn the_pipeline_stops_on_the_stop_signal_even_with_endless_input() {
         ..PipelineOptions::default()
     };
     let keys = scripted(Vec::new());
-    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()));
+    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()), None);
     let mut stop = StopAt(Some(tokio::time::Instant::now() + std::time::Duration::from_millis(600)));
     let run = pipeline::run(&mut source, &mut scene.analysis, &mut front, &opts, || 0, &mut stop);
     tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("stopped in time").expect("runs");
     drop(front);
     // Frames were drawn while the source flooded the loop.
     assert!(terminal.backend().to_string().contains("cctrace"));
+}
+
+#[test]
+fn the_text_filter_finds_flows_by_container_name_id_prefix_and_cgroup_path() {
+    let mut state = feed::scene();
+    press(&mut state, KeyCode::Char('a'));
+    for (text, want) in [
+        ("jellyfin", vec![CLOSED, CUBIC]),
+        ("4c1f0e9a", vec![CLOSED, CUBIC]),
+        ("docker", vec![CLOSED, CUBIC]),
+        ("proxy", vec![RECEIVER]),
+        ("/lxc/102", vec![RECEIVER]),
+        ("nginx.service", vec![BBR]),
+        ("host", vec![SSH]),
+        ("jellyfin flagged", vec![CUBIC]),
+    ] {
+        press(&mut state, KeyCode::Char('/'));
+        state.key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+        typed(&mut state, text);
+        press(&mut state, KeyCode::Enter);
+        assert_eq!(visible(&state), want, "filter {text:?}");
+    }
+}
+
+#[test]
+fn the_container_column_sorts_by_name() {
+    let mut state = feed::scene();
+    while state.sort().0 != Column::Container {
+        press(&mut state, KeyCode::Char('s'));
+    }
+    assert_eq!(state.sort(), (Column::Container, SortDir::Asc));
+    // jellyfin (two flows, by throughput), nginx.service, proxy.
+    assert_eq!(visible(&state), vec![CLOSED, CUBIC, BBR, RECEIVER]);
+}
+
+#[test]
+fn grouping_lists_each_container_under_a_header_with_totals() {
+    let mut state = feed::scene();
+    press(&mut state, KeyCode::Char('a'));
+    press(&mut state, KeyCode::Char('g'));
+    assert!(state.is_grouped());
+    // Groups in the order of their fastest flow: proxy (50 Mbit/s), jellyfin, nginx, host.
+    let names: Vec<String> = state.groups.iter().map(|g| g.origin.full()).collect();
+    assert_eq!(names, ["proxy (proxmox)", "jellyfin (docker)", "nginx.service", "host"]);
+    assert_eq!(visible(&state), vec![RECEIVER, CLOSED, CUBIC, BBR, SSH]);
+    assert_eq!(
+        state.lines,
+        vec![
+            TableLine::Group(0),
+            TableLine::Flow(0),
+            TableLine::Group(1),
+            TableLine::Flow(1),
+            TableLine::Flow(2),
+            TableLine::Group(2),
+            TableLine::Flow(3),
+            TableLine::Group(3),
+            TableLine::Flow(4),
+        ]
+    );
+    let jellyfin = &state.groups[1];
+    assert_eq!((jellyfin.flows, jellyfin.heavy, jellyfin.flagged), (2, 2, 1));
+    let cubic = state.snapshot.iter().find(|r| r.cookie == CUBIC).expect("cubic row");
+    // The closed upload moves nothing any more: the group's rates are the CUBIC flow's.
+    assert!((jellyfin.retrans_ratio() - cubic.retrans_ratio).abs() < 1e-9, "{}", jellyfin.retrans_ratio());
+    assert_eq!(jellyfin.throughput_bps, cubic.throughput_bps);
+
+    // The selection moves over flows only, across group headers.
+    press(&mut state, KeyCode::Home);
+    assert_eq!(state.selected(), Some(RECEIVER));
+    press(&mut state, KeyCode::Down);
+    assert_eq!(state.selected(), Some(CLOSED));
+    assert_eq!(state.selected_line(), 3);
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.view(), View::Detail);
+    press(&mut state, KeyCode::Esc);
+
+    // Heavy only: the light host flow and its group are not listed, but totals count every
+    // flow that matches (as the header does).
+    press(&mut state, KeyCode::Char('a'));
+    assert_eq!(state.groups.len(), 3);
+    press(&mut state, KeyCode::Char('g'));
+    assert!(!state.is_grouped());
+    assert!(state.groups.is_empty());
+    assert_eq!(state.lines.len(), visible(&state).len());
+}
+
+#[test]
+fn kernel_filter_prompt_applies_through_the_control_and_keeps_the_old_filter_on_error() {
+    let mut state = feed::scene();
+    press(&mut state, KeyCode::Char('F'));
+    typed(&mut state, "container=jellyfin");
+    // Typing is text: q does not quit, g does not group.
+    assert_eq!(press(&mut state, KeyCode::Char('q')), Action::None);
+    press(&mut state, KeyCode::Backspace);
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.kernel.applied, 1);
+    let jellyfin = FilterSpec { containers: vec!["jellyfin".into()], ..FilterSpec::default() };
+    assert_eq!(state.kernel.spec, jellyfin);
+    assert_eq!(state.kernel_filter(), &jellyfin);
+    assert_eq!(state.header.filters, ["container=jellyfin"]);
+    assert_eq!(state.status(), None);
+
+    // Refused by the control: the error on the status line, the filter as it was.
+    press(&mut state, KeyCode::Char('F'));
+    assert_eq!(state.kernel_filter_input, "container=jellyfin", "the prompt starts from the filter in force");
+    state.key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+    typed(&mut state, "container=plex");
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.status(), Some("kernel filter unchanged: no container named plex on this host"));
+    assert_eq!(state.kernel.spec, jellyfin);
+    assert_eq!(state.header.filters, ["container=jellyfin"]);
+    // The next key clears the message; the prompt keeps the text to correct.
+    press(&mut state, KeyCode::Char('F'));
+    assert_eq!(state.status(), None);
+    assert_eq!(state.kernel_filter_input, "container=plex");
+
+    // A typo never reaches the control.
+    state.key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+    typed(&mut state, "pod=x");
+    press(&mut state, KeyCode::Enter);
+    assert!(state.status().is_some_and(|s| s.contains("unknown key \"pod\"")), "{:?}", state.status());
+    assert_eq!(state.kernel.applied, 1);
+
+    // Esc cancels; an empty filter clears it.
+    press(&mut state, KeyCode::Char('F'));
+    press(&mut state, KeyCode::Esc);
+    assert_eq!(state.kernel.applied, 1);
+    assert_eq!(state.kernel_filter_input, "container=jellyfin");
+    press(&mut state, KeyCode::Char('F'));
+    state.key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.kernel.applied, 2);
+    assert!(state.kernel.spec.is_empty());
+    assert!(state.header.filters.is_empty());
+}
+
+#[test]
+fn kernel_filter_without_a_control_says_so() {
+    let mut state = feed::scene();
+    let Scene { analysis, state: app, .. } = &mut state;
+    for c in "Fcontainer=jellyfin".chars() {
+        apply_key(app, analysis, None, key(KeyCode::Char(c)));
+    }
+    apply_key(app, analysis, None, key(KeyCode::Enter));
+    assert_eq!(app.status(), Some("kernel filter unchanged: this source has no kernel filter to change"));
+    assert!(app.header.filters.is_empty());
+}
+
+#[test]
+fn kernel_filter_text_parses_into_a_spec() {
+    let spec =
+        parse_filter_spec("  container=jellyfin cgroup=/system.slice netns=cct-1 container=3f2a ").expect("parses");
+    assert_eq!(spec.containers, ["jellyfin", "3f2a"]);
+    assert_eq!(spec.cgroups, ["/system.slice"]);
+    assert_eq!(spec.netns, ["cct-1"]);
+    assert_eq!(parse_filter_spec(&spec.describe().join(" ")), Ok(spec));
+    assert_eq!(parse_filter_spec(""), Ok(FilterSpec::default()));
+    assert!(parse_filter_spec("jellyfin").is_err_and(|e| e.contains("KEY=VALUE")));
+    assert!(parse_filter_spec("container=").is_err_and(|e| e.contains("needs a value")));
+    assert!(parse_filter_spec("image=nginx").is_err_and(|e| e.contains("unknown key")));
 }

@@ -12,7 +12,7 @@ use ratatui::Frame;
 
 use super::detail;
 use super::format;
-use super::state::{AppState, Column, FlowRow, Screen};
+use super::state::{AppState, Column, FlowRow, Group, Screen, TableLine};
 use crate::analysis::diagnosis::LimitedBy;
 use crate::analysis::event::CaState;
 
@@ -32,12 +32,12 @@ const PRIORITY: [Column; 15] = [
     Column::Cc,
     Column::CaState,
     Column::Retrans,
+    Column::Container,
     Column::Process,
     Column::Rtt,
     Column::Cwnd,
     Column::Ssthresh,
     Column::Local,
-    Column::Cgroup,
     Column::MinRtt,
     Column::Delivery,
 ];
@@ -123,36 +123,54 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
     if state.source_ended() {
         source.push_str(" (ended)");
     }
-    Line::from(vec![
-        Span::styled("cctrace", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
-        sep(),
-        Span::raw(h.host.clone()),
-        sep(),
-        Span::raw(format!("Linux {}", h.kernel)),
-        sep(),
-        Span::raw(source),
-    ])
-    .render(left, buf);
+    // The source's description is the long part: it ends at a word, never in one; on a narrow
+    // screen the kernel release and then the host name make room for its start.
+    let mut fixed: Vec<(u8, Span<'static>)> = vec![
+        (0, Span::styled("cctrace", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD))),
+        (2, Span::raw(h.host.clone())),
+        (3, Span::raw(format!("Linux {}", h.kernel))),
+    ];
+    let sep_width = SEP.chars().count();
+    let fixed_width = |f: &[(u8, Span)]| f.iter().map(|(_, s)| s.width() + sep_width).sum::<usize>();
+    let want = Span::raw(source.as_str()).width().min(24);
+    for prio in [3, 2] {
+        if fixed_width(&fixed) + want <= usize::from(left.width) {
+            break;
+        }
+        fixed.retain(|(p, _)| *p != prio);
+    }
+    let mut spans = Vec::new();
+    for (_, span) in fixed {
+        if !spans.is_empty() {
+            spans.push(sep());
+        }
+        spans.push(span);
+    }
+    spans.push(sep());
+    let used: usize = spans.iter().map(Span::width).sum();
+    spans.push(Span::raw(fit_words(&source, usize::from(left.width).saturating_sub(used))));
+    Line::from(spans).render(left, buf);
     badges.render(right, buf);
 
     let c = &state.counters;
-    let mut spans = vec![Span::raw(format!("flows {}", state.snapshot.len()))];
+    // Line 2 in parts, dropped least useful first when the line is too narrow, so none is cut.
+    let mut parts: Vec<(u8, Vec<Span<'static>>)> = Vec::new();
+    let mut flows = vec![Span::raw(format!("flows {}", state.snapshot.len()))];
     let mut extra = format!(" ({} heavy", state.heavy_count);
     if state.flagged_count > 0 {
-        spans.push(Span::raw(extra));
-        spans.push(Span::styled(
+        flows.push(Span::raw(extra));
+        flows.push(Span::styled(
             format!(", {} {FLAG_MARK}", state.flagged_count),
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         ));
         extra = String::new();
     }
     extra.push(')');
-    spans.push(Span::raw(extra));
-    spans.push(sep());
-    spans.push(Span::raw(format!("{:.0} ev/s", c.events_per_sec)));
-    spans.push(sep());
+    flows.push(Span::raw(extra));
+    parts.push((0, flows));
+    parts.push((3, vec![Span::raw(format!("{:.0} ev/s", c.events_per_sec))]));
     let lost_style = if c.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
-    spans.push(Span::styled(format!("lost {}", c.lost), lost_style));
+    parts.push((1, vec![Span::styled(format!("lost {}", c.lost), lost_style)]));
     // The summary's other counters: shown once they are not zero, since then data is missing.
     for (what, n) in [
         ("decode errors", c.decode_errors),
@@ -160,54 +178,147 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
         ("flow map full", c.flow_map_full),
     ] {
         if n > 0 {
-            spans.push(sep());
-            spans.push(Span::styled(format!("{what} {n}"), Style::new().fg(Color::Yellow)));
+            parts.push((1, vec![Span::styled(format!("{what} {n}"), Style::new().fg(Color::Yellow))]));
         }
     }
     if !state.cc_seen.is_empty() {
-        spans.push(sep());
         let cc: Vec<String> = state.cc_seen.iter().map(|(name, n)| format!("{name} {n}")).collect();
-        spans.push(Span::raw(format!("cc: {}", cc.join(", "))));
+        parts.push((4, vec![Span::raw(format!("cc: {}", cc.join(", ")))]));
     }
+    let width = usize::from(line2.width);
+    let line_width = |parts: &[(u8, Vec<Span<'static>>)]| -> usize {
+        parts.iter().map(|(_, p)| p.iter().map(Span::width).sum::<usize>()).sum::<usize>()
+            + SEP.chars().count() * parts.len().saturating_sub(1)
+    };
     let filters = state.active_filters();
+    // The filter is never dropped: the other parts make room for it first (at least its first
+    // phrase), then it takes what is left, whole phrases only.
+    let filter_min = filters.first().map_or(0, |f| "filter: ".len() + f.chars().count() + SEP.chars().count());
+    for prio in [4, 3, 1] {
+        if line_width(&parts) + filter_min <= width {
+            break;
+        }
+        parts.retain(|(p, _)| *p != prio);
+    }
     if !filters.is_empty() {
-        spans.push(sep());
-        spans.push(Span::styled(format!("filter: {}", filters.join(", ")), Style::new().fg(Color::Yellow)));
+        let room = width.saturating_sub(line_width(&parts) + SEP.chars().count());
+        parts.push((0, vec![Span::styled(fit_phrases(&filters, room), Style::new().fg(Color::Yellow))]));
+    }
+    let mut spans = Vec::new();
+    for (i, (_, part)) in parts.into_iter().enumerate() {
+        if i > 0 {
+            spans.push(sep());
+        }
+        spans.extend(part);
     }
     Line::from(spans).render(line2, buf);
 }
 
+/// `text` cut at a word to fit `width` columns, "…" marking the cut.
+fn fit_words(text: &str, width: usize) -> String {
+    if Span::raw(text).width() <= width {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    for word in text.split(' ') {
+        let next = if out.is_empty() { word.to_string() } else { format!("{out} {word}") };
+        if Span::raw(next.as_str()).width() + 1 > width {
+            break;
+        }
+        out = next;
+    }
+    if width > 0 {
+        out.push('…');
+    }
+    out
+}
+
+/// `filter: a, b` with as many whole phrases as fit in `width`, then `+N` for the rest.
+fn fit_phrases(phrases: &[String], width: usize) -> String {
+    let mut shown = String::from("filter:");
+    for (i, p) in phrases.iter().enumerate() {
+        let candidate = format!("{shown}{} {p}", if i > 0 { "," } else { "" });
+        let rest = phrases.len() - i - 1;
+        let tail = if rest > 0 { format!(" +{rest}").len() } else { 0 };
+        if candidate.chars().count() + tail > width {
+            return format!("{shown} +{}", phrases.len() - i);
+        }
+        shown = candidate;
+    }
+    shown
+}
+
 fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
     let key = Style::new().fg(Color::Black).bg(Color::Gray);
-    let hint = |k: &'static str, what: &'static str| [Span::styled(k, key), Span::raw(format!(" {what}  "))];
-    let line = if state.typing_filter {
-        Line::from(vec![
-            Span::styled("/", key),
-            Span::raw(state.filter_input.clone()),
+    let hint = |k: &'static str, what: &'static str| vec![Span::styled(k, key), Span::raw(format!(" {what}  "))];
+    let prompt = |label: &'static str, input: &str, help: &[&str]| {
+        let mut spans = vec![
+            Span::styled(label, key),
+            Span::raw(input.to_string()),
             Span::styled("▏", Style::new().fg(Color::Yellow)),
-            Span::styled("  Enter apply · Esc clear · address port cc process limited cgroup", dim()),
-        ])
+        ];
+        // The help after the input, as much of it as fits, never cut in a word.
+        let mut room = usize::from(area.width).saturating_sub(spans.iter().map(Span::width).sum());
+        let mut text = String::new();
+        for (i, part) in help.iter().enumerate() {
+            let piece = if i == 0 { format!("  {part}") } else { format!(" · {part}") };
+            let w = Span::raw(piece.as_str()).width();
+            if w > room {
+                break;
+            }
+            room -= w;
+            text.push_str(&piece);
+        }
+        spans.push(Span::styled(text, dim()));
+        Line::from(spans)
+    };
+    let line = if state.typing_filter {
+        prompt("/", &state.filter_input, &["Enter apply", "Esc clear", "address port cc process limited container"])
+    } else if state.typing_kernel_filter {
+        prompt(
+            "trace only:",
+            &format!(" {}", state.kernel_filter_input),
+            &["container=NAME cgroup=PATH netns=NAME", "empty: all", "Enter apply", "Esc cancel"],
+        )
+    } else if let Some(status) = &state.status {
+        Line::styled(status.replace(['\n', '\r'], " "), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD))
     } else {
-        let hints: Vec<[Span; 2]> = match state.screen {
+        // (priority, hint): what does not fit is left out, least needed first (help lists all).
+        let hints: Vec<(u8, Vec<Span>)> = match state.screen {
             Screen::Table => vec![
-                hint("q", "quit"),
-                hint("?", "help"),
-                hint("↑↓", "move"),
-                hint("⏎", "detail"),
-                hint("/", "filter"),
-                hint("s/S", "sort"),
-                hint("a", if state.show_all { "heavy" } else { "all" }),
-                hint("space", if state.paused { "resume" } else { "pause" }),
+                (0, hint("q", "quit")),
+                (0, hint("?", "help")),
+                (4, hint("↑↓", "move")),
+                (1, hint("⏎", "detail")),
+                (1, hint("/", "filter")),
+                (2, hint("F", "trace filter")),
+                (2, hint("g", if state.grouped { "ungroup" } else { "group" })),
+                (2, hint("s/S", "sort")),
+                (2, hint("a", if state.show_all { "heavy" } else { "all" })),
+                // Paused, the way out stays in sight.
+                (if state.paused { 1 } else { 3 }, hint("space", if state.paused { "resume" } else { "pause" })),
             ],
             Screen::Detail => vec![
-                hint("Esc", "back"),
-                hint("↑↓", "scroll"),
-                hint("space", if state.paused { "resume" } else { "pause" }),
-                hint("?", "help"),
-                hint("q", "quit"),
+                (0, hint("Esc", "back")),
+                (1, hint("↑↓", "scroll")),
+                (1, hint("space", if state.paused { "resume" } else { "pause" })),
+                (2, hint("F", "trace filter")),
+                (0, hint("?", "help")),
+                (0, hint("q", "quit")),
             ],
         };
-        Line::from(hints.into_iter().flatten().collect::<Vec<_>>())
+        let width = |h: &[(u8, Vec<Span>)]| -> usize { h.iter().flat_map(|(_, s)| s.iter()).map(Span::width).sum() };
+        let mut hints = hints;
+        // One at a time, the last of the least needed first (a hint's trailing gap may go).
+        while width(&hints) > usize::from(area.width) + 2 {
+            let Some(drop) =
+                hints.iter().enumerate().filter(|(_, h)| h.0 > 0).max_by_key(|(i, h)| (h.0, *i)).map(|(i, _)| i)
+            else {
+                break;
+            };
+            hints.remove(drop);
+        }
+        Line::from(hints.into_iter().flat_map(|(_, s)| s).collect::<Vec<_>>())
     };
     line.render(area, buf);
 }
@@ -218,12 +329,17 @@ fn table_title(state: &AppState) -> Line<'static> {
     let flows = if total == 1 { "flow" } else { "flows" };
     let filter = &state.filter;
     // The typed filter is named here too: on a narrow screen the header may cut it off.
-    let what = match (state.show_all, filter.is_empty()) {
-        (true, true) => format!(" all {total} {flows} "),
-        (true, false) => format!(" {shown} of {total} {flows} match /{filter} "),
-        (false, true) => format!(" {shown} heavy of {total} {flows} "),
-        (false, false) => format!(" {shown} heavy of {total} {flows} match /{filter} "),
+    let mut what = match (state.show_all, filter.is_empty()) {
+        (true, true) => format!(" all {total} {flows}"),
+        (true, false) => format!(" {shown} of {total} {flows} match /{filter}"),
+        (false, true) => format!(" {shown} heavy of {total} {flows}"),
+        (false, false) => format!(" {shown} heavy of {total} {flows} match /{filter}"),
     };
+    if state.grouped {
+        let n = state.groups.len();
+        what.push_str(&format!(" in {n} {}", if n == 1 { "group" } else { "groups" }));
+    }
+    what.push(' ');
     // The cells carry no units (to fit more columns): the title line names them.
     Line::from(vec![
         Span::styled(what, Style::new().add_modifier(Modifier::BOLD)),
@@ -231,7 +347,7 @@ fn table_title(state: &AppState) -> Line<'static> {
     ])
 }
 
-fn cell_text(row: &FlowRow, col: Column) -> String {
+fn cell_text(row: &FlowRow, col: Column, narrow: bool) -> String {
     match col {
         Column::Flag => {
             if row.flagged {
@@ -242,7 +358,16 @@ fn cell_text(row: &FlowRow, col: Column) -> String {
                 String::new()
             }
         }
-        Column::Cgroup => row.cgroup_id.to_string(),
+        // Narrow: the name alone, so the column can stay.
+        Column::Container if narrow => format::truncate(&row.origin.name, 16),
+        Column::Container => {
+            let full = row.origin.full();
+            if full.chars().count() <= 28 {
+                full
+            } else {
+                format::truncate(&row.origin.name, 28)
+            }
+        }
         Column::Process => format::truncate(row.comm.as_deref().unwrap_or("-"), 15),
         Column::Local => format::truncate_middle(&row.local.to_string(), 28),
         Column::Remote => format::truncate_middle(&row.remote.to_string(), 28),
@@ -285,10 +410,13 @@ fn row_style(row: &FlowRow) -> Style {
 }
 
 /// Pick the columns that fit in `width`, by priority, keeping display order.
-fn choose_columns(widths: &[u16; 15], width: u16) -> Vec<usize> {
+fn choose_columns(widths: &[u16; 15], width: u16, skip: Option<Column>) -> Vec<usize> {
     let mut take = [false; 15];
     let mut used: u16 = 0;
     for col in PRIORITY {
+        if Some(col) == skip {
+            continue;
+        }
         let i = Column::ALL.iter().position(|c| *c == col).unwrap_or(0);
         let need = widths[i].saturating_add(u16::from(used > 0));
         if used.saturating_add(need) <= width {
@@ -313,36 +441,63 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
     }
     state.page_rows.set(body_rows);
 
-    // Scroll only as far as needed to keep the selection on screen.
-    let len = state.visible.len();
-    let sel = state.sel_pos.min(len - 1);
+    // Scroll only as far as needed to keep the selection on screen (with its group's header
+    // when it is the group's first flow).
+    let len = state.lines.len();
+    let sel = state.selected_line().min(len - 1);
+    let top = match sel.checked_sub(1).map(|p| state.lines[p]) {
+        Some(TableLine::Group(_)) => sel - 1,
+        _ => sel,
+    };
     let mut offset = state.table_offset.get();
-    if sel < offset {
-        offset = sel;
+    if top < offset {
+        offset = top;
     } else if sel >= offset + body_rows {
         offset = sel + 1 - body_rows;
     }
     offset = offset.min(len.saturating_sub(body_rows));
     state.table_offset.set(offset);
     let end = (offset + body_rows).min(len);
-    let rows: Vec<&FlowRow> = state.visible[offset..end].iter().map(|&i| &state.snapshot[i]).collect();
+    let lines = &state.lines[offset..end];
+    let row_of = |pos: usize| &state.snapshot[state.visible[pos]];
 
     let titles: Vec<String> = Column::ALL
         .iter()
         .map(|&c| if c == state.sort { format!("{}{}", c.title(), state.sort_dir.arrow()) } else { c.title().into() })
         .collect();
-    let cells: Vec<Vec<String>> = rows.iter().map(|r| Column::ALL.iter().map(|&c| cell_text(r, c)).collect()).collect();
-    let mut widths = [0u16; 15];
-    for (i, w) in widths.iter_mut().enumerate() {
-        let content = cells.iter().map(|r| Span::raw(r[i].as_str()).width()).max().unwrap_or(0);
-        *w = u16::try_from(content.max(Span::raw(titles[i].as_str()).width())).unwrap_or(u16::MAX);
+    // Grouped, the group's header names the container: its column would only repeat it.
+    let skip = state.grouped.then_some(Column::Container);
+    let measure = |narrow: bool| {
+        let cells: Vec<Option<Vec<String>>> = lines
+            .iter()
+            .map(|l| match l {
+                TableLine::Flow(pos) => Some(Column::ALL.iter().map(|&c| cell_text(row_of(*pos), c, narrow)).collect()),
+                TableLine::Group(_) => None,
+            })
+            .collect();
+        let mut widths = [0u16; 15];
+        for (i, w) in widths.iter_mut().enumerate() {
+            let content = cells.iter().flatten().map(|r| Span::raw(r[i].as_str()).width()).max().unwrap_or(0);
+            *w = u16::try_from(content.max(Span::raw(titles[i].as_str()).width())).unwrap_or(u16::MAX);
+        }
+        let chosen = choose_columns(&widths, inner.width, skip);
+        (cells, widths, chosen)
+    };
+    let container = Column::ALL.iter().position(|c| *c == Column::Container).unwrap_or(0);
+    let (mut cells, mut widths, mut chosen) = measure(false);
+    if !state.grouped && !chosen.contains(&container) {
+        (cells, widths, chosen) = measure(true);
     }
-    let chosen = choose_columns(&widths, inner.width);
 
     let header = Row::new(chosen.iter().map(|&i| Cell::from(titles[i].clone())))
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
     let selected = state.selected;
-    let table_rows = rows.iter().zip(cells).map(|(row, texts)| {
+    let table_rows = lines.iter().zip(cells).map(|(line, texts)| {
+        let (TableLine::Flow(pos), Some(texts)) = (line, texts) else {
+            // A group's header: drawn over its blank row below, across the whole width.
+            return Row::new(chosen.iter().map(|_| Cell::from("")));
+        };
+        let row = row_of(*pos);
         let mut style = row_style(row);
         if Some(row.cookie) == selected {
             style = style.add_modifier(Modifier::REVERSED);
@@ -356,6 +511,33 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
     });
     let constraints: Vec<Constraint> = chosen.iter().map(|&i| Constraint::Length(widths[i])).collect();
     Table::new(table_rows, constraints).header(header).column_spacing(1).render(inner, buf);
+    for (k, line) in lines.iter().enumerate() {
+        if let TableLine::Group(g) = line {
+            let y = inner.y + 1 + u16::try_from(k).unwrap_or(u16::MAX);
+            group_line(&state.groups[*g]).render(Rect { y, height: 1, ..inner }, buf);
+        }
+    }
+}
+
+/// A group's header: its name and its flows' totals.
+fn group_line(g: &Group) -> Line<'static> {
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut spans = vec![
+        Span::styled(format!("▾ {}", g.origin.full()), Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+        Span::styled(format!("  {} · {} heavy", plural(g.flows, "flow", "flows"), g.heavy), dim()),
+    ];
+    if g.flagged > 0 {
+        spans.push(Span::styled(" · ", dim()));
+        spans.push(Span::styled(
+            format!("{} {FLAG_MARK}", g.flagged),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+    }
+    spans.push(Span::styled(
+        format!(" · thpt {} · retr {}", format::rate_compact(g.throughput_bps), format::pct(g.retrans_ratio())),
+        dim(),
+    ));
+    Line::from(spans)
 }
 
 fn render_empty(state: &AppState, area: Rect, buf: &mut Buffer) {
@@ -381,11 +563,15 @@ const HELP: &[(&str, &str)] = &[
     ("q  Ctrl-C", "quit"),
     ("?", "this help (any key closes it)"),
     ("↑ ↓  j k", "select a flow; PgUp PgDn page"),
-    ("Home g  End G", "first / last flow"),
+    ("Home  End G", "first / last flow"),
     ("Enter", "flow detail: charts, verdict, fix"),
     ("Esc  Backspace", "back to the table"),
     ("/", "filter: address, port, cc, process,"),
-    ("", "limited, cgroup; Enter applies, Esc clears"),
+    ("", "limited, container (name, id, cgroup"),
+    ("", "path); Enter applies, Esc clears"),
+    ("g", "group flows by container, with totals"),
+    ("F", "trace only container=NAME cgroup=PATH"),
+    ("", "netns=NAME (kernel filter; empty: all)"),
     ("s   S  r", "next sort column / reverse order"),
     ("a", "heavy flows only / all flows"),
     ("space", "pause the display (tracing goes on)"),

@@ -1,0 +1,151 @@
+//! Where a flow comes from, in the words the table, the filter, the sort and the grouping use:
+//! its container (or systemd unit, or cgroup) from the host facts the resolver found for its
+//! cgroup v2 id. Computed once per cgroup per frame, shared by that cgroup's rows.
+
+use crate::analysis::container::{CgroupInfo, Container, Runtime};
+
+/// A container's id as people quote it: 12 characters of a hex id (as `docker ps` shows it),
+/// else the whole id (a Proxmox vmid, an LXC name, a unit name).
+// TODO: `Container::short_id()` once it lands in `analysis::container`.
+pub(crate) fn short_id(c: &Container) -> &str {
+    let id = c.id.as_str();
+    if id.len() > 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &id[..12]
+    } else {
+        id
+    }
+}
+
+/// The name a user knows a container by: its name when known, else its short id;
+/// `pod/container` for Kubernetes pods.
+// TODO: `Container::label()` once it lands in `analysis::container`.
+pub(crate) fn label(c: &Container) -> String {
+    let own = c.name.as_deref().unwrap_or_else(|| short_id(c));
+    match &c.pod {
+        Some(p) => format!("{}/{own}", p.name),
+        None => own.to_string(),
+    }
+}
+
+/// Leaf cgroups that say nothing alone: their parent is named with them.
+const GENERIC_LEAVES: &[&str] = &["init", "init.scope", ".lxc", "payload", "ns"];
+
+/// The last component of a cgroup path, with its parent when the leaf alone says nothing.
+fn path_tail(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        [] => "host".into(),
+        [.., parent, leaf] if GENERIC_LEAVES.contains(leaf) => format!("{parent}/{leaf}"),
+        [.., leaf] => (*leaf).to_string(),
+    }
+}
+
+/// What the UI shows and searches of one cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub cgroup_id: u64,
+    /// The container's label, the unit's name, the cgroup path's tail, `host` for the root
+    /// cgroup, `cgroup N` when nothing is known.
+    pub name: String,
+    /// The runtime, shown after the name when there is room (`jellyfin (docker)`); `None` for
+    /// systemd units (their name says it) and plain cgroups.
+    pub runtime: Option<&'static str>,
+    /// Lower-case text the filter searches: name, full id, runtime, pod, cgroup path.
+    pub search: String,
+    /// What the grouping puts together: one container (its cgroups may be several), else one
+    /// cgroup.
+    pub group: String,
+}
+
+impl Origin {
+    pub(crate) fn of(cgroup_id: u64, info: Option<&CgroupInfo>) -> Self {
+        let (name, runtime) = match info {
+            None => (format!("cgroup {cgroup_id}"), None),
+            Some(CgroupInfo { container: Some(c), .. }) if c.runtime == Runtime::Systemd => (label(c), None),
+            Some(CgroupInfo { container: Some(c), .. }) => (label(c), Some(c.runtime.name())),
+            Some(CgroupInfo { path, container: None }) => (path_tail(path), None),
+        };
+        let group = match info.and_then(|i| i.container.as_ref()) {
+            Some(c) => format!("{}:{}", c.runtime.name(), c.id),
+            None => format!("cgroup:{cgroup_id}"),
+        };
+        let mut search = format!("{name} cgroup={cgroup_id}");
+        if let Some(info) = info {
+            search.push(' ');
+            search.push_str(&info.path);
+            if let Some(c) = &info.container {
+                search.push_str(&format!(" {} {}", c.runtime.name(), c.id));
+                if let Some(n) = &c.name {
+                    search.push_str(&format!(" {n}"));
+                }
+                if let Some(p) = &c.pod {
+                    search.push_str(&format!(" {}/{}", p.namespace, p.name));
+                }
+            }
+        }
+        search.make_ascii_lowercase();
+        Self { cgroup_id, name, runtime, search, group }
+    }
+
+    /// The name with its runtime: `jellyfin (docker)`.
+    pub(crate) fn full(&self) -> String {
+        match self.runtime {
+            Some(r) => format!("{} ({r})", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::container::Pod;
+
+    fn container(runtime: Runtime, id: &str, name: Option<&str>) -> Container {
+        Container { runtime, id: id.into(), name: name.map(Into::into), pod: None }
+    }
+
+    fn info(path: &str, c: Option<Container>) -> CgroupInfo {
+        CgroupInfo { path: path.into(), container: c }
+    }
+
+    const HEX: &str = "3f2a9c1b7d0e5a4f3f2a9c1b7d0e5a4f3f2a9c1b7d0e5a4f3f2a9c1b7d0e5a4f";
+
+    #[test]
+    fn names_come_from_the_container_then_the_unit_then_the_path_then_the_id() {
+        let docker = info("/system.slice/docker-x.scope", Some(container(Runtime::Docker, HEX, Some("jellyfin"))));
+        assert_eq!(Origin::of(7, Some(&docker)).full(), "jellyfin (docker)");
+        let unnamed = info("/system.slice/docker-x.scope", Some(container(Runtime::Docker, HEX, None)));
+        assert_eq!(Origin::of(7, Some(&unnamed)).full(), "3f2a9c1b7d0e (docker)");
+        let pve = info("/lxc/102/ns", Some(container(Runtime::Proxmox, "102", Some("proxy"))));
+        assert_eq!(Origin::of(7, Some(&pve)).full(), "proxy (proxmox)");
+        let unit = info("/system.slice/nginx.service", Some(container(Runtime::Systemd, "nginx.service", None)));
+        assert_eq!(Origin::of(7, Some(&unit)).full(), "nginx.service");
+        let mut pod = container(Runtime::Containerd, HEX, Some("web"));
+        pod.pod = Some(Pod { namespace: "shop".into(), name: "web-7d9f".into(), uid: "u".into() });
+        let pod = info("/kubepods.slice/x", Some(pod));
+        assert_eq!(Origin::of(7, Some(&pod)).full(), "web-7d9f/web (containerd)");
+        let session = info("/user.slice/user-1000.slice/session-4.scope", None);
+        assert_eq!(Origin::of(7, Some(&session)).full(), "session-4.scope");
+        assert_eq!(Origin::of(7, Some(&info("/lxc.payload.web/init", None))).full(), "lxc.payload.web/init");
+        assert_eq!(Origin::of(1, Some(&info("/", None))).full(), "host");
+        assert_eq!(Origin::of(7321, None).full(), "cgroup 7321");
+    }
+
+    #[test]
+    fn the_filter_finds_a_container_by_name_id_prefix_path_and_pod() {
+        let mut c = container(Runtime::Docker, HEX, Some("Jellyfin"));
+        c.pod = Some(Pod { namespace: "media".into(), name: "jf-0".into(), uid: "u".into() });
+        let o = Origin::of(7, Some(&info("/system.slice/docker-3f2a.scope", Some(c))));
+        for term in ["jellyfin", "3f2a9c", "docker-3f2a", "media/jf-0", "docker", "cgroup=7"] {
+            assert!(o.search.contains(term), "{term}: {}", o.search);
+        }
+    }
+
+    #[test]
+    fn short_ids() {
+        assert_eq!(short_id(&container(Runtime::Docker, HEX, None)), "3f2a9c1b7d0e");
+        assert_eq!(short_id(&container(Runtime::Proxmox, "102", None)), "102");
+        assert_eq!(short_id(&container(Runtime::Lxc, "a-long-container-name", None)), "a-long-container-name");
+    }
+}
