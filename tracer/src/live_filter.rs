@@ -122,9 +122,16 @@ impl FilterControl for LiveFilter {
     fn current(&self) -> FilterSpec {
         self.lock().spec.clone()
     }
+
+    fn follow_host(&mut self, env: &Environment) {
+        if let Err(e) = self.refresh(env) {
+            log::warn!("re-applying the filter failed: {e:#}");
+        }
+    }
 }
 
-/// Runs a front end and keeps the kernel filter following the host on every tick.
+/// Runs a front end that has no filter prompt of its own and keeps the kernel filter
+/// following the host on every tick.
 pub struct FilterUpkeep<F> {
     pub inner: F,
     pub filter: LiveFilter,
@@ -136,9 +143,7 @@ impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
-        if let Err(e) = self.filter.refresh(&analysis.env) {
-            log::warn!("re-applying the filter failed: {e:#}");
-        }
+        self.filter.follow_host(&analysis.env);
         self.inner.on_tick(analysis, status).await
     }
 

@@ -253,7 +253,8 @@ async fn run(cli: &Cli) -> Result<()> {
         header.filters = spec.describe();
         let opts = tracer::tui::TuiOptions::default();
         // The kernel filter's control comes with the filter itself; until then, none to change.
-        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, None, &mut shutdown)
+        let filter = live_filter.map(|f| Box::new(f) as tracer::tui::FilterControlBox);
+        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, filter, &mut shutdown)
             .await
             .map(|summary| eprintln!("{}", summary_line(&summary)))
     };

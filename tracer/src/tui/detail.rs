@@ -10,7 +10,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkline, Widget};
 
 use super::format;
-use super::origin::{self, Origin};
+use super::origin::Origin;
 use super::state::{AppState, Whereabouts};
 use super::view::{ca_color, dim, CLOSED_MARK, FLAG_MARK};
 use crate::analysis::container::Runtime;
@@ -179,7 +179,7 @@ fn where_lines(flow: &Flow, w: &Whereabouts, width: u16) -> Vec<Line<'static>> {
         Some(c) => {
             let name = c.name.clone().unwrap_or_else(|| "(no name)".into());
             chunks.push(kv("container", format!("{name} ({})", c.runtime.name())));
-            chunks.push(kv("id", origin::short_id(c).to_string()));
+            chunks.push(kv("id", c.short_id().to_string()));
             if let Some(p) = &c.pod {
                 chunks.push(kv("pod", format!("{}/{}", p.namespace, p.name)));
             }

@@ -128,6 +128,9 @@ where
     K: Stream<Item = io::Result<Event>> + Unpin,
 {
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        if let Some(f) = self.filter.as_deref_mut() {
+            f.follow_host(&analysis.env);
+        }
         self.state.sync(analysis, status);
         self.draw()?;
         Ok(Control::Continue)

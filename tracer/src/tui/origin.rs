@@ -2,30 +2,7 @@
 //! its container (or systemd unit, or cgroup) from the host facts the resolver found for its
 //! cgroup v2 id. Computed once per cgroup per frame, shared by that cgroup's rows.
 
-use crate::analysis::container::{CgroupInfo, Container, Runtime};
-
-/// A container's id as people quote it: 12 characters of a hex id (as `docker ps` shows it),
-/// else the whole id (a Proxmox vmid, an LXC name, a unit name).
-// TODO: `Container::short_id()` once it lands in `analysis::container`.
-pub(crate) fn short_id(c: &Container) -> &str {
-    let id = c.id.as_str();
-    if id.len() > 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        &id[..12]
-    } else {
-        id
-    }
-}
-
-/// The name a user knows a container by: its name when known, else its short id;
-/// `pod/container` for Kubernetes pods.
-// TODO: `Container::label()` once it lands in `analysis::container`.
-pub(crate) fn label(c: &Container) -> String {
-    let own = c.name.as_deref().unwrap_or_else(|| short_id(c));
-    match &c.pod {
-        Some(p) => format!("{}/{own}", p.name),
-        None => own.to_string(),
-    }
-}
+use crate::analysis::container::{CgroupInfo, Runtime};
 
 /// Leaf cgroups that say nothing alone: their parent is named with them.
 const GENERIC_LEAVES: &[&str] = &["init", "init.scope", ".lxc", "payload", "ns"];
@@ -61,8 +38,8 @@ impl Origin {
     pub(crate) fn of(cgroup_id: u64, info: Option<&CgroupInfo>) -> Self {
         let (name, runtime) = match info {
             None => (format!("cgroup {cgroup_id}"), None),
-            Some(CgroupInfo { container: Some(c), .. }) if c.runtime == Runtime::Systemd => (label(c), None),
-            Some(CgroupInfo { container: Some(c), .. }) => (label(c), Some(c.runtime.name())),
+            Some(CgroupInfo { container: Some(c), .. }) if c.runtime == Runtime::Systemd => (c.label(), None),
+            Some(CgroupInfo { container: Some(c), .. }) => (c.label(), Some(c.runtime.name())),
             Some(CgroupInfo { path, container: None }) => (path_tail(path), None),
         };
         let group = match info.and_then(|i| i.container.as_ref()) {
@@ -99,7 +76,7 @@ impl Origin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::container::Pod;
+    use crate::analysis::container::{Container, Pod};
 
     fn container(runtime: Runtime, id: &str, name: Option<&str>) -> Container {
         Container { runtime, id: id.into(), name: name.map(Into::into), pod: None }
@@ -140,12 +117,5 @@ mod tests {
         for term in ["jellyfin", "3f2a9c", "docker-3f2a", "media/jf-0", "docker", "cgroup=7"] {
             assert!(o.search.contains(term), "{term}: {}", o.search);
         }
-    }
-
-    #[test]
-    fn short_ids() {
-        assert_eq!(short_id(&container(Runtime::Docker, HEX, None)), "3f2a9c1b7d0e");
-        assert_eq!(short_id(&container(Runtime::Proxmox, "102", None)), "102");
-        assert_eq!(short_id(&container(Runtime::Lxc, "a-long-container-name", None)), "a-long-container-name");
     }
 }
