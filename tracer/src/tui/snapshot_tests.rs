@@ -117,11 +117,12 @@ fn detail_of_a_fix_with_long_lines(width: u16, height: u16) -> Terminal<TestBack
 
 #[test]
 fn long_fix_lines_wrap_into_comments_or_continued_commands_only() {
-    let terminal = detail_of_a_fix_with_long_lines(72, 30);
-    insta::assert_snapshot!("detail_fix_long_lines_72x30", terminal.backend());
+    // Tall enough for a container's whole fix (command, EROFS note, run-time persistence).
+    let terminal = detail_of_a_fix_with_long_lines(72, 44);
+    insta::assert_snapshot!("detail_fix_long_lines_72x44", terminal.backend());
     let buf = terminal.backend().buffer();
     let rows: Vec<String> =
-        (0..30).map(|y| (1..71).map(|x| buf[(x, y)].symbol()).collect::<String>().trim_end().to_string()).collect();
+        (0..44).map(|y| (1..71).map(|x| buf[(x, y)].symbol()).collect::<String>().trim_end().to_string()).collect();
     let fix = rows.iter().position(|r| r == "fix (as root):").expect("the fix is on screen");
     let fix_rows: Vec<&String> = rows[fix + 1..].iter().take_while(|r| r.starts_with("  ")).collect();
     assert!(fix_rows.len() >= 6, "{rows:#?}");
