@@ -211,7 +211,7 @@ fn matches_filter(sk: *const u8, mode: u32) -> bool {
         let net = read_ptr(sk, global!(OFFSETS.skc_net));
         let inum: u32 = read(net, global!(OFFSETS.net_ns_inum));
         // SAFETY: a lookup in a hash map of plain integers; the value is not used.
-        if unsafe { FILTER_NETNS.get(&inum) }.is_none() {
+        if unsafe { FILTER_NETNS.get(inum) }.is_none() {
             return false;
         }
     }
@@ -227,7 +227,7 @@ fn matches_filter(sk: *const u8, mode: u32) -> bool {
             }
             let id: u64 = read(kn, global!(OFFSETS.kernfs_node_id));
             // SAFETY: as above.
-            if unsafe { FILTER_CGROUPS.get(&id) }.is_some() {
+            if unsafe { FILTER_CGROUPS.get(id) }.is_some() {
                 return true;
             }
             kn = read_ptr(kn, global!(OFFSETS.kernfs_node_parent));

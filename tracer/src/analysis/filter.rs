@@ -147,12 +147,7 @@ pub fn resolve(spec: &FilterSpec, env: &Environment, host: &dyn HostLookup) -> R
             .collect();
         let distinct: BTreeSet<&str> = hits.iter().map(|(_, c)| c.id.as_str()).collect();
         if distinct.len() > 1 && hits.iter().all(|(_, c)| c.name.as_deref() != Some(given.as_str())) {
-            let matches = hits
-                .iter()
-                .map(|(_, c)| c.name.clone().unwrap_or_else(|| c.id.clone()))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
+            let matches = hits.iter().map(|(_, c)| c.label()).collect::<BTreeSet<_>>().into_iter().collect();
             return Err(FilterError::AmbiguousContainer { given: given.clone(), matches });
         }
         if hits.is_empty() {
@@ -203,4 +198,124 @@ pub fn resolve(spec: &FilterSpec, env: &Environment, host: &dyn HostLookup) -> R
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::analysis::container::{CgroupInfo, Pod};
+
+    const JELLYFIN: &str = "4f1c2a9be0d7c3b5a6e8f9d0c1b2a3948576f5e4d3c2b1a0f9e8d7c6b5a49382";
+    const OTHER: &str = "4f1c99999999999999999999999999999999999999999999999999999999aaaa";
+
+    struct FakeHost;
+
+    impl HostLookup for FakeHost {
+        fn cgroup_id(&self, path: &str) -> Option<u64> {
+            (path == "/system.slice" || path == "system.slice").then_some(10)
+        }
+        fn netns_inode(&self, path: &str) -> Option<u32> {
+            (path == "/proc/4242/ns/net").then_some(4_026_532_999)
+        }
+    }
+
+    fn container(runtime: Runtime, id: &str, name: Option<&str>) -> Container {
+        Container { runtime, id: id.into(), name: name.map(Into::into), pod: None }
+    }
+
+    fn env() -> Environment {
+        let mut cgroups = HashMap::new();
+        let mut add = |id: u64, path: &str, c: Option<Container>| {
+            cgroups.insert(id, CgroupInfo { path: path.into(), container: c });
+        };
+        add(10, "/system.slice", None);
+        add(
+            11,
+            &format!("/system.slice/docker-{JELLYFIN}.scope"),
+            Some(container(Runtime::Docker, JELLYFIN, Some("jellyfin"))),
+        );
+        add(
+            12,
+            &format!("/system.slice/docker-{OTHER}.scope"),
+            Some(container(Runtime::Docker, OTHER, Some("sonarr"))),
+        );
+        add(13, "/lxc/102/ns", Some(container(Runtime::Proxmox, "102", Some("proxy"))));
+        add(14, "/system.slice/nginx.service", Some(container(Runtime::Systemd, "nginx.service", None)));
+        let mut pod = container(
+            Runtime::Containerd,
+            "ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12",
+            Some("web"),
+        );
+        pod.pod = Some(Pod { namespace: "media".into(), name: "stream-7d9f".into(), uid: "u".into() });
+        add(15, "/kubepods/pod-u/ab12", Some(pod));
+        Environment {
+            cgroups,
+            host_netns: 4_026_531_840,
+            netns_names: HashMap::from([(4_026_532_100, "cct-edge".to_string())]),
+            ..Environment::default()
+        }
+    }
+
+    fn containers(names: &[&str]) -> FilterSpec {
+        FilterSpec { containers: names.iter().map(|s| (*s).to_string()).collect(), ..FilterSpec::default() }
+    }
+
+    fn ids(r: &ResolvedFilter) -> Vec<u64> {
+        r.cgroup_ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn containers_resolve_by_name_id_prefix_unit_and_pod() {
+        let r = |names: &[&str]| resolve(&containers(names), &env(), &FakeHost);
+        assert_eq!(ids(&r(&["jellyfin"]).unwrap()), [11]);
+        assert_eq!(ids(&r(&["4f1c2a9"]).unwrap()), [11]);
+        assert_eq!(ids(&r(&["proxy"]).unwrap()), [13]);
+        assert_eq!(ids(&r(&["102"]).unwrap()), [13]);
+        assert_eq!(ids(&r(&["nginx"]).unwrap()), [14]);
+        assert_eq!(ids(&r(&["nginx.service"]).unwrap()), [14]);
+        assert_eq!(ids(&r(&["media/stream-7d9f"]).unwrap()), [15]);
+        assert_eq!(ids(&r(&["jellyfin", "proxy"]).unwrap()), [11, 13], "repeated terms add up");
+    }
+
+    #[test]
+    fn an_ambiguous_or_too_short_prefix_and_an_unknown_name_are_errors() {
+        let err = resolve(&containers(&["4f1c"]), &env(), &FakeHost).unwrap_err();
+        assert!(matches!(err, FilterError::AmbiguousContainer { .. }), "{err}");
+        assert!(err.to_string().contains("jellyfin") && err.to_string().contains("sonarr"), "{err}");
+        let err = resolve(&containers(&["4f"]), &env(), &FakeHost).unwrap_err();
+        assert!(matches!(err, FilterError::UnknownContainer { .. }), "two digits name nothing: {err}");
+        let err = resolve(&containers(&["jellyfn"]), &env(), &FakeHost).unwrap_err();
+        assert_eq!(err.to_string(), "no container \"jellyfn\" on this host; closest: jellyfin");
+        assert!(!err.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn cgroups_and_namespaces_resolve_through_the_host() {
+        let spec = FilterSpec {
+            cgroups: vec!["/system.slice".into()],
+            netns: vec!["cct-edge".into(), "/proc/4242/ns/net".into(), "4026531840".into()],
+            ..FilterSpec::default()
+        };
+        let r = resolve(&spec, &env(), &FakeHost).unwrap();
+        assert_eq!(ids(&r), [10]);
+        assert_eq!(r.netns.iter().copied().collect::<Vec<_>>(), [4_026_531_840, 4_026_532_100, 4_026_532_999]);
+        let err =
+            resolve(&FilterSpec { cgroups: vec!["/system.slic".into()], ..FilterSpec::default() }, &env(), &FakeHost)
+                .unwrap_err();
+        assert!(err.to_string().contains("closest: /system.slice"), "{err}");
+        let err = resolve(&FilterSpec { netns: vec!["cct-edg".into()], ..FilterSpec::default() }, &env(), &FakeHost)
+            .unwrap_err();
+        assert!(err.to_string().contains("closest: cct-edge"), "{err}");
+        let err = resolve(&FilterSpec { netns: vec!["12345".into()], ..FilterSpec::default() }, &env(), &FakeHost)
+            .unwrap_err();
+        assert!(matches!(err, FilterError::UnknownNetns { .. }), "an inode nobody has: {err}");
+    }
+
+    #[test]
+    fn an_empty_spec_is_open() {
+        assert!(resolve(&FilterSpec::default(), &env(), &FakeHost).unwrap().is_open());
+        assert_eq!(containers(&["a"]).describe(), ["container=a"]);
+    }
 }
