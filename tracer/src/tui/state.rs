@@ -272,6 +272,8 @@ pub struct Counters {
     pub decode_errors: u64,
     pub kernel_read_errors: u64,
     pub flow_map_full: u64,
+    /// Samples the kernel filter kept out of the ring.
+    pub filtered: u64,
     /// Samples per second over the last measured interval (at least one second long).
     pub events_per_sec: f64,
     last: Option<(u64, u64)>,
@@ -284,6 +286,7 @@ impl Counters {
         self.decode_errors = c.decode_errors;
         self.kernel_read_errors = c.kernel_read_errors;
         self.flow_map_full = c.flow_map_full;
+        self.filtered = c.filtered;
         match self.last {
             None => self.last = Some((now_ns, c.received)),
             Some((t0, r0)) if now_ns.saturating_sub(t0) >= NS_PER_SEC => {

@@ -94,11 +94,13 @@ fn detail_key(state: &mut AppState, key: KeyEvent) {
     match key.code {
         KeyCode::Esc | KeyCode::Backspace | KeyCode::Left | KeyCode::Char('h') => state.close_detail(),
         KeyCode::Down | KeyCode::Char('j') => *scroll = scroll.saturating_add(1).min(max),
-        KeyCode::Up | KeyCode::Char('k') => *scroll = scroll.saturating_sub(1),
+        KeyCode::Up | KeyCode::Char('k') => *scroll = (*scroll).min(max).saturating_sub(1),
         KeyCode::PageDown => *scroll = scroll.saturating_add(page).min(max),
-        KeyCode::PageUp => *scroll = scroll.saturating_sub(page),
+        KeyCode::PageUp => *scroll = (*scroll).min(max).saturating_sub(page),
         KeyCode::Home | KeyCode::Char('g') => *scroll = 0,
-        KeyCode::End | KeyCode::Char('G') => *scroll = max,
+        // Pinned to the end, as the verdict's text grows or shrinks with each evaluation (the
+        // view clamps it to what the text has).
+        KeyCode::End | KeyCode::Char('G') => *scroll = u16::MAX,
         _ => {}
     }
 }

@@ -181,6 +181,10 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
             parts.push((1, vec![Span::styled(format!("{what} {n}"), Style::new().fg(Color::Yellow))]));
         }
     }
+    // Not missing data but what the kernel filter kept out: shown dim, dropped first.
+    if c.filtered > 0 {
+        parts.push((5, vec![Span::styled(format!("filtered {}", c.filtered), dim())]));
+    }
     if !state.cc_seen.is_empty() {
         let cc: Vec<String> = state.cc_seen.iter().map(|(name, n)| format!("{name} {n}")).collect();
         parts.push((4, vec![Span::raw(format!("cc: {}", cc.join(", ")))]));
@@ -194,7 +198,7 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
     // The filter is never dropped: the other parts make room for it first (at least its first
     // phrase), then it takes what is left, whole phrases only.
     let filter_min = filters.first().map_or(0, |f| "filter: ".len() + f.chars().count() + SEP.chars().count());
-    for prio in [4, 3, 1] {
+    for prio in [5, 4, 3, 1] {
         if line_width(&parts) + filter_min <= width {
             break;
         }
