@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod live_filter;
 pub mod output;
 pub mod pipeline;
+pub mod recording;
 pub mod signals;
 pub mod source;
 pub mod tui;

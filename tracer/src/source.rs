@@ -9,7 +9,7 @@ use crate::analysis::event::Sample;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Totals a source reports about itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourceCounters {
     /// Samples delivered to the consumer.
     pub received: u64,

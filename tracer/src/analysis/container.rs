@@ -60,7 +60,7 @@ pub struct Container {
 }
 
 /// What the host knows about one cgroup v2 id.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupInfo {
     /// Path below the cgroup v2 mount, starting with `/` (`/` itself is the root).
     pub path: String,

@@ -218,7 +218,7 @@ impl DiagnosisConfig {
 }
 
 /// Facts about the host the fix depends on (side effects live with the caller).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// `net.ipv4.tcp_available_congestion_control` contains bbr.
     pub bbr_available: bool,

@@ -1,0 +1,61 @@
+//! What a recording holds, one [`Entry`] per line: the one definition of the file's schema.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::diagnosis::Environment;
+use crate::analysis::event::Sample;
+use crate::analysis::schema::SummaryRecord;
+use crate::source::SourceCounters;
+
+/// `Header::format` of every recording.
+pub const FORMAT: &str = "cctrace-recording";
+/// Bumped on any change a reader of the previous version would misread.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One line of a recording, tagged by `"type"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+#[allow(clippy::large_enum_variant)] // read and written one at a time
+pub enum Entry {
+    /// The first line: what, where and how this was recorded.
+    Header(Header),
+    /// One batch of samples, in the order the analysis got them.
+    Samples { samples: Vec<Sample> },
+    /// The pipeline ticked at `now_ns` (monotonic, the samples' clock): a replay ticks at the
+    /// same instants, so it judges flows exactly as the live run did.
+    Tick { now_ns: u64, counters: SourceCounters },
+    /// The host facts changed (containers, namespaces, their default CC), from this point on.
+    Host { env: Environment },
+    /// Something cctrace did to the host (a fix applied or undone), in words.
+    Action { now_ns: u64, text: String },
+    /// The last line of a recording that ended cleanly.
+    End { summary: SummaryRecord },
+}
+
+/// Self-description of a recording.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] of the writer.
+    pub version: u32,
+    /// The cctrace that wrote it.
+    pub cctrace_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Wall clock and CLOCK_MONOTONIC at the same instant when recording started: maps the
+    /// samples' monotonic times to dates.
+    pub start_unix_ns: u64,
+    pub start_monotonic_ns: u64,
+    /// Kernel sampling interval per flow and the pipeline's tick, milliseconds.
+    pub sample_interval_ms: u64,
+    pub tick_ms: u64,
+    /// The filter in force (`container=jellyfin`, ...), empty for none.
+    pub filters: Vec<String>,
+    /// What the samples came from (`live kernel (6/6 hooks)`) and each hook's status line.
+    pub source: String,
+    pub hooks: Vec<String>,
+    /// Addresses and process names were replaced by pseudonyms.
+    #[serde(default)]
+    pub anonymized: bool,
+}
