@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod export;
 pub mod host;
 pub mod kernel;
 pub mod live_filter;

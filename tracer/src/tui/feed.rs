@@ -31,26 +31,26 @@ use crossterm::event::KeyEvent;
 use super::state::{AppState, HeaderInfo};
 use super::{apply_key, Action};
 
-pub(super) const HOST_NETNS: u32 = 4026531840;
-pub(super) const CONTAINER_NETNS: u32 = 4026532561;
-pub(super) const CUBIC: u64 = 101;
-pub(super) const BBR: u64 = 202;
-pub(super) const RECEIVER: u64 = 303;
-pub(super) const CLOSED: u64 = 404;
-pub(super) const SSH: u64 = 505;
-pub(super) const JELLYFIN_CGROUP: u64 = 7321;
+pub(crate) const HOST_NETNS: u32 = 4026531840;
+pub(crate) const CONTAINER_NETNS: u32 = 4026532561;
+pub(crate) const CUBIC: u64 = 101;
+pub(crate) const BBR: u64 = 202;
+pub(crate) const RECEIVER: u64 = 303;
+pub(crate) const CLOSED: u64 = 404;
+pub(crate) const SSH: u64 = 505;
+pub(crate) const JELLYFIN_CGROUP: u64 = 7321;
 pub(super) const NGINX_CGROUP: u64 = 5120;
 pub(super) const PROXY_CGROUP: u64 = 9001;
 pub(super) const ROOT_CGROUP: u64 = 1;
-pub(super) const JELLYFIN_ID: &str = "4c1f0e9a7b2d83c5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9";
+pub(crate) const JELLYFIN_ID: &str = "4c1f0e9a7b2d83c5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9";
 const BASE_MS: u64 = 1_000_000;
 use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE;
 
-pub(super) fn ts_ns(tick: u64) -> u64 {
+pub(crate) fn ts_ns(tick: u64) -> u64 {
     (BASE_MS + tick * 100) * 1_000_000
 }
 
-pub(super) fn env() -> Environment {
+pub(crate) fn env() -> Environment {
     let container = |runtime, id: &str, name: Option<&str>| {
         Some(Container { runtime, id: id.into(), name: name.map(Into::into), pod: None })
     };
@@ -130,7 +130,7 @@ impl FilterControl for FakeFilter {
     }
 }
 
-pub(super) fn header() -> HeaderInfo {
+pub(crate) fn header() -> HeaderInfo {
     HeaderInfo {
         host: "edge-07".into(),
         kernel: "6.8.0-45-generic".into(),
@@ -253,7 +253,7 @@ fn ssh(tick: u64) -> Sample {
 }
 
 /// Every flow's sample at `tick` (0.1 s steps).
-pub(super) fn batch(tick: u64) -> Vec<Sample> {
+pub(crate) fn batch(tick: u64) -> Vec<Sample> {
     let mut b = vec![cubic_lossy(tick), bbr_app_limited(tick), receiver(tick), ssh(tick)];
     b.extend(closing(tick));
     b

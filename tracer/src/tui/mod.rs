@@ -16,7 +16,7 @@ pub mod update;
 pub mod view;
 
 #[cfg(test)]
-mod feed;
+pub(crate) mod feed;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

@@ -1,0 +1,651 @@
+//! `report.html`: one self-contained page (inline CSS, inline SVG drawn here, no script, nothing
+//! fetched) on a recording: the session, each heavy flow's verdict, evidence and fix, and its
+//! throughput, cwnd/ssthresh, srtt/min_rtt and retransmissions over time. Everything that came
+//! from the host (names, paths, verdict text quoting them) is HTML-escaped: it is hostile input.
+
+use std::fmt::Write as _;
+
+use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, Verdict};
+use crate::export::flow_log;
+use crate::export::flows::{FlowLog, FlowTrack, Session};
+use crate::recording::entry::Entry;
+
+/// Text as HTML text or attribute value.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push_str(&c.escape_default().to_string()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `1.25 G`, `340 M`, `12.5 k`, `870`: rates and sizes at three significant digits.
+pub fn si(v: f64) -> String {
+    let (d, unit) = match v.abs() {
+        a if a >= 1e9 => (1e9, " G"),
+        a if a >= 1e6 => (1e6, " M"),
+        a if a >= 1e3 => (1e3, " k"),
+        _ => (1.0, ""),
+    };
+    let x = v / d;
+    let digits = if x.abs() >= 100.0 || d == 1.0 && x.fract() == 0.0 {
+        0
+    } else if x.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{x:.digits$}{unit}")
+}
+
+fn bytes(v: u64) -> String {
+    let v = v as f64;
+    match v {
+        v if v >= 1024.0 * 1024.0 * 1024.0 => format!("{:.2} GiB", v / (1024.0 * 1024.0 * 1024.0)),
+        v if v >= 1024.0 * 1024.0 => format!("{:.1} MiB", v / (1024.0 * 1024.0)),
+        v if v >= 1024.0 => format!("{:.1} KiB", v / 1024.0),
+        v => format!("{v} B"),
+    }
+}
+
+fn pct(v: f64) -> String {
+    if v > 0.0 && v < 0.001 {
+        format!("{:.3}%", v * 100.0)
+    } else {
+        format!("{:.2}%", v * 100.0)
+    }
+}
+
+/// `2023-11-14 22:13:20 UTC` from unix seconds (proleptic Gregorian, no time zone database).
+pub fn utc(unix_secs: f64) -> String {
+    let secs = unix_secs.floor() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days_from_civil, inverted.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// `12.5 s`, `4 min 05 s`, `1 h 02 min`.
+fn duration(secs: f64) -> String {
+    let s = secs.max(0.0);
+    if s < 60.0 {
+        format!("{s:.1} s")
+    } else if s < 3600.0 {
+        format!("{} min {:02} s", (s / 60.0).floor(), (s % 60.0).floor())
+    } else {
+        format!("{} h {:02} min", (s / 3600.0).floor(), (s % 3600.0 / 60.0).floor())
+    }
+}
+
+/// Offset into the recording as the charts' axes show it.
+fn at(secs: f64) -> String {
+    if secs < 60.0 {
+        format!("{secs:.0} s")
+    } else {
+        format!("{}:{:02}", (secs / 60.0).floor(), (secs % 60.0).floor())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Line,
+    Dashed,
+    Bars,
+}
+
+struct Series<'a> {
+    label: &'a str,
+    color: &'a str,
+    kind: Kind,
+    points: Vec<(f64, f64)>,
+}
+
+/// The smallest of 1, 2, 2.5, 5 x 10^k at or above `v`.
+fn nice(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * p).find(|&c| c >= v * 0.999_999).unwrap_or(10.0 * p)
+}
+
+const W: f64 = 560.0;
+const H: f64 = 190.0;
+const LEFT: f64 = 52.0;
+const RIGHT: f64 = 14.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 24.0;
+
+/// One chart: x in seconds from 0 to `x_max`, y from 0 to a round number above the data.
+fn chart(title: &str, series: &[Series<'_>], x_max: f64, fmt_y: fn(f64) -> String) -> String {
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let y_data = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max);
+    let y_max = nice(y_data * 1.08);
+    let x_max = x_max.max(1.0);
+    let x = |t: f64| LEFT + (t / x_max).clamp(0.0, 1.0) * pw;
+    let y = |v: f64| TOP + ph - (v / y_max).clamp(0.0, 1.0) * ph;
+    let mut svg = format!(
+        r#"<svg class="chart" viewBox="0 0 {W} {H}" role="img" aria-label="{t}"><text class="ct" x="{LEFT}" y="16">{t}</text>"#,
+        t = escape(title)
+    );
+    // Legend, right-aligned on the title line.
+    let mut lx = W - RIGHT;
+    for s in series.iter().rev() {
+        lx -= s.label.len() as f64 * 6.4 + 26.0;
+        let dash = if s.kind == Kind::Dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        let _ = write!(
+            svg,
+            r#"<line x1="{lx}" y1="12" x2="{}" y2="12" stroke="{}" stroke-width="{}"{dash}/><text class="lg" x="{}" y="16">{}</text>"#,
+            lx + 16.0,
+            s.color,
+            if s.kind == Kind::Bars { 6 } else { 2 },
+            lx + 20.0,
+            escape(s.label)
+        );
+    }
+    for i in 0..=4 {
+        let v = y_max * f64::from(i) / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            svg,
+            r#"<line class="grid" x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}"/><text class="ax" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT + pw,
+            LEFT - 6.0,
+            yy + 4.0,
+            fmt_y(v)
+        );
+    }
+    let step = [1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0]
+        .into_iter()
+        .find(|s| x_max / s <= 8.0)
+        .unwrap_or(14_400.0);
+    let mut t = 0.0;
+    while t <= x_max + 1e-9 {
+        let _ =
+            write!(svg, r#"<text class="ax" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, x(t), H - 6.0, at(t));
+        t += step;
+    }
+    for s in series {
+        if s.points.is_empty() {
+            continue;
+        }
+        if s.kind == Kind::Bars {
+            let bw = (pw / (x_max + 1.0)).clamp(1.0, 12.0);
+            for &(t, v) in s.points.iter().filter(|p| p.1 > 0.0) {
+                let _ = write!(
+                    svg,
+                    r#"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="{}"/>"#,
+                    x(t) - bw / 2.0,
+                    y(v),
+                    TOP + ph - y(v),
+                    s.color
+                );
+            }
+            continue;
+        }
+        let path: Vec<String> = s.points.iter().map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v))).collect();
+        let dash = if s.kind == Kind::Dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1.8" stroke-linejoin="round"{dash} points="{}"/>"#,
+            s.color,
+            path.join(" ")
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<line class="axis" x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}"/></svg>"#,
+        TOP + ph,
+        LEFT + pw
+    );
+    svg
+}
+
+fn charts(f: &FlowTrack, session: &Session) -> String {
+    let start = session.start_ns();
+    let t = |ts: u64| ts.saturating_sub(start) as f64 / 1e9;
+    let x_max = session.duration_s();
+    let pts = |g: &dyn Fn(&crate::export::flows::Point) -> Option<f64>| -> Vec<(f64, f64)> {
+        f.points.iter().filter_map(|p| g(p).map(|v| (t(p.ts_ns), v))).collect()
+    };
+    let line = |label, color, kind, points| Series { label, color, kind, points };
+    let fmt_si: fn(f64) -> String = si;
+    let fmt_plain: fn(f64) -> String = |v| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") };
+    [
+        chart(
+            "Throughput (bit/s)",
+            &[line("goodput", "#2563eb", Kind::Line, pts(&|p| Some(p.throughput_bps)))],
+            x_max,
+            fmt_si,
+        ),
+        chart(
+            "Congestion window (segments)",
+            &[
+                line("cwnd", "#0d9488", Kind::Line, pts(&|p| Some(f64::from(p.cwnd)))),
+                line("ssthresh", "#d97706", Kind::Dashed, pts(&|p| p.ssthresh.map(f64::from))),
+            ],
+            x_max,
+            fmt_plain,
+        ),
+        chart(
+            "Round-trip time (ms)",
+            &[
+                line("srtt", "#7c3aed", Kind::Line, pts(&|p| Some(p.srtt_ms))),
+                line("min_rtt", "#64748b", Kind::Dashed, pts(&|p| Some(p.min_rtt_ms))),
+            ],
+            x_max,
+            fmt_plain,
+        ),
+        chart(
+            "Retransmissions (segments per second)",
+            &[line("retransmitted", "#dc2626", Kind::Bars, pts(&|p| Some(f64::from(p.retrans))))],
+            x_max,
+            fmt_plain,
+        ),
+    ]
+    .join("\n")
+}
+
+fn evidence(e: &Evidence) -> String {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("goodput", format!("{}bit/s", si(e.goodput_bps))),
+        ("retransmitted", pct(e.loss_ratio)),
+        ("srtt / min_rtt", format!("{:.1} / {:.1} ms", e.srtt_ms, e.min_rtt_ms)),
+        ("mean cwnd", format!("{:.0} × {} B", e.mean_cwnd, e.mss)),
+        ("loss episodes", format!("{} ({} clean, {} queued)", e.loss_episodes, e.clean_episodes, e.queued_episodes)),
+        ("queue at loss", format!("{:.1} ms (queued above {:.1} ms)", e.queue_at_loss_ms, e.queue_threshold_ms)),
+        ("cwnd before loss", format!("{:.0}", e.cwnd_before_loss)),
+        ("Mathis bound", format!("{}bit/s", si(e.mathis_bps))),
+        ("response function", format!("{}bit/s ({:?})", si(e.response_bps), e.response_model).to_lowercase()),
+        ("busy / rwnd / sndbuf", format!("{} / {} / {}", pct(e.busy_share), pct(e.rwnd_share), pct(e.sndbuf_share))),
+        ("cwnd full", pct(e.cwnd_full_share)),
+        ("standing queue", if e.standing_queue { "yes" } else { "no" }.to_string()),
+    ];
+    if let Some(a) = e.available_bps {
+        rows.push(("more available", format!("{}bit/s", si(a))));
+    }
+    let mut out = String::from(r#"<dl class="evidence">"#);
+    for (k, v) in rows {
+        let _ = write!(out, "<div><dt>{}</dt><dd>{}</dd></div>", escape(k), escape(&v));
+    }
+    let _ = write!(out, r#"<div class="wide"><dt>decided by</dt><dd>{}</dd></div></dl>"#, escape(&e.decided_by));
+    out
+}
+
+fn fix(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(r#"<h3>Fix (as root)</h3><pre class="fix">"#);
+    for l in lines {
+        let class = if l.trim_start().starts_with('#') { "c" } else { "cmd" };
+        let _ = writeln!(out, r#"<span class="{class}">{}</span>"#, escape(l));
+    }
+    out.push_str("</pre>");
+    out
+}
+
+fn verdict_block(v: &Verdict, label: &str) -> String {
+    let mut out = format!(r#"<h3>{}</h3><p class="verdict">{}</p>"#, escape(label), escape(&v.text));
+    if let Some(e) = &v.evidence {
+        out.push_str(&evidence(e));
+    }
+    out.push_str(&fix(&v.fix));
+    out
+}
+
+fn who(f: &FlowTrack) -> Vec<String> {
+    let s = &f.latest;
+    let mut parts = vec![s.cc.clone()];
+    if let Some(o) = &s.owner {
+        parts.push(format!("{} (pid {})", o.comm, o.pid));
+    }
+    match (&f.placement.container, &f.placement.cgroup) {
+        (Some(c), _) => parts.push(format!("{} ({})", c.label(), c.runtime.name())),
+        (None, Some(p)) if p == "/" => parts.push("host".into()),
+        (None, Some(p)) => parts.push(p.clone()),
+        _ => {}
+    }
+    parts
+}
+
+fn flow_section(f: &FlowTrack, session: &Session) -> String {
+    let start = session.start_ns();
+    let at_ns = |ts: u64| at(ts.saturating_sub(start) as f64 / 1e9);
+    let flagged = f.flagged();
+    let limited = f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name());
+    let (class, badge) = match (flagged, f.ever_flagged) {
+        (true, _) => ("flow flagged", "⚑ flagged".to_string()),
+        (false, true) => ("flow was-flagged", "was flagged".to_string()),
+        _ => ("flow", String::new()),
+    };
+    let mut out = format!(r#"<article class="{class}" id="flow-{}">"#, f.cookie);
+    let _ = write!(
+        out,
+        r#"<h2>{}<span class="limit">limited by {}</span>{}</h2>"#,
+        if badge.is_empty() { String::new() } else { format!(r#"<span class="badge">{}</span>"#, escape(&badge)) },
+        escape(limited),
+        escape(&f.endpoints()),
+    );
+    let _ = write!(
+        out,
+        r#"<p class="who">{}</p><p class="facts">{} · seen {} to {} ({}) · sent {} · retransmitted {} · mean {}bit/s, max {}bit/s</p>"#,
+        who(f).iter().map(|p| escape(p)).collect::<Vec<_>>().join(" · "),
+        f.placement.cgroup.as_deref().map_or_else(|| "cgroup unknown".to_string(), |c| format!("cgroup {}", escape(c))),
+        at_ns(f.first.ts_ns),
+        at_ns(f.latest.ts_ns),
+        duration(f.duration_s()),
+        bytes(f.latest.bytes_sent),
+        pct(if f.latest.bytes_sent > 0 { f.latest.bytes_retrans as f64 / f.latest.bytes_sent as f64 } else { 0.0 }),
+        si(f.mean_throughput_bps()),
+        si(f.max_throughput_bps()),
+    );
+    if let Some(v) = &f.verdict {
+        out.push_str(&verdict_block(v, if flagged { "Verdict" } else { "Verdict at the end" }));
+    }
+    if let Some(v) = f.flagged_verdict.as_ref().filter(|_| !flagged) {
+        out.push_str(&verdict_block(v, "While it was flagged"));
+    }
+    if f.changes.len() > 1 {
+        out.push_str(r#"<p class="changes">Verdict changes: "#);
+        let items: Vec<String> = f
+            .changes
+            .iter()
+            .map(|c| {
+                format!(
+                    "<span>{} limited by {}{}</span>",
+                    at_ns(c.ts_ns),
+                    escape(c.limited_by.name()),
+                    if c.flagged { " ⚑" } else { "" }
+                )
+            })
+            .collect();
+        out.push_str(&items.join(" → "));
+        out.push_str("</p>");
+    }
+    let _ = write!(out, r#"<div class="charts">{}</div></article>"#, charts(f, session));
+    out
+}
+
+fn summary_section(log: &FlowLog) -> String {
+    let s = &log.session;
+    let h = s.header.as_ref();
+    let heavy = log.heavy().count();
+    let flagged = log.flows.iter().filter(|f| f.ever_flagged).count();
+    let lost = s.lost();
+    let mut out = String::from(r#"<section class="cards">"#);
+    for (label, value, warn) in [
+        ("flows", log.flows.len().to_string(), false),
+        ("heavy", heavy.to_string(), false),
+        ("flagged", flagged.to_string(), flagged > 0),
+        ("samples", s.samples.to_string(), false),
+        ("lost events", lost.to_string(), lost > 0),
+        ("duration", duration(s.duration_s()), false),
+    ] {
+        let _ = write!(
+            out,
+            r#"<div class="card{}"><div class="v">{}</div><div class="l">{}</div></div>"#,
+            if warn { " warn" } else { "" },
+            escape(&value),
+            label
+        );
+    }
+    out.push_str(r#"</section><table class="facts-table">"#);
+    let filters = h.map(|h| h.filters.join(" ")).filter(|f| !f.is_empty()).unwrap_or_else(|| "none".into());
+    let mut rows = vec![
+        ("host", h.map_or("unknown".into(), |h| h.host.clone())),
+        ("kernel", h.map_or("unknown".into(), |h| h.kernel.clone())),
+        ("started", h.map_or("unknown".into(), |h| utc(h.start_unix_ns as f64 / 1e9))),
+        ("source", h.map_or("unknown".into(), |h| h.source.clone())),
+        ("filters", filters),
+    ];
+    if let Some(h) = h {
+        rows.push(("sampling", format!("every {} ms per flow, judged every {} ms", h.sample_interval_ms, h.tick_ms)));
+        rows.push((
+            "recorded by",
+            format!("cctrace {}{}", h.cctrace_version, if h.anonymized { " (anonymized)" } else { "" }),
+        ));
+    }
+    if let Some(sum) = &s.summary {
+        rows.push((
+            "kernel counters",
+            format!(
+                "{} received, {} lost, {} decode errors, {} read errors, {} filtered out, {} flows seen, {} evicted",
+                sum.events_received,
+                sum.events_lost,
+                sum.decode_errors,
+                sum.kernel_read_errors,
+                sum.events_filtered,
+                sum.flows_seen,
+                sum.flows_evicted
+            ),
+        ));
+    } else {
+        rows.push(("ended", "without its summary (the recording was cut)".into()));
+    }
+    for (k, v) in rows {
+        let _ = write!(out, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn flows_table(log: &FlowLog) -> String {
+    const MAX_ROWS: usize = 500;
+    let mut flows: Vec<&FlowTrack> = log.flows.iter().collect();
+    flows.sort_by(|a, b| {
+        (b.ever_flagged, b.heavy)
+            .cmp(&(a.ever_flagged, a.heavy))
+            .then(b.mean_throughput_bps().total_cmp(&a.mean_throughput_bps()))
+    });
+    let mut out = format!(
+        r#"<h2 class="section">All flows ({})</h2><table class="flows"><thead><tr><th></th><th>local</th><th>remote</th><th>process · container</th><th>cc</th><th>duration</th><th>sent</th><th>retr</th><th>mean</th><th>max</th><th>min rtt</th><th>limited by</th></tr></thead><tbody>"#,
+        log.flows.len()
+    );
+    for f in flows.iter().take(MAX_ROWS) {
+        let s = &f.latest;
+        let mark = if f.ever_flagged {
+            "⚑"
+        } else if f.heavy {
+            "●"
+        } else {
+            ""
+        };
+        let retr = if s.bytes_sent > 0 { s.bytes_retrans as f64 / s.bytes_sent as f64 } else { 0.0 };
+        let _ = write!(
+            out,
+            "<tr><td class=\"mark\">{mark}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            escape(&s.local.to_string()),
+            escape(&s.remote.to_string()),
+            escape(&who(f)[1..].join(" · ")),
+            escape(&s.cc),
+            duration(f.duration_s()),
+            bytes(s.bytes_sent),
+            pct(retr),
+            si(f.mean_throughput_bps()),
+            si(f.max_throughput_bps()),
+            f.min_rtt_ms.map_or("-".into(), |m| format!("{m:.1}")),
+            escape(f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name())),
+        );
+    }
+    out.push_str("</tbody></table>");
+    if flows.len() > MAX_ROWS {
+        let _ = write!(
+            out,
+            r#"<p class="note">{} more flows left out; `cctrace export --summary` lists all.</p>"#,
+            flows.len() - MAX_ROWS
+        );
+    }
+    out
+}
+
+const STYLE: &str = r#"
+:root{--fg:#0f172a;--muted:#64748b;--line:#e2e8f0;--bg:#f8fafc;--card:#fff;--red:#dc2626;--amber:#d97706}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:1180px;margin:0 auto;padding:28px 24px 48px}
+header h1{font-size:24px;margin:0}
+header p{margin:4px 0 0;color:var(--muted)}
+.cards{display:grid;grid-template-columns:repeat(6,1fr);gap:12px;margin:20px 0 12px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:12px 14px}
+.card .v{font-size:22px;font-weight:650;font-variant-numeric:tabular-nums}
+.card .l{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card.warn .v{color:var(--red)}
+table{border-collapse:collapse}
+.facts-table{background:var(--card);border:1px solid var(--line);border-radius:10px;width:100%;overflow:hidden}
+.facts-table th{text-align:left;color:var(--muted);font-weight:500;width:150px;padding:6px 14px;vertical-align:top}
+.facts-table td{padding:6px 14px;word-break:break-word}
+.facts-table tr+tr{border-top:1px solid var(--line)}
+h2.section{font-size:18px;margin:32px 0 12px}
+.flow{background:var(--card);border:1px solid var(--line);border-left:4px solid #94a3b8;border-radius:10px;padding:16px 20px;margin:16px 0}
+.flow.flagged{border-left-color:var(--red)}
+.flow.was-flagged{border-left-color:var(--amber)}
+.flow h2{font-size:16px;margin:0 0 4px;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-weight:600;word-break:break-all}
+.badge{font-family:system-ui,sans-serif;background:var(--red);color:#fff;border-radius:999px;padding:1px 9px;font-size:12px;margin-right:8px;vertical-align:2px}
+.was-flagged .badge{background:var(--amber)}
+.limit{font-family:system-ui,sans-serif;background:#e2e8f0;border-radius:999px;padding:1px 9px;font-size:12px;margin-right:10px;vertical-align:2px;font-weight:500}
+.who{margin:2px 0;font-weight:500;word-break:break-word}
+.facts,.changes{margin:2px 0;color:var(--muted);font-size:13px;word-break:break-word}
+.flow h3{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin:14px 0 4px}
+.verdict{margin:0;max-width:95ch}
+.evidence{display:grid;grid-template-columns:repeat(auto-fill,minmax(250px,1fr));gap:2px 18px;margin:10px 0 0;font-size:13px}
+.evidence div{display:flex;gap:8px;border-bottom:1px dotted var(--line);padding:2px 0}
+.evidence dt{color:var(--muted);min-width:120px}
+.evidence dd{margin:0;font-variant-numeric:tabular-nums}
+.evidence .wide{grid-column:1/-1}
+pre.fix{background:#0f172a;color:#e2e8f0;border-radius:8px;padding:12px 14px;overflow-x:auto;font-size:12.5px;line-height:1.55;margin:4px 0;white-space:pre-wrap;word-break:break-all}
+pre.fix .c{color:#94a3b8}
+.charts{display:grid;grid-template-columns:1fr 1fr;gap:8px 20px;margin-top:14px}
+svg.chart{width:100%;height:auto;display:block}
+svg .ct{font-size:12.5px;font-weight:600;fill:var(--fg)}
+svg .lg{font-size:11px;fill:var(--muted)}
+svg .ax{font-size:10.5px;fill:var(--muted)}
+svg .grid{stroke:var(--line);stroke-width:1}
+svg .axis{stroke:#94a3b8;stroke-width:1}
+table.flows{width:100%;background:var(--card);border:1px solid var(--line);font-size:12.5px}
+table.flows th{text-align:left;color:var(--muted);font-weight:500;border-bottom:1px solid var(--line);padding:6px 8px;white-space:nowrap}
+table.flows td{padding:4px 8px;border-top:1px solid var(--line);word-break:break-all}
+table.flows td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+table.flows td.mark{color:var(--red);width:18px}
+.note,footer{color:var(--muted);font-size:12.5px}
+footer{margin-top:32px}
+@media (max-width:800px){.cards{grid-template-columns:repeat(3,1fr)}.charts{grid-template-columns:1fr}}
+@media print{body{background:#fff}.flow{break-inside:avoid}}
+"#;
+
+/// The page for an already replayed recording.
+pub fn page(log: &FlowLog) -> String {
+    let s = &log.session;
+    let host = s.header.as_ref().map_or("unknown host", |h| h.host.as_str());
+    let started = s.header.as_ref().map_or(String::new(), |h| format!(" · {}", utc(h.start_unix_ns as f64 / 1e9)));
+    let mut heavy: Vec<&FlowTrack> = log.heavy().collect();
+    heavy.sort_by(|a, b| {
+        (b.flagged(), b.ever_flagged)
+            .cmp(&(a.flagged(), a.ever_flagged))
+            .then(b.max_throughput_bps().total_cmp(&a.max_throughput_bps()))
+    });
+    let mut out = format!(
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:"><title>cctrace report · {h}</title><style>{STYLE}</style></head><body><main><header><h1>cctrace report</h1><p>{h}{started} · {d}</p></header>"#,
+        h = escape(host),
+        d = duration(s.duration_s()),
+    );
+    out.push_str(&summary_section(log));
+    let _ = write!(out, r#"<h2 class="section">Heavy flows ({})</h2>"#, heavy.len());
+    if heavy.is_empty() {
+        out.push_str(r#"<p class="note">No flow was heavy (moved 0.5 MB at 1 Mbit/s or more, or kept its congestion window full) during this recording.</p>"#);
+    }
+    for f in heavy {
+        out.push_str(&flow_section(f, s));
+    }
+    if !s.actions.is_empty() {
+        out.push_str(r#"<h2 class="section">Actions</h2><ul>"#);
+        for (ts, text) in &s.actions {
+            let _ = write!(out, "<li>{} {}</li>", at(ts.saturating_sub(s.start_ns()) as f64 / 1e9), escape(text));
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str(&flows_table(log));
+    let _ = write!(
+        out,
+        r#"<footer>Rates are bits per second; charts show one point per second of the replayed analysis. Generated by cctrace {}.</footer></main></body></html>"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    out.push('\n');
+    out
+}
+
+/// `cctrace report`: the page for `entries`.
+pub fn render(entries: impl IntoIterator<Item = Entry>, diagnosis: DiagnosisConfig) -> String {
+    page(&flow_log(entries, diagnosis))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::fixture;
+
+    #[test]
+    fn every_heavy_flow_is_in_the_report_with_its_verdict_fix_and_charts() {
+        let log = flow_log(fixture::entries(), DiagnosisConfig::default());
+        let html = page(&log);
+        let heavy: Vec<&FlowTrack> = log.heavy().collect();
+        assert!(heavy.len() >= 3, "cubic, named cubic, receiver at least: {}", heavy.len());
+        for f in &heavy {
+            assert!(html.contains(&format!("id=\"flow-{}\"", f.cookie)), "flow {} in the report", f.cookie);
+        }
+        assert!(log.get(fixture::CUBIC).expect("cubic").flagged());
+        assert!(!log.get(fixture::SSH).expect("ssh").heavy, "light flows are in the table only");
+        assert!(html.contains("Fix (as root)") && html.contains("sysctl -w net.ipv4.tcp_congestion_control=bbr"));
+        assert_eq!(html.matches("<svg").count(), heavy.len() * 4);
+        for title in ["Throughput", "Congestion window", "Round-trip time", "Retransmissions"] {
+            assert!(html.contains(title));
+        }
+        assert!(html.contains("2023-11-14 22:13:20 UTC"), "the header's start time");
+        assert!(
+            !html.contains("http://") && !html.contains("https://") && !html.contains("<script"),
+            "self-contained, no script"
+        );
+    }
+
+    #[test]
+    fn hostile_names_are_escaped() {
+        let html = render(fixture::entries(), DiagnosisConfig::default());
+        for hostile in [fixture::EVIL_CONTAINER, fixture::EVIL_COMM, fixture::HOST, fixture::EVIL_NETNS] {
+            assert!(!html.contains(hostile), "{hostile} raw in the page");
+        }
+        assert!(html.contains(&escape(fixture::EVIL_CONTAINER)) && html.contains(&escape(fixture::EVIL_COMM)));
+        // The fix quotes the namespace name for the shell; the page escapes that for HTML.
+        assert!(html.contains(&escape("ip netns exec 'lab'\\''; rm -rf / #'")), "shell-quoted, then escaped");
+        assert_eq!(escape("<a href=\"x\">'&"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;");
+    }
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(si(12_700_000.0), "12.7 M");
+        assert_eq!(si(153_000_000.0), "153 M");
+        assert_eq!(si(870.0), "870");
+        assert_eq!(si(0.0), "0");
+        assert_eq!(si(2.5), "2.50");
+        assert_eq!(nice(37.0), 50.0);
+        assert_eq!(nice(4.1e6), 5e6);
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
+        assert_eq!(duration(245.0), "4 min 05 s");
+    }
+}
