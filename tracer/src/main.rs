@@ -100,6 +100,68 @@ enum Command {
         #[command(flatten)]
         opts: tracer::demo::DemoOptions,
     },
+    /// Export a recording: one row per sample (CSV, JSON Lines), one per flow (--summary), or a
+    /// Perfetto trace (ui.perfetto.dev, chrome://tracing). The analysis is re-run over it.
+    Export {
+        /// The recording.
+        file: std::path::PathBuf,
+        #[arg(long, value_enum)]
+        format: tracer::export::Format,
+        /// One row per flow over the whole recording instead of one per sample (csv, jsonl).
+        #[arg(long)]
+        summary: bool,
+        /// Output file (created readable by its owner only, never overwritten); `-` or none:
+        /// standard output.
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        output: Option<std::path::PathBuf>,
+        /// Replace addresses, process, container, cgroup and namespace names by pseudonyms.
+        #[arg(long)]
+        anonymize: bool,
+    },
+    /// Write a self-contained HTML report of a recording: the session, each heavy flow's
+    /// verdict, evidence, fix and charts.
+    Report {
+        /// The recording.
+        file: std::path::PathBuf,
+        /// The page to write (created readable by its owner only, never overwritten).
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        output: std::path::PathBuf,
+        /// Replace addresses, process, container, cgroup and namespace names by pseudonyms.
+        #[arg(long)]
+        anonymize: bool,
+    },
+}
+
+/// `cctrace export` and `cctrace report`: offline, no privileges, no runtime.
+fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
+    use std::io::Write;
+    // INTEGRATION: the recording reader replaces this stand-in.
+    let read = |file: &std::path::Path, anonymize: bool| -> Result<Vec<tracer::recording::entry::Entry>> {
+        let entries = tracer::export::read_entries(file)?;
+        Ok(if anonymize { tracer::export::anonymize::anonymize(entries).collect() } else { entries })
+    };
+    match cli.command.as_ref()? {
+        Command::Export { file, format, summary, output, anonymize } => Some((|| {
+            if *format == tracer::export::Format::Perfetto && *summary {
+                anyhow::bail!("--summary is for --format csv or jsonl");
+            }
+            let entries = read(file, *anonymize)?;
+            let mut out: Box<dyn Write> = match output.as_deref() {
+                None => Box::new(std::io::stdout().lock()),
+                Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdout().lock()),
+                Some(p) => Box::new(tracer::export::create_output(p)?),
+            };
+            tracer::export::export(entries, *format, *summary, diagnosis_config(cli), &mut out)
+        })()),
+        Command::Report { file, output, anonymize } => Some((|| {
+            let entries = read(file, *anonymize)?;
+            let mut out = tracer::export::create_output(output)?;
+            out.write_all(tracer::export::report::render(entries, diagnosis_config(cli)).as_bytes())
+                .with_context(|| format!("writing {}", output.display()))
+        })()),
+        #[cfg(feature = "demo")]
+        Command::Demo { .. } => None,
+    }
 }
 
 fn diagnosis_config(cli: &Cli) -> DiagnosisConfig {
@@ -182,7 +244,7 @@ async fn run(cli: &Cli) -> Result<()> {
     #[cfg(feature = "demo")]
     let mut demo_containers = match &cli.command {
         Some(Command::Demo { .. }) => Some(tracer::demo::DemoContainers::create()?),
-        None => None,
+        _ => None,
     };
     #[allow(unused_mut)] // the demo adds its own container files
     let mut files = container_files(cli);
@@ -304,6 +366,25 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    if let Some(result) = after_the_fact(&cli) {
+        let reader_left = |e: &anyhow::Error| {
+            let pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
+            e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(pipe)
+                    || c.downcast_ref::<csv::Error>()
+                        .is_some_and(|e| matches!(e.kind(), csv::ErrorKind::Io(io) if pipe(io)))
+            })
+        };
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            // `cctrace export ... | head`: the reader has what it wanted.
+            Err(e) if reader_left(&e) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cctrace: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -21,6 +21,8 @@ const APT_PACKAGES: &[&str] = &[
     "iproute2",
     "kmod",
     "tmux",
+    // tests/tests/report.rs renders `cctrace report` in headless Chromium.
+    "chromium",
     "util-linux",
 ];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";

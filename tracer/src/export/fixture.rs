@@ -124,7 +124,7 @@ pub(crate) fn sample_count(entries: &[Entry]) -> usize {
 pub(crate) fn originals() -> Vec<String> {
     let mut v: Vec<String> = [HOST, EVIL_CONTAINER, EVIL_COMM, EVIL_NETNS, "rsync", "nginx", "curl", "python3", "ssh"]
         .iter()
-        .map(|s| s.to_string())
+        .map(|&s| String::from(s))
         .collect();
     v.extend(["jellyfin", "proxy", feed::JELLYFIN_ID, "cron.service"].map(String::from));
     for e in entries() {

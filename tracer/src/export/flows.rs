@@ -224,7 +224,7 @@ impl FlowLog {
                 self.flows[i].add(s);
             }
             Step::Tick { now_ns, counters, evaluated } => {
-                self.session.counters = counters.clone();
+                self.session.counters = *counters;
                 self.session.last_ns = self.session.last_ns.max(now_ns);
                 if evaluated {
                     self.evaluate(a, now_ns);

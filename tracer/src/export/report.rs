@@ -29,6 +29,9 @@ pub fn escape(s: &str) -> String {
 
 /// `1.25 G`, `340 M`, `12.5 k`, `870`: rates and sizes at three significant digits.
 pub fn si(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
     let (d, unit) = match v.abs() {
         a if a >= 1e9 => (1e9, " G"),
         a if a >= 1e6 => (1e6, " M"),
@@ -272,7 +275,10 @@ fn evidence(e: &Evidence) -> String {
         ("queue at loss", format!("{:.1} ms (queued above {:.1} ms)", e.queue_at_loss_ms, e.queue_threshold_ms)),
         ("cwnd before loss", format!("{:.0}", e.cwnd_before_loss)),
         ("Mathis bound", format!("{}bit/s", si(e.mathis_bps))),
-        ("response function", format!("{}bit/s ({:?})", si(e.response_bps), e.response_model).to_lowercase()),
+        (
+            "response function",
+            format!("{}bit/s ({})", si(e.response_bps), format!("{:?}", e.response_model).to_lowercase()),
+        ),
         ("busy / rwnd / sndbuf", format!("{} / {} / {}", pct(e.busy_share), pct(e.rwnd_share), pct(e.sndbuf_share))),
         ("cwnd full", pct(e.cwnd_full_share)),
         ("standing queue", if e.standing_queue { "yes" } else { "no" }.to_string()),
@@ -524,7 +530,7 @@ h2.section{font-size:18px;margin:32px 0 12px}
 .facts,.changes{margin:2px 0;color:var(--muted);font-size:13px;word-break:break-word}
 .flow h3{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin:14px 0 4px}
 .verdict{margin:0;max-width:95ch}
-.evidence{display:grid;grid-template-columns:repeat(auto-fill,minmax(250px,1fr));gap:2px 18px;margin:10px 0 0;font-size:13px}
+.evidence{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:2px 18px;margin:10px 0 0;font-size:13px}
 .evidence div{display:flex;gap:8px;border-bottom:1px dotted var(--line);padding:2px 0}
 .evidence dt{color:var(--muted);min-width:120px}
 .evidence dd{margin:0;font-variant-numeric:tabular-nums}
