@@ -183,19 +183,9 @@ fn write_summary(
 
 /// STAND-IN for the recording reader (branch `rec`), to be replaced by it: reads a file of
 /// uncompressed JSON Lines of [`Entry`], failing on the first bad line.
-///
-/// `Host` lines are decoded apart: serde buffers an internally tagged enum's content, and from
-/// that buffer it cannot read the environment's integer map keys (JSON writes them as strings),
-/// so `serde_json::from_str::<Entry>` refuses every `Host` line it wrote itself.
 pub fn read_entries(path: &Path) -> Result<Vec<Entry>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let entry = |line: &str| -> Result<Entry> {
-        let mut v: serde_json::Value = serde_json::from_str(line)?;
-        if v["type"] == "host" {
-            return Ok(Entry::Host { env: serde_json::from_value(v["env"].take())? });
-        }
-        Ok(serde_json::from_value(v)?)
-    };
+    let entry = |line: &str| -> Result<Entry> { Ok(serde_json::from_str(line)?) };
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())

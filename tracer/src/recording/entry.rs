@@ -59,3 +59,32 @@ pub struct Header {
     #[serde(default)]
     pub anonymized: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::analysis::container::{CgroupInfo, Container, Runtime};
+
+    #[test]
+    fn a_host_entry_reads_back_as_written() {
+        let env = Environment {
+            host_netns: 4_026_531_840,
+            netns_pids: HashMap::from([(4_026_532_561, 4242)]),
+            netns_names: HashMap::from([(4_026_532_561, "cct-edge".to_string())]),
+            netns_cc: HashMap::from([(4_026_532_561, "cubic".to_string())]),
+            cgroups: HashMap::from([(
+                77,
+                CgroupInfo {
+                    path: "/lxc/102/ns".into(),
+                    container: Some(Container { runtime: Runtime::Proxmox, id: "102".into(), name: None, pod: None }),
+                },
+            )]),
+            ..Environment::default()
+        };
+        let line = serde_json::to_string(&Entry::Host { env: env.clone() }).expect("write");
+        let back: Entry = serde_json::from_str(&line).expect("read");
+        assert_eq!(back, Entry::Host { env });
+    }
+}
