@@ -46,7 +46,12 @@ fn summary() -> SummaryRecord {
 
 /// A small session: host facts, sample batches and ticks, and the end.
 pub(crate) fn entries(ticks: u64) -> Vec<Entry> {
-    let mut out = vec![Entry::Host { env: Environment { host_netns: 7, ..Environment::default() } }];
+    let mut env = Environment { host_netns: 7, ..Environment::default() };
+    env.netns_pids.insert(4_026_531_833, 1);
+    env.netns_names.insert(4_026_532_000, "lab".into());
+    env.netns_cc.insert(4_026_532_000, "cubic".into());
+    env.cgroups.insert(1234, crate::analysis::container::CgroupInfo { path: "/system.slice".into(), container: None });
+    let mut out = vec![Entry::Host { env }];
     for t in 0..ticks {
         let now = 1_000_000_000 + t * 1_000_000_000;
         out.push(Entry::Samples { samples: (0..3).map(|c| sample(c, now / 1_000_000)).collect() });
