@@ -21,6 +21,8 @@ const APT_PACKAGES: &[&str] = &[
     "iproute2",
     "kmod",
     "tmux",
+    // zstdcat: the recording tests read a recording as its users would.
+    "zstd",
     "util-linux",
 ];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
