@@ -96,10 +96,8 @@ fn the_demo_recorded_replays_line_for_line() -> Result<()> {
     let mut file = dir.path("demo.cctrace");
     let mut live = record_demo(&file, 20)?;
     if !(flagged(&live.lines, "cubic-bulk") && flagged(&live.lines, "cubic-video")) {
-        let needed = ["cubic-bulk", "cubic-video"]
-            .iter()
-            .filter_map(|c| time_to_flag(&live.lines, c))
-            .fold(20.0_f64, f64::max);
+        let needed =
+            ["cubic-bulk", "cubic-video"].iter().filter_map(|c| time_to_flag(&live.lines, c)).fold(20.0_f64, f64::max);
         eprintln!("CUBIC not flagged within 20 s; recording {:.0} s", 2.0 * needed.max(20.0));
         file = dir.path("demo-longer.cctrace");
         live = record_demo(&file, (2.0 * needed.max(20.0)) as u64)?;

@@ -57,8 +57,7 @@ impl std::io::Write for Counting {
 fn second(s: u64, mut emit: impl FnMut(Entry)) {
     for tenth in 0..SAMPLES_PER_SEC {
         let ts = (s * SAMPLES_PER_SEC + tenth + 1) * 100_000_000;
-        let batch: Vec<Sample> =
-            (0..FLOWS).map(|c| synthetic::sample(c, ts, ts / 1_000 * (c % 10 + 1))).collect();
+        let batch: Vec<Sample> = (0..FLOWS).map(|c| synthetic::sample(c, ts, ts / 1_000 * (c % 10 + 1))).collect();
         emit(Entry::Samples { samples: batch });
     }
     emit(Entry::Tick {
@@ -99,7 +98,8 @@ fn main() {
         });
     }
     drop(json);
-    let raw_per_sample = raw.0.load(std::sync::atomic::Ordering::Relaxed) as f64 / (FLOWS * SAMPLES_PER_SEC * 60) as f64;
+    let raw_per_sample =
+        raw.0.load(std::sync::atomic::Ordering::Relaxed) as f64 / (FLOWS * SAMPLES_PER_SEC * 60) as f64;
 
     // Open and read it all back.
     let start = Instant::now();
@@ -129,7 +129,11 @@ fn main() {
         bytes as f64 / (FLOWS * SECONDS / 60) as f64 / 1024.0,
         dropped
     );
-    println!("recording: write {:.2} s ({:.0} samples/s)", write_time.as_secs_f64(), samples as f64 / write_time.as_secs_f64());
+    println!(
+        "recording: write {:.2} s ({:.0} samples/s)",
+        write_time.as_secs_f64(),
+        samples as f64 / write_time.as_secs_f64()
+    );
     println!(
         "recording: open (magic + header) {:.3} ms, read all {:.2} s ({:.0} samples/s, {read_samples} samples)",
         open_time.as_secs_f64() * 1e3,

@@ -365,7 +365,8 @@ async fn run(cli: &Cli) -> Result<()> {
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         } else {
             let out = LineWriter::spawn(Box::new(std::io::stdout()));
-            let json = JsonOutput::new(out, tracer::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
+            let json =
+                JsonOutput::new(out, tracer::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
             let mut front = Recording { inner: FilterUpkeep { inner: json, filter }, recorder };
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         };

@@ -38,7 +38,10 @@ pub struct SourceCounters {
 pub enum SourceItem {
     Batch(Vec<Sample>),
     /// Tick the analysis and the front end at `now_ns` (the pipeline's scripted mode).
-    Tick { now_ns: u64, counters: SourceCounters },
+    Tick {
+        now_ns: u64,
+        counters: SourceCounters,
+    },
     /// Host facts from here on.
     Host(Environment),
 }

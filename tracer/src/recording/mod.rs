@@ -195,7 +195,8 @@ impl RecordingSource {
     /// The next item of the recording; actions are skipped.
     fn read_item(&mut self) -> Result<Option<SourceItem>> {
         loop {
-            let entry = self.reader.next_entry().with_context(|| format!("reading recording {}", self.path.display()))?;
+            let entry =
+                self.reader.next_entry().with_context(|| format!("reading recording {}", self.path.display()))?;
             return Ok(Some(match entry {
                 None => return Ok(None),
                 Some(Entry::Samples { samples }) => {

@@ -162,7 +162,9 @@ impl<R: Read> Reader<R> {
             }
         }
         let magic = (have >= 4).then(|| u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
-        if magic == Some(ZSTD_MAGIC) || (magic.is_none() && have > 0 && ZSTD_MAGIC.to_le_bytes()[..have] == head[..have]) {
+        if magic == Some(ZSTD_MAGIC)
+            || (magic.is_none() && have > 0 && ZSTD_MAGIC.to_le_bytes()[..have] == head[..have])
+        {
             // A plain zstd stream: all of it goes to the decoder.
             self.input[..have].copy_from_slice(&head[..have]);
             self.in_pos = 0;

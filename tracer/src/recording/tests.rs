@@ -99,9 +99,8 @@ fn round_trip() {
 #[test]
 fn many_frames_a_big_frame_and_a_recompressed_file() {
     // Enough samples for frames of FRAME_BYTES and lines across zstd blocks.
-    let mut entries: Vec<Entry> = (0..400)
-        .map(|i| Entry::Samples { samples: (0..20).map(|c| sample(c, i * 10)).collect() })
-        .collect();
+    let mut entries: Vec<Entry> =
+        (0..400).map(|i| Entry::Samples { samples: (0..20).map(|c| sample(c, i * 10)).collect() }).collect();
     entries.push(Entry::End { summary: summary(), dropped_entries: 0 });
     let bytes = record(&entries);
     let (read, end) = read_all(&bytes);

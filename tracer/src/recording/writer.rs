@@ -61,7 +61,10 @@ impl NewFile {
             .open(path)
             .map_err(|e| match e.kind() {
                 io::ErrorKind::AlreadyExists => {
-                    anyhow::anyhow!("cannot record to {}: it already exists (recordings never overwrite)", path.display())
+                    anyhow::anyhow!(
+                        "cannot record to {}: it already exists (recordings never overwrite)",
+                        path.display()
+                    )
                 }
                 _ => anyhow::anyhow!("cannot record to {}: {e}", path.display()),
             })?;

@@ -203,8 +203,11 @@ pub async fn run(
     let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter).with_recording(status);
     let mut front = crate::recording::Recording { inner: tui, recorder };
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
-    let pipeline_opts =
-        if pipeline_opts.scripted { pipeline_opts } else { PipelineOptions { tick: opts.frame_interval, ..pipeline_opts } };
+    let pipeline_opts = if pipeline_opts.scripted {
+        pipeline_opts
+    } else {
+        PipelineOptions { tick: opts.frame_interval, ..pipeline_opts }
+    };
     let result =
         pipeline::run(source, analysis, &mut front, &pipeline_opts, crate::clock::monotonic_now_ns, stop).await;
     drop(front);
