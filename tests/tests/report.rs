@@ -91,9 +91,14 @@ fn the_report_renders_in_chromium_with_every_heavy_flow_and_no_injected_markup()
     }
     let dir = std::env::temp_dir().join(format!("cctrace-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let rec = dir.join("rec.jsonl");
+    // A recording is zstd-compressed JSON Lines of entries: the standard tool makes one too.
+    let lines = dir.join("rec.jsonl");
+    let rec = dir.join("rec.cctrace");
     let page = dir.join("report.html");
-    std::fs::write(&rec, recording())?;
+    std::fs::write(&lines, recording())?;
+    let zstd =
+        Command::new("zstd").args(["-q", "-f"]).arg(&lines).arg("-o").arg(&rec).status().context("running zstd")?;
+    assert!(zstd.success(), "zstd failed");
     let out = Command::new(cctrace_bin()).arg("report").arg(&rec).arg("-o").arg(&page).output()?;
     assert!(out.status.success(), "cctrace report: {}", String::from_utf8_lossy(&out.stderr));
 

@@ -18,9 +18,16 @@ pub fn monotonic_now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
-/// The monotonic-to-realtime mapping as it is now.
-pub fn wall_clock_now() -> WallClock {
+/// CLOCK_REALTIME and CLOCK_MONOTONIC read together, (unix ns, monotonic ns): the start of a
+/// run, which its JSON times and its recording's header both derive from.
+pub fn start_instants() -> (u64, u64) {
     let mono = clock_ns(libc::CLOCK_MONOTONIC);
     let real = clock_ns(libc::CLOCK_REALTIME);
-    WallClock::fixed(i128::from(real) - i128::from(mono))
+    (real, mono)
+}
+
+/// The monotonic-to-realtime mapping as it is now.
+pub fn wall_clock_now() -> WallClock {
+    let (real, mono) = start_instants();
+    WallClock::from_start(real, mono)
 }

@@ -18,6 +18,8 @@ use tracer::live_filter::{FilterUpkeep, HostPaths, LiveFilter};
 use tracer::output::json::JsonOutput;
 use tracer::output::writer::LineWriter;
 use tracer::pipeline::{self, PipelineOptions};
+use tracer::recording::entry::{Header, FORMAT, FORMAT_VERSION};
+use tracer::recording::{Headless, NewFile, RecordWriter, Recorder, Recording, RecordingSource, RecordingStatus};
 use tracer::signals::Shutdown;
 use tracer::source::EventSource;
 
@@ -84,6 +86,10 @@ struct Cli {
     /// containers), default /var/log.
     #[arg(long, global = true, value_name = "DIR", help_heading = "Container names")]
     kubelet_logs: Option<std::path::PathBuf>,
+    /// Also record the session into this new file (samples, ticks, host facts; zstd-compressed
+    /// JSON Lines): `cctrace replay FILE` plays it back. Never overwrites a file.
+    #[arg(long, global = true, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
@@ -100,6 +106,15 @@ enum Command {
         #[command(flatten)]
         opts: tracer::demo::DemoOptions,
     },
+    /// Record into FILE without showing anything (no terminal UI, no JSON): until Ctrl-C,
+    /// SIGTERM or --duration. One line on stderr says what was recorded.
+    Record {
+        /// A new file (never overwritten).
+        file: std::path::PathBuf,
+    },
+    /// Play back a recording: the terminal UI, or with --json exactly the lines the live run
+    /// printed (the recorded instants, host facts and thresholds).
+    Replay { file: std::path::PathBuf },
     /// Export a recording: one row per sample (CSV, JSON Lines), one per flow (--summary), or a
     /// Perfetto trace (ui.perfetto.dev, chrome://tracing). The analysis is re-run over it.
     Export {
@@ -135,9 +150,11 @@ enum Command {
 /// `cctrace export` and `cctrace report`: offline, no privileges, no runtime.
 fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
     use std::io::Write;
-    // INTEGRATION: the recording reader replaces this stand-in.
     let read = |file: &std::path::Path, anonymize: bool| -> Result<Vec<tracer::recording::entry::Entry>> {
-        let entries = tracer::export::read_entries(file)?;
+        let (entries, truncated) = tracer::export::read_entries(file)?;
+        if let Some(at) = truncated {
+            eprintln!("cctrace: recording truncated at byte {at}: using the {} entries before it", entries.len());
+        }
         Ok(if anonymize { tracer::export::anonymize::anonymize(entries).collect() } else { entries })
     };
     match cli.command.as_ref()? {
@@ -159,6 +176,7 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
             out.write_all(tracer::export::report::render(entries, diagnosis_config(cli)).as_bytes())
                 .with_context(|| format!("writing {}", output.display()))
         })()),
+        Command::Record { .. } | Command::Replay { .. } => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,
     }
@@ -238,7 +256,106 @@ fn summary_line(s: &SummaryRecord) -> String {
     line
 }
 
+/// A recording's header: this host, the run's start, its settings, filter and hooks.
+fn recording_header(cli: &Cli, source: &KernelSource, spec: &FilterSpec, start: (u64, u64), tick: Duration) -> Header {
+    let config = diagnosis_config(cli);
+    Header {
+        format: FORMAT.into(),
+        version: FORMAT_VERSION,
+        cctrace_version: env!("CARGO_PKG_VERSION").into(),
+        host: tracer::host::hostname(),
+        kernel: tracer::host::kernel_release(),
+        start_unix_ns: start.0,
+        start_monotonic_ns: start.1,
+        sample_interval_ms: cli.sample_ms,
+        tick_ms: u64::try_from(tick.as_millis()).unwrap_or(u64::MAX),
+        filters: spec.describe(),
+        source: source.describe(),
+        hooks: source.info().hooks.iter().map(tracer::kernel::HookReport::line).collect(),
+        heavy_min_bytes: Some(config.heavy_min_bytes),
+        heavy_min_bps: Some(config.heavy_min_bps),
+        anonymized: false,
+    }
+}
+
+/// One line for stderr when a recording ends: how much, how long, what was lost.
+fn recorded_line(status: &RecordingStatus, summary: Option<&SummaryRecord>) -> String {
+    let (dropped, dropped_samples) = status.dropped();
+    format!(
+        "cctrace: recorded {} entries, {} bytes ({}) in {:.1} s to {}; {} samples lost by the kernel, {dropped} entries ({dropped_samples} samples) dropped by the recorder",
+        status.entries(),
+        status.bytes(),
+        tracer::recording::writer::human_bytes(status.bytes()),
+        status.elapsed().as_secs_f64(),
+        status.path().display(),
+        summary.map_or(0, |s| s.events_lost),
+    )
+}
+
+/// `cctrace replay FILE`: the recording through the same pipeline, ticking where it ticked.
+async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
+    if !filter_spec(cli).is_empty() || cli.record.is_some() {
+        anyhow::bail!("a replay takes no --cgroup, --container, --netns or --record: they apply while recording");
+    }
+    let mut shutdown = Shutdown::install()?;
+    let mut source = RecordingSource::open(file)?;
+    let h = source.header().clone();
+    eprintln!("cctrace: replaying {} (recorded on {}, Linux {}, {})", file.display(), h.host, h.kernel, h.source);
+    if !h.filters.is_empty() {
+        eprintln!("cctrace: recorded with the filter {}", h.filters.join(" "));
+    }
+    let mut config = diagnosis_config(cli);
+    if let (Some(bytes), Some(bps)) = (h.heavy_min_bytes, h.heavy_min_bps) {
+        config.heavy_min_bytes = bytes;
+        config.heavy_min_bps = bps;
+    }
+    let mut analysis =
+        Analysis::new(TableConfig::default(), config, tracer::analysis::diagnosis::Environment::default());
+    let pipeline_opts = PipelineOptions {
+        tick: Duration::from_millis(h.tick_ms.max(10)),
+        duration: cli.duration,
+        final_drain: Duration::ZERO,
+        scripted: true,
+        ..PipelineOptions::default()
+    };
+    let result = if cli.json || !std::io::stdout().is_terminal() {
+        let out = LineWriter::spawn(Box::new(std::io::stdout()));
+        let wall = tracer::analysis::time::WallClock::from_start(h.start_unix_ns, h.start_monotonic_ns);
+        let mut front = JsonOutput::new(out, wall, cli.events);
+        pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, || 0, &mut shutdown).await.map(drop)
+    } else {
+        let header = tracer::tui::HeaderInfo {
+            host: h.host.clone(),
+            kernel: h.kernel.clone(),
+            source: format!("{} · recorded from {}", source.describe(), h.source),
+            recording: None,
+            filters: h.filters.clone(),
+        };
+        let opts = tracer::tui::TuiOptions::default();
+        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, None, None, &mut shutdown)
+            .await
+            .map(|summary| eprintln!("{}", summary_line(&summary)))
+    };
+    if let Some(at) = source.truncated() {
+        eprintln!("cctrace: recording truncated at byte {at}");
+    }
+    result
+}
+
 async fn run(cli: &Cli) -> Result<()> {
+    let record_path = match &cli.command {
+        Some(Command::Replay { file }) => return replay(cli, file).await,
+        Some(Command::Record { file }) => {
+            anyhow::ensure!(cli.record.is_none(), "`cctrace record FILE` records to FILE: --record is not needed");
+            Some(file.clone())
+        }
+        _ => cli.record.clone(),
+    };
+    let headless = matches!(cli.command, Some(Command::Record { .. }));
+    // A path that cannot be recorded to fails before anything is set up.
+    let new_file = record_path.as_deref().map(NewFile::create).transpose()?;
+    // The one start both the JSON times and the recording's header derive from.
+    let start = tracer::clock::start_instants();
     let mut shutdown = Shutdown::install()?;
     // The demo's containers exist before the host is read, so `--container jellyfin` names one.
     #[cfg(feature = "demo")]
@@ -284,7 +401,17 @@ async fn run(cli: &Cli) -> Result<()> {
         duration: cli.duration,
         ..PipelineOptions::default()
     };
-    let result = if cli.json || !std::io::stdout().is_terminal() {
+    let json = !headless && (cli.json || !std::io::stdout().is_terminal());
+    let tick = if json || headless { pipeline_opts.tick } else { tracer::tui::TuiOptions::default().frame_interval };
+    let recorder = match new_file {
+        Some(file) => {
+            let header = recording_header(cli, &source, &spec, start, tick);
+            Some(Recorder::new(RecordWriter::start(file, &header)?))
+        }
+        None => None,
+    };
+    let recording = recorder.as_ref().map(Recorder::status);
+    let result = if json || headless {
         if spec.is_empty() {
             eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
         } else {
@@ -293,19 +420,25 @@ async fn run(cli: &Cli) -> Result<()> {
         if let Some(d) = &demo_description {
             eprintln!("cctrace: {d}");
         }
-        let out = LineWriter::spawn(Box::new(std::io::stdout()));
-        let json = JsonOutput::new(out, tracer::clock::wall_clock_now(), cli.events);
-        let mut front = FilterUpkeep { inner: json, filter: live_filter.context("the filter maps are missing")? };
-        pipeline::run(
-            &mut source,
-            &mut analysis,
-            &mut front,
-            &pipeline_opts,
-            tracer::clock::monotonic_now_ns,
-            &mut shutdown,
-        )
-        .await
-        .map(drop)
+        if let Some(r) = &recording {
+            eprintln!("cctrace: recording to {}", r.path().display());
+        }
+        let filter = live_filter.context("the filter maps are missing")?;
+        let clock = tracer::clock::monotonic_now_ns;
+        let summary = if headless {
+            let mut front = Recording { inner: FilterUpkeep { inner: Headless, filter }, recorder };
+            pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
+        } else {
+            let out = LineWriter::spawn(Box::new(std::io::stdout()));
+            let json =
+                JsonOutput::new(out, tracer::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
+            let mut front = Recording { inner: FilterUpkeep { inner: json, filter }, recorder };
+            pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
+        };
+        if let Some(r) = &recording {
+            eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
+        }
+        summary.map(drop)
     } else {
         let described = match &demo_description {
             Some(d) => format!("{} · {d}", source.describe()),
@@ -316,9 +449,16 @@ async fn run(cli: &Cli) -> Result<()> {
         let opts = tracer::tui::TuiOptions::default();
         // The kernel filter's control comes with the filter itself; until then, none to change.
         let filter = live_filter.map(|f| Box::new(f) as tracer::tui::FilterControlBox);
-        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, filter, &mut shutdown)
-            .await
-            .map(|summary| eprintln!("{}", summary_line(&summary)))
+        let summary =
+            tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, filter, recorder, &mut shutdown)
+                .await;
+        if let Ok(s) = &summary {
+            eprintln!("{}", summary_line(s));
+        }
+        if let Some(r) = &recording {
+            eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
+        }
+        summary.map(drop)
     };
     drop(source);
     #[cfg(feature = "demo")]

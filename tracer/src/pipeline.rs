@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use crate::analysis::event::Sample;
 use crate::analysis::schema::SummaryRecord;
 use crate::analysis::Analysis;
-use crate::source::{EventSource, SourceCounters};
+use crate::source::{EventSource, SourceCounters, SourceItem};
 
 /// How long the front end may take to finish after a stop signal.
 const FINISH_AFTER_SIGNAL: Duration = Duration::from_secs(1);
@@ -41,6 +41,10 @@ pub struct PipelineOptions {
     pub time_base: TimeBase,
     /// After stopping, how long to keep reading what the source already queued.
     pub final_drain: Duration,
+    /// Scripted (a replay): no timer; the analysis and the front end tick at the source's
+    /// [`SourceItem::Tick`]s, at their times, and "now" is the last of those. Nothing is read
+    /// after a stop.
+    pub scripted: bool,
 }
 
 impl Default for PipelineOptions {
@@ -51,6 +55,7 @@ impl Default for PipelineOptions {
             duration: None,
             time_base: TimeBase::Monotonic,
             final_drain: Duration::from_millis(300),
+            scripted: false,
         }
     }
 }
@@ -148,7 +153,10 @@ pub async fn run<F: FrontEnd>(
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
     let mut latest_ns = 0u64;
-    let now = |latest_ns: u64| match opts.time_base {
+    // The time of the last scripted tick.
+    let mut script_ns = 0u64;
+    let now = |latest_ns: u64, script_ns: u64| match opts.time_base {
+        _ if opts.scripted => script_ns,
         TimeBase::Monotonic => now_monotonic().max(latest_ns),
         TimeBase::Samples => latest_ns,
     };
@@ -180,18 +188,11 @@ pub async fn run<F: FrontEnd>(
             }
             () = &mut deadline => break,
             control = front.input(&mut *analysis) => control?,
-            _ = ticks.tick() => {
-                analysis.tick(now(latest_ns));
-                let status =
-                    Status { now_ns: now(latest_ns), counters: source.counters(), source_ended: !source_open };
-                tokio::select! {
-                    biased;
-                    () = stop.wait() => {
-                        signalled = true;
-                        break;
-                    }
-                    control = front.on_tick(analysis, &status) => control?,
-                }
+            _ = ticks.tick(), if !opts.scripted => {
+                // One "now" for the analysis and the front end (a recorder writes it down).
+                let now_ns = now(latest_ns, script_ns);
+                let status = Status { now_ns, counters: source.counters(), source_ended: !source_open };
+                tick(analysis, front, &status, stop, &mut signalled).await?
             }
             () = std::future::ready(()), if has_backlog => {
                 let end = (backlog_at + cap).min(backlog.len());
@@ -205,14 +206,23 @@ pub async fn run<F: FrontEnd>(
                 tokio::task::yield_now().await;
                 control
             }
-            batch = source.next_batch(), if source_open && !has_backlog => {
-                let control = match batch.context("reading samples")? {
-                    Some(batch) if batch.len() <= cap => {
+            item = source.next_item(), if source_open && !has_backlog => {
+                let control = match item.context("reading samples")? {
+                    Some(SourceItem::Batch(batch)) if batch.len() <= cap => {
                         ingest(analysis, front, &batch, &mut latest_ns, stop, &mut signalled).await?
                     }
-                    Some(batch) => {
+                    Some(SourceItem::Batch(batch)) => {
                         backlog = batch;
                         backlog_at = 0;
+                        Control::Continue
+                    }
+                    Some(SourceItem::Tick { now_ns, counters }) => {
+                        script_ns = now_ns;
+                        let status = Status { now_ns, counters, source_ended: false };
+                        tick(analysis, front, &status, stop, &mut signalled).await?
+                    }
+                    Some(SourceItem::Host(env)) => {
+                        analysis.set_env(env);
                         Control::Continue
                     }
                     None => {
@@ -224,7 +234,7 @@ pub async fn run<F: FrontEnd>(
                 control
             }
         };
-        if control == Control::Stop {
+        if control == Control::Stop || signalled {
             break;
         }
     }
@@ -246,7 +256,7 @@ pub async fn run<F: FrontEnd>(
         }
         // The deadline is checked here too: a source that is always ready (a flood) would
         // otherwise win every `timeout_at`, which polls its future before the clock.
-        if !source_open || tokio::time::Instant::now() >= drain_until {
+        if !source_open || opts.scripted || tokio::time::Instant::now() >= drain_until {
             break;
         }
         match tokio::time::timeout_at(drain_until, source.next_batch()).await {
@@ -254,7 +264,7 @@ pub async fn run<F: FrontEnd>(
             _ => break,
         }
     }
-    analysis.tick(now(latest_ns));
+    analysis.tick(now(latest_ns, script_ns));
     let summary = summary(source, analysis);
     if signalled {
         // Asked to stop: the summary gets a moment to reach the output, no more (a reader that
@@ -271,6 +281,25 @@ pub async fn run<F: FrontEnd>(
         }
     }
     Ok(summary)
+}
+
+/// Tick the analysis at `status.now_ns`, then the front end; a stop cancels the front end.
+async fn tick<F: FrontEnd>(
+    analysis: &mut Analysis,
+    front: &mut F,
+    status: &Status,
+    stop: &mut impl StopSignal,
+    signalled: &mut bool,
+) -> Result<Control> {
+    analysis.tick(status.now_ns);
+    tokio::select! {
+        biased;
+        () = stop.wait() => {
+            *signalled = true;
+            Ok(Control::Stop)
+        }
+        control = front.on_tick(analysis, status) => control,
+    }
 }
 
 async fn ingest<F: FrontEnd>(

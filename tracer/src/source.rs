@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -31,12 +32,31 @@ pub struct SourceCounters {
     pub kernel_emitted: Option<u64>,
 }
 
+/// What a source yields: samples, and, from a scripted source (a recording), the instants the
+/// pipeline ticks at and the host facts in force from a point on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceItem {
+    Batch(Vec<Sample>),
+    /// Tick the analysis and the front end at `now_ns` (the pipeline's scripted mode).
+    Tick {
+        now_ns: u64,
+        counters: SourceCounters,
+    },
+    /// Host facts from here on.
+    Host(Environment),
+}
+
 /// A stream of sample batches.
 pub trait EventSource: Send {
     /// The next batch; `Ok(None)` when the source has ended (a recording, a finite feed).
     /// Cancel-safe: the pipeline drops this future whenever another event wins the turn, so a
     /// source must not consume anything before the future completes.
     fn next_batch(&mut self) -> BoxFuture<'_, anyhow::Result<Option<Vec<Sample>>>>;
+    /// The next item: by default the next batch. Cancel-safe like [`EventSource::next_batch`].
+    fn next_item(&mut self) -> BoxFuture<'_, anyhow::Result<Option<SourceItem>>> {
+        let batch = self.next_batch();
+        Box::pin(async move { Ok(batch.await?.map(SourceItem::Batch)) })
+    }
     fn counters(&self) -> SourceCounters;
     /// One line saying what this source is, for headers and logs.
     fn describe(&self) -> String;

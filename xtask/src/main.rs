@@ -23,6 +23,8 @@ const APT_PACKAGES: &[&str] = &[
     "tmux",
     // tests/tests/report.rs renders `cctrace report` in headless Chromium.
     "chromium",
+    // zstdcat: the recording tests read a recording as its users would.
+    "zstd",
     "util-linux",
 ];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";

@@ -31,6 +31,10 @@ pub struct Analysis {
     /// Re-reads host facts (a side effect injected by the caller; tests leave it out).
     env_refresh: Option<fn() -> Environment>,
     env_read_ns: u64,
+    /// Bumped whenever `env` changes through [`Analysis::set_env`] or a refresh.
+    env_generation: u64,
+    /// The time the last [`Analysis::tick`] was given.
+    last_tick_ns: u64,
 }
 
 impl Analysis {
@@ -45,6 +49,8 @@ impl Analysis {
             last_evaluation_ns: 0,
             env_refresh: None,
             env_read_ns: 0,
+            env_generation: 0,
+            last_tick_ns: 0,
         }
     }
 
@@ -54,6 +60,22 @@ impl Analysis {
         self
     }
 
+    /// Host facts from now on (a replay applies them where they were recorded).
+    pub fn set_env(&mut self, env: Environment) {
+        self.env = env;
+        self.env_generation += 1;
+    }
+
+    /// Changes whenever the host facts change: a recorder writes them again then.
+    pub fn env_generation(&self) -> u64 {
+        self.env_generation
+    }
+
+    /// The time the last [`Analysis::tick`] was given (0 before the first).
+    pub fn last_tick_ns(&self) -> u64 {
+        self.last_tick_ns
+    }
+
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         self.table.ingest(sample)
     }
@@ -61,6 +83,7 @@ impl Analysis {
     /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per
     /// second of `now_ns` (monotonic, the samples' clock). Returns whether an evaluation ran.
     pub fn tick(&mut self, now_ns: u64) -> bool {
+        self.last_tick_ns = now_ns;
         if self.last_evaluation_ns != 0 && now_ns.saturating_sub(self.last_evaluation_ns) < EVALUATE_EVERY_NS {
             return false;
         }
@@ -70,7 +93,11 @@ impl Analysis {
             if self.env_read_ns == 0 {
                 self.env_read_ns = now_ns;
             } else if now_ns.saturating_sub(self.env_read_ns) >= ENV_REFRESH_NS {
-                self.env = refresh();
+                let env = refresh();
+                if env != self.env {
+                    self.env = env;
+                    self.env_generation += 1;
+                }
                 self.env_read_ns = now_ns;
             }
         }

@@ -15,6 +15,12 @@ impl WallClock {
         Self { realtime_minus_monotonic_ns }
     }
 
+    /// The mapping given by a wall-clock and a monotonic reading of the same instant (a
+    /// recording's header keeps both).
+    pub fn from_start(unix_ns: u64, monotonic_ns: u64) -> Self {
+        Self::fixed(i128::from(unix_ns) - i128::from(monotonic_ns))
+    }
+
     /// Unix time in seconds (millisecond precision) of a monotonic timestamp.
     pub fn unix_secs(&self, monotonic_ns: u64) -> f64 {
         let ns = i128::from(monotonic_ns) + self.realtime_minus_monotonic_ns;

@@ -40,6 +40,8 @@ pub(crate) fn header() -> Header {
         source: "live kernel (6/6 hooks)".into(),
         hooks: vec!["tcp_probe: tp_btf".into()],
         anonymized: false,
+        heavy_min_bytes: None,
+        heavy_min_bps: None,
     }
 }
 
@@ -98,6 +100,7 @@ pub(crate) fn entries() -> Vec<Entry> {
         }
     }
     out.push(Entry::End {
+        dropped_entries: 0,
         summary: SummaryRecord {
             source: "live kernel (6/6 hooks)".into(),
             events_received: received,

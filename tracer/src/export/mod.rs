@@ -181,16 +181,13 @@ fn write_summary(
     out.flush().context("writing the export")
 }
 
-/// STAND-IN for the recording reader (branch `rec`), to be replaced by it: reads a file of
-/// uncompressed JSON Lines of [`Entry`], failing on the first bad line.
-pub fn read_entries(path: &Path) -> Result<Vec<Entry>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let entry = |line: &str| -> Result<Entry> { Ok(serde_json::from_str(line)?) };
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| entry(l).with_context(|| format!("{}: line {}", path.display(), i + 1)))
-        .collect()
+/// Every entry of the recording at `path`, and the byte it was cut off at when it did not end
+/// cleanly (a crash or a copy in progress: what is there is still good).
+pub fn read_entries(path: &Path) -> Result<(Vec<Entry>, Option<u64>)> {
+    let mut reader = crate::recording::Reader::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let entries =
+        reader.by_ref().collect::<Result<Vec<_>, _>>().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok((entries, reader.truncated()))
 }
 
 /// A new output file, readable by its owner only; an existing file is never overwritten.
@@ -299,13 +296,21 @@ mod tests {
     }
 
     #[test]
-    fn the_stand_in_reader_reads_json_lines_of_entries() {
+    fn exports_read_what_the_recorder_wrote() {
         let dir = std::env::temp_dir().join(format!("cctrace-read-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("rec.jsonl");
-        let text: String = fixture::entries().iter().map(|e| serde_json::to_string(e).expect("json") + "\n").collect();
-        std::fs::write(&path, text).expect("write");
-        assert_eq!(read_entries(&path).expect("read"), fixture::entries());
+        let path = dir.join("session.cctrace");
+        let entries = fixture::entries();
+        let Some(crate::recording::Entry::Header(header)) = entries.first().cloned() else { panic!("header first") };
+        let file = crate::recording::NewFile::create(&path).expect("create");
+        let writer = crate::recording::RecordWriter::start(file, &header).expect("start");
+        for e in entries.iter().skip(1).cloned() {
+            writer.write(e);
+        }
+        drop(writer);
+        let (read, truncated) = read_entries(&path).expect("read");
+        assert_eq!(read, entries);
+        assert_eq!(truncated, None, "the fixture ends with End");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

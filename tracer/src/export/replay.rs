@@ -63,7 +63,7 @@ pub fn replay(
                 on_step(analysis, Step::Host);
             }
             Entry::Action { now_ns, text } => on_step(analysis, Step::Action { now_ns, text: &text }),
-            Entry::End { summary } => on_step(analysis, Step::End(&summary)),
+            Entry::End { summary, .. } => on_step(analysis, Step::End(&summary)),
         }
     }
 }

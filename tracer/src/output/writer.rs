@@ -100,6 +100,10 @@ pub(crate) mod tests {
     pub(crate) struct SharedBuf(Arc<Mutex<Vec<u8>>>);
 
     impl SharedBuf {
+        pub(crate) fn bytes(&self) -> Vec<u8> {
+            self.0.lock().expect("lock").clone()
+        }
+
         pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().expect("lock").clone()).expect("utf8")
         }

@@ -29,7 +29,12 @@ pub enum Entry {
     /// Something cctrace did to the host (a fix applied or undone), in words.
     Action { now_ns: u64, text: String },
     /// The last line of a recording that ended cleanly.
-    End { summary: SummaryRecord },
+    End {
+        summary: SummaryRecord,
+        /// Entries the recorder dropped because the disk fell behind (the replay misses them).
+        #[serde(default)]
+        dropped_entries: u64,
+    },
 }
 
 /// Self-description of a recording.
@@ -55,6 +60,12 @@ pub struct Header {
     /// What the samples came from (`live kernel (6/6 hooks)`) and each hook's status line.
     pub source: String,
     pub hooks: Vec<String>,
+    /// The thresholds a flow counts as heavy by ([`crate::analysis::diagnosis::DiagnosisConfig`]):
+    /// a replay judges with the same ones.
+    #[serde(default)]
+    pub heavy_min_bytes: Option<u64>,
+    #[serde(default)]
+    pub heavy_min_bps: Option<f64>,
     /// Addresses and process names were replaced by pseudonyms.
     #[serde(default)]
     pub anonymized: bool,

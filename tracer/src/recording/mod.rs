@@ -1,8 +1,251 @@
 //! Recordings: a session's samples, ticks and host facts in one self-describing, compressed,
 //! crash-tolerant file, replayed through the same pipeline and analysis as a live run.
 //!
-//! The file is a sequence of zstd frames (so `zstdcat FILE` shows it), each holding whole
-//! JSON Lines of [`Entry`]; the first line is the [`Header`]. The writer closes a frame at least
-//! once a second, so a file cut anywhere still replays every complete entry.
+//! The file starts with a zstd skippable frame holding `CCTRACE-REC` and the format version,
+//! followed by zstd frames (so `zstdcat FILE` shows it), each holding whole JSON Lines of
+//! [`Entry`]; the first line is the [`Header`]. The writer closes a frame at least once a
+//! second, so a file cut anywhere still replays every complete entry.
+//!
+//! [`Recording`] records what a pipeline front end sees; [`RecordingSource`] plays it back as
+//! an [`EventSource`] in the pipeline's scripted mode, ticking at the recorded instants.
 
 pub mod entry;
+pub mod reader;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::analysis::event::Sample;
+use crate::analysis::schema::SummaryRecord;
+use crate::analysis::Analysis;
+use crate::pipeline::{Control, FrontEnd, Status};
+use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
+
+pub use entry::{Entry, Header};
+pub use reader::{ReadError, Reader};
+pub use writer::{NewFile, RecordWriter, RecordingStatus};
+
+/// Samples per `Samples` entry at most, so no line grows near the reader's bound however large
+/// a batch the kernel hands over.
+pub const SAMPLES_PER_ENTRY: usize = 1024;
+
+/// Writes a pipeline's samples, ticks, host facts and end into a recording.
+pub struct Recorder {
+    writer: RecordWriter,
+    /// The analysis's host facts last written ([`Analysis::env_generation`]).
+    env_written: Option<u64>,
+}
+
+impl Recorder {
+    pub fn new(writer: RecordWriter) -> Self {
+        Self { writer, env_written: None }
+    }
+
+    pub fn status(&self) -> RecordingStatus {
+        self.writer.status()
+    }
+
+    /// Host facts before anything that was judged with them.
+    fn host_if_changed(&mut self, analysis: &Analysis) {
+        let generation = analysis.env_generation();
+        if self.env_written != Some(generation) {
+            self.writer.write(Entry::Host { env: analysis.env.clone() });
+            self.env_written = Some(generation);
+        }
+    }
+
+    fn samples(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<()> {
+        self.host_if_changed(analysis);
+        for chunk in batch.chunks(SAMPLES_PER_ENTRY) {
+            self.writer.write(Entry::Samples { samples: chunk.to_vec() });
+        }
+        self.writer.check()
+    }
+
+    fn tick(&mut self, analysis: &Analysis, now_ns: u64, counters: SourceCounters) -> Result<()> {
+        self.host_if_changed(analysis);
+        self.writer.write(Entry::Tick { now_ns, counters });
+        self.writer.check()
+    }
+
+    /// The final tick (the one the pipeline judged the summary at) and the end.
+    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
+        self.tick(analysis, analysis.last_tick_ns(), counters_of(summary))?;
+        let (dropped, _) = self.writer.status().dropped();
+        self.writer.write(Entry::End { summary: summary.clone(), dropped_entries: dropped });
+        self.writer.close().await
+    }
+}
+
+/// The source counters a summary reports.
+pub fn counters_of(s: &SummaryRecord) -> SourceCounters {
+    SourceCounters {
+        received: s.events_received,
+        lost: s.events_lost,
+        decode_errors: s.decode_errors,
+        kernel_read_errors: s.kernel_read_errors,
+        flow_map_full: s.flow_map_full,
+        filtered: s.events_filtered,
+        kernel_emitted: s.kernel_emitted,
+    }
+}
+
+/// A front end that also records what it is given (when `recorder` is set).
+pub struct Recording<F> {
+    pub inner: F,
+    pub recorder: Option<Recorder>,
+}
+
+impl<F: FrontEnd> FrontEnd for Recording<F> {
+    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
+        if let Some(r) = &mut self.recorder {
+            r.samples(analysis, batch)?;
+        }
+        self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        if let Some(r) = &mut self.recorder {
+            r.tick(analysis, status.now_ns, status.counters)?;
+        }
+        self.inner.on_tick(analysis, status).await
+    }
+
+    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
+        self.inner.input(analysis).await
+    }
+
+    fn on_source_end(&mut self) -> Control {
+        self.inner.on_source_end()
+    }
+
+    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
+        // The recording first: it is what outlives the run.
+        let recorded = match &mut self.recorder {
+            Some(r) => r.finish(analysis, summary).await,
+            None => Ok(()),
+        };
+        self.inner.finish(analysis, summary).await?;
+        recorded
+    }
+}
+
+/// A front end that shows nothing: `cctrace record`.
+pub struct Headless;
+
+impl FrontEnd for Headless {
+    async fn on_tick(&mut self, _analysis: &Analysis, _status: &Status) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+
+    async fn finish(&mut self, _analysis: &Analysis, _summary: &SummaryRecord) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A recording played back: its samples, ticks and host facts as [`SourceItem`]s, for the
+/// pipeline's scripted mode.
+pub struct RecordingSource {
+    reader: Reader<std::io::BufReader<std::fs::File>>,
+    header: Header,
+    path: PathBuf,
+    counters: SourceCounters,
+    received: u64,
+    summary: Option<SummaryRecord>,
+}
+
+impl RecordingSource {
+    /// Open `path` and read its header.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut reader = Reader::open(path).with_context(|| format!("opening recording {}", path.display()))?;
+        let first = reader.next_entry().with_context(|| format!("reading recording {}", path.display()))?;
+        let Some(Entry::Header(header)) = first else {
+            anyhow::bail!(
+                "recording {} truncated at byte {} before its header",
+                path.display(),
+                reader.truncated().unwrap_or(0)
+            );
+        };
+        Ok(Self {
+            reader,
+            header,
+            path: path.to_path_buf(),
+            counters: SourceCounters::default(),
+            received: 0,
+            summary: None,
+        })
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Where the file ended before its end entry, once it was read to its end.
+    pub fn truncated(&self) -> Option<u64> {
+        self.reader.truncated()
+    }
+
+    /// The recorded run's summary, once its end was read.
+    pub fn recorded_summary(&self) -> Option<&SummaryRecord> {
+        self.summary.as_ref()
+    }
+
+    /// The next item of the recording; actions are skipped.
+    fn read_item(&mut self) -> Result<Option<SourceItem>> {
+        loop {
+            let entry =
+                self.reader.next_entry().with_context(|| format!("reading recording {}", self.path.display()))?;
+            return Ok(Some(match entry {
+                None => return Ok(None),
+                Some(Entry::Samples { samples }) => {
+                    self.received += samples.len() as u64;
+                    SourceItem::Batch(samples)
+                }
+                Some(Entry::Tick { now_ns, counters }) => {
+                    self.counters = counters;
+                    SourceItem::Tick { now_ns, counters }
+                }
+                Some(Entry::Host { env }) => SourceItem::Host(env),
+                Some(Entry::End { summary, .. }) => {
+                    self.counters = counters_of(&summary);
+                    self.summary = Some(summary);
+                    continue;
+                }
+                Some(Entry::Header(_) | Entry::Action { .. }) => continue,
+            }));
+        }
+    }
+}
+
+impl EventSource for RecordingSource {
+    /// The samples only (ticks and host facts need the pipeline's scripted mode).
+    fn next_batch(&mut self) -> BoxFuture<'_, Result<Option<Vec<Sample>>>> {
+        Box::pin(async move {
+            loop {
+                match self.read_item()? {
+                    None => return Ok(None),
+                    Some(SourceItem::Batch(b)) => return Ok(Some(b)),
+                    Some(_) => {}
+                }
+            }
+        })
+    }
+
+    fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
+        Box::pin(async move { self.read_item() })
+    }
+
+    /// What the recorded source reported at the last tick read (at its end: its totals).
+    fn counters(&self) -> SourceCounters {
+        SourceCounters { received: self.counters.received.max(self.received), ..self.counters }
+    }
+
+    fn describe(&self) -> String {
+        format!("recording {}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -89,6 +89,8 @@ pub struct TuiFrontEnd<'t, B: Backend, K> {
     keys_open: bool,
     /// Changes the kernel filter (the `F` prompt); `None` where there is none to change.
     filter: Option<FilterControlBox>,
+    /// A recording in progress, shown in the header.
+    recording: Option<crate::recording::RecordingStatus>,
     pub state: AppState,
 }
 
@@ -111,7 +113,13 @@ where
             }
             None => state,
         };
-        Self { terminal, keys, keys_open: true, filter, state }
+        Self { terminal, keys, keys_open: true, filter, recording: None, state }
+    }
+
+    /// Show `status` (time and size so far) in the header while recording.
+    pub fn with_recording(mut self, status: Option<crate::recording::RecordingStatus>) -> Self {
+        self.recording = status;
+        self
     }
 
     fn draw(&mut self) -> Result<()> {
@@ -130,6 +138,9 @@ where
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
         if let Some(f) = self.filter.as_deref_mut() {
             f.follow_host(&analysis.env);
+        }
+        if let Some(rec) = &self.recording {
+            self.state.header.recording = Some(rec.badge());
         }
         self.state.sync(analysis, status);
         self.draw()?;
@@ -172,8 +183,10 @@ where
 }
 
 /// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
-/// (SIGTERM); `filter` lets the user change the kernel filter (`F`). The terminal is restored
-/// before this returns, also on error, so the caller may print the summary it returns.
+/// (SIGTERM); `filter` lets the user change the kernel filter (`F`); `recorder` records what
+/// is shown (the header says so). The terminal is restored before this returns, also on error,
+/// so the caller may print the summary it returns.
+#[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
 pub async fn run(
     source: &mut dyn EventSource,
     analysis: &mut Analysis,
@@ -181,12 +194,20 @@ pub async fn run(
     opts: &TuiOptions,
     pipeline_opts: PipelineOptions,
     filter: Option<FilterControlBox>,
+    recorder: Option<crate::recording::Recorder>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
     let mut guard = terminal::TerminalGuard::enter()?;
     let state = AppState::new(header).with_show_all(opts.show_all);
-    let mut front = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter);
-    let pipeline_opts = PipelineOptions { tick: opts.frame_interval, ..pipeline_opts };
+    let status = recorder.as_ref().map(crate::recording::Recorder::status);
+    let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter).with_recording(status);
+    let mut front = crate::recording::Recording { inner: tui, recorder };
+    // A replay ticks where the recording did; live, a frame is drawn at every tick.
+    let pipeline_opts = if pipeline_opts.scripted {
+        pipeline_opts
+    } else {
+        PipelineOptions { tick: opts.frame_interval, ..pipeline_opts }
+    };
     let result =
         pipeline::run(source, analysis, &mut front, &pipeline_opts, crate::clock::monotonic_now_ns, stop).await;
     drop(front);
