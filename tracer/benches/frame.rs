@@ -30,7 +30,7 @@ fn frame(analysis: &mut Analysis, state: &mut AppState, batch: &[Sample], now_ns
         analysis.ingest(s);
     }
     analysis.tick(now_ns);
-    state.sync(analysis, &Status { now_ns, counters, source_ended: false });
+    state.sync(analysis, &Status { now_ns, counters, source_ended: false, playback: None });
 }
 
 /// Mean time of one frame with `flows` flows.

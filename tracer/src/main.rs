@@ -19,6 +19,7 @@ use tracer::output::json::JsonOutput;
 use tracer::output::writer::LineWriter;
 use tracer::pipeline::{self, PipelineOptions};
 use tracer::recording::entry::{Header, FORMAT, FORMAT_VERSION};
+use tracer::recording::player::PacedRecording;
 use tracer::recording::{Headless, NewFile, RecordWriter, Recorder, Recording, RecordingSource, RecordingStatus};
 use tracer::signals::Shutdown;
 use tracer::source::EventSource;
@@ -318,11 +319,13 @@ async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
         scripted: true,
         ..PipelineOptions::default()
     };
-    let result = if cli.json || !std::io::stdout().is_terminal() {
+    let (result, truncated) = if cli.json || !std::io::stdout().is_terminal() {
         let out = LineWriter::spawn(Box::new(std::io::stdout()));
         let wall = tracer::analysis::time::WallClock::from_start(h.start_unix_ns, h.start_monotonic_ns);
         let mut front = JsonOutput::new(out, wall, cli.events);
-        pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, || 0, &mut shutdown).await.map(drop)
+        // As fast as it reads: the recorded ticks decide what is printed, not the pace.
+        let result = pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, || 0, &mut shutdown).await;
+        (result.map(drop), source.truncated())
     } else {
         let header = tracer::tui::HeaderInfo {
             host: h.host.clone(),
@@ -332,11 +335,25 @@ async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
             filters: h.filters.clone(),
         };
         let opts = tracer::tui::TuiOptions::default();
-        tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, None, None, &mut shutdown)
-            .await
-            .map(|summary| eprintln!("{}", summary_line(&summary)))
+        // At the recorded pace, with the playback keys.
+        let mut paced = PacedRecording::open(file)?;
+        let player = Some(paced.player());
+        let result = tracer::tui::run(
+            &mut paced,
+            &mut analysis,
+            header,
+            &opts,
+            pipeline_opts,
+            None,
+            None,
+            player,
+            &mut shutdown,
+        )
+        .await
+        .map(|summary| eprintln!("{}", summary_line(&summary)));
+        (result, paced.source().truncated())
     };
-    if let Some(at) = source.truncated() {
+    if let Some(at) = truncated {
         eprintln!("cctrace: recording truncated at byte {at}");
     }
     result
@@ -449,9 +466,18 @@ async fn run(cli: &Cli) -> Result<()> {
         let opts = tracer::tui::TuiOptions::default();
         // The kernel filter's control comes with the filter itself; until then, none to change.
         let filter = live_filter.map(|f| Box::new(f) as tracer::tui::FilterControlBox);
-        let summary =
-            tracer::tui::run(&mut source, &mut analysis, header, &opts, pipeline_opts, filter, recorder, &mut shutdown)
-                .await;
+        let summary = tracer::tui::run(
+            &mut source,
+            &mut analysis,
+            header,
+            &opts,
+            pipeline_opts,
+            filter,
+            recorder,
+            None,
+            &mut shutdown,
+        )
+        .await;
         if let Ok(s) = &summary {
             eprintln!("{}", summary_line(s));
         }

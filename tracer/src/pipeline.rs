@@ -76,6 +76,8 @@ pub struct Status {
     pub counters: SourceCounters,
     /// The source has no more samples (a recording or feed ran out).
     pub source_ended: bool,
+    /// Where a played-back recording is (`None` live).
+    pub playback: Option<crate::source::Playback>,
 }
 
 /// A consumer of the pipeline: JSON Lines, the terminal UI, a recorder.
@@ -191,7 +193,12 @@ pub async fn run<F: FrontEnd>(
             _ = ticks.tick(), if !opts.scripted => {
                 // One "now" for the analysis and the front end (a recorder writes it down).
                 let now_ns = now(latest_ns, script_ns);
-                let status = Status { now_ns, counters: source.counters(), source_ended: !source_open };
+                let status = Status {
+                    now_ns,
+                    counters: source.counters(),
+                    source_ended: !source_open,
+                    playback: source.playback(),
+                };
                 tick(analysis, front, &status, stop, &mut signalled).await?
             }
             () = std::future::ready(()), if has_backlog => {
@@ -218,11 +225,17 @@ pub async fn run<F: FrontEnd>(
                     }
                     Some(SourceItem::Tick { now_ns, counters }) => {
                         script_ns = now_ns;
-                        let status = Status { now_ns, counters, source_ended: false };
+                        let status = Status { now_ns, counters, source_ended: false, playback: source.playback() };
                         tick(analysis, front, &status, stop, &mut signalled).await?
                     }
                     Some(SourceItem::Host(env)) => {
                         analysis.set_env(env);
+                        Control::Continue
+                    }
+                    Some(SourceItem::Restart) => {
+                        analysis.restart();
+                        latest_ns = 0;
+                        script_ns = 0;
                         Control::Continue
                     }
                     None => {

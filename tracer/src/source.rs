@@ -44,6 +44,21 @@ pub enum SourceItem {
     },
     /// Host facts from here on.
     Host(Environment),
+    /// Everything so far is void: the source starts again from its beginning (a replay seeking
+    /// backwards), so the analysis starts over too.
+    Restart,
+}
+
+/// Where a played-back recording is, for the header and the keys that move it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Playback {
+    /// Recorded time since the recording began, ns.
+    pub position_ns: u64,
+    /// 1 to 64 times the recorded pace.
+    pub speed: f64,
+    pub paused: bool,
+    /// Reading ahead to a seek target without pacing: not worth drawing.
+    pub catching_up: bool,
 }
 
 /// A stream of sample batches.
@@ -58,6 +73,10 @@ pub trait EventSource: Send {
         Box::pin(async move { Ok(batch.await?.map(SourceItem::Batch)) })
     }
     fn counters(&self) -> SourceCounters;
+    /// A played-back recording's position; `None` for live and finite sources.
+    fn playback(&self) -> Option<Playback> {
+        None
+    }
     /// One line saying what this source is, for headers and logs.
     fn describe(&self) -> String;
     /// Stop producing new samples; what is already queued can still be read. A consumer that

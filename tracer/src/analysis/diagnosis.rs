@@ -791,6 +791,11 @@ impl Diagnoser {
         Self { cfg, flows: HashMap::new() }
     }
 
+    /// Forget every flow's verdict and memory, keeping the thresholds.
+    pub fn forget(&mut self) {
+        self.flows.clear();
+    }
+
     /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {

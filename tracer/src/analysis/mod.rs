@@ -61,6 +61,16 @@ impl Analysis {
     }
 
     /// Host facts from now on (a replay applies them where they were recorded).
+    /// Start over with no flows and no verdicts, keeping the thresholds and the host facts (a
+    /// replay seeking backwards reads the recording again from its start).
+    pub fn restart(&mut self) {
+        self.table = FlowTable::new(self.table.config().clone());
+        self.diagnoser.forget();
+        self.last_evaluation_ns = 0;
+        self.last_tick_ns = 0;
+        self.env_read_ns = 0;
+    }
+
     pub fn set_env(&mut self, env: Environment) {
         self.env = env;
         self.env_generation += 1;

@@ -10,6 +10,7 @@
 //! an [`EventSource`] in the pipeline's scripted mode, ticking at the recorded instants.
 
 pub mod entry;
+pub mod player;
 pub mod reader;
 pub mod writer;
 
@@ -193,7 +194,7 @@ impl RecordingSource {
     }
 
     /// The next item of the recording; actions are skipped.
-    fn read_item(&mut self) -> Result<Option<SourceItem>> {
+    pub(crate) fn read_item(&mut self) -> Result<Option<SourceItem>> {
         loop {
             let entry =
                 self.reader.next_entry().with_context(|| format!("reading recording {}", self.path.display()))?;
@@ -248,4 +249,4 @@ impl EventSource for RecordingSource {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

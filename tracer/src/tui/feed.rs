@@ -294,7 +294,7 @@ impl Scene {
     /// One frame: the analysis ticked at `now_ns`, the state synced from it.
     pub(super) fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
         self.analysis.tick(now_ns);
-        let status = Status { now_ns, counters, source_ended: false };
+        let status = Status { now_ns, counters, source_ended: false, playback: None };
         self.state.sync(&self.analysis, &status);
     }
 

@@ -38,7 +38,7 @@ use crate::pipeline::{self, Control, FrontEnd, PipelineOptions, Status, StopSign
 use crate::source::EventSource;
 
 pub use state::{AppState, Column, HeaderInfo, SortDir, View};
-pub use update::{handle_key, parse_filter_spec, Action};
+pub use update::{handle_key, parse_filter_spec, parse_seek_time, Action, PlaybackCommand};
 pub use view::draw;
 
 #[derive(Clone, Debug)]
@@ -81,6 +81,17 @@ pub fn apply_key(
     action
 }
 
+fn play(player: &crate::recording::player::Player, command: PlaybackCommand) {
+    match command {
+        PlaybackCommand::TogglePause => player.toggle_pause(),
+        PlaybackCommand::Step => player.step(),
+        PlaybackCommand::SeekBy(secs) => player.seek_by(secs),
+        PlaybackCommand::SeekTo(secs) => player.seek_to(std::time::Duration::from_secs(secs)),
+        PlaybackCommand::Faster => player.faster(),
+        PlaybackCommand::Slower => player.slower(),
+    }
+}
+
 /// The terminal UI as a front end of the pipeline, on any backend and key stream (tests use a
 /// `TestBackend` and a scripted stream).
 pub struct TuiFrontEnd<'t, B: Backend, K> {
@@ -91,6 +102,8 @@ pub struct TuiFrontEnd<'t, B: Backend, K> {
     filter: Option<FilterControlBox>,
     /// A recording in progress, shown in the header.
     recording: Option<crate::recording::RecordingStatus>,
+    /// Moves the playback of a replayed recording.
+    player: Option<crate::recording::player::Player>,
     pub state: AppState,
 }
 
@@ -113,7 +126,14 @@ where
             }
             None => state,
         };
-        Self { terminal, keys, keys_open: true, filter, recording: None, state }
+        Self { terminal, keys, keys_open: true, filter, recording: None, player: None, state }
+    }
+
+    /// Steer `player` with the replay keys.
+    pub fn with_player(mut self, player: Option<crate::recording::player::Player>) -> Self {
+        self.state.replay = player.is_some();
+        self.player = player;
+        self
     }
 
     /// Show `status` (time and size so far) in the header while recording.
@@ -136,6 +156,10 @@ where
     K: Stream<Item = io::Result<Event>> + Unpin,
 {
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        // Reading ahead to a seek target: nothing worth drawing until it is reached.
+        if status.playback.is_some_and(|p| p.catching_up) {
+            return Ok(Control::Continue);
+        }
         if let Some(f) = self.filter.as_deref_mut() {
             f.follow_host(&analysis.env);
         }
@@ -154,8 +178,16 @@ where
         match self.keys.next().await {
             Some(Ok(Event::Key(k))) => {
                 let filter = self.filter.as_deref_mut().map(|f| f as &mut dyn FilterControl);
-                if apply_key(&mut self.state, analysis, filter, k) == Action::Quit {
-                    return Ok(Control::Stop);
+                match apply_key(&mut self.state, analysis, filter, k) {
+                    Action::Quit => return Ok(Control::Stop),
+                    Action::Playback(command) => {
+                        if let Some(player) = &self.player {
+                            play(player, command);
+                        }
+                        // The badge follows the key at once, not at the next tick.
+                        self.state.playback = self.player.as_ref().map(crate::recording::player::Player::playback);
+                    }
+                    _ => {}
                 }
                 // The flow in the detail view keeps its full chart history, busy or not.
                 analysis.table.keep_history(self.state.detail_cookie());
@@ -195,12 +227,15 @@ pub async fn run(
     pipeline_opts: PipelineOptions,
     filter: Option<FilterControlBox>,
     recorder: Option<crate::recording::Recorder>,
+    player: Option<crate::recording::player::Player>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
     let mut guard = terminal::TerminalGuard::enter()?;
     let state = AppState::new(header).with_show_all(opts.show_all);
     let status = recorder.as_ref().map(crate::recording::Recorder::status);
-    let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter).with_recording(status);
+    let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter)
+        .with_recording(status)
+        .with_player(player);
     let mut front = crate::recording::Recording { inner: tui, recorder };
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
     let pipeline_opts = if pipeline_opts.scripted {

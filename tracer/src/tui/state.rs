@@ -424,6 +424,13 @@ pub struct AppState {
     pub(crate) kernel_filter: FilterSpec,
     pub(crate) kernel_filter_input: String,
     pub(crate) typing_kernel_filter: bool,
+    /// Playing back a recording: space, n, +/-, ←/→ and t move the playback.
+    pub(crate) replay: bool,
+    /// Where the playback is, as of the last tick.
+    pub(crate) playback: Option<crate::source::Playback>,
+    /// The `t` prompt: a time to seek to.
+    pub(crate) typing_seek: bool,
+    pub(crate) seek_input: String,
     /// A one-line message for the status line (an error), until the next key.
     pub(crate) status: Option<String>,
     pub(crate) show_all: bool,
@@ -467,6 +474,10 @@ impl AppState {
             kernel_filter: FilterSpec::default(),
             kernel_filter_input: String::new(),
             typing_kernel_filter: false,
+            replay: false,
+            playback: None,
+            typing_seek: false,
+            seek_input: String::new(),
             status: None,
             show_all: false,
             paused: false,
@@ -517,6 +528,12 @@ impl AppState {
     }
 
     /// Start with every flow shown instead of heavy flows only.
+    /// A replay: the playback keys are on.
+    pub fn with_replay(mut self, replay: bool) -> Self {
+        self.replay = replay;
+        self
+    }
+
     pub fn with_show_all(mut self, all: bool) -> Self {
         self.show_all = all;
         self
@@ -525,6 +542,7 @@ impl AppState {
     /// Once per frame: take the counters and re-derive the rows and the detail copy from the
     /// analysis (unless paused).
     pub fn sync(&mut self, analysis: &Analysis, status: &Status) {
+        self.playback = status.playback;
         self.counters.observe(status.counters, status.now_ns);
         self.source_ended |= status.source_ended;
         self.heavy_rule = analysis.diagnoser.config().heavy_rule();

@@ -573,3 +573,44 @@ fn kernel_filter_text_parses_into_a_spec() {
     assert!(parse_filter_spec("container=").is_err_and(|e| e.contains("needs a value")));
     assert!(parse_filter_spec("image=nginx").is_err_and(|e| e.contains("unknown key")));
 }
+
+#[test]
+fn seek_times_read_as_people_write_them() {
+    use super::parse_seek_time;
+    assert_eq!(parse_seek_time("90"), Some(90));
+    assert_eq!(parse_seek_time("1:30"), Some(90));
+    assert_eq!(parse_seek_time("1:02:03"), Some(3723));
+    assert_eq!(parse_seek_time("1m30s"), Some(90));
+    assert_eq!(parse_seek_time("2h"), Some(7200));
+    assert_eq!(parse_seek_time(" 45s "), Some(45));
+    for bad in ["", "1:75", "abc", "1m30", "1:2:3:4", "-5"] {
+        assert_eq!(parse_seek_time(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn replay_keys_move_the_playback_and_live_keys_do_not() {
+    use super::{handle_key, PlaybackCommand};
+    let key = |c: KeyCode| KeyEvent::from(c);
+    let mut live = feed::scene();
+    assert_eq!(handle_key(&mut live, key(KeyCode::Char(' '))), Action::None, "live: space pauses the display");
+    assert!(live.is_paused());
+    let mut replay = feed::scene();
+    replay.replay = true;
+    for (code, want) in [
+        (KeyCode::Char(' '), PlaybackCommand::TogglePause),
+        (KeyCode::Char('n'), PlaybackCommand::Step),
+        (KeyCode::Char('+'), PlaybackCommand::Faster),
+        (KeyCode::Char('-'), PlaybackCommand::Slower),
+        (KeyCode::Right, PlaybackCommand::SeekBy(10)),
+        (KeyCode::Left, PlaybackCommand::SeekBy(-10)),
+    ] {
+        assert_eq!(handle_key(&mut replay, key(code)), Action::Playback(want), "{code:?}");
+    }
+    assert!(!replay.is_paused(), "the playback pauses, not the display");
+    assert_eq!(handle_key(&mut replay, key(KeyCode::Char('t'))), Action::None);
+    for c in "1:30".chars() {
+        handle_key(&mut replay, key(KeyCode::Char(c)));
+    }
+    assert_eq!(handle_key(&mut replay, key(KeyCode::Enter)), Action::Playback(PlaybackCommand::SeekTo(90)));
+}

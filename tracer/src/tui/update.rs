@@ -13,6 +13,57 @@ pub enum Action {
     /// Apply this kernel filter (a side effect the front end owns); the state learns the
     /// outcome through [`AppState::kernel_filter_applied`].
     SetKernelFilter(FilterSpec),
+    /// Move the playback of a recording (the front end's player does it).
+    Playback(PlaybackCommand),
+}
+
+/// What the replay's keys ask of the player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlaybackCommand {
+    TogglePause,
+    Step,
+    /// Seconds of recorded time, backwards when negative.
+    SeekBy(i64),
+    /// Seconds since the recording began.
+    SeekTo(u64),
+    Faster,
+    Slower,
+}
+
+/// Seconds since the start, from `90`, `1:30`, `1:02:03`, `1m30s`, `2h`, `45s`; `None` if unreadable.
+pub fn parse_seek_time(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if t.is_empty() {
+        return None;
+    }
+    if t.contains(':') {
+        let parts: Vec<u64> = t.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        if parts.len() > 3 || parts.iter().skip(1).any(|p| *p >= 60) {
+            return None;
+        }
+        return Some(parts.iter().fold(0u64, |acc, p| acc.saturating_mul(60).saturating_add(*p)));
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return Some(secs);
+    }
+    let (mut total, mut number) = (0u64, String::new());
+    for c in t.chars() {
+        match c {
+            '0'..='9' => number.push(c),
+            'h' | 'm' | 's' if !number.is_empty() => {
+                let n: u64 = number.parse().ok()?;
+                let unit = match c {
+                    'h' => 3600,
+                    'm' => 60,
+                    _ => 1,
+                };
+                total = total.saturating_add(n.saturating_mul(unit));
+                number.clear();
+            }
+            _ => return None,
+        }
+    }
+    number.is_empty().then_some(total)
 }
 
 /// Apply one key to the state.
@@ -37,6 +88,32 @@ pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
     }
     if state.typing_kernel_filter {
         return kernel_filter_key(state, key);
+    }
+    if state.typing_seek {
+        return seek_key(state, key);
+    }
+    if state.replay {
+        let command = match key.code {
+            // In a replay, space pauses the playback itself (the display follows it).
+            KeyCode::Char(' ') => Some(PlaybackCommand::TogglePause),
+            KeyCode::Char('n' | '.') => Some(PlaybackCommand::Step),
+            KeyCode::Char('+' | '=') => Some(PlaybackCommand::Faster),
+            KeyCode::Char('-') => Some(PlaybackCommand::Slower),
+            KeyCode::Right if state.screen == Screen::Table => Some(PlaybackCommand::SeekBy(10)),
+            KeyCode::Left if state.screen == Screen::Table => Some(PlaybackCommand::SeekBy(-10)),
+            KeyCode::Char('t') => {
+                state.typing_seek = true;
+                state.seek_input.clear();
+                None
+            }
+            _ => None,
+        };
+        if let Some(command) = command {
+            return Action::Playback(command);
+        }
+        if state.typing_seek {
+            return Action::None;
+        }
     }
     match key.code {
         KeyCode::Char('q') => return Action::Quit,
@@ -129,6 +206,25 @@ fn filter_key(state: &mut AppState, key: KeyEvent) {
 
 /// The kernel filter prompt: Enter parses what was typed and asks the front end to apply it
 /// (a typo is reported without asking); Esc leaves the filter as it is.
+fn seek_key(state: &mut AppState, key: KeyEvent) -> Action {
+    match key.code {
+        KeyCode::Enter => {
+            state.typing_seek = false;
+            match parse_seek_time(&state.seek_input) {
+                Some(secs) => return Action::Playback(PlaybackCommand::SeekTo(secs)),
+                None => state.status = Some(format!("not a time: {:?} (90, 1:30, 1m30s)", state.seek_input)),
+            }
+        }
+        KeyCode::Esc => state.typing_seek = false,
+        KeyCode::Backspace => {
+            state.seek_input.pop();
+        }
+        KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => state.seek_input.push(c),
+        _ => {}
+    }
+    Action::None
+}
+
 fn kernel_filter_key(state: &mut AppState, key: KeyEvent) -> Action {
     match key.code {
         KeyCode::Enter => {

@@ -109,6 +109,12 @@ fn render_header(state: &AppState, area: Rect, buf: &mut Buffer) {
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         ));
     }
+    if let Some(p) = &state.playback {
+        let secs = p.position_ns / 1_000_000_000;
+        let at = format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
+        let text = if p.paused { format!(" ⏸ {at} ") } else { format!(" ▶ {}x {at} ", p.speed) };
+        badges.push(Span::styled(text, Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD)));
+    }
     if state.paused {
         badges.push(Span::styled(
             " PAUSED ",
@@ -284,11 +290,26 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
             &format!(" {}", state.kernel_filter_input),
             &["container=NAME cgroup=PATH netns=NAME", "empty: all", "Enter apply", "Esc cancel"],
         )
+    } else if state.typing_seek {
+        prompt("go to:", &format!(" {}", state.seek_input), &["90 · 1:30 · 1m30s", "Enter go", "Esc cancel"])
     } else if let Some(status) = &state.status {
         Line::styled(status.replace(['\n', '\r'], " "), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD))
     } else {
         // (priority, hint): what does not fit is left out, least needed first (help lists all).
         let hints: Vec<(u8, Vec<Span>)> = match state.screen {
+            Screen::Table if state.replay => vec![
+                (0, hint("q", "quit")),
+                (0, hint("?", "help")),
+                (0, hint("space", if state.playback.is_some_and(|p| p.paused) { "play" } else { "pause" })),
+                (1, hint("n", "step")),
+                (1, hint("←→", "±10 s")),
+                (1, hint("+/-", "speed")),
+                (2, hint("t", "go to")),
+                (2, hint("⏎", "detail")),
+                (3, hint("/", "filter")),
+                (3, hint("g", if state.grouped { "ungroup" } else { "group" })),
+                (4, hint("s/S", "sort")),
+            ],
             Screen::Table => vec![
                 (0, hint("q", "quit")),
                 (0, hint("?", "help")),
