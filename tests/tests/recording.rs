@@ -198,3 +198,36 @@ fn record_never_overwrites_or_follows_links_and_records_headless() -> Result<()>
     assert_eq!(errors.len(), 1, "{}", run.stderr);
     Ok(())
 }
+
+#[test]
+fn an_anonymized_recording_holds_no_address_process_or_container_of_the_host() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let dir = Scratch::new("anon")?;
+    let file = dir.path("anon.cctrace");
+    let path = file.to_str().context("utf-8")?;
+    let run = cctrace(&["demo", "--json", "--duration", "6", "--record", path, "--anonymize"])?;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // What the live run printed names the real flows; the recording must name none of them.
+    let live_ports: Vec<String> = run
+        .lines
+        .iter()
+        .filter(|v| v["type"] == "flow" && v["owner"]["comm"].is_string())
+        .map(|v| v["src"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(!live_ports.is_empty(), "the demo's senders ran: {}", run.stderr);
+    let out = Command::new("zstdcat").arg(&file).output().context("running zstdcat")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header: Value = serde_json::from_str(text.lines().next().context("a header")?)?;
+    assert_eq!(header["anonymized"], true);
+    assert!(text.contains("\"type\":\"samples\""), "samples were recorded");
+    for original in
+        live_ports.iter().map(String::as_str).chain(["cubic-bulk", "bbr-video", "jellyfin", "proxy\"", "cct-lab-"])
+    {
+        assert!(!text.contains(original), "{original:?} is in the anonymized recording");
+    }
+    // It still replays, and the verdicts stand on pseudonyms.
+    let replay = cctrace(&["replay", path, "--json"])?;
+    assert_eq!(replay.code, 0, "{}", replay.stderr);
+    Ok(())
+}

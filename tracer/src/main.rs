@@ -18,7 +18,7 @@ use tracer::live_filter::{FilterUpkeep, HostPaths, LiveFilter};
 use tracer::output::json::JsonOutput;
 use tracer::output::writer::LineWriter;
 use tracer::pipeline::{self, PipelineOptions};
-use tracer::recording::entry::{Header, FORMAT, FORMAT_VERSION};
+use tracer::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use tracer::recording::player::PacedRecording;
 use tracer::recording::{Headless, NewFile, RecordWriter, Recorder, Recording, RecordingSource, RecordingStatus};
 use tracer::signals::Shutdown;
@@ -91,6 +91,10 @@ struct Cli {
     /// JSON Lines): `cctrace replay FILE` plays it back. Never overwrites a file.
     #[arg(long, global = true, value_name = "FILE")]
     record: Option<std::path::PathBuf>,
+    /// In what is recorded (--record, record), exported or reported: replace addresses and
+    /// process, container, cgroup and namespace names by pseudonyms, stable within one file.
+    #[arg(long, global = true)]
+    anonymize: bool,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
@@ -130,9 +134,6 @@ enum Command {
         /// standard output.
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: Option<std::path::PathBuf>,
-        /// Replace addresses, process, container, cgroup and namespace names by pseudonyms.
-        #[arg(long)]
-        anonymize: bool,
     },
     /// Write a self-contained HTML report of a recording: the session, each heavy flow's
     /// verdict, evidence, fix and charts.
@@ -142,9 +143,6 @@ enum Command {
         /// The page to write (created readable by its owner only, never overwritten).
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: std::path::PathBuf,
-        /// Replace addresses, process, container, cgroup and namespace names by pseudonyms.
-        #[arg(long)]
-        anonymize: bool,
     },
 }
 
@@ -159,11 +157,11 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
         Ok(if anonymize { tracer::export::anonymize::anonymize(entries).collect() } else { entries })
     };
     match cli.command.as_ref()? {
-        Command::Export { file, format, summary, output, anonymize } => Some((|| {
+        Command::Export { file, format, summary, output } => Some((|| {
             if *format == tracer::export::Format::Perfetto && *summary {
                 anyhow::bail!("--summary is for --format csv or jsonl");
             }
-            let entries = read(file, *anonymize)?;
+            let entries = read(file, cli.anonymize)?;
             let mut out: Box<dyn Write> = match output.as_deref() {
                 None => Box::new(std::io::stdout().lock()),
                 Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdout().lock()),
@@ -171,8 +169,8 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
             };
             tracer::export::export(entries, *format, *summary, diagnosis_config(cli), &mut out)
         })()),
-        Command::Report { file, output, anonymize } => Some((|| {
-            let entries = read(file, *anonymize)?;
+        Command::Report { file, output } => Some((|| {
+            let entries = read(file, cli.anonymize)?;
             let mut out = tracer::export::create_output(output)?;
             out.write_all(tracer::export::report::render(entries, diagnosis_config(cli)).as_bytes())
                 .with_context(|| format!("writing {}", output.display()))
@@ -369,6 +367,10 @@ async fn run(cli: &Cli) -> Result<()> {
         _ => cli.record.clone(),
     };
     let headless = matches!(cli.command, Some(Command::Record { .. }));
+    anyhow::ensure!(
+        !cli.anonymize || record_path.is_some(),
+        "--anonymize applies to what is recorded (--record FILE, cctrace record), exported or reported"
+    );
     // A path that cannot be recorded to fails before anything is set up.
     let new_file = record_path.as_deref().map(NewFile::create).transpose()?;
     // The one start both the JSON times and the recording's header derive from.
@@ -422,8 +424,15 @@ async fn run(cli: &Cli) -> Result<()> {
     let tick = if json || headless { pipeline_opts.tick } else { tracer::tui::TuiOptions::default().frame_interval };
     let recorder = match new_file {
         Some(file) => {
-            let header = recording_header(cli, &source, &spec, start, tick);
-            Some(Recorder::new(RecordWriter::start(file, &header)?))
+            let mut header = recording_header(cli, &source, &spec, start, tick);
+            let mut anonymizer = cli.anonymize.then(tracer::export::anonymize::Anonymizer::default);
+            if let Some(a) = &mut anonymizer {
+                header.anonymized = true;
+                if let Entry::Header(h) = a.entry(Entry::Header(header.clone())) {
+                    header = h;
+                }
+            }
+            Some(Recorder::new(RecordWriter::start(file, &header)?).with_anonymizer(anonymizer))
         }
         None => None,
     };

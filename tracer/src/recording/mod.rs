@@ -37,11 +37,27 @@ pub struct Recorder {
     writer: RecordWriter,
     /// The analysis's host facts last written ([`Analysis::env_generation`]).
     env_written: Option<u64>,
+    /// `--anonymize`: every entry passes through it (the header already did).
+    anonymizer: Option<crate::export::anonymize::Anonymizer>,
 }
 
 impl Recorder {
     pub fn new(writer: RecordWriter) -> Self {
-        Self { writer, env_written: None }
+        Self { writer, env_written: None, anonymizer: None }
+    }
+
+    /// Write pseudonyms instead of addresses and names, with the anonymizer that wrote the header.
+    pub fn with_anonymizer(mut self, anonymizer: Option<crate::export::anonymize::Anonymizer>) -> Self {
+        self.anonymizer = anonymizer;
+        self
+    }
+
+    fn write(&mut self, entry: Entry) {
+        let entry = match &mut self.anonymizer {
+            Some(a) => a.entry(entry),
+            None => entry,
+        };
+        self.writer.write(entry);
     }
 
     pub fn status(&self) -> RecordingStatus {
@@ -52,7 +68,7 @@ impl Recorder {
     fn host_if_changed(&mut self, analysis: &Analysis) {
         let generation = analysis.env_generation();
         if self.env_written != Some(generation) {
-            self.writer.write(Entry::Host { env: analysis.env.clone() });
+            self.write(Entry::Host { env: analysis.env.clone() });
             self.env_written = Some(generation);
         }
     }
@@ -60,14 +76,14 @@ impl Recorder {
     fn samples(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<()> {
         self.host_if_changed(analysis);
         for chunk in batch.chunks(SAMPLES_PER_ENTRY) {
-            self.writer.write(Entry::Samples { samples: chunk.to_vec() });
+            self.write(Entry::Samples { samples: chunk.to_vec() });
         }
         self.writer.check()
     }
 
     fn tick(&mut self, analysis: &Analysis, now_ns: u64, counters: SourceCounters) -> Result<()> {
         self.host_if_changed(analysis);
-        self.writer.write(Entry::Tick { now_ns, counters });
+        self.write(Entry::Tick { now_ns, counters });
         self.writer.check()
     }
 
@@ -75,7 +91,7 @@ impl Recorder {
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
         self.tick(analysis, analysis.last_tick_ns(), counters_of(summary))?;
         let (dropped, _) = self.writer.status().dropped();
-        self.writer.write(Entry::End { summary: summary.clone(), dropped_entries: dropped });
+        self.write(Entry::End { summary: summary.clone(), dropped_entries: dropped });
         self.writer.close().await
     }
 }
