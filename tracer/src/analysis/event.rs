@@ -241,9 +241,11 @@ pub fn decode(bytes: &[u8], ctx: &DecodeContext) -> Result<Sample, DecodeError> 
     from_raw(&raw, ctx)
 }
 
+/// An IPv4 peer of a dual-stack socket (`::ffff:a.b.c.d`) is shown as the IPv4 address it is,
+/// as people write it and as they filter for it.
 fn addr(family: u16, bytes: &[u8; 16], port: u16) -> std::net::SocketAddr {
     let ip = if family == AF_INET6 {
-        IpAddr::V6(Ipv6Addr::from(*bytes))
+        IpAddr::V6(Ipv6Addr::from(*bytes)).to_canonical()
     } else {
         IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]))
     };
@@ -438,6 +440,17 @@ mod tests {
         assert_eq!(s.owner, Some(Owner { pid: 7, comm: "curl".into() }));
         assert!(s.app_limited);
         assert!(!s.cwnd_limited);
+    }
+
+    #[test]
+    fn an_ipv4_peer_of_a_dual_stack_socket_is_shown_as_ipv4() {
+        let mut raw = sample();
+        raw.family = AF_INET6;
+        raw.saddr = Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped().octets();
+        raw.daddr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).octets();
+        let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
+        assert_eq!(s.local.to_string(), format!("198.18.0.1:{}", raw.sport));
+        assert_eq!(s.remote.ip().to_string(), "2001:db8::1", "a real IPv6 address stays one");
     }
 
     #[test]
