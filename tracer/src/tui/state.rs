@@ -189,6 +189,18 @@ pub(crate) struct FlowRow {
     pub limited_by: LimitedBy,
     pub flagged: bool,
     pub heavy: bool,
+    /// For a flagged flow: the loss it is held back on and what the path showed it can carry.
+    pub finding: Option<Finding>,
+}
+
+/// The numbers the findings strip quotes for a flagged flow.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Finding {
+    /// Retransmitted share of bytes over the loss episodes.
+    pub loss_ratio: f64,
+    pub goodput_bps: f64,
+    /// What the path delivered to it without queueing, when well above its goodput.
+    pub available_bps: Option<f64>,
 }
 
 impl FlowRow {
@@ -196,6 +208,11 @@ impl FlowRow {
     fn of(flow: &Flow, verdict: Option<&Verdict>, analysis: &Analysis, origin: Arc<Origin>) -> Self {
         let s = &flow.latest;
         let flagged = verdict.is_some_and(|v| v.flagged);
+        let finding = verdict.filter(|v| v.flagged).and_then(|v| v.evidence.as_ref()).map(|e| Finding {
+            loss_ratio: if e.episode_loss_ratio > 0.0 { e.episode_loss_ratio } else { e.loss_ratio },
+            goodput_bps: e.goodput_bps,
+            available_bps: e.available_bps.map(|a| a + e.goodput_bps),
+        });
         let closed = flow.is_closed() || matches!(s.tcp_state, TcpState::Close | TcpState::TimeWait);
         Self {
             cookie: s.cookie,
@@ -216,6 +233,7 @@ impl FlowRow {
             retrans_ratio: flow.rates.retrans_ratio,
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
+            finding,
             heavy: flagged || {
                 let moved = s.bytes_acked.saturating_add(s.bytes_received);
                 let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);

@@ -452,7 +452,56 @@ fn choose_columns(widths: &[u16; 15], width: u16, skip: Option<Column>) -> Vec<u
     (0..15).filter(|&i| take[i]).collect()
 }
 
+/// The findings strip under the table: one line per flagged flow, most held back first, so
+/// the answer is on screen without opening anything.
+fn findings(state: &AppState) -> Vec<&FlowRow> {
+    let mut flagged: Vec<&FlowRow> = state.snapshot.iter().filter(|r| r.flagged && r.finding.is_some()).collect();
+    flagged.sort_by(|a, b| b.throughput_bps.total_cmp(&a.throughput_bps).then(a.cookie.cmp(&b.cookie)));
+    flagged
+}
+
+fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
+    let Some(f) = row.finding else { return Line::default() };
+    let who = row.comm.clone().unwrap_or_else(|| row.local.to_string());
+    let mut text = format!(
+        "{who} → {} held back by {} on {} non-congestive loss at {}",
+        row.remote,
+        row.cc.to_uppercase(),
+        format::pct(f.loss_ratio),
+        format::rate(f.goodput_bps)
+    );
+    if let Some(path) = f.available_bps {
+        text.push_str(&format!("; the path carried {} without queueing", format::rate(path)));
+    }
+    text.push_str(&format!(" ({})", row.origin.name));
+    Line::from(vec![
+        Span::styled(format!("{FLAG_MARK} "), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
+        Span::raw(format::truncate(&text, width.saturating_sub(2))),
+    ])
+}
+
 fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
+    // The findings take the bottom (at most three lines and a rule), when the table leaves room.
+    let found = findings(state);
+    let strip = if found.is_empty() || area.height < 12 { 0 } else { found.len().min(3) as u16 + 1 };
+    let [area, strip_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(strip)]).areas(area);
+    if strip > 0 {
+        let block = Block::new().borders(Borders::TOP).border_style(dim()).title(Span::styled(
+            format!(" findings: {} flagged ", found.len()),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+        let inner = block.inner(strip_area);
+        block.render(strip_area, buf);
+        let width = usize::from(inner.width);
+        let mut lines: Vec<Line> = found.iter().take(usize::from(strip - 1)).map(|r| finding_line(r, width)).collect();
+        if found.len() > 3 {
+            if let Some(last) = lines.last_mut() {
+                *last =
+                    Line::styled(format!("… and {} more flagged flows: ⏎ on a ⚑ row for each", found.len() - 2), dim());
+            }
+        }
+        Paragraph::new(lines).render(inner, buf);
+    }
     let block = Block::new().borders(Borders::TOP).title(table_title(state)).border_style(dim());
     let inner = block.inner(area);
     block.render(area, buf);
