@@ -464,16 +464,16 @@ fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
     let Some(f) = row.finding else { return Line::default() };
     let who = row.comm.clone().unwrap_or_else(|| row.local.to_string());
     let mut text = format!(
-        "{who} → {} held back by {} on {} non-congestive loss at {}",
+        "{who} → {} ({}): {} held back at {} by {} non-congestive loss",
         row.remote,
+        row.origin.name,
         row.cc.to_uppercase(),
+        format::rate(f.goodput_bps),
         format::pct(f.loss_ratio),
-        format::rate(f.goodput_bps)
     );
     if let Some(path) = f.available_bps {
-        text.push_str(&format!("; the path carried {} without queueing", format::rate(path)));
+        text.push_str(&format!("; the path carried {} without a queue", format::rate(path)));
     }
-    text.push_str(&format!(" ({})", row.origin.name));
     Line::from(vec![
         Span::styled(format!("{FLAG_MARK} "), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
         Span::raw(format::truncate(&text, width.saturating_sub(2))),
