@@ -85,8 +85,13 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
     log::info!("fix of network namespace {} (inode {}) confirmed: {:?}", target.reached, target.netns, plan.lines());
 
     if let Some(module) = &plan.load_module {
-        let loaded = std::process::Command::new("modprobe").arg(module).status().is_ok_and(|s| s.success());
-        log::info!("modprobe {module}: {}", if loaded { "loaded" } else { "failed" });
+        // modprobe's own complaint goes to the log: the refusal below is the one line shown.
+        let out = std::process::Command::new("modprobe").arg(module).output();
+        match &out {
+            Ok(o) if o.status.success() => log::info!("modprobe {module}: loaded"),
+            Ok(o) => log::info!("modprobe {module} failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => log::info!("modprobe {module} could not run: {e}"),
+        }
         if !crate::host::available_congestion_controls().iter().any(|a| a == cc) {
             bail!(refusal(Step::LoadModule, libc::ENOENT, cc, target, &env.allowed_cc));
         }
@@ -369,12 +374,9 @@ fn resolve_target(args: &FixArgs, env: &Environment) -> Result<Target> {
         } else {
             bail!("no path leads into network namespace {netns}: no process lives in it and ip netns does not name it");
         };
-        let reached = if is_host {
-            format!("{given} (the host's own namespace)")
-        } else if let Some(name) = named {
-            format!("ip netns {name}")
-        } else {
-            given.clone()
+        let reached = match named {
+            Some(name) if !is_host => format!("ip netns {name}"),
+            _ => given.clone(),
         };
         return Ok(Target { netns, path, reached, host: is_host, ip_netns: named.is_some(), runtime_sysctl: None });
     }
