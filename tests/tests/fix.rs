@@ -47,10 +47,11 @@ fn state_file(netns: u64) -> PathBuf {
     PathBuf::from(format!("/run/cctrace/fix-netns-{netns}.json"))
 }
 
-/// Removes a state file a failed test may have left (a passing test leaves none).
-struct NoStateLeft(PathBuf);
+/// Removes a file on drop: a state file a failed test may have left (a passing test leaves
+/// none), the test's log.
+struct RemoveOnDrop(PathBuf);
 
-impl Drop for NoStateLeft {
+impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
@@ -111,7 +112,7 @@ fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> 
     let path = wan()?;
     let (sender_ns, other_ns) = (path.sender(), path.receiver());
     let netns = sender_ns.inode();
-    let _no_state = NoStateLeft(state_file(netns));
+    let _no_state = RemoveOnDrop(state_file(netns));
     // A namespace inherits the host's default (bbr here): give it a loss-based one, allowed
     // in every namespace, so the fix has a default to change.
     sender_ns.sysctl_set(CC, "reno")?;
@@ -141,9 +142,15 @@ fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> 
     let before = sink_rate(&sink, window);
     println!("flagged after {to_flag:?}; CUBIC goodput {:.1} Mbit/s over {window:?}", before / 1e6);
 
-    let (code, out, err) = cctrace(&["fix", "--netns", sender_ns.name(), "--live", "--yes"])?;
+    let log = std::env::temp_dir().join(format!("cctrace-fix-test-{}.log", std::process::id()));
+    let _log_removed = RemoveOnDrop(log.clone());
+    let log_arg = log.to_string_lossy().into_owned();
+    let (code, out, err) = cctrace(&["--log-file", &log_arg, "fix", "--netns", sender_ns.name(), "--live", "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{out}{err}");
+    let logged = std::fs::read_to_string(&log)?;
+    assert!(logged.contains("set from reno to bbr"), "{logged}");
+    assert!(logged.contains(&format!("switched socket {cookie} ")), "{logged}");
     assert!(out.contains("from reno to bbr"), "the plan says what changes: {out}");
     assert!(
         out.contains(&format!("switched connection :{port} -> :{PORT} (cookie {cookie}) from cubic to bbr")),
@@ -206,7 +213,7 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
     require_kernel!();
     let _serial = serial();
     let ns = Netns::create("fixrefused")?;
-    let _no_state = NoStateLeft(state_file(ns.inode()));
+    let _no_state = RemoveOnDrop(state_file(ns.inode()));
     ns.sysctl_set(CC, "reno")?;
     let host_before = host_default()?;
     let allowed_before = std::fs::read_to_string(ALLOWED)?;

@@ -739,7 +739,7 @@ pub fn cct_iter_switch(ctx: *mut c_void) -> i32 {
         }
     } else if mode == switch_mode::COOKIES {
         // SAFETY: a lookup in a hash map of plain values, copied at once.
-        match unsafe { SWITCH_COOKIES.get(&rec.cookie) } {
+        match unsafe { SWITCH_COOKIES.get(rec.cookie) } {
             Some(name) => rec.new_cc = name.name,
             None => return 0,
         }
