@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use cctrace_lab::{
-    EmulatedPath, EmulatedPathSpec, Netns, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
+    Cgroup, EmulatedPath, EmulatedPathSpec, Netns, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
+    VethOptions, VethPair,
 };
 use cctrace_tests::{cctrace_bin, require_kernel, serial, ss_in, Tracer};
 use serde_json::Value;
@@ -254,4 +255,71 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
     assert_eq!(ns.sysctl_get(CC)?, "reno");
     assert!(!Path::new(&state_file(ns.inode())).exists());
     Ok(())
+}
+
+#[test]
+fn a_docker_container_is_fixed_by_name_and_persisting_points_to_the_runtime() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    const ID: &str = "5e1f2a9be0d7c3b5a6e8f9d0c1b2a3948576f5e4d3c2b1a0f9e8d7c6b5a4cafe";
+    // Docker's own file naming the container, as on a host running it.
+    let root = std::env::temp_dir().join(format!("cct-fix-docker-{}", std::process::id()));
+    let dir = root.join("containers").join(ID);
+    std::fs::create_dir_all(&dir)?;
+    let _root_removed = RemoveDirOnDrop(root.clone());
+    std::fs::write(dir.join("config.v2.json"), format!(r#"{{"ID":"{ID}","Name":"/jellyfin","State":{{"Pid":1}}}}"#))?;
+    let top = Cgroup::top()?;
+    let mut cgroup = top.child(&format!("system.slice/docker-{ID}.scope"))?;
+    let lab = VethPair::create(VethOptions::default())?;
+    let ns = lab.sender();
+    let _no_state = RemoveOnDrop(state_file(ns.inode()));
+    ns.sysctl_set(CC, "reno")?;
+    cgroup.spawn_resident(ns)?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let sender = Sender::start(
+        ns,
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions {
+            socket_cgroup: Some(cgroup.path().to_path_buf()),
+            ..SenderOptions::new(
+                "cubic",
+                SendMode::Paced { rate_bps: 2_000_000, write_size: 16 << 10 },
+                Duration::from_secs(60),
+            )
+        },
+    )?;
+    let port = sender.local_port();
+    let receiver_before = lab.receiver().sysctl_get(CC)?;
+    let docker_root = root.to_string_lossy().into_owned();
+
+    let (code, out, err) =
+        cctrace(&["--docker-root", &docker_root, "fix", "--container", "jellyfin", "--live", "--persist", "--yes"])?;
+    println!("{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("network namespace container jellyfin (pid "), "{out}");
+    assert!(out.contains("recreate it with docker run --sysctl net.ipv4.tcp_congestion_control=bbr"), "{out}");
+    assert!(out.contains(&format!("switched connection :{port} -> :{PORT}")), "{out}");
+    assert_eq!(ns.sysctl_get(CC)?, "bbr");
+    assert_eq!(ss_cc(ns, port)?.as_deref(), Some("bbr"));
+    assert_eq!(lab.receiver().sysctl_get(CC)?, receiver_before, "only the container's namespace");
+
+    let (code, out, err) =
+        cctrace(&["--docker-root", &docker_root, "fix", "--undo", "--container", "jellyfin", "--yes"])?;
+    println!("{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ns.sysctl_get(CC)?, "reno");
+    assert_eq!(ss_cc(ns, port)?.as_deref(), Some("cubic"));
+    assert!(!state_file(ns.inode()).exists());
+    sender.stop();
+    sender.wait()?;
+    Ok(())
+}
+
+struct RemoveDirOnDrop(PathBuf);
+
+impl Drop for RemoveDirOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
