@@ -323,3 +323,23 @@ impl Drop for RemoveDirOnDrop {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+#[test]
+fn undo_of_a_namespace_deleted_since_its_fix_clears_the_state() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let ns = Netns::create("fixgone")?;
+    let (name, state) = (ns.name().to_string(), state_file(ns.inode()));
+    let _no_state = RemoveOnDrop(state.clone());
+    ns.sysctl_set(CC, "reno")?;
+    let (code, out, err) = cctrace(&["fix", "--netns", &name, "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(state.exists());
+    drop(ns);
+    let (code, out, err) = cctrace(&["fix", "--undo", "--netns", &name, "--yes"])?;
+    println!("{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("is gone: nothing to restore in it"), "{out}");
+    assert!(!state.exists(), "the state goes with it");
+    Ok(())
+}

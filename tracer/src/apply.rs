@@ -39,7 +39,12 @@ pub struct FixArgs {
 /// Run `cctrace fix` (or `--undo`) to the end; what it did is printed on stdout and logged.
 pub fn run(args: &FixArgs) -> Result<()> {
     let env = crate::host::environment();
-    let target = resolve_target(args, &env)?;
+    let target = match resolve_target(args, &env) {
+        Ok(t) => t,
+        // A namespace deleted after its fix leaves state behind: let undo clear it.
+        Err(e) if args.undo => return undo_gone(args, e),
+        Err(e) => return Err(e),
+    };
     if target.host && !args.host_namespace {
         bail!(
             "{} is the host's own network namespace: its default is every host connection's; add \
@@ -64,6 +69,11 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
         bail!("{cc:?} is not a congestion control name (lower-case letters, digits and _, at most 15)");
     }
     let state_path = state_path(target.netns);
+    if let Some(stale) = stale_state(&state_path) {
+        // Inodes are reused: the namespace this state was about is gone, this is another one.
+        std::fs::remove_file(&state_path).with_context(|| format!("removing {}", state_path.display()))?;
+        log::info!("removed {}: its namespace {} is gone", state_path.display(), stale.target.reached);
+    }
     if state_path.exists() {
         bail!(
             "network namespace {} was fixed by cctrace already (state in {}): undo that first with cctrace fix --undo",
@@ -208,6 +218,15 @@ fn undo(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", state_path.display())),
     };
     let state = State::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display()))?;
+    if stale_state(&state_path).is_some() {
+        std::fs::remove_file(&state_path).with_context(|| format!("removing {}", state_path.display()))?;
+        log::info!("removed {}: its namespace {} is gone", state_path.display(), state.target.reached);
+        println!(
+            "cctrace: nothing to undo for network namespace {}: the fix was of {}, which is gone",
+            target.reached, state.target.reached
+        );
+        return Ok(());
+    }
     if state.target.netns != target.netns {
         bail!("{} is for network namespace {}, not {}", state_path.display(), state.target.netns, target.netns);
     }
@@ -283,6 +302,65 @@ fn undo(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
     log::info!("removed {}", state_path.display());
     println!("cctrace: the fix of {} is undone", target.reached);
     Ok(())
+}
+
+/// `--undo` for a namespace that no longer exists: nothing in it to restore, but the files
+/// `--persist` wrote and the state go. Without a state naming it, `not_found` is the error.
+fn undo_gone(args: &FixArgs, not_found: anyhow::Error) -> Result<()> {
+    let given = args.netns.first().or(args.containers.first()).cloned().unwrap_or_default();
+    let names_it = |t: &Target| {
+        t.path == given
+            || t.netns.to_string() == given
+            || t.reached == format!("ip netns {given}")
+            || t.reached.starts_with(&format!("container {given} "))
+    };
+    let Ok(dir) = std::fs::read_dir(STATE_DIR) else { return Err(not_found) };
+    for entry in dir.flatten() {
+        let Ok(state) =
+            std::fs::read_to_string(entry.path()).map_err(|e| e.to_string()).and_then(|t| State::from_json(&t))
+        else {
+            continue;
+        };
+        if !names_it(&state.target) {
+            continue;
+        }
+        println!(
+            "cctrace fix --undo: network namespace {} (inode {}) is gone: nothing to restore in it",
+            state.target.reached, state.target.netns
+        );
+        for f in &state.files {
+            println!("  remove {f} (written by cctrace fix --persist)");
+        }
+        println!("  remove the state {}", entry.path().display());
+        confirm(args.yes)?;
+        for f in &state.files {
+            match std::fs::remove_file(f) {
+                Ok(()) => log::info!("removed {f}"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => bail!("removing {f}: {e}"),
+            }
+        }
+        std::fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
+        log::info!("removed the state of gone network namespace {} ({})", state.target.reached, entry.path().display());
+        println!("cctrace: the state of {} is removed", state.target.reached);
+        return Ok(());
+    }
+    Err(not_found)
+}
+
+/// The state at `path` when the namespace it is about no longer opens at the path it was
+/// reached by (a namespace inode can be reused by a new namespace once the old one is gone).
+/// Only `ip netns` namespaces are judged: their path is their name, which outlives any one
+/// process (a container's is reached through a process, which may end while it lives on).
+fn stale_state(path: &Path) -> Option<State> {
+    let state = State::from_json(&std::fs::read_to_string(path).ok()?).ok()?;
+    if state.target.host || !state.target.ip_netns {
+        return None;
+    }
+    let same = File::open(&state.target.path)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.ino() == u64::from(state.target.netns));
+    (!same).then_some(state)
 }
 
 fn confirm(yes: bool) -> Result<()> {
