@@ -479,6 +479,65 @@ pub struct FlowState {
 pub const FLOW_STATE_SIZE: usize = 48;
 const _: () = assert!(core::mem::size_of::<FlowState>() == FLOW_STATE_SIZE);
 
+/// Longest congestion-control name with its NUL (`TCP_CA_NAME_MAX`).
+pub const CC_NAME_LEN: usize = 16;
+
+/// Which sockets `cct_iter_switch` moves to another congestion control.
+pub mod switch_mode {
+    /// None: the program only walks (a zeroed config does nothing).
+    pub const OFF: u32 = 0;
+    /// Every full TCP socket whose algorithm is not [`super::SwitchConfig::target`].
+    pub const NOT_TARGET: u32 = 1;
+    /// Exactly the cookies in `SWITCH_COOKIES`, each to the name stored with it (undo).
+    pub const COOKIES: u32 = 2;
+}
+
+/// The one entry of the `SWITCH_CONFIG` array map, written by userspace before the walk.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// A [`switch_mode`] value.
+    pub mode: u32,
+    pub _pad: u32,
+    /// NUL-padded name of the algorithm to switch to (mode [`switch_mode::NOT_TARGET`]).
+    pub target: [u8; CC_NAME_LEN],
+}
+
+pub const SWITCH_CONFIG_SIZE: usize = 24;
+const _: () = assert!(core::mem::size_of::<SwitchConfig>() == SWITCH_CONFIG_SIZE);
+
+/// A congestion-control name as a map value (`SWITCH_COOKIES`: cookie -> name to switch back to).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CcName {
+    pub name: [u8; CC_NAME_LEN],
+}
+
+const _: () = assert!(core::mem::size_of::<CcName>() == CC_NAME_LEN);
+
+/// Most cookies one undo switches back (the `SWITCH_COOKIES` map size).
+pub const SWITCH_MAX_COOKIES: u32 = 16_384;
+
+/// One socket `cct_iter_switch` tried to switch, written with `bpf_seq_write`: userspace reads
+/// these back to back from the iterator's file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwitchRecord {
+    pub cookie: u64,
+    /// NUL-padded algorithm before the switch.
+    pub old_cc: [u8; CC_NAME_LEN],
+    /// NUL-padded algorithm asked for.
+    pub new_cc: [u8; CC_NAME_LEN],
+    /// `bpf_setsockopt`'s return: 0 or a negative errno.
+    pub result: i32,
+    /// Local and remote port (host order).
+    pub sport: u16,
+    pub dport: u16,
+}
+
+pub const SWITCH_RECORD_SIZE: usize = 48;
+const _: () = assert!(core::mem::size_of::<SwitchRecord>() == SWITCH_RECORD_SIZE);
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all these are repr(C), contain only integers and byte arrays, and have explicit
@@ -494,4 +553,8 @@ mod pod {
     unsafe impl aya::Pod for super::FilterState {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FlowState {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SwitchConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CcName {}
 }

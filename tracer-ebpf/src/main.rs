@@ -15,17 +15,19 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_jiffies64, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_getsockopt, bpf_jiffies64,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_seq_write, bpf_setsockopt,
+        bpf_skc_to_tcp_sock,
     },
     macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, TracePointContext},
 };
 use tracer_common::{
-    counter, family, filter_mode, flag, reason, record_kind, tcp_state, BitField, ClassicTracepointOffsets, Config,
-    FilterState, FlowSample, FlowState, HookId, Offsets, RecordHeader, ABSENT, DEFAULT_RING_BYTES, FILTER_MAX_CGROUPS,
-    FILTER_MAX_CGROUP_DEPTH, FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, WIRE_VERSION,
+    counter, family, filter_mode, flag, reason, record_kind, switch_mode, tcp_state, BitField, CcName,
+    ClassicTracepointOffsets, Config, FilterState, FlowSample, FlowState, HookId, Offsets, RecordHeader, SwitchConfig,
+    SwitchRecord, ABSENT, CC_NAME_LEN, DEFAULT_RING_BYTES, FILTER_MAX_CGROUPS, FILTER_MAX_CGROUP_DEPTH,
+    FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, SWITCH_MAX_COOKIES, SWITCH_RECORD_SIZE, WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -51,6 +53,12 @@ static FILTER: Array<FilterState> = Array::with_max_entries(1, 0);
 static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(FILTER_MAX_CGROUPS, 0);
 #[map]
 static FILTER_NETNS: HashMap<u32, u8> = HashMap::with_max_entries(FILTER_MAX_NETNS, 0);
+/// What `cct_iter_switch` switches (one entry; zeroed: nothing).
+#[map]
+static SWITCH_CONFIG: Array<SwitchConfig> = Array::with_max_entries(1, 0);
+/// For [`switch_mode::COOKIES`]: the sockets to switch and the algorithm each goes back to.
+#[map]
+static SWITCH_COOKIES: HashMap<u64, CcName> = HashMap::with_max_entries(SWITCH_MAX_COOKIES, 0);
 
 /// No CA state override: read `icsk_ca_state` from the socket.
 const CA_FROM_SOCKET: u8 = 0xff;
@@ -667,6 +675,93 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     match observe(hit) {
         Ok(_) | Err(_) => 0,
     }
+}
+
+// ---------------------------------------------------------------- live switch (`cctrace fix --live`)
+
+const SOL_TCP: i32 = 6;
+const TCP_CONGESTION: i32 = 13;
+
+/// Two NUL-padded algorithm names are the same name.
+#[inline(always)]
+fn same_cc(a: &[u8; CC_NAME_LEN], b: &[u8; CC_NAME_LEN]) -> bool {
+    let mut i = 0;
+    while i < CC_NAME_LEN {
+        if a[i] != b[i] {
+            return false;
+        }
+        if a[i] == 0 {
+            return true;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `iter/tcp`: switch the congestion control of the full TCP sockets of the iterating thread's
+/// network namespace that `SWITCH_CONFIG` selects, with `bpf_setsockopt(TCP_CONGESTION)` (the
+/// iterator holds the socket lock), and write one [`SwitchRecord`] per socket tried into the
+/// iterator's output. The algorithm must be loaded already: from BPF the kernel loads no module.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/tcp")]
+pub fn cct_iter_switch(ctx: *mut c_void) -> i32 {
+    // SAFETY: `struct bpf_iter__tcp { struct bpf_iter_meta *meta; struct sock_common *sk_common;
+    // uid_t uid; }` is the context the verifier gives; sk_common is NULL at the end.
+    let (meta, sk) = unsafe { (*(ctx as *const *const u8), *(ctx as *const *const u8).add(1)) };
+    if sk.is_null() || meta.is_null() {
+        return 0;
+    }
+    let Some(config) = SWITCH_CONFIG.get(0) else { return 0 };
+    let mode = config.mode;
+    let state: u8 = read(sk, global!(OFFSETS.skc_state));
+    if state == tcp_state::TIME_WAIT || state == tcp_state::NEW_SYN_RECV || state == tcp_state::LISTEN {
+        return 0;
+    }
+    // SAFETY: `sk` is the iterator's typed sock_common; the helper returns NULL unless it is a
+    // full TCP socket.
+    let tp = unsafe { bpf_skc_to_tcp_sock(sk as *mut c_void) } as *mut c_void;
+    if tp.is_null() {
+        return 0;
+    }
+    let mut rec = SwitchRecord::default();
+    // SAFETY: a full TCP socket, locked by the iterator; the buffer is ours and sized.
+    let got = unsafe {
+        bpf_getsockopt(tp, SOL_TCP, TCP_CONGESTION, rec.old_cc.as_mut_ptr() as *mut c_void, CC_NAME_LEN as i32)
+    };
+    if got != 0 {
+        return 0;
+    }
+    rec.cookie = btf_cookie(sk);
+    if mode == switch_mode::NOT_TARGET {
+        rec.new_cc = config.target;
+        if same_cc(&rec.old_cc, &rec.new_cc) {
+            return 0;
+        }
+    } else if mode == switch_mode::COOKIES {
+        // SAFETY: a lookup in a hash map of plain values, copied at once.
+        match unsafe { SWITCH_COOKIES.get(rec.cookie) } {
+            Some(name) => rec.new_cc = name.name,
+            None => return 0,
+        }
+    } else {
+        return 0;
+    }
+    rec.sport = read(sk, global!(OFFSETS.skc_num));
+    rec.dport = u16::from_be(read(sk, global!(OFFSETS.skc_dport)));
+    if !same_cc(&rec.old_cc, &rec.new_cc) {
+        let mut name = rec.new_cc;
+        // SAFETY: as for getsockopt; the name is a NUL-padded buffer of its full length.
+        rec.result = unsafe {
+            bpf_setsockopt(tp, SOL_TCP, TCP_CONGESTION, name.as_mut_ptr() as *mut c_void, CC_NAME_LEN as i32)
+        } as i32;
+    }
+    // SAFETY: `meta->seq` is the iterator's seq_file (first field of bpf_iter_meta); the record
+    // is a plain struct on the stack.
+    unsafe {
+        let seq = *(meta as *const *mut aya_ebpf::bindings::seq_file);
+        bpf_seq_write(seq, &rec as *const SwitchRecord as *const c_void, SWITCH_RECORD_SIZE as u32);
+    }
+    0
 }
 
 #[cfg(not(test))]

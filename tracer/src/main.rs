@@ -135,6 +135,30 @@ enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: Option<std::path::PathBuf>,
     },
+    /// Switch one network namespace (--netns NAME|PATH|INODE or --container NAME) to BBR: its
+    /// default for new connections, with --live its running connections too. Shows the plan
+    /// and asks first; --undo restores what it changed.
+    Fix {
+        /// The congestion control to switch to.
+        #[arg(long, default_value = "bbr", value_name = "NAME")]
+        cc: String,
+        /// Also switch the namespace's established connections that use another algorithm now.
+        #[arg(long)]
+        live: bool,
+        /// Make the default last across reboots where cctrace can (the host: /etc/sysctl.d and
+        /// /etc/modules-load.d files, only when absent); elsewhere say how.
+        #[arg(long)]
+        persist: bool,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+        /// Allow changing the host's own (initial) network namespace.
+        #[arg(long)]
+        host_namespace: bool,
+        /// Restore what the last fix of this namespace changed.
+        #[arg(long, conflicts_with_all = ["live", "persist"])]
+        undo: bool,
+    },
     /// Write a self-contained HTML report of a recording: the session, each heavy flow's
     /// verdict, evidence, fix and charts.
     Report {
@@ -175,7 +199,7 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
             out.write_all(tracer::export::report::render(entries, diagnosis_config(cli)).as_bytes())
                 .with_context(|| format!("writing {}", output.display()))
         })()),
-        Command::Record { .. } | Command::Replay { .. } => None,
+        Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,
     }
@@ -570,6 +594,28 @@ fn main() -> ExitCode {
     if let Err(e) = init_logging(cli.log_file.as_deref()) {
         eprintln!("cctrace: {e:#}");
         return ExitCode::FAILURE;
+    }
+    if let Some(Command::Fix { cc, live, persist, yes, host_namespace, undo }) = &cli.command {
+        // `--container NAME` is resolved with the same container files as tracing.
+        tracer::cgroups::set_system_resolver(CgroupResolver::new(cgroup2_mount(), container_files(&cli)));
+        let args = tracer::apply::FixArgs {
+            netns: cli.netns.clone(),
+            containers: cli.container.clone(),
+            cc: cc.clone(),
+            live: *live,
+            persist: *persist,
+            yes: *yes,
+            host_namespace: *host_namespace,
+            undo: *undo,
+        };
+        return match tracer::apply::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                log::info!("fix failed: {e:#}");
+                eprintln!("cctrace: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let result = runtime.block_on(run(&cli));
     // A writer thread blocked on a reader that stopped reading must not hold the exit.

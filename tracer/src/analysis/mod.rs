@@ -11,6 +11,7 @@ pub mod diagnosis;
 pub mod event;
 pub mod filter;
 pub mod fix;
+pub mod live_fix;
 pub mod model;
 pub mod schema;
 pub mod time;

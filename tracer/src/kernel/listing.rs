@@ -29,7 +29,7 @@ pub enum ListingError {
 pub struct Errno(pub i32);
 
 impl Errno {
-    fn of(e: &io::Error) -> Self {
+    pub(crate) fn of(e: &io::Error) -> Self {
         Self(e.raw_os_error().unwrap_or(0))
     }
 }
@@ -140,7 +140,7 @@ fn walk_each(
 }
 
 /// `setns(fd, CLONE_NEWNET)` on the calling thread.
-fn enter_netns(ns: &File) -> io::Result<()> {
+pub(crate) fn enter_netns(ns: &File) -> io::Result<()> {
     // SAFETY: setns on the calling thread only, with an open namespace fd it borrows.
     if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(ns), libc::CLONE_NEWNET) } != 0 {
         return Err(io::Error::last_os_error());
@@ -154,6 +154,18 @@ fn walk_one(
     path: &Path,
     enter: fn(&File) -> io::Result<()>,
 ) -> Result<(), NetnsWalkError> {
+    read_iter_in(prog, netns, path, enter).map(drop)
+}
+
+/// Attach the loaded `iter/tcp` program `prog`, create its iterator on a thread inside network
+/// namespace `netns` (opened at `path`, entered with `enter`) so it walks that namespace's
+/// sockets, and return everything the program wrote (`bpf_seq_write`).
+pub(super) fn read_iter_in(
+    prog: &mut Iter,
+    netns: u32,
+    path: &Path,
+    enter: fn(&File) -> io::Result<()>,
+) -> Result<Vec<u8>, NetnsWalkError> {
     let link =
         prog.attach().and_then(|id| prog.take_link(id)).map_err(|e| NetnsWalkError::Attach(short(&error_chain(&e))))?;
     // A thread of its own: entering a namespace changes the thread for good.
@@ -163,8 +175,9 @@ fn walk_one(
                 in_namespace(netns, path, enter, || {
                     let mut iter =
                         link.into_file().map_err(|e| NetnsWalkError::CreateIterator(short(&error_chain(&e))))?;
-                    io::copy(&mut iter, &mut io::sink()).map_err(|e| NetnsWalkError::Read(Errno::of(&e)))?;
-                    Ok(())
+                    let mut out = Vec::new();
+                    io::Read::read_to_end(&mut iter, &mut out).map_err(|e| NetnsWalkError::Read(Errno::of(&e)))?;
+                    Ok(out)
                 })
             })
             .join()
@@ -175,12 +188,12 @@ fn walk_one(
 /// Run `walk` on the calling thread inside namespace `netns` (opened at `path`, entered with
 /// `enter`). The thread's own namespace needs no `setns`, so without CAP_SYS_ADMIN that one is
 /// still walked.
-fn in_namespace(
+pub(crate) fn in_namespace<T>(
     netns: u32,
     path: &Path,
     enter: fn(&File) -> io::Result<()>,
-    walk: impl FnOnce() -> Result<(), NetnsWalkError>,
-) -> Result<(), NetnsWalkError> {
+    walk: impl FnOnce() -> Result<T, NetnsWalkError>,
+) -> Result<T, NetnsWalkError> {
     if crate::host::netns_inode("/proc/thread-self/ns/net") != Some(netns) {
         let ns = File::open(path).map_err(|e| NetnsWalkError::Open(Errno::of(&e)))?;
         enter(&ns).map_err(|e| NetnsWalkError::Enter(Errno::of(&e)))?;

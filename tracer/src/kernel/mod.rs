@@ -8,6 +8,7 @@ pub mod filter;
 pub mod hz;
 pub mod listing;
 pub mod offsets;
+pub mod switch;
 pub mod tracefs;
 
 use std::collections::HashMap;

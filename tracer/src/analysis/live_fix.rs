@@ -1,0 +1,427 @@
+//! `cctrace fix`: the plan it shows before changing anything, the state it keeps for `--undo`,
+//! and what each kernel refusal means, in words. Pure: the host side (`crate::apply`) reads the
+//! facts, asks for confirmation and acts.
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{SwitchRecord, CC_NAME_LEN, SWITCH_RECORD_SIZE};
+
+use crate::analysis::fix::{MODULES_FILE, SYSCTL_FILE};
+
+/// The Linux errno values the kernel answers with (the pure core does not link libc).
+pub mod errno {
+    pub const EPERM: i32 = 1;
+    pub const ENOENT: i32 = 2;
+    pub const ESRCH: i32 = 3;
+    pub const EIO: i32 = 5;
+    pub const EBUSY: i32 = 16;
+    pub const EINVAL: i32 = 22;
+    pub const EROFS: i32 = 30;
+    pub const EOPNOTSUPP: i32 = 95;
+    /// The kernel-internal ENOTSUPP, which BPF helpers return as is.
+    pub const ENOTSUPP: i32 = 524;
+}
+
+/// Where `cctrace fix` keeps what it changed, one file per network namespace.
+pub const STATE_DIR: &str = "/run/cctrace";
+
+/// The state file of network namespace `netns` (inode), below [`STATE_DIR`].
+pub fn state_file_name(netns: u32) -> String {
+    format!("fix-netns-{netns}.json")
+}
+
+/// A congestion-control name as the kernel writes them (`tcp_` module suffixes): lower-case
+/// letters, digits and `_`, at most 15 bytes. Anything else is refused before it reaches a
+/// module name or the kernel.
+pub fn valid_cc_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < CC_NAME_LEN
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `name` NUL-padded to the kernel's `TCP_CA_NAME_MAX` (longer names are cut, never sent:
+/// callers check [`valid_cc_name`] first).
+pub fn cc_bytes(name: &str) -> [u8; CC_NAME_LEN] {
+    let mut out = [0u8; CC_NAME_LEN];
+    for (o, b) in out.iter_mut().zip(name.bytes().take(CC_NAME_LEN - 1)) {
+        *o = b;
+    }
+    out
+}
+
+fn cc_str(bytes: &[u8; CC_NAME_LEN]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(CC_NAME_LEN);
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// One socket the live switch tried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switched {
+    pub cookie: u64,
+    pub old_cc: String,
+    pub new_cc: String,
+    /// 0, or the negative errno `bpf_setsockopt` returned.
+    pub result: i32,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+/// The records `cct_iter_switch` wrote, back to back; a cut-off tail is ignored.
+pub fn decode_switch_records(bytes: &[u8]) -> Vec<Switched> {
+    bytes
+        .chunks_exact(SWITCH_RECORD_SIZE)
+        .map(|chunk| {
+            // SAFETY: SwitchRecord is repr(C) of integers and byte arrays (every bit pattern is
+            // valid) and the chunk holds exactly its size; read_unaligned needs no alignment.
+            let r: SwitchRecord = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) };
+            Switched {
+                cookie: r.cookie,
+                old_cc: cc_str(&r.old_cc),
+                new_cc: cc_str(&r.new_cc),
+                result: r.result,
+                sport: r.sport,
+                dport: r.dport,
+            }
+        })
+        .collect()
+}
+
+/// The network namespace a fix is for, and how the user named it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// Its inode.
+    pub netns: u32,
+    /// The path it is entered through (`/run/netns/NAME`, `/proc/PID/ns/net`).
+    pub path: String,
+    /// How it was reached, for people: `ip netns cct-1`, `container jellyfin (pid 4242)`,
+    /// `the host's own namespace`.
+    pub reached: String,
+    /// The initial (host) namespace: its default is every host connection's.
+    pub host: bool,
+    /// Made by `ip netns add` (no process keeps it, it does not survive a reboot).
+    pub ip_netns: bool,
+    /// The runtime option that sets the sysctl when the container is created (`docker run
+    /// --sysctl ...`), for a container's namespace.
+    pub runtime_sysctl: Option<String>,
+}
+
+/// What `cctrace fix` will do, built before anything changes and shown for confirmation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub target: Target,
+    pub cc: String,
+    /// The namespace's default now.
+    pub current_default: String,
+    /// The module to load first (`tcp_bbr`) when the algorithm is not available yet.
+    pub load_module: Option<String>,
+    pub live: bool,
+    pub persist: Persist,
+}
+
+/// What `--persist` does for the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persist {
+    /// Not asked for.
+    No,
+    /// Nothing to write, and why.
+    Nothing(String),
+    /// The host: these files, only those that do not exist yet (path, contents).
+    HostFiles(Vec<(String, String)>),
+}
+
+impl Plan {
+    /// Build the plan. `available` is the host's `tcp_available_congestion_control`;
+    /// `existing` says whether a path exists (persistence files are never overwritten).
+    pub fn new(
+        target: Target,
+        cc: &str,
+        current_default: &str,
+        available: &[String],
+        live: bool,
+        persist: bool,
+        existing: &dyn Fn(&str) -> bool,
+    ) -> Self {
+        let load_module = (!available.iter().any(|a| a == cc)).then(|| format!("tcp_{cc}"));
+        let persist = if !persist {
+            Persist::No
+        } else if target.host {
+            let files = [
+                (MODULES_FILE, format!("tcp_{cc}\n")),
+                (SYSCTL_FILE, format!("net.ipv4.tcp_congestion_control={cc}\n")),
+            ];
+            Persist::HostFiles(
+                files.into_iter().filter(|(p, _)| !existing(p)).map(|(p, c)| (p.to_string(), c)).collect(),
+            )
+        } else if let Some(option) = &target.runtime_sysctl {
+            Persist::Nothing(format!(
+                "the container gets a new network namespace each time it starts: recreate it with {option}"
+            ))
+        } else if target.ip_netns {
+            Persist::Nothing(
+                "a namespace made by ip netns add does not survive a reboot: set the sysctl where it is created".into(),
+            )
+        } else {
+            Persist::Nothing("this namespace lives as long as its processes: set the sysctl where it is created".into())
+        };
+        Self { target, cc: cc.to_string(), current_default: current_default.to_string(), load_module, live, persist }
+    }
+
+    /// Exactly what will happen, one step a line.
+    pub fn lines(&self) -> Vec<String> {
+        let t = &self.target;
+        let mut out = vec![format!("cctrace fix: network namespace {} ({}, inode {})", t.reached, t.path, t.netns)];
+        if let Some(m) = &self.load_module {
+            out.push(format!("  load the kernel module {m} on the host ({} is not loaded)", self.cc));
+        }
+        if self.current_default == self.cc {
+            out.push(format!("  its default congestion control is already {}: left as it is", self.cc));
+        } else {
+            out.push(format!(
+                "  set its default congestion control (net.ipv4.tcp_congestion_control) from {} to {}: new connections use {}",
+                self.current_default, self.cc, self.cc
+            ));
+        }
+        if self.live {
+            out.push(format!(
+                "  switch its established connections that use another algorithm (reno, cubic, ...) to {} now",
+                self.cc
+            ));
+        } else {
+            out.push("  established connections keep their algorithm (add --live to switch them now)".into());
+        }
+        match &self.persist {
+            Persist::No => {}
+            Persist::Nothing(why) => out.push(format!("  persist: nothing to write: {why}")),
+            Persist::HostFiles(files) if files.is_empty() => {
+                out.push(format!("  persist: {MODULES_FILE} and {SYSCTL_FILE} exist already: left as they are"));
+            }
+            Persist::HostFiles(files) => {
+                for (path, contents) in files {
+                    out.push(format!("  persist: write {path} ({})", contents.trim()));
+                }
+            }
+        }
+        if t.host {
+            out.push("  this is the host's own namespace: every connection of the host is affected".into());
+        }
+        out.push(format!("  undo with: cctrace fix --undo (state kept in {STATE_DIR})"));
+        out
+    }
+}
+
+/// One socket switched, to be switched back by `--undo`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchedCookie {
+    pub cookie: u64,
+    pub old_cc: String,
+}
+
+/// What a fix changed, kept in [`STATE_DIR`] until `--undo`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub version: u32,
+    pub target: Target,
+    pub cc: String,
+    /// The namespace's default before the fix (what undo restores).
+    pub previous_default: String,
+    /// Whether the fix changed the default (it was not `cc` already).
+    pub default_changed: bool,
+    pub switched: Vec<SwitchedCookie>,
+    /// Files `--persist` created (undo removes these and nothing else).
+    pub files: Vec<String>,
+}
+
+pub const STATE_VERSION: u32 = 1;
+
+impl State {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn from_json(s: &str) -> Result<Self, String> {
+        let state: Self = serde_json::from_str(s).map_err(|e| e.to_string())?;
+        if state.version != STATE_VERSION {
+            return Err(format!("state version {} (this cctrace writes {STATE_VERSION})", state.version));
+        }
+        // Only files the fix itself writes are ever removed, whatever the file says.
+        if let Some(f) = state.files.iter().find(|f| f.as_str() != SYSCTL_FILE && f.as_str() != MODULES_FILE) {
+            return Err(format!("names a file cctrace does not write: {f}"));
+        }
+        if !valid_cc_name(&state.previous_default) || state.switched.iter().any(|s| !valid_cc_name(&s.old_cc)) {
+            return Err("names an invalid congestion control".into());
+        }
+        Ok(state)
+    }
+}
+
+/// What failed, for the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Loading the algorithm's module on the host.
+    LoadModule,
+    /// Writing the namespace's default.
+    SetDefault,
+    /// Entering the namespace.
+    Enter,
+}
+
+/// One line saying why the kernel refused `step` with errno `code`, and what to do about it.
+pub fn refusal(step: Step, code: i32, cc: &str, target: &Target, allowed: &[String]) -> String {
+    match (step, code) {
+        (Step::LoadModule, _) | (Step::SetDefault, errno::ENOENT) => format!(
+            "congestion control {cc} is not available and its module tcp_{cc} could not be loaded (ENOENT): see \
+             /proc/sys/net/ipv4/tcp_available_congestion_control for the algorithms this kernel has"
+        ),
+        (Step::SetDefault, errno::EPERM) => {
+            let mut list = allowed.to_vec();
+            list.push(cc.to_string());
+            format!(
+                "{cc} is restricted for non-initial network namespaces (EPERM): allow it on the host with \
+                 sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{}\"",
+                list.join(" ")
+            )
+        }
+        (Step::SetDefault, errno::EROFS) => format!(
+            "/proc/sys is read-only in that namespace (EROFS): set it with the runtime's sysctl option instead \
+             ({})",
+            target
+                .runtime_sysctl
+                .clone()
+                .unwrap_or_else(|| format!("e.g. docker run --sysctl net.ipv4.tcp_congestion_control={cc}"))
+        ),
+        (Step::Enter, errno::ENOENT | errno::ESRCH) => {
+            format!("network namespace {} is gone ({} no longer opens it)", target.reached, target.path)
+        }
+        (Step::Enter, errno::EPERM) => {
+            format!("entering network namespace {} needs CAP_SYS_ADMIN (EPERM)", target.reached)
+        }
+        (step, code) => {
+            let words = std::io::Error::from_raw_os_error(code).to_string();
+            let what = match step {
+                Step::LoadModule => "loading the module",
+                Step::SetDefault => "setting the default congestion control",
+                Step::Enter => "entering the namespace",
+            };
+            format!("{what} of network namespace {} failed: {words}", target.reached)
+        }
+    }
+}
+
+/// Why one socket could not be switched (`bpf_setsockopt`'s negative errno).
+pub fn socket_refusal(result: i32) -> &'static str {
+    match -result {
+        errno::ENOENT => "algorithm not loaded",
+        errno::EPERM => "not permitted",
+        errno::EBUSY => "busy",
+        errno::EOPNOTSUPP | errno::ENOTSUPP => "not supported for this socket",
+        _ => "refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(host: bool) -> Target {
+        Target {
+            netns: 4026532000,
+            path: "/run/netns/cct-1".into(),
+            reached: "ip netns cct-1".into(),
+            host,
+            ip_netns: !host,
+            runtime_sysctl: None,
+        }
+    }
+
+    #[test]
+    fn the_plan_says_each_step_and_only_loads_what_is_missing() {
+        let available = vec!["reno".to_string(), "cubic".to_string()];
+        let plan = Plan::new(target(false), "bbr", "cubic", &available, true, false, &|_| false);
+        let lines = plan.lines();
+        assert_eq!(plan.load_module.as_deref(), Some("tcp_bbr"));
+        assert!(lines[1].contains("load the kernel module tcp_bbr"), "{lines:#?}");
+        assert!(lines[2].contains("from cubic to bbr"), "{lines:#?}");
+        assert!(lines[3].contains("switch its established connections"), "{lines:#?}");
+        assert!(!lines.iter().any(|l| l.contains("persist")), "{lines:#?}");
+        let loaded = vec!["bbr".to_string()];
+        let plan = Plan::new(target(false), "bbr", "bbr", &loaded, false, false, &|_| false);
+        assert_eq!(plan.load_module, None);
+        assert!(plan.lines().iter().any(|l| l.contains("already bbr")));
+        assert!(plan.lines().iter().any(|l| l.contains("add --live")));
+    }
+
+    #[test]
+    fn persisting_writes_only_absent_host_files_and_explains_the_rest() {
+        let plan = Plan::new(target(true), "bbr", "cubic", &[], false, true, &|p| p == SYSCTL_FILE);
+        assert_eq!(plan.persist, Persist::HostFiles(vec![(MODULES_FILE.to_string(), "tcp_bbr\n".to_string())]));
+        assert!(plan.lines().iter().any(|l| l.contains("host's own namespace")));
+        let plan = Plan::new(target(false), "bbr", "cubic", &[], false, true, &|_| false);
+        assert!(matches!(&plan.persist, Persist::Nothing(why) if why.contains("ip netns add")), "{:?}", plan.persist);
+        let mut container = target(false);
+        container.runtime_sysctl = Some("docker run --sysctl net.ipv4.tcp_congestion_control=bbr".into());
+        let plan = Plan::new(container, "bbr", "cubic", &[], false, true, &|_| false);
+        assert!(matches!(&plan.persist, Persist::Nothing(why) if why.contains("docker run --sysctl")));
+    }
+
+    #[test]
+    fn state_round_trips_and_refuses_foreign_files() {
+        let state = State {
+            version: STATE_VERSION,
+            target: target(false),
+            cc: "bbr".into(),
+            previous_default: "reno".into(),
+            default_changed: true,
+            switched: vec![SwitchedCookie { cookie: 42, old_cc: "cubic".into() }],
+            files: vec![SYSCTL_FILE.into()],
+        };
+        assert_eq!(State::from_json(&state.to_json()), Ok(state.clone()));
+        let mut bad = state.clone();
+        bad.files = vec!["/etc/passwd".into()];
+        assert!(State::from_json(&bad.to_json()).unwrap_err().contains("/etc/passwd"));
+        let mut bad = state;
+        bad.switched[0].old_cc = "x; rm".into();
+        assert!(State::from_json(&bad.to_json()).is_err());
+    }
+
+    #[test]
+    fn each_refusal_has_its_own_line() {
+        let t = target(false);
+        let allowed = vec!["reno".to_string()];
+        let eperm = refusal(Step::SetDefault, errno::EPERM, "bbr", &t, &allowed);
+        assert!(eperm.contains("restricted for non-initial") && eperm.contains("\"reno bbr\""), "{eperm}");
+        assert!(refusal(Step::SetDefault, errno::ENOENT, "nosuchcc", &t, &allowed)
+            .contains("tcp_nosuchcc could not be loaded"));
+        assert!(refusal(Step::SetDefault, errno::EROFS, "bbr", &t, &allowed).contains("read-only"));
+        assert!(refusal(Step::Enter, errno::ENOENT, "bbr", &t, &allowed).contains("is gone"));
+        assert!(refusal(Step::SetDefault, errno::EINVAL, "bbr", &t, &allowed).contains("Invalid argument"));
+        assert!(!refusal(Step::SetDefault, errno::EINVAL, "bbr", &t, &allowed).contains('\n'));
+    }
+
+    #[test]
+    fn names_and_records() {
+        assert!(valid_cc_name("bbr") && valid_cc_name("tcp_x1"));
+        assert!(
+            !valid_cc_name("") && !valid_cc_name("BBR") && !valid_cc_name("a b") && !valid_cc_name(&"a".repeat(16))
+        );
+        assert_eq!(&cc_bytes("bbr")[..4], b"bbr\0");
+        let rec = SwitchRecord {
+            cookie: 7,
+            old_cc: cc_bytes("cubic"),
+            new_cc: cc_bytes("bbr"),
+            result: -errno::ENOENT,
+            sport: 40000,
+            dport: 5201,
+        };
+        // SAFETY: a plain repr(C) struct viewed as its bytes.
+        let bytes = unsafe { std::slice::from_raw_parts((&raw const rec).cast::<u8>(), SWITCH_RECORD_SIZE) };
+        let mut two = bytes.to_vec();
+        two.extend_from_slice(bytes);
+        two.extend_from_slice(&bytes[..5]);
+        let out = decode_switch_records(&two);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[0],
+            Switched { cookie: 7, old_cc: "cubic".into(), new_cc: "bbr".into(), result: -2, sport: 40000, dport: 5201 }
+        );
+        assert_eq!(socket_refusal(out[0].result), "algorithm not loaded");
+    }
+}
