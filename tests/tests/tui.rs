@@ -89,9 +89,10 @@ fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
     tmux.keys(&["-l", "cubic-bulk"])?;
     tmux.keys(&["Enter"])?;
     // One table row left: the header and the table title name the filter too, so count the
-    // rows (lines with the flow's endpoints), not every mention of the name.
+    // rows (lines with the flow's endpoints), not every mention of the name, nor the findings
+    // strip's lines (`⚑ cubic-bulk → peer`).
     tmux.wait_for("the filtered table", Duration::from_secs(5), |s| {
-        let rows: Vec<&str> = s.lines().filter(|l| l.contains(":5201")).collect();
+        let rows: Vec<&str> = s.lines().filter(|l| l.contains(":5201") && !l.contains(" → ")).collect();
         rows.len() == 1 && rows[0].contains("cubic-bulk")
     })?;
     tmux.keys(&["Enter"])?;
