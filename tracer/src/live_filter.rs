@@ -67,6 +67,8 @@ impl HostLookup for HostPaths {
 struct Inner {
     kernel: KernelFilter,
     spec: FilterSpec,
+    /// The host facts' generation the filter was last re-resolved against.
+    followed: Option<u64>,
 }
 
 /// The filter in force, shared by the upkeep that follows the host and the TUI's prompt.
@@ -79,7 +81,7 @@ pub struct LiveFilter {
 impl LiveFilter {
     /// `kernel` already has `spec`'s resolution applied.
     pub fn new(kernel: KernelFilter, spec: FilterSpec, host: HostPaths) -> Self {
-        Self { inner: Arc::new(Mutex::new(Inner { kernel, spec })), host: Arc::new(host) }
+        Self { inner: Arc::new(Mutex::new(Inner { kernel, spec, followed: None })), host: Arc::new(host) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -123,7 +125,14 @@ impl FilterControl for LiveFilter {
         self.lock().spec.clone()
     }
 
-    fn follow_host(&mut self, env: &Environment) {
+    fn follow_host(&mut self, env: &Environment, generation: u64) {
+        {
+            let mut inner = self.lock();
+            if inner.followed == Some(generation) {
+                return;
+            }
+            inner.followed = Some(generation);
+        }
         if let Err(e) = self.refresh(env) {
             log::warn!("re-applying the filter failed: {e:#}");
         }
@@ -143,7 +152,7 @@ impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
-        self.filter.follow_host(&analysis.env);
+        self.filter.follow_host(&analysis.env, analysis.env_generation());
         self.inner.on_tick(analysis, status).await
     }
 

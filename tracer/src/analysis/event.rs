@@ -191,6 +191,21 @@ pub struct Owner {
 }
 
 impl Sample {
+    /// Keep the identity `prev` had where this sample lacks it: the kernel clears the local port
+    /// when a closing socket is unhashed, a connecting one has no peer port yet, and the owner
+    /// is known only once seen. The flow's identity is the last complete one.
+    pub fn carry_identity_from(&mut self, prev: &Sample) {
+        if self.local.port() == 0 {
+            self.local = prev.local;
+        }
+        if self.remote.port() == 0 {
+            self.remote = prev.remote;
+        }
+        if self.owner.is_none() {
+            self.owner.clone_from(&prev.owner);
+        }
+    }
+
     pub fn is_closing(&self) -> bool {
         self.reason == SampleReason::Destroy
             || (self.reason == SampleReason::StateChange && self.tcp_state == TcpState::Close)

@@ -503,17 +503,7 @@ impl Flow {
             loss.update(&self.latest, sample, cfg);
         }
         let mut latest = sample.clone();
-        // The kernel clears the local port when a closing socket is unhashed, and a connecting
-        // one has none yet: the flow's identity is the last complete one seen.
-        if latest.local.port() == 0 {
-            latest.local = self.latest.local;
-        }
-        if latest.remote.port() == 0 {
-            latest.remote = self.latest.remote;
-        }
-        if latest.owner.is_none() {
-            latest.owner = self.latest.owner.clone();
-        }
+        latest.carry_identity_from(&self.latest);
         self.latest = latest;
     }
 

@@ -108,16 +108,7 @@ impl FlowTrack {
             return;
         }
         let mut latest = s.clone();
-        // As the flow table does: a closing socket loses its port, a connecting one has none.
-        if latest.local.port() == 0 {
-            latest.local = self.latest.local;
-        }
-        if latest.remote.port() == 0 {
-            latest.remote = self.latest.remote;
-        }
-        if latest.owner.is_none() {
-            latest.owner = self.latest.owner.clone();
-        }
+        latest.carry_identity_from(&self.latest);
         self.latest = latest;
     }
 

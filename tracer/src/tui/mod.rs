@@ -161,7 +161,7 @@ where
             return Ok(Control::Continue);
         }
         if let Some(f) = self.filter.as_deref_mut() {
-            f.follow_host(&analysis.env);
+            f.follow_host(&analysis.env, analysis.env_generation());
         }
         if let Some(rec) = &self.recording {
             self.state.header.recording = Some(rec.badge());
