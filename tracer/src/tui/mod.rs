@@ -216,7 +216,7 @@ where
 
 /// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
 /// (SIGTERM); `filter` lets the user change the kernel filter (`F`); `recorder` records what
-/// is shown (the header says so). The terminal is restored before this returns, also on error,
+/// is shown (the header says so); `exporter` serves it as metrics. The terminal is restored before this returns, also on error,
 /// so the caller may print the summary it returns.
 #[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
 pub async fn run(
@@ -227,6 +227,7 @@ pub async fn run(
     pipeline_opts: PipelineOptions,
     filter: Option<FilterControlBox>,
     recorder: Option<crate::recording::Recorder>,
+    exporter: Option<crate::metrics::Exporter>,
     player: Option<crate::recording::player::Player>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
@@ -236,7 +237,8 @@ pub async fn run(
     let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter)
         .with_recording(status)
         .with_player(player);
-    let mut front = crate::recording::Recording { inner: tui, recorder };
+    let recording = crate::recording::Recording { inner: tui, recorder };
+    let mut front = crate::metrics::Exporting { inner: recording, exporter };
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
     let pipeline_opts = if pipeline_opts.scripted {
         pipeline_opts

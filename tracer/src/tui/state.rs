@@ -234,11 +234,7 @@ impl FlowRow {
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
             finding,
-            heavy: flagged || {
-                let moved = s.bytes_acked.saturating_add(s.bytes_received);
-                let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
-                analysis.diagnoser.config().is_heavy(moved, flow.rates.throughput_bps, cwnd_full)
-            },
+            heavy: analysis.diagnoser.config().flow_is_heavy(flow, verdict),
         }
     }
 

@@ -1,0 +1,107 @@
+//! The Prometheus exporter: `cctrace serve` (headless), and `--listen` beside any other front
+//! end, fed by the same pipeline.
+//!
+//! [`model`] computes what is exposed from the analysis (pure, tested on feeds);
+//! [`exposition`] encodes it with the Prometheus client; [`server`] serves it over HTTP.
+//! [`Exporting`] wraps a front end the way [`crate::recording::Recording`] does, so the TUI or
+//! JSON output and the exporter see the same samples and ticks.
+
+pub mod exposition;
+pub mod model;
+pub mod server;
+
+use std::net::SocketAddr;
+
+use anyhow::Result;
+
+use crate::analysis::event::Sample;
+use crate::analysis::schema::SummaryRecord;
+use crate::analysis::Analysis;
+use crate::pipeline::{Control, FrontEnd, Status};
+use crate::recording::counters_of;
+
+pub use exposition::{Exposition, Format, SharedSnapshot};
+pub use model::{MetricsConfig, MetricsModel, Snapshot};
+pub use server::{check_listen, MetricsServer, ServeError};
+
+/// The snapshot is recomputed at most this often (the analysis judges flows once a second);
+/// ticks in between (the TUI draws four frames a second) only count bytes.
+const SNAPSHOT_EVERY_NS: u64 = 1_000_000_000;
+
+/// The exporter's state: the model, what scrapes read, and the HTTP server.
+pub struct Exporter {
+    model: MetricsModel,
+    shared: SharedSnapshot,
+    /// Each kernel hook and whether it is attached.
+    hooks: Vec<(String, bool)>,
+    server: Option<MetricsServer>,
+    snapshot_at_ns: Option<u64>,
+}
+
+impl Exporter {
+    /// Serve on `addr` (already checked with [`check_listen`]).
+    pub async fn start(addr: SocketAddr, cfg: MetricsConfig, hooks: Vec<(String, bool)>) -> Result<Self, ServeError> {
+        let shared = SharedSnapshot::default();
+        let server = MetricsServer::bind(addr, shared.clone()).await?;
+        Ok(Self { model: MetricsModel::new(cfg), shared, hooks, server: Some(server), snapshot_at_ns: None })
+    }
+
+    /// The kernel hooks and whether each is attached (known once the source started).
+    pub fn set_hooks(&mut self, hooks: Vec<(String, bool)>) {
+        self.hooks = hooks;
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(MetricsServer::local_addr)
+    }
+
+    fn publish(&mut self, analysis: &Analysis, counters: crate::source::SourceCounters) {
+        self.shared.set(self.model.snapshot(analysis, counters, &self.hooks));
+        self.snapshot_at_ns = Some(analysis.last_tick_ns());
+    }
+}
+
+/// A front end that also exports metrics (when `exporter` is set).
+pub struct Exporting<F> {
+    pub inner: F,
+    pub exporter: Option<Exporter>,
+}
+
+impl<F: FrontEnd> FrontEnd for Exporting<F> {
+    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
+        if let Some(e) = &mut self.exporter {
+            e.model.observe(&analysis.env, batch);
+        }
+        self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        if let Some(e) = &mut self.exporter {
+            let due = e.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= SNAPSHOT_EVERY_NS);
+            if due {
+                e.publish(analysis, status.counters);
+            }
+        }
+        self.inner.on_tick(analysis, status).await
+    }
+
+    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
+        self.inner.input(analysis).await
+    }
+
+    fn on_source_end(&mut self) -> Control {
+        self.inner.on_source_end()
+    }
+
+    /// The final totals, then the server stops: a scrape from here on is refused.
+    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
+        if let Some(e) = &mut self.exporter {
+            e.publish(analysis, counters_of(summary));
+            if let Some(server) = e.server.take() {
+                server.shutdown().await;
+            }
+        }
+        self.inner.finish(analysis, summary).await
+    }
+}
