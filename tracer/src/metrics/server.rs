@@ -190,3 +190,6 @@ fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         _ => text(StatusCode::NOT_FOUND, "not found: /metrics, /health\n"),
     }
 }
+
+#[cfg(test)]
+mod tests;
