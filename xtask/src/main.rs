@@ -159,12 +159,15 @@ fn setup_apt() -> Result<()> {
         .with_context(|| format!("could not install {}", missing.join(" ")))
     };
     installed?;
-    // On a systemd host the package also enabled its unit for the next boot: undo that for the
-    // services this setup installed (not for ones the user had before).
-    if std::path::Path::new("/run/systemd/system").exists() {
-        for unit in NO_SERVICE.iter().filter(|p| missing.contains(p)) {
-            let _ = run(Command::new("systemctl").args(["disable", "--now", &format!("{unit}.service")]));
-        }
+    // The package also enabled its service for the next boot (a systemd unit, or sysvinit
+    // links): undo that for the services this setup installed, not for ones the user had.
+    let systemd = std::path::Path::new("/run/systemd/system").exists();
+    for unit in NO_SERVICE.iter().filter(|p| missing.contains(p)) {
+        let _ = if systemd {
+            run(Command::new("systemctl").args(["disable", "--now", &format!("{unit}.service")]))
+        } else {
+            run(Command::new("update-rc.d").args([unit, "disable"]))
+        };
     }
     Ok(())
 }
