@@ -71,7 +71,7 @@ pub struct Exporting<F> {
 impl<F: FrontEnd> FrontEnd for Exporting<F> {
     async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
         if let Some(e) = &mut self.exporter {
-            e.model.observe(&analysis.env, batch);
+            e.model.observe(&analysis.env, analysis.env_generation(), batch);
         }
         self.inner.on_batch(analysis, batch).await
     }

@@ -10,7 +10,7 @@
 //! beyond it are folded into one overflow group and counted, and flagged flows get series of
 //! their own only for the top [`MetricsConfig::top_flagged`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::analysis::diagnosis::{Environment, LimitedBy};
 use crate::analysis::event::Sample;
@@ -173,14 +173,25 @@ struct SocketSeen {
     segments_retrans: u32,
     last_seen_ns: u64,
     closing: bool,
-    group: GroupKey,
+    /// Index into [`MetricsModel::groups`].
+    group: usize,
+    /// What the group was derived from: while these stay the same, so does the group, and a
+    /// sample costs no label building.
+    cgroup_id: u64,
+    netns: u32,
+    cc: String,
+    env_generation: u64,
 }
 
 /// Turns samples and the analysis into [`Snapshot`]s; keeps the counters between them.
 #[derive(Debug, Default)]
 pub struct MetricsModel {
     cfg: MetricsConfig,
-    groups: BTreeMap<GroupKey, GroupTotals>,
+    /// Every group ever exposed, in order of appearance (a group never goes away, so its
+    /// counters never restart).
+    groups: Vec<(GroupKey, GroupTotals)>,
+    index: HashMap<GroupKey, usize>,
+    overflow: Option<usize>,
     sockets: HashMap<u64, SocketSeen>,
     overflow_flows: u64,
 }
@@ -194,35 +205,54 @@ impl MetricsModel {
         &self.cfg
     }
 
+    fn add_group(&mut self, key: GroupKey) -> usize {
+        self.groups.push((key.clone(), GroupTotals::default()));
+        self.index.insert(key, self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
     /// The group `key` counts in: its own while there is room, else the overflow group.
-    fn slot(&mut self, key: GroupKey, new_socket: bool) -> GroupKey {
-        if self.groups.contains_key(&key) {
-            return key;
+    fn slot(&mut self, key: GroupKey, new_socket: bool) -> usize {
+        if let Some(&at) = self.index.get(&key) {
+            return at;
         }
-        let own = self.groups.len() - usize::from(self.groups.contains_key(&GroupKey::overflow()));
+        let own = self.groups.len() - usize::from(self.overflow.is_some());
         if own < self.cfg.max_groups {
-            self.groups.insert(key.clone(), GroupTotals::default());
-            return key;
+            return self.add_group(key);
         }
         if new_socket {
             self.overflow_flows += 1;
         }
-        let overflow = GroupKey::overflow();
-        self.groups.entry(overflow.clone()).or_default();
-        overflow
+        match self.overflow {
+            Some(at) => at,
+            None => {
+                let at = self.add_group(GroupKey::overflow());
+                self.overflow = Some(at);
+                at
+            }
+        }
     }
 
     /// Add what `batch` shows each socket sent and retransmitted since it was last seen (all of
-    /// it for a socket seen first) to its group's counters.
-    pub fn observe(&mut self, env: &Environment, batch: &[Sample]) {
+    /// it for a socket seen first) to its group's counters. `env_generation` says when the host
+    /// facts changed ([`Analysis::env_generation`]): a container found late renames the group.
+    pub fn observe(&mut self, env: &Environment, env_generation: u64, batch: &[Sample]) {
         for s in batch {
-            let known = self.sockets.get(&s.cookie).map(|seen| seen.group.clone());
-            let key = GroupKey::of(s, env);
-            // A flow moves to the group the host facts now name (a container found late); it
-            // stays in the overflow group once there, so the overflow count means something.
-            let group = match known {
-                Some(g) if g == key || g == GroupKey::overflow() => g,
-                known => self.slot(key, known.is_none()),
+            let unchanged = self.sockets.get(&s.cookie).and_then(|seen| {
+                let same = seen.cgroup_id == s.cgroup_id
+                    && seen.netns == s.netns
+                    && seen.cc == s.cc
+                    && seen.env_generation == env_generation;
+                // A flow stays in the overflow group once there, so the overflow count means
+                // something.
+                (same || Some(seen.group) == self.overflow).then_some(seen.group)
+            });
+            let group = match unchanged {
+                Some(g) => g,
+                None => {
+                    let new_socket = !self.sockets.contains_key(&s.cookie);
+                    self.slot(GroupKey::of(s, env), new_socket)
+                }
             };
             let seen = self.sockets.entry(s.cookie).or_insert_with(|| SocketSeen {
                 bytes_sent: 0,
@@ -230,8 +260,18 @@ impl MetricsModel {
                 segments_retrans: 0,
                 last_seen_ns: s.ts_ns,
                 closing: false,
-                group: group.clone(),
+                group,
+                cgroup_id: s.cgroup_id,
+                netns: s.netns,
+                cc: s.cc.clone(),
+                env_generation,
             });
+            if unchanged.is_none() {
+                seen.cgroup_id = s.cgroup_id;
+                seen.netns = s.netns;
+                seen.cc.clone_from(&s.cc);
+                seen.env_generation = env_generation;
+            }
             // The kernel's per-socket counters only grow; a lower value (a sample older than
             // one already seen) adds nothing and moves nothing back.
             let sent = s.bytes_sent.saturating_sub(seen.bytes_sent);
@@ -242,8 +282,8 @@ impl MetricsModel {
             seen.segments_retrans = seen.segments_retrans.max(s.total_retrans);
             seen.last_seen_ns = seen.last_seen_ns.max(s.ts_ns);
             seen.closing |= s.is_closing();
-            seen.group = group.clone();
-            let totals = self.groups.entry(group).or_default();
+            seen.group = group;
+            let totals = &mut self.groups[group].1;
             totals.bytes_sent = totals.bytes_sent.saturating_add(sent);
             totals.bytes_retransmitted = totals.bytes_retransmitted.saturating_add(retrans);
             totals.segments_retransmitted = totals.segments_retransmitted.saturating_add(u64::from(segments));
@@ -261,18 +301,19 @@ impl MetricsModel {
                 || !(seen.closing || now_ns.saturating_sub(seen.last_seen_ns) >= idle_ns)
         });
 
-        let mut live: BTreeMap<&GroupKey, Live> = BTreeMap::new();
-        let mut limited_by: BTreeMap<LimitedBy, u64> = LimitedBy::ALL.iter().map(|l| (*l, 0)).collect();
+        let mut live = vec![Live::default(); self.groups.len()];
+        let mut limited_by = [0u64; LimitedBy::ALL.len()];
         let mut flagged = Vec::new();
         let cfg = analysis.diagnoser.config();
         for flow in analysis.table.flows() {
             let verdict = analysis.verdict(flow);
-            *limited_by.entry(verdict.map_or(LimitedBy::Unknown, |v| v.limited_by)).or_default() += 1;
-            let Some(group) = self.sockets.get(&flow.cookie()).map(|s| &s.group) else { continue };
+            let l = verdict.map_or(LimitedBy::Unknown, |v| v.limited_by);
+            limited_by[LimitedBy::ALL.iter().position(|x| *x == l).unwrap_or(0)] += 1;
+            let Some(group) = self.sockets.get(&flow.cookie()).map(|s| s.group) else { continue };
             if flow.is_closed() {
                 continue;
             }
-            let l = live.entry(group).or_default();
+            let l = &mut live[group];
             l.flows += 1;
             l.heavy += u64::from(cfg.flow_is_heavy(flow, verdict));
             l.goodput_bps += flow.rates.throughput_bps.max(0.0);
@@ -280,25 +321,24 @@ impl MetricsModel {
             l.retrans_bps += (flow.rates.send_rate_bps * flow.rates.retrans_ratio).max(0.0);
             if let Some(v) = verdict.filter(|v| v.flagged) {
                 l.flagged += 1;
-                flagged.push(flagged_series(flow, v.evidence.as_ref(), group.clone()));
+                flagged.push(flagged_series(flow, v.evidence.as_ref(), self.groups[group].0.clone()));
             }
         }
-        let groups = self
+        let mut groups: Vec<GroupSeries> = self
             .groups
             .iter()
-            .map(|(key, totals)| {
-                let l = live.get(key).copied().unwrap_or_default();
-                GroupSeries {
-                    key: key.clone(),
-                    flows: l.flows,
-                    heavy: l.heavy,
-                    flagged: l.flagged,
-                    goodput_bps: l.goodput_bps,
-                    loss_ratio: if l.send_bps > 0.0 { (l.retrans_bps / l.send_bps).clamp(0.0, 1.0) } else { 0.0 },
-                    totals: *totals,
-                }
+            .zip(&live)
+            .map(|((key, totals), l)| GroupSeries {
+                key: key.clone(),
+                flows: l.flows,
+                heavy: l.heavy,
+                flagged: l.flagged,
+                goodput_bps: l.goodput_bps,
+                loss_ratio: if l.send_bps > 0.0 { (l.retrans_bps / l.send_bps).clamp(0.0, 1.0) } else { 0.0 },
+                totals: *totals,
             })
             .collect();
+        groups.sort_by(|a, b| a.key.cmp(&b.key));
         // Most headroom first, then most goodput, then by flow for a stable order.
         flagged.sort_by(|a, b| {
             b.headroom_bps
@@ -310,7 +350,7 @@ impl MetricsModel {
         flagged.truncate(self.cfg.top_flagged);
         Snapshot {
             groups,
-            limited_by: limited_by.into_iter().collect(),
+            limited_by: LimitedBy::ALL.into_iter().zip(limited_by).collect(),
             flagged,
             flagged_folded,
             overflow_flows: self.overflow_flows,

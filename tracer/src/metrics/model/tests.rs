@@ -15,7 +15,7 @@ fn run_feed(cfg: MetricsConfig, secs: u64) -> (Analysis, MetricsModel, Vec<Snaps
         for s in &batch {
             analysis.ingest(s);
         }
-        model.observe(&analysis.env, &batch);
+        model.observe(&analysis.env, analysis.env_generation(), &batch);
         if tick % 10 == 9 {
             analysis.tick(feed::ts_ns(tick));
             snapshots.push(model.snapshot(&analysis, SourceCounters::default(), &[]));
@@ -102,7 +102,7 @@ fn groups_beyond_the_limit_fold_into_one_and_the_series_stay_bounded() {
     for s in &batch {
         analysis.ingest(s);
     }
-    model.observe(&analysis.env, &batch);
+    model.observe(&analysis.env, analysis.env_generation(), &batch);
     analysis.tick(2_000_000_000);
     let snap = model.snapshot(&analysis, SourceCounters::default(), &[]);
     assert_eq!(snap.groups.len(), 11, "ten groups of their own and the overflow group");
@@ -124,7 +124,7 @@ fn a_sample_older_than_one_seen_moves_nothing_back() {
     let mut older = s.clone();
     older.bytes_sent = 4000;
     older.bytes_retrans = 50;
-    model.observe(&env, &[s.clone(), older, s]);
-    let totals = model.groups.values().next().expect("one group");
+    model.observe(&env, 0, &[s.clone(), older, s]);
+    let totals = model.groups.first().map(|g| g.1).expect("one group");
     assert_eq!((totals.bytes_sent, totals.bytes_retransmitted), (5000, 100));
 }
