@@ -33,8 +33,8 @@ fn promtool() -> Result<Command> {
 }
 
 fn which(tool: &str) -> Result<()> {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()));
+    let found =
+        std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()));
     ensure!(found, "{tool} is not installed (Debian package prometheus; `cargo xtask test` installs it)");
     Ok(())
 }
@@ -281,7 +281,8 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     let flow = format!("{}->{}:{PORT}", sender.local_addr(), path.receiver_addr());
 
     // The flagged flow, under its container, namespace and cc, through PromQL.
-    let flagged = format!(r#"cctrace_flagged_flows{{job="cctrace",container="{CONTAINER}",netns="{netns}",cc="cubic"}} > 0"#);
+    let flagged =
+        format!(r#"cctrace_flagged_flows{{job="cctrace",container="{CONTAINER}",netns="{netns}",cc="cubic"}} > 0"#);
     let seen_after = loop {
         if prometheus.value(&flagged)?.is_some() {
             break started.elapsed();

@@ -466,7 +466,12 @@ async fn run(cli: &Cli) -> Result<()> {
     let mut source = start_kernel(cli, resolved)?;
     if let Some(e) = &mut exporter {
         e.set_hooks(
-            source.info().hooks.iter().map(|h| (h.name.clone(), !matches!(h.status, HookStatus::Disabled(_)))).collect(),
+            source
+                .info()
+                .hooks
+                .iter()
+                .map(|h| (h.name.clone(), !matches!(h.status, HookStatus::Disabled(_))))
+                .collect(),
         );
     }
     let serving = exporter.as_ref().and_then(tracer::metrics::Exporter::local_addr);

@@ -184,8 +184,11 @@ impl NoServiceStart {
         if std::path::Path::new(POLICY_RC_D).exists() {
             return Ok(Self(false));
         }
-        std::fs::write(POLICY_RC_D, "#!/bin/sh\n# cargo xtask setup: no service starts while it installs packages\nexit 101\n")
-            .with_context(|| format!("writing {POLICY_RC_D}"))?;
+        std::fs::write(
+            POLICY_RC_D,
+            "#!/bin/sh\n# cargo xtask setup: no service starts while it installs packages\nexit 101\n",
+        )
+        .with_context(|| format!("writing {POLICY_RC_D}"))?;
         std::fs::set_permissions(POLICY_RC_D, std::fs::Permissions::from_mode(0o755))?;
         Ok(Self(true))
     }

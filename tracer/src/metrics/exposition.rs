@@ -103,6 +103,9 @@ impl Exposition {
 #[derive(Debug)]
 struct SnapshotCollector(SharedSnapshot);
 
+/// A flagged flow's gauge: name, help, unit and how to read it.
+type FlowGauge<'u> = (&'static str, &'static str, &'u Unit, fn(&FlaggedSeries) -> f64);
+
 type Labels<'a> = [(&'static str, &'a str); 3];
 
 fn group_labels<'a>(key: &'a GroupKey, netns: &'a str) -> Labels<'a> {
@@ -150,8 +153,22 @@ impl Collector for SnapshotCollector {
         let gauge_u = |v: u64| ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
         let e = &mut encoder;
 
-        family(e, "cctrace_flows", "Open TCP flows", None, MetricType::Gauge, groups.iter().map(|(g, l)| (l, gauge_u(g.flows))))?;
-        family(e, "cctrace_heavy_flows", "Open heavy flows (bulk or high-rate)", None, MetricType::Gauge, groups.iter().map(|(g, l)| (l, gauge_u(g.heavy))))?;
+        family(
+            e,
+            "cctrace_flows",
+            "Open TCP flows",
+            None,
+            MetricType::Gauge,
+            groups.iter().map(|(g, l)| (l, gauge_u(g.flows))),
+        )?;
+        family(
+            e,
+            "cctrace_heavy_flows",
+            "Open heavy flows (bulk or high-rate)",
+            None,
+            MetricType::Gauge,
+            groups.iter().map(|(g, l)| (l, gauge_u(g.heavy))),
+        )?;
         family(
             e,
             "cctrace_flagged_flows",
@@ -160,10 +177,38 @@ impl Collector for SnapshotCollector {
             MetricType::Gauge,
             groups.iter().map(|(g, l)| (l, gauge_u(g.flagged))),
         )?;
-        family(e, "cctrace_goodput", "Goodput of the open flows (acked plus received)", Some(&bytes_per_second), MetricType::Gauge, groups.iter().map(|(g, l)| (l, ConstGauge::new(g.goodput_bps / 8.0))))?;
-        family(e, "cctrace_loss", "Retransmitted share of the bytes sent over the last second", Some(&ratio), MetricType::Gauge, groups.iter().map(|(g, l)| (l, ConstGauge::new(g.loss_ratio))))?;
-        family(e, "cctrace_sent", "Bytes sent, retransmissions included (the sockets' tcpi_bytes_sent)", Some(&bytes), MetricType::Counter, groups.iter().map(|(g, l)| (l, ConstCounter::new(g.totals.bytes_sent))))?;
-        family(e, "cctrace_retransmitted", "Bytes retransmitted (the sockets' tcpi_bytes_retrans)", Some(&bytes), MetricType::Counter, groups.iter().map(|(g, l)| (l, ConstCounter::new(g.totals.bytes_retransmitted))))?;
+        family(
+            e,
+            "cctrace_goodput",
+            "Goodput of the open flows (acked plus received)",
+            Some(&bytes_per_second),
+            MetricType::Gauge,
+            groups.iter().map(|(g, l)| (l, ConstGauge::new(g.goodput_bps / 8.0))),
+        )?;
+        family(
+            e,
+            "cctrace_loss",
+            "Retransmitted share of the bytes sent over the last second",
+            Some(&ratio),
+            MetricType::Gauge,
+            groups.iter().map(|(g, l)| (l, ConstGauge::new(g.loss_ratio))),
+        )?;
+        family(
+            e,
+            "cctrace_sent",
+            "Bytes sent, retransmissions included (the sockets' tcpi_bytes_sent)",
+            Some(&bytes),
+            MetricType::Counter,
+            groups.iter().map(|(g, l)| (l, ConstCounter::new(g.totals.bytes_sent))),
+        )?;
+        family(
+            e,
+            "cctrace_retransmitted",
+            "Bytes retransmitted (the sockets' tcpi_bytes_retrans)",
+            Some(&bytes),
+            MetricType::Counter,
+            groups.iter().map(|(g, l)| (l, ConstCounter::new(g.totals.bytes_retransmitted))),
+        )?;
         family(
             e,
             "cctrace_retransmitted_segments",
@@ -193,17 +238,42 @@ impl Collector for SnapshotCollector {
                 (f, [c, n, cc, ("flow", f.flow.as_str())])
             })
             .collect();
-        let per_flow: [(&str, &str, &Unit, fn(&FlaggedSeries) -> f64); 5] = [
-            ("cctrace_flagged_flow_goodput", "A top flagged flow's goodput", &bytes_per_second, |f| f.goodput_bps / 8.0),
+        let per_flow: [FlowGauge; 5] = [
+            ("cctrace_flagged_flow_goodput", "A top flagged flow's goodput", &bytes_per_second, |f| {
+                f.goodput_bps / 8.0
+            }),
             ("cctrace_flagged_flow_rtt", "A top flagged flow's smoothed RTT", &seconds, |f| f.srtt_seconds),
             ("cctrace_flagged_flow_min_rtt", "A top flagged flow's minimum RTT", &seconds, |f| f.min_rtt_seconds),
-            ("cctrace_flagged_flow_loss", "A top flagged flow's retransmitted share over its loss episodes", &ratio, |f| f.loss_ratio),
-            ("cctrace_flagged_flow_headroom", "Rate a top flagged flow's path has shown beyond its goodput", &bytes_per_second, |f| f.headroom_bps / 8.0),
+            (
+                "cctrace_flagged_flow_loss",
+                "A top flagged flow's retransmitted share over its loss episodes",
+                &ratio,
+                |f| f.loss_ratio,
+            ),
+            (
+                "cctrace_flagged_flow_headroom",
+                "Rate a top flagged flow's path has shown beyond its goodput",
+                &bytes_per_second,
+                |f| f.headroom_bps / 8.0,
+            ),
         ];
         for (name, help, unit, value) in per_flow {
-            family(e, name, help, Some(unit), MetricType::Gauge, flagged.iter().map(|(f, l)| (l, ConstGauge::new(value(f)))))?;
+            family(
+                e,
+                name,
+                help,
+                Some(unit),
+                MetricType::Gauge,
+                flagged.iter().map(|(f, l)| (l, ConstGauge::new(value(f)))),
+            )?;
         }
-        single(e, "cctrace_flagged_flows_folded", "Flagged flows beyond the top N, without series of their own", None, gauge_u(snap.flagged_folded))?;
+        single(
+            e,
+            "cctrace_flagged_flows_folded",
+            "Flagged flows beyond the top N, without series of their own",
+            None,
+            gauge_u(snap.flagged_folded),
+        )?;
         single(
             e,
             "cctrace_overflow_flows",
@@ -217,17 +287,32 @@ impl Collector for SnapshotCollector {
         for (name, help, value) in [
             ("cctrace_events_received", "Kernel samples delivered to the analysis", c.received),
             ("cctrace_events_lost", "Kernel samples lost because the ring buffer was full", c.lost),
-            ("cctrace_events_filtered", "Kernel samples not written because their flow is outside the filter", c.filtered),
+            (
+                "cctrace_events_filtered",
+                "Kernel samples not written because their flow is outside the filter",
+                c.filtered,
+            ),
             ("cctrace_decode_errors", "Kernel samples that failed to decode", c.decode_errors),
             ("cctrace_kernel_read_errors", "Socket field reads that failed in the eBPF programs", c.kernel_read_errors),
             ("cctrace_flow_map_full", "Flows the kernel's per-flow map could not hold", c.flow_map_full),
-            ("cctrace_kernel_emitted", "Kernel samples written into the ring buffer", c.kernel_emitted.unwrap_or(c.received + c.lost)),
+            (
+                "cctrace_kernel_emitted",
+                "Kernel samples written into the ring buffer",
+                c.kernel_emitted.unwrap_or(c.received + c.lost),
+            ),
             ("cctrace_flows_evicted", "Flows evicted from the flow table to keep it bounded", h.flows_evicted),
         ] {
             single(e, name, help, None, ConstCounter::new(value))?;
         }
-        single(e, "cctrace_flows_tracked", "Flows in the flow table, open and lingering closed", None, gauge_u(h.flows_tracked))?;
-        let hooks: Vec<([(&str, &str); 1], bool)> = h.hooks.iter().map(|(name, on)| ([("hook", name.as_str())], *on)).collect();
+        single(
+            e,
+            "cctrace_flows_tracked",
+            "Flows in the flow table, open and lingering closed",
+            None,
+            gauge_u(h.flows_tracked),
+        )?;
+        let hooks: Vec<([(&str, &str); 1], bool)> =
+            h.hooks.iter().map(|(name, on)| ([("hook", name.as_str())], *on)).collect();
         family(
             e,
             "cctrace_hook_attached",
@@ -237,7 +322,14 @@ impl Collector for SnapshotCollector {
             hooks.iter().map(|(l, on)| (l, ConstGauge::new(i64::from(*on)))),
         )?;
         let build = [("version", env!("CARGO_PKG_VERSION"))];
-        family(e, "cctrace_build", "The running cctrace", Some(&Unit::Other("info".into())), MetricType::Gauge, [(&build, ConstGauge::new(1i64))])?;
+        family(
+            e,
+            "cctrace_build",
+            "The running cctrace",
+            Some(&Unit::Other("info".into())),
+            MetricType::Gauge,
+            [(&build, ConstGauge::new(1i64))],
+        )?;
         Ok(())
     }
 }

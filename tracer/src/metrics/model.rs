@@ -375,7 +375,11 @@ struct Live {
     retrans_bps: f64,
 }
 
-fn flagged_series(flow: &Flow, evidence: Option<&crate::analysis::diagnosis::Evidence>, key: GroupKey) -> FlaggedSeries {
+fn flagged_series(
+    flow: &Flow,
+    evidence: Option<&crate::analysis::diagnosis::Evidence>,
+    key: GroupKey,
+) -> FlaggedSeries {
     let s = &flow.latest;
     let us = |v: u32| f64::from(v) / 1e6;
     FlaggedSeries {

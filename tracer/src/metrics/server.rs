@@ -180,10 +180,9 @@ fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         }
         "/health" => match state.snapshot.age() {
             Some(age) if age <= STALE_AFTER => text(StatusCode::OK, "ok\n"),
-            Some(age) => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("stale: no evaluation for {:.0} s\n", age.as_secs_f64()),
-            ),
+            Some(age) => {
+                text(StatusCode::SERVICE_UNAVAILABLE, format!("stale: no evaluation for {:.0} s\n", age.as_secs_f64()))
+            }
             None => text(StatusCode::SERVICE_UNAVAILABLE, "starting: no evaluation yet\n"),
         },
         "/" => text(StatusCode::OK, "cctrace exporter: /metrics, /health\n"),

@@ -43,7 +43,12 @@ fn the_text_format_names_counters_with_total_and_escapes_label_values() {
         "{text}"
     );
     assert!(text.contains("# TYPE cctrace_retransmitted_bytes_total counter"), "{text}");
-    assert!(text.contains(r#"cctrace_goodput_bytes_per_second{container="jelly\"fin\n",netns="4026531840",cc="cubic"} 1000000"#), "{text}");
+    assert!(
+        text.contains(
+            r#"cctrace_goodput_bytes_per_second{container="jelly\"fin\n",netns="4026531840",cc="cubic"} 1000000"#
+        ),
+        "{text}"
+    );
     assert!(text.contains(r#",flow="198.18.0.1:40000->198.18.1.1:5201"} 20000000"#), "headroom in bytes/s: {text}");
     assert!(text.contains("cctrace_flagged_flows_folded 3"));
     assert!(!text.contains("# EOF"), "the 0.0.4 text format has no EOF marker");

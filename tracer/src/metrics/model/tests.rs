@@ -59,7 +59,7 @@ fn counters_never_go_back_and_closed_flows_keep_their_bytes() {
     for pair in snaps.windows(2) {
         for g in &pair[1].groups {
             if let Some(before) = pair[0].groups.iter().find(|b| b.key == g.key) {
-                assert!(g.totals.bytes_sent >= before.totals.bytes_sent, "{:?} then {:?}", before, g);
+                assert!(g.totals.bytes_sent >= before.totals.bytes_sent, "{before:?} then {g:?}");
                 assert!(g.totals.bytes_retransmitted >= before.totals.bytes_retransmitted);
                 assert!(g.totals.segments_retransmitted >= before.totals.segments_retransmitted);
             }
