@@ -548,12 +548,13 @@ async fn run(cli: &Cli) -> Result<()> {
         }
         summary.map(drop)
     } else {
-        let mut described = match &demo_description {
-            Some(d) => format!("{} · {d}", source.describe()),
-            None => source.describe(),
-        };
+        // Where the metrics are, before the demo's long description the header may cut short.
+        let mut described = source.describe();
         if let Some(addr) = serving {
             described.push_str(&format!(" · metrics on http://{addr}/metrics"));
+        }
+        if let Some(d) = &demo_description {
+            described.push_str(&format!(" · {d}"));
         }
         let mut header = tracer::tui::HeaderInfo::this_host(described);
         header.filters = spec.describe();
