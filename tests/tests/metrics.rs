@@ -260,6 +260,9 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     let path = demo_wan(0.02)?;
     cgroup.spawn_resident(path.sender())?;
     let netns = path.sender().inode();
+    // The kernel's BPF run statistics, for as long as this fd is open (closed on any exit): the
+    // hooks' cost series appear only while the kernel measures.
+    let _stats = BpfStats::enable()?;
     let serve = Serve::start(&dir.0, &[])?;
     let held = bpf_held_by(serve.child.id())?;
     ensure!(!held.programs.is_empty(), "cctrace serve holds no BPF programs");
@@ -333,6 +336,17 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
         let unknown: Vec<_> = used.difference(&exposed).collect();
         ensure!(unknown.is_empty(), "{file} names metrics the exporter does not expose: {unknown:?}");
     }
+    let runs = sample_value(&text, r#"cctrace_hook_runs_total{hook="tcp:tcp_probe"}"#);
+    let run_s = sample_value(&text, r#"cctrace_hook_run_seconds_total{hook="tcp:tcp_probe"}"#);
+    ensure!(
+        runs.is_some_and(|r| r > 0.0) && run_s.is_some_and(|s| s > 0.0),
+        "the probe hook's cost: {runs:?} runs, {run_s:?} s"
+    );
+    println!(
+        "tcp:tcp_probe ran {:.0} times, {:.0} ns a run",
+        runs.unwrap_or(0.0),
+        run_s.unwrap_or(0.0) * 1e9 / runs.unwrap_or(1.0)
+    );
     let (status, _) = http_get(serve.addr, "/health", "*/*", Duration::from_secs(5))?;
     ensure!(status == 200, "/health: {status}");
 
@@ -413,6 +427,31 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     let left: Vec<_> = held.programs.iter().filter(|id| now.programs.contains(id)).collect();
     ensure!(left.is_empty(), "programs still loaded after SIGTERM: {left:?}");
     Ok(())
+}
+
+/// The value of the series written exactly as `series` in a text exposition.
+fn sample_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The kernel measures BPF programs' run time and count while this is held (BPF_ENABLE_STATS:
+/// scoped to the fd, unlike the kernel.bpf_stats_enabled sysctl, so nothing stays changed).
+struct BpfStats {
+    _held: std::os::fd::OwnedFd,
+}
+
+impl BpfStats {
+    fn enable() -> Result<BpfStats> {
+        use std::os::fd::FromRawFd;
+        const BPF_ENABLE_STATS: libc::c_long = 32;
+        // union bpf_attr { struct { __u32 type; } enable_stats; }: BPF_STATS_RUN_TIME is 0.
+        let attr = [0u32; 2];
+        // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a valid, initialised buffer.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_ENABLE_STATS, attr.as_ptr(), std::mem::size_of_val(&attr)) };
+        ensure!(fd >= 0, "BPF_ENABLE_STATS: {}", std::io::Error::last_os_error());
+        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+        Ok(BpfStats { _held: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) } })
+    }
 }
 
 fn check_metrics_with_promtool(exposition: &str) -> Result<()> {

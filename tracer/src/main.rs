@@ -472,6 +472,7 @@ async fn run(cli: &Cli) -> Result<()> {
                 .iter()
                 .map(|h| (h.name.clone(), !matches!(h.status, HookStatus::Disabled(_))))
                 .collect(),
+            source.hook_programs(),
         );
     }
     let serving = exporter.as_ref().and_then(tracer::metrics::Exporter::local_addr);

@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::metrics::hook_cost::HookCost;
 use crate::metrics::model::{FlaggedSeries, GroupKey, GroupSeries, Snapshot};
 
 /// The latest snapshot, shared between the pipeline (which replaces it) and scrapes (which read
@@ -320,6 +321,24 @@ impl Collector for SnapshotCollector {
             None,
             MetricType::Gauge,
             hooks.iter().map(|(l, on)| (l, ConstGauge::new(i64::from(*on)))),
+        )?;
+        let costs: Vec<([(&str, &str); 1], &HookCost)> =
+            h.hook_costs.iter().map(|c| ([("hook", c.hook.as_str())], c)).collect();
+        family(
+            e,
+            "cctrace_hook_runs",
+            "Runs of each hook's program (counted while kernel.bpf_stats_enabled is on)",
+            None,
+            MetricType::Counter,
+            costs.iter().map(|(l, c)| (l, ConstCounter::new(c.runs))),
+        )?;
+        family(
+            e,
+            "cctrace_hook_run",
+            "Time spent in each hook's program (counted while kernel.bpf_stats_enabled is on)",
+            Some(&seconds),
+            MetricType::Counter,
+            costs.iter().map(|(l, c)| (l, ConstCounter::new(c.run_ns as f64 / 1e9))),
         )?;
         let build = [("version", env!("CARGO_PKG_VERSION"))];
         family(

@@ -7,6 +7,7 @@
 //! JSON output and the exporter see the same samples and ticks.
 
 pub mod exposition;
+pub mod hook_cost;
 pub mod model;
 pub mod server;
 
@@ -34,6 +35,8 @@ pub struct Exporter {
     shared: SharedSnapshot,
     /// Each kernel hook and whether it is attached.
     hooks: Vec<(String, bool)>,
+    /// The attached hooks' programs, for their run statistics.
+    programs: Vec<crate::kernel::HookProgram>,
     server: Option<MetricsServer>,
     snapshot_at_ns: Option<u64>,
 }
@@ -43,12 +46,21 @@ impl Exporter {
     pub async fn start(addr: SocketAddr, cfg: MetricsConfig, hooks: Vec<(String, bool)>) -> Result<Self, ServeError> {
         let shared = SharedSnapshot::default();
         let server = MetricsServer::bind(addr, shared.clone()).await?;
-        Ok(Self { model: MetricsModel::new(cfg), shared, hooks, server: Some(server), snapshot_at_ns: None })
+        Ok(Self {
+            model: MetricsModel::new(cfg),
+            shared,
+            hooks,
+            programs: Vec::new(),
+            server: Some(server),
+            snapshot_at_ns: None,
+        })
     }
 
-    /// The kernel hooks and whether each is attached (known once the source started).
-    pub fn set_hooks(&mut self, hooks: Vec<(String, bool)>) {
+    /// The kernel hooks, whether each is attached, and the attached ones' programs (known once
+    /// the source started).
+    pub fn set_hooks(&mut self, hooks: Vec<(String, bool)>, programs: Vec<crate::kernel::HookProgram>) {
         self.hooks = hooks;
+        self.programs = programs;
     }
 
     /// Where it listens.
@@ -57,7 +69,9 @@ impl Exporter {
     }
 
     fn publish(&mut self, analysis: &Analysis, counters: crate::source::SourceCounters) {
-        self.shared.set(self.model.snapshot(analysis, counters, &self.hooks));
+        let mut snapshot = self.model.snapshot(analysis, counters, &self.hooks);
+        snapshot.health.hook_costs = hook_cost::read(&self.programs);
+        self.shared.set(snapshot);
         self.snapshot_at_ns = Some(analysis.last_tick_ns());
     }
 }

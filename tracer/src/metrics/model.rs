@@ -49,7 +49,7 @@ impl MetricsConfig {
             + LimitedBy::ALL.len()
             + self.top_flagged * FLAGGED_SERIES
             + HEALTH_SERIES
-            + HOOK_SERIES_MAX
+            + HOOK_SERIES_MAX * 3
     }
 }
 
@@ -61,7 +61,8 @@ pub const FLAGGED_SERIES: usize = 5;
 /// Host-wide series: the source's seven counters, flows tracked and evicted, flagged folded,
 /// overflow flows, build info.
 pub const HEALTH_SERIES: usize = 12;
-/// Hooks cctrace attaches (one `cctrace_hook_attached` series each), with room to grow.
+/// Hooks cctrace attaches, with room to grow: each has a `cctrace_hook_attached` series and,
+/// when the kernel measures them, two of run statistics.
 pub const HOOK_SERIES_MAX: usize = 16;
 
 /// Which series a flow counts in.
@@ -136,6 +137,8 @@ pub struct Health {
     pub flows_evicted: u64,
     /// Each hook by name, and whether it is attached.
     pub hooks: Vec<(String, bool)>,
+    /// What each hook's program cost, when the kernel measures it (else empty).
+    pub hook_costs: Vec<crate::metrics::hook_cost::HookCost>,
 }
 
 /// Everything one scrape shows.
@@ -162,6 +165,7 @@ impl Snapshot {
             + self.flagged.len() * FLAGGED_SERIES
             + HEALTH_SERIES
             + self.health.hooks.len()
+            + self.health.hook_costs.len() * 2
     }
 }
 
@@ -359,6 +363,7 @@ impl MetricsModel {
                 flows_tracked: analysis.table.len() as u64,
                 flows_evicted: analysis.table.evicted(),
                 hooks: hooks.to_vec(),
+                hook_costs: Vec::new(),
             },
         }
     }
