@@ -504,3 +504,21 @@ fn the_dashboard_is_valid_json_over_prometheus_queries() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_non_loopback_address_or_a_taken_port_is_one_line_before_anything_is_loaded() -> Result<()> {
+    let run = |args: &[&str]| -> Result<(i32, String)> {
+        let out = Command::new(cctrace_bin()).args(args).stdin(Stdio::null()).output()?;
+        Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned()))
+    };
+    let (code, err) = run(&["serve", "--listen", "0.0.0.0:0"])?;
+    ensure!(code == 1 && err.lines().count() == 1, "exit {code}: {err}");
+    ensure!(err.contains("not a loopback address") && err.contains("--allow-non-loopback"), "{err}");
+    let taken = TcpListener::bind("127.0.0.1:0")?;
+    let addr = taken.local_addr()?.to_string();
+    let (code, err) = run(&["serve", "--listen", &addr, "--duration", "5"])?;
+    ensure!(code == 1 && err.lines().count() == 1, "exit {code}: {err}");
+    ensure!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    ensure!(!err.contains("tracing TCP"), "nothing was attached: {err}");
+    Ok(())
+}
