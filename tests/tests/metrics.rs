@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions};
+use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
 use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, demo_wan, nstat_in, require_kernel, serial};
 use serde_json::Value;
 
@@ -77,8 +77,21 @@ struct Serve {
 
 impl Serve {
     fn start(dir: &Path, extra: &[String]) -> Result<Serve> {
+        Self::start_under(dir, &[], extra)
+    }
+
+    /// Started by `wrapper` (a command line that runs the rest, such as `setpriv ...`).
+    fn start_under(dir: &Path, wrapper: &[String], extra: &[String]) -> Result<Serve> {
         let stderr = dir.join("serve.stderr");
-        let child = Command::new(cctrace_bin())
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(cctrace_bin());
+                c
+            }
+            None => Command::new(cctrace_bin()),
+        };
+        let child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--docker-root"])
             .arg(dir.join("docker"))
             .args(extra)
@@ -520,5 +533,120 @@ fn a_non_loopback_address_or_a_taken_port_is_one_line_before_anything_is_loaded(
     ensure!(code == 1 && err.lines().count() == 1, "exit {code}: {err}");
     ensure!(err.contains(&format!("cannot listen on {addr}")), "{err}");
     ensure!(!err.contains("tracing TCP"), "nothing was attached: {err}");
+    Ok(())
+}
+
+/// The capabilities the shipped unit grants (`AmbientCapabilities=`), in setpriv's spelling.
+fn unit_capabilities() -> Result<Vec<String>> {
+    let unit = std::fs::read_to_string(deploy_dir().join("cctrace.service"))?;
+    let line = unit.lines().find_map(|l| l.strip_prefix("AmbientCapabilities=")).context("no AmbientCapabilities")?;
+    Ok(line.split_whitespace().map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase()).collect())
+}
+
+/// `setpriv` running the rest as the unprivileged user `nobody` with exactly `caps`, as the
+/// unit's DynamicUser does.
+fn as_nobody_with(caps: &[String]) -> Vec<String> {
+    let set: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
+    let set = set.join(",");
+    vec![
+        "setpriv".into(),
+        "--reuid=65534".into(),
+        "--regid=65534".into(),
+        "--clear-groups".into(),
+        format!("--inh-caps=-all,{set}"),
+        format!("--ambient-caps=-all,{set}"),
+        format!("--bounding-set=-all,{set}"),
+        "--no-new-privs".into(),
+    ]
+}
+
+/// The container label `serve` gives a CUBIC bulk flow of `cgroup`'s, once its bytes are counted.
+fn label_of_a_flow(serve: &Serve, lab: &VethPair, cgroup: &Cgroup) -> Result<String> {
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions {
+            socket_cgroup: Some(cgroup.path().to_path_buf()),
+            ..SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(2))
+        },
+    )?;
+    let port = sender.local_port();
+    let report = sender.wait()?;
+    let netns = lab.sender().inode();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = http_get(serve.addr, "/metrics", "*/*", Duration::from_secs(5))?;
+        let attached = text.lines().filter(|l| l.starts_with("cctrace_hook_attached{") && l.ends_with(" 1")).count();
+        ensure!(attached == 6, "every hook attached: {text}");
+        // The only flow in this namespace: its group's counter reaches what the peer acked.
+        let counted = text.lines().find_map(|l| {
+            let rest = l.strip_prefix("cctrace_sent_bytes_total{container=\"")?;
+            let (container, rest) = rest.split_once('"')?;
+            let value: f64 = rest.strip_prefix(&format!(r#",netns="{netns}",cc="cubic"}} "#))?.parse().ok()?;
+            (value >= report.bytes_acked as f64).then(|| container.to_string())
+        });
+        if let Some(container) = counted {
+            return Ok(container);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the flow from port {port} ({} bytes acked) not counted: {}",
+            report.bytes_acked,
+            serve.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_units_capabilities_suffice_as_an_unprivileged_user_and_none_is_spare() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    require_kernel!();
+    which("setpriv")?;
+    let _serial = serial();
+    let dir = TempDir::new("metrics-caps")?;
+    // Docker's own layout and modes: only root (or CAP_DAC_READ_SEARCH) reads the names.
+    let containers = dir.0.join("docker/containers");
+    let config = containers.join(DOCKER_ID);
+    std::fs::create_dir_all(&config)?;
+    std::fs::write(
+        config.join("config.v2.json"),
+        format!(r#"{{"ID":"{DOCKER_ID}","Name":"/{CONTAINER}","State":{{"Pid":1}}}}"#),
+    )?;
+    std::fs::set_permissions(config.join("config.v2.json"), std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o700))?;
+    std::fs::set_permissions(&containers, std::fs::Permissions::from_mode(0o710))?;
+    let caps = unit_capabilities()?;
+    ensure!(caps.iter().any(|c| c == "bpf") && caps.iter().any(|c| c == "perfmon"), "{caps:?}");
+    let top = Cgroup::top()?;
+    let cgroup = top.child(&format!("system.slice/docker-{DOCKER_ID}.scope"))?;
+    let lab = VethPair::create(VethOptions::default())?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+
+    // Exactly the unit's capabilities, as nobody: traced, counted, named.
+    let serve = Serve::start_under(&dir.0, &as_nobody_with(&caps), &[])?;
+    let label = label_of_a_flow(&serve, &lab, &cgroup)?;
+    ensure!(label == CONTAINER, "with {caps:?}: container={label:?}");
+    drop(serve);
+
+    for missing in &caps {
+        let fewer: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
+        match missing.as_str() {
+            // Without either of the two that load and attach the programs, it cannot start.
+            "bpf" | "perfmon" => match Serve::start_under(&dir.0, &as_nobody_with(&fewer), &[]) {
+                Ok(_) => bail!("cctrace serve started without CAP_{}", missing.to_ascii_uppercase()),
+                Err(e) => ensure!(format!("{e:#}").contains("CAP_"), "names what is missing: {e:#}"),
+            },
+            // Without it the flow is still traced, under the container's short id (read from
+            // the cgroup path) instead of its name.
+            "dac_read_search" => {
+                let serve = Serve::start_under(&dir.0, &as_nobody_with(&fewer), &[])?;
+                let label = label_of_a_flow(&serve, &lab, &cgroup)?;
+                ensure!(label == DOCKER_ID[..12], "without it: container={label:?}");
+            }
+            other => bail!("the unit grants {other}: this test does not know why it is needed"),
+        }
+    }
     Ok(())
 }
