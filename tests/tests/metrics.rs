@@ -439,6 +439,8 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     let now = bpf_ids()?;
     let left: Vec<_> = held.programs.iter().filter(|id| now.programs.contains(id)).collect();
     ensure!(left.is_empty(), "programs still loaded after SIGTERM: {left:?}");
+    let links: Vec<_> = held.links.iter().filter(|id| now.links.contains(id)).collect();
+    ensure!(links.is_empty(), "links still attached after SIGTERM: {links:?}");
     Ok(())
 }
 
