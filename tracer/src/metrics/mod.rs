@@ -119,3 +119,81 @@ impl<F: FrontEnd> FrontEnd for Exporting<F> {
         self.inner.finish(analysis, summary).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::diagnosis::DiagnosisConfig;
+    use crate::analysis::model::TableConfig;
+    use crate::pipeline::{NoStop, PipelineOptions, TimeBase};
+    use crate::source::FeedSource;
+    use crate::tui::feed;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn scrape(addr: SocketAddr) -> std::io::Result<String> {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    /// The front end the exporter wraps: it scrapes the exporter at every tick.
+    struct Scraper {
+        addr: SocketAddr,
+        scrapes: Vec<String>,
+    }
+
+    impl FrontEnd for Scraper {
+        /// A millisecond per batch (a tenth of a second of the feed): the pipeline's 10 ms
+        /// ticks then come about once per second of sample time, as live.
+        async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[Sample]) -> Result<Control> {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            Ok(Control::Continue)
+        }
+
+        async fn on_tick(&mut self, _analysis: &Analysis, _status: &Status) -> Result<Control> {
+            self.scrapes.push(scrape(self.addr).await?);
+            Ok(Control::Continue)
+        }
+
+        async fn finish(&mut self, _analysis: &Analysis, _summary: &SummaryRecord) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn value(scrape: &str, prefix: &str) -> Option<f64> {
+        scrape.lines().find_map(|l| l.strip_prefix(prefix)?.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn the_pipeline_feeds_the_exporter_beside_another_front_end_and_stops_its_server() {
+        let batches: Vec<Vec<Sample>> = (0..400).map(feed::batch).collect();
+        let mut source = FeedSource::new(batches);
+        let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), feed::env());
+        let exporter = Exporter::start("127.0.0.1:0".parse().expect("addr"), MetricsConfig::default(), Vec::new())
+            .await
+            .expect("binds");
+        let addr = exporter.local_addr().expect("listening");
+        let mut front = Exporting { inner: Scraper { addr, scrapes: Vec::new() }, exporter: Some(exporter) };
+        let opts = PipelineOptions {
+            tick: std::time::Duration::from_millis(10),
+            max_samples_per_turn: 5,
+            time_base: TimeBase::Samples,
+            final_drain: std::time::Duration::ZERO,
+            ..PipelineOptions::default()
+        };
+        let summary =
+            crate::pipeline::run(&mut source, &mut analysis, &mut front, &opts, || 0, &mut NoStop).await.expect("runs");
+        assert_eq!(summary.events_received, (0..400).map(|t| feed::batch(t).len() as u64).sum::<u64>());
+        let scrapes = &front.inner.scrapes;
+        assert!(scrapes.len() > 10, "{} scrapes", scrapes.len());
+        let flagged = r#"cctrace_flagged_flows{container="jellyfin",netns="4026531840",cc="cubic"}"#;
+        assert!(scrapes.iter().any(|s| value(s, flagged) == Some(1.0)), "the upload is flagged in some scrape");
+        let sent = r#"cctrace_sent_bytes_total{container="jellyfin",netns="4026531840",cc="cubic"}"#;
+        let counted: Vec<f64> = scrapes.iter().filter_map(|s| value(s, sent)).collect();
+        assert!(counted.windows(2).all(|w| w[1] >= w[0]), "never backwards: {counted:?}");
+        assert!(counted.last().is_some_and(|v| *v > 0.0));
+        assert!(scrape(addr).await.is_err(), "the server is gone once the run finished");
+    }
+}
