@@ -258,6 +258,43 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
 }
 
 #[test]
+fn a_read_only_proc_sys_is_refused_with_its_reason_and_nothing_changes() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let ns = Netns::create("fixrofs")?;
+    let _no_state = RemoveOnDrop(state_file(ns.inode()));
+    ns.sysctl_set(CC, "reno")?;
+    // cctrace in a mount namespace of its own whose /proc/sys is read-only, as in a container or
+    // under systemd's ProtectKernelTunables.
+    let script = format!(
+        "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec {} fix --netns {} --yes",
+        cctrace_bin().display(),
+        ns.name()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running unshare")?;
+    let (code, err) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned());
+    println!("{}{err}", String::from_utf8_lossy(&out.stdout));
+    assert_ne!(code, 0);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("read-only where cctrace runs (EROFS"), "{err}");
+    assert!(err.contains("--sysctl net.ipv4.tcp_congestion_control=bbr"), "says what to do instead: {err}");
+    assert_eq!(ns.sysctl_get(CC)?, "reno", "nothing changed");
+    assert!(!state_file(ns.inode()).exists(), "no state for a fix that did not happen");
+    // The same command where /proc/sys is writable goes through: the refusal was the mount's.
+    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ns.sysctl_get(CC)?, "bbr");
+    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--undo", "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ns.sysctl_get(CC)?, "reno");
+    Ok(())
+}
+
+#[test]
 fn a_docker_container_is_fixed_by_name_and_persisting_points_to_the_runtime() -> Result<()> {
     require_kernel!();
     let _serial = serial();
