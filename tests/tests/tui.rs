@@ -65,6 +65,21 @@ fn flowing(screen: &str) -> String {
         .join(" ")
 }
 
+/// Narrow the table to the demo's CUBIC bulk flow by its process name and open its detail.
+fn open_cubic_bulk(tmux: &Tmux) -> Result<()> {
+    tmux.keys(&["/"])?;
+    tmux.keys(&["-l", "cubic-bulk"])?;
+    tmux.keys(&["Enter"])?;
+    // One table row left: the header and the table title name the filter too, so count the
+    // rows (lines with the flow's endpoints), not every mention of the name, nor the findings
+    // strip's lines (`⚑ cubic-bulk → peer`).
+    tmux.wait_for("the filtered table", Duration::from_secs(5), |s| {
+        let rows: Vec<&str> = s.lines().filter(|l| l.contains(":5201") && !l.contains(" → ")).collect();
+        rows.len() == 1 && rows[0].contains("cubic-bulk")
+    })?;
+    tmux.keys(&["Enter"])
+}
+
 #[test]
 fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
     require_kernel!();
@@ -84,18 +99,7 @@ fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
     })?;
     eprintln!("flagged after {:.1} s", started.elapsed().as_secs_f64());
 
-    // Narrow the table to the CUBIC bulk flow by its process name and open it.
-    tmux.keys(&["/"])?;
-    tmux.keys(&["-l", "cubic-bulk"])?;
-    tmux.keys(&["Enter"])?;
-    // One table row left: the header and the table title name the filter too, so count the
-    // rows (lines with the flow's endpoints), not every mention of the name, nor the findings
-    // strip's lines (`⚑ cubic-bulk → peer`).
-    tmux.wait_for("the filtered table", Duration::from_secs(5), |s| {
-        let rows: Vec<&str> = s.lines().filter(|l| l.contains(":5201") && !l.contains(" → ")).collect();
-        rows.len() == 1 && rows[0].contains("cubic-bulk")
-    })?;
-    tmux.keys(&["Enter"])?;
+    open_cubic_bulk(&tmux)?;
     let detail = tmux.wait_for("the detail view with its verdict", Duration::from_secs(5), |s| {
         let text = flowing(s);
         text.contains("FLAGGED") && text.contains("held back by loss-based congestion control")
@@ -178,14 +182,7 @@ fn demo_in_tmux_f_switches_the_flagged_flow_live_shows_before_after_and_u_undoes
     tmux.wait_for("a flagged CUBIC flow on screen", Duration::from_secs(40), |s| {
         s.lines().any(|l| l.starts_with('⚑') && l.contains("cubic"))
     })?;
-    tmux.keys(&["/"])?;
-    tmux.keys(&["-l", "cubic-bulk"])?;
-    tmux.keys(&["Enter"])?;
-    tmux.wait_for("the filtered table", Duration::from_secs(5), |s| {
-        let rows: Vec<&str> = s.lines().filter(|l| l.contains(":5201") && !l.contains(" → ")).collect();
-        rows.len() == 1 && rows[0].contains("cubic-bulk")
-    })?;
-    tmux.keys(&["Enter"])?;
+    open_cubic_bulk(&tmux)?;
     let detail =
         tmux.wait_for("the flagged flow's detail", Duration::from_secs(5), |s| flowing(s).contains("FLAGGED"))?;
     // The first line names the flow: `⚑ flagged  198.18.x.y:PORT → 198.18.z.w:5201  cubic ...`.
