@@ -400,6 +400,7 @@ async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
             None,
             None,
             None,
+            None,
             player,
             &mut shutdown,
         )
@@ -565,6 +566,8 @@ async fn run(cli: &Cli) -> Result<()> {
         let opts = tracer::tui::TuiOptions::default();
         // The kernel filter's control comes with the filter itself; until then, none to change.
         let filter = live_filter.map(|f| Box::new(f) as tracer::tui::FilterControlBox);
+        // `f` and `u` change the host through the same code as `cctrace fix`.
+        let fixer = Some(Box::<tracer::apply::HostFixer>::default() as tracer::tui::FixControlBox);
         let summary = tracer::tui::run(
             &mut source,
             &mut analysis,
@@ -572,6 +575,7 @@ async fn run(cli: &Cli) -> Result<()> {
             &opts,
             pipeline_opts,
             filter,
+            fixer,
             recorder,
             exporter,
             None,

@@ -222,7 +222,7 @@ impl FlowLog {
                 }
             }
             Step::Host => {}
-            Step::Action { now_ns, text } => self.session.actions.push((now_ns, text.to_string())),
+            Step::Action(record) => self.session.actions.push((record.ts_ns, record.headline())),
             Step::End(summary) => self.session.summary = Some(summary.clone()),
         }
     }
