@@ -245,7 +245,7 @@ impl Anonymizer {
             Entry::Samples { samples } => samples.iter_mut().for_each(|s| self.sample(s)),
             Entry::Host { env } => self.env(env),
             Entry::Action { text, .. } => *text = self.text(text),
-            Entry::Tick { .. } | Entry::End { .. } => {}
+            Entry::Tick { .. } | Entry::End { .. } | Entry::Decisions { .. } => {}
         }
         entry
     }

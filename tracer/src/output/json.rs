@@ -5,8 +5,9 @@ use std::collections::HashSet;
 
 use anyhow::Result;
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::{FlowRecord, Record, SampleRecord, SummaryRecord};
+use crate::analysis::schema::{DecisionRecord, FlowRecord, Record, SampleRecord, SummaryRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
 use crate::output::writer::{LineWriter, WriteOutcome};
@@ -68,6 +69,13 @@ impl FrontEnd for JsonOutput {
                 let record = Record::Sample(SampleRecord::of(s, &self.clock, &analysis.env));
                 self.push(&record)?;
             }
+        }
+        self.send().await
+    }
+
+    async fn on_decisions(&mut self, _analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
+        for d in batch {
+            self.push(&Record::Decision(DecisionRecord::of(d, &self.clock)))?;
         }
         self.send().await
     }
