@@ -251,7 +251,7 @@ fn deep_namespaces(
     if resolved.netns.is_empty() {
         anyhow::bail!("--deep needs --netns: it moves the flows of the named network namespaces onto its twins");
     }
-    let host = tracer::host::netns_inode("/proc/1/ns/net");
+    let host = tracer::host::netns_inode("/proc/1/ns/net").or_else(|| tracer::host::netns_inode("/proc/self/ns/net"));
     resolved
         .netns
         .iter()
