@@ -251,12 +251,11 @@ fn deep_namespaces(
     if resolved.netns.is_empty() {
         anyhow::bail!("--deep needs --netns: it moves the flows of the named network namespaces onto its twins");
     }
-    let host = tracer::host::netns_inode("/proc/1/ns/net").or_else(|| tracer::host::netns_inode("/proc/self/ns/net"));
     resolved
         .netns
         .iter()
         .map(|&netns| {
-            if Some(netns) == host {
+            if netns == env.host_netns {
                 anyhow::bail!("--deep does not move the host's own flows: name other network namespaces with --netns");
             }
             let path = tracer::host::path_into_netns(env, netns)
