@@ -99,6 +99,16 @@ fn run_flow(path: &EmulatedPath, sink: &Sink, cc: &str, expect_cc: &str) -> Resu
     Ok((m, port))
 }
 
+/// Three plain runs of `cc`, traced by a cctrace without --deep: the observer's own cost (on a
+/// 2-core machine it slows the path emulator's ACK forwarding too) is in the baseline, so what
+/// is compared is the twin alone.
+fn plain_runs(path: &EmulatedPath, sink: &Sink, cc: &str) -> Result<Vec<Measured>> {
+    let tracer = Tracer::start(&["--netns", path.sender().name(), "--interval", "1000"])?;
+    let runs = (0..3).map(|_| Ok(run_flow(path, sink, cc, cc)?.0)).collect::<Result<Vec<_>>>()?;
+    assert_eq!(tracer.stop()?.0, 0);
+    Ok(runs)
+}
+
 /// `x` lies within the spread of `runs`: no further below their minimum or above their maximum
 /// than the runs are apart.
 fn within_spread(x: f64, runs: &[f64]) -> bool {
@@ -170,10 +180,7 @@ fn cubic_on_its_twin_behaves_as_cubic_and_reports_a_cut_for_every_recovery() -> 
     let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let netns = path.sender().inode();
 
-    let mut plain = Vec::new();
-    for _ in 0..3 {
-        plain.push(run_flow(&path, &sink, "cubic", "cubic")?.0);
-    }
+    let plain = plain_runs(&path, &sink, "cubic")?;
     let tracer = Tracer::start(&["--deep", "--netns", path.sender().name(), "--interval", "1000"])?;
     assert!(tracer.stderr().contains("cct_cubic, cct_reno and cct_bbr registered"), "{}", tracer.stderr());
     let (twin, port) = run_flow(&path, &sink, "cubic", "cct_cubic")?;
@@ -237,10 +244,7 @@ fn bbr_on_its_twin_behaves_as_bbr_and_reports_its_mode_and_pacing() -> Result<()
     let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let netns = path.sender().inode();
 
-    let mut plain = Vec::new();
-    for _ in 0..3 {
-        plain.push(run_flow(&path, &sink, "bbr", "bbr")?.0);
-    }
+    let plain = plain_runs(&path, &sink, "bbr")?;
     let tracer = Tracer::start(&["--deep", "--netns", path.sender().name(), "--interval", "1000"])?;
     let (twin, port) = run_flow(&path, &sink, "bbr", "cct_bbr")?;
     let (code, lines) = tracer.stop()?;
