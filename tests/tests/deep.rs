@@ -7,7 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use cctrace_lab::{EmulatedPath, EmulatedPathSpec, Netns, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
+use cctrace_lab::{
+    EmulatedPath, EmulatedPathSpec, Netns, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
+};
 use cctrace_tests::{cctrace_bin, require_kernel, serial, ss_in, Tracer};
 use serde_json::Value;
 
@@ -261,7 +263,8 @@ fn bbr_on_its_twin_behaves_as_bbr_and_reports_its_mode_and_pacing() -> Result<()
     assert!(modes.first() == Some(&"startup"), "a fresh BBR starts in startup: {modes:?}");
     assert!(modes.contains(&"probe_bw"), "and reaches probe_bw: {modes:?}");
     // probe_bw cycles its pacing gain: 1.25 up, 0.75 down, 1.0 cruising.
-    let gains: Vec<f64> = bbr.iter().filter(|d| d["mode"] == "probe_bw").filter_map(|d| d["pacing_gain"].as_f64()).collect();
+    let gains: Vec<f64> =
+        bbr.iter().filter(|d| d["mode"] == "probe_bw").filter_map(|d| d["pacing_gain"].as_f64()).collect();
     assert!(gains.contains(&1.25) && gains.contains(&0.75) && gains.contains(&1.0), "gains {gains:?}");
     // Pacing and bandwidth estimates agree with the goodput the sink saw: pacing in probe_bw is
     // gain x bw, and bw is a delivery rate the sink saw (within the path's 100 Mbit/s).
@@ -292,7 +295,11 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let default_before = ns.sysctl_get(CC)?;
     let host_before = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")?;
-    let mut opts = SenderOptions::new("cubic", SendMode::Paced { rate_bps: 5_000_000, write_size: 16 << 10 }, Duration::from_secs(300));
+    let mut opts = SenderOptions::new(
+        "cubic",
+        SendMode::Paced { rate_bps: 5_000_000, write_size: 16 << 10 },
+        Duration::from_secs(300),
+    );
     opts.nodelay = true;
     let cubic = Sender::start(ns, path.receiver_addr(), PORT, opts.clone())?;
     let bbr = Sender::start(ns, path.receiver_addr(), PORT, SenderOptions { congestion: Some("bbr".into()), ..opts })?;
@@ -303,7 +310,8 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
         let args: Vec<&str> = ["--deep", "--netns", ns.name()].iter().copied().chain(extra.iter().copied()).collect();
         let tracer = Tracer::start(&args)?;
         wait_until("both flows on their twins", Duration::from_secs(5), || {
-            Ok(ss_cc(ns, cubic_port)?.as_deref() == Some("cct_cubic") && ss_cc(ns, bbr_port)?.as_deref() == Some("cct_bbr"))
+            Ok(ss_cc(ns, cubic_port)?.as_deref() == Some("cct_cubic")
+                && ss_cc(ns, bbr_port)?.as_deref() == Some("cct_bbr"))
         })?;
         assert!(std::fs::read_to_string(AVAILABLE)?.contains("cct_cubic"));
         let code = match exit {

@@ -125,6 +125,7 @@ impl Analysis {
         }
         self.table.expire(now_ns);
         self.diagnoser.evaluate(&self.table, &self.env, now_ns);
+        self.diagnoser.cite_decisions(&self.table, &self.decisions);
         true
     }
 

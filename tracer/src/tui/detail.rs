@@ -426,7 +426,14 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
 
 /// The verdict panel's lines, wrapped to `width`; `lead` (where the flow lives, when the view
 /// had no room for it above) follows the verdict's text.
-fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16) -> Vec<Line<'static>> {
+/// `decisions`: the flow's deep-mode timeline, oldest first, as (seconds since the flow was
+/// first seen, what was decided).
+fn verdict_lines(
+    verdict: Option<&Verdict>,
+    decisions: &[(f64, String)],
+    lead: Vec<Line<'static>>,
+    width: u16,
+) -> Vec<Line<'static>> {
     let width = usize::from(width).max(1);
     let mut out = Vec::new();
     let para = |text: &str, style: Style, indent: usize, out: &mut Vec<Line<'static>>| {
@@ -478,6 +485,16 @@ fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16
         }
         para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
     }
+    if !decisions.is_empty() {
+        out.push(Line::raw(""));
+        out.push(Line::styled(
+            "decisions of its congestion control (deep mode), newest first:",
+            Style::new().add_modifier(Modifier::BOLD),
+        ));
+        for (at_s, text) in decisions.iter().rev() {
+            para(&format!("{at_s:>7.1} s  {text}"), Style::new().fg(Color::Cyan), 2, &mut out);
+        }
+    }
     if !v.fix.is_empty() {
         out.push(Line::raw(""));
         out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
@@ -508,7 +525,8 @@ fn render_verdict(state: &AppState, verdict: Option<&Verdict>, lead: Vec<Line<'s
     };
     let mut block = Block::bordered().title(title).border_style(dim());
     let inner = block.inner(area);
-    let lines = verdict_lines(verdict, lead, inner.width);
+    let decisions = state.detail_copy().map_or(&[][..], |d| &d.decisions[..]);
+    let lines = verdict_lines(verdict, decisions, lead, inner.width);
     let max_scroll = u16::try_from(lines.len().saturating_sub(usize::from(inner.height))).unwrap_or(u16::MAX);
     state.detail_max_scroll.set(max_scroll);
     state.page_rows.set(usize::from(inner.height.max(1)));
