@@ -232,6 +232,16 @@ fn cubic_on_its_twin_behaves_as_cubic_and_reports_a_cut_for_every_recovery() -> 
         assert!(after <= before && after >= 2, "cut {d}");
         assert!(d["text"].as_str().is_some_and(|t| t.contains("ssthresh")), "{d}");
     }
+    // The diagnosis cites the algorithm's own loss responses.
+    let flow = lines
+        .iter()
+        .rev()
+        .find(|v| v["type"] == "flow" && v["cookie"].as_u64() == Some(cookie))
+        .context("a flow line")?;
+    let deep = &flow["evidence"]["deep"];
+    assert_eq!(deep["twin"], "cct_cubic", "{flow}");
+    assert!(deep["loss_responses"].as_u64().unwrap_or(0) >= episodes.len() as u64 / 2, "{deep}");
+    assert!(deep["last_cut"].as_str().is_some_and(|t| t.contains(" s: ssthresh ")), "{deep}");
     let summary = lines.last().context("summary")?;
     assert_eq!(summary["events_lost"], 0, "no sample lost: episodes are complete");
     assert_twins_gone("after SIGTERM")?;
