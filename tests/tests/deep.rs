@@ -29,7 +29,7 @@ fn wan(loss: f64) -> Result<EmulatedPath> {
     let mut spec =
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
-    Ok(EmulatedPath::create(spec)?)
+    EmulatedPath::create(spec)
 }
 
 /// The congestion control `ss -tni` shows for the established socket with local port `port`.
