@@ -750,7 +750,7 @@ pub fn cct_iter_switch(ctx: *mut c_void) -> i32 {
     } else if mode == switch_mode::NAMES {
         let old = CcName { name: rec.old_cc };
         // SAFETY: as for SWITCH_COOKIES; the key is the NUL-padded name getsockopt wrote.
-        match unsafe { SWITCH_NAMES.get(&old) } {
+        match unsafe { SWITCH_NAMES.get(old) } {
             Some(name) => rec.new_cc = name.name,
             None => return 0,
         }
