@@ -152,7 +152,8 @@ pub enum DecisionKind {
         ssthresh_before: u32,
         ssthresh_after: u32,
     },
-    /// One round trip of window growth (congestion avoidance or slow start).
+    /// One round trip that changed the window (congestion avoidance or slow start); rounds
+    /// that leave it as it was are not reported.
     Growth {
         cwnd_before: u32,
         cwnd_after: u32,

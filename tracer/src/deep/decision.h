@@ -9,7 +9,7 @@
 enum cct_decision_kind {
 	CCT_D_INIT = 1,       /* the twin took the flow over */
 	CCT_D_SSTHRESH = 2,   /* loss response: value = ssthresh before, ssthresh = new target */
-	CCT_D_GROWTH = 3,     /* one RTT of cong_avoid: cwnd_before -> cwnd_after, value = segments acked, arg = 1 in slow start */
+	CCT_D_GROWTH = 3,     /* one RTT of cong_avoid that changed cwnd: cwnd_before -> cwnd_after, value = segments acked, arg = 1 in slow start */
 	CCT_D_CWND_EVENT = 4, /* arg = enum tcp_ca_event */
 	CCT_D_STATE = 5,      /* ca_state -> arg (the new state) */
 	CCT_D_UNDO = 6,       /* a spurious loss undone: cwnd_before -> cwnd_after */

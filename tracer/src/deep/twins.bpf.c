@@ -60,7 +60,8 @@ struct cct_round {
 	__u8 in_slow_start;
 	__u8 bbr_mode;
 	__u8 bbr_cycle;
-	__u8 _pad[5];
+	__u8 tx_start_reported; /* one "sending starts after idle" per round is enough */
+	__u8 _pad[4];
 };
 
 struct {
@@ -180,7 +181,8 @@ static __always_inline void growth_after(struct sock *sk, struct cct_round *r, _
 
 	if (!r || now - r->start_ns < rtt_ns)
 		return;
-	d = start(sk, CCT_D_GROWTH, algo);
+	/* A round without growth (application-limited, or cwnd held) says nothing new. */
+	d = r->start_cwnd != tp->snd_cwnd ? start(sk, CCT_D_GROWTH, algo) : NULL;
 	if (d) {
 		d->cwnd_before = r->start_cwnd;
 		d->value = r->acked;
@@ -191,6 +193,22 @@ static __always_inline void growth_after(struct sock *sk, struct cct_round *r, _
 	r->start_cwnd = tp->snd_cwnd;
 	r->acked = 0;
 	r->in_slow_start = tp->snd_cwnd < tp->snd_ssthresh;
+	r->tx_start_reported = 0;
+}
+
+/* cwnd events, but an application that stops and starts on every write gets one
+ * "sending starts after idle" per RTT round, not one per write. */
+static __always_inline void on_cwnd_event(struct sock *sk, __u8 algo, enum tcp_ca_event event)
+{
+	struct cct_round *r;
+
+	if (event == CA_EVENT_TX_START) {
+		r = round_of(sk);
+		if (!r || r->tx_start_reported)
+			return;
+		r->tx_start_reported = 1;
+	}
+	emit_simple(sk, CCT_D_CWND_EVENT, algo, event);
 }
 
 static __always_inline void on_state(struct sock *sk, __u8 algo, __u8 new_state)
@@ -244,7 +262,7 @@ SEC("struct_ops")
 void BPF_PROG(cct_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 {
 	cubictcp_cwnd_event(sk, event);
-	emit_simple(sk, CCT_D_CWND_EVENT, CCT_ALGO_CUBIC, event);
+	on_cwnd_event(sk, CCT_ALGO_CUBIC, event);
 }
 
 SEC("struct_ops")
@@ -305,7 +323,7 @@ void BPF_PROG(cct_reno_state, struct sock *sk, __u8 new_state)
 SEC("struct_ops")
 void BPF_PROG(cct_reno_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 {
-	emit_simple(sk, CCT_D_CWND_EVENT, CCT_ALGO_RENO, event);
+	on_cwnd_event(sk, CCT_ALGO_RENO, event);
 }
 
 SEC("struct_ops")
@@ -392,7 +410,7 @@ SEC("struct_ops")
 void BPF_PROG(cct_bbr_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 {
 	bbr_cwnd_event(sk, event);
-	emit_simple(sk, CCT_D_CWND_EVENT, CCT_ALGO_BBR, event);
+	on_cwnd_event(sk, CCT_ALGO_BBR, event);
 }
 
 SEC("struct_ops")

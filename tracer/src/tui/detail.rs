@@ -491,8 +491,15 @@ fn verdict_lines(
             "decisions of its congestion control (deep mode), newest first:",
             Style::new().add_modifier(Modifier::BOLD),
         ));
-        for (at_s, text) in decisions.iter().rev() {
-            para(&format!("{at_s:>7.1} s  {text}"), Style::new().fg(Color::Cyan), 2, &mut out);
+        // A run of the same decision reads as one line with its count and its latest time.
+        let mut newest_first = decisions.iter().rev().peekable();
+        while let Some((at_s, text)) = newest_first.next() {
+            let mut repeats = 1;
+            while newest_first.next_if(|(_, t)| t == text).is_some() {
+                repeats += 1;
+            }
+            let times = if repeats > 1 { format!(" (×{repeats})") } else { String::new() };
+            para(&format!("{at_s:>7.1} s  {text}{times}"), Style::new().fg(Color::Cyan), 2, &mut out);
         }
     }
     if !v.fix.is_empty() {
