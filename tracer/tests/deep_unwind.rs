@@ -22,7 +22,8 @@ fn skip_reason() -> Option<&'static str> {
 
 /// The algorithm `ss -tni` shows for the established socket from local port `port`.
 fn ss_cc(netns: &str, port: u16) -> String {
-    let out = Command::new("ip").args(["netns", "exec", netns, "ss", "-tniH", "state", "established"]).output().expect("ss");
+    let out =
+        Command::new("ip").args(["netns", "exec", netns, "ss", "-tniH", "state", "established"]).output().expect("ss");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
