@@ -562,6 +562,12 @@ async fn run(cli: &Cli) -> Result<()> {
         }
         summary.map(drop)
     };
+    if let Some(c) = source.deep_counters() {
+        eprintln!(
+            "cctrace: deep mode: {} decision events received, {} lost in the kernel (ring buffer full), {} undecodable",
+            c.received, c.lost, c.decode_errors
+        );
+    }
     drop(source);
     #[cfg(feature = "demo")]
     {

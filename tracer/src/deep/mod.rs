@@ -173,3 +173,21 @@ impl Twins {
         self.links.iter().map(|(a, _)| *a)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_missing_is_named_in_one_line() {
+        let e = DeepError::NoKfuncs(TwinAlgo::Cubic, vec!["cubictcp_init", "cubictcp_acked"]);
+        assert_eq!(
+            e.to_string(),
+            "--deep needs the kernel's cubic as kfuncs, and this kernel lacks cubictcp_init, cubictcp_acked \
+             (is tcp_cubic built in or loaded?)"
+        );
+        for e in [DeepError::NoStructOps, DeepError::NotBuilt("clang not found"), DeepError::InUse("cct_bbr")] {
+            assert_eq!(e.to_string().lines().count(), 1, "{e}");
+        }
+    }
+}

@@ -230,6 +230,8 @@ struct DeepFeed {
     next_rescan: tokio::time::Instant,
     received: u64,
     decode_errors: u64,
+    /// The twins' own counts (written, lost), read before they were unregistered.
+    final_kernel_counts: Option<(u64, u64)>,
 }
 
 /// Deep mode's decision counts: written and lost by the twins, received and undecodable here.
@@ -448,6 +450,7 @@ impl KernelSource {
             next_rescan: tokio::time::Instant::now() + DEEP_RESCAN,
             received: 0,
             decode_errors: 0,
+            final_kernel_counts: None,
         });
         Ok(())
     }
@@ -455,7 +458,8 @@ impl KernelSource {
     /// Decisions written and lost by the twins, and received and undecodable here.
     pub fn deep_counters(&self) -> Option<DeepCounters> {
         let deep = self.deep.as_ref()?;
-        let (written, lost) = deep.session.twins().map(crate::deep::Twins::counters).unwrap_or_default();
+        let (written, lost) =
+            deep.session.twins().map(crate::deep::Twins::counters).or(deep.final_kernel_counts).unwrap_or_default();
         Some(DeepCounters { written, lost, received: deep.received, decode_errors: deep.decode_errors })
     }
 
@@ -630,6 +634,9 @@ impl EventSource for KernelSource {
         self.detach_programs();
         // Deep mode ends with the run: flows back to their algorithm, then the twins go.
         if let Some(deep) = &mut self.deep {
+            if let Some(twins) = deep.session.twins() {
+                deep.final_kernel_counts = Some(twins.counters());
+            }
             match deep.session.finish() {
                 Ok(moved) => log::info!("deep: moved {} flows back from the twins", moved.switched),
                 Err(e) => eprintln!("cctrace: putting flows back from the deep-mode twins: {e:#}"),
