@@ -67,6 +67,15 @@ impl TwinAlgo {
     }
 }
 
+/// The algorithm a flow running `cc` behaves as: a deep-mode twin runs its original's code, so
+/// `cct_cubic` is judged as cubic; any other name is itself.
+pub fn algorithm_of(cc: &str) -> &str {
+    match TwinAlgo::of_twin(cc) {
+        Some(algo) => algo.original(),
+        None => cc,
+    }
+}
+
 /// `enum tcp_ca_event`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

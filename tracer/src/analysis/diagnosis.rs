@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::container::CgroupInfo;
-use crate::analysis::decisions::{DecisionKind, DecisionLog};
+use crate::analysis::decisions::{algorithm_of, DecisionKind, DecisionLog};
 use crate::analysis::fix;
 use crate::analysis::model::{self, Flow, FlowTable, SampleCounts};
 
@@ -23,7 +23,7 @@ pub const LOSS_BASED: &[&str] =
     &["reno", "cubic", "bic", "htcp", "highspeed", "scalable", "hybla", "westwood", "illinois", "veno", "yeah", "lp"];
 
 pub fn is_loss_based(cc: &str) -> bool {
-    LOSS_BASED.contains(&cc)
+    LOSS_BASED.contains(&algorithm_of(cc))
 }
 
 /// What limits a flow.
@@ -513,7 +513,7 @@ pub enum ResponseModel {
 
 fn response_of(cc: &str, mss: u32, rtt_s: f64, p: f64) -> (f64, ResponseModel) {
     let mathis = mathis_bps(mss, rtt_s, p);
-    if cc == "cubic" {
+    if algorithm_of(cc) == "cubic" {
         let cubic = cubic_bps(mss, rtt_s, p);
         if cubic > mathis {
             return (cubic, ResponseModel::Cubic);
@@ -1229,6 +1229,17 @@ mod tests {
         let b = mathis_bps(1448, 0.030, 0.02);
         assert!((b - 3.331e6).abs() < 5e3, "{b}");
         assert!(mathis_bps(1448, 0.03, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn a_flow_on_a_deep_mode_twin_is_judged_as_its_original() {
+        let (plain, _) = run("cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let (twin, _) = run("cct_cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let (p, t) = (plain.verdict(1).expect("verdict"), twin.verdict(1).expect("verdict"));
+        assert!(t.flagged, "{t:?}");
+        assert_eq!((t.limited_by, t.flagged), (p.limited_by, p.flagged));
+        let (pe, te) = (p.evidence.as_ref().expect("evidence"), t.evidence.as_ref().expect("evidence"));
+        assert_eq!((te.response_bps, te.response_model), (pe.response_bps, pe.response_model));
     }
 
     #[test]

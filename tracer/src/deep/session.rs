@@ -2,7 +2,7 @@
 //! twin of the algorithm they run, new flows picked up by a rescan, and everything put back on
 //! the way out.
 //!
-//! Flows are moved one by one with `bpf_setsockopt(TCP_CONGESTION)` from `iter/tcp` in their
+//! Flows are moved (at start, when a sample shows a new one, and once a second) one by one with `bpf_setsockopt(TCP_CONGESTION)` from `iter/tcp` in their
 //! namespace (the switcher `cctrace fix --live` uses); the namespaces' defaults are never
 //! changed, so nothing new lands on a twin by itself and a crash cannot leave a default naming
 //! an algorithm that is gone. Moving a flow restarts its algorithm's state (the kernel calls the

@@ -21,7 +21,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
 
-use crate::analysis::decisions::Decision;
+use crate::analysis::decisions::{Decision, TwinAlgo};
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::kernel::listing::{ListingError, ListingReport};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
@@ -228,10 +228,26 @@ struct DeepFeed {
     // After the ring: dropping the session moves flows back and unregisters the twins.
     session: crate::deep::session::DeepSession,
     next_rescan: tokio::time::Instant,
+    last_rescan: tokio::time::Instant,
     received: u64,
     decode_errors: u64,
     /// The twins' own counts (written, lost), read before they were unregistered.
     final_kernel_counts: Option<(u64, u64)>,
+}
+
+impl DeepFeed {
+    /// A flow of a deep namespace still on an original algorithm (new since the last scan):
+    /// move it soon rather than at the next periodic scan, so little of its start is missed.
+    fn rescan_soon_for(&mut self, batch: &[Sample]) {
+        let namespaces = self.session.namespaces();
+        let waiting = batch.iter().any(|s| {
+            TwinAlgo::ALL.iter().any(|a| a.original() == s.cc) && namespaces.iter().any(|n| n.netns == s.netns)
+        });
+        if waiting {
+            let soon = self.last_rescan + DEEP_RESCAN_SOON;
+            self.next_rescan = self.next_rescan.min(soon.max(tokio::time::Instant::now()));
+        }
+    }
 }
 
 /// Deep mode's decision counts: written and lost by the twins, received and undecodable here.
@@ -243,8 +259,10 @@ pub struct DeepCounters {
     pub decode_errors: u64,
 }
 
-/// How often deep mode looks for new flows to move onto the twins.
+/// How often deep mode looks for new flows to move onto the twins...
 const DEEP_RESCAN: Duration = Duration::from_secs(1);
+/// ...and how soon after a sample shows one (a new connection), at most this often.
+const DEEP_RESCAN_SOON: Duration = Duration::from_millis(100);
 
 pub struct KernelSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
@@ -448,6 +466,7 @@ impl KernelSource {
             ring,
             session,
             next_rescan: tokio::time::Instant::now() + DEEP_RESCAN,
+            last_rescan: tokio::time::Instant::now(),
             received: 0,
             decode_errors: 0,
             final_kernel_counts: None,
@@ -556,7 +575,8 @@ async fn read_decisions(deep: &mut DeepFeed) -> Result<Vec<Decision>> {
         let mut guard = tokio::select! {
             guard = deep.ring.readable_mut() => guard.context("waiting on the decisions ring buffer")?,
             () = tokio::time::sleep_until(deep.next_rescan) => {
-                deep.next_rescan = tokio::time::Instant::now() + DEEP_RESCAN;
+                deep.last_rescan = tokio::time::Instant::now();
+                deep.next_rescan = deep.last_rescan + DEEP_RESCAN;
                 match deep.session.rescan() {
                     Ok(moved) if moved.switched > 0 => log::info!("deep: moved {} new flows onto the twins", moved.switched),
                     Ok(_) => {}
@@ -613,6 +633,9 @@ impl EventSource for KernelSource {
             };
             if let Ok(SourceItem::Batch(b)) = &item {
                 *received += b.len() as u64;
+                if let Some(deep) = deep {
+                    deep.rescan_soon_for(b);
+                }
             }
             item.map(Some)
         })
