@@ -450,7 +450,9 @@ fn verdict_lines(
     };
     let Some(v) = verdict else {
         para("no verdict yet: the first one comes after a few seconds of samples", dim(), 0, &mut out);
-        return with_lead(out);
+        let mut out = with_lead(out);
+        decision_lines(decisions, width, &mut out);
+        return out;
     };
     // An unflagged verdict's text already opens with the description.
     if !v.text.starts_with(v.limited_by.describe()) {
@@ -485,23 +487,7 @@ fn verdict_lines(
         }
         para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
     }
-    if !decisions.is_empty() {
-        out.push(Line::raw(""));
-        out.push(Line::styled(
-            "decisions of its congestion control (deep mode), newest first:",
-            Style::new().add_modifier(Modifier::BOLD),
-        ));
-        // A run of the same decision reads as one line with its count and its latest time.
-        let mut newest_first = decisions.iter().rev().peekable();
-        while let Some((at_s, text)) = newest_first.next() {
-            let mut repeats = 1;
-            while newest_first.next_if(|(_, t)| t == text).is_some() {
-                repeats += 1;
-            }
-            let times = if repeats > 1 { format!(" (×{repeats})") } else { String::new() };
-            para(&format!("{at_s:>7.1} s  {text}{times}"), Style::new().fg(Color::Cyan), 2, &mut out);
-        }
-    }
+    decision_lines(decisions, width, &mut out);
     if !v.fix.is_empty() {
         out.push(Line::raw(""));
         out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
@@ -519,6 +505,34 @@ fn verdict_lines(
         }
     }
     out
+}
+
+/// Deep mode's timeline, newest first; a run of the same decision reads as one line with its
+/// count and its latest time.
+fn decision_lines(decisions: &[(f64, String)], width: usize, out: &mut Vec<Line<'static>>) {
+    if decisions.is_empty() {
+        return;
+    }
+    out.push(Line::raw(""));
+    out.push(Line::styled(
+        "decisions of its congestion control (deep mode), newest first:",
+        Style::new().add_modifier(Modifier::BOLD),
+    ));
+    let mut newest_first = decisions.iter().rev().peekable();
+    while let Some((at_s, text)) = newest_first.next() {
+        let mut repeats = 1;
+        while newest_first.next_if(|(_, t)| t == text).is_some() {
+            repeats += 1;
+        }
+        let times = if repeats > 1 { format!(" (×{repeats})") } else { String::new() };
+        // The times stay a column: only the text wraps, under itself.
+        let at = format!("{at_s:>7.1} s  ");
+        let body = format::wrap(&format!("{text}{times}"), width.saturating_sub(2 + at.len()).max(1));
+        for (i, l) in body.iter().enumerate() {
+            let lead = if i == 0 { at.clone() } else { " ".repeat(at.len()) };
+            out.push(Line::styled(format!("  {lead}{l}"), Style::new().fg(Color::Cyan)));
+        }
+    }
 }
 
 fn render_verdict(state: &AppState, verdict: Option<&Verdict>, lead: Vec<Line<'static>>, area: Rect, buf: &mut Buffer) {
@@ -544,4 +558,29 @@ fn render_verdict(state: &AppState, verdict: Option<&Verdict>, lead: Vec<Line<'s
     }
     block.render(area, buf);
     Paragraph::new(lines).scroll((scroll, 0)).render(inner, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line<'_>]) -> Vec<String> {
+        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+    }
+
+    #[test]
+    fn the_decision_timeline_is_newest_first_with_repeats_folded() {
+        let decisions = vec![
+            (12.4, "loss: ssthresh 46, cwnd 68 → 46".to_string()),
+            (12.5, "sending starts after idle".to_string()),
+            (12.9, "sending starts after idle".to_string()),
+            (13.0, "sending starts after idle".to_string()),
+        ];
+        let lines = text(&verdict_lines(None, &decisions, Vec::new(), 80));
+        let at = lines.iter().position(|l| l.starts_with("decisions of its congestion control")).expect("a timeline");
+        assert_eq!(
+            &lines[at + 1..],
+            ["     13.0 s  sending starts after idle (×3)", "     12.4 s  loss: ssthresh 46, cwnd 68 → 46"]
+        );
+    }
 }
