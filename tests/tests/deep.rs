@@ -67,6 +67,15 @@ struct Measured {
     mean_cwnd: f64,
 }
 
+impl Measured {
+    fn goodput(&self) -> f64 {
+        self.goodput_bps
+    }
+    fn cwnd(&self) -> f64 {
+        self.mean_cwnd
+    }
+}
+
 fn measure(sink: &Sink, ns: &Netns, port: u16) -> Result<Measured> {
     let (b0, t0) = (sink.total_bytes(), Instant::now());
     let mut cwnds = Vec::new();
@@ -130,21 +139,11 @@ fn compare(path: &EmulatedPath, sink: &Sink, cc: &str) -> Result<Compared> {
         (out.lines, out.port) = (lines, port);
     }
     println!("plain {cc}: {:?}\n{twin_name}: {:?}", out.plain, out.twin);
-    let mean = |runs: &[Measured], f: fn(&Measured) -> f64| runs.iter().map(f).sum::<f64>() / runs.len() as f64;
-    let of = |runs: &[Measured], f: fn(&Measured) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
-    let (goodput, cwnd): (fn(&Measured) -> f64, fn(&Measured) -> f64) = (|m| m.goodput_bps, |m| m.mean_cwnd);
-    assert!(
-        within_spread(mean(&out.twin, goodput), &of(&out.plain, goodput)),
-        "goodput: plain {:?} twin {:?}",
-        out.plain,
-        out.twin
-    );
-    assert!(
-        within_spread(mean(&out.twin, cwnd), &of(&out.plain, cwnd)),
-        "mean cwnd: plain {:?} twin {:?}",
-        out.plain,
-        out.twin
-    );
+    for (what, f) in [("goodput", Measured::goodput as fn(&Measured) -> f64), ("mean cwnd", Measured::cwnd)] {
+        let plain: Vec<f64> = out.plain.iter().map(f).collect();
+        let twin = out.twin.iter().map(f).sum::<f64>() / out.twin.len() as f64;
+        assert!(within_spread(twin, &plain), "{what}: plain {:?} twin {:?}", out.plain, out.twin);
+    }
     Ok(out)
 }
 
