@@ -350,6 +350,10 @@ fn bbr_on_its_twin_behaves_as_bbr_and_reports_its_mode_and_pacing() -> Result<()
 enum Exit {
     Signal(i32),
     Duration,
+    /// SIGKILL, then the next start (with --deep or without) puts the flows back.
+    Kill {
+        next_start_deep: bool,
+    },
 }
 
 #[test]
@@ -371,7 +375,14 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
     let bbr = Sender::start(ns, path.receiver_addr(), PORT, SenderOptions { congestion: Some("bbr".into()), ..opts })?;
     let (cubic_port, bbr_port) = (cubic.local_port(), bbr.local_port());
 
-    for exit in [Exit::Signal(libc::SIGTERM), Exit::Signal(libc::SIGINT), Exit::Duration, Exit::Signal(libc::SIGKILL)] {
+    let exits = [
+        Exit::Signal(libc::SIGTERM),
+        Exit::Signal(libc::SIGINT),
+        Exit::Duration,
+        Exit::Kill { next_start_deep: true },
+        Exit::Kill { next_start_deep: false },
+    ];
+    for exit in exits {
         let extra: &[&str] = if exit == Exit::Duration { &["--duration", "3"] } else { &[] };
         let args: Vec<&str> = ["--deep", "--netns", ns.name()].iter().copied().chain(extra.iter().copied()).collect();
         let tracer = Tracer::start(&args)?;
@@ -381,6 +392,11 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
         })?;
         assert!(std::fs::read_to_string(AVAILABLE)?.contains("cct_cubic"));
         let code = match exit {
+            Exit::Kill { .. } => {
+                // SAFETY: kill on our own child's pid.
+                unsafe { libc::kill(tracer.pid() as i32, libc::SIGKILL) };
+                tracer.stop()?.0
+            }
             Exit::Signal(sig) => {
                 // SAFETY: kill on our own child's pid.
                 unsafe { libc::kill(tracer.pid() as i32, sig) };
@@ -401,13 +417,16 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
         assert!(!available.contains("cct_"), "{exit:?}: {available}");
         assert_eq!(ns.sysctl_get(CC)?, default_before, "{exit:?}: the namespace keeps its default");
         assert_eq!(std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")?, host_before);
-        if exit == Exit::Signal(libc::SIGKILL) {
+        if let Exit::Kill { next_start_deep } = exit {
             // Nothing ran: a socket holds its congestion control, so the flows keep running the
             // unregistered twins until something switches them; the state file says where.
             assert_eq!(ss_cc(ns, cubic_port)?.as_deref(), Some("cct_cubic"), "kernel behaviour after SIGKILL");
             assert!(std::path::Path::new("/run/cctrace/deep.json").exists());
+            let deep: &[&str] = if next_start_deep { &["--deep"] } else { &[] };
             let out = Command::new(cctrace_bin())
-                .args(["--json", "--deep", "--netns", ns.name(), "--duration", "1"])
+                .arg("--json")
+                .args(deep)
+                .args(["--netns", ns.name(), "--duration", "1"])
                 .output()?;
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{err}");

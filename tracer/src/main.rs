@@ -449,15 +449,22 @@ async fn run(cli: &Cli) -> Result<()> {
     let host_paths = HostPaths { cgroup_root: cgroup2_mount() };
     let resolved = resolve(&spec, &env, &host_paths)?;
     // Attach first so the demo's connections are seen from their first packet.
-    let deep_namespaces = if cli.deep { Some(deep_namespaces(&resolved, &env)?) } else { None };
+    let deep_namespaces = if cli.deep {
+        Some(deep_namespaces(&resolved, &env)?)
+    } else {
+        // A killed --deep run leaves flows on its unregistered twins: any next start puts them back.
+        match tracer::deep::session::restore_if_left() {
+            Ok(0) => {}
+            Ok(n) => eprintln!("cctrace: {}", tracer::deep::session::restored_line(n)),
+            Err(e) => eprintln!("cctrace: flows a killed cctrace --deep left on its twins stay there: {e:#}"),
+        }
+        None
+    };
     let mut source = start_kernel(cli, resolved)?;
     if let Some(namespaces) = deep_namespaces {
         let (session, moved) = tracer::deep::session::DeepSession::start(namespaces)?;
         if session.restored_at_start > 0 {
-            eprintln!(
-                "cctrace: moved {} flows a killed cctrace --deep had left on its twins back to their algorithm",
-                session.restored_at_start
-            );
+            eprintln!("cctrace: {}", tracer::deep::session::restored_line(session.restored_at_start));
         }
         eprintln!(
             "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; {} flows moved onto them",

@@ -109,6 +109,9 @@ impl Twins {
                 return Err(DeepError::InUse(algo.twin()));
             }
         }
+        // libbpf writes its diagnostics (the verifier log included) to stderr by default: they
+        // go to the log instead, and a failure is the one line returned below.
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, |_, msg| log::info!("libbpf: {}", msg.trim_end()))));
         let open = ObjectBuilder::default().open_memory(TWINS_OBJECT).map_err(|e| DeepError::Load(e.to_string()))?;
         let mut object = open.load().map_err(|e| DeepError::Load(e.to_string()))?;
         let mut links = Vec::new();

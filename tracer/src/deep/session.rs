@@ -14,8 +14,8 @@
 //! leave tcp_available_congestion_control at once), but a socket holds a reference to its
 //! congestion control, so flows on a twin keep running it, programs and maps included, until
 //! they close or are switched; their decision events go to a ring buffer nobody reads. The
-//! next `cctrace --deep` (or `cctrace --deep-restore`) reads the state file this session wrote
-//! and switches those flows back to the original, which frees the twins for good.
+//! next live cctrace start ([`restore_if_left`]; `--deep` or not) reads the state file this
+//! session wrote and switches those flows back to the original, which frees the twins for good.
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +57,11 @@ fn onto_twins() -> Vec<(&'static str, &'static str)> {
 
 fn back_from_twins() -> Vec<(&'static str, &'static str)> {
     TwinAlgo::ALL.iter().map(|a| (a.twin(), a.original())).collect()
+}
+
+/// The start-up line after flows a killed session left were put back.
+pub fn restored_line(flows: usize) -> String {
+    format!("moved {flows} flows a killed cctrace --deep had left on its twins back to their algorithm")
 }
 
 /// What moving flows did, for the log and the start-up line.
@@ -112,6 +117,18 @@ pub fn restore_killed_run(switcher: &mut Switcher) -> Result<usize> {
     std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
     log::info!("restored {} flows a killed cctrace --deep (pid {}) left on twins", restored.switched, state.pid);
     Ok(restored.switched)
+}
+
+/// Before a live run without --deep: put back what a killed deep session left, if it left
+/// anything (the switcher is loaded only then). Returns how many flows went back.
+pub fn restore_if_left() -> Result<usize> {
+    let Ok(text) = std::fs::read_to_string(state_path()) else { return Ok(0) };
+    // A deep session that runs now keeps its flows.
+    if serde_json::from_str::<DeepState>(&text).is_ok_and(|s| alive_cctrace(s.pid)) {
+        return Ok(0);
+    }
+    let mut switcher = Switcher::load()?;
+    restore_killed_run(&mut switcher)
 }
 
 pub struct DeepSession {
