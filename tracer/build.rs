@@ -1,4 +1,6 @@
-//! Builds the eBPF programs (tracer-ebpf) with aya-build and leaves the object in OUT_DIR.
+//! Builds the eBPF programs (tracer-ebpf) with aya-build and leaves the object in OUT_DIR, and
+//! compiles deep mode's struct_ops twins (src/deep/twins.bpf.c) with clang into
+//! OUT_DIR/twins.bpf.o against a vmlinux.h that bpftool writes from this machine's kernel BTF.
 //!
 //! Host-only work (unit tests, clippy, fmt) must not need the eBPF toolchain, so when it is
 //! missing this writes an empty object and records why; the binary reports that at start-up.
@@ -27,6 +29,66 @@ fn toolchain_problem() -> Option<String> {
     }
 }
 
+/// Where clang comes from: the LLVM 22 packages the set-up installs, else PATH.
+const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+fn tool(name: &str, dirs: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    dirs.iter().map(PathBuf::from).chain(std::env::split_paths(&path)).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// Compile the twins; `Err` says why deep mode is unavailable in this build.
+fn build_twins(manifest_dir: &Path, out_dir: &Path) -> Result<(), String> {
+    let source = manifest_dir.join("src/deep/twins.bpf.c");
+    println!("cargo:rerun-if-changed={}", source.display());
+    println!("cargo:rerun-if-changed={}", manifest_dir.join("src/deep/decision.h").display());
+    let clang = tool("clang", &[LLVM_BIN]).ok_or("clang not found (the clang-22 package)")?;
+    let bpftool = tool("bpftool", &["/usr/sbin", "/sbin"]).ok_or("bpftool not found (the bpftool package)")?;
+    if !Path::new(KERNEL_BTF).is_file() {
+        return Err(format!("{KERNEL_BTF} missing: the build machine's kernel has no BTF"));
+    }
+    // The vendored libbpf's headers (bpf_helpers.h, bpf_tracing.h, bpf_core_read.h).
+    let libbpf_include = std::env::var("DEP_BPF_INCLUDE").map_err(|_| "libbpf-sys gave no include directory")?;
+    let vmlinux = Command::new(&bpftool)
+        .args(["btf", "dump", "file", KERNEL_BTF, "format", "c"])
+        .output()
+        .map_err(|e| format!("running bpftool: {e}"))?;
+    if !vmlinux.status.success() {
+        return Err(format!("bpftool btf dump failed: {}", String::from_utf8_lossy(&vmlinux.stderr).trim()));
+    }
+    let include = out_dir.join("twins-include");
+    std::fs::create_dir_all(&include).map_err(|e| e.to_string())?;
+    std::fs::write(include.join("vmlinux.h"), &vmlinux.stdout).map_err(|e| e.to_string())?;
+    let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+        Ok("x86_64") => "x86",
+        Ok("aarch64") => "arm64",
+        Ok("riscv64") => "riscv",
+        Ok("s390x") => "s390",
+        Ok(other) => return Err(format!("no BPF target arch name for {other}")),
+        Err(_) => return Err("CARGO_CFG_TARGET_ARCH unset".into()),
+    };
+    let out = Command::new(&clang)
+        .args(["-target", "bpf", "-g", "-O2", "-Wall", "-Werror"])
+        .arg(format!("-D__TARGET_ARCH_{arch}"))
+        .arg("-I")
+        .arg(&include)
+        .arg("-I")
+        .arg(&libbpf_include)
+        .arg("-I")
+        .arg(manifest_dir.join("src/deep"))
+        .arg("-c")
+        .arg(&source)
+        .arg("-o")
+        .arg(out_dir.join("twins.bpf.o"))
+        .output()
+        .map_err(|e| format!("running {}: {e}", clang.display()))?;
+    if !out.status.success() {
+        return Err(format!("clang failed on twins.bpf.c:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=CCTRACE_REQUIRE_EBPF");
     println!("cargo:rerun-if-env-changed=PATH");
@@ -38,6 +100,19 @@ fn main() -> anyhow::Result<()> {
         "cargo:rerun-if-changed={}",
         manifest_dir.parent().unwrap_or(Path::new("..")).join("tracer-common/src").display()
     );
+
+    match build_twins(&manifest_dir, &out_dir) {
+        Ok(()) => println!("cargo:rustc-env=CCTRACE_DEEP_UNAVAILABLE="),
+        Err(problem) if std::env::var("CCTRACE_REQUIRE_EBPF").is_ok_and(|v| v == "1") => {
+            anyhow::bail!("cannot build the deep-mode twins: {problem}")
+        }
+        Err(problem) => {
+            println!("cargo:warning=building cctrace without deep mode: {problem}");
+            std::fs::write(out_dir.join("twins.bpf.o"), [])?;
+            let first = problem.lines().next().unwrap_or_default().to_string();
+            println!("cargo:rustc-env=CCTRACE_DEEP_UNAVAILABLE={first}");
+        }
+    }
 
     if let Some(problem) = toolchain_problem() {
         if std::env::var("CCTRACE_REQUIRE_EBPF").is_ok_and(|v| v == "1") {

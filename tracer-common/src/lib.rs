@@ -493,6 +493,9 @@ pub mod switch_mode {
     pub const COOKIES: u32 = 2;
     /// Change nothing: report every full TCP socket with its algorithm (the plan's listing).
     pub const LIST: u32 = 3;
+    /// Every socket whose algorithm is a key of `SWITCH_NAMES`, to the name stored with it
+    /// (deep mode: `cubic` -> `cct_cubic` on the way in, `cct_cubic` -> `cubic` on the way out).
+    pub const NAMES: u32 = 4;
 }
 
 /// The one entry of the `SWITCH_CONFIG` array map, written by userspace before the walk.
@@ -515,6 +518,9 @@ pub struct CcName {
 }
 
 const _: () = assert!(core::mem::size_of::<CcName>() == CC_NAME_LEN);
+
+/// Most algorithm pairs `SWITCH_NAMES` holds.
+pub const SWITCH_MAX_NAMES: u32 = 16;
 
 /// Most cookies one undo switches back (the `SWITCH_COOKIES` map size).
 pub const SWITCH_MAX_COOKIES: u32 = 16_384;

@@ -27,7 +27,8 @@ use tracer_common::{
     counter, family, filter_mode, flag, reason, record_kind, switch_mode, tcp_state, BitField, CcName,
     ClassicTracepointOffsets, Config, FilterState, FlowSample, FlowState, HookId, Offsets, RecordHeader, SwitchConfig,
     SwitchRecord, ABSENT, CC_NAME_LEN, DEFAULT_RING_BYTES, FILTER_MAX_CGROUPS, FILTER_MAX_CGROUP_DEPTH,
-    FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, SWITCH_MAX_COOKIES, SWITCH_RECORD_SIZE, WIRE_VERSION,
+    FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, SWITCH_MAX_COOKIES, SWITCH_MAX_NAMES, SWITCH_RECORD_SIZE,
+    WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -59,6 +60,9 @@ static SWITCH_CONFIG: Array<SwitchConfig> = Array::with_max_entries(1, 0);
 /// For [`switch_mode::COOKIES`]: the sockets to switch and the algorithm each goes back to.
 #[map]
 static SWITCH_COOKIES: HashMap<u64, CcName> = HashMap::with_max_entries(SWITCH_MAX_COOKIES, 0);
+/// For [`switch_mode::NAMES`]: algorithm -> algorithm to switch its sockets to.
+#[map]
+static SWITCH_NAMES: HashMap<CcName, CcName> = HashMap::with_max_entries(SWITCH_MAX_NAMES, 0);
 
 /// No CA state override: read `icsk_ca_state` from the socket.
 const CA_FROM_SOCKET: u8 = 0xff;
@@ -741,6 +745,13 @@ pub fn cct_iter_switch(ctx: *mut c_void) -> i32 {
     } else if mode == switch_mode::LIST {
         // Reported as it is: the same name on both sides is never set below.
         rec.new_cc = rec.old_cc;
+    } else if mode == switch_mode::NAMES {
+        let old = CcName { name: rec.old_cc };
+        // SAFETY: as for SWITCH_COOKIES; the key is the NUL-padded name getsockopt wrote.
+        match unsafe { SWITCH_NAMES.get(old) } {
+            Some(name) => rec.new_cc = name.name,
+            None => return 0,
+        }
     } else {
         return 0;
     }

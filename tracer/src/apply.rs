@@ -604,10 +604,8 @@ fn resolve_target(args: &FixArgs, env: &Environment) -> Result<Target> {
         let named = env.netns_names.get(&netns);
         let path = if lookup.netns_inode(given) == Some(netns) {
             given.clone()
-        } else if let Some(name) = named {
-            format!("/run/netns/{name}")
-        } else if let Some(pid) = env.netns_pids.get(&netns) {
-            format!("/proc/{pid}/ns/net")
+        } else if let Some(path) = crate::host::path_into_netns(env, netns) {
+            path
         } else {
             bail!("no path leads into network namespace {netns}: no process lives in it and ip netns does not name it");
         };

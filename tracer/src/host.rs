@@ -16,6 +16,14 @@ pub fn netns_inode(path: &str) -> Option<u32> {
     s.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
 }
 
+/// A path that enters network namespace `netns`: its `ip netns` name, else a process in it.
+pub fn path_into_netns(env: &crate::analysis::diagnosis::Environment, netns: u32) -> Option<String> {
+    if let Some(name) = env.netns_names.get(&netns) {
+        return Some(format!("/run/netns/{name}"));
+    }
+    env.netns_pids.get(&netns).map(|pid| format!("/proc/{pid}/ns/net"))
+}
+
 /// One process per network namespace (the lowest pid), for `nsenter --net=/proc/PID/ns/net`.
 pub fn netns_pids() -> HashMap<u32, u32> {
     let mut map: HashMap<u32, u32> = HashMap::new();

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
@@ -149,6 +150,10 @@ pub struct FilterUpkeep<F> {
 impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
     async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
         self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_decisions(&mut self, analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
+        self.inner.on_decisions(analysis, batch).await
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {

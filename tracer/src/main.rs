@@ -97,6 +97,11 @@ struct Cli {
     /// process, container, cgroup and namespace names by pseudonyms, stable within one file.
     #[arg(long, global = true)]
     anonymize: bool,
+    /// Deep mode: register instrumented twins of CUBIC, Reno and BBR (cct_cubic, cct_reno,
+    /// cct_bbr) that run the kernel's own algorithm and report every decision it makes, and move
+    /// the flows of the --netns namespaces onto them while tracing (back when cctrace ends).
+    #[arg(long)]
+    deep: bool,
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
@@ -263,6 +268,29 @@ fn container_files(cli: &Cli) -> ContainerFiles {
 
 fn filter_spec(cli: &Cli) -> FilterSpec {
     FilterSpec { cgroups: cli.cgroup.clone(), containers: cli.container.clone(), netns: cli.netns.clone() }
+}
+
+/// The namespaces `--deep` works in: those `--netns` names, never the host's own.
+fn deep_namespaces(
+    resolved: &ResolvedFilter,
+    env: &tracer::analysis::diagnosis::Environment,
+) -> Result<Vec<tracer::deep::session::DeepNamespace>> {
+    tracer::deep::check_support()?;
+    if resolved.netns.is_empty() {
+        anyhow::bail!("--deep needs --netns: it moves the flows of the named network namespaces onto its twins");
+    }
+    resolved
+        .netns
+        .iter()
+        .map(|&netns| {
+            if netns == env.host_netns {
+                anyhow::bail!("--deep does not move the host's own flows: name other network namespaces with --netns");
+            }
+            let path = tracer::host::path_into_netns(env, netns)
+                .with_context(|| format!("no path leads into network namespace {netns}"))?;
+            Ok(tracer::deep::session::DeepNamespace { netns, path })
+        })
+        .collect()
 }
 
 fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
@@ -467,6 +495,17 @@ async fn run(cli: &Cli) -> Result<()> {
         None => None,
     };
     // Attach first so the demo's connections are seen from their first packet.
+    let deep_namespaces = if cli.deep {
+        Some(deep_namespaces(&resolved, &env)?)
+    } else {
+        // A killed --deep run leaves flows on its unregistered twins: any next start puts them back.
+        match tracer::deep::session::restore_if_left() {
+            Ok(0) => {}
+            Ok(n) => eprintln!("cctrace: {}", tracer::deep::session::restored_line(n)),
+            Err(e) => eprintln!("cctrace: flows a killed cctrace --deep left on its twins stay there: {e:#}"),
+        }
+        None
+    };
     let mut source = start_kernel(cli, resolved)?;
     if let Some(e) = &mut exporter {
         e.set_hooks(
@@ -480,6 +519,17 @@ async fn run(cli: &Cli) -> Result<()> {
         );
     }
     let serving = exporter.as_ref().and_then(tracer::metrics::Exporter::local_addr);
+    if let Some(namespaces) = deep_namespaces {
+        let (session, moved) = tracer::deep::session::DeepSession::start(namespaces)?;
+        if session.restored_at_start > 0 {
+            eprintln!("cctrace: {}", tracer::deep::session::restored_line(session.restored_at_start));
+        }
+        eprintln!(
+            "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; {} flows moved onto them",
+            moved.switched
+        );
+        source.attach_deep(session)?;
+    }
     let live_filter = source.take_filter().map(|k| LiveFilter::new(k, spec.clone(), host_paths));
     // The demo lab exists only while this function runs: its Drop removes the namespaces on
     // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
@@ -590,6 +640,12 @@ async fn run(cli: &Cli) -> Result<()> {
         }
         summary.map(drop)
     };
+    if let Some(c) = source.deep_counters() {
+        eprintln!(
+            "cctrace: deep mode: {} decision events received, {} lost in the kernel (ring buffer full), {} undecodable",
+            c.received, c.lost, c.decode_errors
+        );
+    }
     drop(source);
     #[cfg(feature = "demo")]
     {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
@@ -88,6 +89,11 @@ pub struct Status {
 pub trait FrontEnd {
     /// Samples just fed to `analysis`, in arrival order.
     async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[Sample]) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+
+    /// Deep mode's decision events just fed to `analysis`, in arrival order.
+    async fn on_decisions(&mut self, _analysis: &Analysis, _batch: &[Decision]) -> Result<Control> {
         Ok(Control::Continue)
     }
 
@@ -234,6 +240,19 @@ pub async fn run<F: FrontEnd>(
                         backlog = batch;
                         backlog_at = 0;
                         Control::Continue
+                    }
+                    Some(SourceItem::Decisions(batch)) => {
+                        for d in &batch {
+                            analysis.ingest_decision(d);
+                        }
+                        tokio::select! {
+                            biased;
+                            () = stop.wait() => {
+                                signalled = true;
+                                Control::Stop
+                            }
+                            control = front.on_decisions(analysis, &batch) => control?,
+                        }
                     }
                     Some(SourceItem::Tick { now_ns, counters }) => {
                         script_ns = now_ns;

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::ActionRecord;
@@ -38,6 +39,8 @@ pub struct SourceCounters {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SourceItem {
     Batch(Vec<Sample>),
+    /// Decision events of deep mode's congestion-control twins, in arrival order.
+    Decisions(Vec<Decision>),
     /// Tick the analysis and the front end at `now_ns` (the pipeline's scripted mode).
     Tick {
         now_ns: u64,

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::container::CgroupInfo;
+use crate::analysis::decisions::{algorithm_of, DecisionKind, DecisionLog};
 use crate::analysis::fix;
 use crate::analysis::model::{self, Flow, FlowTable, SampleCounts};
 
@@ -22,7 +23,7 @@ pub const LOSS_BASED: &[&str] =
     &["reno", "cubic", "bic", "htcp", "highspeed", "scalable", "hybla", "westwood", "illinois", "veno", "yeah", "lp"];
 
 pub fn is_loss_based(cc: &str) -> bool {
-    LOSS_BASED.contains(&cc)
+    LOSS_BASED.contains(&algorithm_of(cc))
 }
 
 /// What limits a flow.
@@ -335,6 +336,22 @@ pub struct Evidence {
     pub standing_queue: bool,
     /// The signals that decided `limited_by` and the flag, in words.
     pub decided_by: String,
+    /// What the flow's own congestion control decided, when it runs on a deep-mode twin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deep: Option<DeepEvidence>,
+}
+
+/// The decisions of a deep-traced flow's algorithm that bear on the verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeepEvidence {
+    /// The twin the flow runs (`cct_cubic`).
+    pub twin: String,
+    /// Loss responses (ssthresh cuts) the algorithm made since it took the flow over.
+    pub loss_responses: u64,
+    /// Median of ssthresh after / cwnd before over the kept cuts (CUBIC's beta is 0.7, Reno's 0.5).
+    pub median_cut: Option<f64>,
+    /// The latest cut, as the timeline says it ("loss at 12.4 s: ssthresh 46, cwnd 68 → 46").
+    pub last_cut: Option<String>,
 }
 
 /// The judgement on one flow.
@@ -519,7 +536,7 @@ pub enum ResponseModel {
 
 fn response_of(cc: &str, mss: u32, rtt_s: f64, p: f64) -> (f64, ResponseModel) {
     let mathis = mathis_bps(mss, rtt_s, p);
-    if cc == "cubic" {
+    if algorithm_of(cc) == "cubic" {
         let cubic = cubic_bps(mss, rtt_s, p);
         if cubic > mathis {
             return (cubic, ResponseModel::Cubic);
@@ -723,10 +740,39 @@ fn evidence_of(flow: &Flow, w: &Window, lv: &LossView, cfg: &DiagnosisConfig, li
         available_bps,
         standing_queue: standing,
         decided_by,
+        deep: None,
     }
 }
 
 /// The signals behind `limited_by`, in words.
+fn deep_evidence(cookie: u64, first_seen_ns: u64, decisions: &DecisionLog) -> Option<DeepEvidence> {
+    let mut twin = None;
+    let mut ratios = Vec::new();
+    let mut last_cut = None;
+    for d in decisions.of(cookie) {
+        twin = Some(d.algo.twin());
+        if let DecisionKind::SsthreshCut { cwnd_before, ssthresh_after, .. } = d.kind {
+            if cwnd_before > 0 {
+                ratios.push(f64::from(ssthresh_after) / f64::from(cwnd_before));
+            }
+            let at = d.ts_ns.saturating_sub(first_seen_ns) as f64 / 1e9;
+            let text = d.describe();
+            // "loss: ssthresh 46, ..." -> "loss at 12.4 s: ssthresh 46, ..."
+            last_cut = Some(match text.split_once(": ") {
+                Some((what, rest)) => format!("{what} at {at:.1} s: {rest}"),
+                None => text,
+            });
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some(DeepEvidence {
+        twin: twin?.to_string(),
+        loss_responses: decisions.loss_responses(cookie),
+        median_cut: ratios.get(ratios.len() / 2).copied(),
+        last_cut,
+    })
+}
+
 fn decided_by(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: LimitedBy, standing: bool) -> String {
     let episodes = if lv.episodes > 0 {
         format!(
@@ -840,6 +886,32 @@ impl Diagnoser {
             }
             let verdict = judge(flow, mem, &self.cfg, env, now_ns);
             mem.shown = Some(verdict);
+        }
+    }
+
+    /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
+    /// flagged flow, in its text): the loss responses the flag is about, from the algorithm.
+    pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
+        for (cookie, mem) in &mut self.flows {
+            let Some(verdict) = mem.shown.as_mut() else { continue };
+            let Some(flow) = table.get(*cookie) else { continue };
+            let Some(evidence) = verdict.evidence.as_mut() else { continue };
+            // A closed flow's verdict is kept as it was, citation included.
+            if evidence.deep.is_some() || !decisions.is_deep(*cookie) {
+                continue;
+            }
+            let Some(deep) = deep_evidence(*cookie, flow.first_seen_ns, decisions) else { continue };
+            if verdict.flagged && deep.loss_responses > 0 {
+                let ratio = deep
+                    .median_cut
+                    .map_or(String::new(), |r| format!(", each cutting the window to about {:.0}%", r * 100.0));
+                let last = deep.last_cut.as_deref().map_or(String::new(), |l| format!(" (latest: {l})"));
+                verdict.text.push_str(&format!(
+                    " {} itself responded to {} losses{ratio}{last}.",
+                    deep.twin, deep.loss_responses
+                ));
+            }
+            evidence.deep = Some(deep);
         }
     }
 
@@ -1180,6 +1252,17 @@ mod tests {
         let b = mathis_bps(1448, 0.030, 0.02);
         assert!((b - 3.331e6).abs() < 5e3, "{b}");
         assert!(mathis_bps(1448, 0.03, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn a_flow_on_a_deep_mode_twin_is_judged_as_its_original() {
+        let (plain, _) = run("cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let (twin, _) = run("cct_cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let (p, t) = (plain.verdict(1).expect("verdict"), twin.verdict(1).expect("verdict"));
+        assert!(t.flagged, "{t:?}");
+        assert_eq!((t.limited_by, t.flagged), (p.limited_by, p.flagged));
+        let (pe, te) = (p.evidence.as_ref().expect("evidence"), t.evidence.as_ref().expect("evidence"));
+        assert_eq!((te.response_bps, te.response_model), (pe.response_bps, pe.response_model));
     }
 
     #[test]

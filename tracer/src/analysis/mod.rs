@@ -8,6 +8,7 @@
 
 pub mod compare;
 pub mod container;
+pub mod decisions;
 pub mod diagnosis;
 pub mod event;
 pub mod filter;
@@ -17,6 +18,7 @@ pub mod model;
 pub mod schema;
 pub mod time;
 
+use crate::analysis::decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
@@ -27,6 +29,8 @@ const ENV_REFRESH_NS: u64 = 5_000_000_000;
 
 pub struct Analysis {
     pub table: FlowTable,
+    /// Deep mode's decision events, per flow.
+    pub decisions: DecisionLog,
     pub diagnoser: Diagnoser,
     pub env: Environment,
     last_evaluation_ns: u64,
@@ -46,6 +50,7 @@ impl Analysis {
         table.queue_slack_us = diagnosis.queue_slack_us;
         Self {
             table: FlowTable::new(table),
+            decisions: DecisionLog::default(),
             diagnoser: Diagnoser::new(diagnosis),
             env,
             last_evaluation_ns: 0,
@@ -67,6 +72,7 @@ impl Analysis {
     /// replay seeking backwards reads the recording again from its start).
     pub fn restart(&mut self) {
         self.table = FlowTable::new(self.table.config().clone());
+        self.decisions = DecisionLog::default();
         self.diagnoser.forget();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
@@ -92,6 +98,11 @@ impl Analysis {
         self.table.ingest(sample)
     }
 
+    /// A decision event of deep mode: kept with its flow, for the timeline and the diagnosis.
+    pub fn ingest_decision(&mut self, decision: &Decision) {
+        self.decisions.push(decision);
+    }
+
     /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per
     /// second of `now_ns` (monotonic, the samples' clock). Returns whether an evaluation ran.
     pub fn tick(&mut self, now_ns: u64) -> bool {
@@ -115,6 +126,7 @@ impl Analysis {
         }
         self.table.expire(now_ns);
         self.diagnoser.evaluate(&self.table, &self.env, now_ns);
+        self.diagnoser.cite_decisions(&self.table, &self.decisions);
         true
     }
 

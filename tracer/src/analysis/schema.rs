@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use crate::analysis::container::Container;
+use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::{Environment, Evidence, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::Flow;
@@ -27,6 +28,25 @@ pub enum Record {
     Action(ActionRecord),
     /// The run's totals, printed last.
     Summary(SummaryRecord),
+    /// A decision of a deep-traced flow's congestion control (`--deep`).
+    Decision(DecisionRecord),
+}
+
+/// One decision of a deep-mode twin: the typed event and the timeline's line for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// Unix time, seconds.
+    pub time: f64,
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// In words, as the detail view's timeline shows it.
+    pub text: String,
+}
+
+impl DecisionRecord {
+    pub fn of(d: &Decision, clock: &WallClock) -> Self {
+        Self { time: clock.unix_secs(d.ts_ns), decision: d.clone(), text: d.describe() }
+    }
 }
 
 /// What one socket looked like at one instant: shared by sample and flow records.

@@ -248,7 +248,7 @@ impl Anonymizer {
                 record.target = self.text(&record.target);
                 record.messages.iter_mut().for_each(|m| *m = self.text(m));
             }
-            Entry::Tick { .. } | Entry::End { .. } => {}
+            Entry::Tick { .. } | Entry::End { .. } | Entry::Decisions { .. } => {}
         }
         entry
     }

@@ -51,6 +51,7 @@ pub fn replay(
                     on_step(analysis, Step::Sample(s));
                 }
             }
+            Entry::Decisions { decisions } => decisions.iter().for_each(|d| analysis.ingest_decision(d)),
             Entry::Tick { now_ns, counters } => {
                 let evaluated = analysis.tick(now_ns);
                 on_step(analysis, Step::Tick { now_ns, counters: &counters, evaluated });

@@ -21,9 +21,10 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
 
+use crate::analysis::decisions::{Decision, TwinAlgo};
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::kernel::listing::{ListingError, ListingReport};
-use crate::source::{BoxFuture, EventSource, SourceCounters};
+use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -230,9 +231,52 @@ impl KernelInfo {
     }
 }
 
+/// Deep mode's part of the live source: the twins' session and their decisions ring buffer.
+struct DeepFeed {
+    ring: AsyncFd<RingBuf<MapData>>,
+    // After the ring: dropping the session moves flows back and unregisters the twins.
+    session: crate::deep::session::DeepSession,
+    next_rescan: tokio::time::Instant,
+    last_rescan: tokio::time::Instant,
+    received: u64,
+    decode_errors: u64,
+    /// The twins' own counts (written, lost), read before they were unregistered.
+    final_kernel_counts: Option<(u64, u64)>,
+}
+
+impl DeepFeed {
+    /// A flow of a deep namespace still on an original algorithm (new since the last scan):
+    /// move it soon rather than at the next periodic scan, so little of its start is missed.
+    fn rescan_soon_for(&mut self, batch: &[Sample]) {
+        let namespaces = self.session.namespaces();
+        let waiting = batch.iter().any(|s| {
+            TwinAlgo::ALL.iter().any(|a| a.original() == s.cc) && namespaces.iter().any(|n| n.netns == s.netns)
+        });
+        if waiting {
+            let soon = self.last_rescan + DEEP_RESCAN_SOON;
+            self.next_rescan = self.next_rescan.min(soon.max(tokio::time::Instant::now()));
+        }
+    }
+}
+
+/// Deep mode's decision counts: written and lost by the twins, received and undecodable here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeepCounters {
+    pub written: u64,
+    pub lost: u64,
+    pub received: u64,
+    pub decode_errors: u64,
+}
+
+/// How often deep mode looks for new flows to move onto the twins...
+const DEEP_RESCAN: Duration = Duration::from_secs(1);
+/// ...and how soon after a sample shows one (a new connection), at most this often.
+const DEEP_RESCAN_SOON: Duration = Duration::from_millis(100);
+
 pub struct KernelSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
     ring: AsyncFd<RingBuf<MapData>>,
+    deep: Option<DeepFeed>,
     counters: PerCpuArray<MapData, u64>,
     /// Until a front end takes it to change the filter while running.
     filter: Option<filter::KernelFilter>,
@@ -403,6 +447,7 @@ impl KernelSource {
             .context("opening the COUNTERS map")?;
         Ok(Self {
             ring,
+            deep: None,
             counters,
             filter: Some(filter),
             ebpf,
@@ -412,6 +457,38 @@ impl KernelSource {
             decode_errors: 0,
             last_decode_error: None,
         })
+    }
+
+    /// Read the decision events of deep mode's twins too, and keep moving the session's new
+    /// flows onto them; the session ends (flows back, twins unregistered) when this source
+    /// stops producing or is dropped.
+    pub fn attach_deep(&mut self, session: crate::deep::session::DeepSession) -> Result<()> {
+        let twins = session.twins().context("the deep-mode twins are not registered")?;
+        let fd = twins.decisions_fd().context("the twins' decisions ring buffer")?;
+        let map = aya::maps::Map::from_map_data(MapData::from_fd(fd).context("opening the decisions ring buffer")?)
+            .context("the decisions map")?;
+        let ring = RingBuf::try_from(map).context("the decisions map is not a ring buffer")?;
+        // SAFETY: as for the samples ring: the RingBuf owns its fd until the AsyncFd drops it.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .context("registering the decisions ring buffer with tokio")?;
+        self.deep = Some(DeepFeed {
+            ring,
+            session,
+            next_rescan: tokio::time::Instant::now() + DEEP_RESCAN,
+            last_rescan: tokio::time::Instant::now(),
+            received: 0,
+            decode_errors: 0,
+            final_kernel_counts: None,
+        });
+        Ok(())
+    }
+
+    /// Decisions written and lost by the twins, and received and undecodable here.
+    pub fn deep_counters(&self) -> Option<DeepCounters> {
+        let deep = self.deep.as_ref()?;
+        let (written, lost) =
+            deep.session.twins().map(crate::deep::Twins::counters).or(deep.final_kernel_counts).unwrap_or_default();
+        Some(DeepCounters { written, lost, received: deep.received, decode_errors: deep.decode_errors })
     }
 
     pub fn info(&self) -> &KernelInfo {
@@ -480,31 +557,82 @@ impl KernelSource {
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
-        const MAX_BATCH: usize = 4096;
-        loop {
-            let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
-            let ring = guard.get_inner_mut();
-            let mut batch = Vec::new();
-            while batch.len() < MAX_BATCH {
-                let Some(item) = ring.next() else { break };
-                match decode(&item, &self.ctx) {
-                    Ok(s) => batch.push(s),
-                    Err(e) => {
-                        self.decode_errors += 1;
-                        if self.last_decode_error.is_none() {
-                            self.last_decode_error = Some(e.to_string());
-                        }
+        let batch =
+            read_samples(&mut self.ring, &self.ctx, &mut self.decode_errors, &mut self.last_decode_error).await?;
+        self.received += batch.len() as u64;
+        Ok(batch)
+    }
+}
+
+/// The next samples from the ring buffer (at least one).
+async fn read_samples(
+    ring: &mut AsyncFd<RingBuf<MapData>>,
+    ctx: &DecodeContext,
+    decode_errors: &mut u64,
+    last_decode_error: &mut Option<String>,
+) -> Result<Vec<Sample>> {
+    const MAX_BATCH: usize = 4096;
+    loop {
+        let mut guard = ring.readable_mut().await.context("waiting on the ring buffer")?;
+        let ring = guard.get_inner_mut();
+        let mut batch = Vec::new();
+        while batch.len() < MAX_BATCH {
+            let Some(item) = ring.next() else { break };
+            match decode(&item, ctx) {
+                Ok(s) => batch.push(s),
+                Err(e) => {
+                    *decode_errors += 1;
+                    if last_decode_error.is_none() {
+                        *last_decode_error = Some(e.to_string());
                     }
                 }
             }
-            if batch.len() < MAX_BATCH {
-                // Drained: wait for the next wake-up. A full batch leaves readiness set.
-                guard.clear_ready();
+        }
+        if batch.len() < MAX_BATCH {
+            // Drained: wait for the next wake-up. A full batch leaves readiness set.
+            guard.clear_ready();
+        }
+        if !batch.is_empty() {
+            return Ok(batch);
+        }
+    }
+}
+
+/// The next decisions from the twins; between reads, new flows are moved onto them.
+async fn read_decisions(deep: &mut DeepFeed) -> Result<Vec<Decision>> {
+    const MAX_BATCH: usize = 4096;
+    loop {
+        let mut guard = tokio::select! {
+            guard = deep.ring.readable_mut() => guard.context("waiting on the decisions ring buffer")?,
+            () = tokio::time::sleep_until(deep.next_rescan) => {
+                deep.last_rescan = tokio::time::Instant::now();
+                deep.next_rescan = deep.last_rescan + DEEP_RESCAN;
+                match deep.session.rescan() {
+                    Ok(moved) if moved.switched > 0 => log::info!("deep: moved {} new flows onto the twins", moved.switched),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("deep: {e:#}"),
+                }
+                continue;
             }
-            if !batch.is_empty() {
-                self.received += batch.len() as u64;
-                return Ok(batch);
+        };
+        let ring = guard.get_inner_mut();
+        let mut batch = Vec::new();
+        while batch.len() < MAX_BATCH {
+            let Some(item) = ring.next() else { break };
+            match crate::analysis::decisions::decode(&item) {
+                Ok(d) => batch.push(d),
+                Err(e) => {
+                    deep.decode_errors += 1;
+                    log::warn!("deep: {e}");
+                }
             }
+        }
+        if batch.len() < MAX_BATCH {
+            guard.clear_ready();
+        }
+        if !batch.is_empty() {
+            deep.received += batch.len() as u64;
+            return Ok(batch);
         }
     }
 }
@@ -518,6 +646,29 @@ fn raise_memlock() {
 impl EventSource for KernelSource {
     fn next_batch(&mut self) -> BoxFuture<'_, Result<Option<Vec<Sample>>>> {
         Box::pin(async move { self.read_batch().await.map(Some) })
+    }
+
+    /// Samples, or in deep mode whichever of samples and decisions is ready first. Cancel-safe:
+    /// each reader takes records only in the turn it completes in.
+    fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
+        Box::pin(async move {
+            let Self { ring, deep, ctx, decode_errors, last_decode_error, received, .. } = self;
+            let samples = read_samples(ring, ctx, decode_errors, last_decode_error);
+            let item = match deep {
+                None => samples.await.map(SourceItem::Batch),
+                Some(deep) => tokio::select! {
+                    batch = samples => batch.map(SourceItem::Batch),
+                    decisions = read_decisions(deep) => decisions.map(SourceItem::Decisions),
+                },
+            };
+            if let Ok(SourceItem::Batch(b)) = &item {
+                *received += b.len() as u64;
+                if let Some(deep) = deep {
+                    deep.rescan_soon_for(b);
+                }
+            }
+            item.map(Some)
+        })
     }
 
     fn counters(&self) -> SourceCounters {
@@ -534,6 +685,16 @@ impl EventSource for KernelSource {
 
     fn stop_producing(&mut self) {
         self.detach_programs();
+        // Deep mode ends with the run: flows back to their algorithm, then the twins go.
+        if let Some(deep) = &mut self.deep {
+            if let Some(twins) = deep.session.twins() {
+                deep.final_kernel_counts = Some(twins.counters());
+            }
+            match deep.session.finish() {
+                Ok(moved) => log::info!("deep: moved {} flows back from the twins", moved.switched),
+                Err(e) => eprintln!("cctrace: putting flows back from the deep-mode twins: {e:#}"),
+            }
+        }
     }
 
     fn describe(&self) -> String {

@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Array, HashMap, MapData};
 use aya::programs::Iter;
 use aya::{Btf, Ebpf, EbpfLoader};
-use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES};
+use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES, SWITCH_MAX_NAMES};
 
 use super::listing::{enter_netns, read_iter_in};
 use super::{caps, error_chain, offsets, raise_memlock, EBPF_OBJECT, EBPF_UNAVAILABLE};
@@ -89,6 +89,27 @@ impl Switcher {
             }
         }
         self.set_config(switch_mode::COOKIES)?;
+        self.run(netns, path)
+    }
+
+    /// Switch every socket whose algorithm is a `from` of `pairs` to its `to` (deep mode moves
+    /// flows onto the twins and back with this).
+    pub fn switch_names(&mut self, netns: u32, path: &Path, pairs: &[(&str, &str)]) -> Result<Vec<Switched>> {
+        if pairs.len() > SWITCH_MAX_NAMES as usize {
+            bail!("{} algorithm pairs to switch, at most {SWITCH_MAX_NAMES}", pairs.len());
+        }
+        {
+            let mut map: HashMap<&mut MapData, CcName, CcName> =
+                HashMap::try_from(self.ebpf.map_mut("SWITCH_NAMES").context("SWITCH_NAMES map missing")?)?;
+            let stale: Vec<CcName> = map.keys().filter_map(Result::ok).collect();
+            for key in stale {
+                map.remove(&key)?;
+            }
+            for (from, to) in pairs {
+                map.insert(CcName { name: cc_bytes(from) }, CcName { name: cc_bytes(to) }, 0)?;
+            }
+        }
+        self.set_config(switch_mode::NAMES)?;
         self.run(netns, path)
     }
 }

@@ -5,8 +5,9 @@ use std::collections::HashSet;
 
 use anyhow::Result;
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::{ActionRecord, FlowRecord, Record, SampleRecord, SummaryRecord};
+use crate::analysis::schema::{ActionRecord, DecisionRecord, FlowRecord, Record, SampleRecord, SummaryRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
 use crate::output::writer::{LineWriter, WriteOutcome};
@@ -68,6 +69,13 @@ impl FrontEnd for JsonOutput {
                 let record = Record::Sample(SampleRecord::of(s, &self.clock, &analysis.env));
                 self.push(&record)?;
             }
+        }
+        self.send().await
+    }
+
+    async fn on_decisions(&mut self, _analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
+        for d in batch {
+            self.push(&Record::Decision(DecisionRecord::of(d, &self.clock)))?;
         }
         self.send().await
     }
@@ -162,6 +170,53 @@ mod tests {
         assert_eq!(s["state"], "ESTAB");
         assert_eq!(s["reason"], "periodic");
         assert!(s.get("snd_cwnd").is_none() && s.get("srtt_us").is_none(), "no raw names: {s}");
+    }
+
+    /// Items as given, then the end: decisions next to samples, as a deep-mode source yields them.
+    struct Items(std::collections::VecDeque<crate::source::SourceItem>);
+
+    impl crate::source::EventSource for Items {
+        fn next_batch(
+            &mut self,
+        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::event::Sample>>>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn next_item(&mut self) -> crate::source::BoxFuture<'_, anyhow::Result<Option<crate::source::SourceItem>>> {
+            Box::pin(async move { Ok(self.0.pop_front()) })
+        }
+        fn counters(&self) -> crate::source::SourceCounters {
+            crate::source::SourceCounters::default()
+        }
+        fn describe(&self) -> String {
+            "items".into()
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn decisions_are_printed_as_they_arrive_and_kept_with_their_flow() {
+        use crate::source::SourceItem;
+        let cut = crate::recording::tests::cut(7, 2_000_000_000);
+        let mut src = Items(
+            vec![
+                SourceItem::Batch(vec![sample(7, 0)]),
+                SourceItem::Decisions(vec![cut]),
+                SourceItem::Batch(vec![sample(7, 500)]),
+            ]
+            .into(),
+        );
+        let buf = SharedBuf::default();
+        let mut front = JsonOutput::new(LineWriter::spawn(Box::new(buf.clone())), WallClock::fixed(0), false);
+        let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
+        let opts = PipelineOptions { tick: Duration::from_millis(100), ..PipelineOptions::default() };
+        pipeline::run(&mut src, &mut analysis, &mut front, &opts, || 0, &mut NoStop).await.expect("runs");
+        let lines: Vec<Value> = buf.text().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+        let d = lines.iter().find(|l| l["type"] == "decision").expect("a decision line");
+        assert_eq!(d["kind"], "ssthresh_cut");
+        assert_eq!(d["algo"], "cubic");
+        assert_eq!(d["cookie"], 7);
+        assert_eq!((d["cwnd_before"].as_u64(), d["ssthresh_after"].as_u64()), (Some(68), Some(47)));
+        assert_eq!(d["text"], "loss: ssthresh 47, cwnd 68 → 47");
+        assert_eq!(analysis.decisions.loss_responses(7), 1);
     }
 
     /// Says stop at an instant of the test's clock.

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
@@ -21,6 +22,8 @@ pub enum Entry {
     Header(Header),
     /// One batch of samples, in the order the analysis got them.
     Samples { samples: Vec<Sample> },
+    /// One batch of deep mode's decision events, in the order the analysis got them.
+    Decisions { decisions: Vec<Decision> },
     /// The pipeline ticked at `now_ns` (monotonic, the samples' clock): a replay ticks at the
     /// same instants, so it judges flows exactly as the live run did.
     Tick { now_ns: u64, counters: SourceCounters },

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
@@ -81,6 +82,13 @@ impl Recorder {
         self.writer.check()
     }
 
+    fn decisions(&mut self, batch: &[Decision]) -> Result<()> {
+        for chunk in batch.chunks(SAMPLES_PER_ENTRY) {
+            self.write(Entry::Decisions { decisions: chunk.to_vec() });
+        }
+        self.writer.check()
+    }
+
     fn tick(&mut self, analysis: &Analysis, now_ns: u64, counters: SourceCounters) -> Result<()> {
         self.host_if_changed(analysis);
         self.write(Entry::Tick { now_ns, counters });
@@ -127,6 +135,13 @@ impl<F: FrontEnd> FrontEnd for Recording<F> {
             r.samples(analysis, batch)?;
         }
         self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_decisions(&mut self, analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
+        if let Some(r) = &mut self.recorder {
+            r.decisions(batch)?;
+        }
+        self.inner.on_decisions(analysis, batch).await
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
@@ -245,6 +260,7 @@ impl RecordingSource {
                     self.received += samples.len() as u64;
                     SourceItem::Batch(samples)
                 }
+                Some(Entry::Decisions { decisions }) => SourceItem::Decisions(decisions),
                 Some(Entry::Tick { now_ns, counters }) => {
                     self.counters = counters;
                     SourceItem::Tick { now_ns, counters }

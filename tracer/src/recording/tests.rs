@@ -252,3 +252,37 @@ fn write_fuzz_seeds() {
     std::fs::write(dir.join("truncated.cctrace"), &bytes[..bytes.len() * 2 / 3]).expect("write");
     std::fs::write(dir.join("garbage"), b"\x28\xb5\x2f\xfd garbage after a zstd magic").expect("write");
 }
+
+/// A deep-mode loss response of flow `cookie` at `ts_ns`.
+pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::decisions::Decision {
+    use crate::analysis::decisions::{Decision, DecisionKind, TwinAlgo};
+    Decision {
+        ts_ns,
+        cookie,
+        algo: TwinAlgo::Cubic,
+        ca_state: crate::analysis::event::CaState::Disorder,
+        srtt_us: 31_000,
+        mss: 1448,
+        kind: DecisionKind::SsthreshCut { cwnd_before: 68, cwnd_after: 47, ssthresh_before: 90, ssthresh_after: 47 },
+    }
+}
+
+#[test]
+fn decisions_are_kept_and_replayed_into_the_analysis() {
+    let mut entries = entries(3);
+    entries.insert(2, Entry::Decisions { decisions: vec![cut(1, 1_500_000_000), cut(2, 1_600_000_000)] });
+    let bytes = record(&entries);
+    let (read, end) = read_all(&bytes);
+    assert_eq!(end.expect("no error"), None);
+    assert_eq!(read, with_header(&entries));
+    let mut analysis = crate::analysis::Analysis::new(
+        crate::analysis::model::TableConfig::default(),
+        crate::analysis::diagnosis::DiagnosisConfig::default(),
+        Environment::default(),
+    );
+    crate::export::replay::replay(read, &mut analysis, |_, _| {});
+    assert_eq!(analysis.decisions.total(), 2);
+    assert_eq!(analysis.decisions.loss_responses(1), 1);
+    let text = analysis.decisions.of(2).next().expect("kept").describe();
+    assert_eq!(text, "loss: ssthresh 47, cwnd 68 → 47");
+}

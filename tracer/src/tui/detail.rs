@@ -447,7 +447,14 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], marks: &[fixing::Ma
 
 /// The verdict panel's lines, wrapped to `width`; `lead` (where the flow lives, when the view
 /// had no room for it above) follows the verdict's text.
-fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16) -> Vec<Line<'static>> {
+/// `decisions`: the flow's deep-mode timeline, oldest first, as (seconds since the flow was
+/// first seen, what was decided).
+fn verdict_lines(
+    verdict: Option<&Verdict>,
+    decisions: &[(f64, String)],
+    lead: Vec<Line<'static>>,
+    width: u16,
+) -> Vec<Line<'static>> {
     let width = usize::from(width).max(1);
     let mut out = Vec::new();
     let para = |text: &str, style: Style, indent: usize, out: &mut Vec<Line<'static>>| {
@@ -464,7 +471,9 @@ fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16
     };
     let Some(v) = verdict else {
         para("no verdict yet: the first one comes after a few seconds of samples", dim(), 0, &mut out);
-        return with_lead(out);
+        let mut out = with_lead(out);
+        decision_lines(decisions, width, &mut out);
+        return out;
     };
     // An unflagged verdict's text already opens with the description.
     if !v.text.starts_with(v.limited_by.describe()) {
@@ -499,6 +508,7 @@ fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16
         }
         para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
     }
+    decision_lines(decisions, width, &mut out);
     if !v.fix.is_empty() {
         out.push(Line::raw(""));
         out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
@@ -516,6 +526,34 @@ fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16
         }
     }
     out
+}
+
+/// Deep mode's timeline, newest first; a run of the same decision reads as one line with its
+/// count and its latest time.
+fn decision_lines(decisions: &[(f64, String)], width: usize, out: &mut Vec<Line<'static>>) {
+    if decisions.is_empty() {
+        return;
+    }
+    out.push(Line::raw(""));
+    out.push(Line::styled(
+        "decisions of its congestion control (deep mode), newest first:",
+        Style::new().add_modifier(Modifier::BOLD),
+    ));
+    let mut newest_first = decisions.iter().rev().peekable();
+    while let Some((at_s, text)) = newest_first.next() {
+        let mut repeats = 1;
+        while newest_first.next_if(|(_, t)| t == text).is_some() {
+            repeats += 1;
+        }
+        let times = if repeats > 1 { format!(" (×{repeats})") } else { String::new() };
+        // The times stay a column: only the text wraps, under itself.
+        let at = format!("{at_s:>7.1} s  ");
+        let body = format::wrap(&format!("{text}{times}"), width.saturating_sub(2 + at.len()).max(1));
+        for (i, l) in body.iter().enumerate() {
+            let lead = if i == 0 { at.clone() } else { " ".repeat(at.len()) };
+            out.push(Line::styled(format!("  {lead}{l}"), Style::new().fg(Color::Cyan)));
+        }
+    }
 }
 
 fn render_verdict(
@@ -537,8 +575,9 @@ fn render_verdict(
     let mut block = Block::bordered().title(title).border_style(dim());
     let inner = block.inner(area);
     // Before/after a fix first: it is what the user just did.
+    let decisions = state.detail_copy().map_or(&[][..], |d| &d.decisions[..]);
     let mut lines = compared;
-    lines.extend(verdict_lines(verdict, lead, inner.width));
+    lines.extend(verdict_lines(verdict, decisions, lead, inner.width));
     let max_scroll = u16::try_from(lines.len().saturating_sub(usize::from(inner.height))).unwrap_or(u16::MAX);
     state.detail_max_scroll.set(max_scroll);
     state.page_rows.set(usize::from(inner.height.max(1)));
@@ -549,4 +588,29 @@ fn render_verdict(
     }
     block.render(area, buf);
     Paragraph::new(lines).scroll((scroll, 0)).render(inner, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line<'_>]) -> Vec<String> {
+        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+    }
+
+    #[test]
+    fn the_decision_timeline_is_newest_first_with_repeats_folded() {
+        let decisions = vec![
+            (12.4, "loss: ssthresh 46, cwnd 68 → 46".to_string()),
+            (12.5, "sending starts after idle".to_string()),
+            (12.9, "sending starts after idle".to_string()),
+            (13.0, "sending starts after idle".to_string()),
+        ];
+        let lines = text(&verdict_lines(None, &decisions, Vec::new(), 80));
+        let at = lines.iter().position(|l| l.starts_with("decisions of its congestion control")).expect("a timeline");
+        assert_eq!(
+            &lines[at + 1..],
+            ["     13.0 s  sending starts after idle (×3)", "     12.4 s  loss: ssthresh 46, cwnd 68 → 46"]
+        );
+    }
 }

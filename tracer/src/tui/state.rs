@@ -401,7 +401,13 @@ pub(crate) struct DetailFlow {
     pub flow: Flow,
     pub verdict: Option<Verdict>,
     pub whereabouts: Whereabouts,
+    /// Deep mode's decision timeline (newest [`DETAIL_DECISIONS`]): seconds since the flow was
+    /// first seen, and the decision in words.
+    pub decisions: Vec<(f64, String)>,
 }
+
+/// Decisions the detail view lists, at most.
+pub(crate) const DETAIL_DECISIONS: usize = 200;
 
 /// Everything the UI shows. See the module docs for who changes what.
 pub struct AppState {
@@ -863,6 +869,14 @@ impl AppState {
                 self.detail = Some(Box::new(DetailFlow {
                     verdict: analysis.verdict(f).cloned(),
                     whereabouts: Whereabouts::of(f, &analysis.env),
+                    decisions: {
+                        let all: Vec<_> = analysis.decisions.of(cookie).collect();
+                        let skip = all.len().saturating_sub(DETAIL_DECISIONS);
+                        all[skip..]
+                            .iter()
+                            .map(|d| (d.ts_ns.saturating_sub(f.first_seen_ns) as f64 / 1e9, d.describe()))
+                            .collect()
+                    },
                     flow: f.clone(),
                 }));
             }
