@@ -243,6 +243,8 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         hook_mode: cli.hooks,
         ring_bytes: cli.ring_kib.saturating_mul(1024),
         filter,
+        // The same "heavy" as for TCP flows, in bytes per second.
+        udp_heavy_bytes_per_sec: (cli.heavy_mbps * 1e6 / 8.0) as u64,
     };
     let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {
@@ -255,6 +257,9 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     }
     if let Some(line) = source.info().start_up_listing_line() {
         eprintln!("cctrace: {line}");
+    }
+    if let Some(why) = &source.info().udp_unavailable {
+        eprintln!("cctrace: heavy UDP flows not tracked ({why})");
     }
     Ok(source)
 }

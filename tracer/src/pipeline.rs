@@ -228,6 +228,10 @@ pub async fn run<F: FrontEnd>(
                         let status = Status { now_ns, counters, source_ended: false, playback: source.playback() };
                         tick(analysis, front, &status, stop, &mut signalled).await?
                     }
+                    Some(SourceItem::Udp(batch)) => {
+                        analysis.ingest_udp(&batch);
+                        Control::Continue
+                    }
                     Some(SourceItem::Host(env)) => {
                         analysis.set_env(env);
                         Control::Continue

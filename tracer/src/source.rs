@@ -37,6 +37,8 @@ pub struct SourceCounters {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SourceItem {
     Batch(Vec<Sample>),
+    /// Readings of heavy UDP sockets.
+    Udp(Vec<crate::analysis::udp::UdpSample>),
     /// Tick the analysis and the front end at `now_ns` (the pipeline's scripted mode).
     Tick {
         now_ns: u64,

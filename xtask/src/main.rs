@@ -23,6 +23,8 @@ const APT_PACKAGES: &[&str] = &[
     "tmux",
     // tests/tests/report.rs renders `cctrace report` in headless Chromium.
     "chromium",
+    // tests/tests/udp.rs: plain UDP bulk traffic (`iperf3 -u`).
+    "iperf3",
     // zstdcat: the recording tests read a recording as its users would.
     "zstd",
     "util-linux",

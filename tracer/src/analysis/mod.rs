@@ -15,10 +15,14 @@ pub mod live_fix;
 pub mod model;
 pub mod schema;
 pub mod time;
+pub mod udp;
+
+use std::collections::HashMap;
 
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
+use crate::analysis::udp::{RelayedBy, UdpFlow, UdpSample, UdpTable, UdpVerdict};
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
 /// Namespaces and processes come and go: host facts are re-read this often when a reader is set.
@@ -36,7 +40,14 @@ pub struct Analysis {
     env_generation: u64,
     /// The time the last [`Analysis::tick`] was given.
     last_tick_ns: u64,
+    /// Heavy UDP flows, their verdicts, and the TCP flows they relay.
+    pub udp: UdpTable,
+    udp_verdicts: HashMap<u64, UdpVerdict>,
+    relays: HashMap<u64, RelayedBy>,
 }
+
+/// A UDP flow must move this much either way over the last readings to count as a relay's.
+const RELAY_MIN_BPS: f64 = 1_000_000.0;
 
 impl Analysis {
     pub fn new(mut table: TableConfig, diagnosis: DiagnosisConfig, env: Environment) -> Self {
@@ -52,6 +63,9 @@ impl Analysis {
             env_read_ns: 0,
             env_generation: 0,
             last_tick_ns: 0,
+            udp: UdpTable::default(),
+            udp_verdicts: HashMap::new(),
+            relays: HashMap::new(),
         }
     }
 
@@ -67,6 +81,9 @@ impl Analysis {
     pub fn restart(&mut self) {
         self.table = FlowTable::new(self.table.config().clone());
         self.diagnoser.forget();
+        self.udp = UdpTable::default();
+        self.udp_verdicts.clear();
+        self.relays.clear();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
         self.env_read_ns = 0;
@@ -89,6 +106,23 @@ impl Analysis {
 
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         self.table.ingest(sample)
+    }
+
+    /// Readings of heavy UDP sockets.
+    pub fn ingest_udp(&mut self, batch: &[UdpSample]) {
+        for s in batch {
+            self.udp.ingest(s);
+        }
+    }
+
+    /// The verdict on a heavy UDP flow (from the last evaluation).
+    pub fn udp_verdict(&self, flow: &UdpFlow) -> Option<&UdpVerdict> {
+        self.udp_verdicts.get(&flow.cookie())
+    }
+
+    /// The relay a TCP flow's local hop leads to, if any.
+    pub fn relayed_by(&self, cookie: u64) -> Option<&RelayedBy> {
+        self.relays.get(&cookie)
     }
 
     /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per
@@ -114,6 +148,10 @@ impl Analysis {
         }
         self.table.expire(now_ns);
         self.diagnoser.evaluate(&self.table, &self.env, now_ns);
+        self.udp.expire(now_ns);
+        self.udp_verdicts = self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
+        self.relays = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
+        self.diagnoser.note_relays(&self.relays);
         true
     }
 

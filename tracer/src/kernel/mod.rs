@@ -10,6 +10,8 @@ pub mod listing;
 pub mod offsets;
 pub mod switch;
 pub mod tracefs;
+pub mod udp;
+pub mod udp_owner;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,7 +25,7 @@ use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
 
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::kernel::listing::{ListingError, ListingReport};
-use crate::source::{BoxFuture, EventSource, SourceCounters};
+use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -49,9 +51,14 @@ pub struct KernelOptions {
     pub ring_bytes: u32,
     /// Flows to keep (open: all), in force from the first program run.
     pub filter: crate::analysis::filter::ResolvedFilter,
+    /// A UDP socket moving this many bytes in a second is tracked as a heavy flow.
+    pub udp_heavy_bytes_per_sec: u64,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
+
+/// How often the heavy UDP sockets are read.
+const UDP_POLL: Duration = Duration::from_secs(1);
 
 impl Default for KernelOptions {
     fn default() -> Self {
@@ -60,6 +67,7 @@ impl Default for KernelOptions {
             hook_mode: HookMode::Auto,
             ring_bytes: DEFAULT_RING_BYTES,
             filter: crate::analysis::filter::ResolvedFilter::default(),
+            udp_heavy_bytes_per_sec: tracer_common::udp::DEFAULT_UDP_HEAVY_BYTES,
         }
     }
 }
@@ -204,6 +212,8 @@ pub struct KernelInfo {
     pub hz: u32,
     /// The start-up listing of existing sockets: what it walked and skipped, or why it did not run.
     pub snapshot: Result<ListingReport, ListingError>,
+    /// Why heavy UDP flows are not tracked, when they are not.
+    pub udp_unavailable: Option<String>,
 }
 
 impl KernelInfo {
@@ -230,6 +240,9 @@ pub struct KernelSource {
     ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
+    /// UDP accounting, read once a second (None when it could not attach).
+    udp: Option<udp::UdpAccounting>,
+    udp_tick: tokio::time::Interval,
     received: u64,
     decode_errors: u64,
     /// First decode error, kept for the summary.
@@ -318,6 +331,7 @@ impl KernelSource {
         caps::check()?;
         let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
         let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
+        let udp_config = udp::config(&btf_resolver, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
         drop(btf_resolver);
         let hz = hz::kernel_hz().unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
@@ -340,6 +354,7 @@ impl KernelSource {
             .override_global("OFFSETS", &resolved.offsets, true)
             .override_global("CLASSIC", &classic, true)
             .override_global("CONFIG", &config, true)
+            .override_global("UDP_CONFIG", &udp_config, true)
             .load(EBPF_OBJECT)
             .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
 
@@ -384,6 +399,13 @@ impl KernelSource {
             None => Err(ListingError::BtfUnavailable),
         };
 
+        let (udp, udp_unavailable) = match udp::UdpAccounting::attach(&mut ebpf) {
+            Ok(u) => (Some(u), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let mut udp_tick = tokio::time::interval(UDP_POLL);
+        udp_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
@@ -397,8 +419,10 @@ impl KernelSource {
             counters,
             filter: Some(filter),
             ebpf,
-            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
+            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot, udp_unavailable },
             ctx: DecodeContext { hz },
+            udp,
+            udp_tick,
             received: 0,
             decode_errors: 0,
             last_decode_error: None,
@@ -424,6 +448,7 @@ impl KernelSource {
                 aya::programs::Program::BtfTracePoint(p) => p.unload(),
                 aya::programs::Program::TracePoint(p) => p.unload(),
                 aya::programs::Program::Iter(p) => p.unload(),
+                aya::programs::Program::CgroupSkb(p) => p.unload(),
                 _ => Ok(()),
             };
         }
@@ -438,21 +463,30 @@ impl KernelSource {
         self.counter(counter::EMITTED)
     }
 
-    /// Kernel-side counters by name (lost, emitted, read errors, map full).
+    /// Kernel-side counters by name (lost, emitted, read errors, map full, UDP accounting).
     pub fn kernel_counters(&self) -> HashMap<&'static str, u64> {
-        HashMap::from([
+        let udp = self.udp.as_ref().map(udp::UdpAccounting::kernel_counters).unwrap_or_default();
+        let mut all = HashMap::from([
             ("ringbuf_lost", self.counter(counter::RINGBUF_LOST)),
             ("emitted", self.counter(counter::EMITTED)),
             ("read_errors", self.counter(counter::READ_ERRORS)),
             ("flow_map_full", self.counter(counter::FLOW_MAP_FULL)),
             ("filtered", self.counter(counter::FILTERED)),
-        ])
+        ]);
+        all.extend(udp);
+        all
+    }
+
+    /// Whether heavy UDP flows are tracked.
+    pub fn tracks_udp(&self) -> bool {
+        self.udp.is_some()
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
         const MAX_BATCH: usize = 4096;
         loop {
             let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+            // Everything from here to the return runs in one poll: a cancelled wait loses nothing.
             let ring = guard.get_inner_mut();
             let mut batch = Vec::new();
             while batch.len() < MAX_BATCH {
@@ -488,6 +522,33 @@ fn raise_memlock() {
 impl EventSource for KernelSource {
     fn next_batch(&mut self) -> BoxFuture<'_, Result<Option<Vec<Sample>>>> {
         Box::pin(async move { self.read_batch().await.map(Some) })
+    }
+
+    fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
+        Box::pin(async move {
+            if self.udp.is_none() {
+                return self.read_batch().await.map(|b| Some(SourceItem::Batch(b)));
+            }
+            // Both branches are cancel-safe: an interval tick, and a ring read that takes
+            // nothing before it completes.
+            let ring = async {
+                let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+                guard.retain_ready();
+                anyhow::Ok(())
+            };
+            tokio::select! {
+                biased;
+                _ = self.udp_tick.tick() => {
+                    let now = crate::clock::monotonic_now_ns();
+                    let batch = self.udp.as_mut().map(|u| u.poll(now)).unwrap_or_default();
+                    Ok(Some(SourceItem::Udp(batch)))
+                }
+                ready = ring => {
+                    ready?;
+                    self.read_batch().await.map(|b| Some(SourceItem::Batch(b)))
+                }
+            }
+        })
     }
 
     fn counters(&self) -> SourceCounters {
