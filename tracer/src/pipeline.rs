@@ -140,6 +140,7 @@ pub fn summary(source: &dyn EventSource, analysis: &Analysis) -> SummaryRecord {
         events_filtered: c.filtered,
         flows_seen: analysis.table.len() as u64 + analysis.table.evicted(),
         flows_evicted: analysis.table.evicted(),
+        udp: c.udp,
     }
 }
 

@@ -359,4 +359,7 @@ pub struct SummaryRecord {
     /// Distinct flows seen, and how many of them the flow table evicted to stay bounded.
     pub flows_seen: u64,
     pub flows_evicted: u64,
+    /// The UDP accounting's totals, when the source tracks UDP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<crate::source::UdpCounters>,
 }

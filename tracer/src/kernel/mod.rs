@@ -560,6 +560,7 @@ impl EventSource for KernelSource {
             flow_map_full: self.counter(counter::FLOW_MAP_FULL),
             filtered: self.counter(counter::FILTERED),
             kernel_emitted: Some(self.emitted()),
+            udp: self.udp.as_ref().map(udp::UdpAccounting::totals),
         }
     }
 

@@ -102,6 +102,17 @@ impl UdpAccounting {
         self.counters.get(&index, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
+    /// Totals for the summary.
+    pub fn totals(&self) -> crate::source::UdpCounters {
+        crate::source::UdpCounters {
+            packets: self.counter(udp_counter::PACKETS),
+            sockets_seen: self.counter(udp_counter::SOCKETS_NEW),
+            heavy: self.counter(udp_counter::HEAVY),
+            heavy_index_full: self.counter(udp_counter::HEAVY_FULL),
+            evicted: self.vanished,
+        }
+    }
+
     /// Kernel-side counters by name.
     pub fn kernel_counters(&self) -> Vec<(&'static str, u64)> {
         vec![

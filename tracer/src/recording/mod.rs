@@ -106,6 +106,7 @@ pub fn counters_of(s: &SummaryRecord) -> SourceCounters {
         flow_map_full: s.flow_map_full,
         filtered: s.events_filtered,
         kernel_emitted: s.kernel_emitted,
+        udp: s.udp,
     }
 }
 

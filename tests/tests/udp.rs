@@ -1,0 +1,148 @@
+//! UDP flows whose congestion control is not the kernel's, on the lab's emulated WAN path: the
+//! real cctrace naming real UDP traffic (iperf3, a burst of DNS-sized datagrams).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec};
+use cctrace_tests::{require_kernel, serial, Tracer};
+use serde_json::Value;
+
+/// A 30 ms path with 0.1 % random loss and a 200 Mbit/s bottleneck, as in the demo.
+fn wan() -> Result<EmulatedPath> {
+    let rate = 200_000_000;
+    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
+    let mut spec =
+        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(0.001).with_rate(rate, queue));
+    spec.reverse = PathSpec::delay(Duration::from_millis(15));
+    EmulatedPath::create(spec)
+}
+
+/// UDP flow records of namespace `netns`.
+fn udp_records(lines: &[Value], netns: u64) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "flow" && v["proto"] == "udp" && v["netns"].as_u64() == Some(netns))
+        .cloned()
+        .collect()
+}
+
+fn summary(lines: &[Value]) -> Result<&Value> {
+    lines.iter().rev().find(|v| v["type"] == "summary").context("no summary line")
+}
+
+#[test]
+fn iperf3_udp_is_plain_udp_owned_by_iperf3_with_the_kernels_counts() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let port = "5301";
+    let mut server = path
+        .receiver()
+        .command("iperf3")
+        .args(["-s", "-1", "-p", port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s (apt-get install iperf3)")?;
+    // `ip netns exec` execs iperf3 in place: the child's pid is the server's.
+    let server_pid = server.id();
+    let tracer = Tracer::start(&[])?;
+    std::thread::sleep(Duration::from_millis(500));
+    let client = path
+        .sender()
+        .command("iperf3")
+        .args(["-u", "-c", &path.receiver_addr().to_string(), "-p", port, "-b", "20M", "-t", "6", "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting iperf3 -u")?;
+    let client_pid = client.id();
+    let out = client.wait_with_output()?;
+    let _ = server.wait();
+    if !out.status.success() {
+        bail!("iperf3 -u failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let report: Value = serde_json::from_slice(&out.stdout).context("iperf3 -J output")?;
+    let sent_bytes = report["end"]["sum"]["bytes"].as_u64().context("end.sum.bytes")?;
+    let sent_packets = report["end"]["sum"]["packets"].as_u64().context("end.sum.packets")?;
+    let netns = path.sender().inode();
+    // The tracer reads heavy sockets once a second: wait for a reading after the last datagram.
+    tracer.wait_for("the iperf3 client's full count", Duration::from_secs(10), |lines| {
+        udp_records(lines, netns).iter().any(|v| v["tx_packets"].as_u64() >= Some(sent_packets))
+    })?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+
+    let mine = udp_records(&lines, netns);
+    let last = mine.last().context("a UDP record of the client")?;
+    assert_eq!(last["app_proto"], Value::Null, "{last}");
+    assert_eq!(last["owner"]["comm"], "iperf3", "{last}");
+    assert_eq!(last["owner"]["pid"].as_u64(), Some(u64::from(client_pid)), "{last}");
+    assert_eq!(last["limited_by"], "userspace", "{last}");
+    assert!(last["verdict"].as_str().is_some_and(|t| t.contains("plain UDP") && t.contains("iperf3")), "{last}");
+    assert_eq!(last["dport"], 5301, "{last}");
+    // iperf3's own count against the kernel's: one 4-byte hello goes before the test's datagrams,
+    // and each datagram carries 28 bytes of IPv4 and UDP header.
+    let tx_packets = last["tx_packets"].as_u64().unwrap_or(0);
+    let tx_bytes = last["tx_bytes"].as_u64().unwrap_or(0);
+    assert!((sent_packets..=sent_packets + 3).contains(&tx_packets), "iperf3 sent {sent_packets}, kernel {tx_packets}");
+    let expected = sent_bytes + 28 * sent_packets;
+    assert!((expected..=expected + 3 * 32).contains(&tx_bytes), "iperf3 {expected} IP bytes, kernel {tx_bytes}");
+    // While it ran, the rate was iperf3's 20 Mbit/s of payload plus headers.
+    let peak = mine.iter().filter_map(|v| v["tx_bps"].as_f64()).fold(0.0, f64::max);
+    assert!((15e6..=30e6).contains(&peak), "peak send rate {peak} bit/s; records {mine:?}");
+
+    // The server's socket, in the other namespace, found by its inode among iperf3 -s's fds.
+    let server_records = udp_records(&lines, path.receiver().inode());
+    let srv = server_records.last().context("a UDP record of the server")?;
+    assert_eq!(srv["owner"]["pid"].as_u64(), Some(u64::from(server_pid)), "{srv}");
+    assert!(srv["rx_packets"].as_u64().unwrap_or(0) <= tx_packets, "{srv}");
+    Ok(())
+}
+
+#[test]
+fn a_burst_of_dns_sized_datagrams_makes_no_heavy_record() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let tracer = Tracer::start(&[])?;
+    let target = std::net::SocketAddr::from((path.receiver_addr(), 53));
+    const SOCKETS: usize = 400;
+    // Many resolvers' worth of sockets with a few queries each, and one socket sending a
+    // thousand 60-byte queries as fast as it can (60 kB: below one second's threshold).
+    let burst = path.sender().spawn_thread("dns-burst", move || -> std::io::Result<()> {
+        let query = [
+            0x1cu8, 0x3d, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, b'e', b'x', b'a', b'm', b'p', b'l', b'e', 3, b'c', b'o',
+            b'm', 0, 0, 1, 0, 1,
+        ];
+        let mut socks = Vec::new();
+        for _ in 0..SOCKETS {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            for _ in 0..3 {
+                s.send_to(&query, target)?;
+            }
+            socks.push(s);
+        }
+        let fast = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        let mut big = query.to_vec();
+        big.resize(60, 0);
+        for _ in 0..1000 {
+            // No server answers: ICMP unreachable errors on an unconnected socket are not reported.
+            fast.send_to(&big, target)?;
+        }
+        Ok(())
+    })?;
+    burst.join().map_err(|_| anyhow::anyhow!("burst thread panicked"))?.context("sending the burst")?;
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let heavy = udp_records(&lines, path.sender().inode());
+    assert!(heavy.is_empty(), "DNS-sized traffic listed as heavy: {heavy:?}");
+    let udp = &summary(&lines)?["udp"];
+    // The kernel saw every one of those sockets (and counted them), yet none reached the index.
+    assert!(udp["sockets_seen"].as_u64() >= Some(SOCKETS as u64 + 1), "summary udp: {udp}");
+    assert!(udp["packets"].as_u64() >= Some(SOCKETS as u64 * 3 + 1000), "summary udp: {udp}");
+    Ok(())
+}
