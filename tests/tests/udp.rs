@@ -146,3 +146,77 @@ fn a_burst_of_dns_sized_datagrams_makes_no_heavy_record() -> Result<()> {
     assert!(udp["packets"].as_u64() >= Some(SOCKETS as u64 * 3 + 1000), "summary udp: {udp}");
     Ok(())
 }
+
+/// Kills and reaps a child process when dropped (a test that fails halfway leaves none behind).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_quic_transfer_is_quic_owned_by_its_server_with_userspace_advice() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let bin = env!("CARGO_BIN_EXE_quic-peer");
+    let cert = std::env::temp_dir().join(format!("cct-quic-{}.der", std::process::id()));
+    let listen = format!("{}:4433", path.sender_addr());
+    let tracer = Tracer::start(&[])?;
+    let mut server = Reaped(
+        path.sender()
+            .command(bin)
+            .args(["serve", &listen, &cert.display().to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the QUIC server")?,
+    );
+    let server_pid = server.0.id();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.0.stdout.take().context("server stdout")?),
+        &mut ready,
+    )?;
+    assert_eq!(ready.trim(), "listening");
+    const BYTES: u64 = 24 << 20;
+    let client = path
+        .receiver()
+        .command(bin)
+        .args(["fetch", &listen, &cert.display().to_string(), &BYTES.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the QUIC client")?;
+    let client_pid = client.id();
+    let netns = path.sender().inode();
+    let judged = |v: &Value| v["app_proto"] == "quic" && v["sport"] == 4433 && v["limited_by"] == "userspace";
+    tracer.wait_for("the QUIC server's flow, judged", Duration::from_secs(40), |lines| {
+        udp_records(lines, netns).iter().any(judged)
+    })?;
+    let out = client.wait_with_output()?;
+    let _ = std::fs::remove_file(&cert);
+    assert!(out.status.success(), "client: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), BYTES.to_string(), "the whole file arrived");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+
+    let server_flow = udp_records(&lines, netns).into_iter().filter(|v| judged(v)).last().context("server flow")?;
+    assert_eq!(server_flow["owner"]["pid"].as_u64(), Some(u64::from(server_pid)), "{server_flow}");
+    assert_eq!(server_flow["owner"]["comm"], "quic-peer", "{server_flow}");
+    let verdict = server_flow["verdict"].as_str().unwrap_or("");
+    assert!(verdict.contains(&format!("quic-peer (pid {server_pid})")) && verdict.contains("QUIC"), "{verdict}");
+    let advice: Vec<&str> = server_flow["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(advice.iter().any(|a| a.contains("without HTTP/3")), "{advice:?}");
+    // The kernel carried at least the file the client received.
+    assert!(server_flow["tx_bytes"].as_u64() >= Some(BYTES), "{server_flow}");
+    // The client's socket, in the other namespace, is QUIC too and owned by the client.
+    let client_flow = udp_records(&lines, path.receiver().inode()).into_iter().last().context("client flow")?;
+    assert_eq!(client_flow["app_proto"], "quic", "{client_flow}");
+    assert_eq!(client_flow["owner"]["pid"].as_u64(), Some(u64::from(client_pid)), "{client_flow}");
+    Ok(())
+}
