@@ -220,3 +220,101 @@ fn a_quic_transfer_is_quic_owned_by_its_server_with_userspace_advice() -> Result
     assert_eq!(client_flow["owner"]["pid"].as_u64(), Some(u64::from(client_pid)), "{client_flow}");
     Ok(())
 }
+
+#[test]
+fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The tailnet peer: a UDP sink in the other namespace.
+    let peer = std::net::SocketAddr::from((path.receiver_addr(), 41641));
+    let sink_stop = stop.clone();
+    let sink = path.receiver().spawn_thread("wg-sink", move || -> std::io::Result<u64> {
+        let s = std::net::UdpSocket::bind(peer)?;
+        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let mut buf = [0u8; 2048];
+        let mut got = 0;
+        while !sink_stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(n) = s.recv(&mut buf) {
+                got += n as u64;
+            }
+        }
+        Ok(got)
+    })?;
+    // The local service (Jellyfin's part): sends whatever it is asked for, over loopback.
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let service_stop = stop.clone();
+    let service = path.sender().spawn_thread("bulk-service", move || -> std::io::Result<()> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let _ = port_tx.send(listener.local_addr()?.port());
+        let (mut conn, _) = listener.accept()?;
+        let chunk = [0x42u8; 64 * 1024];
+        while !service_stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if std::io::Write::write_all(&mut conn, &chunk).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    })?;
+    let service_port: u16 = port_rx.recv_timeout(Duration::from_secs(5))?;
+    let tracer = Tracer::start(&[])?;
+    let relay = Reaped(
+        path.sender()
+            .command(env!("CARGO_BIN_EXE_tailscaled"))
+            .args(["--tun=userspace-networking", "--local", &format!("127.0.0.1:{service_port}")])
+            .args(["--peer", &peer.to_string(), "--rate-mbps", "30"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the relay")?,
+    );
+    let relay_pid = u64::from(relay.0.id());
+    let netns = path.sender().inode();
+    let relayed = |v: &Value| {
+        v["type"] == "flow"
+            && v["proto"] == "tcp"
+            && v["netns"].as_u64() == Some(netns)
+            && v["sport"] == service_port
+            && v["relayed_by"]["pid"].as_u64() == Some(relay_pid)
+    };
+    let tun_advised = |v: &Value| v["app_proto"] == "wireguard" && v["owner"]["pid"].as_u64() == Some(relay_pid);
+    tracer.wait_for("the relayed hop and the relay's WireGuard flow", Duration::from_secs(30), |lines| {
+        lines.iter().any(relayed) && udp_records(lines, netns).iter().any(tun_advised)
+    })?;
+    drop(relay);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let _ = service.join();
+    let received = sink.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
+    assert!(received > 0, "the peer received the relay's datagrams");
+
+    let hop = lines.iter().filter(|v| relayed(v)).last().context("the relayed hop")?;
+    assert_eq!(hop["relayed_by"]["comm"], "tailscaled", "{hop}");
+    assert_eq!(hop["relayed_by"]["app_proto"], "wireguard", "{hop}");
+    assert_eq!(hop["dst"], "127.0.0.1", "{hop}");
+    let verdict = hop["verdict"].as_str().unwrap_or("");
+    assert!(verdict.starts_with(&format!("relayed by tailscaled (pid {relay_pid})")), "{verdict}");
+    // Every judged line of the hop carries the note once it is known: never "just healthy".
+    let first_relayed = lines.iter().position(|v| relayed(v)).unwrap_or(0);
+    for line in lines[first_relayed..].iter().filter(|v| {
+        v["type"] == "flow" && v["proto"] == "tcp" && v["netns"].as_u64() == Some(netns) && v["sport"] == service_port
+    }) {
+        assert!(line["relayed_by"].is_object(), "a later line of the hop lost its note: {line}");
+    }
+
+    let udp = udp_records(&lines, netns).into_iter().filter(|v| tun_advised(v)).last().context("relay UDP flow")?;
+    assert_eq!(udp["owner"]["comm"], "tailscaled", "{udp}");
+    assert_eq!(udp["owner"]["tun_open"], false, "{udp}");
+    assert_eq!(udp["limited_by"], "userspace", "{udp}");
+    assert!(udp["verdict"].as_str().is_some_and(|t| t.contains("userspace-networking")), "{udp}");
+    let advice: Vec<&str> = udp["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    for line in
+        ["lxc.cgroup2.devices.allow: c 10:200 rwm", "lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file"]
+    {
+        assert!(advice.contains(&line), "{line} missing from {advice:?}");
+    }
+    assert!(advice.iter().any(|a| a.contains("--device /dev/net/tun --cap-add NET_ADMIN")), "{advice:?}");
+    Ok(())
+}

@@ -150,7 +150,11 @@ impl Analysis {
         self.diagnoser.evaluate(&self.table, &self.env, now_ns);
         self.udp.expire(now_ns);
         self.udp_verdicts = self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
-        self.relays = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
+        // A hop found relayed stays so while it lives: the relay pausing does not make the
+        // flow's own verdict the whole story.
+        let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
+        self.relays.retain(|cookie, _| self.table.get(*cookie).is_some());
+        self.relays.extend(found);
         self.diagnoser.note_relays(&self.relays);
         true
     }

@@ -625,4 +625,42 @@ mod tests {
         assert!(v.advice.contains(&"lxc.cgroup2.devices.allow: c 10:200 rwm".to_string()), "{:?}", v.advice);
         assert!(v.advice.iter().any(|a| a.contains("--device /dev/net/tun --cap-add NET_ADMIN")), "{:?}", v.advice);
     }
+
+    #[test]
+    fn a_loopback_hop_to_a_process_with_heavy_udp_is_relayed_by_it() {
+        use crate::analysis::event::Owner;
+        use crate::analysis::model::{tests::sample as tcp_sample, FlowTable, TableConfig};
+        let mut table = FlowTable::new(TableConfig::default());
+        // The service's socket (accepted, sending) and the relay's (it connected).
+        let mut service = tcp_sample(1, 0);
+        service.local = "127.0.0.1:8096".parse().expect("addr");
+        service.remote = "127.0.0.1:51000".parse().expect("addr");
+        service.owner = Some(Owner { pid: 100, comm: "jellyfin".into() });
+        let mut relay = tcp_sample(2, 0);
+        relay.local = service.remote;
+        relay.remote = service.local;
+        relay.owner = Some(Owner { pid: 812, comm: "tailscaled".into() });
+        // The same endpoints in another namespace are another hop.
+        let mut elsewhere = relay.clone();
+        elsewhere.cookie = 3;
+        elsewhere.netns += 1;
+        for s in [&service, &relay, &elsewhere] {
+            table.ingest(s);
+        }
+        let p = Process { pid: 812, comm: "tailscaled".into(), cmdline: Vec::new(), tun_open: false };
+        let mut udp = UdpTable::default();
+        let mut s = sample(1, 0, Some(p));
+        s.cookie = 77;
+        udp.ingest(&s);
+        s.ts_ns += 1_000_000_000;
+        s.tx_bytes = 5_000_000;
+        udp.ingest(&s);
+        let relays = find_relays(&table, &udp, 1e6);
+        let hop = relays.get(&1).expect("the service's socket is relayed");
+        assert_eq!((hop.pid, hop.udp_cookie, hop.peer_cookie), (812, 77, 2));
+        assert!(hop.note().starts_with("relayed by tailscaled (pid 812)"));
+        assert_eq!(relays.get(&2).map(|r| r.peer_cookie), Some(2), "the relay's own end too");
+        assert!(!relays.contains_key(&3), "no peer in its namespace");
+        assert!(find_relays(&table, &udp, 1e9).is_empty(), "a relay must be moving traffic");
+    }
 }
