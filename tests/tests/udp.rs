@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec};
+use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 use cctrace_tests::{require_kernel, serial, Tracer};
 use serde_json::Value;
 
@@ -294,6 +294,7 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
     assert_eq!(hop["relayed_by"]["comm"], "tailscaled", "{hop}");
     assert_eq!(hop["relayed_by"]["app_proto"], "wireguard", "{hop}");
     assert_eq!(hop["dst"], "127.0.0.1", "{hop}");
+    assert_eq!(hop["dev"], "lo", "the hop leaves by loopback: {hop}");
     let verdict = hop["verdict"].as_str().unwrap_or("");
     assert!(verdict.starts_with(&format!("relayed by tailscaled (pid {relay_pid})")), "{verdict}");
     // Every judged line of the hop carries the note once it is known: never "just healthy".
@@ -316,5 +317,54 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
         assert!(advice.contains(&line), "{line} missing from {advice:?}");
     }
     assert!(advice.iter().any(|a| a.contains("--device /dev/net/tun --cap-add NET_ADMIN")), "{advice:?}");
+    Ok(())
+}
+
+#[test]
+fn a_bulk_flow_through_a_tun_device_shows_that_device_and_its_mtu() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    // A WireGuard-sized MTU on the sender's TUN device, as the kernel then reports it.
+    let ns = path.sender().name().to_string();
+    let set = std::process::Command::new("ip")
+        .args(["-n", &ns, "link", "set", "dev", EmulatedPath::SENDER_DEV, "mtu", "1420"])
+        .status()?;
+    assert!(set.success(), "ip link set mtu");
+    let shown =
+        std::process::Command::new("ip").args(["-n", &ns, "-o", "link", "show", EmulatedPath::SENDER_DEV]).output()?;
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    let kernel_mtu: u64 = shown
+        .split_whitespace()
+        .skip_while(|w| *w != "mtu")
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .with_context(|| format!("no mtu in {shown}"))?;
+    assert_eq!(kernel_mtu, 1420);
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), 5201, SinkOptions::default())?;
+    let tracer = Tracer::start(&[])?;
+    let sender = Sender::start(
+        path.sender(),
+        path.receiver_addr(),
+        5201,
+        SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(4)),
+    )?;
+    let port = sender.local_port();
+    let netns = path.sender().inode();
+    let mine = |v: &Value| {
+        v["type"] == "flow" && v["proto"] == "tcp" && v["netns"].as_u64() == Some(netns) && v["sport"] == port
+    };
+    tracer.wait_for("the bulk flow with its route", Duration::from_secs(15), |lines| {
+        lines.iter().any(|v| mine(v) && v["dev"].is_string())
+    })?;
+    sender.wait()?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let last = lines.iter().filter(|v| mine(v) && v["dev"].is_string()).last().context("flow line")?;
+    assert_eq!(last["dev"], EmulatedPath::SENDER_DEV, "{last}");
+    assert_eq!(last["mtu"].as_u64(), Some(kernel_mtu), "{last}");
+    // The segments fit: the kernel's MSS is the MTU less 40 bytes of IPv4 and TCP header and
+    // its options (12 bytes of timestamps).
+    assert!(last["mss"].as_u64().is_some_and(|m| m <= kernel_mtu - 40), "{last}");
     Ok(())
 }

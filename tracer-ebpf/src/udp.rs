@@ -16,16 +16,17 @@ use aya_ebpf::{
         bpf_skb_cgroup_id, bpf_skb_load_bytes,
     },
     macros::{cgroup_skb, map},
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::SkBuffContext,
 };
 use tracer_common::udp::{
-    udp_counter, udp_head, UdpConfig, UdpSocketState, IPPROTO_UDP, UDP_HEAD_LEN, UDP_MAX_HEAVY, UDP_MAX_SOCKETS,
+    udp_counter, udp_head, SkbConfig, TcpRoute, UdpSocketState, IPPROTO_UDP, ROUTE_RECHECK_NS, ROUTE_RING_BYTES,
+    TCP_MAX_ROUTES, UDP_HEAD_LEN, UDP_MAX_HEAVY, UDP_MAX_SOCKETS,
 };
 use tracer_common::{family, ABSENT};
 
 #[no_mangle]
-static UDP_CONFIG: UdpConfig = UdpConfig::default_config();
+static SKB_CONFIG: SkbConfig = SkbConfig::default_config();
 
 #[map]
 static UDP_SOCKETS: LruHashMap<u64, UdpSocketState> = LruHashMap::with_max_entries(UDP_MAX_SOCKETS, 0);
@@ -33,10 +34,17 @@ static UDP_SOCKETS: LruHashMap<u64, UdpSocketState> = LruHashMap::with_max_entri
 /// went quiet.
 #[map]
 static UDP_HEAVY: HashMap<u64, u64> = HashMap::with_max_entries(UDP_MAX_HEAVY, 0);
+/// TCP sockets' routes (device, path MTU), re-read at most once a second per socket.
+#[map]
+static TCP_ROUTES: LruHashMap<u64, TcpRoute> = LruHashMap::with_max_entries(TCP_MAX_ROUTES, 0);
+/// A socket's route when first seen or changed.
+#[map]
+static ROUTE_EVENTS: RingBuf = RingBuf::with_byte_size(ROUTE_RING_BYTES, 0);
 #[map]
 static UDP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(udp_counter::COUNT, 0);
 
 const ALLOW: i32 = 1;
+const IPPROTO_TCP: u32 = 6;
 const ETH_P_IP: u32 = 0x0800;
 const ETH_P_IPV6: u32 = 0x86dd;
 const IPV6_HEADER_LEN: u32 = 40;
@@ -102,7 +110,12 @@ fn account(ctx: &SkBuffContext, egress: bool) {
         return;
     }
     // SAFETY: a full socket from bpf_sk_fullsock; `protocol` is readable.
-    if unsafe { (*full).protocol } != IPPROTO_UDP {
+    let protocol = unsafe { (*full).protocol };
+    if protocol == IPPROTO_TCP && egress {
+        route(skb, full);
+        return;
+    }
+    if protocol != IPPROTO_UDP {
         return;
     }
     bump(udp_counter::PACKETS);
@@ -143,7 +156,7 @@ fn account(ctx: &SkBuffContext, egress: bool) {
     if egress {
         state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     }
-    let window = unsafe { core::ptr::read_volatile(&UDP_CONFIG.window_ns) };
+    let window = unsafe { core::ptr::read_volatile(&SKB_CONFIG.window_ns) };
     if now.wrapping_sub(state.window_start_ns) >= window {
         state.window_start_ns = now;
         state.window_bytes = 0;
@@ -159,7 +172,7 @@ fn account(ctx: &SkBuffContext, egress: bool) {
         take_head(ctx, skb, state, egress, len, segs, gso_size);
     }
 
-    let threshold = unsafe { core::ptr::read_volatile(&UDP_CONFIG.heavy_bytes_per_window) };
+    let threshold = unsafe { core::ptr::read_volatile(&SKB_CONFIG.heavy_bytes_per_window) };
     if state.heavy == 0 && state.window_bytes >= threshold {
         state.heavy = 1;
         bump(udp_counter::HEAVY);
@@ -229,30 +242,84 @@ fn take_head(
     }
 }
 
+/// The kernel address of a socket the verifier hands out as `bpf_sock`: it forbids arithmetic on
+/// that pointer, but copied through the stack it is a plain address the kernel-read helper takes.
+#[inline(always)]
+fn sock_address(full: *mut bpf_sock) -> *const u8 {
+    let raw = full as u64;
+    // SAFETY: reads the 8-byte stack slot holding the pointer into a scalar.
+    unsafe { bpf_probe_read_kernel(&raw as *const u64) }.unwrap_or(0) as *const u8
+}
+
+#[inline(always)]
+fn cfg(f: &u32) -> u32 {
+    // SAFETY: rodata global, read volatile as `global!` in the crate root does.
+    unsafe { core::ptr::read_volatile(f) }
+}
+
+/// Note a TCP socket's route: at most once per [`ROUTE_RECHECK_NS`] per socket, and written
+/// out only when the device or path MTU changed.
+#[inline(always)]
+fn route(skb: *mut __sk_buff, full: *mut bpf_sock) {
+    // SAFETY: cgroup_skb programs may take the cookie of their skb's socket.
+    let cookie = unsafe { bpf_get_socket_cookie(skb as *mut c_void) };
+    // SAFETY: a helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let known = TCP_ROUTES.get_ptr_mut(cookie);
+    if let Some(p) = known {
+        // SAFETY: a pointer into the map value, valid for this run.
+        if now.wrapping_sub(unsafe { (*p).checked_ns }) < ROUTE_RECHECK_NS {
+            return;
+        }
+    }
+    let base = sock_address(full);
+    if base.is_null() {
+        return;
+    }
+    let dst = read_ptr(base, cfg(&SKB_CONFIG.sk_dst_cache));
+    let dev = read_ptr(dst, cfg(&SKB_CONFIG.dst_dev));
+    let mut r = TcpRoute {
+        cookie,
+        checked_ns: now,
+        ifindex: read_u32(dev, cfg(&SKB_CONFIG.netdev_ifindex)),
+        dev_mtu: read_u32(dev, cfg(&SKB_CONFIG.netdev_mtu)),
+        pmtu: read_u32(base, cfg(&SKB_CONFIG.icsk_pmtu_cookie)),
+        ..TcpRoute::default()
+    };
+    let name_at = cfg(&SKB_CONFIG.netdev_name);
+    if !dev.is_null() && name_at != ABSENT {
+        // SAFETY: the helper validates the kernel address.
+        if let Ok(name) = unsafe { bpf_probe_read_kernel(dev.wrapping_add(name_at as usize) as *const [u8; 16]) } {
+            r.name = name;
+        }
+    }
+    let changed = match known {
+        // SAFETY: as above.
+        Some(p) => unsafe { (*p).ifindex != r.ifindex || (*p).pmtu != r.pmtu || (*p).dev_mtu != r.dev_mtu },
+        None => true,
+    };
+    let _ = TCP_ROUTES.insert(cookie, r, 0);
+    if changed && ROUTE_EVENTS.output::<TcpRoute>(&r, 0).is_err() {
+        bump(udp_counter::ROUTE_EVENTS_LOST);
+    }
+}
+
 /// A socket's first entry: who and where it is.
 #[inline(always)]
 fn new_socket(skb: *mut __sk_buff, full: *mut bpf_sock, now: u64) -> UdpSocketState {
     let mut s = UdpSocketState { first_ns: now, window_start_ns: now, ..UdpSocketState::default() };
     // SAFETY: a helper taking the context.
     s.cgroup_id = unsafe { bpf_skb_cgroup_id(skb) };
-    // The verifier forbids arithmetic on a socket pointer; copied through the stack it is a
-    // plain address the kernel-read helper accepts.
-    let raw = full as u64;
-    // SAFETY: reads the 8-byte stack slot holding the pointer into a scalar.
-    let base = unsafe { bpf_probe_read_kernel(&raw as *const u64) }.unwrap_or(0) as *const u8;
+    let base = sock_address(full);
     if base.is_null() {
         return s;
     }
-    let cfg = |f: &u32| {
-        // SAFETY: rodata global, as `global!` in the crate root.
-        unsafe { core::ptr::read_volatile(f) }
-    };
-    let net = read_ptr(base, cfg(&UDP_CONFIG.skc_net));
-    s.netns = read_u32(net, cfg(&UDP_CONFIG.net_ns_inum));
-    let socket = read_ptr(base, cfg(&UDP_CONFIG.sk_socket));
-    let file = read_ptr(socket, cfg(&UDP_CONFIG.socket_file));
-    let inode = read_ptr(file, cfg(&UDP_CONFIG.file_inode));
-    s.inode = read_u64(inode, cfg(&UDP_CONFIG.inode_ino));
+    let net = read_ptr(base, cfg(&SKB_CONFIG.skc_net));
+    s.netns = read_u32(net, cfg(&SKB_CONFIG.net_ns_inum));
+    let socket = read_ptr(base, cfg(&SKB_CONFIG.sk_socket));
+    let file = read_ptr(socket, cfg(&SKB_CONFIG.socket_file));
+    let inode = read_ptr(file, cfg(&SKB_CONFIG.file_inode));
+    s.inode = read_u64(inode, cfg(&SKB_CONFIG.inode_ino));
     s
 }
 

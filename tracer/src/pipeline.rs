@@ -229,8 +229,8 @@ pub async fn run<F: FrontEnd>(
                         let status = Status { now_ns, counters, source_ended: false, playback: source.playback() };
                         tick(analysis, front, &status, stop, &mut signalled).await?
                     }
-                    Some(SourceItem::Udp(batch)) => {
-                        analysis.ingest_udp(&batch);
+                    Some(SourceItem::Sockets(readings)) => {
+                        analysis.ingest_sockets(&readings);
                         Control::Continue
                     }
                     Some(SourceItem::Host(env)) => {

@@ -55,8 +55,8 @@ pub struct UdpCounters {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SourceItem {
     Batch(Vec<Sample>),
-    /// Readings of heavy UDP sockets.
-    Udp(Vec<crate::analysis::udp::UdpSample>),
+    /// Readings of heavy UDP sockets and TCP routes.
+    Sockets(crate::analysis::udp::SocketReadings),
     /// Tick the analysis and the front end at `now_ns` (the pipeline's scripted mode).
     Tick {
         now_ns: u64,

@@ -13,6 +13,7 @@ pub mod filter;
 pub mod fix;
 pub mod live_fix;
 pub mod model;
+pub mod route;
 pub mod schema;
 pub mod time;
 pub mod udp;
@@ -22,7 +23,8 @@ use std::collections::HashMap;
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
-use crate::analysis::udp::{RelayedBy, UdpFlow, UdpSample, UdpTable, UdpVerdict};
+use crate::analysis::route::Route;
+use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
 /// Namespaces and processes come and go: host facts are re-read this often when a reader is set.
@@ -44,6 +46,8 @@ pub struct Analysis {
     pub udp: UdpTable,
     udp_verdicts: HashMap<u64, UdpVerdict>,
     relays: HashMap<u64, RelayedBy>,
+    /// TCP flows' routes (device, path MTU) by cookie.
+    routes: HashMap<u64, Route>,
 }
 
 /// A UDP flow must move this much either way over the last readings to count as a relay's.
@@ -66,6 +70,7 @@ impl Analysis {
             udp: UdpTable::default(),
             udp_verdicts: HashMap::new(),
             relays: HashMap::new(),
+            routes: HashMap::new(),
         }
     }
 
@@ -84,6 +89,7 @@ impl Analysis {
         self.udp = UdpTable::default();
         self.udp_verdicts.clear();
         self.relays.clear();
+        self.routes.clear();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
         self.env_read_ns = 0;
@@ -108,11 +114,19 @@ impl Analysis {
         self.table.ingest(sample)
     }
 
-    /// Readings of heavy UDP sockets.
-    pub fn ingest_udp(&mut self, batch: &[UdpSample]) {
-        for s in batch {
+    /// Readings of heavy UDP sockets and TCP routes.
+    pub fn ingest_sockets(&mut self, readings: &SocketReadings) {
+        for s in &readings.udp {
             self.udp.ingest(s);
         }
+        for r in &readings.routes {
+            self.routes.insert(r.cookie, r.clone());
+        }
+    }
+
+    /// A TCP flow's route (device, path MTU), once its socket sent while traced.
+    pub fn route(&self, cookie: u64) -> Option<&Route> {
+        self.routes.get(&cookie)
     }
 
     /// The verdict on a heavy UDP flow (from the last evaluation).
@@ -154,6 +168,8 @@ impl Analysis {
         // flow's own verdict the whole story.
         let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
         self.relays.retain(|cookie, _| self.table.get(*cookie).is_some());
+        // Routes arrive for every TCP socket that sends; only the table's flows keep theirs.
+        self.routes.retain(|cookie, _| self.table.get(*cookie).is_some());
         self.relays.extend(found);
         self.diagnoser.note_relays(&self.relays);
         true

@@ -11,6 +11,7 @@ use crate::analysis::container::Container;
 use crate::analysis::diagnosis::{Environment, Evidence, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::Flow;
+use crate::analysis::route::Route;
 use crate::analysis::time::WallClock;
 use crate::analysis::udp::{AppProto, Process, RelayedBy, UdpFlow, UdpVerdict};
 
@@ -225,6 +226,12 @@ pub struct FlowRecord {
     /// The flow is the local hop to a process that carries the traffic on over UDP.
     #[serde(default)]
     pub relayed_by: Option<RelayedBy>,
+    /// The device its packets leave by and the path MTU, from the socket's cached route
+    /// (null until the socket sent while traced).
+    #[serde(default)]
+    pub dev: Option<String>,
+    #[serde(default)]
+    pub mtu: Option<u32>,
 }
 
 impl FlowRecord {
@@ -249,7 +256,18 @@ impl FlowRecord {
             fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
             proto: Proto::Tcp,
             relayed_by: verdict.and_then(|v| v.relayed_by.clone()),
+            dev: None,
+            mtu: None,
         }
+    }
+
+    /// With the flow's route (device and path MTU), when known.
+    pub fn with_route(mut self, route: Option<&Route>) -> Self {
+        if let Some(r) = route {
+            self.dev = Some(r.dev.clone());
+            self.mtu = Some(r.mtu());
+        }
+        self
     }
 }
 

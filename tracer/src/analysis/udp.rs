@@ -181,6 +181,14 @@ pub struct UdpSample {
     pub owner: Option<Process>,
 }
 
+/// What the kernel source reads about sockets once a second, besides the TCP samples: heavy
+/// UDP sockets, and the routes of TCP sockets that are new or changed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketReadings {
+    pub udp: Vec<UdpSample>,
+    pub routes: Vec<crate::analysis::route::Route>,
+}
+
 /// A heavy UDP flow: its latest reading, rates, and what it carries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UdpFlow {

@@ -354,7 +354,7 @@ impl KernelSource {
             .override_global("OFFSETS", &resolved.offsets, true)
             .override_global("CLASSIC", &classic, true)
             .override_global("CONFIG", &config, true)
-            .override_global("UDP_CONFIG", &udp_config, true)
+            .override_global("SKB_CONFIG", &udp_config, true)
             .load(EBPF_OBJECT)
             .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
 
@@ -540,8 +540,8 @@ impl EventSource for KernelSource {
                 biased;
                 _ = self.udp_tick.tick() => {
                     let now = crate::clock::monotonic_now_ns();
-                    let batch = self.udp.as_mut().map(|u| u.poll(now)).unwrap_or_default();
-                    Ok(Some(SourceItem::Udp(batch)))
+                    let readings = self.udp.as_mut().map(|u| u.poll(now)).unwrap_or_default();
+                    Ok(Some(SourceItem::Sockets(readings)))
                 }
                 ready = ring => {
                     ready?;

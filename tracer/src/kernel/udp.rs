@@ -5,14 +5,15 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::cgroup_skb::CgroupSkbAttachType;
 use aya::programs::{CgroupAttachMode, CgroupSkb};
 use aya::Ebpf;
-use tracer_common::udp::{udp_counter, UdpConfig, UdpSocketState};
+use tracer_common::udp::{udp_counter, SkbConfig, TcpRoute, UdpSocketState};
 use tracer_common::{family, Offsets};
 
-use crate::analysis::udp::{Head, Process, UdpSample};
+use crate::analysis::route::Route;
+use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
 use crate::kernel::offsets::BtfResolver;
 use crate::kernel::udp_owner::owner_of_socket;
 
@@ -35,9 +36,9 @@ pub enum UdpError {
 }
 
 /// The settings and struct offsets the programs need, from the kernel's BTF.
-pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64) -> UdpConfig {
+pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64) -> SkbConfig {
     let at = |strukt: &str, path: &str| btf.field(strukt, path).map_or(tracer_common::ABSENT, |f| f.bit_offset / 8);
-    UdpConfig {
+    SkbConfig {
         heavy_bytes_per_window,
         sk_socket: at("sock", "sk_socket"),
         socket_file: at("socket", "file"),
@@ -45,7 +46,13 @@ pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64)
         inode_ino: at("inode", "i_ino"),
         skc_net: offsets.skc_net,
         net_ns_inum: offsets.net_ns_inum,
-        ..UdpConfig::default_config()
+        sk_dst_cache: at("sock", "sk_dst_cache"),
+        dst_dev: at("dst_entry", "dev"),
+        netdev_name: at("net_device", "name"),
+        netdev_mtu: at("net_device", "mtu"),
+        netdev_ifindex: at("net_device", "ifindex"),
+        icsk_pmtu_cookie: at("inet_connection_sock", "icsk_pmtu_cookie"),
+        ..SkbConfig::default_config()
     }
 }
 
@@ -54,6 +61,7 @@ pub struct UdpAccounting {
     sockets: BpfHashMap<MapData, u64, UdpSocketState>,
     heavy: BpfHashMap<MapData, u64, u64>,
     counters: PerCpuArray<MapData, u64>,
+    routes: RingBuf<MapData>,
     /// Owners by cookie, with the kernel's pid hint they were found for.
     owners: HashMap<u64, (u32, Option<Process>)>,
     /// Heavy sockets that left the index after going quiet, or whose state the LRU dropped.
@@ -95,7 +103,9 @@ impl UdpAccounting {
             BpfHashMap::try_from(take(ebpf, "UDP_HEAVY")?).map_err(|e| UdpError::Map("UDP_HEAVY", e.to_string()))?;
         let counters = PerCpuArray::try_from(take(ebpf, "UDP_COUNTERS")?)
             .map_err(|e| UdpError::Map("UDP_COUNTERS", e.to_string()))?;
-        Ok(Self { sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0 })
+        let routes =
+            RingBuf::try_from(take(ebpf, "ROUTE_EVENTS")?).map_err(|e| UdpError::Map("ROUTE_EVENTS", e.to_string()))?;
+        Ok(Self { sockets, heavy, counters, routes, owners: HashMap::new(), expired: 0, vanished: 0 })
     }
 
     pub fn counter(&self, index: u32) -> u64 {
@@ -124,8 +134,33 @@ impl UdpAccounting {
         ]
     }
 
-    /// Read every heavy socket, at `now_ns` (CLOCK_MONOTONIC).
-    pub fn poll(&mut self, now_ns: u64) -> Vec<UdpSample> {
+    /// Read every heavy UDP socket, at `now_ns` (CLOCK_MONOTONIC), and the TCP routes that are
+    /// new or changed since the last call.
+    pub fn poll(&mut self, now_ns: u64) -> SocketReadings {
+        SocketReadings { udp: self.poll_udp(now_ns), routes: self.drain_routes() }
+    }
+
+    fn drain_routes(&mut self) -> Vec<Route> {
+        let mut out = Vec::new();
+        while let Some(item) = self.routes.next() {
+            if item.len() < std::mem::size_of::<TcpRoute>() {
+                continue;
+            }
+            // SAFETY: the programs write whole `TcpRoute`s (checked length; read unaligned).
+            let r: TcpRoute = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            let end = r.name.iter().position(|b| *b == 0).unwrap_or(r.name.len());
+            out.push(Route {
+                cookie: r.cookie,
+                dev: String::from_utf8_lossy(&r.name[..end]).into_owned(),
+                ifindex: r.ifindex,
+                dev_mtu: r.dev_mtu,
+                pmtu: r.pmtu,
+            });
+        }
+        out
+    }
+
+    fn poll_udp(&mut self, now_ns: u64) -> Vec<UdpSample> {
         let cookies: Vec<u64> = self.heavy.keys().flatten().collect();
         let mut out = Vec::with_capacity(cookies.len());
         for cookie in cookies {

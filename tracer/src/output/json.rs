@@ -42,7 +42,10 @@ impl JsonOutput {
         cookies.sort_unstable();
         for cookie in cookies {
             if let Some(flow) = analysis.table.get(cookie) {
-                let record = Record::Flow(FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env));
+                let record = Record::Flow(
+                    FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env)
+                        .with_route(analysis.route(cookie)),
+                );
                 self.push(&record)?;
             }
         }
