@@ -205,7 +205,7 @@ fn a_quic_transfer_is_quic_owned_by_its_server_with_userspace_advice() -> Result
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
 
-    let server_flow = udp_records(&lines, netns).into_iter().filter(|v| judged(v)).last().context("server flow")?;
+    let server_flow = udp_records(&lines, netns).into_iter().rfind(judged).context("server flow")?;
     assert_eq!(server_flow["owner"]["pid"].as_u64(), Some(u64::from(server_pid)), "{server_flow}");
     assert_eq!(server_flow["owner"]["comm"], "quic-peer", "{server_flow}");
     let verdict = server_flow["verdict"].as_str().unwrap_or("");
@@ -290,7 +290,7 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
     let received = sink.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
     assert!(received > 0, "the peer received the relay's datagrams");
 
-    let hop = lines.iter().filter(|v| relayed(v)).last().context("the relayed hop")?;
+    let hop = lines.iter().rfind(|v| relayed(v)).context("the relayed hop")?;
     assert_eq!(hop["relayed_by"]["comm"], "tailscaled", "{hop}");
     assert_eq!(hop["relayed_by"]["app_proto"], "wireguard", "{hop}");
     assert_eq!(hop["dst"], "127.0.0.1", "{hop}");
@@ -298,14 +298,14 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
     let verdict = hop["verdict"].as_str().unwrap_or("");
     assert!(verdict.starts_with(&format!("relayed by tailscaled (pid {relay_pid})")), "{verdict}");
     // Every judged line of the hop carries the note once it is known: never "just healthy".
-    let first_relayed = lines.iter().position(|v| relayed(v)).unwrap_or(0);
+    let first_relayed = lines.iter().position(relayed).unwrap_or(0);
     for line in lines[first_relayed..].iter().filter(|v| {
         v["type"] == "flow" && v["proto"] == "tcp" && v["netns"].as_u64() == Some(netns) && v["sport"] == service_port
     }) {
         assert!(line["relayed_by"].is_object(), "a later line of the hop lost its note: {line}");
     }
 
-    let udp = udp_records(&lines, netns).into_iter().filter(|v| tun_advised(v)).last().context("relay UDP flow")?;
+    let udp = udp_records(&lines, netns).into_iter().rfind(|v| tun_advised(v)).context("relay UDP flow")?;
     assert_eq!(udp["owner"]["comm"], "tailscaled", "{udp}");
     assert_eq!(udp["owner"]["tun_open"], false, "{udp}");
     assert_eq!(udp["limited_by"], "userspace", "{udp}");
@@ -360,7 +360,7 @@ fn a_bulk_flow_through_a_tun_device_shows_that_device_and_its_mtu() -> Result<()
     sender.wait()?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
-    let last = lines.iter().filter(|v| mine(v) && v["dev"].is_string()).last().context("flow line")?;
+    let last = lines.iter().rfind(|v| mine(v) && v["dev"].is_string()).context("flow line")?;
     assert_eq!(last["dev"], EmulatedPath::SENDER_DEV, "{last}");
     assert_eq!(last["mtu"].as_u64(), Some(kernel_mtu), "{last}");
     // The segments fit: the kernel's MSS is the MTU less 40 bytes of IPv4 and TCP header and

@@ -49,7 +49,7 @@ fn wireguard_size_fits(kind: u8, len: u16) -> bool {
         1 => len == 148,
         2 => len == 92,
         3 => len == 64,
-        4 => len >= 32 && len % 16 == 0,
+        4 => len >= 32 && len.is_multiple_of(16),
         _ => false,
     }
 }
@@ -147,10 +147,10 @@ impl Process {
     pub fn is_tailscaled_userspace(&self) -> bool {
         let name = self.cmdline.first().map_or(self.comm.as_str(), |a| a.rsplit('/').next().unwrap_or(a));
         let tailscaled = name == "tailscaled" || self.comm == "tailscaled";
-        let userspace_flag =
-            self.cmdline.windows(2).any(|w| {
-                w[0] == "--tun" && w[1] == "userspace-networking" || w[0] == "-tun" && w[1] == "userspace-networking"
-            }) || self.cmdline.iter().any(|a| a == "--tun=userspace-networking" || a == "-tun=userspace-networking");
+        // Go's flag package takes `--tun=X`, `-tun=X`, `--tun X` and `-tun X` alike.
+        let is_tun_flag = |a: &str| a == "--tun" || a == "-tun";
+        let userspace_flag = self.cmdline.windows(2).any(|w| is_tun_flag(&w[0]) && w[1] == "userspace-networking")
+            || self.cmdline.iter().any(|a| a == "--tun=userspace-networking" || a == "-tun=userspace-networking");
         tailscaled && (userspace_flag || !self.tun_open)
     }
 }

@@ -22,7 +22,7 @@ const MAX_FDS: usize = 65_536;
 
 fn holds_socket(targets: &[String], inode: u64) -> bool {
     let want = format!("socket:[{inode}]");
-    targets.iter().any(|t| *t == want)
+    targets.contains(&want)
 }
 
 /// What `/proc` says about `pid`, with the fd targets already read.
