@@ -48,7 +48,9 @@ fn iperf3_udp_is_plain_udp_owned_by_iperf3_with_the_kernels_counts() -> Result<(
         .context("starting iperf3 -s (apt-get install iperf3)")?;
     // `ip netns exec` execs iperf3 in place: the child's pid is the server's.
     let server_pid = server.id();
-    let tracer = Tracer::start(&[])?;
+    let recording = std::env::temp_dir().join(format!("cct-udp-{}.cctrace", std::process::id()));
+    let _ = std::fs::remove_file(&recording);
+    let tracer = Tracer::start(&["--record", &recording.display().to_string()])?;
     std::thread::sleep(Duration::from_millis(500));
     let client = path
         .sender()
@@ -99,6 +101,18 @@ fn iperf3_udp_is_plain_udp_owned_by_iperf3_with_the_kernels_counts() -> Result<(
     let srv = server_records.last().context("a UDP record of the server")?;
     assert_eq!(srv["owner"]["pid"].as_u64(), Some(u64::from(server_pid)), "{srv}");
     assert!(srv["rx_packets"].as_u64().unwrap_or(0) <= tx_packets, "{srv}");
+
+    // The recording carries the UDP flows: its replay prints the same UDP records.
+    let replay = std::process::Command::new(cctrace_tests::cctrace_bin())
+        .args(["replay", &recording.display().to_string(), "--json"])
+        .output()?;
+    let _ = std::fs::remove_file(&recording);
+    assert!(replay.status.success(), "replay: {}", String::from_utf8_lossy(&replay.stderr));
+    let replayed: Vec<Value> =
+        String::from_utf8_lossy(&replay.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    for ns in [netns, path.receiver().inode()] {
+        assert_eq!(udp_records(&replayed, ns), udp_records(&lines, ns), "replayed UDP records of netns {ns}");
+    }
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::analysis::event::Sample;
 use crate::analysis::schema::SummaryRecord;
+use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::source::{EventSource, SourceCounters, SourceItem};
 
@@ -88,6 +89,11 @@ pub struct Status {
 pub trait FrontEnd {
     /// Samples just fed to `analysis`, in arrival order.
     async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[Sample]) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+
+    /// Readings of heavy UDP sockets and TCP routes, just fed to `analysis`.
+    async fn on_sockets(&mut self, _analysis: &Analysis, _readings: &SocketReadings) -> Result<Control> {
         Ok(Control::Continue)
     }
 
@@ -231,7 +237,7 @@ pub async fn run<F: FrontEnd>(
                     }
                     Some(SourceItem::Sockets(readings)) => {
                         analysis.ingest_sockets(&readings);
-                        Control::Continue
+                        front.on_sockets(analysis, &readings).await?
                     }
                     Some(SourceItem::Host(env)) => {
                         analysis.set_env(env);

@@ -62,6 +62,7 @@ pub fn replay(
                 analysis.env = env;
                 on_step(analysis, Step::Host);
             }
+            Entry::Sockets { readings } => analysis.ingest_sockets(&readings),
             Entry::Action { now_ns, text } => on_step(analysis, Step::Action { now_ns, text: &text }),
             Entry::End { summary, .. } => on_step(analysis, Step::End(&summary)),
         }

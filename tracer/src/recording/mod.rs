@@ -20,6 +20,7 @@ use anyhow::{Context, Result};
 
 use crate::analysis::event::Sample;
 use crate::analysis::schema::SummaryRecord;
+use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::pipeline::{Control, FrontEnd, Status};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
@@ -81,6 +82,15 @@ impl Recorder {
         self.writer.check()
     }
 
+    fn sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<()> {
+        if readings.udp.is_empty() && readings.routes.is_empty() {
+            return Ok(());
+        }
+        self.host_if_changed(analysis);
+        self.write(Entry::Sockets { readings: readings.clone() });
+        self.writer.check()
+    }
+
     fn tick(&mut self, analysis: &Analysis, now_ns: u64, counters: SourceCounters) -> Result<()> {
         self.host_if_changed(analysis);
         self.write(Entry::Tick { now_ns, counters });
@@ -122,6 +132,13 @@ impl<F: FrontEnd> FrontEnd for Recording<F> {
             r.samples(analysis, batch)?;
         }
         self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
+        if let Some(r) = &mut self.recorder {
+            r.sockets(analysis, readings)?;
+        }
+        self.inner.on_sockets(analysis, readings).await
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
@@ -226,6 +243,7 @@ impl RecordingSource {
                     SourceItem::Tick { now_ns, counters }
                 }
                 Some(Entry::Host { env }) => SourceItem::Host(env),
+                Some(Entry::Sockets { readings }) => SourceItem::Sockets(readings),
                 Some(Entry::End { summary, .. }) => {
                     self.counters = counters_of(&summary);
                     self.summary = Some(summary);
