@@ -160,6 +160,7 @@ fn table_key(state: &mut AppState, key: KeyEvent) {
             state.show_all = !state.show_all;
             state.apply_view();
         }
+        KeyCode::Char('u') => state.show_udp = !state.show_udp,
         _ => {}
     }
 }
