@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::relay::{LoopbackService, UdpSink};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 use cctrace_tests::{require_kernel, serial, Tracer};
 use serde_json::Value;
@@ -240,38 +241,11 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
     require_kernel!();
     let _serial = serial();
     let path = wan()?;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // The tailnet peer: a UDP sink in the other namespace.
-    let peer = std::net::SocketAddr::from((path.receiver_addr(), 41641));
-    let sink_stop = stop.clone();
-    let sink = path.receiver().spawn_thread("wg-sink", move || -> std::io::Result<u64> {
-        let s = std::net::UdpSocket::bind(peer)?;
-        s.set_read_timeout(Some(Duration::from_millis(200)))?;
-        let mut buf = [0u8; 2048];
-        let mut got = 0;
-        while !sink_stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Ok(n) = s.recv(&mut buf) {
-                got += n as u64;
-            }
-        }
-        Ok(got)
-    })?;
-    // The local service (Jellyfin's part): sends whatever it is asked for, over loopback.
-    let (port_tx, port_rx) = std::sync::mpsc::channel();
-    let service_stop = stop.clone();
-    let service = path.sender().spawn_thread("bulk-service", move || -> std::io::Result<()> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let _ = port_tx.send(listener.local_addr()?.port());
-        let (mut conn, _) = listener.accept()?;
-        let chunk = [0x42u8; 64 * 1024];
-        while !service_stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if std::io::Write::write_all(&mut conn, &chunk).is_err() {
-                break;
-            }
-        }
-        Ok(())
-    })?;
-    let service_port: u16 = port_rx.recv_timeout(Duration::from_secs(5))?;
+    // The tailnet peer in the other namespace, and the local service (Jellyfin's part).
+    let sink = UdpSink::start(path.receiver(), std::net::SocketAddr::from((path.receiver_addr(), 41641)))?;
+    let peer = sink.addr();
+    let service = LoopbackService::start(path.sender(), "bulk-service", None, None)?;
+    let service_port = service.port();
     let tracer = Tracer::start(&[])?;
     let relay = Reaped(
         path.sender()
@@ -297,12 +271,10 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
         lines.iter().any(relayed) && udp_records(lines, netns).iter().any(tun_advised)
     })?;
     drop(relay);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(service);
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
-    let _ = service.join();
-    let received = sink.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
-    assert!(received > 0, "the peer received the relay's datagrams");
+    assert!(sink.received() > 0, "the peer received the relay's datagrams");
 
     let hop = lines.iter().rfind(|v| relayed(v)).context("the relayed hop")?;
     assert_eq!(hop["relayed_by"]["comm"], "tailscaled", "{hop}");
