@@ -37,6 +37,10 @@ pub fn relay_main(args: &[String]) -> Result<()> {
     if !args.iter().any(|a| a == USERSPACE_FLAG) {
         bail!("this relay only has a userspace mode: pass {USERSPACE_FLAG}");
     }
+    // The command name tailscaled has, before any socket is opened (the kernel notes who
+    // connects). A program started under another name (the demo's cctrace) takes it here.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"tailscaled".as_ptr() as libc::c_ulong, 0, 0, 0) };
     let local: SocketAddr = arg(args, "--local")?.parse()?;
     let peer: SocketAddr = arg(args, "--peer")?.parse()?;
     let rate_bps: f64 = arg(args, "--rate-mbps")?.parse::<f64>()? * 1e6;
@@ -78,21 +82,21 @@ pub fn relay_main(args: &[String]) -> Result<()> {
     }
 }
 
-/// Start `program args...` as a process named `tailscaled` (its command line's first word and
-/// its command name) inside `ns`, optionally in the cgroup directory `cgroup`.
+/// Start `program args...` inside `ns` with `tailscaled` as its command line's first word
+/// (`program` runs [`relay_main`], which takes the command name too), optionally in the cgroup
+/// directory `cgroup`.
 pub fn spawn_relay(program: &Path, args: &[String], ns: &Netns, cgroup: Option<&Path>) -> Result<Child> {
     let netns = std::fs::File::open(ns.path()).with_context(|| format!("opening {}", ns.path().display()))?;
     let fd = netns.as_raw_fd();
     let mut cmd = Command::new(program);
     cmd.arg0("tailscaled").args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: between fork and exec the closure calls only async-signal-safe syscalls (setns,
-    // prctl) on an fd that stays open in the parent until spawn returns.
+    // SAFETY: between fork and exec the closure makes one async-signal-safe syscall (setns) on
+    // an fd that stays open in the parent until spawn returns.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::prctl(libc::PR_SET_NAME, c"tailscaled".as_ptr() as libc::c_ulong, 0, 0, 0);
             Ok(())
         });
     }

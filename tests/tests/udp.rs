@@ -281,6 +281,20 @@ fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice()
     assert_eq!(hop["relayed_by"]["app_proto"], "wireguard", "{hop}");
     assert_eq!(hop["dst"], "127.0.0.1", "{hop}");
     assert_eq!(hop["dev"], "lo", "the hop leaves by loopback: {hop}");
+    // The relay's own end of the hop names the relay too, not the test process whose peer
+    // only receives the datagrams.
+    let relay_end = lines
+        .iter()
+        .rfind(|v| {
+            v["type"] == "flow"
+                && v["proto"] == "tcp"
+                && v["netns"].as_u64() == Some(netns)
+                && v["dport"] == service_port
+                && v["dst"] == "127.0.0.1"
+        })
+        .context("the relay's end of the hop")?;
+    assert_eq!(relay_end["owner"]["pid"].as_u64(), Some(relay_pid), "{relay_end}");
+    assert_eq!(relay_end["relayed_by"]["pid"].as_u64(), Some(relay_pid), "{relay_end}");
     let verdict = hop["verdict"].as_str().unwrap_or("");
     assert!(verdict.starts_with(&format!("relayed by tailscaled (pid {relay_pid})")), "{verdict}");
     // Every judged line of the hop carries the note once it is known: never "just healthy".

@@ -111,6 +111,14 @@ enum Command {
         #[command(flatten)]
         opts: tracer::demo::DemoOptions,
     },
+    /// The demo's stand-in for tailscaled in userspace-networking mode (started by
+    /// `cctrace demo --scenario userspace-vpn`, named tailscaled).
+    #[cfg(feature = "demo")]
+    #[command(hide = true)]
+    DemoRelay {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Record into FILE without showing anything (no terminal UI, no JSON): until Ctrl-C,
     /// SIGTERM or --duration. One line on stderr says what was recorded.
     Record {
@@ -202,6 +210,8 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
         Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,
+        #[cfg(feature = "demo")]
+        Command::DemoRelay { args } => Some(cctrace_lab::relay::relay_main(args)),
     }
 }
 

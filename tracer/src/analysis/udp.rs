@@ -310,12 +310,13 @@ impl UdpTable {
         self.evicted
     }
 
-    /// The heaviest flow owned by process `pid`, if any moves `min_bps`.
-    pub fn heavy_of_pid(&self, pid: u32, min_bps: f64) -> Option<&UdpFlow> {
+    /// The busiest flow process `pid` sends at least `min_bps` on, if any: what a relay does
+    /// with what it reads (a process that only receives heavy UDP relays nothing onwards).
+    pub fn sending_of_pid(&self, pid: u32, min_bps: f64) -> Option<&UdpFlow> {
         self.flows
             .values()
-            .filter(|f| f.latest.owner.as_ref().is_some_and(|o| o.pid == pid) && f.is_heavy(min_bps))
-            .max_by(|a, b| (a.tx_bps + a.rx_bps).total_cmp(&(b.tx_bps + b.rx_bps)))
+            .filter(|f| f.latest.owner.as_ref().is_some_and(|o| o.pid == pid) && f.tx_bps >= min_bps)
+            .max_by(|a, b| a.tx_bps.total_cmp(&b.tx_bps))
     }
 }
 
@@ -369,7 +370,7 @@ pub fn judge(flow: &UdpFlow, env: &Environment) -> UdpVerdict {
         },
         Some(AppProto::WireGuard) => UdpVerdict {
             text: format!(
-                "userspace congestion control: WireGuard ({rates}) sent by {who}. The TCP flows inside the \
+                "userspace congestion control: WireGuard ({rates}) owned by {who}. The TCP flows inside the \
                  tunnel keep their own congestion control: look for them on this host's tunnel device or at \
                  the other end; WireGuard itself does none."
             ),
@@ -481,7 +482,7 @@ pub fn find_relays(table: &crate::analysis::model::FlowTable, udp: &UdpTable, mi
         let Some(peer) = peer else { continue };
         for end in [peer, &f] {
             let Some(owner) = end.latest.owner.as_ref() else { continue };
-            if let Some(u) = udp.heavy_of_pid(owner.pid, min_bps) {
+            if let Some(u) = udp.sending_of_pid(owner.pid, min_bps) {
                 out.insert(
                     f.cookie(),
                     RelayedBy {
@@ -670,5 +671,13 @@ mod tests {
         assert_eq!(relays.get(&2).map(|r| r.peer_cookie), Some(2), "the relay's own end too");
         assert!(!relays.contains_key(&3), "no peer in its namespace");
         assert!(find_relays(&table, &udp, 1e9).is_empty(), "a relay must be moving traffic");
+        // A process that only receives heavy UDP relays nothing onwards.
+        let mut rx_only = UdpTable::default();
+        let mut r = s.clone();
+        r.tx_bytes = 0;
+        r.owner = Some(Process { pid: 812, comm: "tailscaled".into(), cmdline: Vec::new(), tun_open: false });
+        rx_only.ingest(&UdpSample { ts_ns: r.ts_ns - 1_000_000_000, rx_bytes: 0, ..r.clone() });
+        rx_only.ingest(&UdpSample { rx_bytes: 5_000_000, ..r });
+        assert!(find_relays(&table, &rx_only, 1e6).is_empty());
     }
 }
