@@ -368,3 +368,35 @@ fn a_bulk_flow_through_a_tun_device_shows_that_device_and_its_mtu() -> Result<()
     assert!(last["mss"].as_u64().is_some_and(|m| m <= kernel_mtu - 40), "{last}");
     Ok(())
 }
+
+#[test]
+fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_and_cleans_up() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let out = std::process::Command::new(cctrace_tests::cctrace_bin())
+        .args(["demo", "--scenario", "userspace-vpn", "--json", "--duration", "12"])
+        .output()?;
+    assert!(out.status.success(), "demo: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let relay = lines
+        .iter()
+        .rfind(|v| v["proto"] == "udp" && v["owner"]["comm"] == "tailscaled")
+        .context("tailscaled's UDP flow")?;
+    assert_eq!(relay["app_proto"], "wireguard", "{relay}");
+    assert_eq!(relay["container"]["name"], "tailscale", "{relay}");
+    let advice: Vec<&str> = relay["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(advice.iter().any(|a| a.contains("/etc/pve/lxc/105.conf")), "{advice:?}");
+    assert!(advice.contains(&"lxc.cgroup2.devices.allow: c 10:200 rwm"), "{advice:?}");
+    let relay_pid = relay["owner"]["pid"].as_u64().context("relay pid")?;
+    // Jellyfin's end of the loopback hop is never just "rwnd" or "application": it names the relay.
+    let hop = lines
+        .iter()
+        .rfind(|v| v["proto"] == "tcp" && v["owner"]["comm"] == "jellyfin" && v["dev"] == "lo")
+        .context("jellyfin's loopback hop")?;
+    assert_eq!(hop["relayed_by"]["pid"].as_u64(), Some(relay_pid), "{hop}");
+    assert!(hop["verdict"].as_str().is_some_and(|t| t.starts_with("relayed by tailscaled")), "{hop}");
+    // Nothing is left running: the relay exited with the demo.
+    assert!(!std::path::Path::new(&format!("/proc/{relay_pid}")).exists(), "the relay {relay_pid} outlived the demo");
+    Ok(())
+}
