@@ -351,6 +351,17 @@ pub fn judge(flow: &UdpFlow, env: &Environment) -> UdpVerdict {
     if owner.is_some_and(Process::is_tailscaled_userspace) {
         return tailscaled_userspace(&who, &rates, container);
     }
+    // A socket without a file is the kernel's own: kernel WireGuard (wg0, tailscale0 in kernel
+    // mode) carries the kernel's TCP, which cctrace sees on the tunnel device and can fix.
+    if owner.is_none() && flow.latest.inode == 0 && flow.app_proto == Some(AppProto::WireGuard) {
+        return UdpVerdict {
+            text: format!(
+                "kernel WireGuard ({rates}): the tunnel's own UDP. The TCP flows inside it are the kernel's: \
+                 they are listed with the tunnel as their device, and their verdicts and fixes apply."
+            ),
+            advice: vec!["look at the TCP flows whose device is the WireGuard interface".to_string()],
+        };
+    }
     match flow.app_proto {
         Some(AppProto::Quic) => UdpVerdict {
             text: format!(
@@ -633,6 +644,23 @@ mod tests {
         assert!(v.text.contains("userspace-networking"), "{}", v.text);
         assert!(v.advice.contains(&"lxc.cgroup2.devices.allow: c 10:200 rwm".to_string()), "{:?}", v.advice);
         assert!(v.advice.iter().any(|a| a.contains("--device /dev/net/tun --cap-add NET_ADMIN")), "{:?}", v.advice);
+    }
+
+    #[test]
+    fn kernel_wireguard_points_at_the_tunnels_tcp_flows() {
+        let mut s = sample(1, 0, None);
+        s.first_tx = head(&WG_DATA, 1440);
+        s.last_tx = head(&WG_DATA, 1440);
+        let mut t = UdpTable::default();
+        t.ingest(&s);
+        let v = judge(t.get(9).expect("flow"), &Environment::default());
+        assert!(v.text.starts_with("kernel WireGuard"), "{}", v.text);
+        // A socket some process holds but nobody was found for is not the kernel's.
+        let mut held = s.clone();
+        held.inode = 12345;
+        let mut t = UdpTable::default();
+        t.ingest(&held);
+        assert!(!judge(t.get(9).expect("flow"), &Environment::default()).text.starts_with("kernel"));
     }
 
     #[test]

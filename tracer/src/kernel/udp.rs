@@ -20,6 +20,8 @@ use crate::kernel::udp_owner::owner_of_socket;
 /// A heavy socket without a packet for this long leaves the index (and the LRU table, so a
 /// later burst is judged afresh).
 const QUIET_NS: u64 = 30_000_000_000;
+/// How often an owner nobody was found for is looked for again (a walk of `/proc`).
+const OWNER_RETRY_NS: u64 = 10_000_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UdpError {
@@ -62,8 +64,10 @@ pub struct UdpAccounting {
     heavy: BpfHashMap<MapData, u64, u64>,
     counters: PerCpuArray<MapData, u64>,
     routes: RingBuf<MapData>,
-    /// Owners by cookie, with the kernel's pid hint they were found for.
-    owners: HashMap<u64, (u32, Option<Process>)>,
+    /// Owners by cookie: the kernel's pid hint they were looked up for, what was found, and
+    /// when (a socket no process holds, such as the kernel's own, is looked up again only
+    /// every [`OWNER_RETRY_NS`]).
+    owners: HashMap<u64, (u32, Option<Process>, u64)>,
     /// Heavy sockets that left the index after going quiet, or whose state the LRU dropped.
     pub expired: u64,
     pub vanished: u64,
@@ -179,10 +183,14 @@ impl UdpAccounting {
                 continue;
             }
             let owner = match self.owners.get(&cookie) {
-                Some((hint, found)) if *hint == state.pid && found.is_some() => found.clone(),
+                Some((hint, found, at))
+                    if *hint == state.pid && (found.is_some() || now_ns.saturating_sub(*at) < OWNER_RETRY_NS) =>
+                {
+                    found.clone()
+                }
                 _ => {
                     let found = owner_of_socket(state.inode, state.pid);
-                    self.owners.insert(cookie, (state.pid, found.clone()));
+                    self.owners.insert(cookie, (state.pid, found.clone(), now_ns));
                     found
                 }
             };
