@@ -680,7 +680,7 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_u_hides_the_udp_strip() {
     };
     let text = screen(&scene);
     assert!(text.contains("UDP: 1 heavy"), "{text}");
-    assert!(text.contains("wireguard tailscaled (pid 812)"), "{text}");
+    assert!(text.contains("wireguard tailscaled (pid 812)") && text.contains("give it a TUN device"), "{text}");
     assert!(text.contains("↪ relays TCP 127.0.0.1:8096 → 127.0.0.1:51000 (jellyfin)"), "{text}");
     assert!(text.contains("↪tailscaled"), "the hop's limited column names its relay: {text}");
     press(&mut scene, KeyCode::Char('u'));

@@ -490,16 +490,21 @@ fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
 fn udp_lines(state: &AppState, width: usize) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for row in &state.udp_rows {
+        // What to do first, the endpoints last: a narrow terminal cuts the least useful part.
         let mut text = format!(
-            "{:<9} {} {} → {}  out {} in {}  ({}): congestion control in {}",
+            "{:<9} {} ({}) out {} in {}: {} · {} → {}",
             row.carries,
             row.owner,
-            row.local,
-            row.remote,
+            row.origin.name,
             format::rate(row.tx_bps),
             format::rate(row.rx_bps),
-            row.origin.name,
-            if row.userspace_vpn { "its userspace stack: give it a TUN device" } else { "the process" },
+            if row.userspace_vpn {
+                "its own TCP stack crosses the path: give it a TUN device"
+            } else {
+                "its own congestion control decides"
+            },
+            row.local,
+            row.remote,
         );
         text = format::truncate(&text, width.saturating_sub(2));
         lines.push(Line::from(vec![Span::styled("⇅ ", Style::new().fg(Color::Magenta)), Span::raw(text)]));
