@@ -370,11 +370,13 @@ fn a_bulk_flow_through_a_tun_device_shows_that_device_and_its_mtu() -> Result<()
 }
 
 #[test]
-fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_and_cleans_up() -> Result<()> {
+fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_even_when_filtered_and_cleans_up() -> Result<()> {
     require_kernel!();
     let _serial = serial();
     let out = std::process::Command::new(cctrace_tests::cctrace_bin())
-        .args(["demo", "--scenario", "userspace-vpn", "--json", "--duration", "12"])
+        // Traced for jellyfin only: the relay's own TCP socket is filtered out in the kernel,
+        // and the hop is still named relayed (from the relay's fd table).
+        .args(["demo", "--scenario", "userspace-vpn", "--container", "jellyfin", "--json", "--duration", "12"])
         .output()?;
     assert!(out.status.success(), "demo: {}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<Value> =
@@ -396,6 +398,10 @@ fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_and_cleans_up() -> Result
         .context("jellyfin's loopback hop")?;
     assert_eq!(hop["relayed_by"]["pid"].as_u64(), Some(relay_pid), "{hop}");
     assert!(hop["verdict"].as_str().is_some_and(|t| t.starts_with("relayed by tailscaled")), "{hop}");
+    assert!(
+        !lines.iter().any(|v| v["proto"] == "tcp" && v["owner"]["comm"] == "tailscaled"),
+        "the filter left the relay's own TCP socket out"
+    );
     // Nothing is left running: the relay exited with the demo.
     assert!(!std::path::Path::new(&format!("/proc/{relay_pid}")).exists(), "the relay {relay_pid} outlived the demo");
     Ok(())

@@ -140,6 +140,10 @@ pub struct Process {
     pub cmdline: Vec<String>,
     /// The process has `/dev/net/tun` open (a kernel-mode VPN's device).
     pub tun_open: bool,
+    /// Its established TCP connections, (local, remote): a relay's hops to local services,
+    /// known even when a kernel filter leaves its own TCP sockets out of the table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tcp: Vec<(SocketAddr, SocketAddr)>,
 }
 
 impl Process {
@@ -451,7 +455,7 @@ pub struct RelayedBy {
     pub udp_cookie: u64,
     pub app_proto: Option<AppProto>,
     /// The TCP socket of the relay's end of this hop (this flow's own cookie when the flow is
-    /// the relay's end).
+    /// the relay's end; 0 when that socket is not traced and the relay's fd table told).
     pub peer_cookie: u64,
 }
 
@@ -485,27 +489,52 @@ pub fn find_relays(table: &crate::analysis::model::FlowTable, udp: &UdpTable, mi
     }
     for f in table.flows() {
         let s = &f.latest;
-        let Some(peers) = by_ends.get(&(s.remote, s.local)) else { continue };
         // On loopback the same endpoints exist in every namespace: the peer must share this one.
-        let peer = peers
-            .iter()
+        let peer = by_ends
+            .get(&(s.remote, s.local))
+            .into_iter()
+            .flatten()
             .find(|p| p.cookie() != f.cookie() && (!s.remote.ip().is_loopback() || p.latest.netns == s.netns));
-        let Some(peer) = peer else { continue };
-        for end in [peer, &f] {
-            let Some(owner) = end.latest.owner.as_ref() else { continue };
-            if let Some(u) = udp.sending_of_pid(owner.pid, min_bps) {
-                out.insert(
-                    f.cookie(),
-                    RelayedBy {
-                        pid: owner.pid,
-                        comm: owner.comm.clone(),
-                        udp_cookie: u.cookie(),
-                        app_proto: u.app_proto,
-                        peer_cookie: end.cookie(),
-                    },
-                );
-                break;
+        if let Some(peer) = peer {
+            for end in [peer, &f] {
+                let Some(owner) = end.latest.owner.as_ref() else { continue };
+                if let Some(u) = udp.sending_of_pid(owner.pid, min_bps) {
+                    out.insert(
+                        f.cookie(),
+                        RelayedBy {
+                            pid: owner.pid,
+                            comm: owner.comm.clone(),
+                            udp_cookie: u.cookie(),
+                            app_proto: u.app_proto,
+                            peer_cookie: end.cookie(),
+                        },
+                    );
+                    break;
+                }
             }
+        }
+        if out.contains_key(&f.cookie()) {
+            continue;
+        }
+        // The peer socket is not in the table (a kernel filter left it out): a process sending
+        // heavy UDP that holds the mirrored connection is the relay all the same.
+        let holder = udp.flows.values().find(|u| {
+            u.tx_bps >= min_bps
+                && (!s.remote.ip().is_loopback() || u.latest.netns == s.netns)
+                && u.latest.owner.as_ref().is_some_and(|o| o.tcp.contains(&(s.remote, s.local)))
+        });
+        if let Some(u) = holder {
+            let owner = u.latest.owner.as_ref().expect("checked above");
+            out.insert(
+                f.cookie(),
+                RelayedBy {
+                    pid: owner.pid,
+                    comm: owner.comm.clone(),
+                    udp_cookie: u.cookie(),
+                    app_proto: u.app_proto,
+                    peer_cookie: 0,
+                },
+            );
         }
     }
     out
@@ -606,7 +635,13 @@ mod tests {
 
     #[test]
     fn a_quic_flow_names_its_process_and_the_way_to_tcp() {
-        let owner = Process { pid: 4321, comm: "caddy".into(), cmdline: vec!["caddy".into()], tun_open: false };
+        let owner = Process {
+            pid: 4321,
+            comm: "caddy".into(),
+            cmdline: vec!["caddy".into()],
+            tun_open: false,
+            tcp: Vec::new(),
+        };
         let mut t = UdpTable::default();
         t.ingest(&sample(1, 0, Some(owner.clone())));
         t.ingest(&sample(2, 2_500_000, None));
@@ -628,6 +663,7 @@ mod tests {
             comm: "tailscaled".into(),
             cmdline: vec!["/usr/sbin/tailscaled".into(), "--tun=userspace-networking".into()],
             tun_open: false,
+            tcp: Vec::new(),
         };
         assert!(p.is_tailscaled_userspace());
         let kernel_mode = Process { cmdline: vec!["/usr/sbin/tailscaled".into()], tun_open: true, ..p.clone() };
@@ -663,6 +699,11 @@ mod tests {
         assert!(!judge(t.get(9).expect("flow"), &Environment::default()).text.starts_with("kernel"));
     }
 
+    /// The relay's end of a hop: the service's endpoints mirrored.
+    fn relay_end(service: &crate::analysis::event::Sample) -> (SocketAddr, SocketAddr) {
+        (service.remote, service.local)
+    }
+
     #[test]
     fn a_loopback_hop_to_a_process_with_heavy_udp_is_relayed_by_it() {
         use crate::analysis::event::Owner;
@@ -684,7 +725,7 @@ mod tests {
         for s in [&service, &relay, &elsewhere] {
             table.ingest(s);
         }
-        let p = Process { pid: 812, comm: "tailscaled".into(), cmdline: Vec::new(), tun_open: false };
+        let p = Process { pid: 812, comm: "tailscaled".into(), cmdline: Vec::new(), tun_open: false, tcp: Vec::new() };
         let mut udp = UdpTable::default();
         let mut s = sample(1, 0, Some(p));
         s.cookie = 77;
@@ -703,9 +744,36 @@ mod tests {
         let mut rx_only = UdpTable::default();
         let mut r = s.clone();
         r.tx_bytes = 0;
-        r.owner = Some(Process { pid: 812, comm: "tailscaled".into(), cmdline: Vec::new(), tun_open: false });
+        r.owner = Some(Process {
+            pid: 812,
+            comm: "tailscaled".into(),
+            cmdline: Vec::new(),
+            tun_open: false,
+            tcp: Vec::new(),
+        });
         rx_only.ingest(&UdpSample { ts_ns: r.ts_ns - 1_000_000_000, rx_bytes: 0, ..r.clone() });
         rx_only.ingest(&UdpSample { rx_bytes: 5_000_000, ..r });
         assert!(find_relays(&table, &rx_only, 1e6).is_empty());
+
+        // With the relay's own socket left out of the table (a kernel filter), the relay's
+        // connections from its fd table name it all the same.
+        let mut only_service = FlowTable::new(TableConfig::default());
+        only_service.ingest(&service);
+        let mut udp = UdpTable::default();
+        let mut r = UdpSample { netns: service.netns, ..s.clone() };
+        let relay = r.owner.as_mut().expect("owner");
+        relay.tcp = vec![(relay_end(&service).0, relay_end(&service).1)];
+        udp.ingest(&UdpSample { ts_ns: r.ts_ns - 1_000_000_000, tx_bytes: 0, ..r.clone() });
+        udp.ingest(&r);
+        let hop = find_relays(&only_service, &udp, 1e6);
+        assert_eq!(hop.get(&1).map(|h| (h.pid, h.peer_cookie)), Some((812, 0)));
+        // On loopback, the same endpoints in another namespace are another hop.
+        udp.ingest(&UdpSample {
+            netns: service.netns + 1,
+            ts_ns: r.ts_ns + 1_000_000_000,
+            tx_bytes: 10_000_000,
+            ..r.clone()
+        });
+        assert!(find_relays(&only_service, &udp, 1e6).is_empty());
     }
 }

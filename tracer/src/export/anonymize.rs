@@ -129,6 +129,9 @@ impl Anonymizer {
             if let Some(o) = u.owner.as_mut() {
                 o.comm = keep_or_rename(self, &o.comm);
                 o.cmdline = o.cmdline.iter().map(|a| keep_or_rename(self, a)).collect();
+                for (local, remote) in &mut o.tcp {
+                    (*local, *remote) = (self.addr(*local), self.addr(*remote));
+                }
             }
         }
     }

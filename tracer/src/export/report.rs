@@ -684,6 +684,7 @@ mod tests {
             comm: "tailscaled<b>".into(),
             cmdline: vec!["tailscaled".into(), "--tun=userspace-networking".into()],
             tun_open: false,
+            tcp: Vec::new(),
         };
         let wg = Head { bytes: [4, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
         let reading = |ts_ns: u64, tx_bytes: u64| UdpSample {

@@ -22,6 +22,8 @@ use crate::kernel::udp_owner::owner_of_socket;
 const QUIET_NS: u64 = 30_000_000_000;
 /// How often an owner nobody was found for is looked for again (a walk of `/proc`).
 const OWNER_RETRY_NS: u64 = 10_000_000_000;
+/// How long what was read of a found owner (command line, TUN, TCP connections) is kept.
+const OWNER_REFRESH_NS: u64 = 5_000_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UdpError {
@@ -183,8 +185,12 @@ impl UdpAccounting {
                 continue;
             }
             let owner = match self.owners.get(&cookie) {
+                // Found: kept for a few seconds (its connections change); not found: looked for
+                // again less often.
                 Some((hint, found, at))
-                    if *hint == state.pid && (found.is_some() || now_ns.saturating_sub(*at) < OWNER_RETRY_NS) =>
+                    if *hint == state.pid
+                        && now_ns.saturating_sub(*at)
+                            < if found.is_some() { OWNER_REFRESH_NS } else { OWNER_RETRY_NS } =>
                 {
                     found.clone()
                 }

@@ -627,6 +627,7 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_u_hides_the_udp_strip() {
         comm: "tailscaled".into(),
         cmdline: vec!["tailscaled".into(), "--tun=userspace-networking".into()],
         tun_open: false,
+        tcp: Vec::new(),
     };
     for tick in 0..=50u64 {
         let mut service = sample(1, feed::ts_ns(tick) / 1_000_000);
