@@ -11,6 +11,7 @@ use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
 use crate::analysis::schema::SummaryRecord;
+use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
 use crate::pipeline::{Control, FrontEnd, Status};
@@ -149,6 +150,10 @@ pub struct FilterUpkeep<F> {
 impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
     async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
         self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
+        self.inner.on_sockets(analysis, readings).await
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {

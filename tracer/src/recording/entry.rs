@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::source::SourceCounters;
 
 /// `Header::format` of every recording.
@@ -28,8 +28,8 @@ pub enum Entry {
     Host { env: Environment },
     /// Readings of heavy UDP sockets and TCP routes (once a second, live).
     Sockets { readings: crate::analysis::udp::SocketReadings },
-    /// Something cctrace did to the host (a fix applied or undone), in words.
-    Action { now_ns: u64, text: String },
+    /// Something cctrace did to the host (a fix applied or undone), at its time.
+    Action(ActionRecord),
     /// The last line of a recording that ended cleanly.
     End {
         summary: SummaryRecord,

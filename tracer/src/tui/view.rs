@@ -63,6 +63,9 @@ impl Widget for &AppState {
             Screen::Detail => detail::render(self, body, buf),
         }
         render_footer(self, footer, buf);
+        if let Some(panel) = &self.fix_panel {
+            super::fixing::render_panel(panel, body, buf);
+        }
         if self.help {
             render_help(self, area, buf);
         }
@@ -320,6 +323,7 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
                 (2, hint("g", if state.grouped { "ungroup" } else { "group" })),
                 (2, hint("s/S", "sort")),
                 (2, hint("a", if state.show_all { "heavy" } else { "all" })),
+                (if state.can_fix && state.flagged_count > 0 { 1 } else { 5 }, hint("f", "fix")),
                 // Paused, the way out stays in sight.
                 (if state.paused { 1 } else { 3 }, hint("space", if state.paused { "resume" } else { "pause" })),
             ],
@@ -328,6 +332,8 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
                 (1, hint("↑↓", "scroll")),
                 (1, hint("space", if state.paused { "resume" } else { "pause" })),
                 (2, hint("F", "trace filter")),
+                (if state.can_fix { 1 } else { 5 }, hint("f", "fix")),
+                (if state.can_fix && state.fixed_any() { 2 } else { 5 }, hint("u", "undo fix")),
                 (0, hint("?", "help")),
                 (0, hint("q", "quit")),
             ],
@@ -465,7 +471,7 @@ fn findings(state: &AppState) -> Vec<&FlowRow> {
     flagged
 }
 
-fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
+fn finding_line(row: &FlowRow, width: usize, can_fix: bool) -> Line<'static> {
     let Some(f) = row.finding else { return Line::default() };
     let who = row.comm.clone().unwrap_or_else(|| row.local.to_string());
     let mut text = format!(
@@ -479,9 +485,12 @@ fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
     if let Some(path) = f.available_bps {
         text.push_str(&format!("; the path carried {} without a queue", format::rate(path)));
     }
+    // The key that acts on it stays in sight: the description gives way to it.
+    let key = if can_fix { "  f: fix" } else { "" };
     Line::from(vec![
         Span::styled(format!("{FLAG_MARK} "), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
-        Span::raw(format::truncate(&text, width.saturating_sub(2))),
+        Span::raw(format::truncate(&text, width.saturating_sub(2 + key.len()))),
+        Span::styled(key, Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
     ])
 }
 
@@ -523,7 +532,7 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
     let [area, udp_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(udp_height)]).areas(area);
     if udp_height > 0 {
         let block = Block::new().borders(Borders::TOP).border_style(dim()).title(Span::styled(
-            format!(" UDP: {} heavy, congestion control not the kernel's · u hides ", state.udp_rows.len()),
+            format!(" UDP: {} heavy, congestion control not the kernel's · U hides ", state.udp_rows.len()),
             Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
         ));
         let inner = block.inner(udp_area);
@@ -542,7 +551,8 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
         let inner = block.inner(strip_area);
         block.render(strip_area, buf);
         let width = usize::from(inner.width);
-        let mut lines: Vec<Line> = found.iter().take(usize::from(strip - 1)).map(|r| finding_line(r, width)).collect();
+        let mut lines: Vec<Line> =
+            found.iter().take(usize::from(strip - 1)).map(|r| finding_line(r, width, state.can_fix)).collect();
         if found.len() > 3 {
             if let Some(last) = lines.last_mut() {
                 *last =
@@ -696,8 +706,9 @@ const HELP: &[(&str, &str)] = &[
     ("F", "trace only container=NAME cgroup=PATH"),
     ("", "netns=NAME (kernel filter; empty: all)"),
     ("s   S  r", "next sort column / reverse order"),
-    ("a", "heavy flows only / all flows"),
-    ("u", "show / hide heavy UDP flows (QUIC, VPNs)"),
+    ("a   U", "heavy/all flows; UDP strip (QUIC, VPNs)"),
+    ("f  u", "switch the flow's namespace to bbr (asks"),
+    ("", "first, lists every change) / undo it"),
     ("space", "pause the display (tracing goes on)"),
 ];
 
