@@ -59,6 +59,7 @@ mod link;
 mod netns;
 mod nft_loss;
 mod probe;
+pub mod relay;
 mod rng;
 mod sys;
 mod topology;

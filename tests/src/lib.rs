@@ -337,6 +337,26 @@ pub fn bpf_link_count() -> Result<usize> {
     Ok(v.as_array().map(Vec::len).unwrap_or(0))
 }
 
+/// The kernel measures BPF programs' run time and count while this is held (BPF_ENABLE_STATS:
+/// scoped to the fd, unlike the kernel.bpf_stats_enabled sysctl, so nothing stays changed).
+pub struct BpfStats {
+    _held: std::os::fd::OwnedFd,
+}
+
+impl BpfStats {
+    pub fn enable() -> Result<BpfStats> {
+        use std::os::fd::FromRawFd;
+        const BPF_ENABLE_STATS: libc::c_long = 32;
+        // union bpf_attr { struct { __u32 type; } enable_stats; }: BPF_STATS_RUN_TIME is 0.
+        let attr = [0u32; 2];
+        // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a valid, initialised buffer.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_ENABLE_STATS, attr.as_ptr(), std::mem::size_of_val(&attr)) };
+        anyhow::ensure!(fd >= 0, "BPF_ENABLE_STATS: {}", std::io::Error::last_os_error());
+        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+        Ok(BpfStats { _held: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) } })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

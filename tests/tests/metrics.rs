@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
-use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, demo_wan, nstat_in, require_kernel, serial};
+use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, demo_wan, nstat_in, require_kernel, serial, BpfStats};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -447,26 +447,6 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
 /// The value of the series written exactly as `series` in a text exposition.
 fn sample_value(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
-/// The kernel measures BPF programs' run time and count while this is held (BPF_ENABLE_STATS:
-/// scoped to the fd, unlike the kernel.bpf_stats_enabled sysctl, so nothing stays changed).
-struct BpfStats {
-    _held: std::os::fd::OwnedFd,
-}
-
-impl BpfStats {
-    fn enable() -> Result<BpfStats> {
-        use std::os::fd::FromRawFd;
-        const BPF_ENABLE_STATS: libc::c_long = 32;
-        // union bpf_attr { struct { __u32 type; } enable_stats; }: BPF_STATS_RUN_TIME is 0.
-        let attr = [0u32; 2];
-        // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a valid, initialised buffer.
-        let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_ENABLE_STATS, attr.as_ptr(), std::mem::size_of_val(&attr)) };
-        ensure!(fd >= 0, "BPF_ENABLE_STATS: {}", std::io::Error::last_os_error());
-        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
-        Ok(BpfStats { _held: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) } })
-    }
 }
 
 fn check_metrics_with_promtool(exposition: &str) -> Result<()> {

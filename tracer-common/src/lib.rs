@@ -565,3 +565,4 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CcName {}
 }
+pub mod udp;

@@ -11,6 +11,8 @@
 // Entry points are `pub` as aya's program macros are written; an eBPF object has no Rust API.
 #![allow(unreachable_pub)]
 
+mod udp;
+
 use core::ffi::c_void;
 
 use aya_ebpf::{

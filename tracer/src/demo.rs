@@ -33,7 +33,25 @@ pub struct DemoOptions {
     /// Rate of the two video-like streams, Mbit/s.
     #[arg(long, default_value_t = 40.0, value_parser = bounded_f64(0.01, 10_000.0))]
     pub stream_mbps: f64,
+    /// `kernel`: CUBIC and BBR senders on the path (the kernel's TCP crosses it).
+    /// `userspace-vpn`: Jellyfin streams over loopback to tailscaled in userspace-networking
+    /// mode, which carries it over the lossy path as WireGuard in UDP at the rate its own
+    /// (loss-based) TCP stack allows: no kernel setting reaches that leg.
+    #[arg(long, value_enum, default_value_t = Scenario::Kernel)]
+    pub scenario: Scenario,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Kernel,
+    UserspaceVpn,
+}
+
+/// What tailscaled's userspace TCP stack carries across the demo's lossy path: about what a
+/// loss-based sender gets there (CUBIC's Mathis bound at 0.1 % loss and 30 ms is ~15 Mbit/s).
+const RELAY_MBPS: f64 = 15.0;
+/// The tailnet peer's WireGuard port.
+const TAILNET_PORT: u16 = 41641;
 
 impl DemoOptions {
     fn validate(&self) -> Result<()> {
@@ -57,6 +75,8 @@ pub const JELLYFIN_ID: &str = "de3051a5c0ffee0123456789abcdef0123456789abcdef012
 pub struct DemoContainers {
     pub jellyfin: Cgroup,
     pub proxy: Cgroup,
+    /// The userspace-vpn scenario's tailscaled: a Proxmox LXC "tailscale" (vmid 105).
+    pub tailscale: Cgroup,
     /// Holds `docker/containers/<id>/config.v2.json` and `pve/102.conf`.
     pub files: std::path::PathBuf,
     // Dropped last: the tree the two above live in.
@@ -68,13 +88,18 @@ impl DemoContainers {
         let top = Cgroup::top().context("creating the demo's cgroups")?;
         let jellyfin = top.child(&format!("system.slice/docker-{JELLYFIN_ID}.scope"))?;
         let proxy = top.child("lxc/102/ns")?;
+        let tailscale = top.child("lxc/105/ns")?;
         let files = std::env::temp_dir().join(format!("cctrace-demo-{}", std::process::id()));
         let docker = files.join("docker/containers").join(JELLYFIN_ID);
         std::fs::create_dir_all(&docker).context("creating the demo's container files")?;
         std::fs::write(docker.join("config.v2.json"), format!(r#"{{"ID":"{JELLYFIN_ID}","Name":"/jellyfin"}}"#))?;
         std::fs::create_dir_all(files.join("pve"))?;
         std::fs::write(files.join("pve/102.conf"), "arch: amd64\nhostname: proxy\nostype: debian\n")?;
-        Ok(Self { jellyfin, proxy, files, _top: top })
+        std::fs::write(
+            files.join("pve/105.conf"),
+            "arch: amd64\nhostname: tailscale\nostype: debian\nunprivileged: 1\n",
+        )?;
+        Ok(Self { jellyfin, proxy, tailscale, files, _top: top })
     }
 
     pub fn docker_root(&self) -> std::path::PathBuf {
@@ -98,9 +123,24 @@ pub struct DemoFlow {
     pub sender: Sender,
 }
 
+/// The userspace-vpn scenario's processes: the relay, and the ends it joins.
+struct UserspaceVpn {
+    relay: std::process::Child,
+    _service: cctrace_lab::relay::LoopbackService,
+    _peer: cctrace_lab::relay::UdpSink,
+}
+
+impl Drop for UserspaceVpn {
+    fn drop(&mut self) {
+        let _ = self.relay.kill();
+        let _ = self.relay.wait();
+    }
+}
+
 /// The running demo; dropping it stops the traffic and removes the namespaces.
 pub struct DemoLab {
-    // Drop order: senders, then the sinks, then the paths (their namespaces).
+    // Drop order: the relay and senders, then the sinks, then the paths (their namespaces).
+    _vpn: Option<UserspaceVpn>,
     pub flows: Vec<DemoFlow>,
     _sinks: Vec<Sink>,
     /// The CUBIC flows' copy of the path, then the BBR flows'.
@@ -116,14 +156,10 @@ impl DemoLab {
         cctrace_lab::check_privileges().context("the demo builds network namespaces")?;
         // A crashed earlier demo may have left namespaces behind.
         let _ = cctrace_lab::cleanup_stale();
-        let one_way = Duration::from_secs_f64(opts.rtt_ms / 2000.0);
-        let rate = (opts.rate_mbps * 1e6) as u64;
-        // A quarter of a bandwidth-delay product: enough to absorb bursts, too little for the
-        // BBR bulk flow to inflate everybody's RTT with a standing queue.
-        let queue = ((rate as f64 / 8.0) * opts.rtt_ms / 1000.0 / 4.0).max(64.0 * 1024.0) as usize;
-        let forward = PathSpec::delay(one_way).with_loss(opts.loss_pct / 100.0).with_rate(rate, queue);
-        let mut spec = EmulatedPathSpec::new(forward);
-        spec.reverse = PathSpec::delay(one_way).with_rate(rate, queue);
+        if opts.scenario == Scenario::UserspaceVpn {
+            return Self::start_userspace_vpn(opts, containers);
+        }
+        let spec = path_spec(opts);
         let mut paths = Vec::new();
         let mut sinks = Vec::new();
         for seed in [1, 2] {
@@ -170,6 +206,69 @@ impl DemoLab {
             opts.rate_mbps,
             flows.iter().map(|f| format!("{} :{}", f.label, f.sender.local_port())).collect::<Vec<_>>().join(", ")
         );
-        Ok(Self { flows, _sinks: sinks, paths, description })
+        Ok(Self { _vpn: None, flows, _sinks: sinks, paths, description })
     }
+
+    /// Jellyfin (a 40 Mbit/s stream) -> loopback -> tailscaled in userspace-networking mode ->
+    /// WireGuard in UDP over the lossy path -> the tailnet peer.
+    fn start_userspace_vpn(opts: &DemoOptions, containers: &mut DemoContainers) -> Result<Self> {
+        let path = EmulatedPath::create(path_spec(opts)).context("building the emulated path")?;
+        containers.jellyfin.spawn_resident(path.sender()).context("starting jellyfin's resident")?;
+        let peer = cctrace_lab::relay::UdpSink::start(
+            path.receiver(),
+            std::net::SocketAddr::from((path.receiver_addr(), TAILNET_PORT)),
+        )
+        .context("starting the tailnet peer")?;
+        let service = cctrace_lab::relay::LoopbackService::start(
+            path.sender(),
+            "jellyfin",
+            Some(opts.stream_mbps * 1e6),
+            Some(containers.jellyfin.path()),
+        )
+        .context("starting the jellyfin stream")?;
+        let exe = std::env::current_exe().context("finding this program to start the relay")?;
+        let args: Vec<String> = vec![
+            "demo-relay".into(),
+            cctrace_lab::relay::USERSPACE_FLAG.into(),
+            "--local".into(),
+            format!("127.0.0.1:{}", service.port()),
+            "--peer".into(),
+            peer.addr().to_string(),
+            "--rate-mbps".into(),
+            RELAY_MBPS.min(opts.stream_mbps).to_string(),
+        ];
+        let relay = cctrace_lab::relay::spawn_relay(&exe, &args, path.sender(), Some(containers.tailscale.path()))
+            .context("starting tailscaled")?;
+        let description = format!(
+            "demo path {:.0} ms RTT, {}% loss, {:.0} Mbit/s: jellyfin (docker) streams {:.0} Mbit/s over loopback :{} \
+             to tailscaled --tun=userspace-networking (lxc 105), which carries it as WireGuard over UDP to {}",
+            opts.rtt_ms,
+            opts.loss_pct,
+            opts.rate_mbps,
+            opts.stream_mbps,
+            service.port(),
+            peer.addr()
+        );
+        Ok(Self {
+            _vpn: Some(UserspaceVpn { relay, _service: service, _peer: peer }),
+            flows: Vec::new(),
+            _sinks: Vec::new(),
+            paths: vec![path],
+            description,
+        })
+    }
+}
+
+/// The demo's path: `rtt_ms`, `loss_pct` on the data direction, a `rate_mbps` bottleneck with a
+/// quarter-BDP queue.
+fn path_spec(opts: &DemoOptions) -> EmulatedPathSpec {
+    let one_way = Duration::from_secs_f64(opts.rtt_ms / 2000.0);
+    let rate = (opts.rate_mbps * 1e6) as u64;
+    // A quarter of a bandwidth-delay product: enough to absorb bursts, too little for the
+    // BBR bulk flow to inflate everybody's RTT with a standing queue.
+    let queue = ((rate as f64 / 8.0) * opts.rtt_ms / 1000.0 / 4.0).max(64.0 * 1024.0) as usize;
+    let forward = PathSpec::delay(one_way).with_loss(opts.loss_pct / 100.0).with_rate(rate, queue);
+    let mut spec = EmulatedPathSpec::new(forward);
+    spec.reverse = PathSpec::delay(one_way).with_rate(rate, queue);
+    spec
 }

@@ -11,7 +11,8 @@ use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
+use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
 use crate::pipeline::{Control, FrontEnd, Status};
@@ -154,6 +155,18 @@ impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
 
     async fn on_decisions(&mut self, analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
         self.inner.on_decisions(analysis, batch).await
+    }
+
+    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
+        self.inner.on_sockets(analysis, readings).await
+    }
+
+    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
+        self.inner.on_action(analysis, action).await
+    }
+
+    fn take_actions(&mut self) -> Vec<ActionRecord> {
+        self.inner.take_actions()
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {

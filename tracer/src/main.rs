@@ -140,6 +140,14 @@ enum Command {
         #[command(flatten)]
         opts: tracer::demo::DemoOptions,
     },
+    /// The demo's stand-in for tailscaled in userspace-networking mode (started by
+    /// `cctrace demo --scenario userspace-vpn`, named tailscaled).
+    #[cfg(feature = "demo")]
+    #[command(hide = true)]
+    DemoRelay {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Record into FILE without showing anything (no terminal UI, no JSON): until Ctrl-C,
     /// SIGTERM or --duration. One line on stderr says what was recorded.
     Record {
@@ -235,6 +243,8 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
         Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } | Command::Serve => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,
+        #[cfg(feature = "demo")]
+        Command::DemoRelay { args } => Some(cctrace_lab::relay::relay_main(args)),
     }
 }
 
@@ -299,6 +309,8 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         hook_mode: cli.hooks,
         ring_bytes: cli.ring_kib.saturating_mul(1024),
         filter,
+        // The same "heavy" as for TCP flows, in bytes per second.
+        udp_heavy_bytes_per_sec: (cli.heavy_mbps * 1e6 / 8.0) as u64,
     };
     let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {
@@ -311,6 +323,9 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     }
     if let Some(line) = source.info().start_up_listing_line() {
         eprintln!("cctrace: {line}");
+    }
+    if let Some(why) = &source.info().udp_unavailable {
+        eprintln!("cctrace: heavy UDP flows not tracked ({why})");
     }
     Ok(source)
 }

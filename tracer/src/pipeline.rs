@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
+use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::source::{EventSource, SourceCounters, SourceItem};
 
@@ -97,6 +98,11 @@ pub trait FrontEnd {
         Ok(Control::Continue)
     }
 
+    /// Readings of heavy UDP sockets and TCP routes, just fed to `analysis`.
+    async fn on_sockets(&mut self, _analysis: &Analysis, _readings: &SocketReadings) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+
     /// Once per [`PipelineOptions::tick`], after the analysis was ticked.
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control>;
 
@@ -158,6 +164,7 @@ pub fn summary(source: &dyn EventSource, analysis: &Analysis) -> SummaryRecord {
         events_filtered: c.filtered,
         flows_seen: analysis.table.len() as u64 + analysis.table.evicted(),
         flows_evicted: analysis.table.evicted(),
+        udp: c.udp,
     }
 }
 
@@ -258,6 +265,10 @@ pub async fn run<F: FrontEnd>(
                         script_ns = now_ns;
                         let status = Status { now_ns, counters, source_ended: false, playback: source.playback() };
                         tick(analysis, front, &status, stop, &mut signalled).await?
+                    }
+                    Some(SourceItem::Sockets(readings)) => {
+                        analysis.ingest_sockets(&readings);
+                        front.on_sockets(analysis, &readings).await?
                     }
                     Some(SourceItem::Host(env)) => {
                         analysis.set_env(env);

@@ -32,6 +32,24 @@ pub struct SourceCounters {
     /// Samples the kernel wrote into the ring buffer (live sources only): received + lost
     /// accounts for all of them.
     pub kernel_emitted: Option<u64>,
+    /// The UDP accounting's totals (live sources that track UDP).
+    #[serde(default)]
+    pub udp: Option<UdpCounters>,
+}
+
+/// What the UDP accounting saw and what its bounded tables could not keep.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UdpCounters {
+    /// UDP packets the kernel programs saw.
+    pub packets: u64,
+    /// Sockets entered into the kernel's LRU table (every UDP socket that sent or received).
+    pub sockets_seen: u64,
+    /// Sockets that crossed the heavy threshold.
+    pub heavy: u64,
+    /// Heavy sockets the kernel's index had no room for.
+    pub heavy_index_full: u64,
+    /// Heavy sockets whose state the LRU table evicted before they went quiet.
+    pub evicted: u64,
 }
 
 /// What a source yields: samples, and, from a scripted source (a recording), the instants the
@@ -41,6 +59,8 @@ pub enum SourceItem {
     Batch(Vec<Sample>),
     /// Decision events of deep mode's congestion-control twins, in arrival order.
     Decisions(Vec<Decision>),
+    /// Readings of heavy UDP sockets and TCP routes.
+    Sockets(crate::analysis::udp::SocketReadings),
     /// Tick the analysis and the front end at `now_ns` (the pipeline's scripted mode).
     Tick {
         now_ns: u64,

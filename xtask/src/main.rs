@@ -29,6 +29,8 @@ const APT_PACKAGES: &[&str] = &[
     "tmux",
     // tests/tests/report.rs renders `cctrace report` in headless Chromium.
     "chromium",
+    // tests/tests/udp.rs: plain UDP bulk traffic (`iperf3 -u`).
+    "iperf3",
     // zstdcat: the recording tests read a recording as its users would.
     "zstd",
     "util-linux",
@@ -314,6 +316,8 @@ fn main() -> ExitCode {
             run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"]))
         }),
         Task::Bench { args } => setup().and_then(|()| {
+            // benches/skb_cost.rs runs the release cctrace next to it.
+            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
             cmd.arg("--").args(args);
             run(&mut cmd)

@@ -52,6 +52,9 @@ pub enum LimitedBy {
     /// The network path: a backlogged sender filling the bottleneck (a standing queue, or the
     /// queue rising before its losses). Not a problem to fix on this host.
     Path,
+    /// A process's own congestion control (QUIC, a userspace VPN's TCP stack) decides the rate,
+    /// not the kernel's: heavy UDP flows.
+    Userspace,
 }
 
 impl LimitedBy {
@@ -79,6 +82,7 @@ impl LimitedBy {
             Self::CongestionWindow => "cwnd",
             Self::Pacing => "pacing",
             Self::Path => "path",
+            Self::Userspace => "userspace",
         }
     }
 
@@ -93,6 +97,7 @@ impl LimitedBy {
             Self::CongestionWindow => "congestion-window-limited: cwnd is full",
             Self::Pacing => "pacing/bandwidth-limited: sending at the pacing rate",
             Self::Path => "network-path-limited: the flow fills the bottleneck (its RTT rises with its window)",
+            Self::Userspace => "userspace congestion control: the owning process, not the kernel, sets the rate",
         }
     }
 }
@@ -364,6 +369,9 @@ pub struct Verdict {
     pub evidence: Option<Evidence>,
     /// Commands that apply the fix, make it persistent and roll it back.
     pub fix: Vec<String>,
+    /// The flow's peer on this host belongs to a process that carries the traffic on over UDP
+    /// with its own congestion control.
+    pub relayed_by: Option<crate::analysis::udp::RelayedBy>,
 }
 
 impl Verdict {
@@ -374,6 +382,7 @@ impl Verdict {
             text: format!("not enough data yet ({observed:.1} s observed)"),
             evidence: None,
             fix: Vec::new(),
+            relayed_by: None,
         }
     }
 }
@@ -923,6 +932,28 @@ impl Diagnoser {
         self.flows.get(&cookie).and_then(|m| m.shown.as_ref())
     }
 
+    /// Mark the verdicts of relayed flows: the note goes first, so such a flow never reads as
+    /// simply healthy, application- or rwnd-limited.
+    pub fn note_relays(&mut self, relays: &std::collections::HashMap<u64, crate::analysis::udp::RelayedBy>) {
+        for (cookie, mem) in &mut self.flows {
+            let Some(v) = mem.shown.as_mut() else { continue };
+            match relays.get(cookie) {
+                Some(r) if v.relayed_by.as_ref() != Some(r) => {
+                    // A closed flow keeps its verdict: take an older note off before the new one.
+                    if let Some(old) = v.relayed_by.take() {
+                        let prefix = format!("{} ", old.note());
+                        if let Some(rest) = v.text.strip_prefix(&prefix) {
+                            v.text = rest.to_string();
+                        }
+                    }
+                    v.text = format!("{} {}", r.note(), v.text);
+                    v.relayed_by = Some(r.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub fn flagged(&self) -> impl Iterator<Item = u64> + '_ {
         self.flows.iter().filter(|(_, m)| m.flagged).map(|(c, _)| *c)
     }
@@ -1045,6 +1076,7 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
         text,
         evidence: Some(ev),
         fix: if mem.flagged { fix::fix_commands(flow, env) } else { Vec::new() },
+        relayed_by: None,
     }
 }
 

@@ -15,13 +15,19 @@ pub mod filter;
 pub mod fix;
 pub mod live_fix;
 pub mod model;
+pub mod route;
 pub mod schema;
 pub mod time;
+pub mod udp;
+
+use std::collections::HashMap;
 
 use crate::analysis::decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
+use crate::analysis::route::Route;
+use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
 /// Namespaces and processes come and go: host facts are re-read this often when a reader is set.
@@ -41,7 +47,16 @@ pub struct Analysis {
     env_generation: u64,
     /// The time the last [`Analysis::tick`] was given.
     last_tick_ns: u64,
+    /// Heavy UDP flows, their verdicts, and the TCP flows they relay.
+    pub udp: UdpTable,
+    udp_verdicts: HashMap<u64, UdpVerdict>,
+    relays: HashMap<u64, RelayedBy>,
+    /// TCP flows' routes (device, path MTU) by cookie.
+    routes: HashMap<u64, Route>,
 }
+
+/// A UDP flow must move this much either way over the last readings to count as a relay's.
+const RELAY_MIN_BPS: f64 = 1_000_000.0;
 
 impl Analysis {
     pub fn new(mut table: TableConfig, diagnosis: DiagnosisConfig, env: Environment) -> Self {
@@ -58,6 +73,10 @@ impl Analysis {
             env_read_ns: 0,
             env_generation: 0,
             last_tick_ns: 0,
+            udp: UdpTable::default(),
+            udp_verdicts: HashMap::new(),
+            relays: HashMap::new(),
+            routes: HashMap::new(),
         }
     }
 
@@ -74,6 +93,10 @@ impl Analysis {
         self.table = FlowTable::new(self.table.config().clone());
         self.decisions = DecisionLog::default();
         self.diagnoser.forget();
+        self.udp = UdpTable::default();
+        self.udp_verdicts.clear();
+        self.relays.clear();
+        self.routes.clear();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
         self.env_read_ns = 0;
@@ -103,6 +126,31 @@ impl Analysis {
         self.decisions.push(decision);
     }
 
+    /// Readings of heavy UDP sockets and TCP routes.
+    pub fn ingest_sockets(&mut self, readings: &SocketReadings) {
+        for s in &readings.udp {
+            self.udp.ingest(s);
+        }
+        for r in &readings.routes {
+            self.routes.insert(r.cookie, r.clone());
+        }
+    }
+
+    /// A TCP flow's route (device, path MTU), once its socket sent while traced.
+    pub fn route(&self, cookie: u64) -> Option<&Route> {
+        self.routes.get(&cookie)
+    }
+
+    /// The verdict on a heavy UDP flow (from the last evaluation).
+    pub fn udp_verdict(&self, flow: &UdpFlow) -> Option<&UdpVerdict> {
+        self.udp_verdicts.get(&flow.cookie())
+    }
+
+    /// The relay a TCP flow's local hop leads to, if any.
+    pub fn relayed_by(&self, cookie: u64) -> Option<&RelayedBy> {
+        self.relays.get(&cookie)
+    }
+
     /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per
     /// second of `now_ns` (monotonic, the samples' clock). Returns whether an evaluation ran.
     pub fn tick(&mut self, now_ns: u64) -> bool {
@@ -127,6 +175,16 @@ impl Analysis {
         self.table.expire(now_ns);
         self.diagnoser.evaluate(&self.table, &self.env, now_ns);
         self.diagnoser.cite_decisions(&self.table, &self.decisions);
+        self.udp.expire(now_ns);
+        self.udp_verdicts = self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
+        // A hop found relayed stays so while it lives: the relay pausing does not make the
+        // flow's own verdict the whole story.
+        let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
+        self.relays.retain(|cookie, _| self.table.get(*cookie).is_some());
+        // Routes arrive for every TCP socket that sends; only the table's flows keep theirs.
+        self.routes.retain(|cookie, _| self.table.get(*cookie).is_some());
+        self.relays.extend(found);
+        self.diagnoser.note_relays(&self.relays);
         true
     }
 

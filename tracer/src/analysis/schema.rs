@@ -12,7 +12,9 @@ use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::{Environment, Evidence, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::Flow;
+use crate::analysis::route::Route;
 use crate::analysis::time::WallClock;
+use crate::analysis::udp::{AppProto, Process, RelayedBy, UdpFlow, UdpVerdict};
 
 /// One line of output, tagged by `"type"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,6 +26,10 @@ pub enum Record {
     Sample(SampleRecord),
     /// A flow's latest state with its rates and verdict.
     Flow(FlowRecord),
+    /// A heavy UDP flow (`"type":"flow"` too, told apart by `"proto":"udp"`). Records are only
+    /// written, never read back as `Record` (deserializing a `"flow"` gives a TCP one).
+    #[serde(rename = "flow", skip_deserializing)]
+    UdpFlow(UdpRecord),
     /// Something cctrace did to the host: a fix applied or undone.
     Action(ActionRecord),
     /// The run's totals, printed last.
@@ -214,6 +220,9 @@ impl SampleRecord {
 /// A flow: its latest sample, what the flow table derived, and the diagnosis.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlowRecord {
+    /// `tcp` (UDP flows are [`UdpRecord`]s).
+    #[serde(default)]
+    pub proto: Proto,
     #[serde(flatten)]
     pub socket: SocketFields,
     #[serde(flatten)]
@@ -236,6 +245,15 @@ pub struct FlowRecord {
     pub evidence: Option<Evidence>,
     /// For flagged flows: commands to apply the fix, persist it and roll it back.
     pub fix: Option<Vec<String>>,
+    /// The flow is the local hop to a process that carries the traffic on over UDP.
+    #[serde(default)]
+    pub relayed_by: Option<RelayedBy>,
+    /// The device its packets leave by and the path MTU, from the socket's cached route
+    /// (null until the socket sent while traced).
+    #[serde(default)]
+    pub dev: Option<String>,
+    #[serde(default)]
+    pub mtu: Option<u32>,
 }
 
 impl FlowRecord {
@@ -258,6 +276,101 @@ impl FlowRecord {
             verdict: verdict.map_or_else(|| LimitedBy::Unknown.describe().to_string(), |v| v.text.clone()),
             evidence: verdict.and_then(|v| v.evidence.clone()),
             fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
+            proto: Proto::Tcp,
+            relayed_by: verdict.and_then(|v| v.relayed_by.clone()),
+            dev: None,
+            mtu: None,
+        }
+    }
+
+    /// With the flow's route (device and path MTU), when known.
+    pub fn with_route(mut self, route: Option<&Route>) -> Self {
+        if let Some(r) = route {
+            self.dev = Some(r.dev.clone());
+            self.mtu = Some(r.mtu());
+        }
+        self
+    }
+}
+
+/// Transport protocol of a flow record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+/// A heavy UDP flow: who owns it, what it carries, its rates, and who runs its congestion
+/// control.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UdpRecord {
+    /// `udp`.
+    pub proto: Proto,
+    /// Unix time, seconds; CLOCK_MONOTONIC ns of the latest reading.
+    pub time: f64,
+    pub ts_ns: u64,
+    pub cookie: u64,
+    pub netns: u32,
+    pub cgroup_id: u64,
+    #[serde(flatten)]
+    pub placement: Placement,
+    pub src: String,
+    pub sport: u16,
+    /// The latest datagram's peer.
+    pub dst: String,
+    pub dport: u16,
+    /// `quic`, `wireguard`, or null for plain UDP.
+    pub app_proto: Option<AppProto>,
+    /// The owning process: pid, command name and line, whether it holds a TUN device.
+    pub owner: Option<Process>,
+    /// IP bytes and packets over the socket's life.
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    /// Bits per second over the last readings.
+    pub tx_bps: u64,
+    pub rx_bps: u64,
+    /// `userspace`: the owning process's congestion control decides, not the kernel's.
+    pub limited_by: LimitedBy,
+    pub verdict: String,
+    /// What to do, in order (configuration lines or commands).
+    pub advice: Vec<String>,
+}
+
+impl UdpRecord {
+    pub fn of(flow: &UdpFlow, verdict: Option<&UdpVerdict>, clock: &WallClock, env: &Environment) -> Self {
+        let s = &flow.latest;
+        let info = env.cgroups.get(&s.cgroup_id);
+        Self {
+            proto: Proto::Udp,
+            time: clock.unix_secs(s.ts_ns),
+            ts_ns: s.ts_ns,
+            cookie: s.cookie,
+            netns: s.netns,
+            cgroup_id: s.cgroup_id,
+            placement: Placement {
+                cgroup: info.map(|i| i.path.clone()),
+                container: info.and_then(|i| i.container.clone()),
+                netns_cc: None,
+            },
+            src: s.local.ip().to_string(),
+            sport: s.local.port(),
+            dst: s.remote.ip().to_string(),
+            dport: s.remote.port(),
+            app_proto: flow.app_proto,
+            owner: s.owner.clone(),
+            tx_bytes: s.tx_bytes,
+            rx_bytes: s.rx_bytes,
+            tx_packets: s.tx_packets,
+            rx_packets: s.rx_packets,
+            tx_bps: flow.tx_bps.round() as u64,
+            rx_bps: flow.rx_bps.round() as u64,
+            limited_by: if verdict.is_some() { LimitedBy::Userspace } else { LimitedBy::Unknown },
+            verdict: verdict.map_or_else(|| LimitedBy::Unknown.describe().to_string(), |v| v.text.clone()),
+            advice: verdict.map(|v| v.advice.clone()).unwrap_or_default(),
         }
     }
 }
@@ -349,4 +462,7 @@ pub struct SummaryRecord {
     /// Distinct flows seen, and how many of them the flow table evicted to stay bounded.
     pub flows_seen: u64,
     pub flows_evicted: u64,
+    /// The UDP accounting's totals, when the source tracks UDP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<crate::source::UdpCounters>,
 }

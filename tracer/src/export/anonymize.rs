@@ -110,6 +110,32 @@ impl Anonymizer {
         }
     }
 
+    /// UDP readings lose addresses, process names and command-line arguments (which can hold
+    /// secrets), except what the verdict rests on: tailscaled's name and its
+    /// `--tun=userspace-networking`, which name software, not the user's data. Routes keep
+    /// their device names, which say what kind of path a flow takes.
+    fn sockets(&mut self, r: &mut crate::analysis::udp::SocketReadings) {
+        const KEPT: [&str; 3] = ["tailscaled", "--tun=userspace-networking", "-tun=userspace-networking"];
+        let keep_or_rename = |this: &mut Self, s: &str| {
+            if KEPT.contains(&s.rsplit('/').next().unwrap_or(s)) {
+                s.rsplit('/').next().unwrap_or(s).to_string()
+            } else {
+                this.name("proc", s)
+            }
+        };
+        for u in &mut r.udp {
+            u.local = self.addr(u.local);
+            u.remote = self.addr(u.remote);
+            if let Some(o) = u.owner.as_mut() {
+                o.comm = keep_or_rename(self, &o.comm);
+                o.cmdline = o.cmdline.iter().map(|a| keep_or_rename(self, a)).collect();
+                for (local, remote) in &mut o.tcp {
+                    (*local, *remote) = (self.addr(*local), self.addr(*remote));
+                }
+            }
+        }
+    }
+
     /// A systemd unit keeps its type suffix: `nginx.service` -> `unit-1.service`.
     fn unit(&mut self, unit: &str) -> String {
         match unit.rfind('.') {
@@ -244,6 +270,7 @@ impl Anonymizer {
             Entry::Header(h) => self.header(h),
             Entry::Samples { samples } => samples.iter_mut().for_each(|s| self.sample(s)),
             Entry::Host { env } => self.env(env),
+            Entry::Sockets { readings } => self.sockets(readings),
             Entry::Action(record) => {
                 record.target = self.text(&record.target);
                 record.messages.iter_mut().for_each(|m| *m = self.text(m));

@@ -8,7 +8,7 @@ use tracer_common::TCP_INFINITE_SSTHRESH;
 
 use crate::analysis::diagnosis::{LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample};
-use crate::analysis::schema::{Placement, SummaryRecord};
+use crate::analysis::schema::{Placement, SummaryRecord, UdpRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
 use crate::export::replay::Step;
@@ -196,6 +196,8 @@ pub struct FlowLog {
     pub session: Session,
     pub flows: Vec<FlowTrack>,
     index: HashMap<u64, usize>,
+    /// Heavy UDP flows as last judged, in order of first appearance.
+    pub udp: Vec<UdpRecord>,
 }
 
 impl FlowLog {
@@ -228,6 +230,14 @@ impl FlowLog {
     }
 
     fn evaluate(&mut self, a: &Analysis, now_ns: u64) {
+        let clock = self.session.clock();
+        for flow in a.udp.flows() {
+            let record = UdpRecord::of(flow, a.udp_verdict(flow), &clock, &a.env);
+            match self.udp.iter_mut().find(|r| r.cookie == record.cookie) {
+                Some(r) => *r = record,
+                None => self.udp.push(record),
+            }
+        }
         let cfg = a.diagnoser.config();
         for flow in a.table.flows() {
             let Some(&i) = self.index.get(&flow.cookie()) else { continue };

@@ -176,6 +176,11 @@ fn write_summary(
         for row in rows {
             json_line(&mut buf, &row)?;
         }
+        // Heavy UDP flows follow as their own records (`"proto":"udp"`); a CSV's columns are
+        // the TCP flows' only.
+        for udp in &log.udp {
+            json_line(&mut buf, &crate::analysis::schema::Record::UdpFlow(udp.clone()))?;
+        }
         out.write_all(&buf).context("writing JSON Lines")?;
     }
     out.flush().context("writing the export")

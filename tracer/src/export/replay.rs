@@ -60,6 +60,7 @@ pub fn replay(
                 analysis.env = env;
                 on_step(analysis, Step::Host);
             }
+            Entry::Sockets { readings } => analysis.ingest_sockets(&readings),
             Entry::Action(record) => on_step(analysis, Step::Action(&record)),
             Entry::End { summary, .. } => on_step(analysis, Step::End(&summary)),
         }

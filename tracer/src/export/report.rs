@@ -389,6 +389,42 @@ fn flow_section(f: &FlowTrack, session: &Session) -> String {
     out
 }
 
+/// Heavy UDP flows: what they carry, who owns them, and what to do, since the kernel's
+/// congestion control is not the one in charge of them.
+fn udp_section(log: &FlowLog) -> String {
+    if log.udp.is_empty() {
+        return String::new();
+    }
+    let mut out =
+        format!(r#"<h2 class="section">UDP flows: congestion control not the kernel's ({})</h2>"#, log.udp.len());
+    for u in &log.udp {
+        let owner = u.owner.as_ref().map_or("unknown process".to_string(), |o| format!("{} (pid {})", o.comm, o.pid));
+        let _ = write!(
+            out,
+            r#"<section class="flow" id="udp-{}"><h3>{} · {} · {}:{} → {}:{}</h3><p>out {}bit/s, in {}bit/s</p><p>{}</p>"#,
+            u.cookie,
+            escape(u.app_proto.map_or("udp", |p| p.name())),
+            escape(&owner),
+            escape(&u.src),
+            u.sport,
+            escape(&u.dst),
+            u.dport,
+            si(u.tx_bps as f64),
+            si(u.rx_bps as f64),
+            escape(&u.verdict),
+        );
+        if !u.advice.is_empty() {
+            out.push_str("<pre>");
+            for line in &u.advice {
+                let _ = writeln!(out, "{}", escape(line));
+            }
+            out.push_str("</pre>");
+        }
+        out.push_str("</section>");
+    }
+    out
+}
+
 fn summary_section(log: &FlowLog) -> String {
     let s = &log.session;
     let h = s.header.as_ref();
@@ -579,6 +615,7 @@ pub fn page(log: &FlowLog) -> String {
     for f in heavy {
         out.push_str(&flow_section(f, s));
     }
+    out.push_str(&udp_section(log));
     if !s.actions.is_empty() {
         out.push_str(r#"<h2 class="section">Actions</h2><ul>"#);
         for (ts, text) in &s.actions {
@@ -627,6 +664,55 @@ mod tests {
             !html.contains("http://") && !html.contains("https://") && !html.contains("<script"),
             "self-contained, no script"
         );
+    }
+
+    #[test]
+    fn heavy_udp_flows_get_their_own_section_with_the_advice() {
+        use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
+        let mut entries = fixture::entries();
+        let (at, now) = entries
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, e)| match e {
+                Entry::Tick { now_ns, .. } => Some((i, *now_ns)),
+                _ => None,
+            })
+            .expect("a tick");
+        let owner = Process {
+            pid: 812,
+            comm: "tailscaled<b>".into(),
+            cmdline: vec!["tailscaled".into(), "--tun=userspace-networking".into()],
+            tun_open: false,
+            tcp: Vec::new(),
+        };
+        let wg = Head { bytes: [4, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
+        let reading = |ts_ns: u64, tx_bytes: u64| UdpSample {
+            ts_ns,
+            cookie: 4242,
+            netns: 1,
+            cgroup_id: 0,
+            inode: 0,
+            local: "198.18.0.1:41641".parse().expect("addr"),
+            remote: "198.18.0.2:41641".parse().expect("addr"),
+            tx_bytes,
+            rx_bytes: 0,
+            tx_packets: 0,
+            rx_packets: 0,
+            first_tx: wg,
+            first_rx: Head::default(),
+            last_tx: wg,
+            last_rx: Head::default(),
+            owner: Some(owner.clone()),
+        };
+        let readings = |r: UdpSample| Entry::Sockets { readings: SocketReadings { udp: vec![r], routes: Vec::new() } };
+        entries.insert(at, readings(reading(now, 2_000_000)));
+        entries.insert(at, readings(reading(now.saturating_sub(1_000_000_000), 0)));
+        let html = render(entries, DiagnosisConfig::default());
+        assert!(html.contains("UDP flows: congestion control not the kernel's (1)"), "the section");
+        assert!(html.contains("id=\"udp-4242\"") && html.contains("wireguard"));
+        assert!(html.contains("lxc.cgroup2.devices.allow: c 10:200 rwm"), "the TUN advice");
+        assert!(html.contains("tailscaled&lt;b&gt;") && !html.contains("tailscaled<b>"), "escaped");
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub mod listing;
 pub mod offsets;
 pub mod switch;
 pub mod tracefs;
+pub mod udp;
+pub mod udp_owner;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -50,9 +52,14 @@ pub struct KernelOptions {
     pub ring_bytes: u32,
     /// Flows to keep (open: all), in force from the first program run.
     pub filter: crate::analysis::filter::ResolvedFilter,
+    /// A UDP socket moving this many bytes in a second is tracked as a heavy flow.
+    pub udp_heavy_bytes_per_sec: u64,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
+
+/// How often the heavy UDP sockets are read.
+const UDP_POLL: Duration = Duration::from_secs(1);
 
 impl Default for KernelOptions {
     fn default() -> Self {
@@ -61,6 +68,7 @@ impl Default for KernelOptions {
             hook_mode: HookMode::Auto,
             ring_bytes: DEFAULT_RING_BYTES,
             filter: crate::analysis::filter::ResolvedFilter::default(),
+            udp_heavy_bytes_per_sec: tracer_common::udp::DEFAULT_UDP_HEAVY_BYTES,
         }
     }
 }
@@ -214,6 +222,8 @@ pub struct KernelInfo {
     pub hz: u32,
     /// The start-up listing of existing sockets: what it walked and skipped, or why it did not run.
     pub snapshot: Result<ListingReport, ListingError>,
+    /// Why heavy UDP flows are not tracked, when they are not.
+    pub udp_unavailable: Option<String>,
 }
 
 impl KernelInfo {
@@ -283,6 +293,9 @@ pub struct KernelSource {
     ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
+    /// UDP accounting, read once a second (None when it could not attach).
+    udp: Option<udp::UdpAccounting>,
+    udp_tick: tokio::time::Interval,
     received: u64,
     decode_errors: u64,
     /// First decode error, kept for the summary.
@@ -371,6 +384,7 @@ impl KernelSource {
         caps::check()?;
         let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
         let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
+        let udp_config = udp::config(&btf_resolver, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
         drop(btf_resolver);
         let hz = hz::kernel_hz().unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
@@ -393,6 +407,7 @@ impl KernelSource {
             .override_global("OFFSETS", &resolved.offsets, true)
             .override_global("CLASSIC", &classic, true)
             .override_global("CONFIG", &config, true)
+            .override_global("SKB_CONFIG", &udp_config, true)
             .load(EBPF_OBJECT)
             .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
 
@@ -437,6 +452,13 @@ impl KernelSource {
             None => Err(ListingError::BtfUnavailable),
         };
 
+        let (udp, udp_unavailable) = match udp::UdpAccounting::attach(&mut ebpf) {
+            Ok(u) => (Some(u), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let mut udp_tick = tokio::time::interval(UDP_POLL);
+        udp_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
@@ -451,8 +473,10 @@ impl KernelSource {
             counters,
             filter: Some(filter),
             ebpf,
-            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
+            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot, udp_unavailable },
             ctx: DecodeContext { hz },
+            udp,
+            udp_tick,
             received: 0,
             decode_errors: 0,
             last_decode_error: None,
@@ -531,6 +555,7 @@ impl KernelSource {
                 aya::programs::Program::BtfTracePoint(p) => p.unload(),
                 aya::programs::Program::TracePoint(p) => p.unload(),
                 aya::programs::Program::Iter(p) => p.unload(),
+                aya::programs::Program::CgroupSkb(p) => p.unload(),
                 _ => Ok(()),
             };
         }
@@ -545,15 +570,23 @@ impl KernelSource {
         self.counter(counter::EMITTED)
     }
 
-    /// Kernel-side counters by name (lost, emitted, read errors, map full).
+    /// Kernel-side counters by name (lost, emitted, read errors, map full, UDP accounting).
     pub fn kernel_counters(&self) -> HashMap<&'static str, u64> {
-        HashMap::from([
+        let udp = self.udp.as_ref().map(udp::UdpAccounting::kernel_counters).unwrap_or_default();
+        let mut all = HashMap::from([
             ("ringbuf_lost", self.counter(counter::RINGBUF_LOST)),
             ("emitted", self.counter(counter::EMITTED)),
             ("read_errors", self.counter(counter::READ_ERRORS)),
             ("flow_map_full", self.counter(counter::FLOW_MAP_FULL)),
             ("filtered", self.counter(counter::FILTERED)),
-        ])
+        ]);
+        all.extend(udp);
+        all
+    }
+
+    /// Whether heavy UDP flows are tracked.
+    pub fn tracks_udp(&self) -> bool {
+        self.udp.is_some()
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
@@ -648,18 +681,33 @@ impl EventSource for KernelSource {
         Box::pin(async move { self.read_batch().await.map(Some) })
     }
 
-    /// Samples, or in deep mode whichever of samples and decisions is ready first. Cancel-safe:
-    /// each reader takes records only in the turn it completes in.
+    /// Samples, heavy UDP readings when due, or in deep mode decisions: whichever is ready
+    /// first. Cancel-safe: each reader takes records only in the turn it completes in, and the
+    /// UDP poll is an interval tick.
     fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
         Box::pin(async move {
-            let Self { ring, deep, ctx, decode_errors, last_decode_error, received, .. } = self;
+            let Self { ring, deep, ctx, decode_errors, last_decode_error, received, udp, udp_tick, .. } = self;
             let samples = read_samples(ring, ctx, decode_errors, last_decode_error);
-            let item = match deep {
-                None => samples.await.map(SourceItem::Batch),
-                Some(deep) => tokio::select! {
-                    batch = samples => batch.map(SourceItem::Batch),
-                    decisions = read_decisions(deep) => decisions.map(SourceItem::Decisions),
-                },
+            let udp_due = async {
+                match udp.as_mut() {
+                    Some(udp) => {
+                        udp_tick.tick().await;
+                        udp.poll(crate::clock::monotonic_now_ns())
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let decisions = async {
+                match deep.as_mut() {
+                    Some(deep) => read_decisions(deep).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let item = tokio::select! {
+                biased;
+                readings = udp_due => Ok(SourceItem::Sockets(readings)),
+                batch = samples => batch.map(SourceItem::Batch),
+                decisions = decisions => decisions.map(SourceItem::Decisions),
             };
             if let Ok(SourceItem::Batch(b)) = &item {
                 *received += b.len() as u64;
@@ -680,6 +728,7 @@ impl EventSource for KernelSource {
             flow_map_full: self.counter(counter::FLOW_MAP_FULL),
             filtered: self.counter(counter::FILTERED),
             kernel_emitted: Some(self.emitted()),
+            udp: self.udp.as_ref().map(udp::UdpAccounting::totals),
         }
     }
 

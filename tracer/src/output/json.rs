@@ -1,13 +1,15 @@
 //! `--json`: JSON Lines, one [`Record`] per line. Flows that changed are printed once per
 //! interval, every kernel sample as it arrives with `--events`, and the summary last.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::Result;
 
 use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::{ActionRecord, DecisionRecord, FlowRecord, Record, SampleRecord, SummaryRecord};
+use crate::analysis::schema::{
+    ActionRecord, DecisionRecord, FlowRecord, Record, SampleRecord, SummaryRecord, UdpRecord,
+};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
 use crate::output::writer::{LineWriter, WriteOutcome};
@@ -21,12 +23,14 @@ pub struct JsonOutput {
     events: bool,
     /// Flows with samples since they were last printed.
     dirty: HashSet<u64>,
+    /// UDP flows by cookie: the reading last printed.
+    udp_printed: HashMap<u64, u64>,
     buf: Vec<u8>,
 }
 
 impl JsonOutput {
     pub fn new(out: LineWriter, clock: WallClock, events: bool) -> Self {
-        Self { out, clock, events, dirty: HashSet::new(), buf: Vec::new() }
+        Self { out, clock, events, dirty: HashSet::new(), udp_printed: HashMap::new(), buf: Vec::new() }
     }
 
     fn push(&mut self, record: &Record) -> Result<()> {
@@ -41,10 +45,28 @@ impl JsonOutput {
         cookies.sort_unstable();
         for cookie in cookies {
             if let Some(flow) = analysis.table.get(cookie) {
-                let record = Record::Flow(FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env));
+                let record = Record::Flow(
+                    FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env)
+                        .with_route(analysis.route(cookie)),
+                );
                 self.push(&record)?;
             }
         }
+        Ok(())
+    }
+
+    /// Every heavy UDP flow with a reading since it was last printed, in cookie order.
+    fn push_udp_flows(&mut self, analysis: &Analysis) -> Result<()> {
+        for flow in analysis.udp.flows() {
+            let ts = flow.latest.ts_ns;
+            if self.udp_printed.get(&flow.cookie()) == Some(&ts) {
+                continue;
+            }
+            self.udp_printed.insert(flow.cookie(), ts);
+            let record = Record::UdpFlow(UdpRecord::of(flow, analysis.udp_verdict(flow), &self.clock, &analysis.env));
+            self.push(&record)?;
+        }
+        self.udp_printed.retain(|cookie, _| analysis.udp.get(*cookie).is_some());
         Ok(())
     }
 
@@ -82,6 +104,7 @@ impl FrontEnd for JsonOutput {
 
     async fn on_tick(&mut self, analysis: &Analysis, _status: &Status) -> Result<Control> {
         self.push_dirty_flows(analysis)?;
+        self.push_udp_flows(analysis)?;
         self.send().await
     }
 
@@ -95,6 +118,7 @@ impl FrontEnd for JsonOutput {
 
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
         self.push_dirty_flows(analysis)?;
+        self.push_udp_flows(analysis)?;
         self.push(&Record::Summary(summary.clone()))?;
         if self.send().await? == Control::Continue {
             self.out.close().await?;

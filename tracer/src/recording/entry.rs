@@ -29,6 +29,8 @@ pub enum Entry {
     Tick { now_ns: u64, counters: SourceCounters },
     /// The host facts changed (containers, namespaces, their default CC), from this point on.
     Host { env: Environment },
+    /// Readings of heavy UDP sockets and TCP routes (once a second, live).
+    Sockets { readings: crate::analysis::udp::SocketReadings },
     /// Something cctrace did to the host (a fix applied or undone), at its time.
     Action(ActionRecord),
     /// The last line of a recording that ended cleanly.

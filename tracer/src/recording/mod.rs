@@ -21,6 +21,7 @@ use anyhow::{Context, Result};
 use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
+use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::pipeline::{Control, FrontEnd, Status};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
@@ -89,6 +90,15 @@ impl Recorder {
         self.writer.check()
     }
 
+    fn sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<()> {
+        if readings.udp.is_empty() && readings.routes.is_empty() {
+            return Ok(());
+        }
+        self.host_if_changed(analysis);
+        self.write(Entry::Sockets { readings: readings.clone() });
+        self.writer.check()
+    }
+
     fn tick(&mut self, analysis: &Analysis, now_ns: u64, counters: SourceCounters) -> Result<()> {
         self.host_if_changed(analysis);
         self.write(Entry::Tick { now_ns, counters });
@@ -120,6 +130,7 @@ pub fn counters_of(s: &SummaryRecord) -> SourceCounters {
         flow_map_full: s.flow_map_full,
         filtered: s.events_filtered,
         kernel_emitted: s.kernel_emitted,
+        udp: s.udp,
     }
 }
 
@@ -142,6 +153,13 @@ impl<F: FrontEnd> FrontEnd for Recording<F> {
             r.decisions(batch)?;
         }
         self.inner.on_decisions(analysis, batch).await
+    }
+
+    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
+        if let Some(r) = &mut self.recorder {
+            r.sockets(analysis, readings)?;
+        }
+        self.inner.on_sockets(analysis, readings).await
     }
 
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
@@ -266,6 +284,7 @@ impl RecordingSource {
                     SourceItem::Tick { now_ns, counters }
                 }
                 Some(Entry::Host { env }) => SourceItem::Host(env),
+                Some(Entry::Sockets { readings }) => SourceItem::Sockets(readings),
                 Some(Entry::End { summary, .. }) => {
                     self.counters = counters_of(&summary);
                     self.summary = Some(summary);

@@ -41,6 +41,7 @@ fn summary() -> SummaryRecord {
         events_filtered: 0,
         flows_seen: 3,
         flows_evicted: 0,
+        udp: None,
     }
 }
 

@@ -201,10 +201,14 @@ fn where_lines(flow: &Flow, w: &Whereabouts, width: u16) -> Vec<Line<'static>> {
     let default = w.netns_cc.as_deref().unwrap_or("unknown");
     let host = if w.host_netns { " (host)" } else { "" };
     let list = |l: &[String]| if l.is_empty() { "unknown".to_string() } else { l.join(" ") };
-    let cc = vec![
-        kv("netns", format!("{}{host}, default cc {default}", s.netns)),
-        kv("host cc:", format!("available {}, allowed in namespaces {}", list(&w.available_cc), list(&w.allowed_cc))),
-    ];
+    let mut cc = vec![kv("netns", format!("{}{host}, default cc {default}", s.netns))];
+    if let Some(r) = &w.route {
+        cc.push(kv("dev", format!("{} mtu {}", r.dev, r.mtu())));
+    }
+    cc.push(kv(
+        "host cc:",
+        format!("available {}, allowed in namespaces {}", list(&w.available_cc), list(&w.allowed_cc)),
+    ));
     pack(cc, width, &mut lines);
 
     if let Some(hint) = bbr_hint(w) {

@@ -17,7 +17,9 @@ use crate::analysis::event::{CaState, TcpState};
 use crate::analysis::filter::FilterSpec;
 use crate::analysis::live_fix::Plan;
 use crate::analysis::model::Flow;
+use crate::analysis::route::Route;
 use crate::analysis::schema::{ActionKind, ActionRecord};
+use crate::analysis::udp::{process_label, AppProto, Process, UdpFlow};
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::source::SourceCounters;
@@ -195,6 +197,52 @@ pub(crate) struct FlowRow {
     pub heavy: bool,
     /// For a flagged flow: the loss it is held back on and what the path showed it can carry.
     pub finding: Option<Finding>,
+    /// The process that relays this local hop over UDP (its command name).
+    pub relayed_by: Option<String>,
+}
+
+/// One heavy UDP flow, for the UDP strip under the table.
+#[derive(Clone, Debug)]
+pub(crate) struct UdpRow {
+    pub cookie: u64,
+    /// `quic`, `wireguard` or `udp`.
+    pub carries: &'static str,
+    /// `comm (pid N)`.
+    pub owner: String,
+    pub origin: Arc<Origin>,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub tx_bps: f64,
+    pub rx_bps: f64,
+    /// tailscaled in userspace-networking mode: the TUN advice applies.
+    pub userspace_vpn: bool,
+    /// The TCP hops this process relays: (local, remote, the hop's process), listed with it.
+    pub relays: Vec<(SocketAddr, SocketAddr, Option<String>)>,
+}
+
+impl UdpRow {
+    fn of(flow: &UdpFlow, analysis: &Analysis, origin: Arc<Origin>) -> Self {
+        let s = &flow.latest;
+        let mut relays: Vec<(SocketAddr, SocketAddr, Option<String>)> = analysis
+            .table
+            .flows()
+            .filter(|f| analysis.relayed_by(f.cookie()).is_some_and(|r| r.udp_cookie == flow.cookie()))
+            .map(|f| (f.latest.local, f.latest.remote, f.latest.owner.as_ref().map(|o| o.comm.clone())))
+            .collect();
+        relays.sort();
+        Self {
+            cookie: flow.cookie(),
+            carries: flow.app_proto.map_or("udp", AppProto::name),
+            owner: process_label(s.owner.as_ref()),
+            origin,
+            local: s.local,
+            remote: s.remote,
+            tx_bps: flow.tx_bps,
+            rx_bps: flow.rx_bps,
+            userspace_vpn: s.owner.as_ref().is_some_and(Process::is_tailscaled_userspace),
+            relays,
+        }
+    }
 }
 
 /// The numbers the findings strip quotes for a flagged flow.
@@ -239,6 +287,7 @@ impl FlowRow {
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
             finding,
+            relayed_by: verdict.and_then(|v| v.relayed_by.as_ref()).map(|r| r.comm.clone()),
             heavy: analysis.diagnoser.config().flow_is_heavy(flow, verdict),
         }
     }
@@ -380,6 +429,8 @@ pub(crate) struct Whereabouts {
     pub host_netns: bool,
     pub available_cc: Vec<String>,
     pub allowed_cc: Vec<String>,
+    /// The device its packets leave by and the path MTU, once known.
+    pub route: Option<Route>,
 }
 
 impl Whereabouts {
@@ -391,6 +442,7 @@ impl Whereabouts {
             host_netns: env.host_netns != 0 && env.host_netns == s.netns,
             available_cc: env.available_cc.clone(),
             allowed_cc: env.allowed_cc.clone(),
+            route: None,
         }
     }
 }
@@ -421,6 +473,10 @@ pub struct AppState {
 
     /// Every flow, as of the last refresh (frozen while paused).
     pub(crate) snapshot: Vec<FlowRow>,
+    /// Heavy UDP flows, as of the last refresh, busiest first; listed under the table unless
+    /// hidden (`u`).
+    pub(crate) udp_rows: Vec<UdpRow>,
+    pub(crate) show_udp: bool,
     /// Indices into `snapshot` that pass the filters, in display order (grouped: group by
     /// group, each group's flows together).
     pub(crate) visible: Vec<usize>,
@@ -491,6 +547,8 @@ impl AppState {
             heavy_rule: String::new(),
             history_step_ns: NS_PER_SEC,
             snapshot: Vec::new(),
+            udp_rows: Vec::new(),
+            show_udp: true,
             visible: Vec::new(),
             grouped: false,
             groups: Vec::new(),
@@ -708,6 +766,21 @@ impl AppState {
                 origins.entry(id).or_insert_with(|| Arc::new(Origin::of(id, analysis.env.cgroups.get(&id)))).clone();
             self.snapshot.push(FlowRow::of(f, analysis.verdict(f), analysis, origin));
         }
+        self.udp_rows = analysis
+            .udp
+            .flows()
+            .into_iter()
+            .map(|f| {
+                let id = f.latest.cgroup_id;
+                let origin = origins
+                    .entry(id)
+                    .or_insert_with(|| Arc::new(Origin::of(id, analysis.env.cgroups.get(&id))))
+                    .clone();
+                UdpRow::of(f, analysis, origin)
+            })
+            .collect();
+        self.udp_rows
+            .sort_by(|a, b| (b.tx_bps + b.rx_bps).total_cmp(&(a.tx_bps + a.rx_bps)).then(a.cookie.cmp(&b.cookie)));
         let mut cc: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &self.snapshot {
             *cc.entry(r.cc.as_str()).or_default() += 1;
@@ -868,7 +941,10 @@ impl AppState {
             Some(f) => {
                 self.detail = Some(Box::new(DetailFlow {
                     verdict: analysis.verdict(f).cloned(),
-                    whereabouts: Whereabouts::of(f, &analysis.env),
+                    whereabouts: Whereabouts {
+                        route: analysis.route(f.cookie()).cloned(),
+                        ..Whereabouts::of(f, &analysis.env)
+                    },
                     decisions: {
                         let all: Vec<_> = analysis.decisions.of(cookie).collect();
                         let skip = all.len().saturating_sub(DETAIL_DECISIONS);

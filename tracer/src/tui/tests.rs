@@ -616,6 +616,79 @@ fn replay_keys_move_the_playback_and_live_keys_do_not() {
 }
 
 #[test]
+fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_strip() {
+    use crate::analysis::event::Owner;
+    use crate::analysis::model::tests::sample;
+    use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
+    let mut scene = super::feed::Scene::new();
+    let wg = Head { bytes: [4, 0, 0, 0, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
+    let relay = Process {
+        pid: 812,
+        comm: "tailscaled".into(),
+        cmdline: vec!["tailscaled".into(), "--tun=userspace-networking".into()],
+        tun_open: false,
+        tcp: Vec::new(),
+    };
+    for tick in 0..=50u64 {
+        let mut service = sample(1, feed::ts_ns(tick) / 1_000_000);
+        service.local = "127.0.0.1:8096".parse().expect("addr");
+        service.remote = "127.0.0.1:51000".parse().expect("addr");
+        service.owner = Some(Owner { pid: 100, comm: "jellyfin".into() });
+        service.bytes_acked = tick * 200_000;
+        let mut hop = sample(2, feed::ts_ns(tick) / 1_000_000);
+        hop.local = service.remote;
+        hop.remote = service.local;
+        hop.owner = Some(Owner { pid: 812, comm: "tailscaled".into() });
+        hop.bytes_received = tick * 200_000;
+        scene.ingest(&[service, hop]);
+        if tick % 10 == 0 {
+            let reading = UdpSample {
+                ts_ns: feed::ts_ns(tick),
+                cookie: 77,
+                netns: 4026531840,
+                cgroup_id: 1,
+                inode: 0,
+                local: "198.18.0.1:41641".parse().expect("addr"),
+                remote: "198.18.0.2:41641".parse().expect("addr"),
+                tx_bytes: tick * 200_000,
+                rx_bytes: 0,
+                tx_packets: 0,
+                rx_packets: 0,
+                first_tx: wg,
+                first_rx: Head::default(),
+                last_tx: wg,
+                last_rx: Head::default(),
+                owner: Some(relay.clone()),
+            };
+            scene.analysis.ingest_sockets(&SocketReadings { udp: vec![reading], routes: Vec::new() });
+            scene.tick(feed::ts_ns(tick), SourceCounters::default());
+        }
+    }
+    assert_eq!(scene.udp_rows.len(), 1);
+    assert_eq!(scene.udp_rows[0].carries, "wireguard");
+    assert!(scene.udp_rows[0].userspace_vpn);
+    assert_eq!(scene.udp_rows[0].relays.len(), 2, "both ends of the hop: {:?}", scene.udp_rows[0].relays);
+    for cookie in [1, 2] {
+        let row = scene.snapshot.iter().find(|r| r.cookie == cookie).expect("row");
+        assert_eq!(row.relayed_by.as_deref(), Some("tailscaled"));
+    }
+    press(&mut scene, KeyCode::Char('a'));
+    let screen = |state: &AppState| {
+        let mut terminal = Terminal::new(TestBackend::new(140, 30)).expect("terminal");
+        terminal.draw(|f| super::view::draw(f, state)).expect("draw");
+        let buf = terminal.backend().buffer().clone();
+        (0..30).map(|y| (0..140).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
+    };
+    let text = screen(&scene);
+    assert!(text.contains("UDP: 1 heavy"), "{text}");
+    assert!(text.contains("wireguard tailscaled (pid 812)") && text.contains("give it a TUN device"), "{text}");
+    assert!(text.contains("↪ relays TCP 127.0.0.1:8096 → 127.0.0.1:51000 (jellyfin)"), "{text}");
+    assert!(text.contains("↪tailscaled"), "the hop's limited column names its relay: {text}");
+    press(&mut scene, KeyCode::Char('U'));
+    assert!(!screen(&scene).contains("UDP: 1 heavy"), "U hides the strip");
+}
+
+#[test]
 fn f_opens_the_plan_and_nothing_changes_before_enter() {
     let mut state = feed::scene();
     select(&mut state, CUBIC);

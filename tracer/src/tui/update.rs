@@ -202,6 +202,7 @@ fn table_key(state: &mut AppState, key: KeyEvent) {
             state.show_all = !state.show_all;
             state.apply_view();
         }
+        KeyCode::Char('U') => state.show_udp = !state.show_udp,
         _ => {}
     }
 }

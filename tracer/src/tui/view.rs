@@ -411,7 +411,11 @@ fn cell_text(row: &FlowRow, col: Column, narrow: bool) -> String {
         Column::Delivery => format::rate_compact(row.delivery_bps as f64),
         Column::Throughput => format::rate_compact(row.throughput_bps),
         Column::Retrans => format::pct(row.retrans_ratio),
-        Column::LimitedBy => row.limited_by.name().into(),
+        // A relayed hop names its relay: its own verdict is not the path's.
+        Column::LimitedBy => match &row.relayed_by {
+            Some(relay) => format!("↪{}", format::truncate(relay, 14)),
+            None => row.limited_by.name().into(),
+        },
     }
 }
 
@@ -425,6 +429,7 @@ fn cell_style(row: &FlowRow, col: Column) -> Style {
         {
             Style::new().fg(Color::Yellow)
         }
+        Column::LimitedBy if row.relayed_by.is_some() => Style::new().fg(Color::Magenta),
         Column::LimitedBy if row.limited_by == LimitedBy::Path && !row.closed => Style::new().fg(Color::Green),
         _ => Style::new(),
     }
@@ -489,7 +494,51 @@ fn finding_line(row: &FlowRow, width: usize, can_fix: bool) -> Line<'static> {
     ])
 }
 
+/// The UDP strip's lines: each heavy UDP flow, then the TCP hops it relays, so the pair is read
+/// together.
+fn udp_lines(state: &AppState, width: usize) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    for row in &state.udp_rows {
+        // What to do first, the endpoints last: a narrow terminal cuts the least useful part.
+        let mut text = format!(
+            "{:<9} {} ({}) out {} in {}: {} · {} → {}",
+            row.carries,
+            row.owner,
+            row.origin.name,
+            format::rate(row.tx_bps),
+            format::rate(row.rx_bps),
+            if row.userspace_vpn {
+                "its own TCP stack crosses the path: give it a TUN device"
+            } else {
+                "its own congestion control decides"
+            },
+            row.local,
+            row.remote,
+        );
+        text = format::truncate(&text, width.saturating_sub(2));
+        lines.push(Line::from(vec![Span::styled("⇅ ", Style::new().fg(Color::Magenta)), Span::raw(text)]));
+        for (local, remote, comm) in &row.relays {
+            let hop = format!("  ↪ relays TCP {local} → {remote} ({})", comm.as_deref().unwrap_or("-"));
+            lines.push(Line::styled(format::truncate(&hop, width), Style::new().fg(Color::Magenta)));
+        }
+    }
+    lines
+}
+
 fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
+    // Heavy UDP flows take the bottom (at most four lines and a rule) unless hidden.
+    let udp = if state.show_udp && area.height >= 14 { udp_lines(state, usize::from(area.width)) } else { Vec::new() };
+    let udp_height = if udp.is_empty() { 0 } else { udp.len().min(4) as u16 + 1 };
+    let [area, udp_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(udp_height)]).areas(area);
+    if udp_height > 0 {
+        let block = Block::new().borders(Borders::TOP).border_style(dim()).title(Span::styled(
+            format!(" UDP: {} heavy, congestion control not the kernel's · U hides ", state.udp_rows.len()),
+            Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+        ));
+        let inner = block.inner(udp_area);
+        block.render(udp_area, buf);
+        Paragraph::new(udp.into_iter().take(usize::from(udp_height - 1)).collect::<Vec<_>>()).render(inner, buf);
+    }
     // The findings take the bottom (at most three lines and a rule), when the table leaves room.
     let found = findings(state);
     let strip = if found.is_empty() || area.height < 12 { 0 } else { found.len().min(3) as u16 + 1 };
@@ -657,7 +706,7 @@ const HELP: &[(&str, &str)] = &[
     ("F", "trace only container=NAME cgroup=PATH"),
     ("", "netns=NAME (kernel filter; empty: all)"),
     ("s   S  r", "next sort column / reverse order"),
-    ("a", "heavy flows only / all flows"),
+    ("a   U", "heavy/all flows; UDP strip (QUIC, VPNs)"),
     ("f  u", "switch the flow's namespace to bbr (asks"),
     ("", "first, lists every change) / undo it"),
     ("space", "pause the display (tracing goes on)"),

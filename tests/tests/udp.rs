@@ -1,0 +1,408 @@
+//! UDP flows whose congestion control is not the kernel's, on the lab's emulated WAN path: the
+//! real cctrace naming real UDP traffic (iperf3, a burst of DNS-sized datagrams).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use cctrace_lab::relay::{LoopbackService, UdpSink};
+use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
+use cctrace_tests::{require_kernel, serial, Tracer};
+use serde_json::Value;
+
+/// A 30 ms path with 0.1 % random loss and a 200 Mbit/s bottleneck, as in the demo.
+fn wan() -> Result<EmulatedPath> {
+    let rate = 200_000_000;
+    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
+    let mut spec =
+        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(0.001).with_rate(rate, queue));
+    spec.reverse = PathSpec::delay(Duration::from_millis(15));
+    EmulatedPath::create(spec)
+}
+
+/// UDP flow records of namespace `netns`.
+fn udp_records(lines: &[Value], netns: u64) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "flow" && v["proto"] == "udp" && v["netns"].as_u64() == Some(netns))
+        .cloned()
+        .collect()
+}
+
+fn summary(lines: &[Value]) -> Result<&Value> {
+    lines.iter().rev().find(|v| v["type"] == "summary").context("no summary line")
+}
+
+#[test]
+fn iperf3_udp_is_plain_udp_owned_by_iperf3_with_the_kernels_counts() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let port = "5301";
+    let mut server = path
+        .receiver()
+        .command("iperf3")
+        .args(["-s", "-1", "-p", port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s (apt-get install iperf3)")?;
+    // `ip netns exec` execs iperf3 in place: the child's pid is the server's.
+    let server_pid = server.id();
+    let recording = std::env::temp_dir().join(format!("cct-udp-{}.cctrace", std::process::id()));
+    let _ = std::fs::remove_file(&recording);
+    let tracer = Tracer::start(&["--record", &recording.display().to_string()])?;
+    std::thread::sleep(Duration::from_millis(500));
+    let client = path
+        .sender()
+        .command("iperf3")
+        .args(["-u", "-c", &path.receiver_addr().to_string(), "-p", port, "-b", "20M", "-t", "6", "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting iperf3 -u")?;
+    let client_pid = client.id();
+    let out = client.wait_with_output()?;
+    let _ = server.wait();
+    if !out.status.success() {
+        bail!("iperf3 -u failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let report: Value = serde_json::from_slice(&out.stdout).context("iperf3 -J output")?;
+    let sent_bytes = report["end"]["sum"]["bytes"].as_u64().context("end.sum.bytes")?;
+    let sent_packets = report["end"]["sum"]["packets"].as_u64().context("end.sum.packets")?;
+    let netns = path.sender().inode();
+    // The tracer reads heavy sockets once a second: wait for a reading after the last datagram.
+    tracer.wait_for("the iperf3 client's full count", Duration::from_secs(10), |lines| {
+        udp_records(lines, netns).iter().any(|v| v["tx_packets"].as_u64() >= Some(sent_packets))
+    })?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+
+    let mine = udp_records(&lines, netns);
+    let last = mine.last().context("a UDP record of the client")?;
+    assert_eq!(last["app_proto"], Value::Null, "{last}");
+    assert_eq!(last["owner"]["comm"], "iperf3", "{last}");
+    assert_eq!(last["owner"]["pid"].as_u64(), Some(u64::from(client_pid)), "{last}");
+    assert_eq!(last["limited_by"], "userspace", "{last}");
+    assert!(last["verdict"].as_str().is_some_and(|t| t.contains("plain UDP") && t.contains("iperf3")), "{last}");
+    assert_eq!(last["dport"], 5301, "{last}");
+    // iperf3's own count against the kernel's: one 4-byte hello goes before the test's datagrams,
+    // and each datagram carries 28 bytes of IPv4 and UDP header.
+    let tx_packets = last["tx_packets"].as_u64().unwrap_or(0);
+    let tx_bytes = last["tx_bytes"].as_u64().unwrap_or(0);
+    assert!((sent_packets..=sent_packets + 3).contains(&tx_packets), "iperf3 sent {sent_packets}, kernel {tx_packets}");
+    let expected = sent_bytes + 28 * sent_packets;
+    assert!((expected..=expected + 3 * 32).contains(&tx_bytes), "iperf3 {expected} IP bytes, kernel {tx_bytes}");
+    // While it ran, the rate was iperf3's 20 Mbit/s of payload plus headers.
+    let peak = mine.iter().filter_map(|v| v["tx_bps"].as_f64()).fold(0.0, f64::max);
+    assert!((15e6..=30e6).contains(&peak), "peak send rate {peak} bit/s; records {mine:?}");
+
+    // The server's socket, in the other namespace, found by its inode among iperf3 -s's fds.
+    let server_records = udp_records(&lines, path.receiver().inode());
+    let srv = server_records.last().context("a UDP record of the server")?;
+    assert_eq!(srv["owner"]["pid"].as_u64(), Some(u64::from(server_pid)), "{srv}");
+    assert!(srv["rx_packets"].as_u64().unwrap_or(0) <= tx_packets, "{srv}");
+
+    // The recording carries the UDP flows: its replay prints the same UDP records.
+    let replay = std::process::Command::new(cctrace_tests::cctrace_bin())
+        .args(["replay", &recording.display().to_string(), "--json"])
+        .output()?;
+    let _ = std::fs::remove_file(&recording);
+    assert!(replay.status.success(), "replay: {}", String::from_utf8_lossy(&replay.stderr));
+    let replayed: Vec<Value> =
+        String::from_utf8_lossy(&replay.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    for ns in [netns, path.receiver().inode()] {
+        assert_eq!(udp_records(&replayed, ns), udp_records(&lines, ns), "replayed UDP records of netns {ns}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_burst_of_dns_sized_datagrams_makes_no_heavy_record() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let tracer = Tracer::start(&[])?;
+    let target = std::net::SocketAddr::from((path.receiver_addr(), 53));
+    const SOCKETS: usize = 400;
+    // Many resolvers' worth of sockets with a few queries each, and one socket sending a
+    // thousand 60-byte queries as fast as it can (60 kB: below one second's threshold).
+    let burst = path.sender().spawn_thread("dns-burst", move || -> std::io::Result<()> {
+        let query = [
+            0x1cu8, 0x3d, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, b'e', b'x', b'a', b'm', b'p', b'l', b'e', 3, b'c', b'o',
+            b'm', 0, 0, 1, 0, 1,
+        ];
+        let mut socks = Vec::new();
+        for _ in 0..SOCKETS {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            for _ in 0..3 {
+                s.send_to(&query, target)?;
+            }
+            socks.push(s);
+        }
+        let fast = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        let mut big = query.to_vec();
+        big.resize(60, 0);
+        for _ in 0..1000 {
+            // No server answers: ICMP unreachable errors on an unconnected socket are not reported.
+            fast.send_to(&big, target)?;
+        }
+        Ok(())
+    })?;
+    burst.join().map_err(|_| anyhow::anyhow!("burst thread panicked"))?.context("sending the burst")?;
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let heavy = udp_records(&lines, path.sender().inode());
+    assert!(heavy.is_empty(), "DNS-sized traffic listed as heavy: {heavy:?}");
+    let udp = &summary(&lines)?["udp"];
+    // The kernel saw every one of those sockets (and counted them), yet none reached the index.
+    assert!(udp["sockets_seen"].as_u64() >= Some(SOCKETS as u64 + 1), "summary udp: {udp}");
+    assert!(udp["packets"].as_u64() >= Some(SOCKETS as u64 * 3 + 1000), "summary udp: {udp}");
+    Ok(())
+}
+
+/// Kills and reaps a child process when dropped (a test that fails halfway leaves none behind).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_quic_transfer_is_quic_owned_by_its_server_with_userspace_advice() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let bin = env!("CARGO_BIN_EXE_quic-peer");
+    let cert = std::env::temp_dir().join(format!("cct-quic-{}.der", std::process::id()));
+    let listen = format!("{}:4433", path.sender_addr());
+    let tracer = Tracer::start(&[])?;
+    let mut server = Reaped(
+        path.sender()
+            .command(bin)
+            .args(["serve", &listen, &cert.display().to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the QUIC server")?,
+    );
+    let server_pid = server.0.id();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.0.stdout.take().context("server stdout")?),
+        &mut ready,
+    )?;
+    assert_eq!(ready.trim(), "listening");
+    const BYTES: u64 = 24 << 20;
+    let client = path
+        .receiver()
+        .command(bin)
+        .args(["fetch", &listen, &cert.display().to_string(), &BYTES.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the QUIC client")?;
+    let client_pid = client.id();
+    let netns = path.sender().inode();
+    let judged = |v: &Value| v["app_proto"] == "quic" && v["sport"] == 4433 && v["limited_by"] == "userspace";
+    tracer.wait_for("the QUIC server's flow, judged", Duration::from_secs(40), |lines| {
+        udp_records(lines, netns).iter().any(judged)
+    })?;
+    let out = client.wait_with_output()?;
+    let _ = std::fs::remove_file(&cert);
+    assert!(out.status.success(), "client: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), BYTES.to_string(), "the whole file arrived");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+
+    let server_flow = udp_records(&lines, netns).into_iter().rfind(judged).context("server flow")?;
+    assert_eq!(server_flow["owner"]["pid"].as_u64(), Some(u64::from(server_pid)), "{server_flow}");
+    assert_eq!(server_flow["owner"]["comm"], "quic-peer", "{server_flow}");
+    let verdict = server_flow["verdict"].as_str().unwrap_or("");
+    assert!(verdict.contains(&format!("quic-peer (pid {server_pid})")) && verdict.contains("QUIC"), "{verdict}");
+    let advice: Vec<&str> = server_flow["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(advice.iter().any(|a| a.contains("without HTTP/3")), "{advice:?}");
+    // The kernel carried at least the file the client received.
+    assert!(server_flow["tx_bytes"].as_u64() >= Some(BYTES), "{server_flow}");
+    // The client's socket, in the other namespace, is QUIC too and owned by the client.
+    let client_flow = udp_records(&lines, path.receiver().inode()).into_iter().last().context("client flow")?;
+    assert_eq!(client_flow["app_proto"], "quic", "{client_flow}");
+    assert_eq!(client_flow["owner"]["pid"].as_u64(), Some(u64::from(client_pid)), "{client_flow}");
+    Ok(())
+}
+
+#[test]
+fn a_userspace_tailscaled_relay_marks_the_loopback_hop_and_gets_the_tun_advice() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    // The tailnet peer in the other namespace, and the local service (Jellyfin's part).
+    let sink = UdpSink::start(path.receiver(), std::net::SocketAddr::from((path.receiver_addr(), 41641)))?;
+    let peer = sink.addr();
+    let service = LoopbackService::start(path.sender(), "bulk-service", None, None)?;
+    let service_port = service.port();
+    let tracer = Tracer::start(&[])?;
+    let relay = Reaped(
+        path.sender()
+            .command(env!("CARGO_BIN_EXE_tailscaled"))
+            .args(["--tun=userspace-networking", "--local", &format!("127.0.0.1:{service_port}")])
+            .args(["--peer", &peer.to_string(), "--rate-mbps", "30"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the relay")?,
+    );
+    let relay_pid = u64::from(relay.0.id());
+    let netns = path.sender().inode();
+    let relayed = |v: &Value| {
+        v["type"] == "flow"
+            && v["proto"] == "tcp"
+            && v["netns"].as_u64() == Some(netns)
+            && v["sport"] == service_port
+            && v["relayed_by"]["pid"].as_u64() == Some(relay_pid)
+    };
+    let tun_advised = |v: &Value| v["app_proto"] == "wireguard" && v["owner"]["pid"].as_u64() == Some(relay_pid);
+    tracer.wait_for("the relayed hop and the relay's WireGuard flow", Duration::from_secs(30), |lines| {
+        lines.iter().any(relayed) && udp_records(lines, netns).iter().any(tun_advised)
+    })?;
+    drop(relay);
+    drop(service);
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    assert!(sink.received() > 0, "the peer received the relay's datagrams");
+
+    let hop = lines.iter().rfind(|v| relayed(v)).context("the relayed hop")?;
+    assert_eq!(hop["relayed_by"]["comm"], "tailscaled", "{hop}");
+    assert_eq!(hop["relayed_by"]["app_proto"], "wireguard", "{hop}");
+    assert_eq!(hop["dst"], "127.0.0.1", "{hop}");
+    assert_eq!(hop["dev"], "lo", "the hop leaves by loopback: {hop}");
+    // The relay's own end of the hop names the relay too, not the test process whose peer
+    // only receives the datagrams.
+    let relay_end = lines
+        .iter()
+        .rfind(|v| {
+            v["type"] == "flow"
+                && v["proto"] == "tcp"
+                && v["netns"].as_u64() == Some(netns)
+                && v["dport"] == service_port
+                && v["dst"] == "127.0.0.1"
+        })
+        .context("the relay's end of the hop")?;
+    assert_eq!(relay_end["owner"]["pid"].as_u64(), Some(relay_pid), "{relay_end}");
+    assert_eq!(relay_end["relayed_by"]["pid"].as_u64(), Some(relay_pid), "{relay_end}");
+    let verdict = hop["verdict"].as_str().unwrap_or("");
+    assert!(verdict.starts_with(&format!("relayed by tailscaled (pid {relay_pid})")), "{verdict}");
+    // Every judged line of the hop carries the note once it is known: never "just healthy".
+    let first_relayed = lines.iter().position(relayed).unwrap_or(0);
+    for line in lines[first_relayed..].iter().filter(|v| {
+        v["type"] == "flow" && v["proto"] == "tcp" && v["netns"].as_u64() == Some(netns) && v["sport"] == service_port
+    }) {
+        assert!(line["relayed_by"].is_object(), "a later line of the hop lost its note: {line}");
+    }
+
+    let udp = udp_records(&lines, netns).into_iter().rfind(|v| tun_advised(v)).context("relay UDP flow")?;
+    assert_eq!(udp["owner"]["comm"], "tailscaled", "{udp}");
+    assert_eq!(udp["owner"]["tun_open"], false, "{udp}");
+    assert_eq!(udp["limited_by"], "userspace", "{udp}");
+    assert!(udp["verdict"].as_str().is_some_and(|t| t.contains("userspace-networking")), "{udp}");
+    let advice: Vec<&str> = udp["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    for line in
+        ["lxc.cgroup2.devices.allow: c 10:200 rwm", "lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file"]
+    {
+        assert!(advice.contains(&line), "{line} missing from {advice:?}");
+    }
+    assert!(advice.iter().any(|a| a.contains("--device /dev/net/tun --cap-add NET_ADMIN")), "{advice:?}");
+    Ok(())
+}
+
+#[test]
+fn a_bulk_flow_through_a_tun_device_shows_that_device_and_its_mtu() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    // A WireGuard-sized MTU on the sender's TUN device, as the kernel then reports it.
+    let ns = path.sender().name().to_string();
+    let set = std::process::Command::new("ip")
+        .args(["-n", &ns, "link", "set", "dev", EmulatedPath::SENDER_DEV, "mtu", "1420"])
+        .status()?;
+    assert!(set.success(), "ip link set mtu");
+    let shown =
+        std::process::Command::new("ip").args(["-n", &ns, "-o", "link", "show", EmulatedPath::SENDER_DEV]).output()?;
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    let kernel_mtu: u64 = shown
+        .split_whitespace()
+        .skip_while(|w| *w != "mtu")
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .with_context(|| format!("no mtu in {shown}"))?;
+    assert_eq!(kernel_mtu, 1420);
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), 5201, SinkOptions::default())?;
+    let tracer = Tracer::start(&[])?;
+    let sender = Sender::start(
+        path.sender(),
+        path.receiver_addr(),
+        5201,
+        SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(4)),
+    )?;
+    let port = sender.local_port();
+    let netns = path.sender().inode();
+    let mine = |v: &Value| {
+        v["type"] == "flow" && v["proto"] == "tcp" && v["netns"].as_u64() == Some(netns) && v["sport"] == port
+    };
+    tracer.wait_for("the bulk flow with its route", Duration::from_secs(15), |lines| {
+        lines.iter().any(|v| mine(v) && v["dev"].is_string())
+    })?;
+    sender.wait()?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let last = lines.iter().rfind(|v| mine(v) && v["dev"].is_string()).context("flow line")?;
+    assert_eq!(last["dev"], EmulatedPath::SENDER_DEV, "{last}");
+    assert_eq!(last["mtu"].as_u64(), Some(kernel_mtu), "{last}");
+    // The segments fit: the kernel's MSS is the MTU less 40 bytes of IPv4 and TCP header and
+    // its options (12 bytes of timestamps).
+    assert!(last["mss"].as_u64().is_some_and(|m| m <= kernel_mtu - 40), "{last}");
+    Ok(())
+}
+
+#[test]
+fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_even_when_filtered_and_cleans_up() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let out = std::process::Command::new(cctrace_tests::cctrace_bin())
+        // Traced for jellyfin only: the relay's own TCP socket is filtered out in the kernel,
+        // and the hop is still named relayed (from the relay's fd table).
+        .args(["demo", "--scenario", "userspace-vpn", "--container", "jellyfin", "--json", "--duration", "12"])
+        .output()?;
+    assert!(out.status.success(), "demo: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let relay = lines
+        .iter()
+        .rfind(|v| v["proto"] == "udp" && v["owner"]["comm"] == "tailscaled")
+        .context("tailscaled's UDP flow")?;
+    assert_eq!(relay["app_proto"], "wireguard", "{relay}");
+    assert_eq!(relay["container"]["name"], "tailscale", "{relay}");
+    let advice: Vec<&str> = relay["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(advice.iter().any(|a| a.contains("/etc/pve/lxc/105.conf")), "{advice:?}");
+    assert!(advice.contains(&"lxc.cgroup2.devices.allow: c 10:200 rwm"), "{advice:?}");
+    let relay_pid = relay["owner"]["pid"].as_u64().context("relay pid")?;
+    // Jellyfin's end of the loopback hop is never just "rwnd" or "application": it names the relay.
+    let hop = lines
+        .iter()
+        .rfind(|v| v["proto"] == "tcp" && v["owner"]["comm"] == "jellyfin" && v["dev"] == "lo")
+        .context("jellyfin's loopback hop")?;
+    assert_eq!(hop["relayed_by"]["pid"].as_u64(), Some(relay_pid), "{hop}");
+    assert!(hop["verdict"].as_str().is_some_and(|t| t.starts_with("relayed by tailscaled")), "{hop}");
+    assert!(
+        !lines.iter().any(|v| v["proto"] == "tcp" && v["owner"]["comm"] == "tailscaled"),
+        "the filter left the relay's own TCP socket out"
+    );
+    // Nothing is left running: the relay exited with the demo.
+    assert!(!std::path::Path::new(&format!("/proc/{relay_pid}")).exists(), "the relay {relay_pid} outlived the demo");
+    Ok(())
+}
