@@ -8,6 +8,7 @@ pub mod filter;
 pub mod hz;
 pub mod listing;
 pub mod offsets;
+pub mod owners;
 pub mod switch;
 pub mod tracefs;
 
@@ -122,7 +123,7 @@ const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_sendmsg_locked",
         btf_prog: "cct_sendmsg",
         classic_prog: "",
-        without: "owners of accepted connections stay unknown",
+        without: "owners of accepted connections are found in /proc as `ss -p` does, at most once a second",
     },
 ];
 
@@ -227,6 +228,8 @@ pub struct KernelSource {
     counters: PerCpuArray<MapData, u64>,
     /// Until a front end takes it to change the filter while running.
     filter: Option<filter::KernelFilter>,
+    /// Names owners the kernel side cannot (no `tcp:tcp_sendmsg_locked`): `None` when it can.
+    owners: Option<owners::OwnerLookup>,
     ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
@@ -321,11 +324,16 @@ impl KernelSource {
         drop(btf_resolver);
         let hz = hz::kernel_hz().unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
+        // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
+        let kernel_btf = Btf::from_sys_fs().ok();
+        // Classic tracepoints cannot ask for socket cookies: when they are the hooks in use,
+        // every program keys flows by socket address instead (see tracer-ebpf's flow_key).
+        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none();
         let config = Config {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
             // Every hook that attaches runs; the bits let one be switched off without a detach.
             hooks: HookId::ALL_BITS,
-            _reserved: 0,
+            key_by_socket: u32::from(key_by_socket),
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
         // so older kernels do not fail map creation.
@@ -347,10 +355,7 @@ impl KernelSource {
         let mut filter = filter::KernelFilter::take(&mut ebpf, &resolved.offsets)?;
         filter.apply(&opts.filter)?;
 
-        let aya_btf = match opts.hook_mode {
-            HookMode::Classic => None,
-            _ => Btf::from_sys_fs().ok(),
-        };
+        let aya_btf = kernel_btf;
         let mut reports = Vec::new();
         for h in &HOOKS {
             let name = format!("{}:{}", h.group, h.event);
@@ -392,10 +397,12 @@ impl KernelSource {
             .context("registering the ring buffer with tokio")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?)
             .context("opening the COUNTERS map")?;
+        let sendmsg_off = matches!(reports[HookId::SendMsg.index()].status, HookStatus::Disabled(_));
         Ok(Self {
             ring,
             counters,
             filter: Some(filter),
+            owners: sendmsg_off.then(owners::OwnerLookup::default),
             ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
             ctx: DecodeContext { hz },
@@ -473,9 +480,26 @@ impl KernelSource {
             }
             if !batch.is_empty() {
                 self.received += batch.len() as u64;
+                if let Some(owners) = &mut self.owners {
+                    owners.fill(&mut batch);
+                }
                 return Ok(batch);
             }
         }
+    }
+}
+
+/// Detaching a tracepoint program does not wait for runs already under way on other CPUs: one
+/// can still write a sample (and count it as emitted) after the detach returns. Those runs
+/// hold the RCU read lock, so an RCU grace period, which `membarrier(MEMBARRIER_CMD_GLOBAL)`
+/// waits for, sees them all finished; where that command is refused (nohz_full CPUs), a pause
+/// far longer than any program run stands in for it.
+fn wait_for_running_programs() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    let waited = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long) } == 0;
+    if !waited {
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -504,6 +528,12 @@ impl EventSource for KernelSource {
 
     fn stop_producing(&mut self) {
         self.detach_programs();
+        wait_for_running_programs();
+    }
+
+    fn drained(&self) -> bool {
+        // Every record read was either decoded or counted as a decode error.
+        self.received + self.decode_errors + self.counter(counter::RINGBUF_LOST) >= self.emitted()
     }
 
     fn describe(&self) -> String {
