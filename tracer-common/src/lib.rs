@@ -477,8 +477,8 @@ pub struct FlowState {
     pub filter_pass: u8,
     pub _pad: [u8; 2],
     pub filter_generation: u32,
-    /// With [`Config::key_by_socket`]: the id samples of this flow carry as their cookie (top
-    /// bit set, so it never equals a kernel cookie); 0 otherwise.
+    /// With [`Config::key_by_socket`]: the id samples of this flow carry as their cookie (bit 52
+    /// set, so it never equals a kernel cookie); 0 otherwise.
     pub flow_id: u64,
 }
 

@@ -17,8 +17,9 @@ use crate::{btf_cookie, read, CONFIG, OFFSETS};
 #[map]
 static FLOW_IDS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Set on every flow id: kernel cookies count up from 1 and never reach it.
-const FLOW_ID_BIT: u64 = 1 << 63;
+/// Set on every flow id: kernel cookies count up from 1 and never reach it. Ids stay below
+/// 2^53, so JSON readers that hold numbers as doubles read them exactly.
+const FLOW_ID_BIT: u64 = 1 << 52;
 
 #[inline(always)]
 fn by_socket() -> bool {
@@ -29,10 +30,19 @@ fn by_socket() -> bool {
 #[inline(always)]
 pub(crate) fn btf_key(sk: *const u8) -> u64 {
     if by_socket() {
-        sk as u64
+        address_of(sk)
     } else {
         btf_cookie(sk)
     }
+}
+
+/// A typed socket pointer's address as a plain number. The verifier keeps tracking a BTF
+/// pointer as a pointer after a cast and refuses bitwise operations on it and map keys and
+/// values made of it; copied through the probe-read helper, the same bits are a number.
+#[inline(always)]
+fn address_of(sk: *const u8) -> u64 {
+    let slot = sk;
+    read::<u64>(core::ptr::addr_of!(slot).cast::<u8>(), 0)
 }
 
 /// The key for a socket a classic tracepoint read from its record.
@@ -45,10 +55,11 @@ pub(crate) fn classic_key(sk: *const u8) -> u64 {
     }
 }
 
-/// State for a flow seen for the first time, with its id when flows are keyed by socket.
+/// State for a flow seen for the first time (under `key`, the socket's address when flows are
+/// keyed by socket), with its id when flows are keyed by socket.
 #[inline(always)]
-pub(crate) fn new_flow_state(sk: *const u8) -> FlowState {
-    FlowState { flow_id: if by_socket() { next_flow_id(sk) } else { 0 }, ..FlowState::default() }
+pub(crate) fn new_flow_state(key: u64) -> FlowState {
+    FlowState { flow_id: if by_socket() { next_flow_id(key) } else { 0 }, ..FlowState::default() }
 }
 
 /// What a sample of the flow carries as its cookie.
@@ -61,12 +72,13 @@ pub(crate) fn sample_cookie(state: &FlowState, key: u64) -> u64 {
     }
 }
 
-/// CPU, a per-CPU count and the socket's low address bits: sockets alive together differ in
-/// address, and one address reused on a CPU differs in count (until 16 million flows later).
+/// CPU, a per-CPU count and the socket's address bits (sockets are at least 64-byte aligned):
+/// sockets alive together differ in address, and one address reused on a CPU differs in count
+/// (until 16,384 flows later on that CPU).
 /// The count is not atomic: a program interrupting another on the same CPU may read the same
 /// count, but it handles another socket, so the address bits still tell the two apart.
 #[inline(always)]
-fn next_flow_id(sk: *const u8) -> u64 {
+fn next_flow_id(address: u64) -> u64 {
     // SAFETY: a helper without arguments or preconditions.
     let cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
     let Some(count) = FLOW_IDS.get_ptr_mut(0) else { return 0 };
@@ -75,5 +87,5 @@ fn next_flow_id(sk: *const u8) -> u64 {
         *count += 1;
         *count
     };
-    FLOW_ID_BIT | ((cpu & 0x7f) << 56) | ((n & 0xff_ffff) << 32) | (sk as u64 & 0xffff_ffff)
+    FLOW_ID_BIT | ((cpu & 0x3f) << 46) | ((n & 0x3fff) << 32) | ((address >> 6) & 0xffff_ffff)
 }

@@ -154,7 +154,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     let mut state = match FLOWS.get_ptr_mut(hit.cookie) {
         // SAFETY: the pointer is into the map value, valid for this program run.
         Some(p) => unsafe { *p },
-        None => flow_key::new_flow_state(hit.sk),
+        None => flow_key::new_flow_state(hit.cookie),
     };
     let interval = global!(CONFIG.sample_interval_ns);
     let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
@@ -472,7 +472,7 @@ fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         comm: bpf_get_current_comm().unwrap_or_default(),
         flags: flag::OWNER_KNOWN,
-        ..flow_key::new_flow_state(sk)
+        ..flow_key::new_flow_state(cookie)
     };
     if FLOWS.insert(cookie, state, 0).is_err() {
         bump(counter::FLOW_MAP_FULL);
