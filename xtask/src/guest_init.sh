@@ -42,6 +42,14 @@ sleep 100000 >/tmp/hold &
 run_mode() { # MODE, cctrace arguments...
     mode=$1
     shift
+    # An idle connection opened before cctrace starts: only the start-up listing (iter/tcp)
+    # can show it.
+    nc -l -p 5003 </tmp/hold >/dev/null &
+    idle_server=$!
+    sleep 0.3
+    nc 127.0.0.1 5003 </tmp/hold >/dev/null &
+    idle_client=$!
+    sleep 0.3
     cctrace --json --events --interval 500 "$@" >/tmp/out.jsonl 2>/tmp/err.txt &
     tracer=$!
     i=0
@@ -49,6 +57,8 @@ run_mode() { # MODE, cctrace arguments...
         sleep 0.1
         i=$((i + 1))
     done
+
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs during $mode"
 
     # A bulk flow on loopback; the sender is the side that accepted the connection.
     nc -l -p 5001 </tmp/blob &
@@ -81,7 +91,8 @@ run_mode() { # MODE, cctrace arguments...
     echo "loopback=$loop_server lossy=$lossy_server" | section "pids $mode"
     section "stderr $mode" </tmp/err.txt
     section "jsonl $mode" </tmp/out.jsonl
-    bpftool prog show 2>&1 | section "programs after $mode"
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after $mode"
+    kill "$idle_server" "$idle_client" 2>/dev/null
     /usr/sbin/ip netns del "snd$mode" 2>/dev/null
     /usr/sbin/ip netns del "rcv$mode" 2>/dev/null
 }

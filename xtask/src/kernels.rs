@@ -535,10 +535,28 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
             }
         },
     );
-    let after = get("programs after");
+    let idle_listed = lines.iter().any(|v| {
+        v.get("type").and_then(Value::as_str) == Some("sample")
+            && v.get("reason").and_then(Value::as_str) == Some("snapshot")
+            && (v.get("sport").and_then(Value::as_u64) == Some(5003)
+                || v.get("dport").and_then(Value::as_u64) == Some(5003))
+    });
+    check(
+        "idle flow listed at start-up (iter/tcp)",
+        if idle_listed { Ok(()) } else { Err("no snapshot sample of the idle connection on port 5003".into()) },
+    );
+    // bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
+    // after" to mean anything.
+    let (during, after) = (get("programs during"), get("programs after"));
     check(
         "clean detach",
-        if after.contains("cct_") { Err(format!("programs left: {}", after.trim())) } else { Ok(()) },
+        if !during.contains("cct_") || !during.contains("status 0") {
+            Err(format!("bpftool did not list cctrace's programs while it ran: {}", during.trim()))
+        } else if !after.contains("status 0") || after.contains("cct_") {
+            Err(format!("after exit: {}", after.trim()))
+        } else {
+            Ok(())
+        },
     );
     ModeResult { mode: mode.to_string(), attached, disabled, checks }
 }
