@@ -151,8 +151,10 @@ pub enum AttachError {
     NoKernelBtf,
     #[error("program {0} missing from the object")]
     ProgramMissing(&'static str),
-    #[error("tracefs has no {0} with an skaddr field")]
+    #[error("this kernel's tracefs record of {0} has no skaddr field")]
     NoSkaddr(String),
+    #[error("this kernel has no {0} tracepoint")]
+    NoEvent(String),
     #[error("load: {0}")]
     Load(String),
     #[error("attach: {0}")]
@@ -283,7 +285,9 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<(), AttachError> {
 
 fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<(), AttachError> {
     if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
-        return Err(AttachError::NoSkaddr(format!("{}:{}", h.group, h.event)));
+        let name = format!("{}:{}", h.group, h.event);
+        let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
+        return Err(if exists { AttachError::NoSkaddr(name) } else { AttachError::NoEvent(name) });
     }
     let prog: &mut TracePoint = ebpf
         .program_mut(h.classic_prog)
