@@ -622,3 +622,46 @@ fn render(results: &[GuestResult]) -> (String, bool) {
     }
     (out, failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_split_on_their_markers_and_an_unfinished_one_is_dropped() {
+        let text = "noise\n@@BEGIN kernel\n6.1.0\n@@END kernel\n@@BEGIN jsonl tp_btf\n{}\n{}\n@@END jsonl tp_btf\n@@BEGIN cut\nhalf";
+        let s = parse_sections(text);
+        assert_eq!(s["kernel"], "6.1.0\n");
+        assert_eq!(s["jsonl tp_btf"], "{}\n{}\n");
+        assert!(!s.contains_key("cut"));
+    }
+
+    #[test]
+    fn snmp_counters_are_read_by_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 37 0\n";
+        assert_eq!(snmp_counter(snmp, "Tcp", "RetransSegs"), Some(37));
+        assert_eq!(snmp_counter(snmp, "Tcp", "Nope"), None);
+    }
+
+    #[test]
+    fn a_flow_is_its_samples_merged_with_the_latest_non_null_values() {
+        let lines: Vec<Value> = [
+            r#"{"type":"sample","sport":5001,"retrans":1,"owner":{"pid":7}}"#,
+            r#"{"type":"sample","sport":5002,"retrans":9}"#,
+            r#"{"type":"flow","sport":5001,"retrans":3,"owner":null}"#,
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let f = last_by_port(&lines, 5001).unwrap();
+        assert_eq!(f["retrans"], 3);
+        assert_eq!(f["owner"]["pid"], 7);
+        assert!(last_by_port(&lines, 1).is_none());
+    }
+
+    #[test]
+    fn disabled_hooks_shrink_to_what_failed_and_what_is_lost() {
+        let line = "tcp:tcp_sendmsg_locked: disabled (BTF tracepoint: load: unknown BTF type `x`; classic tracepoint: this kernel has no tcp:tcp_sendmsg_locked tracepoint; owners found in /proc)";
+        assert_eq!(short_disabled(line), "tcp_sendmsg_locked: no tp_btf, no such tracepoint, owners found in /proc");
+    }
+}

@@ -123,7 +123,7 @@ const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_sendmsg_locked",
         btf_prog: "cct_sendmsg",
         classic_prog: "",
-        without: "owners of accepted connections are found in /proc as `ss -p` does, at most once a second",
+        without: "owners of accepted connections are looked up in /proc as `ss -p` does",
     },
 ];
 
@@ -463,7 +463,23 @@ impl KernelSource {
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
         const MAX_BATCH: usize = 4096;
         loop {
-            let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+            // With unnamed flows waiting for an owner scan, wake for it even if no sample comes.
+            let scan_at = self.owners.as_ref().and_then(owners::OwnerLookup::due_at);
+            let readable = match scan_at {
+                Some(at) => {
+                    match tokio::time::timeout_at(tokio::time::Instant::from_std(at), self.ring.readable_mut()).await {
+                        Ok(readable) => readable,
+                        Err(_) => {
+                            if let Some(owners) = &mut self.owners {
+                                owners.scan_if_due();
+                            }
+                            continue;
+                        }
+                    }
+                }
+                None => self.ring.readable_mut().await,
+            };
+            let mut guard = readable.context("waiting on the ring buffer")?;
             let ring = guard.get_inner_mut();
             let mut batch = Vec::new();
             while batch.len() < MAX_BATCH {

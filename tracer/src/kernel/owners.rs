@@ -5,8 +5,12 @@
 //! The kernel names a flow's owner when `connect()` runs, or, with `tcp:tcp_sendmsg_locked`,
 //! when a process sends on it. Kernels without that tracepoint (6.1, 6.12) leave accepted
 //! connections, the sender of a video among them, without one; this fills the gap. A scan
-//! walks every process, so it runs only when an unnamed flow appears, at most once per
-//! [`MIN_SCAN_GAP`], and gives up on a flow after [`MAX_TRIES`] scans that did not find it.
+//! walks every process, so it runs only while unnamed flows wait, no sooner than
+//! [`MIN_SCAN_GAP`] after the last one and no sooner than [`COST_FACTOR`] times the last one's
+//! duration (so scanning takes at most a twentieth of one core however many processes there
+//! are), and gives up on a flow after [`MAX_TRIES`] scans that did not find it. The reader
+//! wakes for a due scan even when no sample arrives: on kernels without periodic samples a
+//! flow may send nothing more until it closes, when its process has let go of it.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -15,8 +19,11 @@ use std::time::{Duration, Instant};
 
 use crate::analysis::event::{Owner, Sample, TcpState};
 
-const MIN_SCAN_GAP: Duration = Duration::from_secs(1);
-const MAX_TRIES: u8 = 3;
+const MIN_SCAN_GAP: Duration = Duration::from_millis(250);
+const COST_FACTOR: u32 = 20;
+/// The first scan often comes before `accept()` returns (the connection is established first),
+/// so a flow gets a few seconds' worth of tries.
+const MAX_TRIES: u8 = 8;
 /// Flows remembered (named or given up on); the oldest half is forgotten past this.
 const MAX_REMEMBERED: usize = 65_536;
 
@@ -42,7 +49,8 @@ pub struct OwnerLookup {
     known: HashMap<u64, Option<Owner>>,
     /// Unnamed flows waiting for a scan, with the scans already tried.
     waiting: HashMap<u64, (FlowKey, u8)>,
-    last_scan: Option<Instant>,
+    /// No scan before this.
+    next_scan: Option<Instant>,
 }
 
 impl OwnerLookup {
@@ -62,11 +70,9 @@ impl OwnerLookup {
                 None => {}
             }
         }
-        if self.waiting.is_empty() || self.last_scan.is_some_and(|t| t.elapsed() < MIN_SCAN_GAP) {
+        if !self.scan_if_due() {
             return;
         }
-        self.last_scan = Some(Instant::now());
-        self.scan(Path::new("/proc"));
         for s in batch.iter_mut() {
             if s.owner.is_none() {
                 if let Some(found) = self.known.get(&s.cookie) {
@@ -74,6 +80,22 @@ impl OwnerLookup {
                 }
             }
         }
+    }
+
+    /// When the next scan is due, if flows are waiting for one.
+    pub fn due_at(&self) -> Option<Instant> {
+        (!self.waiting.is_empty()).then(|| self.next_scan.unwrap_or_else(Instant::now))
+    }
+
+    /// Scan if flows wait and the last scan is far enough back; whether it scanned.
+    pub fn scan_if_due(&mut self) -> bool {
+        if self.waiting.is_empty() || self.next_scan.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        let started = Instant::now();
+        self.scan(Path::new("/proc"));
+        self.next_scan = Some(Instant::now() + MIN_SCAN_GAP.max(started.elapsed() * COST_FACTOR));
+        true
     }
 
     fn scan(&mut self, proc: &Path) {
