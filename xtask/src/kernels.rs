@@ -64,7 +64,12 @@ pub(crate) fn run(root: &Path, extra_images: &[PathBuf]) -> Result<()> {
     }
     let mut kernels = Vec::new();
     for meta in DEBIAN_KERNELS {
-        kernels.push(debian_kernel(&work, meta)?);
+        let kernel = debian_kernel(&work, meta).or_else(|_| {
+            // Stale package lists name a version the mirror no longer has.
+            sh(Command::new("apt-get").args(["update", "-qq"]))?;
+            debian_kernel(&work, meta)
+        })?;
+        kernels.push(kernel);
     }
     let mut notes = Vec::new();
     match host_kernel() {
