@@ -182,6 +182,18 @@ impl Drop for Tracer {
     }
 }
 
+/// The demo's path: 30 ms RTT, `loss` on the data direction, a 200 Mbit/s bottleneck with a
+/// quarter-BDP queue.
+pub fn demo_wan(loss: f64) -> Result<cctrace_lab::EmulatedPath> {
+    use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec};
+    let rate = 200_000_000;
+    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
+    let mut spec =
+        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
+    spec.reverse = PathSpec::delay(Duration::from_millis(15));
+    EmulatedPath::create(spec)
+}
+
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

@@ -7,22 +7,11 @@ use anyhow::{Context, Result};
 use cctrace_lab::{
     EmulatedPath, EmulatedPathSpec, GilbertElliott, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
 };
-use cctrace_tests::{monotonic_ns, require_kernel, serial, Tracer};
+use cctrace_tests::{demo_wan as wan, monotonic_ns, require_kernel, serial, Tracer};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
 const SMALL_RCVBUF_PORT: u16 = 5202;
-
-/// The demo's path: 30 ms RTT, `loss` on the data direction, a 200 Mbit/s bottleneck with a
-/// quarter-BDP queue.
-fn wan(loss: f64) -> Result<EmulatedPath> {
-    let rate = 200_000_000;
-    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
-    let mut spec =
-        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
-    spec.reverse = PathSpec::delay(Duration::from_millis(15));
-    EmulatedPath::create(spec)
-}
 
 fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) -> Result<Sender> {
     Sender::start(

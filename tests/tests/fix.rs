@@ -258,6 +258,82 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
 }
 
 #[test]
+fn a_read_only_proc_sys_is_refused_with_its_reason_and_nothing_changes() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let ns = Netns::create("fixrofs")?;
+    let _no_state = RemoveOnDrop(state_file(ns.inode()));
+    ns.sysctl_set(CC, "reno")?;
+    // cctrace in a mount namespace of its own whose /proc/sys is read-only, as in a container or
+    // under systemd's ProtectKernelTunables.
+    let script = format!(
+        "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec {} fix --netns {} --yes",
+        cctrace_bin().display(),
+        ns.name()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running unshare")?;
+    let (code, err) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned());
+    println!("{}{err}", String::from_utf8_lossy(&out.stdout));
+    assert_ne!(code, 0);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("read-only where cctrace runs (EROFS"), "{err}");
+    assert!(err.contains("--sysctl net.ipv4.tcp_congestion_control=bbr"), "says what to do instead: {err}");
+    assert_eq!(ns.sysctl_get(CC)?, "reno", "nothing changed");
+    assert!(!state_file(ns.inode()).exists(), "no state for a fix that did not happen");
+    // The same command where /proc/sys is writable goes through: the refusal was the mount's.
+    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ns.sysctl_get(CC)?, "bbr");
+    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--undo", "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(ns.sysctl_get(CC)?, "reno");
+    Ok(())
+}
+
+#[test]
+fn persisting_on_the_host_writes_only_its_own_files_and_undo_removes_only_those() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let host_before = host_default()?;
+    // The host's /etc stays untouched: cctrace runs in a mount namespace of its own with empty
+    // /etc/sysctl.d and /etc/modules-load.d, one of them holding files that are not its own.
+    let bin = cctrace_bin();
+    let fix = format!("{} fix --netns /proc/self/ns/net --host-namespace --yes", bin.display());
+    let script = format!(
+        "set -e; mount -t tmpfs cct /etc/sysctl.d; mount -t tmpfs cct /etc/modules-load.d; \
+         echo 'vm.swappiness=10' > /etc/sysctl.d/99-mine.conf; echo mine > /etc/modules-load.d/cctrace-bbr.conf; \
+         {fix} --persist; echo FILES; head /etc/sysctl.d/* /etc/modules-load.d/*; \
+         {fix} --undo; echo AFTER; head /etc/sysctl.d/* /etc/modules-load.d/*"
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running unshare")?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let (fixed, undone) = stdout.split_once("AFTER").context("the script did not get to the undo")?;
+    let files = fixed.split_once("FILES").map(|(_, f)| f).context("no file listing")?;
+    // Its own sysctl file, written and said; the modules file existed and is left as it was.
+    assert!(fixed.contains("cctrace: wrote /etc/sysctl.d/90-cctrace-bbr.conf"), "{fixed}");
+    assert!(files.contains("net.ipv4.tcp_congestion_control=bbr"), "{files}");
+    assert!(!fixed.contains("wrote /etc/modules-load.d"), "an existing file is never overwritten: {fixed}");
+    assert!(files.contains("modules-load.d/cctrace-bbr.conf <==\nmine"), "{files}");
+    // Undo removes what it wrote, nothing else.
+    assert!(stdout.contains("cctrace: removed /etc/sysctl.d/90-cctrace-bbr.conf"), "{stdout}");
+    assert!(!undone.contains("90-cctrace-bbr.conf <=="), "{undone}");
+    assert!(undone.contains("99-mine.conf <==\nvm.swappiness=10"), "{undone}");
+    assert!(undone.contains("cctrace-bbr.conf <==\nmine"), "{undone}");
+    assert_eq!(host_default()?, host_before, "the host's default is as it was");
+    Ok(())
+}
+
+#[test]
 fn a_docker_container_is_fixed_by_name_and_persisting_points_to_the_runtime() -> Result<()> {
     require_kernel!();
     let _serial = serial();

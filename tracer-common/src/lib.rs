@@ -492,10 +492,13 @@ pub const CC_NAME_LEN: usize = 16;
 pub mod switch_mode {
     /// None: the program only walks (a zeroed config does nothing).
     pub const OFF: u32 = 0;
-    /// Every full TCP socket whose algorithm is not [`super::SwitchConfig::target`].
-    pub const NOT_TARGET: u32 = 1;
-    /// Exactly the cookies in `SWITCH_COOKIES`, each to the name stored with it (undo).
+    // 1 was "every socket not on a target": a fix now switches only the sockets its plan
+    // listed (LIST, then COOKIES), so what it changes is what the user confirmed.
+    /// Exactly the cookies in `SWITCH_COOKIES`, each to the name stored with it (the fix's
+    /// chosen sockets, and undo).
     pub const COOKIES: u32 = 2;
+    /// Change nothing: report every full TCP socket with its algorithm (the plan's listing).
+    pub const LIST: u32 = 3;
 }
 
 /// The one entry of the `SWITCH_CONFIG` array map, written by userspace before the walk.
@@ -505,11 +508,9 @@ pub struct SwitchConfig {
     /// A [`switch_mode`] value.
     pub mode: u32,
     pub _pad: u32,
-    /// NUL-padded name of the algorithm to switch to (mode [`switch_mode::NOT_TARGET`]).
-    pub target: [u8; CC_NAME_LEN],
 }
 
-pub const SWITCH_CONFIG_SIZE: usize = 24;
+pub const SWITCH_CONFIG_SIZE: usize = 8;
 const _: () = assert!(core::mem::size_of::<SwitchConfig>() == SWITCH_CONFIG_SIZE);
 
 /// A congestion-control name as a map value (`SWITCH_COOKIES`: cookie -> name to switch back to).

@@ -729,17 +729,15 @@ pub fn cct_iter_switch(ctx: *mut c_void) -> i32 {
         return 0;
     }
     rec.cookie = btf_cookie(sk);
-    if mode == switch_mode::NOT_TARGET {
-        rec.new_cc = config.target;
-        if same_cc(&rec.old_cc, &rec.new_cc) {
-            return 0;
-        }
-    } else if mode == switch_mode::COOKIES {
+    if mode == switch_mode::COOKIES {
         // SAFETY: a lookup in a hash map of plain values, copied at once.
         match unsafe { SWITCH_COOKIES.get(rec.cookie) } {
             Some(name) => rec.new_cc = name.name,
             None => return 0,
         }
+    } else if mode == switch_mode::LIST {
+        // Reported as it is: the same name on both sides is never set below.
+        rec.new_cc = rec.old_cc;
     } else {
         return 0;
     }

@@ -13,9 +13,10 @@ use crate::analysis::container::Runtime;
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::filter::{resolve, FilterSpec, HostLookup};
 use crate::analysis::live_fix::{
-    refusal, socket_refusal, state_file_name, valid_cc_name, Persist, Plan, State, Step, SwitchedCookie, Target,
-    STATE_DIR, STATE_VERSION,
+    refusal, socket_refusal, state_file_name, valid_cc_name, FixControl, Persist, Plan, State, Step, SwitchedCookie,
+    Target, STATE_DIR, STATE_VERSION,
 };
+use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 use crate::kernel::listing::enter_netns;
 use crate::kernel::switch::Switcher;
 use crate::live_filter::HostPaths;
@@ -52,10 +53,90 @@ pub fn run(args: &FixArgs) -> Result<()> {
             target.reached
         );
     }
+    let mut switcher = LazySwitcher::default();
+    let mut say = |line: &str| println!("cctrace: {line}");
     if args.undo {
-        undo(args, &target, &env)
+        let undo = match prepare_undo(&target)? {
+            UndoPrep::Nothing(why) => {
+                say(&why);
+                return Ok(());
+            }
+            UndoPrep::Ready(undo) => undo,
+        };
+        for line in undo.lines() {
+            println!("{line}");
+        }
+        confirm(args.yes)?;
+        log::info!("undo of the fix of {} (inode {}) confirmed: {:?}", target.reached, target.netns, undo.lines());
+        carry_out_undo(&undo, &env, &mut switcher, &mut say)?;
     } else {
-        fix(args, &target, &env)
+        let plan = prepare_fix(&target, &args.cc, args.live, args.persist, &env, &mut switcher)?;
+        for line in plan.lines() {
+            println!("{line}");
+        }
+        confirm(args.yes)?;
+        log::info!(
+            "fix of network namespace {} (inode {}) confirmed: {:?}",
+            target.reached,
+            target.netns,
+            plan.lines()
+        );
+        carry_out_fix(&plan, &env, &mut switcher, &mut say)?;
+    }
+    Ok(())
+}
+
+/// The fix as the terminal UI drives it: plan, apply and undo by namespace inode, the lines
+/// it says collected into the action instead of printed.
+#[derive(Default)]
+pub struct HostFixer {
+    switcher: LazySwitcher,
+}
+
+impl FixControl for HostFixer {
+    // The UI's host facts may be seconds old; an action on the host reads them again (a
+    // namespace made or removed since must be seen as it is now).
+    fn plan(&mut self, _shown: &Environment, netns: u32, cc: &str) -> Result<Plan, String> {
+        let env = crate::host::environment();
+        let args = FixArgs { netns: vec![netns.to_string()], cc: cc.to_string(), ..FixArgs::default() };
+        let target = resolve_target(&args, &env).map_err(|e| format!("{e:#}"))?;
+        prepare_fix(&target, cc, true, false, &env, &mut self.switcher).map_err(|e| format!("{e:#}"))
+    }
+
+    fn apply(&mut self, _shown: &Environment, plan: &Plan) -> Result<ActionRecord, String> {
+        log::info!(
+            "fix of network namespace {} (inode {}) confirmed in the terminal UI: {:?}",
+            plan.target.reached,
+            plan.target.netns,
+            plan.lines()
+        );
+        let env = crate::host::environment();
+        carry_out_fix(plan, &env, &mut self.switcher, &mut |_| {}).map_err(|e| format!("{e:#}"))
+    }
+
+    fn undo(&mut self, _shown: &Environment, netns: u32) -> Result<ActionRecord, String> {
+        let env = crate::host::environment();
+        let args = FixArgs { netns: vec![netns.to_string()], ..FixArgs::default() };
+        let target = resolve_target(&args, &env).map_err(|e| format!("{e:#}"))?;
+        let undo = match prepare_undo(&target).map_err(|e| format!("{e:#}"))? {
+            UndoPrep::Nothing(why) => return Err(why),
+            UndoPrep::Ready(undo) => undo,
+        };
+        log::info!("undo of the fix of {} (inode {}) asked in the terminal UI", target.reached, target.netns);
+        carry_out_undo(&undo, &env, &mut self.switcher, &mut |_| {}).map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// The switcher, loaded the first time a walk needs it and kept for the next.
+#[derive(Default)]
+struct LazySwitcher(Option<Switcher>);
+
+impl LazySwitcher {
+    fn get(&mut self) -> Result<&mut Switcher> {
+        if self.0.is_none() {
+            self.0 = Some(Switcher::load()?);
+        }
+        Ok(self.0.as_mut().expect("loaded above"))
     }
 }
 
@@ -63,8 +144,16 @@ fn state_path(netns: u32) -> PathBuf {
     Path::new(STATE_DIR).join(state_file_name(netns))
 }
 
-fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
-    let cc = args.cc.as_str();
+/// Everything a fix of `target` will do, read from the host without changing it: the
+/// namespace's default and, when `live`, its established connections as they are now.
+fn prepare_fix(
+    target: &Target,
+    cc: &str,
+    live: bool,
+    persist: bool,
+    env: &Environment,
+    switcher: &mut LazySwitcher,
+) -> Result<Plan> {
     if !valid_cc_name(cc) {
         bail!("{cc:?} is not a congestion control name (lower-case letters, digits and _, at most 15)");
     }
@@ -86,14 +175,26 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
         .map_err(|e| {
             anyhow::anyhow!("reading {DEFAULT_CC} in {}: {}", target.reached, std::io::Error::from_raw_os_error(e))
         })?;
-    let plan =
-        Plan::new(target.clone(), cc, &current, &env.available_cc, args.live, args.persist, &|p| Path::new(p).exists());
-    for line in plan.lines() {
-        println!("{line}");
-    }
-    confirm(args.yes)?;
-    log::info!("fix of network namespace {} (inode {}) confirmed: {:?}", target.reached, target.netns, plan.lines());
+    let established = if live { switcher.get()?.list(target.netns, Path::new(&target.path))? } else { Vec::new() };
+    Ok(Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &|p| {
+        Path::new(p).exists()
+    }))
+}
 
+/// Carry out a confirmed `plan`, saying each step to `say` (and the log); what was done.
+fn carry_out_fix(
+    plan: &Plan,
+    env: &Environment,
+    switcher: &mut LazySwitcher,
+    say: &mut dyn FnMut(&str),
+) -> Result<ActionRecord> {
+    let (target, cc) = (&plan.target, plan.cc.as_str());
+    let mut messages = Vec::new();
+    let mut say = |line: String| {
+        say(&line);
+        messages.push(line);
+    };
+    let state_path = state_path(target.netns);
     if let Some(module) = &plan.load_module {
         // modprobe's own complaint goes to the log: the refusal below is the one line shown.
         let out = std::process::Command::new("modprobe").arg(module).output();
@@ -105,8 +206,9 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
         if !crate::host::available_congestion_controls().iter().any(|a| a == cc) {
             bail!(refusal(Step::LoadModule, libc::ENOENT, cc, target, &env.allowed_cc));
         }
-        println!("cctrace: loaded {module}");
+        say(format!("loaded {module}"));
     }
+    let current = plan.current_default.as_str();
     let default_changed = current != cc;
     if default_changed {
         in_netns(target, || write_default(cc))
@@ -120,13 +222,13 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
             target.reached,
             target.netns
         );
-        println!("cctrace: default congestion control of {} set from {current} to {cc}", target.reached);
+        say(format!("default congestion control of {} set from {current} to {cc}", target.reached));
     }
     let mut state = State {
         version: STATE_VERSION,
         target: target.clone(),
         cc: cc.to_string(),
-        previous_default: current.clone(),
+        previous_default: current.to_string(),
         default_changed,
         switched: Vec::new(),
         files: Vec::new(),
@@ -135,10 +237,10 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
     write_state(&state_path, &state)?;
 
     let mut failed = 0;
-    if args.live {
-        let mut switcher = Switcher::load()?;
-        let path = PathBuf::from(&target.path);
-        let touched = switcher.switch_all(target.netns, &path, cc)?;
+    let mut switched = Vec::new();
+    if plan.live && !plan.to_switch.is_empty() {
+        let chosen: Vec<(u64, String)> = plan.to_switch.iter().map(|c| (c.cookie, cc.to_string())).collect();
+        let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &chosen)?;
         for s in &touched {
             if s.result == 0 {
                 log::info!(
@@ -149,34 +251,37 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
                     s.old_cc,
                     s.new_cc
                 );
-                println!(
-                    "cctrace: switched connection :{} -> :{} (cookie {}) from {} to {}",
+                say(format!(
+                    "switched connection :{} -> :{} (cookie {}) from {} to {}",
                     s.sport, s.dport, s.cookie, s.old_cc, s.new_cc
-                );
+                ));
                 state.switched.push(SwitchedCookie { cookie: s.cookie, old_cc: s.old_cc.clone() });
+                switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
             } else {
                 failed += 1;
                 log::info!("socket {} (:{} -> :{}) not switched: errno {}", s.cookie, s.sport, s.dport, -s.result);
-                println!(
-                    "cctrace: connection :{} -> :{} (cookie {}) stays on {}: {} ({})",
+                say(format!(
+                    "connection :{} -> :{} (cookie {}) stays on {}: {} ({})",
                     s.sport,
                     s.dport,
                     s.cookie,
                     s.old_cc,
                     socket_refusal(s.result),
                     std::io::Error::from_raw_os_error(-s.result)
-                );
+                ));
             }
         }
-        if touched.is_empty() {
-            println!("cctrace: no established connection in {} uses another algorithm than {cc}", target.reached);
+        let closed = plan.to_switch.len().saturating_sub(touched.len());
+        if closed > 0 {
+            say(format!("{closed} connection(s) of the plan closed before they could be switched"));
         }
         write_state(&state_path, &state)?;
     }
+    let ts_ns = crate::clock::monotonic_now_ns();
 
     match &plan.persist {
         Persist::No => {}
-        Persist::Nothing(why) => println!("cctrace: nothing to persist: {why}"),
+        Persist::Nothing(why) => say(format!("nothing to persist: {why}")),
         Persist::HostFiles(files) => {
             for (path, contents) in files {
                 let written = std::fs::OpenOptions::new()
@@ -188,7 +293,7 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
                 match written {
                     Ok(()) => {
                         log::info!("wrote {path}");
-                        println!("cctrace: wrote {path}");
+                        say(format!("wrote {path}"));
                         state.files.push(path.clone());
                         write_state(&state_path, &state)?;
                     }
@@ -197,23 +302,73 @@ fn fix(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
             }
         }
     }
-    println!(
-        "cctrace: {} fixed ({} connection{} switched{}); undo with cctrace fix --undo",
+    say(format!(
+        "{} fixed ({} connection{} switched{}); undo with cctrace fix --undo",
         target.reached,
         state.switched.len(),
         if state.switched.len() == 1 { "" } else { "s" },
         if failed > 0 { format!(", {failed} could not be") } else { String::new() }
-    );
-    Ok(())
+    ));
+    Ok(ActionRecord {
+        ts_ns,
+        action: ActionKind::Fix,
+        netns: target.netns,
+        target: target.reached.clone(),
+        cc: cc.to_string(),
+        default_before: current.to_string(),
+        default_after: cc.to_string(),
+        switched,
+        messages,
+    })
 }
 
-fn undo(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
+/// What an undo of a namespace will do, or why there is nothing to undo.
+enum UndoPrep {
+    Nothing(String),
+    Ready(Box<Undo>),
+}
+
+struct Undo {
+    target: Target,
+    state: State,
+    state_path: PathBuf,
+}
+
+impl Undo {
+    fn lines(&self) -> Vec<String> {
+        let (target, state) = (&self.target, &self.state);
+        let mut plan = vec![format!(
+            "cctrace fix --undo: network namespace {} ({}, inode {})",
+            target.reached, target.path, target.netns
+        )];
+        if state.default_changed {
+            plan.push(format!(
+                "  set its default congestion control back from {} to {}",
+                state.cc, state.previous_default
+            ));
+        }
+        if !state.switched.is_empty() {
+            plan.push(format!(
+                "  switch the {} connection(s) cctrace switched back, those still open",
+                state.switched.len()
+            ));
+        }
+        for f in &state.files {
+            plan.push(format!("  remove {f} (written by cctrace fix --persist)"));
+        }
+        plan
+    }
+}
+
+fn prepare_undo(target: &Target) -> Result<UndoPrep> {
     let state_path = state_path(target.netns);
     let text = match std::fs::read_to_string(&state_path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("cctrace: nothing to undo for network namespace {}: no state in {STATE_DIR}", target.reached);
-            return Ok(());
+            return Ok(UndoPrep::Nothing(format!(
+                "nothing to undo for network namespace {}: no state in {STATE_DIR}",
+                target.reached
+            )));
         }
         Err(e) => return Err(e).with_context(|| format!("reading {}", state_path.display())),
     };
@@ -221,87 +376,91 @@ fn undo(args: &FixArgs, target: &Target, env: &Environment) -> Result<()> {
     if stale_state(&state_path).is_some() {
         std::fs::remove_file(&state_path).with_context(|| format!("removing {}", state_path.display()))?;
         log::info!("removed {}: its namespace {} is gone", state_path.display(), state.target.reached);
-        println!(
-            "cctrace: nothing to undo for network namespace {}: the fix was of {}, which is gone",
+        return Ok(UndoPrep::Nothing(format!(
+            "nothing to undo for network namespace {}: the fix was of {}, which is gone",
             target.reached, state.target.reached
-        );
-        return Ok(());
+        )));
     }
     if state.target.netns != target.netns {
         bail!("{} is for network namespace {}, not {}", state_path.display(), state.target.netns, target.netns);
     }
-    let mut plan = vec![format!(
-        "cctrace fix --undo: network namespace {} ({}, inode {})",
-        target.reached, target.path, target.netns
-    )];
-    if state.default_changed {
-        plan.push(format!("  set its default congestion control back from {} to {}", state.cc, state.previous_default));
-    }
-    if !state.switched.is_empty() {
-        plan.push(format!(
-            "  switch the {} connection(s) cctrace switched back, those still open",
-            state.switched.len()
-        ));
-    }
-    for f in &state.files {
-        plan.push(format!("  remove {f} (written by cctrace fix --persist)"));
-    }
-    for line in &plan {
-        println!("{line}");
-    }
-    confirm(args.yes)?;
-    log::info!("undo of the fix of {} (inode {}) confirmed: {plan:?}", target.reached, target.netns);
+    Ok(UndoPrep::Ready(Box::new(Undo { target: target.clone(), state, state_path })))
+}
 
+fn carry_out_undo(
+    undo: &Undo,
+    env: &Environment,
+    switcher: &mut LazySwitcher,
+    say: &mut dyn FnMut(&str),
+) -> Result<ActionRecord> {
+    let (target, state) = (&undo.target, &undo.state);
+    let mut messages = Vec::new();
+    let mut say = |line: String| {
+        say(&line);
+        messages.push(line);
+    };
     let prev = state.previous_default.as_str();
     if state.default_changed {
         in_netns(target, || write_default(prev))
             .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, prev, target, &env.allowed_cc)))?
             .map_err(|e| anyhow::anyhow!(refusal(Step::SetDefault, e, prev, target, &env.allowed_cc)))?;
         log::info!("default congestion control of {} set back from {} to {prev}", target.reached, state.cc);
-        println!("cctrace: default congestion control of {} set back to {prev}", target.reached);
+        say(format!("default congestion control of {} set back to {prev}", target.reached));
     }
+    let mut switched = Vec::new();
     if !state.switched.is_empty() {
-        let mut switcher = Switcher::load()?;
         let cookies: Vec<(u64, String)> = state.switched.iter().map(|s| (s.cookie, s.old_cc.clone())).collect();
-        let touched = switcher.switch_back(target.netns, Path::new(&target.path), &cookies)?;
+        let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &cookies)?;
         for s in &touched {
             if s.result == 0 {
                 log::info!("switched socket {} back from {} to {}", s.cookie, s.old_cc, s.new_cc);
-                println!(
-                    "cctrace: switched connection :{} -> :{} (cookie {}) back to {}",
+                say(format!(
+                    "switched connection :{} -> :{} (cookie {}) back to {}",
                     s.sport, s.dport, s.cookie, s.new_cc
-                );
+                ));
+                switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
             } else {
                 log::info!("socket {} not switched back: errno {}", s.cookie, -s.result);
-                println!(
-                    "cctrace: connection :{} -> :{} (cookie {}) stays on {}: {}",
+                say(format!(
+                    "connection :{} -> :{} (cookie {}) stays on {}: {}",
                     s.sport,
                     s.dport,
                     s.cookie,
                     s.old_cc,
                     socket_refusal(s.result)
-                );
+                ));
             }
         }
         let closed = state.switched.len().saturating_sub(touched.len());
         if closed > 0 {
-            println!("cctrace: {closed} switched connection(s) closed meanwhile");
+            say(format!("{closed} switched connection(s) closed meanwhile"));
         }
     }
+    let ts_ns = crate::clock::monotonic_now_ns();
     for f in &state.files {
         match std::fs::remove_file(f) {
             Ok(()) => {
                 log::info!("removed {f}");
-                println!("cctrace: removed {f}");
+                say(format!("removed {f}"));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => bail!("removing {f}: {e}"),
         }
     }
-    std::fs::remove_file(&state_path).with_context(|| format!("removing {}", state_path.display()))?;
-    log::info!("removed {}", state_path.display());
-    println!("cctrace: the fix of {} is undone", target.reached);
-    Ok(())
+    std::fs::remove_file(&undo.state_path).with_context(|| format!("removing {}", undo.state_path.display()))?;
+    log::info!("removed {}", undo.state_path.display());
+    say(format!("the fix of {} is undone", target.reached));
+    Ok(ActionRecord {
+        ts_ns,
+        action: ActionKind::Undo,
+        netns: target.netns,
+        target: target.reached.clone(),
+        cc: state.cc.clone(),
+        default_before: if state.default_changed { state.cc.clone() } else { prev.to_string() },
+        default_after: prev.to_string(),
+        switched,
+        messages,
+    })
 }
 
 /// `--undo` for a namespace that no longer exists: nothing in it to restore, but the files

@@ -14,6 +14,7 @@ pub mod export;
 pub mod host;
 pub mod kernel;
 pub mod live_filter;
+pub mod metrics;
 pub mod output;
 pub mod pipeline;
 pub mod recording;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 use tracer::analysis::diagnosis::DiagnosisConfig;
 use tracer::analysis::filter::{resolve, FilterSpec, ResolvedFilter};
@@ -15,6 +16,7 @@ use tracer::cgroups::{cgroup2_mount, CgroupResolver, ContainerFiles};
 use tracer::cli::{bounded_f64, duration_secs, ring_kib};
 use tracer::kernel::{HookMode, HookStatus, KernelOptions, KernelSource};
 use tracer::live_filter::{FilterUpkeep, HostPaths, LiveFilter};
+use tracer::metrics::Exporting;
 use tracer::output::json::JsonOutput;
 use tracer::output::writer::LineWriter;
 use tracer::pipeline::{self, PipelineOptions};
@@ -98,9 +100,31 @@ struct Cli {
     /// Write log messages to this file (nothing is logged to the terminal while the UI is up).
     #[arg(long, global = true, value_name = "PATH")]
     log_file: Option<std::path::PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (and /health) while tracing, beside the
+    /// terminal UI or JSON; `cctrace serve` listens on 127.0.0.1:9617 without it.
+    #[arg(long, global = true, value_name = "ADDR", help_heading = "Metrics")]
+    listen: Option<std::net::SocketAddr>,
+    /// Allow --listen on an address other than loopback (the metrics name this host's
+    /// containers and flows).
+    #[arg(long, global = true, help_heading = "Metrics")]
+    allow_non_loopback: bool,
+    /// Flagged flows that get series of their own (the most headroom first); the rest are
+    /// counted in cctrace_flagged_flows_folded.
+    #[arg(long, global = true, value_name = "N", default_value_t = tracer::metrics::model::DEFAULT_TOP_FLAGGED,
+          value_parser = clap::value_parser!(u16).range(0..=1000).map(usize::from), help_heading = "Metrics")]
+    top_flagged: usize,
+    /// Container x netns x cc groups with series of their own over the process's life; flows of
+    /// further groups are counted under container="_other".
+    #[arg(long, global = true, value_name = "N", default_value_t = tracer::metrics::model::DEFAULT_MAX_GROUPS,
+          value_parser = clap::value_parser!(u32).range(1..=100_000).map(|n| n as usize), help_heading = "Metrics")]
+    max_groups: usize,
     #[command(subcommand)]
     command: Option<Command>,
 }
+
+/// Where `cctrace serve` listens unless told otherwise.
+const DEFAULT_LISTEN: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9617);
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -117,6 +141,10 @@ enum Command {
         /// A new file (never overwritten).
         file: std::path::PathBuf,
     },
+    /// Serve Prometheus metrics without a terminal (as a service): http://ADDR/metrics in the
+    /// text format or OpenMetrics, and /health; --listen ADDR, default 127.0.0.1:9617. Until
+    /// SIGTERM, Ctrl-C or --duration.
+    Serve,
     /// Play back a recording: the terminal UI, or with --json exactly the lines the live run
     /// printed (the recorded instants, host facts and thresholds).
     Replay { file: std::path::PathBuf },
@@ -199,7 +227,7 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
             out.write_all(tracer::export::report::render(entries, diagnosis_config(cli)).as_bytes())
                 .with_context(|| format!("writing {}", output.display()))
         })()),
-        Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } => None,
+        Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } | Command::Serve => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,
     }
@@ -320,6 +348,9 @@ async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
     if !filter_spec(cli).is_empty() || cli.record.is_some() {
         anyhow::bail!("a replay takes no --cgroup, --container, --netns or --record: they apply while recording");
     }
+    if cli.listen.is_some() {
+        anyhow::bail!("a replay takes no --listen: metrics are served while tracing live (cctrace serve)");
+    }
     let mut shutdown = Shutdown::install()?;
     let mut source = RecordingSource::open(file)?;
     let h = source.header().clone();
@@ -368,6 +399,8 @@ async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
             pipeline_opts,
             None,
             None,
+            None,
+            None,
             player,
             &mut shutdown,
         )
@@ -390,7 +423,14 @@ async fn run(cli: &Cli) -> Result<()> {
         }
         _ => cli.record.clone(),
     };
-    let headless = matches!(cli.command, Some(Command::Record { .. }));
+    let headless = matches!(cli.command, Some(Command::Record { .. } | Command::Serve));
+    let listen = match cli.command {
+        Some(Command::Serve) => Some(cli.listen.unwrap_or(DEFAULT_LISTEN)),
+        _ => cli.listen,
+    };
+    if let Some(addr) = listen {
+        tracer::metrics::check_listen(addr, cli.allow_non_loopback)?;
+    }
     anyhow::ensure!(
         !cli.anonymize || record_path.is_some(),
         "--anonymize applies to what is recorded (--record FILE, cctrace record), exported or reported"
@@ -420,8 +460,26 @@ async fn run(cli: &Cli) -> Result<()> {
     let spec = filter_spec(cli);
     let host_paths = HostPaths { cgroup_root: cgroup2_mount() };
     let resolved = resolve(&spec, &env, &host_paths)?;
+    // The port is taken before anything is attached: a port in use fails fast.
+    let metrics_config = tracer::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
+    let mut exporter = match listen {
+        Some(addr) => Some(tracer::metrics::Exporter::start(addr, metrics_config, Vec::new()).await?),
+        None => None,
+    };
     // Attach first so the demo's connections are seen from their first packet.
     let mut source = start_kernel(cli, resolved)?;
+    if let Some(e) = &mut exporter {
+        e.set_hooks(
+            source
+                .info()
+                .hooks
+                .iter()
+                .map(|h| (h.name.clone(), !matches!(h.status, HookStatus::Disabled(_))))
+                .collect(),
+            source.hook_programs(),
+        );
+    }
+    let serving = exporter.as_ref().and_then(tracer::metrics::Exporter::local_addr);
     let live_filter = source.take_filter().map(|k| LiveFilter::new(k, spec.clone(), host_paths));
     // The demo lab exists only while this function runs: its Drop removes the namespaces on
     // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
@@ -473,16 +531,21 @@ async fn run(cli: &Cli) -> Result<()> {
         if let Some(r) = &recording {
             eprintln!("cctrace: recording to {}", r.path().display());
         }
+        if let Some(addr) = serving {
+            eprintln!("cctrace: serving metrics at http://{addr}/metrics");
+        }
         let filter = live_filter.context("the filter maps are missing")?;
         let clock = tracer::clock::monotonic_now_ns;
         let summary = if headless {
-            let mut front = Recording { inner: FilterUpkeep { inner: Headless, filter }, recorder };
+            let recording = Recording { inner: FilterUpkeep { inner: Headless, filter }, recorder };
+            let mut front = Exporting { inner: recording, exporter };
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         } else {
             let out = LineWriter::spawn(Box::new(std::io::stdout()));
             let json =
                 JsonOutput::new(out, tracer::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
-            let mut front = Recording { inner: FilterUpkeep { inner: json, filter }, recorder };
+            let recording = Recording { inner: FilterUpkeep { inner: json, filter }, recorder };
+            let mut front = Exporting { inner: recording, exporter };
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         };
         if let Some(r) = &recording {
@@ -490,15 +553,21 @@ async fn run(cli: &Cli) -> Result<()> {
         }
         summary.map(drop)
     } else {
-        let described = match &demo_description {
-            Some(d) => format!("{} · {d}", source.describe()),
-            None => source.describe(),
-        };
+        // Where the metrics are, before the demo's long description the header may cut short.
+        let mut described = source.describe();
+        if let Some(addr) = serving {
+            described.push_str(&format!(" · metrics on http://{addr}/metrics"));
+        }
+        if let Some(d) = &demo_description {
+            described.push_str(&format!(" · {d}"));
+        }
         let mut header = tracer::tui::HeaderInfo::this_host(described);
         header.filters = spec.describe();
         let opts = tracer::tui::TuiOptions::default();
         // The kernel filter's control comes with the filter itself; until then, none to change.
         let filter = live_filter.map(|f| Box::new(f) as tracer::tui::FilterControlBox);
+        // `f` and `u` change the host through the same code as `cctrace fix`.
+        let fixer = Some(Box::<tracer::apply::HostFixer>::default() as tracer::tui::FixControlBox);
         let summary = tracer::tui::run(
             &mut source,
             &mut analysis,
@@ -506,7 +575,9 @@ async fn run(cli: &Cli) -> Result<()> {
             &opts,
             pipeline_opts,
             filter,
+            fixer,
             recorder,
+            exporter,
             None,
             &mut shutdown,
         )

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::analysis::event::Sample;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::source::{EventSource, SourceCounters, SourceItem};
 
@@ -104,6 +104,18 @@ pub trait FrontEnd {
     /// quits (the terminal UI).
     fn on_source_end(&mut self) -> Control {
         Control::Stop
+    }
+
+    /// Something cctrace did to the host, as a recording played back says (live, the front
+    /// end that did it knows).
+    async fn on_action(&mut self, _analysis: &Analysis, _action: &ActionRecord) -> Result<Control> {
+        Ok(Control::Continue)
+    }
+
+    /// Actions this front end took on the host since last asked (a fix from the terminal UI),
+    /// for a recorder to keep.
+    fn take_actions(&mut self) -> Vec<ActionRecord> {
+        Vec::new()
     }
 
     /// The run is over: everything queued has been read; print or show the summary.
@@ -232,6 +244,7 @@ pub async fn run<F: FrontEnd>(
                         analysis.set_env(env);
                         Control::Continue
                     }
+                    Some(SourceItem::Action(action)) => front.on_action(analysis, &action).await?,
                     Some(SourceItem::Restart) => {
                         analysis.restart();
                         latest_ns = 0;

@@ -6,6 +6,7 @@ use std::pin::Pin;
 
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
+use crate::analysis::schema::ActionRecord;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -44,6 +45,8 @@ pub enum SourceItem {
     },
     /// Host facts from here on.
     Host(Environment),
+    /// Something cctrace did to the host, at this point of the recording.
+    Action(ActionRecord),
     /// Everything so far is void: the source starts again from its beginning (a replay seeking
     /// backwards), so the analysis starts over too.
     Restart,

@@ -33,7 +33,13 @@ const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     "cpio",
     "xz-utils",
+    // tests/tests/metrics.rs: a real Prometheus server scraping `cctrace serve`, and promtool
+    // for the exposition and the shipped alert rules. Installed without starting its service.
+    "prometheus",
 ];
+/// Packages whose service the install must not leave running or enabled: the tests start their
+/// own instance on a loopback port, with their own config and data.
+const NO_SERVICE: &[&str] = &["prometheus"];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
 const BPF_LINKER_VERSION: &str = "0.13";
 
@@ -156,11 +162,58 @@ fn setup_apt() -> Result<()> {
     say(&format!("installing Debian packages: {}", missing.join(" ")));
     run(Command::new("apt-get").args(["update", "-qq"]))
         .context("apt-get update failed: is a Debian mirror reachable?")?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
-    .with_context(|| format!("could not install {}", missing.join(" ")))
+    let installed = {
+        // invoke-rc.d and deb-systemd-invoke ask policy-rc.d whether to start a service: "no"
+        // (101) while installing, so no system Prometheus starts on port 9090.
+        let _no_start = NoServiceStart::install()?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))
+        .with_context(|| format!("could not install {}", missing.join(" ")))
+    };
+    installed?;
+    // The package also enabled its service for the next boot (a systemd unit, or sysvinit
+    // links): undo that for the services this setup installed, not for ones the user had.
+    let systemd = std::path::Path::new("/run/systemd/system").exists();
+    for unit in NO_SERVICE.iter().filter(|p| missing.contains(p)) {
+        let _ = if systemd {
+            run(Command::new("systemctl").args(["disable", "--now", &format!("{unit}.service")]))
+        } else {
+            run(Command::new("update-rc.d").args([unit, "disable"]))
+        };
+    }
+    Ok(())
+}
+
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+
+/// A policy-rc.d that forbids starting services, for as long as it lives; none is written (and
+/// none removed) when the host has its own.
+struct NoServiceStart(bool);
+
+impl NoServiceStart {
+    fn install() -> Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        if std::path::Path::new(POLICY_RC_D).exists() {
+            return Ok(Self(false));
+        }
+        std::fs::write(
+            POLICY_RC_D,
+            "#!/bin/sh\n# cargo xtask setup: no service starts while it installs packages\nexit 101\n",
+        )
+        .with_context(|| format!("writing {POLICY_RC_D}"))?;
+        std::fs::set_permissions(POLICY_RC_D, std::fs::Permissions::from_mode(0o755))?;
+        Ok(Self(true))
+    }
+}
+
+impl Drop for NoServiceStart {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = std::fs::remove_file(POLICY_RC_D);
+        }
+    }
 }
 
 fn setup_rust_src() -> Result<()> {

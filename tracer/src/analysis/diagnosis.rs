@@ -26,7 +26,7 @@ pub fn is_loss_based(cc: &str) -> bool {
 }
 
 /// What limits a flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitedBy {
     /// Not enough observations yet.
@@ -54,6 +54,19 @@ pub enum LimitedBy {
 }
 
 impl LimitedBy {
+    /// Every verdict, in declaration order.
+    pub const ALL: [LimitedBy; 9] = [
+        Self::Unknown,
+        Self::Idle,
+        Self::Receiving,
+        Self::Application,
+        Self::ReceiveWindow,
+        Self::SendBuffer,
+        Self::CongestionWindow,
+        Self::Pacing,
+        Self::Path,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Unknown => "unknown",
@@ -205,6 +218,16 @@ impl DiagnosisConfig {
     /// its help use.
     pub fn is_heavy(&self, moved_bytes: u64, rate_bps: f64, keeps_cwnd_full: bool) -> bool {
         moved_bytes >= self.heavy_min_bytes && (rate_bps >= self.heavy_min_bps || keeps_cwnd_full)
+    }
+
+    /// [`Self::is_heavy`] for one flow of the table and its verdict: what it moved (acked plus
+    /// received), its goodput, and whether its verdict says the congestion window held it. A
+    /// flagged flow is always heavy. The rule the UI, the exports and the exporter share.
+    pub fn flow_is_heavy(&self, flow: &model::Flow, verdict: Option<&Verdict>) -> bool {
+        let s = &flow.latest;
+        let moved = s.bytes_acked.saturating_add(s.bytes_received);
+        let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
+        verdict.is_some_and(|v| v.flagged) || self.is_heavy(moved, flow.rates.throughput_bps, cwnd_full)
     }
 
     /// [`Self::is_heavy`] in words, for help texts.

@@ -13,6 +13,9 @@ use crate::analysis::container::{printable, Container, Runtime};
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::model::Flow;
 
+/// The algorithm the fix moves a namespace and its connections to.
+pub const FIX_CC: &str = "bbr";
+
 /// Files the persisted fix writes; cctrace's own names, so rolling back deletes nothing else.
 pub const SYSCTL_FILE: &str = "/etc/sysctl.d/90-cctrace-bbr.conf";
 pub const MODULES_FILE: &str = "/etc/modules-load.d/cctrace-bbr.conf";

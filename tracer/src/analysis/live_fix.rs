@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 use tracer_common::{SwitchRecord, CC_NAME_LEN, SWITCH_RECORD_SIZE};
 
+use crate::analysis::diagnosis::{is_loss_based, Environment};
 use crate::analysis::fix::{MODULES_FILE, SYSCTL_FILE};
+use crate::analysis::schema::ActionRecord;
 
 /// The Linux errno values the kernel answers with (the pure core does not link libc).
 pub mod errno {
@@ -104,6 +106,21 @@ pub struct Target {
     pub runtime_sysctl: Option<String>,
 }
 
+/// Whether a live fix to `target` switches an established connection on `cc` now: those
+/// under a loss-based algorithm only (a delay- or model-based one was chosen for a reason).
+pub fn switches_now(cc: &str, target: &str) -> bool {
+    cc != target && is_loss_based(cc)
+}
+
+/// An established connection of the namespace, as the plan's listing found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connection {
+    pub cookie: u64,
+    pub sport: u16,
+    pub dport: u16,
+    pub cc: String,
+}
+
 /// What `cctrace fix` will do, built before anything changes and shown for confirmation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -113,9 +130,18 @@ pub struct Plan {
     pub current_default: String,
     /// The module to load first (`tcp_bbr`) when the algorithm is not available yet.
     pub load_module: Option<String>,
+    /// Switch `to_switch` now (the confirmation panel's checkbox).
     pub live: bool,
+    /// The established connections a live fix switches: exactly these, no others.
+    pub to_switch: Vec<Connection>,
+    /// Established connections left alone: already on `cc`, or on an algorithm that is not
+    /// loss-based (their names, for the plan's line).
+    pub left_alone: Vec<String>,
     pub persist: Persist,
 }
+
+/// How many connections the plan names one by one before summing up the rest.
+const LISTED_CONNECTIONS: usize = 8;
 
 /// What `--persist` does for the target.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,15 +157,25 @@ pub enum Persist {
 impl Plan {
     /// Build the plan. `available` is the host's `tcp_available_congestion_control`;
     /// `existing` says whether a path exists (persistence files are never overwritten).
+    /// `established` is the namespace's connections as listed now (empty when not live).
+    #[allow(clippy::too_many_arguments)] // each a different fact of the host
     pub fn new(
         target: Target,
         cc: &str,
         current_default: &str,
         available: &[String],
         live: bool,
+        established: &[Switched],
         persist: bool,
         existing: &dyn Fn(&str) -> bool,
     ) -> Self {
+        let (switch, keep): (Vec<&Switched>, Vec<&Switched>) =
+            established.iter().partition(|c| switches_now(&c.old_cc, cc));
+        let to_switch = switch
+            .into_iter()
+            .map(|c| Connection { cookie: c.cookie, sport: c.sport, dport: c.dport, cc: c.old_cc.clone() })
+            .collect();
+        let left_alone = keep.into_iter().map(|c| c.old_cc.clone()).collect();
         let load_module = (!available.iter().any(|a| a == cc)).then(|| format!("tcp_{cc}"));
         let persist = if !persist {
             Persist::No
@@ -162,11 +198,30 @@ impl Plan {
         } else {
             Persist::Nothing("this namespace lives as long as its processes: set the sysctl where it is created".into())
         };
-        Self { target, cc: cc.to_string(), current_default: current_default.to_string(), load_module, live, persist }
+        Self {
+            target,
+            cc: cc.to_string(),
+            current_default: current_default.to_string(),
+            load_module,
+            live,
+            to_switch,
+            left_alone,
+            persist,
+        }
+    }
+
+    /// Exactly what will happen, one step a line, and how to undo it (the command line's plan).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = self.steps();
+        if !self.live {
+            out.push("  (add --live to switch established connections now)".into());
+        }
+        out.push(format!("  undo with: cctrace fix --undo (state kept in {STATE_DIR})"));
+        out
     }
 
     /// Exactly what will happen, one step a line.
-    pub fn lines(&self) -> Vec<String> {
+    pub fn steps(&self) -> Vec<String> {
         let t = &self.target;
         let mut out = vec![format!("cctrace fix: network namespace {} ({}, inode {})", t.reached, t.path, t.netns)];
         if let Some(m) = &self.load_module {
@@ -180,13 +235,35 @@ impl Plan {
                 self.current_default, self.cc, self.cc
             ));
         }
-        if self.live {
+        if !self.live {
+            out.push("  established connections keep their algorithm until they close".into());
+        } else if self.to_switch.is_empty() {
+            out.push("  no established connection uses a loss-based algorithm: none to switch now".into());
+        } else {
             out.push(format!(
-                "  switch its established connections that use another algorithm (reno, cubic, ...) to {} now",
+                "  switch {} established connection{} from a loss-based algorithm to {} now:",
+                self.to_switch.len(),
+                if self.to_switch.len() == 1 { "" } else { "s" },
                 self.cc
             ));
-        } else {
-            out.push("  established connections keep their algorithm (add --live to switch them now)".into());
+            for c in self.to_switch.iter().take(LISTED_CONNECTIONS) {
+                out.push(format!("    :{} -> :{} (cookie {}) on {}", c.sport, c.dport, c.cookie, c.cc));
+            }
+            if self.to_switch.len() > LISTED_CONNECTIONS {
+                out.push(format!("    and {} more", self.to_switch.len() - LISTED_CONNECTIONS));
+            }
+        }
+        if self.live && !self.left_alone.is_empty() {
+            let mut names = self.left_alone.clone();
+            names.sort();
+            names.dedup();
+            out.push(format!(
+                "  {} other connection{} ({}) left as {}",
+                self.left_alone.len(),
+                if self.left_alone.len() == 1 { "" } else { "s" },
+                names.join(", "),
+                if self.left_alone.len() == 1 { "it is" } else { "they are" }
+            ));
         }
         match &self.persist {
             Persist::No => {}
@@ -203,9 +280,20 @@ impl Plan {
         if t.host {
             out.push("  this is the host's own namespace: every connection of the host is affected".into());
         }
-        out.push(format!("  undo with: cctrace fix --undo (state kept in {STATE_DIR})"));
         out
     }
+}
+
+/// The fix as a front end drives it (the terminal UI's `f` and `u`): the host side implements
+/// it (`crate::apply::HostFixer`), tests a fake. Errors are the one line to show.
+pub trait FixControl {
+    /// What fixing network namespace `netns` to `cc` would do, live switch included (nothing
+    /// changes). The host's facts come from `env`.
+    fn plan(&mut self, env: &Environment, netns: u32, cc: &str) -> Result<Plan, String>;
+    /// Carry out `plan` as confirmed (its `live` as the user left it); what was done.
+    fn apply(&mut self, env: &Environment, plan: &Plan) -> Result<ActionRecord, String>;
+    /// Undo what the fix of `netns` changed; what was done.
+    fn undo(&mut self, env: &Environment, netns: u32) -> Result<ActionRecord, String>;
 }
 
 /// One socket switched, to be switched back by `--undo`.
@@ -280,9 +368,12 @@ pub fn refusal(step: Step, code: i32, cc: &str, target: &Target, allowed: &[Stri
                 list.join(" ")
             )
         }
+        // cctrace writes the namespace's sysctl through its own /proc/sys after entering only
+        // the network namespace: read-only means where cctrace runs (a container, systemd's
+        // ProtectKernelTunables), not the target container's own read-only /proc/sys.
         (Step::SetDefault, errno::EROFS) => format!(
-            "/proc/sys is read-only in that namespace (EROFS): set it with the runtime's sysctl option instead \
-             ({})",
+            "/proc/sys is read-only where cctrace runs (EROFS: inside a container, or a service with \
+             ProtectKernelTunables): run cctrace fix on the host, or set it when the container is created ({})",
             target
                 .runtime_sysctl
                 .clone()
@@ -335,15 +426,33 @@ mod tests {
     #[test]
     fn the_plan_says_each_step_and_only_loads_what_is_missing() {
         let available = vec!["reno".to_string(), "cubic".to_string()];
-        let plan = Plan::new(target(false), "bbr", "cubic", &available, true, false, &|_| false);
+        let conn = |cookie, cc: &str| Switched {
+            cookie,
+            old_cc: cc.into(),
+            new_cc: cc.into(),
+            result: 0,
+            sport: 40000,
+            dport: 5201,
+        };
+        let established = [conn(1, "cubic"), conn(2, "bbr"), conn(3, "vegas"), conn(4, "reno")];
+        let plan = Plan::new(target(false), "bbr", "cubic", &available, true, &established, false, &|_| false);
         let lines = plan.lines();
         assert_eq!(plan.load_module.as_deref(), Some("tcp_bbr"));
         assert!(lines[1].contains("load the kernel module tcp_bbr"), "{lines:#?}");
         assert!(lines[2].contains("from cubic to bbr"), "{lines:#?}");
-        assert!(lines[3].contains("switch its established connections"), "{lines:#?}");
+        // Loss-based ones only, each named; the others are said to stay.
+        assert_eq!(plan.to_switch.iter().map(|c| c.cookie).collect::<Vec<_>>(), [1, 4]);
+        assert!(lines[3].contains("switch 2 established connections"), "{lines:#?}");
+        assert!(lines[4].contains("(cookie 1) on cubic") && lines[5].contains("(cookie 4) on reno"), "{lines:#?}");
+        assert!(lines[6].contains("2 other connections (bbr, vegas) left as they are"), "{lines:#?}");
         assert!(!lines.iter().any(|l| l.contains("persist")), "{lines:#?}");
+        let many: Vec<Switched> = (0..20).map(|i| conn(i, "cubic")).collect();
+        let plan = Plan::new(target(false), "bbr", "bbr", &available, true, &many, false, &|_| false);
+        assert!(plan.lines().iter().any(|l| l == "    and 12 more"), "{:#?}", plan.lines());
+        let plan = Plan::new(target(false), "bbr", "bbr", &available, true, &[conn(2, "bbr")], false, &|_| false);
+        assert!(plan.lines().iter().any(|l| l.contains("none to switch now")));
         let loaded = vec!["bbr".to_string()];
-        let plan = Plan::new(target(false), "bbr", "bbr", &loaded, false, false, &|_| false);
+        let plan = Plan::new(target(false), "bbr", "bbr", &loaded, false, &[], false, &|_| false);
         assert_eq!(plan.load_module, None);
         assert!(plan.lines().iter().any(|l| l.contains("already bbr")));
         assert!(plan.lines().iter().any(|l| l.contains("add --live")));
@@ -351,14 +460,14 @@ mod tests {
 
     #[test]
     fn persisting_writes_only_absent_host_files_and_explains_the_rest() {
-        let plan = Plan::new(target(true), "bbr", "cubic", &[], false, true, &|p| p == SYSCTL_FILE);
+        let plan = Plan::new(target(true), "bbr", "cubic", &[], false, &[], true, &|p| p == SYSCTL_FILE);
         assert_eq!(plan.persist, Persist::HostFiles(vec![(MODULES_FILE.to_string(), "tcp_bbr\n".to_string())]));
         assert!(plan.lines().iter().any(|l| l.contains("host's own namespace")));
-        let plan = Plan::new(target(false), "bbr", "cubic", &[], false, true, &|_| false);
+        let plan = Plan::new(target(false), "bbr", "cubic", &[], false, &[], true, &|_| false);
         assert!(matches!(&plan.persist, Persist::Nothing(why) if why.contains("ip netns add")), "{:?}", plan.persist);
         let mut container = target(false);
         container.runtime_sysctl = Some("docker run --sysctl net.ipv4.tcp_congestion_control=bbr".into());
-        let plan = Plan::new(container, "bbr", "cubic", &[], false, true, &|_| false);
+        let plan = Plan::new(container, "bbr", "cubic", &[], false, &[], true, &|_| false);
         assert!(matches!(&plan.persist, Persist::Nothing(why) if why.contains("docker run --sysctl")));
     }
 

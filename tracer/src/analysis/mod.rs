@@ -6,6 +6,7 @@
 //! arguments, host facts as [`Environment`], so all of it runs on recordings and test feeds,
 //! without root. (`purity` below checks the sources for it.)
 
+pub mod compare;
 pub mod container;
 pub mod diagnosis;
 pub mod event;

@@ -23,6 +23,8 @@ pub enum Record {
     Sample(SampleRecord),
     /// A flow's latest state with its rates and verdict.
     Flow(FlowRecord),
+    /// Something cctrace did to the host: a fix applied or undone.
+    Action(ActionRecord),
     /// The run's totals, printed last.
     Summary(SummaryRecord),
 }
@@ -237,6 +239,69 @@ impl FlowRecord {
             evidence: verdict.and_then(|v| v.evidence.clone()),
             fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
         }
+    }
+}
+
+/// What an action did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// A namespace's default set to the fix's algorithm, connections switched live.
+    Fix,
+    /// A fix rolled back.
+    Undo,
+}
+
+/// One connection an action switched, with its cookie (the flow's identity everywhere).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchedFlow {
+    pub cookie: u64,
+    pub from: String,
+    pub to: String,
+}
+
+/// Something cctrace did to the host, when and with what outcome: logged, recorded, shown on
+/// the charts of the flows it switched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// When it took effect, on the samples' clock (monotonic ns).
+    pub ts_ns: u64,
+    pub action: ActionKind,
+    /// The network namespace (inode) and how it was reached (`ip netns cct-1`, `container
+    /// jellyfin (pid 42)`).
+    pub netns: u32,
+    pub target: String,
+    /// The algorithm the fix is to (for an undo, the one it moved away from).
+    pub cc: String,
+    /// The namespace's default before and after (equal when left as it was).
+    pub default_before: String,
+    pub default_after: String,
+    /// Connections switched, each under its cookie.
+    pub switched: Vec<SwitchedFlow>,
+    /// What cctrace said while doing it, a line each.
+    pub messages: Vec<String>,
+}
+
+impl ActionRecord {
+    /// The action in one line: `fix of ip netns cct-1: default cubic -> bbr, 2 connections
+    /// switched to bbr`.
+    pub fn headline(&self) -> String {
+        let what = match self.action {
+            ActionKind::Fix => "fix",
+            ActionKind::Undo => "undo of the fix",
+        };
+        let default = if self.default_before == self.default_after {
+            format!("default {} kept", self.default_after)
+        } else {
+            format!("default {} -> {}", self.default_before, self.default_after)
+        };
+        let n = self.switched.len();
+        let to = self.switched.first().map_or(self.cc.as_str(), |s| s.to.as_str());
+        format!(
+            "{what} of {}: {default}, {n} connection{} switched to {to}",
+            self.target,
+            if n == 1 { "" } else { "s" }
+        )
     }
 }
 

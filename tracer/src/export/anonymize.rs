@@ -244,7 +244,10 @@ impl Anonymizer {
             Entry::Header(h) => self.header(h),
             Entry::Samples { samples } => samples.iter_mut().for_each(|s| self.sample(s)),
             Entry::Host { env } => self.env(env),
-            Entry::Action { text, .. } => *text = self.text(text),
+            Entry::Action(record) => {
+                record.target = self.text(&record.target);
+                record.messages.iter_mut().for_each(|m| *m = self.text(m));
+            }
             Entry::Tick { .. } | Entry::End { .. } => {}
         }
         entry

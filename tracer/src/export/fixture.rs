@@ -5,7 +5,7 @@
 
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::{Owner, Sample};
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionKind, ActionRecord, SummaryRecord, SwitchedFlow};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::source::SourceCounters;
 use crate::tui::feed;
@@ -93,10 +93,17 @@ pub(crate) fn entries() -> Vec<Entry> {
             out.push(Entry::Tick { now_ns: feed::ts_ns(tick), counters });
         }
         if tick == 120 {
-            out.push(Entry::Action {
-                now_ns: feed::ts_ns(tick),
-                text: format!("applied the fix to {EVIL_CONTAINER} in {EVIL_NETNS}"),
-            });
+            out.push(Entry::Action(ActionRecord {
+                ts_ns: feed::ts_ns(tick),
+                action: ActionKind::Fix,
+                netns: 4026532999,
+                target: format!("container {EVIL_CONTAINER} in {EVIL_NETNS}"),
+                cc: "bbr".into(),
+                default_before: "cubic".into(),
+                default_after: "bbr".into(),
+                switched: vec![SwitchedFlow { cookie: 1, from: "cubic".into(), to: "bbr".into() }],
+                messages: vec![format!("applied the fix to {EVIL_CONTAINER} in {EVIL_NETNS}")],
+            }));
         }
     }
     out.push(Entry::End {

@@ -222,7 +222,7 @@ impl FlowLog {
                 }
             }
             Step::Host => {}
-            Step::Action { now_ns, text } => self.session.actions.push((now_ns, text.to_string())),
+            Step::Action(record) => self.session.actions.push((record.ts_ns, record.headline())),
             Step::End(summary) => self.session.summary = Some(summary.clone()),
         }
     }
@@ -248,9 +248,7 @@ impl FlowLog {
             track.last_retrans = s.total_retrans;
             let flagged = verdict.is_some_and(|v| v.flagged);
             // The live UI's rule for a heavy flow.
-            let moved = s.bytes_acked.saturating_add(s.bytes_received);
-            let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
-            track.heavy |= flagged || cfg.is_heavy(moved, flow.rates.throughput_bps, cwnd_full);
+            track.heavy |= cfg.flow_is_heavy(flow, verdict);
             track.ever_flagged |= flagged;
             let Some(v) = verdict else { continue };
             let changed = track.changes.last().is_none_or(|c| c.limited_by != v.limited_by || c.flagged != v.flagged);

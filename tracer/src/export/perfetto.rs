@@ -240,9 +240,9 @@ pub fn trace(entries: impl IntoIterator<Item = Entry>, diagnosis: DiagnosisConfi
                 trace.tick(a, now_ns);
             }
         }
-        Step::Action { now_ns, text } => {
-            let ts = trace.us(now_ns);
-            trace.events.push(json!({"ph": "i", "s": "g", "name": text, "pid": 0, "tid": 0, "ts": ts}));
+        Step::Action(record) => {
+            let ts = trace.us(record.ts_ns);
+            trace.events.push(json!({"ph": "i", "s": "g", "name": record.headline(), "pid": 0, "tid": 0, "ts": ts}));
         }
         Step::Host | Step::End(_) => {}
     });

@@ -8,7 +8,7 @@
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::event::Sample;
 use crate::analysis::model::TableConfig;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::recording::entry::{Entry, Header};
 use crate::source::SourceCounters;
@@ -27,10 +27,7 @@ pub enum Step<'a> {
     },
     /// New host facts are in `analysis.env`.
     Host,
-    Action {
-        now_ns: u64,
-        text: &'a str,
-    },
+    Action(&'a ActionRecord),
     End(&'a SummaryRecord),
 }
 
@@ -62,7 +59,7 @@ pub fn replay(
                 analysis.env = env;
                 on_step(analysis, Step::Host);
             }
-            Entry::Action { now_ns, text } => on_step(analysis, Step::Action { now_ns, text: &text }),
+            Entry::Action(record) => on_step(analysis, Step::Action(&record)),
             Entry::End { summary, .. } => on_step(analysis, Step::End(&summary)),
         }
     }

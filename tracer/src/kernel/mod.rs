@@ -199,6 +199,15 @@ impl HookReport {
 }
 
 /// Everything start-up learned about the kernel.
+/// An attached hook's program (see [`KernelSource::hook_programs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookProgram {
+    /// `group:event`, as in [`HookReport::name`].
+    pub hook: String,
+    pub prog_id: u32,
+    pub fd: std::os::fd::RawFd,
+}
+
 #[derive(Clone, Debug)]
 pub struct KernelInfo {
     pub hooks: Vec<HookReport>,
@@ -418,6 +427,27 @@ impl KernelSource {
 
     pub fn info(&self) -> &KernelInfo {
         &self.info
+    }
+
+    /// Each attached hook's program: its hook name, program id and fd, for reading its run
+    /// statistics (valid while this source lives).
+    pub fn hook_programs(&self) -> Vec<HookProgram> {
+        use std::os::fd::{AsFd, AsRawFd};
+        HOOKS
+            .iter()
+            .zip(&self.info.hooks)
+            .filter_map(|(h, report)| {
+                let name = match report.status {
+                    HookStatus::Btf => h.btf_prog,
+                    HookStatus::Classic => h.classic_prog,
+                    HookStatus::Disabled(_) => return None,
+                };
+                let program = self.ebpf.program(name)?;
+                let prog_id = program.info().ok()?.id();
+                let fd = program.fd().ok()?.as_fd().as_raw_fd();
+                Some(HookProgram { hook: report.name.clone(), prog_id, fd })
+            })
+            .collect()
     }
 
     /// The filter maps, to change the filter while the programs run (once).

@@ -48,10 +48,10 @@ impl Switcher {
         Ok(Self { ebpf })
     }
 
-    fn set_config(&mut self, mode: u32, target: &str) -> Result<()> {
+    fn set_config(&mut self, mode: u32) -> Result<()> {
         let mut config: Array<&mut MapData, SwitchConfig> =
             Array::try_from(self.ebpf.map_mut("SWITCH_CONFIG").context("SWITCH_CONFIG map missing")?)?;
-        config.set(0, SwitchConfig { mode, _pad: 0, target: cc_bytes(target) }, 0)?;
+        config.set(0, SwitchConfig { mode, _pad: 0 }, 0)?;
         Ok(())
     }
 
@@ -63,26 +63,32 @@ impl Switcher {
         Ok(decode_switch_records(&bytes))
     }
 
-    /// Switch every full TCP socket of namespace `netns` (opened at `path`) whose algorithm is
-    /// not `target` to `target`.
-    pub fn switch_all(&mut self, netns: u32, path: &Path, target: &str) -> Result<Vec<Switched>> {
-        self.set_config(switch_mode::NOT_TARGET, target)?;
+    /// Every full TCP socket of namespace `netns` (opened at `path`) with its algorithm,
+    /// changing nothing: what a plan offers to switch.
+    pub fn list(&mut self, netns: u32, path: &Path) -> Result<Vec<Switched>> {
+        self.set_config(switch_mode::LIST)?;
         self.run(netns, path)
     }
 
-    /// Switch exactly the sockets in `cookies` that are still alive, each to its own algorithm.
-    pub fn switch_back(&mut self, netns: u32, path: &Path, cookies: &[(u64, String)]) -> Result<Vec<Switched>> {
+    /// Switch exactly the sockets in `cookies` that are still alive, each to the algorithm
+    /// named with it (the ones a plan chose, or undo's way back).
+    pub fn switch_cookies(&mut self, netns: u32, path: &Path, cookies: &[(u64, String)]) -> Result<Vec<Switched>> {
         if cookies.len() > SWITCH_MAX_COOKIES as usize {
-            bail!("{} sockets to switch back, at most {SWITCH_MAX_COOKIES} at once", cookies.len());
+            bail!("{} sockets to switch, at most {SWITCH_MAX_COOKIES} at once", cookies.len());
         }
         {
             let mut map: HashMap<&mut MapData, u64, CcName> =
                 HashMap::try_from(self.ebpf.map_mut("SWITCH_COOKIES").context("SWITCH_COOKIES map missing")?)?;
+            // A previous call's choice must not carry over into this one.
+            let stale: Vec<u64> = map.keys().filter_map(Result::ok).collect();
+            for cookie in stale {
+                map.remove(&cookie)?;
+            }
             for (cookie, cc) in cookies {
                 map.insert(cookie, CcName { name: cc_bytes(cc) }, 0)?;
             }
         }
-        self.set_config(switch_mode::COOKIES, "")?;
+        self.set_config(switch_mode::COOKIES)?;
         self.run(netns, path)
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use anyhow::Result;
 
 use crate::analysis::event::Sample;
-use crate::analysis::schema::{FlowRecord, Record, SampleRecord, SummaryRecord};
+use crate::analysis::schema::{ActionRecord, FlowRecord, Record, SampleRecord, SummaryRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
 use crate::output::writer::{LineWriter, WriteOutcome};
@@ -74,6 +74,14 @@ impl FrontEnd for JsonOutput {
 
     async fn on_tick(&mut self, analysis: &Analysis, _status: &Status) -> Result<Control> {
         self.push_dirty_flows(analysis)?;
+        self.send().await
+    }
+
+    /// A replayed recording's action, in its place among the flows (`replay --json`).
+    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
+        // The flows as they were just before it, then the action.
+        self.push_dirty_flows(analysis)?;
+        self.push(&Record::Action(action.clone()))?;
         self.send().await
     }
 

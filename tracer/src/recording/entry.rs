@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::source::SourceCounters;
 
 /// `Header::format` of every recording.
@@ -26,8 +26,8 @@ pub enum Entry {
     Tick { now_ns: u64, counters: SourceCounters },
     /// The host facts changed (containers, namespaces, their default CC), from this point on.
     Host { env: Environment },
-    /// Something cctrace did to the host (a fix applied or undone), in words.
-    Action { now_ns: u64, text: String },
+    /// Something cctrace did to the host (a fix applied or undone), at its time.
+    Action(ActionRecord),
     /// The last line of a recording that ended cleanly.
     End {
         summary: SummaryRecord,

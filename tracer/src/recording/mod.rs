@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::analysis::event::Sample;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::pipeline::{Control, FrontEnd, Status};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
@@ -87,6 +87,12 @@ impl Recorder {
         self.writer.check()
     }
 
+    /// Something cctrace did to the host.
+    fn action(&mut self, action: ActionRecord) -> Result<()> {
+        self.write(Entry::Action(action));
+        self.writer.check()
+    }
+
     /// The final tick (the one the pipeline judged the summary at) and the end.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
         self.tick(analysis, analysis.last_tick_ns(), counters_of(summary))?;
@@ -131,7 +137,26 @@ impl<F: FrontEnd> FrontEnd for Recording<F> {
     }
 
     async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
-        self.inner.input(analysis).await
+        let control = self.inner.input(analysis).await;
+        // What the user just did to the host goes into the recording at once, error or not.
+        let actions = self.inner.take_actions();
+        if let Some(r) = &mut self.recorder {
+            for action in actions {
+                r.action(action)?;
+            }
+        }
+        control
+    }
+
+    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
+        if let Some(r) = &mut self.recorder {
+            r.action(action.clone())?;
+        }
+        self.inner.on_action(analysis, action).await
+    }
+
+    fn take_actions(&mut self) -> Vec<ActionRecord> {
+        self.inner.take_actions()
     }
 
     fn on_source_end(&mut self) -> Control {
@@ -209,7 +234,7 @@ impl RecordingSource {
         self.summary.as_ref()
     }
 
-    /// The next item of the recording; actions are skipped.
+    /// The next item of the recording.
     pub(crate) fn read_item(&mut self) -> Result<Option<SourceItem>> {
         loop {
             let entry =
@@ -230,7 +255,8 @@ impl RecordingSource {
                     self.summary = Some(summary);
                     continue;
                 }
-                Some(Entry::Header(_) | Entry::Action { .. }) => continue,
+                Some(Entry::Action(record)) => SourceItem::Action(record),
+                Some(Entry::Header(_)) => continue,
             }));
         }
     }

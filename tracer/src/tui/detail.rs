@@ -9,6 +9,7 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkline, Widget};
 
+use super::fixing;
 use super::format;
 use super::origin::Origin;
 use super::state::{AppState, Whereabouts};
@@ -57,6 +58,9 @@ pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     let history: Vec<&HistoryPoint> = flow.history().collect();
     let step = state.history_step_ns;
     let retrans = retrans_series(flow, &history, step);
+    // A fix that switched this flow: its numbers either side, and where on the charts.
+    let compared = fixing::before_after_lines(&state.actions, flow.cookie(), &history, step);
+    let marks = fixing::marks(&state.actions, flow.cookie());
     if full {
         let rest = area.height.saturating_sub(ident_height + 4);
         let charts_height = (rest * 11 / 20).max(16).min(rest);
@@ -68,20 +72,20 @@ pub(crate) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         ])
         .areas(area);
         Paragraph::new(ident).render(id, buf);
-        render_charts(&history, &retrans, charts, buf);
+        render_charts(&history, &retrans, &marks, charts, buf);
         let block = Block::bordered().title(" congestion-avoidance state, 1 cell = 1 s ").border_style(dim());
         let inner = block.inner(ca);
         block.render(ca, buf);
         let [timeline, legend] = Layout::vertical([Constraint::Length(1); 2]).areas(inner);
         ca_timeline(&history, timeline, buf);
         ca_legend(flow).render(legend, buf);
-        render_verdict(state, verdict, lead, verdict_area, buf);
+        render_verdict(state, verdict, compared, lead, verdict_area, buf);
     } else {
         let [id, hist, verdict_area] =
             Layout::vertical([Constraint::Length(ident_height), Constraint::Length(8), Constraint::Min(0)]).areas(area);
         Paragraph::new(ident).render(id, buf);
         render_sparklines(flow, &history, &retrans, hist, buf);
-        render_verdict(state, verdict, lead, verdict_area, buf);
+        render_verdict(state, verdict, compared, lead, verdict_area, buf);
     }
 }
 
@@ -344,12 +348,24 @@ fn series(name: &'static str, points: Vec<(f64, f64)>, color: Color) -> Series {
     Series { name, points, color }
 }
 
-/// A line chart over the history; x is seconds before the newest point.
-fn line_chart(area: Rect, buf: &mut Buffer, title: String, lines: Vec<Series>, y_label: fn(f64) -> String) {
+/// A line chart over the history; x is seconds before the newest point. `marks` (x, undo) are
+/// drawn as vertical lines: where a fix switched the flow, and where it was undone.
+fn line_chart(
+    area: Rect,
+    buf: &mut Buffer,
+    title: String,
+    mut lines: Vec<Series>,
+    marks: &[(f64, bool)],
+    y_label: fn(f64) -> String,
+) {
     let all = || lines.iter().flat_map(|s| s.points.iter());
     let oldest = all().map(|p| p.0).fold(0.0_f64, f64::min).min(-1.0);
     let top = all().map(|p| p.1).fold(0.0_f64, f64::max);
     let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+    for &(x, undo) in marks.iter().filter(|(x, _)| *x >= oldest) {
+        let (name, color) = if undo { ("undo", Color::Gray) } else { ("fix", Color::LightRed) };
+        lines.push(series(name, vec![(x, 0.0), (x, top)], color));
+    }
     let datasets: Vec<Dataset> = lines
         .iter()
         .map(|s| {
@@ -370,12 +386,14 @@ fn line_chart(area: Rect, buf: &mut Buffer, title: String, lines: Vec<Series>, y
     chart.render(area, buf);
 }
 
-fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &mut Buffer) {
+fn render_charts(history: &[&HistoryPoint], retrans: &[u64], marks: &[fixing::Mark], area: Rect, buf: &mut Buffer) {
     let Some(newest) = history.last().map(|h| h.ts_ns) else {
         Paragraph::new("no history yet").style(dim()).render(area, buf);
         return;
     };
     let x = |h: &HistoryPoint| -((newest - h.ts_ns) as f64 / 1e9);
+    let marks: Vec<(f64, bool)> =
+        marks.iter().map(|m| (-((newest as f64 - m.ts_ns as f64) / 1e9).max(0.0), m.undo)).collect();
     let [top, bottom] = Layout::vertical([Constraint::Fill(1); 2]).areas(area);
     let [a, b] = Layout::horizontal([Constraint::Fill(1); 2]).areas(top);
     let [c, d] = Layout::horizontal([Constraint::Fill(1); 2]).areas(bottom);
@@ -387,6 +405,7 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
         buf,
         format!(" throughput, Mbit/s · now {} ", format::rate(f64::from(last.throughput_bps))),
         vec![series("thpt", thpt, Color::Green)],
+        &marks,
         |v| format!("{v:.1}"),
     );
 
@@ -401,6 +420,7 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
         buf,
         format!(" cwnd / ssthresh, segments · now {} / {} ", last.cwnd, format::ssthresh(last.ssthresh)),
         vec![series("cwnd", cwnd, Color::Cyan), series("ssthresh", ssthresh, Color::Magenta)],
+        &marks,
         |v| format!("{v:.0}"),
     );
 
@@ -411,6 +431,7 @@ fn render_charts(history: &[&HistoryPoint], retrans: &[u64], area: Rect, buf: &m
         buf,
         format!(" srtt / min_rtt, ms · now {} / {} ", format::ms(last.srtt_us), format::ms(last.min_rtt_us)),
         vec![series("srtt", rtt, Color::Yellow), series("min_rtt", min_rtt, Color::Blue)],
+        &marks,
         |v| format!("{v:.1}"),
     );
 
@@ -497,7 +518,14 @@ fn verdict_lines(verdict: Option<&Verdict>, lead: Vec<Line<'static>>, width: u16
     out
 }
 
-fn render_verdict(state: &AppState, verdict: Option<&Verdict>, lead: Vec<Line<'static>>, area: Rect, buf: &mut Buffer) {
+fn render_verdict(
+    state: &AppState,
+    verdict: Option<&Verdict>,
+    compared: Vec<Line<'static>>,
+    lead: Vec<Line<'static>>,
+    area: Rect,
+    buf: &mut Buffer,
+) {
     let title = match verdict {
         Some(v) if v.flagged => Line::styled(
             format!(" {FLAG_MARK} FLAGGED · limited by {} ", v.limited_by.name()),
@@ -508,7 +536,9 @@ fn render_verdict(state: &AppState, verdict: Option<&Verdict>, lead: Vec<Line<'s
     };
     let mut block = Block::bordered().title(title).border_style(dim());
     let inner = block.inner(area);
-    let lines = verdict_lines(verdict, lead, inner.width);
+    // Before/after a fix first: it is what the user just did.
+    let mut lines = compared;
+    lines.extend(verdict_lines(verdict, lead, inner.width));
     let max_scroll = u16::try_from(lines.len().saturating_sub(usize::from(inner.height))).unwrap_or(u16::MAX);
     state.detail_max_scroll.set(max_scroll);
     state.page_rows.set(usize::from(inner.height.max(1)));

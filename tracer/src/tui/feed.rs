@@ -20,8 +20,10 @@ use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::diagnosis::{DiagnosisConfig, Environment};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::filter::{FilterControl, FilterSpec};
+use crate::analysis::live_fix::{FixControl, Plan, Switched, Target};
 use crate::analysis::model::tests::sample;
 use crate::analysis::model::TableConfig;
+use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::source::SourceCounters;
@@ -29,7 +31,7 @@ use crate::source::SourceCounters;
 use crossterm::event::KeyEvent;
 
 use super::state::{AppState, HeaderInfo};
-use super::{apply_key, Action};
+use super::{apply_key, Action, Controls};
 
 pub(crate) const HOST_NETNS: u32 = 4026531840;
 pub(crate) const CONTAINER_NETNS: u32 = 4026532561;
@@ -128,6 +130,120 @@ impl FilterControl for FakeFilter {
     fn current(&self) -> FilterSpec {
         self.spec.clone()
     }
+}
+
+/// The host side of a fix, faked: plans over the connections it is told the namespace has,
+/// "applies" by remembering what it was asked, stamps actions with `now_ns`.
+#[derive(Debug, Default)]
+pub(super) struct FakeFixer {
+    /// The namespace's established connections, as the plan's listing would find them.
+    pub established: Vec<(u64, &'static str)>,
+    pub now_ns: u64,
+    pub applied: Vec<Plan>,
+    pub undone: Vec<u32>,
+}
+
+impl FakeFixer {
+    fn target(env: &Environment, netns: u32) -> Target {
+        Target {
+            netns,
+            path: "/proc/4242/ns/net".into(),
+            reached: format!(
+                "container jellyfin (pid 4242){}",
+                if netns == env.host_netns { ", the host's own namespace" } else { "" }
+            ),
+            host: netns == env.host_netns,
+            ip_netns: false,
+            runtime_sysctl: None,
+        }
+    }
+}
+
+impl FixControl for FakeFixer {
+    fn plan(&mut self, env: &Environment, netns: u32, cc: &str) -> Result<Plan, String> {
+        let established: Vec<Switched> = self
+            .established
+            .iter()
+            .map(|&(cookie, cc)| Switched {
+                cookie,
+                old_cc: cc.into(),
+                new_cc: cc.into(),
+                result: 0,
+                sport: 41234,
+                dport: 5201,
+            })
+            .collect();
+        let current = env.netns_cc.get(&netns).cloned().unwrap_or_else(|| "cubic".into());
+        Ok(Plan::new(Self::target(env, netns), cc, &current, &env.available_cc, true, &established, false, &|_| false))
+    }
+
+    fn apply(&mut self, _env: &Environment, plan: &Plan) -> Result<ActionRecord, String> {
+        self.applied.push(plan.clone());
+        let switched = if plan.live {
+            plan.to_switch
+                .iter()
+                .map(|c| SwitchedFlow { cookie: c.cookie, from: c.cc.clone(), to: plan.cc.clone() })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(ActionRecord {
+            ts_ns: self.now_ns,
+            action: ActionKind::Fix,
+            netns: plan.target.netns,
+            target: plan.target.reached.clone(),
+            cc: plan.cc.clone(),
+            default_before: plan.current_default.clone(),
+            default_after: plan.cc.clone(),
+            switched,
+            messages: vec![format!("{} fixed", plan.target.reached)],
+        })
+    }
+
+    fn undo(&mut self, env: &Environment, netns: u32) -> Result<ActionRecord, String> {
+        let Some(plan) = self.applied.iter().rev().find(|p| p.target.netns == netns) else {
+            return Err(format!("nothing to undo for network namespace {netns}: no state in /run/cctrace"));
+        };
+        if self.undone.contains(&netns) {
+            return Err(format!("nothing to undo for network namespace {netns}: no state in /run/cctrace"));
+        }
+        self.undone.push(netns);
+        Ok(ActionRecord {
+            ts_ns: self.now_ns,
+            action: ActionKind::Undo,
+            netns,
+            target: Self::target(env, netns).reached,
+            cc: plan.cc.clone(),
+            default_before: plan.cc.clone(),
+            default_after: plan.current_default.clone(),
+            switched: plan
+                .to_switch
+                .iter()
+                .map(|c| SwitchedFlow { cookie: c.cookie, from: plan.cc.clone(), to: c.cc.clone() })
+                .collect(),
+            messages: Vec::new(),
+        })
+    }
+}
+
+/// The CUBIC flow after a fix switched it to BBR at `from_tick`: the path's rate, no new loss
+/// response (what the lab measures: 2-3 to 180-190 Mbit/s).
+pub(super) fn switched_to_bbr(tick: u64, from_tick: u64) -> Sample {
+    let mut s = cubic_lossy(from_tick);
+    let since = tick - from_tick;
+    s.ts_ns = ts_ns(tick);
+    s.cc = "bbr".into();
+    s.bytes_acked += 2_200_000 * since;
+    s.bytes_sent = s.bytes_acked + s.bytes_retrans + 20_000 * since;
+    s.bytes_retrans += 20_000 * since;
+    s.busy_us = tick * 100_000;
+    s.srtt_us = 33_000;
+    s.snd_cwnd = 560;
+    s.snd_ssthresh = INFINITE;
+    s.packets_out = 560;
+    s.delivery_rate_bps = 176_000_000;
+    s.ca_state = CaState::Open;
+    s
 }
 
 pub(crate) fn header() -> HeaderInfo {
@@ -269,6 +385,7 @@ pub(super) struct Scene {
     pub analysis: Analysis,
     pub state: AppState,
     pub kernel: FakeFilter,
+    pub fixer: FakeFixer,
 }
 
 impl Scene {
@@ -280,8 +397,9 @@ impl Scene {
     pub(super) fn on_host(env: Environment) -> Self {
         Self {
             analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env),
-            state: AppState::new(header()),
+            state: AppState::new(header()).with_fixing(true),
             kernel: FakeFilter::default(),
+            fixer: FakeFixer { established: vec![(CUBIC, "cubic"), (BBR, "bbr")], ..FakeFixer::default() },
         }
     }
 
@@ -300,7 +418,8 @@ impl Scene {
 
     /// A key, as the front end applies it.
     pub(super) fn key(&mut self, key: KeyEvent) -> Action {
-        apply_key(&mut self.state, &self.analysis, Some(&mut self.kernel), key)
+        let controls = Controls { filter: Some(&mut self.kernel), fixer: Some(&mut self.fixer) };
+        apply_key(&mut self.state, &self.analysis, controls, key)
     }
 
     pub(super) fn refresh(&mut self) {

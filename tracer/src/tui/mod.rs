@@ -8,6 +8,7 @@
 //! own that a flood of samples cannot starve.
 
 mod detail;
+mod fixing;
 mod format;
 mod origin;
 pub mod state;
@@ -32,7 +33,9 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use crate::analysis::filter::FilterControl;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::fix::FIX_CC;
+use crate::analysis::live_fix::FixControl;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::pipeline::{self, Control, FrontEnd, PipelineOptions, Status, StopSignal};
 use crate::source::EventSource;
@@ -59,23 +62,51 @@ impl Default for TuiOptions {
 /// filter cannot be changed here).
 pub type FilterControlBox = Box<dyn FilterControl + Send>;
 
+/// The host side of a fix, when the front end may apply one (`None`: `f` says it cannot).
+pub type FixControlBox = Box<dyn FixControl + Send>;
+
+/// What a key may change outside the UI: the kernel filter and the fix.
+#[derive(Default)]
+pub struct Controls<'a> {
+    pub filter: Option<&'a mut dyn FilterControl>,
+    pub fixer: Option<&'a mut dyn FixControl>,
+}
+
 /// Apply a key, then bring the rows and the detail copy up to date with it (a re-sort, a new
-/// detail flow, a resume); a kernel filter typed in goes to `filter`. What the front end does
-/// with every key; tests do the same.
-pub fn apply_key(
-    state: &mut AppState,
-    analysis: &Analysis,
-    filter: Option<&mut dyn FilterControl>,
-    key: KeyEvent,
-) -> Action {
+/// detail flow, a resume); a kernel filter typed in goes to the filter control, a fix asked
+/// for or confirmed to the fix control. What the front end does with every key; tests do the
+/// same.
+pub fn apply_key(state: &mut AppState, analysis: &Analysis, controls: Controls<'_>, key: KeyEvent) -> Action {
     let mut action = handle_key(state, key);
-    if let Action::SetKernelFilter(spec) = action {
-        let result = match filter {
-            Some(control) => control.apply(&spec, &analysis.env),
-            None => Err("this source has no kernel filter to change".into()),
-        };
-        state.kernel_filter_applied(spec, result);
-        action = Action::None;
+    let env = &analysis.env;
+    let no_fixer = || "this source cannot change the host".to_string();
+    match action {
+        Action::SetKernelFilter(spec) => {
+            let result = match controls.filter {
+                Some(control) => control.apply(&spec, env),
+                None => Err("this source has no kernel filter to change".into()),
+            };
+            state.kernel_filter_applied(spec, result);
+            action = Action::None;
+        }
+        Action::PlanFix { cookie, netns, flagged } => {
+            let plan = controls.fixer.map_or_else(|| Err(no_fixer()), |f| f.plan(env, netns, FIX_CC));
+            state.fix_planned(cookie, flagged, plan);
+            action = Action::None;
+        }
+        Action::ApplyFix => {
+            if let Some((cookie, plan)) = state.confirmed_plan() {
+                let done = controls.fixer.map_or_else(|| Err(no_fixer()), |f| f.apply(env, &plan));
+                state.fix_done(Some(cookie), done);
+            }
+            action = Action::None;
+        }
+        Action::UndoFix { netns } => {
+            let done = controls.fixer.map_or_else(|| Err(no_fixer()), |f| f.undo(env, netns));
+            state.fix_done(None, done);
+            action = Action::None;
+        }
+        _ => {}
     }
     state.refresh(analysis);
     action
@@ -100,6 +131,8 @@ pub struct TuiFrontEnd<'t, B: Backend, K> {
     keys_open: bool,
     /// Changes the kernel filter (the `F` prompt); `None` where there is none to change.
     filter: Option<FilterControlBox>,
+    /// Applies and undoes the fix (`f`, `u`); `None` where the host is not to be changed.
+    fixer: Option<FixControlBox>,
     /// A recording in progress, shown in the header.
     recording: Option<crate::recording::RecordingStatus>,
     /// Moves the playback of a replayed recording.
@@ -126,7 +159,14 @@ where
             }
             None => state,
         };
-        Self { terminal, keys, keys_open: true, filter, recording: None, player: None, state }
+        Self { terminal, keys, keys_open: true, filter, fixer: None, recording: None, player: None, state }
+    }
+
+    /// Let `f` and `u` apply and undo the fix through `fixer`.
+    pub fn with_fixer(mut self, fixer: Option<FixControlBox>) -> Self {
+        self.state.can_fix = fixer.is_some();
+        self.fixer = fixer;
+        self
     }
 
     /// Steer `player` with the replay keys.
@@ -177,8 +217,11 @@ where
         }
         match self.keys.next().await {
             Some(Ok(Event::Key(k))) => {
-                let filter = self.filter.as_deref_mut().map(|f| f as &mut dyn FilterControl);
-                match apply_key(&mut self.state, analysis, filter, k) {
+                let controls = Controls {
+                    filter: self.filter.as_deref_mut().map(|f| f as &mut dyn FilterControl),
+                    fixer: self.fixer.as_deref_mut().map(|f| f as &mut dyn FixControl),
+                };
+                match apply_key(&mut self.state, analysis, controls, k) {
                     Action::Quit => return Ok(Control::Stop),
                     Action::Playback(command) => {
                         if let Some(player) = &self.player {
@@ -202,6 +245,16 @@ where
         Ok(Control::Continue)
     }
 
+    /// A replayed fix: marked on the charts of the flows it switched, as it was live.
+    async fn on_action(&mut self, _analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
+        self.state.action_replayed(action.clone());
+        Ok(Control::Continue)
+    }
+
+    fn take_actions(&mut self) -> Vec<ActionRecord> {
+        self.state.take_actions()
+    }
+
     /// A recording that ran out stays on screen until the user quits.
     fn on_source_end(&mut self) -> Control {
         self.state.set_source_ended();
@@ -216,8 +269,8 @@ where
 
 /// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
 /// (SIGTERM); `filter` lets the user change the kernel filter (`F`); `recorder` records what
-/// is shown (the header says so). The terminal is restored before this returns, also on error,
-/// so the caller may print the summary it returns.
+/// is shown (the header says so); `exporter` serves it as metrics. The terminal is restored
+/// before this returns, also on error, so the caller may print the summary it returns.
 #[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
 pub async fn run(
     source: &mut dyn EventSource,
@@ -226,7 +279,9 @@ pub async fn run(
     opts: &TuiOptions,
     pipeline_opts: PipelineOptions,
     filter: Option<FilterControlBox>,
+    fixer: Option<FixControlBox>,
     recorder: Option<crate::recording::Recorder>,
+    exporter: Option<crate::metrics::Exporter>,
     player: Option<crate::recording::player::Player>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
@@ -235,8 +290,10 @@ pub async fn run(
     let status = recorder.as_ref().map(crate::recording::Recorder::status);
     let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter)
         .with_recording(status)
+        .with_fixer(fixer)
         .with_player(player);
-    let mut front = crate::recording::Recording { inner: tui, recorder };
+    let recording = crate::recording::Recording { inner: tui, recorder };
+    let mut front = crate::metrics::Exporting { inner: recording, exporter };
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
     let pipeline_opts = if pipeline_opts.scripted {
         pipeline_opts

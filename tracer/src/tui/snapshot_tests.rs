@@ -305,3 +305,47 @@ fn header_never_cuts_a_word() {
         }
     }
 }
+
+#[test]
+fn fix_panel_100x30() {
+    let mut state = feed::scene();
+    select(&mut state, CUBIC);
+    press(&mut state, KeyCode::Char('f'));
+    press(&mut state, KeyCode::Char('h'));
+    insta::assert_snapshot!("fix_panel_100x30", render(&state, 100, 30).backend());
+}
+
+/// 12 s of the feed, the fix at 12.5 s switching the CUBIC flow, 12 s more on bbr.
+fn after_a_fix() -> Scene {
+    let mut state = feed::scene();
+    select(&mut state, CUBIC);
+    state.fixer.now_ns = feed::ts_ns(125);
+    press(&mut state, KeyCode::Char('f'));
+    press(&mut state, KeyCode::Char('h'));
+    press(&mut state, KeyCode::Enter);
+    let mut received = 0;
+    for tick in 121..=245 {
+        let mut batch = feed::batch(tick);
+        if tick > 125 {
+            batch[0] = feed::switched_to_bbr(tick, 125);
+        }
+        received += batch.len() as u64;
+        state.ingest(&batch);
+        if tick % 10 == 0 {
+            state.tick(feed::ts_ns(tick), SourceCounters { received, ..SourceCounters::default() });
+        }
+    }
+    state
+}
+
+#[test]
+fn detail_after_a_fix_120x40() {
+    let state = after_a_fix();
+    let terminal = render(&state, 120, 40);
+    let text: String = terminal.backend().buffer().content().iter().map(ratatui::buffer::Cell::symbol).collect();
+    assert!(text.contains("switched cubic → bbr"), "{text}");
+    assert!(text.contains("before (9 s)") && text.contains("after (9 s)"), "{text}");
+    assert!(!state.detail_flow().expect("detail").1.is_some_and(|v| v.flagged), "the flag cleared on bbr");
+    insta::assert_snapshot!("detail_after_fix_120x40", terminal.backend());
+    insta::assert_snapshot!("detail_after_fix_80x24", render(&state, 80, 24).backend());
+}

@@ -15,7 +15,9 @@ use crate::analysis::container::CgroupInfo;
 use crate::analysis::diagnosis::{Environment, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, TcpState};
 use crate::analysis::filter::FilterSpec;
+use crate::analysis::live_fix::Plan;
 use crate::analysis::model::Flow;
+use crate::analysis::schema::{ActionKind, ActionRecord};
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::source::SourceCounters;
@@ -174,6 +176,8 @@ pub(crate) struct FlowRow {
     pub comm: Option<String>,
     pub local: SocketAddr,
     pub remote: SocketAddr,
+    /// Its network namespace (inode): what `f` fixes.
+    pub netns: u32,
     pub cc: String,
     pub ca_state: CaState,
     pub closed: bool,
@@ -220,6 +224,7 @@ impl FlowRow {
             comm: s.owner.as_ref().map(|o| o.comm.clone()),
             local: s.local,
             remote: s.remote,
+            netns: s.netns,
             cc: s.cc.clone(),
             ca_state: s.ca_state,
             closed,
@@ -234,11 +239,7 @@ impl FlowRow {
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged,
             finding,
-            heavy: flagged || {
-                let moved = s.bytes_acked.saturating_add(s.bytes_received);
-                let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
-                analysis.diagnoser.config().is_heavy(moved, flow.rates.throughput_bps, cwnd_full)
-            },
+            heavy: analysis.diagnoser.config().flow_is_heavy(flow, verdict),
         }
     }
 
@@ -451,6 +452,15 @@ pub struct AppState {
     pub(crate) seek_input: String,
     /// A one-line message for the status line (an error), until the next key.
     pub(crate) status: Option<String>,
+    /// The fix's confirmation panel, while open.
+    pub(crate) fix_panel: Option<super::fixing::FixPanel>,
+    /// Fixes applied and undone (here or, in a replay, as recorded), oldest first: the detail
+    /// view compares before and after and marks them on the charts.
+    pub(crate) actions: Vec<ActionRecord>,
+    /// Actions taken here that a recorder has not taken yet.
+    unrecorded: Vec<ActionRecord>,
+    /// The front end can fix (a live source with a host side): `f` and `u` are offered.
+    pub(crate) can_fix: bool,
     pub(crate) show_all: bool,
     pub(crate) paused: bool,
     pub(crate) detail: Option<Box<DetailFlow>>,
@@ -497,6 +507,10 @@ impl AppState {
             typing_seek: false,
             seek_input: String::new(),
             status: None,
+            fix_panel: None,
+            actions: Vec::new(),
+            unrecorded: Vec::new(),
+            can_fix: false,
             show_all: false,
             paused: false,
             detail: None,
@@ -529,6 +543,60 @@ impl AppState {
             }
             Err(e) => self.status = Some(format!("kernel filter unchanged: {e}")),
         }
+    }
+
+    /// The plan the host side made for `f` on flow `cookie`: the confirmation panel opens on
+    /// it, or the status line says why there is none.
+    pub fn fix_planned(&mut self, cookie: u64, flagged: bool, plan: Result<Plan, String>) {
+        match plan {
+            Ok(plan) => self.fix_panel = Some(super::fixing::FixPanel::new(cookie, plan, flagged)),
+            Err(e) => self.status = Some(format!("cannot fix: {e}")),
+        }
+    }
+
+    /// The panel's plan, as confirmed (`None` when no panel is open).
+    pub(crate) fn confirmed_plan(&mut self) -> Option<(u64, Plan)> {
+        self.fix_panel.take().map(|p| (p.cookie, p.plan))
+    }
+
+    /// What applying or undoing a fix did: kept for the charts and the recorder, summed up on
+    /// the status line; after a fix the detail view opens on the flow `f` was pressed on.
+    pub fn fix_done(&mut self, cookie: Option<u64>, result: Result<ActionRecord, String>) {
+        match result {
+            Ok(action) => {
+                log::info!("{}", action.headline());
+                self.status = Some(action.headline());
+                if let (Some(cookie), ActionKind::Fix) = (cookie, action.action) {
+                    self.detail_cookie = Some(cookie);
+                    self.detail_scroll = 0;
+                    self.screen = Screen::Detail;
+                }
+                self.unrecorded.push(action.clone());
+                self.actions.push(action);
+            }
+            Err(e) => self.status = Some(format!("nothing changed: {e}")),
+        }
+    }
+
+    /// An action a recording played back says was taken at this point.
+    pub fn action_replayed(&mut self, action: ActionRecord) {
+        self.actions.push(action);
+    }
+
+    /// Actions taken since last asked, for a recorder.
+    pub fn take_actions(&mut self) -> Vec<ActionRecord> {
+        std::mem::take(&mut self.unrecorded)
+    }
+
+    /// A fix was applied here (so `u` has something to undo, unless it was undone).
+    pub(crate) fn fixed_any(&self) -> bool {
+        self.actions.iter().any(|a| a.action == ActionKind::Fix)
+    }
+
+    /// Offer `f` and `u` (the front end holds a host side that can fix).
+    pub fn with_fixing(mut self, can_fix: bool) -> Self {
+        self.can_fix = can_fix;
+        self
     }
 
     /// The kernel filter in force, as last applied through the UI (or given at start).

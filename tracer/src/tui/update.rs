@@ -15,6 +15,19 @@ pub enum Action {
     SetKernelFilter(FilterSpec),
     /// Move the playback of a recording (the front end's player does it).
     Playback(PlaybackCommand),
+    /// Ask the host side what fixing flow `cookie`'s namespace would do; the state learns it
+    /// through [`AppState::fix_planned`].
+    PlanFix {
+        cookie: u64,
+        netns: u32,
+        flagged: bool,
+    },
+    /// The confirmation panel's plan was confirmed: carry it out ([`AppState::fix_done`]).
+    ApplyFix,
+    /// Undo the fix of the namespace `netns` ([`AppState::fix_done`]).
+    UndoFix {
+        netns: u32,
+    },
 }
 
 /// What the replay's keys ask of the player.
@@ -92,6 +105,9 @@ pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
     if state.typing_seek {
         return seek_key(state, key);
     }
+    if state.fix_panel.is_some() {
+        return super::fixing::panel_key(state, key);
+    }
     if state.replay {
         let command = match key.code {
             // In a replay, space pauses the playback itself (the display follows it).
@@ -120,12 +136,38 @@ pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
         KeyCode::Char('?') => state.help = true,
         KeyCode::Char(' ') => state.toggle_pause(),
         KeyCode::Char('F') => state.typing_kernel_filter = true,
+        KeyCode::Char('f' | 'u') => return fix_key(state, key.code == KeyCode::Char('u')),
         _ => match state.screen {
             Screen::Table => table_key(state, key),
             Screen::Detail => detail_key(state, key),
         },
     }
     Action::None
+}
+
+/// `f` (fix) or `u` (undo) on the flow in the detail view, or the selected one.
+fn fix_key(state: &mut AppState, undo: bool) -> Action {
+    if !state.can_fix {
+        state.status = Some(if state.replay {
+            "a replay shows what was done; it changes nothing on this host".into()
+        } else {
+            "fixing needs the live kernel source (run cctrace as root, without a recording)".into()
+        });
+        return Action::None;
+    }
+    let row = match state.screen {
+        Screen::Detail => state.detail_cookie.and_then(|c| state.snapshot.iter().find(|r| r.cookie == c)),
+        Screen::Table => state.selected_row(),
+    };
+    let Some(row) = row else {
+        state.status = Some("select a flow first".into());
+        return Action::None;
+    };
+    if undo {
+        Action::UndoFix { netns: row.netns }
+    } else {
+        Action::PlanFix { cookie: row.cookie, netns: row.netns, flagged: row.flagged }
+    }
 }
 
 fn table_key(state: &mut AppState, key: KeyEvent) {

@@ -63,6 +63,9 @@ impl Widget for &AppState {
             Screen::Detail => detail::render(self, body, buf),
         }
         render_footer(self, footer, buf);
+        if let Some(panel) = &self.fix_panel {
+            super::fixing::render_panel(panel, body, buf);
+        }
         if self.help {
             render_help(self, area, buf);
         }
@@ -320,6 +323,7 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
                 (2, hint("g", if state.grouped { "ungroup" } else { "group" })),
                 (2, hint("s/S", "sort")),
                 (2, hint("a", if state.show_all { "heavy" } else { "all" })),
+                (if state.can_fix && state.flagged_count > 0 { 1 } else { 5 }, hint("f", "fix")),
                 // Paused, the way out stays in sight.
                 (if state.paused { 1 } else { 3 }, hint("space", if state.paused { "resume" } else { "pause" })),
             ],
@@ -328,6 +332,8 @@ fn render_footer(state: &AppState, area: Rect, buf: &mut Buffer) {
                 (1, hint("↑↓", "scroll")),
                 (1, hint("space", if state.paused { "resume" } else { "pause" })),
                 (2, hint("F", "trace filter")),
+                (if state.can_fix { 1 } else { 5 }, hint("f", "fix")),
+                (if state.can_fix && state.fixed_any() { 2 } else { 5 }, hint("u", "undo fix")),
                 (0, hint("?", "help")),
                 (0, hint("q", "quit")),
             ],
@@ -460,7 +466,7 @@ fn findings(state: &AppState) -> Vec<&FlowRow> {
     flagged
 }
 
-fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
+fn finding_line(row: &FlowRow, width: usize, can_fix: bool) -> Line<'static> {
     let Some(f) = row.finding else { return Line::default() };
     let who = row.comm.clone().unwrap_or_else(|| row.local.to_string());
     let mut text = format!(
@@ -474,9 +480,12 @@ fn finding_line(row: &FlowRow, width: usize) -> Line<'static> {
     if let Some(path) = f.available_bps {
         text.push_str(&format!("; the path carried {} without a queue", format::rate(path)));
     }
+    // The key that acts on it stays in sight: the description gives way to it.
+    let key = if can_fix { "  f: fix" } else { "" };
     Line::from(vec![
         Span::styled(format!("{FLAG_MARK} "), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
-        Span::raw(format::truncate(&text, width.saturating_sub(2))),
+        Span::raw(format::truncate(&text, width.saturating_sub(2 + key.len()))),
+        Span::styled(key, Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
     ])
 }
 
@@ -493,7 +502,8 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
         let inner = block.inner(strip_area);
         block.render(strip_area, buf);
         let width = usize::from(inner.width);
-        let mut lines: Vec<Line> = found.iter().take(usize::from(strip - 1)).map(|r| finding_line(r, width)).collect();
+        let mut lines: Vec<Line> =
+            found.iter().take(usize::from(strip - 1)).map(|r| finding_line(r, width, state.can_fix)).collect();
         if found.len() > 3 {
             if let Some(last) = lines.last_mut() {
                 *last =
@@ -648,6 +658,8 @@ const HELP: &[(&str, &str)] = &[
     ("", "netns=NAME (kernel filter; empty: all)"),
     ("s   S  r", "next sort column / reverse order"),
     ("a", "heavy flows only / all flows"),
+    ("f  u", "switch the flow's namespace to bbr (asks"),
+    ("", "first, lists every change) / undo it"),
     ("space", "pause the display (tracing goes on)"),
 ];
 

@@ -1,0 +1,199 @@
+//! The Prometheus exporter: `cctrace serve` (headless), and `--listen` beside any other front
+//! end, fed by the same pipeline.
+//!
+//! [`model`] computes what is exposed from the analysis (pure, tested on feeds);
+//! [`exposition`] encodes it with the Prometheus client; [`server`] serves it over HTTP.
+//! [`Exporting`] wraps a front end the way [`crate::recording::Recording`] does, so the TUI or
+//! JSON output and the exporter see the same samples and ticks.
+
+pub mod exposition;
+pub mod hook_cost;
+pub mod model;
+pub mod server;
+
+use std::net::SocketAddr;
+
+use anyhow::Result;
+
+use crate::analysis::event::Sample;
+use crate::analysis::schema::SummaryRecord;
+use crate::analysis::Analysis;
+use crate::pipeline::{Control, FrontEnd, Status};
+use crate::recording::counters_of;
+
+pub use exposition::{Exposition, Format, SharedSnapshot};
+pub use model::{MetricsConfig, MetricsModel, Snapshot};
+pub use server::{check_listen, MetricsServer, ServeError};
+
+/// The snapshot is recomputed at most this often (the analysis judges flows once a second);
+/// ticks in between (the TUI draws four frames a second) only count bytes.
+const SNAPSHOT_EVERY_NS: u64 = 1_000_000_000;
+
+/// The exporter's state: the model, what scrapes read, and the HTTP server.
+pub struct Exporter {
+    model: MetricsModel,
+    shared: SharedSnapshot,
+    /// Each kernel hook and whether it is attached.
+    hooks: Vec<(String, bool)>,
+    /// The attached hooks' programs, for their run statistics.
+    programs: Vec<crate::kernel::HookProgram>,
+    server: Option<MetricsServer>,
+    snapshot_at_ns: Option<u64>,
+}
+
+impl Exporter {
+    /// Serve on `addr` (already checked with [`check_listen`]).
+    pub async fn start(addr: SocketAddr, cfg: MetricsConfig, hooks: Vec<(String, bool)>) -> Result<Self, ServeError> {
+        let shared = SharedSnapshot::default();
+        let server = MetricsServer::bind(addr, shared.clone()).await?;
+        Ok(Self {
+            model: MetricsModel::new(cfg),
+            shared,
+            hooks,
+            programs: Vec::new(),
+            server: Some(server),
+            snapshot_at_ns: None,
+        })
+    }
+
+    /// The kernel hooks, whether each is attached, and the attached ones' programs (known once
+    /// the source started).
+    pub fn set_hooks(&mut self, hooks: Vec<(String, bool)>, programs: Vec<crate::kernel::HookProgram>) {
+        self.hooks = hooks;
+        self.programs = programs;
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(MetricsServer::local_addr)
+    }
+
+    fn publish(&mut self, analysis: &Analysis, counters: crate::source::SourceCounters) {
+        let mut snapshot = self.model.snapshot(analysis, counters, &self.hooks);
+        snapshot.health.hook_costs = hook_cost::read(&self.programs);
+        self.shared.set(snapshot);
+        self.snapshot_at_ns = Some(analysis.last_tick_ns());
+    }
+}
+
+/// A front end that also exports metrics (when `exporter` is set).
+pub struct Exporting<F> {
+    pub inner: F,
+    pub exporter: Option<Exporter>,
+}
+
+impl<F: FrontEnd> FrontEnd for Exporting<F> {
+    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
+        if let Some(e) = &mut self.exporter {
+            e.model.observe(&analysis.env, analysis.env_generation(), batch);
+        }
+        self.inner.on_batch(analysis, batch).await
+    }
+
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        if let Some(e) = &mut self.exporter {
+            let due = e.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= SNAPSHOT_EVERY_NS);
+            if due {
+                e.publish(analysis, status.counters);
+            }
+        }
+        self.inner.on_tick(analysis, status).await
+    }
+
+    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
+        self.inner.input(analysis).await
+    }
+
+    fn on_source_end(&mut self) -> Control {
+        self.inner.on_source_end()
+    }
+
+    /// The final totals, then the server stops: a scrape from here on is refused.
+    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
+        if let Some(e) = &mut self.exporter {
+            e.publish(analysis, counters_of(summary));
+            if let Some(server) = e.server.take() {
+                server.shutdown().await;
+            }
+        }
+        self.inner.finish(analysis, summary).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::diagnosis::DiagnosisConfig;
+    use crate::analysis::model::TableConfig;
+    use crate::pipeline::{NoStop, PipelineOptions, TimeBase};
+    use crate::source::FeedSource;
+    use crate::tui::feed;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn scrape(addr: SocketAddr) -> std::io::Result<String> {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    /// The front end the exporter wraps: it scrapes the exporter at every tick.
+    struct Scraper {
+        addr: SocketAddr,
+        scrapes: Vec<String>,
+    }
+
+    impl FrontEnd for Scraper {
+        /// A millisecond per batch (a tenth of a second of the feed): the pipeline's 10 ms
+        /// ticks then come about once per second of sample time, as live.
+        async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[Sample]) -> Result<Control> {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            Ok(Control::Continue)
+        }
+
+        async fn on_tick(&mut self, _analysis: &Analysis, _status: &Status) -> Result<Control> {
+            self.scrapes.push(scrape(self.addr).await?);
+            Ok(Control::Continue)
+        }
+
+        async fn finish(&mut self, _analysis: &Analysis, _summary: &SummaryRecord) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn value(scrape: &str, prefix: &str) -> Option<f64> {
+        scrape.lines().find_map(|l| l.strip_prefix(prefix)?.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn the_pipeline_feeds_the_exporter_beside_another_front_end_and_stops_its_server() {
+        let batches: Vec<Vec<Sample>> = (0..400).map(feed::batch).collect();
+        let mut source = FeedSource::new(batches);
+        let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), feed::env());
+        let exporter = Exporter::start("127.0.0.1:0".parse().expect("addr"), MetricsConfig::default(), Vec::new())
+            .await
+            .expect("binds");
+        let addr = exporter.local_addr().expect("listening");
+        let mut front = Exporting { inner: Scraper { addr, scrapes: Vec::new() }, exporter: Some(exporter) };
+        let opts = PipelineOptions {
+            tick: std::time::Duration::from_millis(10),
+            max_samples_per_turn: 5,
+            time_base: TimeBase::Samples,
+            final_drain: std::time::Duration::ZERO,
+            ..PipelineOptions::default()
+        };
+        let summary =
+            crate::pipeline::run(&mut source, &mut analysis, &mut front, &opts, || 0, &mut NoStop).await.expect("runs");
+        assert_eq!(summary.events_received, (0..400).map(|t| feed::batch(t).len() as u64).sum::<u64>());
+        let scrapes = &front.inner.scrapes;
+        assert!(scrapes.len() > 10, "{} scrapes", scrapes.len());
+        let flagged = r#"cctrace_flagged_flows{container="jellyfin",netns="4026531840",cc="cubic"}"#;
+        assert!(scrapes.iter().any(|s| value(s, flagged) == Some(1.0)), "the upload is flagged in some scrape");
+        let sent = r#"cctrace_sent_bytes_total{container="jellyfin",netns="4026531840",cc="cubic"}"#;
+        let counted: Vec<f64> = scrapes.iter().filter_map(|s| value(s, sent)).collect();
+        assert!(counted.windows(2).all(|w| w[1] >= w[0]), "never backwards: {counted:?}");
+        assert!(counted.last().is_some_and(|v| *v > 0.0));
+        assert!(scrape(addr).await.is_err(), "the server is gone once the run finished");
+    }
+}
