@@ -6,9 +6,9 @@
 //! when a process sends on it. Kernels without that tracepoint (6.1, 6.12) leave accepted
 //! connections, the sender of a video among them, without one; this fills the gap. A scan
 //! walks every process, so it runs only while unnamed flows wait, no sooner than
-//! [`MIN_SCAN_GAP`] after the last one and no sooner than [`COST_FACTOR`] times the last one's
-//! duration (so scanning takes at most a twentieth of one core however many processes there
-//! are), and gives up on a flow after [`MAX_TRIES`] scans that did not find it. The reader
+//! [`MIN_SCAN_GAP`] after the last one and no sooner than [`COST_FACTOR`] times the CPU time the
+//! last one took (so scanning takes at most a twentieth of one core however many processes
+//! there are; CPU time, not wall time, so a busy machine does not stretch the gap), and gives up on a flow after [`MAX_TRIES`] scans that did not find it. The reader
 //! wakes for a due scan even when no sample arrives: on kernels without periodic samples a
 //! flow may send nothing more until it closes, when its process has let go of it.
 
@@ -92,9 +92,10 @@ impl OwnerLookup {
         if self.waiting.is_empty() || self.next_scan.is_some_and(|t| Instant::now() < t) {
             return false;
         }
-        let started = Instant::now();
+        let cpu_before = thread_cpu_time();
         self.scan(Path::new("/proc"));
-        self.next_scan = Some(Instant::now() + MIN_SCAN_GAP.max(started.elapsed() * COST_FACTOR));
+        let cost = thread_cpu_time().saturating_sub(cpu_before);
+        self.next_scan = Some(Instant::now() + MIN_SCAN_GAP.max(cost * COST_FACTOR));
         true
     }
 
@@ -123,6 +124,16 @@ impl OwnerLookup {
             true
         });
     }
+}
+
+/// CPU time this thread has used (zero where the clock is unreadable: the gap is then the minimum).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into memory we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// The inode of every TCP socket in the given namespaces, read through one process of each.
