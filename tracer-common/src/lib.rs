@@ -414,8 +414,11 @@ pub struct Config {
     /// Hooks whose programs run ([`HookId::bit`]s); a program whose bit is clear returns at
     /// once, so a hook can be switched off without detaching it.
     pub hooks: u32,
-    /// Reserved for in-kernel container filters; 0 for now.
-    pub _reserved: u32,
+    /// Nonzero: flows are keyed by their socket's address, each given a flow id of its own when
+    /// first seen, instead of by socket cookie. Classic tracepoints cannot ask for a cookie, and
+    /// `skc_cookie` stays 0 until something does, so they key this way whenever they are the
+    /// hooks in use (`--hooks classic`, or no kernel BTF).
+    pub key_by_socket: u32,
 }
 
 pub const CONFIG_SIZE: usize = 16;
@@ -423,7 +426,7 @@ const _: () = assert!(core::mem::size_of::<Config>() == CONFIG_SIZE);
 
 impl Config {
     pub const fn default_config() -> Self {
-        Self { sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS, hooks: HookId::ALL_BITS, _reserved: 0 }
+        Self { sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS, hooks: HookId::ALL_BITS, key_by_socket: 0 }
     }
 }
 
@@ -474,9 +477,12 @@ pub struct FlowState {
     pub filter_pass: u8,
     pub _pad: [u8; 2],
     pub filter_generation: u32,
+    /// With [`Config::key_by_socket`]: the id samples of this flow carry as their cookie (bit 52
+    /// set, so it never equals a kernel cookie); 0 otherwise.
+    pub flow_id: u64,
 }
 
-pub const FLOW_STATE_SIZE: usize = 48;
+pub const FLOW_STATE_SIZE: usize = 56;
 const _: () = assert!(core::mem::size_of::<FlowState>() == FLOW_STATE_SIZE);
 
 /// Longest congestion-control name with its NUL (`TCP_CA_NAME_MAX`).

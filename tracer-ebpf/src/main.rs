@@ -80,6 +80,9 @@ macro_rules! global {
     }};
 }
 
+mod flow_key;
+use flow_key::{btf_key, classic_key};
+
 /// Whether userspace enabled `hook` in `CONFIG.hooks`; a disabled hook's programs do nothing.
 #[inline(always)]
 fn enabled(hook: HookId) -> bool {
@@ -157,7 +160,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     let mut state = match FLOWS.get_ptr_mut(hit.cookie) {
         // SAFETY: the pointer is into the map value, valid for this program run.
         Some(p) => unsafe { *p },
-        None => FlowState::default(),
+        None => flow_key::new_flow_state(hit.cookie),
     };
     let interval = global!(CONFIG.sample_interval_ns);
     let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
@@ -268,7 +271,7 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
         s.header =
             RecordHeader { version: WIRE_VERSION, kind: record_kind::FLOW_SAMPLE, size: FLOW_SAMPLE_SIZE as u32 };
         s.ts_ns = now;
-        s.cookie = hit.cookie;
+        s.cookie = flow_key::sample_cookie(state, hit.cookie);
         s.reason = hit.reason;
         s.old_tcp_state = hit.old_state;
         s.retrans_events = state.retrans_events;
@@ -385,7 +388,7 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
     let sk: *const u8 = ctx.arg(0);
     let hit = Hit {
         sk,
-        cookie: btf_cookie(sk),
+        cookie: btf_key(sk),
         reason: reason::PERIODIC,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
@@ -405,7 +408,7 @@ pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
     let sk: *const u8 = ctx.arg(0);
     let hit = Hit {
         sk,
-        cookie: btf_cookie(sk),
+        cookie: btf_key(sk),
         reason: reason::RETRANSMIT,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
@@ -424,7 +427,7 @@ pub fn cct_cong_state(ctx: BtfTracePointContext) -> u32 {
     }
     let sk: *const u8 = ctx.arg(0);
     let new_ca: u8 = ctx.arg(1);
-    match try_cong_state(sk, btf_cookie(sk), new_ca, false) {
+    match try_cong_state(sk, btf_key(sk), new_ca, false) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -448,7 +451,7 @@ pub fn cct_destroy(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let sk: *const u8 = ctx.arg(0);
-    match try_destroy(sk, btf_cookie(sk), false) {
+    match try_destroy(sk, btf_key(sk), false) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -475,7 +478,7 @@ fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         comm: bpf_get_current_comm().unwrap_or_default(),
         flags: flag::OWNER_KNOWN,
-        ..FlowState::default()
+        ..flow_key::new_flow_state(cookie)
     };
     if FLOWS.insert(cookie, state, 0).is_err() {
         bump(counter::FLOW_MAP_FULL);
@@ -489,7 +492,7 @@ pub fn cct_sendmsg(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let sk: *const u8 = ctx.arg(0);
-    match try_sendmsg(sk, btf_cookie(sk)) {
+    match try_sendmsg(sk, btf_key(sk)) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -513,7 +516,7 @@ fn try_set_state(sk: *const u8, old: u8, new: u8, classic: bool) -> Result<u32, 
     if proto_off != ABSENT && read::<u16>(sk, proto_off) != IPPROTO_TCP {
         return Ok(0);
     }
-    let cookie = if classic { read(sk, global!(OFFSETS.skc_cookie)) } else { btf_cookie(sk) };
+    let cookie = if classic { classic_key(sk) } else { btf_key(sk) };
     observe(Hit {
         sk,
         cookie,
@@ -537,8 +540,7 @@ fn try_destroy(sk: *const u8, cookie: u64, classic: bool) -> Result<u32, u32> {
 //
 // Fallback for kernels without BTF tracepoints for these events. The record layout is read
 // from tracefs; `skaddr` gives the socket, read with the same BTF offsets as above. Without the
-// cookie helper, the cookie is read from `skc_cookie`, which the kernel assigns lazily: a flow is
-// reported from the first event after something (tcp_probe's own format does) assigned it.
+// cookie helper, flows are keyed by socket address (see `flow_key`).
 
 #[inline(always)]
 fn classic_sk(ctx: &TracePointContext, hook: HookId) -> *const u8 {
@@ -559,11 +561,6 @@ fn classic_u32(ctx: &TracePointContext, off: u32) -> u32 {
     unsafe { ctx.read_at::<u32>(off as usize) }.unwrap_or(0)
 }
 
-#[inline(always)]
-fn classic_cookie(sk: *const u8) -> u64 {
-    read(sk, global!(OFFSETS.skc_cookie))
-}
-
 #[tracepoint(category = "tcp", name = "tcp_probe")]
 pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
     if !enabled(HookId::TcpProbe) {
@@ -572,7 +569,7 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
     let sk = classic_sk(&ctx, HookId::TcpProbe);
     let hit = Hit {
         sk,
-        cookie: classic_cookie(sk),
+        cookie: classic_key(sk),
         reason: reason::PERIODIC,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
@@ -592,7 +589,7 @@ pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
     let sk = classic_sk(&ctx, HookId::Retransmit);
     let hit = Hit {
         sk,
-        cookie: classic_cookie(sk),
+        cookie: classic_key(sk),
         reason: reason::RETRANSMIT,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
@@ -611,7 +608,7 @@ pub fn cct_tp_cong(ctx: TracePointContext) -> u32 {
     }
     let sk = classic_sk(&ctx, HookId::CongState);
     let new_ca = classic_u32(&ctx, global!(CLASSIC.cong_state)) as u8;
-    match try_cong_state(sk, classic_cookie(sk), new_ca, true) {
+    match try_cong_state(sk, classic_key(sk), new_ca, true) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -639,7 +636,7 @@ pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let sk = classic_sk(&ctx, HookId::Destroy);
-    match try_destroy(sk, classic_cookie(sk), true) {
+    match try_destroy(sk, classic_key(sk), true) {
         Ok(v) | Err(v) => v,
     }
 }
@@ -671,7 +668,7 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     }
     let hit = Hit {
         sk,
-        cookie: btf_cookie(sk),
+        cookie: btf_key(sk),
         reason: reason::SNAPSHOT,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,

@@ -312,7 +312,7 @@ pub async fn run<F: FrontEnd>(
         }
         // The deadline is checked here too: a source that is always ready (a flood) would
         // otherwise win every `timeout_at`, which polls its future before the clock.
-        if !source_open || opts.scripted || tokio::time::Instant::now() >= drain_until {
+        if !source_open || opts.scripted || source.drained() || tokio::time::Instant::now() >= drain_until {
             break;
         }
         match tokio::time::timeout_at(drain_until, source.next_batch()).await {

@@ -109,6 +109,12 @@ pub trait EventSource: Send {
     /// ends calls this before its final drain, so the counters it reports are final: a live
     /// kernel otherwise keeps writing samples between that drain and reading the counters.
     fn stop_producing(&mut self) {}
+    /// After [`EventSource::stop_producing`]: whether everything the producer made has been
+    /// delivered or counted lost, so the final drain can end without waiting out its deadline.
+    /// `false` when the source cannot tell.
+    fn drained(&self) -> bool {
+        false
+    }
 }
 
 /// A finite, in-memory feed: deterministic input for tests and snapshots.

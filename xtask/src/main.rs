@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | run | test | bench`.
+//! Project tasks: `cargo xtask setup | run | test | kernels | bench`.
 //!
 //! Every task starts with `setup`, which installs what a fresh machine lacks (Debian packages,
 //! the nightly rust-src component, bpf-linker built against LLVM 22) and does nothing when it is
@@ -9,6 +9,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod kernels;
 
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
@@ -34,6 +36,11 @@ const APT_PACKAGES: &[&str] = &[
     // zstdcat: the recording tests read a recording as its users would.
     "zstd",
     "util-linux",
+    // cargo xtask kernels: boots the kernel matrix under qemu with a busybox initramfs.
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "xz-utils",
     // tests/tests/metrics.rs: a real Prometheus server scraping `cctrace serve`, and promtool
     // for the exposition and the shipped alert rules. Installed without starting its service.
     "prometheus",
@@ -63,6 +70,13 @@ enum Task {
     },
     /// Set up, check formatting and lints, build, and run the whole test suite.
     Test,
+    /// Set up, build cctrace, and check it on Debian's 6.1 and 6.12 kernels, the host's own image
+    /// when /boot has it, and any image given with --kernel, each booted under qemu.
+    Kernels {
+        /// Another kernel image (bzImage) to boot; repeatable.
+        #[arg(long = "kernel")]
+        images: Vec<PathBuf>,
+    },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -313,7 +327,12 @@ fn main() -> ExitCode {
             run(&mut cargo(&["check", "-p", "tracer", "--no-default-features"]))?;
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             run(&mut cargo(&["build", "-p", "tracer"]))?;
-            run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"]))
+            run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"]))?;
+            kernels::run(&workspace_root(), &[])
+        }),
+        Task::Kernels { images } => setup().and_then(|()| {
+            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
+            kernels::run(&workspace_root(), &images)
         }),
         Task::Bench { args } => setup().and_then(|()| {
             // benches/skb_cost.rs runs the release cctrace next to it.

@@ -8,6 +8,7 @@ pub mod filter;
 pub mod hz;
 pub mod listing;
 pub mod offsets;
+pub mod owners;
 pub mod switch;
 pub mod tracefs;
 pub mod udp;
@@ -131,7 +132,7 @@ const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_sendmsg_locked",
         btf_prog: "cct_sendmsg",
         classic_prog: "",
-        without: "owners of accepted connections stay unknown",
+        without: "owners of accepted connections are looked up in /proc as `ss -p` does",
     },
 ];
 
@@ -159,8 +160,10 @@ pub enum AttachError {
     NoKernelBtf,
     #[error("program {0} missing from the object")]
     ProgramMissing(&'static str),
-    #[error("tracefs has no {0} with an skaddr field")]
+    #[error("this kernel's tracefs record of {0} has no skaddr field")]
     NoSkaddr(String),
+    #[error("this kernel has no {0} tracepoint")]
+    NoEvent(String),
     #[error("load: {0}")]
     Load(String),
     #[error("attach: {0}")]
@@ -290,6 +293,8 @@ pub struct KernelSource {
     counters: PerCpuArray<MapData, u64>,
     /// Until a front end takes it to change the filter while running.
     filter: Option<filter::KernelFilter>,
+    /// Names owners the kernel side cannot (no `tcp:tcp_sendmsg_locked`): `None` when it can.
+    owners: Option<owners::OwnerLookup>,
     ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
@@ -346,7 +351,9 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<(), AttachError> {
 
 fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<(), AttachError> {
     if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
-        return Err(AttachError::NoSkaddr(format!("{}:{}", h.group, h.event)));
+        let name = format!("{}:{}", h.group, h.event);
+        let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
+        return Err(if exists { AttachError::NoSkaddr(name) } else { AttachError::NoEvent(name) });
     }
     let prog: &mut TracePoint = ebpf
         .program_mut(h.classic_prog)
@@ -388,11 +395,16 @@ impl KernelSource {
         drop(btf_resolver);
         let hz = hz::kernel_hz().unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
+        // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
+        let kernel_btf = Btf::from_sys_fs().ok();
+        // Classic tracepoints cannot ask for socket cookies: when they are the hooks in use,
+        // every program keys flows by socket address instead (see tracer-ebpf's flow_key).
+        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none();
         let config = Config {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
             // Every hook that attaches runs; the bits let one be switched off without a detach.
             hooks: HookId::ALL_BITS,
-            _reserved: 0,
+            key_by_socket: u32::from(key_by_socket),
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
         // so older kernels do not fail map creation.
@@ -415,10 +427,7 @@ impl KernelSource {
         let mut filter = filter::KernelFilter::take(&mut ebpf, &resolved.offsets)?;
         filter.apply(&opts.filter)?;
 
-        let aya_btf = match opts.hook_mode {
-            HookMode::Classic => None,
-            _ => Btf::from_sys_fs().ok(),
-        };
+        let aya_btf = kernel_btf;
         let mut reports = Vec::new();
         for h in &HOOKS {
             let name = format!("{}:{}", h.group, h.event);
@@ -467,11 +476,13 @@ impl KernelSource {
             .context("registering the ring buffer with tokio")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?)
             .context("opening the COUNTERS map")?;
+        let sendmsg_off = matches!(reports[HookId::SendMsg.index()].status, HookStatus::Disabled(_));
         Ok(Self {
             ring,
             deep: None,
             counters,
             filter: Some(filter),
+            owners: sendmsg_off.then(owners::OwnerLookup::default),
             ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot, udp_unavailable },
             ctx: DecodeContext { hz },
@@ -590,8 +601,14 @@ impl KernelSource {
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
-        let batch =
-            read_samples(&mut self.ring, &self.ctx, &mut self.decode_errors, &mut self.last_decode_error).await?;
+        let batch = read_samples(
+            &mut self.ring,
+            &self.ctx,
+            &mut self.decode_errors,
+            &mut self.last_decode_error,
+            &mut self.owners,
+        )
+        .await?;
         self.received += batch.len() as u64;
         Ok(batch)
     }
@@ -603,10 +620,25 @@ async fn read_samples(
     ctx: &DecodeContext,
     decode_errors: &mut u64,
     last_decode_error: &mut Option<String>,
+    owners: &mut Option<owners::OwnerLookup>,
 ) -> Result<Vec<Sample>> {
     const MAX_BATCH: usize = 4096;
     loop {
-        let mut guard = ring.readable_mut().await.context("waiting on the ring buffer")?;
+        // With unnamed flows waiting for an owner scan, wake for it even if no sample comes.
+        let scan_at = owners.as_ref().and_then(owners::OwnerLookup::due_at);
+        let readable = match scan_at {
+            Some(at) => match tokio::time::timeout_at(tokio::time::Instant::from_std(at), ring.readable_mut()).await {
+                Ok(readable) => readable,
+                Err(_) => {
+                    if let Some(owners) = owners.as_mut() {
+                        owners.scan_if_due();
+                    }
+                    continue;
+                }
+            },
+            None => ring.readable_mut().await,
+        };
+        let mut guard = readable.context("waiting on the ring buffer")?;
         let ring = guard.get_inner_mut();
         let mut batch = Vec::new();
         while batch.len() < MAX_BATCH {
@@ -626,6 +658,9 @@ async fn read_samples(
             guard.clear_ready();
         }
         if !batch.is_empty() {
+            if let Some(owners) = owners.as_mut() {
+                owners.fill(&mut batch);
+            }
             return Ok(batch);
         }
     }
@@ -670,6 +705,20 @@ async fn read_decisions(deep: &mut DeepFeed) -> Result<Vec<Decision>> {
     }
 }
 
+/// Detaching a tracepoint program does not wait for runs already under way on other CPUs: one
+/// can still write a sample (and count it as emitted) after the detach returns. Those runs
+/// hold the RCU read lock, so an RCU grace period, which `membarrier(MEMBARRIER_CMD_GLOBAL)`
+/// waits for, sees them all finished; where that command is refused (nohz_full CPUs), a pause
+/// far longer than any program run stands in for it.
+fn wait_for_running_programs() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    let waited = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long) } == 0;
+    if !waited {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: setrlimit reads a valid rlimit struct; failure is harmless on current kernels.
@@ -686,8 +735,8 @@ impl EventSource for KernelSource {
     /// UDP poll is an interval tick.
     fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
         Box::pin(async move {
-            let Self { ring, deep, ctx, decode_errors, last_decode_error, received, udp, udp_tick, .. } = self;
-            let samples = read_samples(ring, ctx, decode_errors, last_decode_error);
+            let Self { ring, deep, ctx, decode_errors, last_decode_error, received, udp, udp_tick, owners, .. } = self;
+            let samples = read_samples(ring, ctx, decode_errors, last_decode_error, owners);
             let udp_due = async {
                 match udp.as_mut() {
                     Some(udp) => {
@@ -734,6 +783,7 @@ impl EventSource for KernelSource {
 
     fn stop_producing(&mut self) {
         self.detach_programs();
+        wait_for_running_programs();
         // Deep mode ends with the run: flows back to their algorithm, then the twins go.
         if let Some(deep) = &mut self.deep {
             if let Some(twins) = deep.session.twins() {
@@ -744,6 +794,11 @@ impl EventSource for KernelSource {
                 Err(e) => eprintln!("cctrace: putting flows back from the deep-mode twins: {e:#}"),
             }
         }
+    }
+
+    fn drained(&self) -> bool {
+        // Every record read was either decoded or counted as a decode error.
+        self.received + self.decode_errors + self.counter(counter::RINGBUF_LOST) >= self.emitted()
     }
 
     fn describe(&self) -> String {

@@ -280,6 +280,60 @@ mod tests {
         assert!(summary.events_received < 2_000, "the output stalled the intake: {summary:?}");
     }
 
+    /// A live-like source: its batches, then nothing ever again (it never ends); once told to
+    /// stop producing, it knows it has delivered everything.
+    struct OpenSource {
+        batches: std::collections::VecDeque<Vec<Sample>>,
+        received: u64,
+        stopped: bool,
+    }
+
+    impl crate::source::EventSource for OpenSource {
+        fn next_batch(&mut self) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<Sample>>>> {
+            Box::pin(async move {
+                match self.batches.pop_front() {
+                    Some(b) => {
+                        self.received += b.len() as u64;
+                        Ok(Some(b))
+                    }
+                    None => std::future::pending().await,
+                }
+            })
+        }
+        fn counters(&self) -> crate::source::SourceCounters {
+            crate::source::SourceCounters {
+                received: self.received,
+                kernel_emitted: Some(self.received),
+                ..crate::source::SourceCounters::default()
+            }
+        }
+        fn describe(&self) -> String {
+            "open test source".into()
+        }
+        fn stop_producing(&mut self) {
+            self.stopped = true;
+        }
+        fn drained(&self) -> bool {
+            self.stopped && self.batches.is_empty()
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_final_drain_ends_once_the_source_has_delivered_everything() {
+        let batches = (0..20).map(|i| vec![sample(1, i)]).collect();
+        let mut src = OpenSource { batches, received: 0, stopped: false };
+        let mut front = JsonOutput::new(LineWriter::spawn(Box::new(std::io::sink())), WallClock::fixed(0), false);
+        let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
+        let opts = PipelineOptions { final_drain: Duration::from_secs(60), ..PipelineOptions::default() };
+        let mut stop = StopAt(tokio::time::Instant::now() + Duration::from_millis(200));
+        let run = pipeline::run(&mut src, &mut analysis, &mut front, &opts, || 0, &mut stop);
+        let summary = tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the drain waited out its deadline though everything was delivered")
+            .expect("no error");
+        assert_eq!(summary.events_received, 20);
+    }
+
     #[test]
     fn infinite_ssthresh_is_null() {
         let mut t = crate::analysis::model::FlowTable::new(TableConfig::default());

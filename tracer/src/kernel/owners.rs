@@ -1,0 +1,268 @@
+//! Owners of flows the kernel side could not name, found the way `ss -p` finds them: the
+//! socket's inode from `/proc/PID/net/tcp{,6}` of a process in the flow's network namespace,
+//! then the process holding that inode among its `/proc/PID/fd` links.
+//!
+//! The kernel names a flow's owner when `connect()` runs, or, with `tcp:tcp_sendmsg_locked`,
+//! when a process sends on it. Kernels without that tracepoint (6.1, 6.12) leave accepted
+//! connections, the sender of a video among them, without one; this fills the gap. A scan
+//! walks every process, so it runs only while unnamed flows wait, no sooner than
+//! [`MIN_SCAN_GAP`] after the last one and no sooner than [`COST_FACTOR`] times the CPU time the
+//! last one took (so scanning takes at most a twentieth of one core however many processes
+//! there are; CPU time, not wall time, so a busy machine does not stretch the gap), and gives up on a flow after [`MAX_TRIES`] scans that did not find it. The reader
+//! wakes for a due scan even when no sample arrives: on kernels without periodic samples a
+//! flow may send nothing more until it closes, when its process has let go of it.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::analysis::event::{Owner, Sample, TcpState};
+
+const MIN_SCAN_GAP: Duration = Duration::from_millis(250);
+const COST_FACTOR: u32 = 20;
+/// The first scan often comes before `accept()` returns (the connection is established first),
+/// so a flow gets a few seconds' worth of tries.
+const MAX_TRIES: u8 = 8;
+/// Flows remembered (named or given up on); the oldest half is forgotten past this.
+const MAX_REMEMBERED: usize = 65_536;
+
+/// A flow as `/proc/net/tcp` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FlowKey {
+    netns: u32,
+    local: SocketAddr,
+    remote: SocketAddr,
+}
+
+impl FlowKey {
+    /// IPv4-mapped IPv6 endpoints (an IPv6 socket talking IPv4) compare as the IPv4 they are.
+    fn new(netns: u32, local: SocketAddr, remote: SocketAddr) -> Self {
+        let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+        Self { netns, local: canonical(local), remote: canonical(remote) }
+    }
+}
+
+#[derive(Default)]
+pub struct OwnerLookup {
+    /// By cookie: the owner found, or `None` once given up.
+    known: HashMap<u64, Option<Owner>>,
+    /// Unnamed flows waiting for a scan, with the scans already tried.
+    waiting: HashMap<u64, (FlowKey, u8)>,
+    /// No scan before this.
+    next_scan: Option<Instant>,
+}
+
+impl OwnerLookup {
+    /// Name the owner of every sample that lacks one, from what earlier scans found, and scan
+    /// when flows are waiting and the last scan is old enough.
+    pub fn fill(&mut self, batch: &mut [Sample]) {
+        for s in batch.iter_mut() {
+            if s.owner.is_some() || s.local.port() == 0 || s.remote.port() == 0 {
+                continue;
+            }
+            match self.known.get(&s.cookie) {
+                Some(found) => s.owner.clone_from(found),
+                None if s.tcp_state == TcpState::Established => {
+                    let key = FlowKey::new(s.netns, s.local, s.remote);
+                    self.waiting.entry(s.cookie).or_insert((key, 0));
+                }
+                None => {}
+            }
+        }
+        if !self.scan_if_due() {
+            return;
+        }
+        for s in batch.iter_mut() {
+            if s.owner.is_none() {
+                if let Some(found) = self.known.get(&s.cookie) {
+                    s.owner.clone_from(found);
+                }
+            }
+        }
+    }
+
+    /// When the next scan is due, if flows are waiting for one.
+    pub fn due_at(&self) -> Option<Instant> {
+        (!self.waiting.is_empty()).then(|| self.next_scan.unwrap_or_else(Instant::now))
+    }
+
+    /// Scan if flows wait and the last scan is far enough back; whether it scanned.
+    pub fn scan_if_due(&mut self) -> bool {
+        if self.waiting.is_empty() || self.next_scan.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        let cpu_before = thread_cpu_time();
+        self.scan(Path::new("/proc"));
+        let cost = thread_cpu_time().saturating_sub(cpu_before);
+        self.next_scan = Some(Instant::now() + MIN_SCAN_GAP.max(cost * COST_FACTOR));
+        true
+    }
+
+    fn scan(&mut self, proc: &Path) {
+        let netns: HashSet<u32> = self.waiting.values().map(|(k, _)| k.netns).collect();
+        let inodes = socket_inodes(proc, &netns);
+        let wanted: HashMap<u64, u64> = self
+            .waiting
+            .iter()
+            .filter_map(|(cookie, (key, _))| inodes.get(key).map(|inode| (*inode, *cookie)))
+            .collect();
+        let owners = holders(proc, &wanted);
+        if self.known.len() > MAX_REMEMBERED {
+            self.known.clear();
+        }
+        self.waiting.retain(|cookie, (_, tries)| {
+            if let Some(owner) = owners.get(cookie) {
+                self.known.insert(*cookie, Some(owner.clone()));
+                return false;
+            }
+            *tries += 1;
+            if *tries >= MAX_TRIES {
+                self.known.insert(*cookie, None);
+                return false;
+            }
+            true
+        });
+    }
+}
+
+/// CPU time this thread has used (zero where the clock is unreadable: the gap is then the minimum).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into memory we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
+/// The inode of every TCP socket in the given namespaces, read through one process of each.
+fn socket_inodes(proc: &Path, netns: &HashSet<u32>) -> HashMap<FlowKey, u64> {
+    let mut out = HashMap::new();
+    let mut done = HashSet::new();
+    for pid in pids(proc) {
+        if done.len() == netns.len() {
+            break;
+        }
+        let Some(ns) = namespace_inode(&proc.join(pid.to_string()).join("ns/net")) else { continue };
+        if !netns.contains(&ns) || !done.insert(ns) {
+            continue;
+        }
+        for table in ["tcp", "tcp6"] {
+            let Ok(text) = std::fs::read_to_string(proc.join(pid.to_string()).join("net").join(table)) else {
+                continue;
+            };
+            for (local, remote, inode) in text.lines().skip(1).filter_map(parse_tcp_line) {
+                out.insert(FlowKey::new(ns, local, remote), inode);
+            }
+        }
+    }
+    out
+}
+
+/// `net:[4026531840]` -> 4026531840.
+fn namespace_inode(link: &Path) -> Option<u32> {
+    let target = std::fs::read_link(link).ok()?;
+    target.to_str()?.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
+fn pids(proc: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(proc) else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// Which process holds each wanted socket inode (inode -> cookie): cookie -> owner.
+fn holders(proc: &Path, wanted: &HashMap<u64, u64>) -> HashMap<u64, Owner> {
+    let mut out = HashMap::new();
+    if wanted.is_empty() {
+        return out;
+    }
+    for pid in pids(proc) {
+        let dir = proc.join(pid.to_string());
+        let Ok(fds) = std::fs::read_dir(dir.join("fd")) else { continue };
+        for fd in fds.filter_map(Result::ok) {
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            let Some(inode) = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
+            else {
+                continue;
+            };
+            if let Some(cookie) = wanted.get(&inode) {
+                let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim_end().to_string();
+                out.entry(*cookie).or_insert(Owner { pid, comm });
+            }
+        }
+        if out.len() == wanted.len() {
+            break;
+        }
+    }
+    out
+}
+
+/// One row of `/proc/net/tcp` or `tcp6`: local and remote endpoints and the socket's inode.
+fn parse_tcp_line(line: &str) -> Option<(SocketAddr, SocketAddr, u64)> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let local = parse_endpoint(fields.get(1)?)?;
+    let remote = parse_endpoint(fields.get(2)?)?;
+    let inode = fields.get(9)?.parse().ok()?;
+    (inode != 0).then_some((local, remote, inode))
+}
+
+/// `0100007F:1389` or 32 hex digits and a port: the kernel prints each 32-bit word of the
+/// address as a host-order number, so each word's bytes come out reversed on little-endian.
+fn parse_endpoint(text: &str) -> Option<SocketAddr> {
+    let (addr, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for word in 0..addr.len() / 8 {
+        let value = u32::from_str_radix(addr.get(word * 8..word * 8 + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&value.to_ne_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3])),
+        16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?)),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_tcp_rows_parse_to_endpoints_and_inodes() {
+        let v4 = "   0: 0100007F:1389 0100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 20 4 30 10 -1";
+        let (local, remote, inode) = parse_tcp_line(v4).unwrap();
+        assert_eq!(local, "127.0.0.1:5001".parse().unwrap());
+        assert_eq!(remote, "127.0.0.1:53410".parse().unwrap());
+        assert_eq!(inode, 12345);
+        let v6 = "   1: 0000000000000000FFFF00000100007F:1389 0000000000000000FFFF00000100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 777 1";
+        let (local, _, inode) = parse_tcp_line(v6).unwrap();
+        assert_eq!(local, "[::ffff:127.0.0.1]:5001".parse().unwrap());
+        assert_eq!(inode, 777);
+    }
+
+    #[test]
+    fn this_process_is_found_as_the_owner_of_its_own_accepted_connection() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut accepted, _) = listener.accept().unwrap();
+        accepted.write_all(b"x").unwrap();
+        client.read_exact(&mut [0u8; 1]).unwrap();
+        let netns = namespace_inode(Path::new("/proc/self/ns/net")).unwrap();
+        let mut sample = crate::analysis::model::tests::sample(9, 0);
+        sample.netns = netns;
+        sample.local = accepted.local_addr().unwrap();
+        sample.remote = accepted.peer_addr().unwrap();
+        sample.tcp_state = TcpState::Established;
+        sample.owner = None;
+        let mut lookup = OwnerLookup::default();
+        let mut batch = vec![sample];
+        lookup.fill(&mut batch);
+        let owner = batch[0].owner.clone().expect("owner found");
+        assert_eq!(owner.pid, std::process::id());
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(owner.comm, comm.trim_end());
+    }
+}

@@ -1,0 +1,103 @@
+#!/bin/busybox sh
+# PID 1 of a `cargo xtask kernels` guest: mount what cctrace reads, run the same flows under
+# each hook mode while cctrace traces them, and write everything the host checks to the second
+# serial port as sections (`@@BEGIN name` ... `@@END name`). The host does the checking; this
+# script only gathers the kernel's own view next to cctrace's.
+/bin/busybox --install -s /bin
+export PATH=/usr/sbin:/usr/bin:/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /run/netns /var
+ln -s /run /var/run
+mount -t bpf bpf /sys/fs/bpf
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
+
+OUT=/dev/ttyS1
+section() { # NAME, content on stdin
+    echo "@@BEGIN $1" >"$OUT"
+    cat >>"$OUT"
+    echo "@@END $1" >"$OUT"
+}
+
+for m in $(cat /etc/matrix-modules); do
+    insmod "/lib/matrix-modules/$m" 2>&1 | section "insmod $m"
+done
+uname -r | section kernel
+if [ -e /sys/kernel/btf/vmlinux ]; then echo yes; else echo no; fi | section btf
+cat /proc/sys/net/ipv4/tcp_congestion_control | section default_cc
+
+BYTES=30000000
+head -c "$BYTES" /dev/zero >/tmp/blob
+echo "$BYTES" | section bytes
+# Clients read from a FIFO nobody writes, so they close only when the server has sent all.
+mkfifo /tmp/hold
+sleep 100000 >/tmp/hold &
+
+run_mode() { # MODE, cctrace arguments...
+    mode=$1
+    shift
+    # An idle connection opened before cctrace starts: only the start-up listing (iter/tcp)
+    # can show it.
+    nc -l -p 5003 </tmp/hold >/dev/null &
+    idle_server=$!
+    sleep 0.3
+    nc 127.0.0.1 5003 </tmp/hold >/dev/null &
+    idle_client=$!
+    sleep 0.3
+    cctrace --json --events --interval 500 "$@" >/tmp/out.jsonl 2>/tmp/err.txt &
+    tracer=$!
+    i=0
+    while ! grep -q 'tracing TCP' /tmp/err.txt && kill -0 "$tracer" 2>/dev/null && [ "$i" -lt 900 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs during $mode"
+
+    # A bulk flow on loopback; the sender is the side that accepted the connection.
+    nc -l -p 5001 </tmp/blob &
+    loop_server=$!
+    sleep 0.5
+    nc 127.0.0.1 5001 </tmp/hold >/dev/null
+
+    # A lossy flow between two namespaces: 2 % of the data packets dropped on arrival.
+    lossy_server=none
+    if /usr/sbin/ip netns add "snd$mode" && /usr/sbin/ip netns add "rcv$mode" &&
+        /usr/sbin/ip link add "vs$mode" type veth peer name "vr$mode" &&
+        /usr/sbin/ip link set "vs$mode" netns "snd$mode" && /usr/sbin/ip link set "vr$mode" netns "rcv$mode" &&
+        /usr/sbin/ip -n "snd$mode" addr add 198.18.0.1/24 dev "vs$mode" && /usr/sbin/ip -n "rcv$mode" addr add 198.18.0.2/24 dev "vr$mode" &&
+        /usr/sbin/ip -n "snd$mode" link set "vs$mode" up && /usr/sbin/ip -n "rcv$mode" link set "vr$mode" up &&
+        /usr/sbin/ip -n "snd$mode" link set lo up && /usr/sbin/ip -n "rcv$mode" link set lo up &&
+        /usr/sbin/ip netns exec "rcv$mode" nft -f /etc/matrix-loss.nft; then
+        /usr/sbin/ip netns exec "snd$mode" nc -l -p 5002 </tmp/blob &
+        lossy_server=$!
+        sleep 0.5
+        /usr/sbin/ip netns exec "rcv$mode" nc 198.18.0.1 5002 </tmp/hold >/dev/null
+        sleep 1
+        /usr/sbin/ip netns exec "snd$mode" cat /proc/net/snmp | section "snmp $mode"
+    fi >/tmp/lossy.txt 2>&1
+    section "lossy setup $mode" </tmp/lossy.txt
+    sleep 1
+
+    kill -INT "$tracer"
+    wait "$tracer"
+    echo $? | section "exit $mode"
+    echo "loopback=$loop_server lossy=$lossy_server" | section "pids $mode"
+    section "stderr $mode" </tmp/err.txt
+    section "jsonl $mode" </tmp/out.jsonl
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after $mode"
+    kill "$idle_server" "$idle_client" 2>/dev/null
+    /usr/sbin/ip netns del "snd$mode" 2>/dev/null
+    /usr/sbin/ip netns del "rcv$mode" 2>/dev/null
+}
+
+run_mode tp_btf
+run_mode classic --hooks classic
+echo done | section end
+poweroff -f

@@ -1,0 +1,672 @@
+//! `cargo xtask kernels`: boot cctrace on the kernels users run and check that it traces them
+//! correctly, not just that it starts.
+//!
+//! Each kernel (Debian's 6.1 and 6.12 cloud images from the package registry, the host's own
+//! image when /boot has it, and any image given with `--kernel`) boots under qemu with software
+//! emulation (TCG) and an initramfs holding busybox, the cctrace binary, iproute2, nft and
+//! bpftool with their libraries, and the modules the checks need. Its init
+//! (`guest_init.sh`) runs a bulk loopback flow and a lossy flow between two namespaces under
+//! each hook mode while cctrace traces them, and writes cctrace's output next to the kernel's
+//! own counters to a second serial port. The checks run here, on the host, against that.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+/// Debian meta packages naming the newest image of each kernel series in the matrix.
+const DEBIAN_KERNELS: &[&str] = &["linux-image-cloud-amd64", "linux-image-6.12-cloud-amd64"];
+/// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
+/// path, nf_tables and numgen for its random loss).
+const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen"];
+/// Host tools copied into the guest with their libraries.
+const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool"];
+/// Hook modes the guest runs, by the section names it writes.
+const MODES: &[&str] = &["tp_btf", "classic"];
+/// A guest that has not powered off by then is stuck.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
+const LOSS_RULES: &str = "table inet matrix_loss {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    tcp sport 5002 numgen random mod 100 < 2 drop\n  }\n}\n";
+
+/// One kernel to boot: its image and, when it has them, its modules.
+struct Kernel {
+    label: String,
+    image: PathBuf,
+    modules: Option<PathBuf>,
+}
+
+/// What one guest showed: per hook mode, the checks and what start-up said about the hooks.
+struct GuestResult {
+    label: String,
+    release: String,
+    btf: String,
+    modes: Vec<ModeResult>,
+    /// Why the guest could not be checked at all.
+    failure: Option<String>,
+}
+
+struct ModeResult {
+    mode: String,
+    attached: String,
+    disabled: Vec<String>,
+    checks: Vec<(String, Result<(), String>)>,
+}
+
+pub(crate) fn run(root: &Path, extra_images: &[PathBuf]) -> Result<()> {
+    let work = root.join("target/kernels");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let cctrace = root.join("target/release/cctrace");
+    if !cctrace.is_file() {
+        bail!("{} is missing: build it with cargo build --release -p tracer", cctrace.display());
+    }
+    let mut kernels = Vec::new();
+    for meta in DEBIAN_KERNELS {
+        let kernel = debian_kernel(&work, meta).or_else(|_| {
+            // Stale package lists name a version the mirror no longer has.
+            sh(Command::new("apt-get").args(["update", "-qq"]))?;
+            debian_kernel(&work, meta)
+        })?;
+        kernels.push(kernel);
+    }
+    let mut notes = Vec::new();
+    match host_kernel() {
+        Ok(k) => kernels.push(k),
+        Err(why) => notes.push(why),
+    }
+    for image in extra_images {
+        if !image.is_file() {
+            bail!("--kernel {}: no such file", image.display());
+        }
+        kernels.push(Kernel { label: image.display().to_string(), image: image.clone(), modules: None });
+    }
+
+    let common = common_root(&work, &cctrace)?;
+    let mut results = Vec::new();
+    for k in &kernels {
+        let started = Instant::now();
+        eprintln!("xtask: booting {} under qemu (TCG)", k.label);
+        let result = boot_and_check(&work, &common, k);
+        eprintln!("xtask: {} done in {:.0} s", k.label, started.elapsed().as_secs_f64());
+        results.push(result);
+    }
+    let (table, failed) = render(&results);
+    println!("{table}");
+    for n in &notes {
+        println!("note: {n}");
+    }
+    if failed {
+        bail!("the kernel matrix has failing checks (see the table above)");
+    }
+    Ok(())
+}
+
+fn sh(cmd: &mut Command) -> Result<String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd.stderr(Stdio::piped()).output().with_context(|| format!("starting {shown}"))?;
+    if !out.status.success() {
+        bail!("{shown} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The image a Debian meta package points at, downloaded and unpacked once under target/.
+fn debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
+    let depends = sh(Command::new("apt-cache").args(["depends", meta]))?;
+    let Some(package) = depends
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends: "))
+        .find(|p| p.starts_with("linux-image-"))
+        .map(str::to_string)
+    else {
+        bail!("apt-cache depends {meta} names no linux-image package (is the bookworm package list there?)");
+    };
+    let unpacked = work.join("unpacked").join(&package);
+    if !unpacked.join("boot").is_dir() {
+        let debs = work.join("debs");
+        std::fs::create_dir_all(&debs)?;
+        eprintln!("xtask: downloading {package}");
+        sh(Command::new("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
+            .with_context(|| format!("downloading {package} with apt-get"))?;
+        let deb = std::fs::read_dir(&debs)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{package}_"))))
+            .with_context(|| format!("apt-get download left no {package} .deb in {}", debs.display()))?;
+        let partial = work.join("unpacked").join(format!("{package}.partial"));
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&partial)?;
+        sh(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+        std::fs::rename(&partial, &unpacked)?;
+    }
+    let image = std::fs::read_dir(unpacked.join("boot"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("vmlinuz-")))
+        .with_context(|| format!("{package} holds no /boot/vmlinuz-*"))?;
+    let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.filter_map(|e| e.ok().map(|e| e.path())).next();
+    let label = package.trim_start_matches("linux-image-").to_string();
+    Ok(Kernel { label, image, modules })
+}
+
+/// The running kernel's image, when /boot has it.
+fn host_kernel() -> Result<Kernel, String> {
+    let release = sh(Command::new("uname").arg("-r")).map_err(|e| e.to_string())?.trim().to_string();
+    let image = PathBuf::from(format!("/boot/vmlinuz-{release}"));
+    if !image.is_file() {
+        return Err(format!(
+            "the host kernel {release} is not in the matrix: {} does not exist (boot images given with --kernel are)",
+            image.display()
+        ));
+    }
+    let modules = Path::new("/lib/modules").join(&release);
+    Ok(Kernel { label: format!("host {release}"), image, modules: modules.is_dir().then_some(modules) })
+}
+
+/// The part of the initramfs every kernel shares: busybox, cctrace, the tools and libraries.
+fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
+    let root = work.join("initramfs-common");
+    let _ = std::fs::remove_dir_all(&root);
+    for dir in ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "lib/matrix-modules"] {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    copy(Path::new("/bin/busybox"), &root.join("bin/busybox"))
+        .context("busybox-static is needed for the guest (apt-get install busybox-static)")?;
+    let mut binaries = vec![(cctrace.to_path_buf(), root.join("usr/bin/cctrace"))];
+    for tool in GUEST_TOOLS {
+        binaries.push((PathBuf::from(tool), root.join(tool.trim_start_matches('/'))));
+    }
+    let mut libraries = BTreeSet::new();
+    for (from, to) in &binaries {
+        copy(from, to)?;
+        libraries.extend(shared_libraries(from)?);
+    }
+    for lib in &libraries {
+        copy(lib, &root.join(lib.strip_prefix("/").unwrap_or(lib)))?;
+    }
+    let init = root.join("init");
+    std::fs::write(&init, include_str!("guest_init.sh"))?;
+    set_executable(&init)?;
+    std::fs::write(root.join("etc/matrix-loss.nft"), LOSS_RULES)?;
+    Ok(root)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
+
+fn set_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// The shared libraries `ldd` resolves for a binary, the dynamic loader included.
+fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    let out = sh(Command::new("ldd").arg(binary))?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let path = l.split("=>").last()?.split_whitespace().next()?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect())
+}
+
+/// Modules to load, dependencies first, from the kernel's modules.dep (built-in ones need none).
+fn module_load_order(modules: &Path) -> Result<Vec<PathBuf>> {
+    if !modules.join("modules.dep").is_file() {
+        // A package's modules come without the index the installer's depmod writes.
+        let (Some(version), Some(base)) =
+            (modules.file_name(), modules.parent().and_then(Path::parent).and_then(Path::parent))
+        else {
+            bail!("{} is not a lib/modules/VERSION directory", modules.display());
+        };
+        sh(Command::new("depmod").arg("-b").arg(base).arg(version))?;
+    }
+    let dep = std::fs::read_to_string(modules.join("modules.dep"))
+        .with_context(|| format!("reading {}/modules.dep", modules.display()))?;
+    let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_name = BTreeMap::new();
+    for line in dep.lines() {
+        let Some((module, needs)) = line.split_once(':') else { continue };
+        let name = module.rsplit('/').next().unwrap_or(module).split('.').next().unwrap_or("").replace('-', "_");
+        by_name.insert(name, module.to_string());
+        deps.insert(module.to_string(), needs.split_whitespace().map(str::to_string).collect());
+    }
+    fn visit(m: &str, deps: &BTreeMap<String, Vec<String>>, seen: &mut BTreeSet<String>, order: &mut Vec<String>) {
+        if !seen.insert(m.to_string()) {
+            return;
+        }
+        for d in deps.get(m).into_iter().flatten() {
+            visit(d, deps, seen, order);
+        }
+        order.push(m.to_string());
+    }
+    let (mut seen, mut order) = (BTreeSet::new(), Vec::new());
+    for wanted in GUEST_MODULES {
+        if let Some(path) = by_name.get(*wanted) {
+            visit(path, &deps, &mut seen, &mut order);
+        }
+    }
+    Ok(order.into_iter().map(|m| modules.join(m)).collect())
+}
+
+/// The initramfs for one kernel: the common tree plus its modules, uncompressed, as one cpio.
+fn initramfs(work: &Path, common: &Path, k: &Kernel, name: &str) -> Result<PathBuf> {
+    let modules_dir = common.join("lib/matrix-modules");
+    let _ = std::fs::remove_dir_all(&modules_dir);
+    std::fs::create_dir_all(&modules_dir)?;
+    let mut list = String::new();
+    if let Some(modules) = &k.modules {
+        for (i, module) in module_load_order(modules)?.iter().enumerate() {
+            let file = format!("{i:02}.ko");
+            let target = modules_dir.join(&file);
+            let name = module.to_string_lossy();
+            if name.ends_with(".xz") {
+                let bytes = Command::new("xz").arg("-dc").arg(module).output()?.stdout;
+                std::fs::write(&target, bytes)?;
+            } else if name.ends_with(".zst") {
+                let bytes = Command::new("zstd").arg("-dc").arg(module).output()?.stdout;
+                std::fs::write(&target, bytes)?;
+            } else {
+                copy(module, &target)?;
+            }
+            let _ = writeln!(list, "{file}");
+        }
+    }
+    std::fs::write(common.join("etc/matrix-modules"), list)?;
+    let cpio = work.join(format!("{name}.cpio"));
+    let out = std::fs::File::create(&cpio)?;
+    let status = Command::new("sh")
+        .args(["-c", "find . -print0 | cpio --null -o -H newc --quiet"])
+        .current_dir(common)
+        .stdout(out)
+        .status()?;
+    if !status.success() {
+        bail!("packing the initramfs with cpio failed");
+    }
+    Ok(cpio)
+}
+
+fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
+    let mut result = GuestResult {
+        label: k.label.clone(),
+        release: String::new(),
+        btf: "?".into(),
+        modes: Vec::new(),
+        failure: None,
+    };
+    match boot(work, common, k) {
+        Ok(sections) => check_guest(&sections, &mut result),
+        Err(e) => result.failure = Some(format!("{e:#}")),
+    }
+    result
+}
+
+/// Boot the kernel and return the sections its init wrote.
+fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, String>> {
+    let name: String = k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+    let initrd = initramfs(work, common, k, &name)?;
+    let console = work.join(format!("{name}.console.log"));
+    let results = work.join(format!("{name}.results.log"));
+    let _ = std::fs::remove_file(&results);
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1536"])
+        .args(["-nographic", "-no-reboot", "-monitor", "none"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", results.display()))
+        .arg("-kernel")
+        .arg(&k.image)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyS0 panic=-1 rdinit=/init quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("qemu exited with {status}; console in {}", console.display());
+            }
+            break;
+        }
+        if started.elapsed() > GUEST_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the guest did not power off within {} s; console in {}", GUEST_TIMEOUT.as_secs(), console.display());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = std::fs::read_to_string(&results).unwrap_or_default();
+    let sections = parse_sections(&text);
+    if !sections.contains_key("end") {
+        bail!("the guest stopped before its checks ended; console in {}", console.display());
+    }
+    Ok(sections)
+}
+
+fn parse_sections(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(name) = line.strip_prefix("@@BEGIN ") {
+            current = Some((name.to_string(), String::new()));
+        } else if line.strip_prefix("@@END ").is_some() {
+            if let Some((name, body)) = current.take() {
+                out.insert(name, body);
+            }
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+fn check_guest(sections: &BTreeMap<String, String>, result: &mut GuestResult) {
+    let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
+    result.release = get("kernel");
+    result.btf = get("btf");
+    let default_cc = get("default_cc");
+    let bytes: u64 = get("bytes").parse().unwrap_or(0);
+    for mode in MODES {
+        result.modes.push(check_mode(sections, mode, &default_cc, bytes));
+    }
+}
+
+/// The last value of every flow's fields, by local port, from the samples and flow records.
+fn last_by_port(lines: &[Value], port: u64) -> Option<Value> {
+    let mut merged = serde_json::Map::new();
+    for v in lines {
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
+        if !(kind == "sample" || kind == "flow") || v.get("sport").and_then(Value::as_u64) != Some(port) {
+            continue;
+        }
+        if let Some(obj) = v.as_object() {
+            for (k, val) in obj {
+                if !val.is_null() {
+                    merged.insert(k.clone(), val.clone());
+                }
+            }
+        }
+    }
+    (!merged.is_empty()).then_some(Value::Object(merged))
+}
+
+fn snmp_counter(snmp: &str, table: &str, field: &str) -> Option<u64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with(&format!("{table}:")));
+    let names: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let values: Vec<&str> = lines.next()?.split_whitespace().collect();
+    values.get(names.iter().position(|n| *n == field)?)?.parse().ok()
+}
+
+fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str, bytes: u64) -> ModeResult {
+    let get = |name: &str| sections.get(&format!("{name} {mode}")).cloned().unwrap_or_default();
+    let stderr = get("stderr");
+    let lines: Vec<Value> = get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let hook_lines: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("cctrace: "))
+        .filter(|l| l.starts_with("tcp:") || l.starts_with("sock:"))
+        .collect();
+    // "tracing TCP in all network namespaces (live kernel (5/6 hooks))"
+    let attached =
+        stderr.split("live kernel (").nth(1).and_then(|rest| rest.split(" hooks").next()).unwrap_or("0/?").to_string();
+    let disabled: Vec<String> =
+        hook_lines.iter().filter(|l| l.contains(": disabled")).map(|l| short_disabled(l)).collect();
+    let pids: BTreeMap<String, String> = get("pids")
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect();
+    let mut checks: Vec<(String, Result<(), String>)> = Vec::new();
+    let mut check = |name: &str, outcome: Result<(), String>| checks.push((name.to_string(), outcome));
+
+    let exit = get("exit");
+    check(
+        "exits cleanly",
+        if exit.trim() == "0" {
+            Ok(())
+        } else {
+            Err(format!("exit status {}; stderr: {}", exit.trim(), stderr.trim()))
+        },
+    );
+    check(
+        "hooks attach",
+        if attached.split('/').next().is_some_and(|n| n.parse().is_ok_and(|n: u32| n > 0)) {
+            Ok(())
+        } else {
+            Err(format!("no hook attached: {}", stderr.trim()))
+        },
+    );
+
+    let loopback = last_by_port(&lines, 5001);
+    check(
+        "bulk flow traced",
+        match &loopback {
+            None => Err("no sample of the loopback sender (local port 5001)".into()),
+            Some(f) => {
+                let acked = f.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
+                if acked >= bytes {
+                    Ok(())
+                } else {
+                    Err(format!("bytes_acked {acked}, sent {bytes}"))
+                }
+            }
+        },
+    );
+    check(
+        "CA and cwnd sane",
+        match &loopback {
+            None => Err("no sample".into()),
+            Some(f) => {
+                let cc = f.get("cc").and_then(Value::as_str).unwrap_or("");
+                let cwnd = f.get("cwnd").and_then(Value::as_u64).unwrap_or(0);
+                let mss = f.get("mss").and_then(Value::as_u64).unwrap_or(0);
+                if cc != default_cc {
+                    Err(format!("cc {cc:?}, the kernel's default is {default_cc:?}"))
+                } else if cwnd == 0 || cwnd > 1_000_000 || mss == 0 {
+                    Err(format!("cwnd {cwnd}, mss {mss}"))
+                } else {
+                    Ok(())
+                }
+            }
+        },
+    );
+    let periodic = lines.iter().any(|v| {
+        v.get("type").and_then(Value::as_str) == Some("sample")
+            && v.get("reason").and_then(Value::as_str) == Some("periodic")
+            && v.get("sport").and_then(Value::as_u64) == Some(5001)
+    });
+    let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
+    check(
+        "periodic samples (or start-up says they are off)",
+        if periodic || probe_said_off { Ok(()) } else { Err("no periodic sample and no word of why".into()) },
+    );
+    check(
+        "owner of the accepted connection",
+        match (&loopback, pids.get("loopback")) {
+            (Some(f), Some(pid)) => {
+                let owner = f.get("owner").and_then(|o| o.get("pid")).and_then(Value::as_u64).map(|p| p.to_string());
+                if owner.as_deref() == Some(pid.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!("owner {owner:?}, the accepting process is {pid}"))
+                }
+            }
+            _ => Err("no sample or no pid".into()),
+        },
+    );
+    let snmp = get("snmp");
+    check(
+        "retransmissions match the namespace's counters",
+        match (last_by_port(&lines, 5002), snmp_counter(&snmp, "Tcp", "RetransSegs")) {
+            (_, None) => Err(format!("lossy path not built: {}", get("lossy setup").trim())),
+            (None, Some(_)) => Err("no sample of the lossy sender (local port 5002)".into()),
+            (Some(f), Some(kernel)) => {
+                let seen = f.get("retrans").and_then(Value::as_u64).unwrap_or(0);
+                if kernel == 0 {
+                    Err("the lossy path lost nothing".into())
+                } else if seen == kernel {
+                    Ok(())
+                } else {
+                    Err(format!("cctrace counted {seen} retransmissions, RetransSegs is {kernel}"))
+                }
+            }
+        },
+    );
+    let summary = lines.iter().rev().find(|v| v.get("type").and_then(Value::as_str) == Some("summary"));
+    check(
+        "every emitted sample accounted for",
+        match summary {
+            None => Err("no summary line".into()),
+            Some(s) => {
+                let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0);
+                let (received, lost, emitted) = (n("events_received"), n("events_lost"), n("kernel_emitted"));
+                if received + lost == emitted {
+                    Ok(())
+                } else {
+                    Err(format!("received {received} + lost {lost} != emitted {emitted}"))
+                }
+            }
+        },
+    );
+    let idle_listed = lines.iter().any(|v| {
+        v.get("type").and_then(Value::as_str) == Some("sample")
+            && v.get("reason").and_then(Value::as_str) == Some("snapshot")
+            && (v.get("sport").and_then(Value::as_u64) == Some(5003)
+                || v.get("dport").and_then(Value::as_u64) == Some(5003))
+    });
+    check(
+        "idle flow listed at start-up (iter/tcp)",
+        if idle_listed { Ok(()) } else { Err("no snapshot sample of the idle connection on port 5003".into()) },
+    );
+    // bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
+    // after" to mean anything.
+    let (during, after) = (get("programs during"), get("programs after"));
+    check(
+        "clean detach",
+        if !during.contains("cct_") || !during.contains("status 0") {
+            Err(format!("bpftool did not list cctrace's programs while it ran: {}", during.trim()))
+        } else if !after.contains("status 0") || after.contains("cct_") {
+            Err(format!("after exit: {}", after.trim()))
+        } else {
+            Ok(())
+        },
+    );
+    ModeResult { mode: mode.to_string(), attached, disabled, checks }
+}
+
+/// `tcp:tcp_probe: disabled (classic tracepoint: ...; what is lost)` in a few words for the table:
+/// the hook, why each flavour failed, what is lost.
+fn short_disabled(line: &str) -> String {
+    let (hook, rest) = line.split_once(": disabled (").unwrap_or((line, ""));
+    let rest = rest.strip_suffix(')').unwrap_or(rest);
+    let parts: Vec<String> = rest
+        .split("; ")
+        .map(|p| {
+            if p.contains("unknown BTF type") {
+                "no tp_btf".to_string()
+            } else if p.contains("skaddr field") {
+                "tracefs record lacks skaddr".to_string()
+            } else if p.contains(" tracepoint") && p.contains("this kernel has no") {
+                "no such tracepoint".to_string()
+            } else {
+                p.to_string()
+            }
+        })
+        .collect();
+    format!("{}: {}", hook.trim_start_matches("tcp:").trim_start_matches("sock:"), parts.join(", "))
+}
+
+/// The table, and whether any check failed.
+fn render(results: &[GuestResult]) -> (String, bool) {
+    let mut out = String::new();
+    let mut failed = false;
+    let _ = writeln!(out, "| kernel | BTF | hooks | attached | disabled (why) | checks passed |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let mut failures = Vec::new();
+    for r in results {
+        if let Some(why) = &r.failure {
+            failed = true;
+            let _ = writeln!(out, "| {} | ? | - | - | - | FAILED: {} |", r.label, why);
+            continue;
+        }
+        for m in &r.modes {
+            let passed = m.checks.iter().filter(|(_, c)| c.is_ok()).count();
+            for (name, c) in &m.checks {
+                if let Err(why) = c {
+                    failed = true;
+                    failures.push(format!("{} {}: {name}: {why}", r.release, m.mode));
+                }
+            }
+            let disabled = if m.disabled.is_empty() { "none".to_string() } else { m.disabled.join("; ") };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {passed}/{} |",
+                r.release,
+                r.btf,
+                m.mode,
+                m.attached,
+                disabled,
+                m.checks.len()
+            );
+        }
+    }
+    for f in failures {
+        let _ = writeln!(out, "FAILED {f}");
+    }
+    (out, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_split_on_their_markers_and_an_unfinished_one_is_dropped() {
+        let text = "noise\n@@BEGIN kernel\n6.1.0\n@@END kernel\n@@BEGIN jsonl tp_btf\n{}\n{}\n@@END jsonl tp_btf\n@@BEGIN cut\nhalf";
+        let s = parse_sections(text);
+        assert_eq!(s["kernel"], "6.1.0\n");
+        assert_eq!(s["jsonl tp_btf"], "{}\n{}\n");
+        assert!(!s.contains_key("cut"));
+    }
+
+    #[test]
+    fn snmp_counters_are_read_by_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 37 0\n";
+        assert_eq!(snmp_counter(snmp, "Tcp", "RetransSegs"), Some(37));
+        assert_eq!(snmp_counter(snmp, "Tcp", "Nope"), None);
+    }
+
+    #[test]
+    fn a_flow_is_its_samples_merged_with_the_latest_non_null_values() {
+        let lines: Vec<Value> = [
+            r#"{"type":"sample","sport":5001,"retrans":1,"owner":{"pid":7}}"#,
+            r#"{"type":"sample","sport":5002,"retrans":9}"#,
+            r#"{"type":"flow","sport":5001,"retrans":3,"owner":null}"#,
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let f = last_by_port(&lines, 5001).unwrap();
+        assert_eq!(f["retrans"], 3);
+        assert_eq!(f["owner"]["pid"], 7);
+        assert!(last_by_port(&lines, 1).is_none());
+    }
+
+    #[test]
+    fn disabled_hooks_shrink_to_what_failed_and_what_is_lost() {
+        let line = "tcp:tcp_sendmsg_locked: disabled (BTF tracepoint: load: unknown BTF type `x`; classic tracepoint: this kernel has no tcp:tcp_sendmsg_locked tracepoint; owners found in /proc)";
+        assert_eq!(short_disabled(line), "tcp_sendmsg_locked: no tp_btf, no such tracepoint, owners found in /proc");
+    }
+}
