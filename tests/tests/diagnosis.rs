@@ -491,9 +491,11 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
         assert_realised_loss(&name, &path, loss);
         assert!(!j.outcome.ever_flagged, "{}", j.describe());
         assert!(j.goodput_bps > 100e6, "BBR uses the path: {}", j.describe());
-        // At the story's loss rates BBR fills the bottleneck, and cctrace says so.
+        // At the story's loss rates BBR fills the bottleneck, and cctrace says so once BBR is
+        // past its start-up (which is window-limited by design, and takes more of the run's
+        // verdicts when a loaded host judges fewer of them).
         if loss <= 0.001 {
-            assert!(j.outcome.share("path") >= 0.5, "{}", j.describe());
+            assert!(j.outcome.late_share("path") >= 0.5, "{}", j.describe());
         }
     }
     Ok(())
