@@ -53,6 +53,9 @@ static FILTER: Array<FilterState> = Array::with_max_entries(1, 0);
 static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(FILTER_MAX_CGROUPS, 0);
 #[map]
 static FILTER_NETNS: HashMap<u32, u8> = HashMap::with_max_entries(FILTER_MAX_NETNS, 0);
+/// The start-up listing's sample under construction: too large for the 512-byte stack.
+#[map]
+static SNAPSHOT_SAMPLE: PerCpuArray<FlowSample> = PerCpuArray::with_max_entries(1, 0);
 /// What `cct_iter_switch` switches (one entry; zeroed: nothing).
 #[map]
 static SWITCH_CONFIG: Array<SwitchConfig> = Array::with_max_entries(1, 0);
@@ -252,9 +255,17 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
         bump(counter::RINGBUF_LOST);
         return;
     };
-    let s = entry.as_mut_ptr();
+    fill_sample(entry.as_mut_ptr(), hit, state, now);
+    entry.submit(0);
+    bump(counter::EMITTED);
+}
+
+/// Write the sample of `hit`'s socket into `s` (the ring's reserved record, or the start-up
+/// listing's per-CPU scratch record).
+#[inline(always)]
+fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now: u64) {
     let sk = hit.sk;
-    // SAFETY: `s` points to FLOW_SAMPLE_SIZE reserved bytes we own until submit; zeroing first
+    // SAFETY: `s` points to FLOW_SAMPLE_SIZE bytes the caller owns for this run; zeroing first
     // means every byte (padding included) is initialised before the record is published.
     unsafe {
         core::ptr::write_bytes(s as *mut u8, 0, FLOW_SAMPLE_SIZE);
@@ -338,8 +349,6 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
             s.flags |= flag::CWND_LIMITED;
         }
     }
-    entry.submit(0);
-    bump(counter::EMITTED);
 }
 
 #[inline(always)]
@@ -643,15 +652,19 @@ pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
 // ---------------------------------------------------------------- start-up snapshot
 
 /// `iter/tcp`: one sample of every TCP socket of the iterating process's network namespace, so
-/// flows that are idle when cctrace starts are listed too. The context is
+/// flows that are idle when cctrace starts are listed too. The samples go into the iterator's
+/// own output (`bpf_seq_write`), not the ring buffer: userspace reads them at its own pace while
+/// it drains the ring, so a host with 100,000 sockets loses none of them to a full ring. The
+/// flow map is left alone (an idle socket needs no rate limiting, and 100,000 of them would
+/// push the busy flows' state out of the LRU). The context is
 /// `struct bpf_iter__tcp { struct bpf_iter_meta *meta; struct sock_common *sk_common; uid_t uid; }`.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/tcp")]
 pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     // SAFETY: the verifier gives iterator programs this context; sk_common is its second field
     // and may be NULL (end of iteration).
-    let sk = unsafe { *(ctx as *const *const u8).add(1) };
-    if sk.is_null() {
+    let (meta, sk) = unsafe { (*(ctx as *const *const u8), *(ctx as *const *const u8).add(1)) };
+    if sk.is_null() || meta.is_null() {
         return 0;
     }
     // Time-wait and request sockets are not full sockets; listeners carry no flow.
@@ -663,18 +676,40 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     {
         return 0;
     }
+    let cookie = btf_cookie(sk);
+    if cookie == 0 {
+        return 0;
+    }
+    // What the hooks already know of the flow (its owner, retransmissions), read, not stored.
+    let mut flow = match FLOWS.get_ptr_mut(cookie) {
+        // SAFETY: the pointer is into the map value, valid for this program run; copied at once.
+        Some(p) => unsafe { *p },
+        None => FlowState::default(),
+    };
+    if !passes_filter(sk, &mut flow) {
+        bump(counter::FILTERED);
+        return 0;
+    }
+    let Some(sample) = SNAPSHOT_SAMPLE.get_ptr_mut(0) else { return 0 };
     let hit = Hit {
         sk,
-        cookie: btf_cookie(sk),
+        cookie,
         reason: reason::SNAPSHOT,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
         new_state: 0,
         classic: false,
     };
-    match observe(hit) {
-        Ok(_) | Err(_) => 0,
+    // SAFETY: a helper without arguments or preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    fill_sample(sample, &hit, &flow, now);
+    // SAFETY: `meta->seq` is the iterator's seq_file (first field of bpf_iter_meta); the record
+    // is this CPU's scratch map value, FLOW_SAMPLE_SIZE bytes.
+    unsafe {
+        let seq = *(meta as *const *mut aya_ebpf::bindings::seq_file);
+        bpf_seq_write(seq, sample as *const c_void, FLOW_SAMPLE_SIZE as u32);
     }
+    0
 }
 
 // ---------------------------------------------------------------- live switch (`cctrace fix --live`)

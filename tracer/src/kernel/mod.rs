@@ -230,6 +230,10 @@ pub struct KernelSource {
     ebpf: Ebpf,
     info: KernelInfo,
     ctx: DecodeContext,
+    /// The start-up listing's samples while its walk goes on.
+    listing: Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>,
+    /// Samples of the start-up listing read so far (they never pass through the ring).
+    listed: u64,
     received: u64,
     decode_errors: u64,
     /// First decode error, kept for the summary.
@@ -379,9 +383,14 @@ impl KernelSource {
         }
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
-        let snapshot = match aya_btf.as_ref() {
-            Some(btf) => listing::list_existing_sockets(&mut ebpf, btf),
+        let ctx = DecodeContext { hz };
+        let walk = match aya_btf.as_ref() {
+            Some(btf) => listing::start_listing(&mut ebpf, btf, ctx),
             None => Err(ListingError::BtfUnavailable),
+        };
+        let (snapshot, listing) = match walk {
+            Ok(walk) => (Ok(walk.report), Some(walk.batches)),
+            Err(e) => (Err(e), None),
         };
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
@@ -398,7 +407,9 @@ impl KernelSource {
             filter: Some(filter),
             ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot },
-            ctx: DecodeContext { hz },
+            ctx,
+            listing,
+            listed: 0,
             received: 0,
             decode_errors: 0,
             last_decode_error: None,
@@ -433,9 +444,10 @@ impl KernelSource {
         self.counters.get(&index, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
-    /// Samples the kernel wrote into the ring buffer so far.
+    /// Samples the kernel handed over so far: written into the ring buffer, or read from the
+    /// start-up listing's iterators.
     pub fn emitted(&self) -> u64 {
-        self.counter(counter::EMITTED)
+        self.counter(counter::EMITTED) + self.listed
     }
 
     /// Kernel-side counters by name (lost, emitted, read errors, map full).
@@ -450,32 +462,64 @@ impl KernelSource {
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
-        const MAX_BATCH: usize = 4096;
         loop {
-            let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
-            let ring = guard.get_inner_mut();
-            let mut batch = Vec::new();
-            while batch.len() < MAX_BATCH {
-                let Some(item) = ring.next() else { break };
-                match decode(&item, &self.ctx) {
-                    Ok(s) => batch.push(s),
-                    Err(e) => {
-                        self.decode_errors += 1;
-                        if self.last_decode_error.is_none() {
-                            self.last_decode_error = Some(e.to_string());
-                        }
+            // The ring first: it is what overflows when not read. The listing fills the gaps.
+            let batch = match &mut self.listing {
+                Some(listing) => tokio::select! {
+                    biased;
+                    guard = self.ring.readable_mut() => {
+                        Self::drain_ring(guard.context("waiting on the ring buffer")?, &self.ctx, &mut self.decode_errors, &mut self.last_decode_error)
                     }
+                    listed = listing.recv() => match listed {
+                        Some(batch) => {
+                            self.listed += batch.len() as u64;
+                            batch
+                        }
+                        None => {
+                            self.listing = None;
+                            continue;
+                        }
+                    },
+                },
+                None => {
+                    let guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+                    Self::drain_ring(guard, &self.ctx, &mut self.decode_errors, &mut self.last_decode_error)
                 }
-            }
-            if batch.len() < MAX_BATCH {
-                // Drained: wait for the next wake-up. A full batch leaves readiness set.
-                guard.clear_ready();
-            }
+            };
             if !batch.is_empty() {
                 self.received += batch.len() as u64;
                 return Ok(batch);
             }
         }
+    }
+
+    /// Up to one batch of what the ring buffer holds; readiness is cleared once it is dry.
+    fn drain_ring(
+        mut guard: tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>,
+        ctx: &DecodeContext,
+        decode_errors: &mut u64,
+        last_decode_error: &mut Option<String>,
+    ) -> Vec<Sample> {
+        const MAX_BATCH: usize = 4096;
+        let ring = guard.get_inner_mut();
+        let mut batch = Vec::new();
+        while batch.len() < MAX_BATCH {
+            let Some(item) = ring.next() else { break };
+            match decode(&item, ctx) {
+                Ok(s) => batch.push(s),
+                Err(e) => {
+                    *decode_errors += 1;
+                    if last_decode_error.is_none() {
+                        *last_decode_error = Some(e.to_string());
+                    }
+                }
+            }
+        }
+        if batch.len() < MAX_BATCH {
+            // Drained: wait for the next wake-up. A full batch leaves readiness set.
+            guard.clear_ready();
+        }
+        batch
     }
 }
 
@@ -504,6 +548,10 @@ impl EventSource for KernelSource {
 
     fn stop_producing(&mut self) {
         self.detach_programs();
+        // The listing reads no further; what it already queued is still delivered.
+        if let Some(listing) = &mut self.listing {
+            listing.close();
+        }
     }
 
     fn describe(&self) -> String {
