@@ -14,6 +14,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_getsockopt, bpf_jiffies64,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_seq_write, bpf_setsockopt,
@@ -151,7 +152,8 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     }
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let mut state = match FLOWS.get_ptr_mut(hit.cookie) {
+    let existing = FLOWS.get_ptr_mut(hit.cookie);
+    let mut state = match existing {
         // SAFETY: the pointer is into the map value, valid for this program run.
         Some(p) => unsafe { *p },
         None => FlowState::default(),
@@ -169,9 +171,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         // The first retransmission after a quiet interval is sampled at once; the rest of the
         // burst is counted here and seen in the periodic samples.
         if !due(state.last_retrans_emit_ns) {
-            if FLOWS.insert(hit.cookie, state, 0).is_err() {
-                bump(counter::FLOW_MAP_FULL);
-            }
+            store_flow(hit.cookie, existing, &state);
             return Ok(0);
         }
         state.last_retrans_emit_ns = now;
@@ -193,10 +193,26 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     // samples still carry the owner and the retransmission count.
     if hit.reason == reason::DESTROY {
         let _ = FLOWS.remove(hit.cookie);
-    } else if FLOWS.insert(hit.cookie, state, 0).is_err() {
-        bump(counter::FLOW_MAP_FULL);
+    } else {
+        store_flow(hit.cookie, existing, &state);
     }
     Ok(0)
+}
+
+/// Keep `state` for the flow: written in place when it has an entry already (an LRU map update
+/// takes a fresh node off the free lists and frees the old one, a cost paid on every state
+/// change), inserted otherwise.
+#[inline(always)]
+fn store_flow(cookie: u64, existing: Option<*mut FlowState>, state: &FlowState) {
+    match existing {
+        // SAFETY: the pointer is into the map value, valid for this program run.
+        Some(p) => unsafe { *p = *state },
+        None => {
+            if FLOWS.insert(cookie, *state, 0).is_err() {
+                bump(counter::FLOW_MAP_FULL);
+            }
+        }
+    }
 }
 
 /// Whether the flow is inside the user's filter. The answer is kept in the flow's state for the
@@ -256,8 +272,22 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
         return;
     };
     fill_sample(entry.as_mut_ptr(), hit, state, now);
-    entry.submit(0);
+    entry.submit(wakeup_flag());
     bump(counter::EMITTED);
+}
+
+/// How a submitted sample wakes the reader. A wake-up is an `irq_work` (in a VM, a self-IPI and
+/// a VM exit) that cost the state hooks most of their 7-10 us per sample; the reader polls the
+/// ring on a short timer anyway, so it is woken only once the ring is half full, when a late
+/// read could lose samples.
+#[inline(always)]
+fn wakeup_flag() -> u64 {
+    let size = EVENTS.query(u64::from(BPF_RB_RING_SIZE));
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= size / 2 {
+        u64::from(BPF_RB_FORCE_WAKEUP)
+    } else {
+        u64::from(BPF_RB_NO_WAKEUP)
+    }
 }
 
 /// Write the sample of `hit`'s socket into `s` (the ring's reserved record, or the start-up
