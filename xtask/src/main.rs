@@ -26,6 +26,8 @@ const APT_PACKAGES: &[&str] = &[
     // zstdcat: the recording tests read a recording as its users would.
     "zstd",
     "util-linux",
+    // The overhead benchmark compares cctrace with a bpftrace script doing per-flow work.
+    "bpftrace",
 ];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
 const BPF_LINKER_VERSION: &str = "0.13";
