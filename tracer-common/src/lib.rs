@@ -414,16 +414,19 @@ pub struct Config {
     /// Hooks whose programs run ([`HookId::bit`]s); a program whose bit is clear returns at
     /// once, so a hook can be switched off without detaching it.
     pub hooks: u32,
-    /// Reserved for in-kernel container filters; 0 for now.
-    pub _reserved: u32,
+    /// Bytes of a `struct tcp_sock` (from BTF), copied in one read when a sample is written
+    /// rather than read field by field; 0: field by field.
+    pub sock_span: u32,
 }
 
 pub const CONFIG_SIZE: usize = 16;
+/// Largest socket copied whole into the programs' scratch buffer (a power of two).
+pub const SOCK_COPY_MAX: usize = 4096;
 const _: () = assert!(core::mem::size_of::<Config>() == CONFIG_SIZE);
 
 impl Config {
     pub const fn default_config() -> Self {
-        Self { sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS, hooks: HookId::ALL_BITS, _reserved: 0 }
+        Self { sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS, hooks: HookId::ALL_BITS, sock_span: 0 }
     }
 }
 

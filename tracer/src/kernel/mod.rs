@@ -324,6 +324,12 @@ impl KernelSource {
         caps::check()?;
         let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
         let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
+        // A socket small enough is copied whole when a sample is written: one read, not forty.
+        let sock_span = btf_resolver
+            .struct_size("tcp_sock")
+            .ok()
+            .filter(|&n| n <= tracer_common::SOCK_COPY_MAX)
+            .map_or(0, |n| n as u32);
         drop(btf_resolver);
         let hz = hz::kernel_hz().unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
@@ -331,7 +337,7 @@ impl KernelSource {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
             // Every hook that attaches runs; the bits let one be switched off without a detach.
             hooks: HookId::ALL_BITS,
-            _reserved: 0,
+            sock_span,
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
         // so older kernels do not fail map creation.

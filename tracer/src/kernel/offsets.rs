@@ -44,6 +44,11 @@ impl BtfResolver {
             .ok_or_else(|| anyhow!("BTF: struct {name} not found"))
     }
 
+    /// Size in bytes of struct `name`.
+    pub fn struct_size(&self, name: &str) -> Result<usize> {
+        Ok(self.find_struct(name)?.size())
+    }
+
     /// Strip typedefs and qualifiers.
     fn concrete(&self, mut t: Type) -> Result<Type> {
         for _ in 0..32 {
