@@ -21,11 +21,15 @@ pub(crate) struct Churn {
     pub(crate) connect_errors: u64,
     pub(crate) cpu_share: f64,
     pub(crate) peak_rss: u64,
-    /// Seconds of the run in which the bulk flow had a flow line, of the whole seconds run.
-    pub(crate) bulk_reported: (usize, usize),
+    /// Flow lines of the bulk flow during the churn, and the longest gap between two.
+    pub(crate) bulk_lines: usize,
+    pub(crate) bulk_max_gap: Duration,
     pub(crate) lost: u64,
     pub(crate) flows_seen: u64,
     pub(crate) flows_evicted: u64,
+    /// cctrace's programs' runs during the churn (the state hooks run hundreds of thousands of
+    /// times here, so their averages are not at the mercy of a few preempted runs).
+    pub(crate) kernel: std::collections::BTreeMap<String, crate::bpf_stats::Runs>,
 }
 
 pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
@@ -33,13 +37,13 @@ pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
     let churn_ns = Netns::create("churn")?;
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
     let bulk_netns = lab.sender().inode();
-    let reported = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let reported = Arc::new(Mutex::new(Vec::new()));
     let r = reported.clone();
     let tracer = Cctrace::start(
         &["--interval", "1000"],
         Box::new(move |v, at| {
             if v["type"] == "flow" && v["netns"].as_u64() == Some(bulk_netns) && v["dport"] == PORT {
-                r.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(at.as_secs());
+                r.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(at);
             }
         }),
     )?;
@@ -79,21 +83,33 @@ pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
         }
         Ok(())
     })?;
-    let (cpu0, t0) = (tracer.cpu_secs()?, Instant::now());
-    let first_second = tracer.started.elapsed().as_secs() + 1;
+    let stats = crate::bpf_stats::enable()?;
+    let (cpu0, runs0, t0) = (tracer.cpu_secs()?, crate::bpf_stats::programs_of(tracer.pid())?, Instant::now());
+    let churn_start = tracer.started.elapsed();
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = tracer.cpu_secs()? - cpu0;
-    let last_second = tracer.started.elapsed().as_secs();
+    let kernel = crate::bpf_stats::delta(&runs0, &crate::bpf_stats::programs_of(tracer.pid())?);
+    drop(stats);
+    let churn_end = tracer.started.elapsed();
     let _ = churner.join();
     let (_, peak_rss) = tracer.rss()?;
     bulk.stop();
     let _ = bulk.wait();
     let summary = tracer.stop()?;
-    let seconds = reported.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let whole = (first_second..last_second).count();
-    let hit = (first_second..last_second).filter(|s| seconds.contains(s)).count();
+    let lines: Vec<Duration> = reported
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .copied()
+        .filter(|at| (churn_start..churn_end).contains(at))
+        .collect();
+    // From the churn's start to its first line, between lines, and from the last to its end.
+    let mut edges = vec![churn_start];
+    edges.extend(&lines);
+    edges.push(churn_end);
+    let bulk_max_gap = edges.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
     Ok(Churn {
         secs,
         target_rate: rate,
@@ -101,9 +117,11 @@ pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
         connect_errors: errors.load(Ordering::Relaxed),
         cpu_share: cpu / elapsed,
         peak_rss,
-        bulk_reported: (hit, whole),
+        bulk_lines: lines.len(),
+        bulk_max_gap,
         lost: summary["events_lost"].as_u64().unwrap_or(u64::MAX),
         flows_seen: summary["flows_seen"].as_u64().unwrap_or(0),
         flows_evicted: summary["flows_evicted"].as_u64().unwrap_or(0),
+        kernel,
     })
 }

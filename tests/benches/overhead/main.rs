@@ -59,7 +59,12 @@ fn main() -> Result<()> {
             let met = if e.relative() <= settings.target { "" } else { "  (CI wider than the target: round limit)" };
             row(&format!("throughput ratio, {}", mode.label()), format!("{e}{met}"));
         }
+        for (mode, e) in &r.efficiency {
+            let met = if e.relative() <= settings.target { "" } else { "  (CI wider than the target: round limit)" };
+            row(&format!("bytes per CPU second ratio, {}", mode.label()), format!("{e}{met}"));
+        }
         row("cctrace CPU, seconds per second", r.cctrace_cpu.to_string());
+        row("cctrace in-kernel time / the transfer's CPU time", r.kernel_share.to_string());
         for (name, runs) in &r.kernel {
             if runs.count > 0 {
                 row(
@@ -103,18 +108,24 @@ fn main() -> Result<()> {
         row(
             &format!("churn, {} conn/s for {} s next to a bulk flow", c.target_rate, c.secs),
             format!(
-                "{:.0} conn/s achieved ({} connect errors); cctrace {:.1} % of a core, peak RSS {} MB; bulk flow reported in {}/{} s; {} lost; {} flows seen, {} evicted",
+                "{:.0} conn/s achieved ({} connect errors); cctrace {:.1} % of a core, peak RSS {} MB; bulk flow reported {} times, longest gap {:.2} s (interval 1 s); {} lost; {} flows seen, {} evicted",
                 c.achieved_rate,
                 c.connect_errors,
                 c.cpu_share * 100.0,
                 c.peak_rss >> 20,
-                c.bulk_reported.0,
-                c.bulk_reported.1,
+                c.bulk_lines,
+                c.bulk_max_gap.as_secs_f64(),
                 c.lost,
                 c.flows_seen,
                 c.flows_evicted
             ),
         );
+        for (name, runs) in c.kernel.iter().filter(|(_, r)| r.count > 0) {
+            row(
+                &format!("in-kernel ns per run during churn, {name}"),
+                format!("{:.0} ({} runs)", runs.ns as f64 / runs.count as f64, runs.count),
+            );
+        }
     }
     println!();
     println!("| measure | result |");
