@@ -257,6 +257,8 @@ fn main() -> ExitCode {
             run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"]))
         }),
         Task::Bench { args } => setup().and_then(|()| {
+            // The overhead benchmark runs the release binary next to it.
+            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
             cmd.arg("--").args(args);
             run(&mut cmd)
