@@ -13,6 +13,7 @@ use cctrace_lab::{Netns, SendMode, Sender, SenderOptions, Sink, SinkOptions, Vet
 use crate::tracer::Cctrace;
 
 const PORT: u16 = 5312;
+const CHURN_THREADS: usize = 2;
 
 pub(crate) struct Churn {
     pub(crate) secs: u64,
@@ -56,33 +57,39 @@ pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
     std::thread::sleep(Duration::from_secs(1));
     let stop = Arc::new(AtomicBool::new(false));
     let (opened, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (st, op, er) = (stop.clone(), opened.clone(), errors.clone());
-    let churner = churn_ns.spawn_thread("cct-churn", move || -> std::io::Result<()> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        let start = Instant::now();
-        let mut n = 0u64;
-        while !st.load(Ordering::Relaxed) {
-            // Paced: ahead of the rate, wait.
-            let due = start + Duration::from_secs_f64(n as f64 / rate as f64);
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            match TcpStream::connect(addr) {
-                Ok(c) => {
-                    let (s, _) = listener.accept()?;
-                    drop(c);
-                    drop(s);
-                    op.fetch_add(1, Ordering::Relaxed);
+    // Two loops, each at half the rate: one alone does not keep up on a busy 2-core machine.
+    let churners = (0..CHURN_THREADS)
+        .map(|_| {
+            let (st, op, er) = (stop.clone(), opened.clone(), errors.clone());
+            let rate = rate as f64 / CHURN_THREADS as f64;
+            churn_ns.spawn_thread("cct-churn", move || -> std::io::Result<()> {
+                let listener = TcpListener::bind("127.0.0.1:0")?;
+                let addr = listener.local_addr()?;
+                let start = Instant::now();
+                let mut n = 0u64;
+                while !st.load(Ordering::Relaxed) {
+                    // Paced: ahead of the rate, wait.
+                    let due = start + Duration::from_secs_f64(n as f64 / rate);
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    match TcpStream::connect(addr) {
+                        Ok(c) => {
+                            let (s, _) = listener.accept()?;
+                            drop(c);
+                            drop(s);
+                            op.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            er.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    n += 1;
                 }
-                Err(_) => {
-                    er.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            n += 1;
-        }
-        Ok(())
-    })?;
+                Ok(())
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let stats = crate::bpf_stats::enable()?;
     let (cpu0, runs0, t0) = (tracer.cpu_secs()?, crate::bpf_stats::programs_of(tracer.pid())?, Instant::now());
     let churn_start = tracer.started.elapsed();
@@ -93,7 +100,9 @@ pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
     let kernel = crate::bpf_stats::delta(&runs0, &crate::bpf_stats::programs_of(tracer.pid())?);
     drop(stats);
     let churn_end = tracer.started.elapsed();
-    let _ = churner.join();
+    for churner in churners {
+        let _ = churner.join();
+    }
     let (_, peak_rss) = tracer.rss()?;
     bulk.stop();
     let _ = bulk.wait();
