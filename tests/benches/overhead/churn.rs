@@ -42,6 +42,7 @@ pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
     let r = reported.clone();
     let tracer = Cctrace::start(
         &["--interval", "1000"],
+        format!(r#""dport":{PORT},"#),
         Box::new(move |v, at| {
             if v["type"] == "flow" && v["netns"].as_u64() == Some(bulk_netns) && v["dport"] == PORT {
                 r.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(at);

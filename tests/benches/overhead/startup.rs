@@ -119,6 +119,7 @@ pub(crate) fn run(sockets: usize, namespaces: usize) -> Result<StartUp> {
     let s = seen.clone();
     let tracer = Cctrace::start(
         &["--events", "--interval", "1000"],
+        r#""reason":"snapshot""#.into(),
         Box::new(move |v, at| {
             if v["type"] == "sample"
                 && v["reason"] == "snapshot"

@@ -206,7 +206,7 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, CctraceC
     match mode {
         Mode::Untraced => Ok((transfer(lab, secs)?, None)),
         Mode::Cctrace => {
-            let tracer = Cctrace::start(&[], Box::new(|_, _| {}))?;
+            let tracer = Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?;
             let (cpu0, runs0, t0) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?, Instant::now());
             let t = transfer(lab, secs)?;
             let (cpu1, runs1) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?);

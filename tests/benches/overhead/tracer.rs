@@ -21,8 +21,10 @@ pub(crate) struct Cctrace {
 }
 
 impl Cctrace {
-    /// `cctrace --json ARGS`, waiting until it says it is tracing.
-    pub(crate) fn start(args: &[&str], mut on_line: OnLine) -> Result<Self> {
+    /// `cctrace --json ARGS`, waiting until it says it is tracing. Only lines containing
+    /// `wanted` (and the summary) are parsed and given to `on_line`: parsing every line of a
+    /// busy run would make this reader the bottleneck, and a stalled output stalls cctrace.
+    pub(crate) fn start(args: &[&str], wanted: String, mut on_line: OnLine) -> Result<Self> {
         let bin = cctrace_tests::cctrace_bin();
         let started = Instant::now();
         let mut child = Command::new(&bin)
@@ -39,6 +41,9 @@ impl Cctrace {
         let s = summary.clone();
         let r1 = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if !line.contains(&wanted) && !line.contains(r#""type":"summary""#) {
+                    continue;
+                }
                 let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
                 on_line(&v, started.elapsed());
                 if v["type"] == "summary" {
