@@ -130,6 +130,12 @@ impl Tracer {
         self.lines().into_iter().filter(|v| v["type"] == "sample" && pred(v)).collect()
     }
 
+    /// How many lines printed so far match `pred`, counted in place: a run that printed
+    /// tens of thousands of lines is not copied on every poll.
+    pub fn count(&self, pred: impl Fn(&Value) -> bool) -> usize {
+        self.lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().filter(|v| pred(v)).count()
+    }
+
     /// Poll until `pred` holds over the collected lines, or fail after `timeout`.
     pub fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&[Value]) -> bool) -> Result<()> {
         let deadline = Instant::now() + timeout;

@@ -393,6 +393,7 @@ fn a_full_ring_buffer_is_reported_as_lost_events() -> Result<()> {
     for s in senders {
         s.wait()?;
     }
+    let stderr = tracer.stderr();
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let summary = lines.last().context("no summary")?;
@@ -402,6 +403,8 @@ fn a_full_ring_buffer_is_reported_as_lost_events() -> Result<()> {
     let emitted = summary["kernel_emitted"].as_u64().context("kernel_emitted")?;
     eprintln!("ring of 4 KiB: {summary}");
     assert!(lost > 0, "a 4 KiB ring under this load must overflow: {summary}");
+    // Said on stderr when it happened, not only in the summary.
+    assert!(stderr.contains(" samples lost so far ("), "no loss reported on stderr: {stderr}");
     // Every sample the kernel managed to write reached the consumer; the rest were counted.
     assert_eq!(received, emitted, "{summary}");
     Ok(())

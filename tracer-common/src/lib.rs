@@ -419,14 +419,26 @@ pub struct Config {
     /// `skc_cookie` stays 0 until something does, so they key this way whenever they are the
     /// hooks in use (`--hooks classic`, or no kernel BTF).
     pub key_by_socket: u32,
+    /// Bytes of a `struct tcp_sock` (from BTF), copied in one read when a sample is written
+    /// rather than read field by field; 0: field by field.
+    pub sock_span: u32,
+    pub _pad: u32,
 }
 
-pub const CONFIG_SIZE: usize = 16;
+pub const CONFIG_SIZE: usize = 24;
+/// Largest socket copied whole into the programs' scratch buffer (a power of two).
+pub const SOCK_COPY_MAX: usize = 4096;
 const _: () = assert!(core::mem::size_of::<Config>() == CONFIG_SIZE);
 
 impl Config {
     pub const fn default_config() -> Self {
-        Self { sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS, hooks: HookId::ALL_BITS, key_by_socket: 0 }
+        Self {
+            sample_interval_ns: DEFAULT_SAMPLE_INTERVAL_NS,
+            hooks: HookId::ALL_BITS,
+            key_by_socket: 0,
+            sock_span: 0,
+            _pad: 0,
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod udp;
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_getsockopt, bpf_jiffies64,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_seq_write, bpf_setsockopt,
@@ -29,8 +30,8 @@ use tracer_common::{
     counter, family, filter_mode, flag, reason, record_kind, switch_mode, tcp_state, BitField, CcName,
     ClassicTracepointOffsets, Config, FilterState, FlowSample, FlowState, HookId, Offsets, RecordHeader, SwitchConfig,
     SwitchRecord, ABSENT, CC_NAME_LEN, DEFAULT_RING_BYTES, FILTER_MAX_CGROUPS, FILTER_MAX_CGROUP_DEPTH,
-    FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, SWITCH_MAX_COOKIES, SWITCH_MAX_NAMES, SWITCH_RECORD_SIZE,
-    WIRE_VERSION,
+    FILTER_MAX_NETNS, FLOW_SAMPLE_SIZE, IPPROTO_TCP, SOCK_COPY_MAX, SWITCH_MAX_COOKIES, SWITCH_MAX_NAMES,
+    SWITCH_RECORD_SIZE, WIRE_VERSION,
 };
 
 /// Filled in by userspace from BTF before load (read-only data).
@@ -56,6 +57,9 @@ static FILTER: Array<FilterState> = Array::with_max_entries(1, 0);
 static FILTER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(FILTER_MAX_CGROUPS, 0);
 #[map]
 static FILTER_NETNS: HashMap<u32, u8> = HashMap::with_max_entries(FILTER_MAX_NETNS, 0);
+/// The start-up listing's sample under construction: too large for the 512-byte stack.
+#[map]
+static SNAPSHOT_SAMPLE: PerCpuArray<FlowSample> = PerCpuArray::with_max_entries(1, 0);
 /// What `cct_iter_switch` switches (one entry; zeroed: nothing).
 #[map]
 static SWITCH_CONFIG: Array<SwitchConfig> = Array::with_max_entries(1, 0);
@@ -157,7 +161,8 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     }
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let mut state = match FLOWS.get_ptr_mut(hit.cookie) {
+    let existing = FLOWS.get_ptr_mut(hit.cookie);
+    let mut state = match existing {
         // SAFETY: the pointer is into the map value, valid for this program run.
         Some(p) => unsafe { *p },
         None => flow_key::new_flow_state(hit.cookie),
@@ -175,9 +180,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         // The first retransmission after a quiet interval is sampled at once; the rest of the
         // burst is counted here and seen in the periodic samples.
         if !due(state.last_retrans_emit_ns) {
-            if FLOWS.insert(hit.cookie, state, 0).is_err() {
-                bump(counter::FLOW_MAP_FULL);
-            }
+            store_flow(hit.cookie, existing, &state);
             return Ok(0);
         }
         state.last_retrans_emit_ns = now;
@@ -199,10 +202,26 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     // samples still carry the owner and the retransmission count.
     if hit.reason == reason::DESTROY {
         let _ = FLOWS.remove(hit.cookie);
-    } else if FLOWS.insert(hit.cookie, state, 0).is_err() {
-        bump(counter::FLOW_MAP_FULL);
+    } else {
+        store_flow(hit.cookie, existing, &state);
     }
     Ok(0)
+}
+
+/// Keep `state` for the flow: written in place when it has an entry already (an LRU map update
+/// takes a fresh node off the free lists and frees the old one, a cost paid on every state
+/// change), inserted otherwise.
+#[inline(always)]
+fn store_flow(cookie: u64, existing: Option<*mut FlowState>, state: &FlowState) {
+    match existing {
+        // SAFETY: the pointer is into the map value, valid for this program run.
+        Some(p) => unsafe { *p = *state },
+        None => {
+            if FLOWS.insert(cookie, *state, 0).is_err() {
+                bump(counter::FLOW_MAP_FULL);
+            }
+        }
+    }
 }
 
 /// Whether the flow is inside the user's filter. The answer is kept in the flow's state for the
@@ -261,9 +280,31 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
         bump(counter::RINGBUF_LOST);
         return;
     };
-    let s = entry.as_mut_ptr();
-    let sk = hit.sk;
-    // SAFETY: `s` points to FLOW_SAMPLE_SIZE reserved bytes we own until submit; zeroing first
+    fill_sample(entry.as_mut_ptr(), hit, state, now);
+    entry.submit(wakeup_flag());
+    bump(counter::EMITTED);
+}
+
+/// How a submitted sample wakes the reader. A wake-up is an `irq_work` (in a VM, a self-IPI and
+/// a VM exit) that cost the state hooks most of their 7-10 us per sample; the reader polls the
+/// ring on a short timer anyway, so it is woken only once the ring is half full, when a late
+/// read could lose samples.
+#[inline(always)]
+fn wakeup_flag() -> u64 {
+    let size = EVENTS.query(u64::from(BPF_RB_RING_SIZE));
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= size / 2 {
+        u64::from(BPF_RB_FORCE_WAKEUP)
+    } else {
+        u64::from(BPF_RB_NO_WAKEUP)
+    }
+}
+
+/// Write the sample of `hit`'s socket into `s` (the ring's reserved record, or the start-up
+/// listing's per-CPU scratch record).
+#[inline(always)]
+fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now: u64) {
+    let sk = SockView::of(hit.sk);
+    // SAFETY: `s` points to FLOW_SAMPLE_SIZE bytes the caller owns for this run; zeroing first
     // means every byte (padding included) is initialised before the record is published.
     unsafe {
         core::ptr::write_bytes(s as *mut u8, 0, FLOW_SAMPLE_SIZE);
@@ -282,82 +323,169 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
             s.flags |= flag::CLASSIC_HOOK;
         }
 
-        let family: u16 = read(sk, global!(OFFSETS.skc_family));
+        let family: u16 = sk.get(global!(OFFSETS.skc_family));
         s.family = family;
         s.tcp_state =
-            if hit.reason == reason::STATE_CHANGE { hit.new_state } else { read(sk, global!(OFFSETS.skc_state)) };
-        s.sport = read(sk, global!(OFFSETS.skc_num));
-        s.dport = u16::from_be(read(sk, global!(OFFSETS.skc_dport)));
+            if hit.reason == reason::STATE_CHANGE { hit.new_state } else { sk.get(global!(OFFSETS.skc_state)) };
+        s.sport = sk.get(global!(OFFSETS.skc_num));
+        s.dport = u16::from_be(sk.get(global!(OFFSETS.skc_dport)));
         if family == family::AF_INET6 {
-            read_bytes(sk, global!(OFFSETS.skc_v6_rcv_saddr), &mut s.saddr);
-            read_bytes(sk, global!(OFFSETS.skc_v6_daddr), &mut s.daddr);
+            sk.bytes(global!(OFFSETS.skc_v6_rcv_saddr), &mut s.saddr);
+            sk.bytes(global!(OFFSETS.skc_v6_daddr), &mut s.daddr);
         } else if family == family::AF_INET {
-            read_bytes(sk, global!(OFFSETS.skc_rcv_saddr), &mut s.saddr[..4]);
-            read_bytes(sk, global!(OFFSETS.skc_daddr), &mut s.daddr[..4]);
+            sk.bytes(global!(OFFSETS.skc_rcv_saddr), &mut s.saddr[..4]);
+            sk.bytes(global!(OFFSETS.skc_daddr), &mut s.daddr[..4]);
         }
-        let net = read_ptr(sk, global!(OFFSETS.skc_net));
+        let net = sk.ptr(global!(OFFSETS.skc_net));
         s.netns = read(net, global!(OFFSETS.net_ns_inum));
-        let cgroup = read_ptr(sk, global!(OFFSETS.sk_cgrp_cgroup));
+        let cgroup = sk.ptr(global!(OFFSETS.sk_cgrp_cgroup));
         let kn = read_ptr(cgroup, global!(OFFSETS.cgroup_kn));
         s.cgroup_id = read(kn, global!(OFFSETS.kernfs_node_id));
-        s.pacing_rate = read(sk, global!(OFFSETS.sk_pacing_rate));
-        s.sndbuf = read(sk, global!(OFFSETS.sk_sndbuf));
-        s.wmem_queued = read(sk, global!(OFFSETS.sk_wmem_queued));
+        s.pacing_rate = sk.get(global!(OFFSETS.sk_pacing_rate));
+        s.sndbuf = sk.get(global!(OFFSETS.sk_sndbuf));
+        s.wmem_queued = sk.get(global!(OFFSETS.sk_wmem_queued));
 
-        let ops = read_ptr(sk, global!(OFFSETS.icsk_ca_ops));
+        let ops = sk.ptr(global!(OFFSETS.icsk_ca_ops));
         read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);
         s.ca_state =
-            if hit.ca_state == CA_FROM_SOCKET { read_bits(sk, global!(OFFSETS.icsk_ca_state)) } else { hit.ca_state };
+            if hit.ca_state == CA_FROM_SOCKET { sk.bits(global!(OFFSETS.icsk_ca_state)) } else { hit.ca_state };
 
-        s.snd_cwnd = read(sk, global!(OFFSETS.snd_cwnd));
-        s.snd_ssthresh = read(sk, global!(OFFSETS.snd_ssthresh));
-        s.srtt_us = read::<u32>(sk, global!(OFFSETS.srtt_us)) >> 3;
-        s.rttvar_us = read::<u32>(sk, global!(OFFSETS.mdev_us)) >> 2;
+        s.snd_cwnd = sk.get(global!(OFFSETS.snd_cwnd));
+        s.snd_ssthresh = sk.get(global!(OFFSETS.snd_ssthresh));
+        s.srtt_us = sk.get::<u32>(global!(OFFSETS.srtt_us)) >> 3;
+        s.rttvar_us = sk.get::<u32>(global!(OFFSETS.mdev_us)) >> 2;
         // struct minmax { struct minmax_sample { u32 t; u32 v; } s[3]; }: s[0].v is the minimum.
         let rtt_min = global!(OFFSETS.rtt_min);
-        s.min_rtt_us = if rtt_min == ABSENT { 0 } else { read(sk, rtt_min + 4) };
-        s.mss = read(sk, global!(OFFSETS.mss_cache));
-        s.packets_out = read(sk, global!(OFFSETS.packets_out));
-        s.lost_out = read(sk, global!(OFFSETS.lost_out));
-        s.sacked_out = read(sk, global!(OFFSETS.sacked_out));
-        s.retrans_out = read(sk, global!(OFFSETS.retrans_out));
-        s.total_retrans = read(sk, global!(OFFSETS.total_retrans));
-        s.bytes_retrans = read(sk, global!(OFFSETS.bytes_retrans));
-        s.bytes_sent = read(sk, global!(OFFSETS.bytes_sent));
-        s.bytes_acked = read(sk, global!(OFFSETS.bytes_acked));
-        s.bytes_received = read(sk, global!(OFFSETS.bytes_received));
-        s.delivered = read(sk, global!(OFFSETS.delivered));
-        s.rate_delivered = read(sk, global!(OFFSETS.rate_delivered));
-        s.rate_interval_us = read(sk, global!(OFFSETS.rate_interval_us));
-        s.snd_wnd = read(sk, global!(OFFSETS.snd_wnd));
-        let write_seq: u32 = read(sk, global!(OFFSETS.write_seq));
-        let snd_nxt: u32 = read(sk, global!(OFFSETS.snd_nxt));
+        s.min_rtt_us = if rtt_min == ABSENT { 0 } else { sk.get(rtt_min + 4) };
+        s.mss = sk.get(global!(OFFSETS.mss_cache));
+        s.packets_out = sk.get(global!(OFFSETS.packets_out));
+        s.lost_out = sk.get(global!(OFFSETS.lost_out));
+        s.sacked_out = sk.get(global!(OFFSETS.sacked_out));
+        s.retrans_out = sk.get(global!(OFFSETS.retrans_out));
+        s.total_retrans = sk.get(global!(OFFSETS.total_retrans));
+        s.bytes_retrans = sk.get(global!(OFFSETS.bytes_retrans));
+        s.bytes_sent = sk.get(global!(OFFSETS.bytes_sent));
+        s.bytes_acked = sk.get(global!(OFFSETS.bytes_acked));
+        s.bytes_received = sk.get(global!(OFFSETS.bytes_received));
+        s.delivered = sk.get(global!(OFFSETS.delivered));
+        s.rate_delivered = sk.get(global!(OFFSETS.rate_delivered));
+        s.rate_interval_us = sk.get(global!(OFFSETS.rate_interval_us));
+        s.snd_wnd = sk.get(global!(OFFSETS.snd_wnd));
+        let write_seq: u32 = sk.get(global!(OFFSETS.write_seq));
+        let snd_nxt: u32 = sk.get(global!(OFFSETS.snd_nxt));
         s.notsent_bytes = write_seq.wrapping_sub(snd_nxt);
         if (s.notsent_bytes as i32) < 0 {
             s.notsent_bytes = 0;
         }
         s.jiffies = bpf_jiffies64() as u32;
-        s.chrono_start = read(sk, global!(OFFSETS.chrono_start));
-        read_chrono(sk, &mut s.chrono_stat);
-        s.chrono_type = read_bits(sk, global!(OFFSETS.chrono_type));
-        if read_bits(sk, global!(OFFSETS.rate_app_limited)) != 0 {
+        s.chrono_start = sk.get(global!(OFFSETS.chrono_start));
+        read_chrono(&sk, &mut s.chrono_stat);
+        s.chrono_type = sk.bits(global!(OFFSETS.chrono_type));
+        if sk.bits(global!(OFFSETS.rate_app_limited)) != 0 {
             s.flags |= flag::APP_LIMITED;
         }
-        if read_bits(sk, global!(OFFSETS.is_cwnd_limited)) != 0 {
+        if sk.bits(global!(OFFSETS.is_cwnd_limited)) != 0 {
             s.flags |= flag::CWND_LIMITED;
         }
     }
-    entry.submit(0);
-    bump(counter::EMITTED);
 }
 
 #[inline(always)]
-fn read_chrono(sk: *const u8, out: &mut [u32; 3]) {
+fn read_chrono(sk: &SockView, out: &mut [u32; 3]) {
     let off = global!(OFFSETS.chrono_stat);
     if off == ABSENT {
         return;
     }
-    *out = read(sk, off);
+    *out = sk.get(off);
+}
+
+/// A socket's fields for one sample: copied whole into this CPU's scratch buffer with one
+/// `bpf_probe_read_kernel` (a `struct tcp_sock` is 2.3 KB; forty reads of a few bytes each cost
+/// several times that), then taken from the copy. Fields past the copy, or every field when the
+/// copy could not be made, are read from the socket one by one.
+struct SockView {
+    sk: *const u8,
+    /// This CPU's copy, or null.
+    copy: *const u8,
+    span: u32,
+}
+
+/// Scratch room for one socket, with slack so a masked offset plus a field stays inside.
+#[repr(C)]
+pub struct SockCopy {
+    bytes: [u8; SOCK_COPY_MAX + 64],
+}
+
+#[map]
+static SOCK_COPY: PerCpuArray<SockCopy> = PerCpuArray::with_max_entries(1, 0);
+
+impl SockView {
+    #[inline(always)]
+    fn of(sk: *const u8) -> Self {
+        let span = global!(CONFIG.sock_span);
+        let none = Self { sk, copy: core::ptr::null(), span: 0 };
+        if span == 0 || span as usize > SOCK_COPY_MAX || sk.is_null() {
+            return none;
+        }
+        let Some(buf) = SOCK_COPY.get_ptr_mut(0) else { return none };
+        // The mask keeps the size provably within the buffer for the verifier.
+        let len = span & (SOCK_COPY_MAX as u32 - 1);
+        // SAFETY: `buf` is this CPU's scratch value, SOCK_COPY_MAX + 64 bytes; the helper checks
+        // the source address and fails (zeroing the copy) rather than fault.
+        let got = unsafe {
+            aya_ebpf::helpers::generated::bpf_probe_read_kernel(buf as *mut c_void, len, sk as *const c_void)
+        };
+        if got != 0 {
+            return none;
+        }
+        Self { sk, copy: buf as *const u8, span: len }
+    }
+
+    /// The `T` at `off`, from the copy when it covers it.
+    #[inline(always)]
+    fn get<T: Copy + Default>(&self, off: u32) -> T {
+        if off == ABSENT {
+            return T::default();
+        }
+        if self.copy.is_null() || off as usize + core::mem::size_of::<T>() > self.span as usize {
+            return read(self.sk, off);
+        }
+        let at = (off as usize) & (SOCK_COPY_MAX - 1);
+        // SAFETY: `at + size_of::<T>()` is within the copy (checked above, and the mask bounds
+        // it within the buffer's slack for the verifier); plain old data read unaligned.
+        unsafe { core::ptr::read_unaligned(self.copy.add(at) as *const T) }
+    }
+
+    #[inline(always)]
+    fn ptr(&self, off: u32) -> *const u8 {
+        self.get::<u64>(off) as *const u8
+    }
+
+    #[inline(always)]
+    fn bits(&self, field: BitField) -> u8 {
+        if field.byte_offset == ABSENT {
+            return 0;
+        }
+        (self.get::<u8>(field.byte_offset) >> field.shift) & field.mask
+    }
+
+    #[inline(always)]
+    fn bytes(&self, off: u32, dst: &mut [u8]) {
+        if off == ABSENT {
+            return;
+        }
+        if self.copy.is_null() || off as usize + dst.len() > self.span as usize {
+            read_bytes(self.sk, off, dst);
+            return;
+        }
+        let at = (off as usize) & (SOCK_COPY_MAX - 1);
+        let mut i = 0;
+        while i < dst.len() && i < 16 {
+            // SAFETY: within the copy, as in `get`.
+            dst[i] = unsafe { *self.copy.add(at + i) };
+            i += 1;
+        }
+    }
 }
 
 /// Sockets that carry no flow or are not TCP produce no samples. A listener is already in CLOSE
@@ -646,15 +774,19 @@ pub fn cct_tp_destroy(ctx: TracePointContext) -> u32 {
 // ---------------------------------------------------------------- start-up snapshot
 
 /// `iter/tcp`: one sample of every TCP socket of the iterating process's network namespace, so
-/// flows that are idle when cctrace starts are listed too. The context is
+/// flows that are idle when cctrace starts are listed too. The samples go into the iterator's
+/// own output (`bpf_seq_write`), not the ring buffer: userspace reads them at its own pace while
+/// it drains the ring, so a host with 100,000 sockets loses none of them to a full ring. The
+/// flow map is left alone (an idle socket needs no rate limiting, and 100,000 of them would
+/// push the busy flows' state out of the LRU). The context is
 /// `struct bpf_iter__tcp { struct bpf_iter_meta *meta; struct sock_common *sk_common; uid_t uid; }`.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/tcp")]
 pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     // SAFETY: the verifier gives iterator programs this context; sk_common is its second field
     // and may be NULL (end of iteration).
-    let sk = unsafe { *(ctx as *const *const u8).add(1) };
-    if sk.is_null() {
+    let (meta, sk) = unsafe { (*(ctx as *const *const u8), *(ctx as *const *const u8).add(1)) };
+    if sk.is_null() || meta.is_null() {
         return 0;
     }
     // Time-wait and request sockets are not full sockets; listeners carry no flow.
@@ -666,18 +798,47 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
     {
         return 0;
     }
+    let key = btf_key(sk);
+    if key == 0 {
+        return 0;
+    }
+    // What the hooks already know of the flow (its owner, retransmissions), read, not stored.
+    let existing = FLOWS.get_ptr_mut(key);
+    let mut flow = match existing {
+        // SAFETY: the pointer is into the map value, valid for this program run; copied at once.
+        Some(p) => unsafe { *p },
+        None => flow_key::new_flow_state(key),
+    };
+    if !passes_filter(sk, &mut flow) {
+        bump(counter::FILTERED);
+        return 0;
+    }
+    // Keyed by socket address (classic hooks), a new flow gets its id here: the listing's
+    // sample must carry the id the hooks will use, so that state is stored. Keyed by cookie,
+    // nothing is stored (100,000 idle sockets would push busy flows out of the LRU).
+    if existing.is_none() && flow.flow_id != 0 {
+        store_flow(key, None, &flow);
+    }
+    let Some(sample) = SNAPSHOT_SAMPLE.get_ptr_mut(0) else { return 0 };
     let hit = Hit {
         sk,
-        cookie: btf_key(sk),
+        cookie: key,
         reason: reason::SNAPSHOT,
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
         new_state: 0,
         classic: false,
     };
-    match observe(hit) {
-        Ok(_) | Err(_) => 0,
+    // SAFETY: a helper without arguments or preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    fill_sample(sample, &hit, &flow, now);
+    // SAFETY: `meta->seq` is the iterator's seq_file (first field of bpf_iter_meta); the record
+    // is this CPU's scratch map value, FLOW_SAMPLE_SIZE bytes.
+    unsafe {
+        let seq = *(meta as *const *mut aya_ebpf::bindings::seq_file);
+        bpf_seq_write(seq, sample as *const c_void, FLOW_SAMPLE_SIZE as u32);
     }
+    0
 }
 
 // ---------------------------------------------------------------- live switch (`cctrace fix --live`)

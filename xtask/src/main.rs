@@ -44,6 +44,8 @@ const APT_PACKAGES: &[&str] = &[
     // tests/tests/metrics.rs: a real Prometheus server scraping `cctrace serve`, and promtool
     // for the exposition and the shipped alert rules. Installed without starting its service.
     "prometheus",
+    // The overhead benchmark compares cctrace with a bpftrace script doing per-flow work.
+    "bpftrace",
 ];
 /// Packages whose service the install must not leave running or enabled: the tests start their
 /// own instance on a loopback port, with their own config and data.
@@ -335,7 +337,7 @@ fn main() -> ExitCode {
             kernels::run(&workspace_root(), &images)
         }),
         Task::Bench { args } => setup().and_then(|()| {
-            // benches/skb_cost.rs runs the release cctrace next to it.
+            // The benches (skb_cost, overhead) run the release binary next to them.
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
             cmd.arg("--").args(args);

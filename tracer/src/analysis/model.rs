@@ -396,7 +396,9 @@ impl SampleCounts {
 /// Everything known about one flow.
 #[derive(Clone, Debug)]
 pub struct Flow {
-    pub first: Sample,
+    /// The first sample's counters (the whole sample is not kept: with 100,000 flows its 300
+    /// bytes were an eighth of cctrace's memory).
+    first: RatePoint,
     pub latest: Sample,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
@@ -422,7 +424,7 @@ impl Flow {
         let mut counts = SampleCounts::default();
         counts.add(sample);
         Self {
-            first: sample.clone(),
+            first: point,
             latest: sample.clone(),
             first_seen_ns: sample.ts_ns,
             last_seen_ns: sample.ts_ns,
@@ -467,7 +469,7 @@ impl Flow {
 
     /// Rates over the whole observed life of the flow.
     pub fn lifetime_rates(&self) -> Rates {
-        rates_between(&RatePoint::of(&self.first), &RatePoint::of(&self.latest)).unwrap_or_default()
+        rates_between(&self.first, &RatePoint::of(&self.latest)).unwrap_or_default()
     }
 
     fn update(&mut self, sample: &Sample, cfg: &TableConfig) {

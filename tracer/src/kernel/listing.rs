@@ -12,6 +12,7 @@ use aya::programs::Iter;
 use aya::{Btf, Ebpf};
 
 use super::{error_chain, short};
+use crate::analysis::event::{decode, DecodeContext, Sample};
 
 /// Why the listing did not run at all.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -110,33 +111,98 @@ impl ListingReport {
     }
 }
 
-/// Run `cct_iter_tcp` once in every network namespace of the host; its samples go through the
-/// ring buffer like any other. The program is unloaded afterwards.
-pub(super) fn list_existing_sockets(ebpf: &mut Ebpf, btf: &Btf) -> Result<ListingReport, ListingError> {
+/// Samples read from the iterators per batch handed to the pipeline.
+const LISTING_BATCH: usize = 1024;
+/// Batches read ahead of the pipeline: the listing's memory stays bounded however many sockets
+/// the host has.
+const LISTING_QUEUE: usize = 4;
+/// Bytes asked of an iterator per read: whole samples.
+const READ_CHUNK: usize = 256 * tracer_common::FLOW_SAMPLE_SIZE;
+
+/// The start-up listing under way: one `cct_iter_tcp` iterator per network namespace, created
+/// at start (an iterator walks the namespace it was created in) and read on a thread of its own
+/// while the ring buffer is drained, its samples handed over in bounded batches. Nothing goes
+/// through the ring, so nothing of the listing is lost however many sockets there are.
+pub(super) struct ListingWalk {
+    pub report: ListingReport,
+    pub batches: tokio::sync::mpsc::Receiver<Vec<Sample>>,
+}
+
+/// Create `cct_iter_tcp`'s iterator in every network namespace of the host and start reading
+/// them in the background. The program is unloaded here; the iterators keep it alive until
+/// they are read to the end.
+pub(super) fn start_listing(ebpf: &mut Ebpf, btf: &Btf, ctx: DecodeContext) -> Result<ListingWalk, ListingError> {
     let prog: &mut Iter = ebpf
         .program_mut("cct_iter_tcp")
         .ok_or(ListingError::ProgramMissing)?
         .try_into()
         .map_err(|e| ListingError::Load(short(&error_chain(&e))))?;
     prog.load("tcp", btf).map_err(|e| ListingError::Load(short(&error_chain(&e))))?;
-    let report = walk_each(&crate::host::netns_paths(), |netns, path| walk_one(prog, netns, path, enter_netns));
+    let (report, iterators) =
+        walk_each(&crate::host::netns_paths(), |netns, path| create_iter_in(prog, netns, path, enter_netns));
     let _ = prog.unload();
-    Ok(report)
+    let (tx, batches) = tokio::sync::mpsc::channel(LISTING_QUEUE);
+    let spawned = std::thread::Builder::new()
+        .name("cct-listing".into())
+        .spawn(move || read_iterators(iterators, &ctx, |batch| tx.blocking_send(batch).is_ok()));
+    if let Err(e) = spawned {
+        return Err(ListingError::Load(format!("starting the listing thread: {e}")));
+    }
+    Ok(ListingWalk { report, batches })
 }
 
-/// Walk every namespace with `walk`, counting what it did and keeping why it failed.
-fn walk_each(
+/// Read every iterator to its end in chunks of whole samples, handing them to `send` in batches
+/// of [`LISTING_BATCH`] until it says the receiver is gone. A record that does not decode is
+/// skipped; a read that fails ends that namespace's walk.
+fn read_iterators<R: io::Read>(iterators: Vec<R>, ctx: &DecodeContext, mut send: impl FnMut(Vec<Sample>) -> bool) {
+    let mut batch = Vec::with_capacity(LISTING_BATCH);
+    let mut buf = vec![0u8; READ_CHUNK];
+    for mut iter in iterators {
+        let mut filled = 0;
+        loop {
+            let n = match iter.read(&mut buf[filled..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            filled += n;
+            let whole = filled - filled % tracer_common::FLOW_SAMPLE_SIZE;
+            for record in buf[..whole].chunks_exact(tracer_common::FLOW_SAMPLE_SIZE) {
+                if let Ok(sample) = decode(record, ctx) {
+                    batch.push(sample);
+                }
+                if batch.len() == LISTING_BATCH
+                    && !send(std::mem::replace(&mut batch, Vec::with_capacity(LISTING_BATCH)))
+                {
+                    return;
+                }
+            }
+            buf.copy_within(whole..filled, 0);
+            filled -= whole;
+        }
+    }
+    if !batch.is_empty() {
+        send(batch);
+    }
+}
+
+/// Walk every namespace with `walk`, counting what it did, keeping what it returned and why it
+/// failed.
+fn walk_each<T>(
     namespaces: &[(u32, PathBuf)],
-    mut walk: impl FnMut(u32, &Path) -> Result<(), NetnsWalkError>,
-) -> ListingReport {
+    mut walk: impl FnMut(u32, &Path) -> Result<T, NetnsWalkError>,
+) -> (ListingReport, Vec<T>) {
     let mut report = ListingReport { namespaces: namespaces.len(), ..ListingReport::default() };
+    let mut walked = Vec::new();
     for (netns, path) in namespaces {
         match walk(*netns, path) {
-            Ok(()) => report.walked += 1,
+            Ok(t) => {
+                report.walked += 1;
+                walked.push(t);
+            }
             Err(error) => report.failures.push(NetnsWalkFailure { netns: *netns, path: path.clone(), error }),
         }
     }
-    report
+    (report, walked)
 }
 
 /// `setns(fd, CLONE_NEWNET)` on the calling thread.
@@ -148,24 +214,15 @@ pub(crate) fn enter_netns(ns: &File) -> io::Result<()> {
     Ok(())
 }
 
-fn walk_one(
+/// Attach the loaded `iter/tcp` program `prog` and create its iterator on a thread inside
+/// network namespace `netns` (opened at `path`, entered with `enter`), so that reading it walks
+/// that namespace's sockets.
+fn create_iter_in(
     prog: &mut Iter,
     netns: u32,
     path: &Path,
     enter: fn(&File) -> io::Result<()>,
-) -> Result<(), NetnsWalkError> {
-    read_iter_in(prog, netns, path, enter).map(drop)
-}
-
-/// Attach the loaded `iter/tcp` program `prog`, create its iterator on a thread inside network
-/// namespace `netns` (opened at `path`, entered with `enter`) so it walks that namespace's
-/// sockets, and return everything the program wrote (`bpf_seq_write`).
-pub(super) fn read_iter_in(
-    prog: &mut Iter,
-    netns: u32,
-    path: &Path,
-    enter: fn(&File) -> io::Result<()>,
-) -> Result<Vec<u8>, NetnsWalkError> {
+) -> Result<File, NetnsWalkError> {
     let link =
         prog.attach().and_then(|id| prog.take_link(id)).map_err(|e| NetnsWalkError::Attach(short(&error_chain(&e))))?;
     // A thread of its own: entering a namespace changes the thread for good.
@@ -173,16 +230,26 @@ pub(super) fn read_iter_in(
         scope
             .spawn(move || {
                 in_namespace(netns, path, enter, || {
-                    let mut iter =
-                        link.into_file().map_err(|e| NetnsWalkError::CreateIterator(short(&error_chain(&e))))?;
-                    let mut out = Vec::new();
-                    io::Read::read_to_end(&mut iter, &mut out).map_err(|e| NetnsWalkError::Read(Errno::of(&e)))?;
-                    Ok(out)
+                    link.into_file().map_err(|e| NetnsWalkError::CreateIterator(short(&error_chain(&e))))
                 })
             })
             .join()
             .unwrap_or(Err(NetnsWalkError::Panicked))
     })
+}
+
+/// Attach the loaded `iter/tcp` program `prog`, create its iterator inside network namespace
+/// `netns` (see [`create_iter_in`]) and return everything the program wrote (`bpf_seq_write`).
+pub(super) fn read_iter_in(
+    prog: &mut Iter,
+    netns: u32,
+    path: &Path,
+    enter: fn(&File) -> io::Result<()>,
+) -> Result<Vec<u8>, NetnsWalkError> {
+    let mut iter = create_iter_in(prog, netns, path, enter)?;
+    let mut out = Vec::new();
+    io::Read::read_to_end(&mut iter, &mut out).map_err(|e| NetnsWalkError::Read(Errno::of(&e)))?;
+    Ok(out)
 }
 
 /// Run `walk` on the calling thread inside namespace `netns` (opened at `path`, entered with
@@ -240,17 +307,18 @@ mod tests {
         let namespaces: Vec<(u32, PathBuf)> =
             (1..=4).map(|i| (i, PathBuf::from(format!("/proc/{}/ns/net", 100 + i)))).collect();
         // The first is this thread's namespace; the others refuse setns.
-        let report =
+        let (report, walked) =
             walk_each(
                 &namespaces,
                 |netns, _| {
                     if netns == 1 {
-                        Ok(())
+                        Ok(netns)
                     } else {
                         Err(NetnsWalkError::Enter(Errno(libc::EPERM)))
                     }
                 },
             );
+        assert_eq!(walked, [1]);
         assert_eq!(report.namespaces, 4);
         assert_eq!(report.walked, 1);
         assert_eq!(report.failures.len(), 3);
@@ -263,13 +331,64 @@ mod tests {
                  CAP_SYS_ADMIN); their idle flows appear when they next send"
             )
         );
-        assert_eq!(walk_each(&namespaces, |_, _| Ok(())).skipped_line(), None);
+        assert_eq!(walk_each(&namespaces, |_, _| Ok(())).0.skipped_line(), None);
+    }
+
+    /// Hands out its bytes in reads of uneven sizes, as a seq_file may.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl io::Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.bytes.len() - self.at);
+            buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+            self.at += n;
+            self.step = self.step % 700 + 97;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn iterator_output_read_in_uneven_pieces_yields_every_sample_in_bounded_batches() {
+        use crate::analysis::event::{raw_bytes, raw_sample_template};
+        let ctx = DecodeContext { hz: 250 };
+        let iterator = |first: u64, n: u64| Trickle {
+            bytes: (first..first + n)
+                .flat_map(|cookie| {
+                    let mut raw = raw_sample_template();
+                    raw.cookie = cookie;
+                    raw_bytes(&raw)
+                })
+                .collect(),
+            at: 0,
+            step: 1,
+        };
+        let mut batches = Vec::new();
+        read_iterators(vec![iterator(1, 1500), iterator(10_000, 700)], &ctx, |b| {
+            batches.push(b);
+            true
+        });
+        assert!(batches.iter().all(|b| b.len() <= LISTING_BATCH));
+        let cookies: Vec<u64> = batches.iter().flatten().map(|s| s.cookie).collect();
+        let want: Vec<u64> = (1..1501).chain(10_000..10_700).collect();
+        assert_eq!(cookies, want);
+
+        // A receiver that has gone stops the reading at once.
+        let mut sent = 0;
+        read_iterators(vec![iterator(1, 5000)], &ctx, |_| {
+            sent += 1;
+            false
+        });
+        assert_eq!(sent, 1);
     }
 
     #[test]
     fn many_reasons_are_counted_not_listed() {
         let namespaces: Vec<(u32, PathBuf)> = (1..=4).map(|i| (i, PathBuf::from("/x"))).collect();
-        let report = walk_each(&namespaces, |netns, _| {
+        let (report, _) = walk_each(&namespaces, |netns, _| -> Result<(), _> {
             Err(match netns {
                 1 => NetnsWalkError::Open(Errno(libc::ENOENT)),
                 2 => NetnsWalkError::Enter(Errno(libc::EINVAL)),

@@ -301,6 +301,12 @@ pub struct KernelSource {
     /// UDP accounting, read once a second (None when it could not attach).
     udp: Option<udp::UdpAccounting>,
     udp_tick: tokio::time::Interval,
+    /// When to read the ring buffer without a wake-up.
+    ring_poll: tokio::time::Interval,
+    /// The start-up listing's samples while its walk goes on.
+    listing: Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>,
+    /// Samples of the start-up listing read so far (they never pass through the ring).
+    listed: u64,
     received: u64,
     decode_errors: u64,
     /// First decode error, kept for the summary.
@@ -392,6 +398,12 @@ impl KernelSource {
         let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
         let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
         let udp_config = udp::config(&btf_resolver, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
+        // A socket small enough is copied whole when a sample is written: one read, not forty.
+        let sock_span = btf_resolver
+            .struct_size("tcp_sock")
+            .ok()
+            .filter(|&n| n <= tracer_common::SOCK_COPY_MAX)
+            .map_or(0, |n| n as u32);
         drop(btf_resolver);
         let hz = hz::kernel_hz().unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
@@ -405,6 +417,8 @@ impl KernelSource {
             // Every hook that attaches runs; the bits let one be switched off without a detach.
             hooks: HookId::ALL_BITS,
             key_by_socket: u32::from(key_by_socket),
+            sock_span,
+            _pad: 0,
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
         // so older kernels do not fail map creation.
@@ -456,9 +470,14 @@ impl KernelSource {
         }
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
-        let snapshot = match aya_btf.as_ref() {
-            Some(btf) => listing::list_existing_sockets(&mut ebpf, btf),
+        let ctx = DecodeContext { hz };
+        let walk = match aya_btf.as_ref() {
+            Some(btf) => listing::start_listing(&mut ebpf, btf, ctx),
             None => Err(ListingError::BtfUnavailable),
+        };
+        let (snapshot, listing) = match walk {
+            Ok(walk) => (Ok(walk.report), Some(walk.batches)),
+            Err(e) => (Err(e), None),
         };
 
         let (udp, udp_unavailable) = match udp::UdpAccounting::attach(&mut ebpf) {
@@ -485,9 +504,16 @@ impl KernelSource {
             owners: sendmsg_off.then(owners::OwnerLookup::default),
             ebpf,
             info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot, udp_unavailable },
-            ctx: DecodeContext { hz },
+            ctx,
             udp,
             udp_tick,
+            ring_poll: {
+                let mut poll = tokio::time::interval(RING_POLL);
+                poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                poll
+            },
+            listing,
+            listed: 0,
             received: 0,
             decode_errors: 0,
             last_decode_error: None,
@@ -576,9 +602,10 @@ impl KernelSource {
         self.counters.get(&index, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
-    /// Samples the kernel wrote into the ring buffer so far.
+    /// Samples the kernel handed over so far: written into the ring buffer, or read from the
+    /// start-up listing's iterators.
     pub fn emitted(&self) -> u64 {
-        self.counter(counter::EMITTED)
+        self.counter(counter::EMITTED) + self.listed
     }
 
     /// Kernel-side counters by name (lost, emitted, read errors, map full, UDP accounting).
@@ -601,62 +628,80 @@ impl KernelSource {
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
-        let batch = read_samples(
-            &mut self.ring,
-            &self.ctx,
-            &mut self.decode_errors,
-            &mut self.last_decode_error,
-            &mut self.owners,
-        )
+        let batch = read_samples(SampleReader {
+            ring: &mut self.ring,
+            ring_poll: &mut self.ring_poll,
+            listing: &mut self.listing,
+            listed: &mut self.listed,
+            ctx: &self.ctx,
+            decode_errors: &mut self.decode_errors,
+            last_decode_error: &mut self.last_decode_error,
+            owners: &mut self.owners,
+        })
         .await?;
         self.received += batch.len() as u64;
         Ok(batch)
     }
 }
 
-/// The next samples from the ring buffer (at least one).
-async fn read_samples(
-    ring: &mut AsyncFd<RingBuf<MapData>>,
-    ctx: &DecodeContext,
-    decode_errors: &mut u64,
-    last_decode_error: &mut Option<String>,
-    owners: &mut Option<owners::OwnerLookup>,
-) -> Result<Vec<Sample>> {
-    const MAX_BATCH: usize = 4096;
+/// What reading samples needs, borrowed apart from the rest of the source, so that the UDP and
+/// deep-mode readers can wait beside it.
+struct SampleReader<'a> {
+    ring: &'a mut AsyncFd<RingBuf<MapData>>,
+    ring_poll: &'a mut tokio::time::Interval,
+    listing: &'a mut Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>,
+    listed: &'a mut u64,
+    ctx: &'a DecodeContext,
+    decode_errors: &'a mut u64,
+    last_decode_error: &'a mut Option<String>,
+    owners: &'a mut Option<owners::OwnerLookup>,
+}
+
+/// The next samples (at least one): from the ring first (it is what overflows when not read),
+/// then the start-up listing's. The programs wake the reader only when the ring is half full
+/// (a wake-up per sample was most of a hook's cost), so the ring is also read on a short timer.
+/// With unnamed flows waiting for an owner scan, the reader wakes for it even if no sample
+/// comes. Cancel-safe: records are taken only in the turn that returns them.
+async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
+    let SampleReader { ring, ring_poll, listing, listed, ctx, decode_errors, last_decode_error, owners } = r;
     loop {
-        // With unnamed flows waiting for an owner scan, wake for it even if no sample comes.
         let scan_at = owners.as_ref().and_then(owners::OwnerLookup::due_at);
-        let readable = match scan_at {
-            Some(at) => match tokio::time::timeout_at(tokio::time::Instant::from_std(at), ring.readable_mut()).await {
-                Ok(readable) => readable,
-                Err(_) => {
-                    if let Some(owners) = owners.as_mut() {
-                        owners.scan_if_due();
-                    }
+        let scan_due = async {
+            match scan_at {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut batch = tokio::select! {
+            biased;
+            guard = ring.readable_mut() => {
+                drain_ring(guard.context("waiting on the ring buffer")?, ctx, decode_errors, last_decode_error)
+            }
+            _ = ring_poll.tick() => {
+                let batch = drain(ring.get_mut(), ctx, decode_errors, last_decode_error);
+                if batch.len() == MAX_BATCH {
+                    // More is waiting: the next call reads on without waiting for a tick.
+                    ring_poll.reset_immediately();
+                }
+                batch
+            }
+            from_listing = next_listed(listing), if listing.is_some() => match from_listing {
+                Some(batch) => {
+                    *listed += batch.len() as u64;
+                    batch
+                }
+                None => {
+                    *listing = None;
                     continue;
                 }
             },
-            None => ring.readable_mut().await,
-        };
-        let mut guard = readable.context("waiting on the ring buffer")?;
-        let ring = guard.get_inner_mut();
-        let mut batch = Vec::new();
-        while batch.len() < MAX_BATCH {
-            let Some(item) = ring.next() else { break };
-            match decode(&item, ctx) {
-                Ok(s) => batch.push(s),
-                Err(e) => {
-                    *decode_errors += 1;
-                    if last_decode_error.is_none() {
-                        *last_decode_error = Some(e.to_string());
-                    }
+            () = scan_due => {
+                if let Some(owners) = owners.as_mut() {
+                    owners.scan_if_due();
                 }
+                continue;
             }
-        }
-        if batch.len() < MAX_BATCH {
-            // Drained: wait for the next wake-up. A full batch leaves readiness set.
-            guard.clear_ready();
-        }
+        };
         if !batch.is_empty() {
             if let Some(owners) = owners.as_mut() {
                 owners.fill(&mut batch);
@@ -664,6 +709,21 @@ async fn read_samples(
             return Ok(batch);
         }
     }
+}
+
+/// Up to one batch of what the ring buffer holds; readiness is cleared once it is dry.
+fn drain_ring(
+    mut guard: tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>,
+    ctx: &DecodeContext,
+    decode_errors: &mut u64,
+    last_decode_error: &mut Option<String>,
+) -> Vec<Sample> {
+    let batch = drain(guard.get_inner_mut(), ctx, decode_errors, last_decode_error);
+    if batch.len() < MAX_BATCH {
+        // Drained: wait for the next wake-up. A full batch leaves readiness set.
+        guard.clear_ready();
+    }
+    batch
 }
 
 /// The next decisions from the twins; between reads, new flows are moved onto them.
@@ -719,6 +779,45 @@ fn wait_for_running_programs() {
     }
 }
 
+/// Samples read from the ring buffer per batch at most.
+const MAX_BATCH: usize = 4096;
+
+/// How often the ring buffer is read without a wake-up: the programs wake the reader only when
+/// it is half full. At the default 8 MiB (32,768 samples) that is 1.6 million samples a second
+/// before a wake-up is needed.
+const RING_POLL: Duration = Duration::from_millis(20);
+
+/// Up to [`MAX_BATCH`] samples from `ring`, decoded; what does not decode is counted.
+fn drain(
+    ring: &mut RingBuf<MapData>,
+    ctx: &DecodeContext,
+    decode_errors: &mut u64,
+    last_decode_error: &mut Option<String>,
+) -> Vec<Sample> {
+    let mut batch = Vec::new();
+    while batch.len() < MAX_BATCH {
+        let Some(item) = ring.next() else { break };
+        match decode(&item, ctx) {
+            Ok(s) => batch.push(s),
+            Err(e) => {
+                *decode_errors += 1;
+                if last_decode_error.is_none() {
+                    *last_decode_error = Some(e.to_string());
+                }
+            }
+        }
+    }
+    batch
+}
+
+/// The next batch of the start-up listing; `None` once it is read to the end.
+async fn next_listed(listing: &mut Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>) -> Option<Vec<Sample>> {
+    match listing {
+        Some(rx) => rx.recv().await,
+        None => None,
+    }
+}
+
 fn raise_memlock() {
     let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: setrlimit reads a valid rlimit struct; failure is harmless on current kernels.
@@ -735,8 +834,31 @@ impl EventSource for KernelSource {
     /// UDP poll is an interval tick.
     fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
         Box::pin(async move {
-            let Self { ring, deep, ctx, decode_errors, last_decode_error, received, udp, udp_tick, owners, .. } = self;
-            let samples = read_samples(ring, ctx, decode_errors, last_decode_error, owners);
+            let Self {
+                ring,
+                ring_poll,
+                listing,
+                listed,
+                deep,
+                ctx,
+                decode_errors,
+                last_decode_error,
+                received,
+                udp,
+                udp_tick,
+                owners,
+                ..
+            } = self;
+            let samples = read_samples(SampleReader {
+                ring,
+                ring_poll,
+                listing,
+                listed,
+                ctx,
+                decode_errors,
+                last_decode_error,
+                owners,
+            });
             let udp_due = async {
                 match udp.as_mut() {
                     Some(udp) => {
@@ -783,6 +905,10 @@ impl EventSource for KernelSource {
 
     fn stop_producing(&mut self) {
         self.detach_programs();
+        // The listing reads no further; what it already queued is still delivered.
+        if let Some(listing) = &mut self.listing {
+            listing.close();
+        }
         wait_for_running_programs();
         // Deep mode ends with the run: flows back to their algorithm, then the twins go.
         if let Some(deep) = &mut self.deep {

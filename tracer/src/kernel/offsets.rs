@@ -26,6 +26,11 @@ pub struct BtfResolver {
 impl BtfResolver {
     pub fn from_sys_fs() -> Result<Self> {
         let path = "/sys/kernel/btf/vmlinux";
+        // Mapped, the kernel's BTF is ready at once (parsing it into tables took a third of
+        // cctrace's start-up); kernels that cannot map it are read the usual way.
+        if let Ok(btf) = Btf::from_file_with_backend(path, btf_rs::Backend::Mmap) {
+            return Ok(Self { btf });
+        }
         let btf = Btf::from_file(path).with_context(|| {
             format!("cannot read kernel BTF at {path}: cctrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")
         })?;
@@ -42,6 +47,11 @@ impl BtfResolver {
                 _ => None,
             })
             .ok_or_else(|| anyhow!("BTF: struct {name} not found"))
+    }
+
+    /// Size in bytes of struct `name`.
+    pub fn struct_size(&self, name: &str) -> Result<usize> {
+        Ok(self.find_struct(name)?.size())
     }
 
     /// Strip typedefs and qualifiers.

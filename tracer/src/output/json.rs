@@ -26,11 +26,26 @@ pub struct JsonOutput {
     /// UDP flows by cookie: the reading last printed.
     udp_printed: HashMap<u64, u64>,
     buf: Vec<u8>,
+    /// Lost samples already reported on stderr.
+    lost_said: u64,
+}
+
+/// One line (without the `cctrace: ` prefix) when more samples were lost than the `said`
+/// already reported: a loss is reported when it happens, not only in the final summary.
+pub fn lost_line(said: u64, lost: u64) -> Option<String> {
+    (lost > said).then(|| {
+        format!(
+            "{} samples lost so far ({} since the last report): the kernel's ring buffer was full \
+             (a larger --ring-kib or --sample-ms keeps up)",
+            lost,
+            lost - said
+        )
+    })
 }
 
 impl JsonOutput {
     pub fn new(out: LineWriter, clock: WallClock, events: bool) -> Self {
-        Self { out, clock, events, dirty: HashSet::new(), udp_printed: HashMap::new(), buf: Vec::new() }
+        Self { out, clock, events, dirty: HashSet::new(), udp_printed: HashMap::new(), buf: Vec::new(), lost_said: 0 }
     }
 
     fn push(&mut self, record: &Record) -> Result<()> {
@@ -102,7 +117,11 @@ impl FrontEnd for JsonOutput {
         self.send().await
     }
 
-    async fn on_tick(&mut self, analysis: &Analysis, _status: &Status) -> Result<Control> {
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        if let Some(line) = lost_line(self.lost_said, status.counters.lost) {
+            eprintln!("cctrace: {line}");
+            self.lost_said = status.counters.lost;
+        }
         self.push_dirty_flows(analysis)?;
         self.push_udp_flows(analysis)?;
         self.send().await
@@ -129,6 +148,20 @@ impl FrontEnd for JsonOutput {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn losses_are_reported_once_each_as_they_grow() {
+        assert_eq!(super::lost_line(0, 0), None);
+        assert_eq!(
+            super::lost_line(0, 12).as_deref(),
+            Some(
+                "12 samples lost so far (12 since the last report): the kernel's ring buffer was full (a larger \
+                 --ring-kib or --sample-ms keeps up)"
+            )
+        );
+        assert!(super::lost_line(12, 30).is_some_and(|l| l.starts_with("30 samples lost so far (18 since")));
+        assert_eq!(super::lost_line(30, 30), None);
+    }
+
     use std::time::Duration;
 
     use serde_json::Value;

@@ -1,0 +1,283 @@
+//! Throughput of a saturating transfer between two namespaces: untraced, under cctrace, under a
+//! bpftrace script doing per-flow work from `tcp:tcp_probe`, and with `ss -tni` polled every
+//! 100 ms. Rounds are interleaved (the order rotates every round) so the machine's drift
+//! cancels out, and each round gives paired ratios to its own untraced run; rounds go on until
+//! every ratio's 95 % confidence interval is within the target, or the round limit.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
+
+use crate::bpf_stats::{self, Runs};
+use crate::ci::Estimate;
+use crate::tracer::Cctrace;
+
+const PORT: u16 = 5311;
+
+/// Per-flow state from every `tcp_probe`, as a bpftrace user would keep it.
+const BPFTRACE_SCRIPT: &str = r#"tracepoint:tcp:tcp_probe {
+  @last_ns[args->skaddr] = nsecs;
+  @cwnd[args->skaddr] = args->snd_cwnd;
+  @srtt[args->skaddr] = args->srtt;
+  @snd_nxt[args->skaddr] = args->snd_nxt;
+  @samples[args->skaddr] = count();
+}"#;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Mode {
+    Untraced,
+    Cctrace,
+    Bpftrace,
+    SsPoll,
+}
+
+impl Mode {
+    const ALL: [Mode; 4] = [Mode::Untraced, Mode::Cctrace, Mode::Bpftrace, Mode::SsPoll];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Mode::Untraced => "untraced",
+            Mode::Cctrace => "cctrace (defaults)",
+            Mode::Bpftrace => "bpftrace, per-flow maps from tcp_probe",
+            Mode::SsPoll => "ss -tni every 100 ms",
+        }
+    }
+}
+
+pub(crate) struct Settings {
+    pub(crate) secs: u64,
+    pub(crate) min_rounds: usize,
+    pub(crate) max_rounds: usize,
+    pub(crate) target: f64,
+}
+
+pub(crate) struct Results {
+    /// Goodput ratio to the untraced run of the same round, per traced mode.
+    pub(crate) ratios: BTreeMap<Mode, Estimate>,
+    /// Bytes per CPU second of the transfer, as a ratio to the untraced run of the same round.
+    pub(crate) efficiency: BTreeMap<Mode, Estimate>,
+    pub(crate) untraced_gbps: Estimate,
+    /// cctrace's CPU seconds per second during the transfers.
+    pub(crate) cctrace_cpu: Estimate,
+    /// cctrace's programs' in-kernel time as a share of the transfer's own CPU time: what the
+    /// hooks add to the data path, from the kernel's statistics rather than from goodput.
+    pub(crate) kernel_share: Estimate,
+    /// In-kernel runs of cctrace's programs over all its transfers.
+    pub(crate) kernel: BTreeMap<String, Runs>,
+    pub(crate) rounds: usize,
+    pub(crate) skipped: Vec<String>,
+}
+
+pub(crate) fn run(settings: &Settings) -> Result<Results> {
+    let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let bpftrace = which("bpftrace");
+    let mut skipped = Vec::new();
+    if !bpftrace {
+        skipped.push("bpftrace not installed (cargo xtask setup installs it)".to_string());
+    }
+    let modes: Vec<Mode> = Mode::ALL.into_iter().filter(|m| *m != Mode::Bpftrace || bpftrace).collect();
+    let _stats = bpf_stats::enable()?;
+    let mut goodput_ratios: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
+    let mut efficiency_ratios: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
+    let mut untraced = Vec::new();
+    let mut cpu = Vec::new();
+    let mut share = Vec::new();
+    let mut kernel: BTreeMap<String, Runs> = BTreeMap::new();
+    let mut rounds = 0;
+    while rounds < settings.max_rounds {
+        let mut round = BTreeMap::new();
+        for i in 0..modes.len() {
+            let mode = modes[(i + rounds) % modes.len()];
+            let (t, cctrace) = run_mode(mode, &lab, settings.secs)?;
+            round.insert(mode, t);
+            if let Some((cpu_per_s, runs)) = cctrace {
+                cpu.push(cpu_per_s);
+                share.push(runs.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9 / t.cpu_s.max(1e-6));
+                for (name, r) in runs {
+                    let k = kernel.entry(name).or_default();
+                    k.count += r.count;
+                    k.ns += r.ns;
+                }
+            }
+        }
+        rounds += 1;
+        let base = round[&Mode::Untraced];
+        untraced.push(base.goodput_bps / 1e9);
+        for (mode, t) in &round {
+            if *mode != Mode::Untraced {
+                goodput_ratios.entry(*mode).or_default().push(t.goodput_bps / base.goodput_bps);
+                efficiency_ratios.entry(*mode).or_default().push(t.bytes_per_cpu_s / base.bytes_per_cpu_s);
+            }
+        }
+        let worst = |ratios: &BTreeMap<Mode, Vec<f64>>| {
+            ratios.values().map(|v| Estimate::of(v).map_or(f64::INFINITY, |e| e.relative())).fold(0.0, f64::max)
+        };
+        let last = |ratios: &BTreeMap<Mode, Vec<f64>>| {
+            ratios.iter().map(|(m, v)| format!("{m:?} {:.3}", v.last().unwrap_or(&0.0))).collect::<Vec<_>>().join(", ")
+        };
+        let (worst_goodput, worst_efficiency) = (worst(&goodput_ratios), worst(&efficiency_ratios));
+        eprintln!(
+            "  round {rounds}: untraced {:.2} Gbit/s; goodput {} (worst CI ±{:.1} %); bytes per CPU s {} (worst CI ±{:.1} %)",
+            base.goodput_bps / 1e9,
+            last(&goodput_ratios),
+            worst_goodput * 100.0,
+            last(&efficiency_ratios),
+            worst_efficiency * 100.0
+        );
+        if rounds >= settings.min_rounds && worst_goodput <= settings.target && worst_efficiency <= settings.target {
+            break;
+        }
+    }
+    let estimates =
+        |ratios: &BTreeMap<Mode, Vec<f64>>| ratios.iter().filter_map(|(m, v)| Some((*m, Estimate::of(v)?))).collect();
+    Ok(Results {
+        ratios: estimates(&goodput_ratios),
+        efficiency: estimates(&efficiency_ratios),
+        untraced_gbps: Estimate::of(&untraced).context("too few rounds")?,
+        cctrace_cpu: Estimate::of(&cpu).context("too few rounds")?,
+        kernel_share: Estimate::of(&share).context("too few rounds")?,
+        kernel,
+        rounds,
+        skipped,
+    })
+}
+
+fn which(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// What one transfer achieved.
+#[derive(Clone, Copy, Debug)]
+struct Transfer {
+    goodput_bps: f64,
+    /// Bytes acknowledged per CPU second of this process (the sender and sink threads, where
+    /// the veth data path and the hooks on it run) during the transfer. Other load on the
+    /// machine takes CPU away from the transfer but hardly changes what a byte costs, so this
+    /// ratio stays readable on a shared machine where goodput does not.
+    bytes_per_cpu_s: f64,
+    /// CPU seconds of this process during the transfer.
+    cpu_s: f64,
+}
+
+/// User + system CPU seconds of this process so far.
+fn own_cpu_secs() -> f64 {
+    // SAFETY: getrusage writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// One bulk transfer of `secs` seconds.
+fn transfer(lab: &VethPair, secs: u64) -> Result<Transfer> {
+    let cpu0 = own_cpu_secs();
+    let sender = Sender::start(
+        lab.sender(),
+        lab.receiver_addr(),
+        PORT,
+        SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(secs)),
+    )?;
+    let report = sender.wait()?;
+    let cpu = own_cpu_secs() - cpu0;
+    Ok(Transfer {
+        goodput_bps: report.goodput_bps,
+        bytes_per_cpu_s: report.bytes_acked as f64 / cpu.max(1e-6),
+        cpu_s: cpu,
+    })
+}
+
+/// For cctrace: its CPU seconds per second and its programs' runs.
+type CctraceCost = Option<(f64, BTreeMap<String, Runs>)>;
+
+/// A transfer under `mode`.
+fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, CctraceCost)> {
+    match mode {
+        Mode::Untraced => Ok((transfer(lab, secs)?, None)),
+        Mode::Cctrace => {
+            let tracer = Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?;
+            let (cpu0, runs0, t0) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?, Instant::now());
+            let t = transfer(lab, secs)?;
+            let (cpu1, runs1) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?);
+            let per_s = (cpu1 - cpu0) / t0.elapsed().as_secs_f64();
+            let summary = tracer.stop()?;
+            if summary["events_lost"].as_u64() != Some(0) {
+                eprintln!("  cctrace lost samples during a saturating transfer: {summary}");
+            }
+            Ok((t, Some((per_s, bpf_stats::delta(&runs0, &runs1)))))
+        }
+        Mode::Bpftrace => {
+            let _bpftrace = Bpftrace::start()?;
+            Ok((transfer(lab, secs)?, None))
+        }
+        Mode::SsPoll => {
+            let stop = Arc::new(AtomicBool::new(false));
+            let s = stop.clone();
+            let name = lab.sender().name().to_string();
+            let poller = std::thread::spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    let next = Instant::now() + Duration::from_millis(100);
+                    let _ =
+                        Command::new("ip").args(["netns", "exec", &name, "ss", "-tni"]).stdout(Stdio::null()).status();
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
+            });
+            let t = transfer(lab, secs);
+            stop.store(true, Ordering::Relaxed);
+            let _ = poller.join();
+            Ok((t?, None))
+        }
+    }
+}
+
+/// bpftrace running the script, killed on drop.
+struct Bpftrace(Child);
+
+impl Bpftrace {
+    fn start() -> Result<Self> {
+        let mut child = Command::new("bpftrace")
+            .args(["-e", BPFTRACE_SCRIPT])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting bpftrace")?;
+        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let mut me = Self(child);
+        // It prints "Attaching 1 probe..." once attached.
+        let mut lines = BufReader::new(out).lines();
+        match lines.next() {
+            Some(Ok(l)) if l.starts_with("Attaching") => {}
+            other => bail!("bpftrace did not attach: {other:?}"),
+        }
+        // The maps it prints at exit go nowhere.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = me.0.try_wait();
+        Ok(me)
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
