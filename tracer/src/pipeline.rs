@@ -17,8 +17,11 @@ use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::source::{EventSource, SourceCounters, SourceItem};
 
-/// How long the front end may take to finish after a stop signal.
-const FINISH_AFTER_SIGNAL: Duration = Duration::from_secs(1);
+/// How long the front end may take to finish after a stop signal: the last state of every
+/// flow and the summary must get out (tens of thousands of flows at start-up are megabytes of
+/// JSON, more than a second's work in a debug build), while a reader that stopped reading must
+/// not keep a signalled process alive for long. A second signal ends the wait at once.
+const FINISH_AFTER_SIGNAL: Duration = Duration::from_secs(5);
 
 /// Which clock "now" is for ageing flows and judging them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -325,8 +328,14 @@ pub async fn run<F: FrontEnd>(
     if signalled {
         // Asked to stop: the summary gets a moment to reach the output, no more (a reader that
         // stopped reading must not keep a signalled process alive).
-        if let Ok(finished) = tokio::time::timeout(FINISH_AFTER_SIGNAL, front.finish(analysis, &summary)).await {
-            finished?;
+        tokio::select! {
+            biased;
+            () = stop.wait() => {}
+            finished = tokio::time::timeout(FINISH_AFTER_SIGNAL, front.finish(analysis, &summary)) => {
+                if let Ok(finished) = finished {
+                    finished?;
+                }
+            }
         }
     } else {
         // The run ended by itself: the output gets everything, unless a signal says stop.
