@@ -1,4 +1,4 @@
-//! What the `cgroup_skb` programs (UDP accounting, TCP routes) cost per packet, from the
+//! What the `cgroup_skb` programs (UDP accounting) cost per packet, from the
 //! kernel's own BPF statistics (held on with BPF_ENABLE_STATS while it runs: run time and run
 //! count per program), against a baseline measured in the same run: the CPU time the sending process
 //! itself spent (iperf3's own report for UDP, the kernel's per-process counters for TCP).
@@ -118,7 +118,7 @@ fn main() -> Result<()> {
         sender_cpu_ns / 1e6
     );
 
-    // TCP: a bulk flow; the egress program reads its route at most once a second.
+    // TCP: a bulk flow, whose packets the programs only tell apart from UDP's.
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), 5201, SinkOptions::default())?;
     let egress0 = prog_stats(pid, "cct_udp_egress")?;
     let me = std::process::id();

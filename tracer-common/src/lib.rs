@@ -7,7 +7,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 
 /// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
@@ -227,10 +227,17 @@ pub struct FlowSample {
     pub old_tcp_state: u8,
     pub chrono_type: u8,
     pub flags: u8,
-    pub _pad: [u8; 4],
+    /// Where the flow's packets leave, from the socket's cached route (`sk_dst_cache`): its
+    /// device's index (0 when the socket has no route cached), MTU and name, and the path MTU
+    /// the socket last used (`icsk_pmtu_cookie`, 0 when unset). Read with the sample rather
+    /// than per packet: the socket is in hand here, and the data path pays nothing for it.
+    pub route_ifindex: u32,
+    pub route_dev_mtu: u32,
+    pub route_pmtu: u32,
+    pub route_dev: [u8; 16],
 }
 
-pub const FLOW_SAMPLE_SIZE: usize = 256;
+pub const FLOW_SAMPLE_SIZE: usize = 280;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
@@ -313,9 +320,17 @@ pub struct Offsets {
     pub kernfs_node_id: u32,
     /// `struct tcp_congestion_ops` -> `name`.
     pub ca_ops_name: u32,
+    /// A socket's route: `sock.sk_dst_cache` -> `dst_entry.dev` -> `net_device.{ifindex, mtu,
+    /// name}`, and `inet_connection_sock.icsk_pmtu_cookie`.
+    pub sk_dst_cache: u32,
+    pub icsk_pmtu_cookie: u32,
+    pub dst_dev: u32,
+    pub netdev_ifindex: u32,
+    pub netdev_mtu: u32,
+    pub netdev_name: u32,
 }
 
-pub const OFFSETS_SIZE: usize = 208;
+pub const OFFSETS_SIZE: usize = 232;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -371,6 +386,12 @@ impl Offsets {
             kernfs_node_parent: ABSENT,
             kernfs_node_id: ABSENT,
             ca_ops_name: ABSENT,
+            sk_dst_cache: ABSENT,
+            icsk_pmtu_cookie: ABSENT,
+            dst_dev: ABSENT,
+            netdev_ifindex: ABSENT,
+            netdev_mtu: ABSENT,
+            netdev_name: ABSENT,
         }
     }
 }

@@ -33,9 +33,7 @@ pub mod udp_counter {
     pub const HEAVY_FULL: u32 = 3;
     /// LRU inserts that failed.
     pub const SOCKET_INSERT_FAILED: u32 = 4;
-    /// TCP route changes the `ROUTE_EVENTS` ring buffer had no room for.
-    pub const ROUTE_EVENTS_LOST: u32 = 5;
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 5;
 }
 
 /// Direction bits of [`UdpSocketState::head_flags`]: the latest head of that direction was
@@ -45,8 +43,7 @@ pub mod udp_head {
     pub const RX_THIS_WINDOW: u8 = 1 << 1;
 }
 
-/// Run-time settings of the `cgroup_skb` programs (read-only data, written before load): the
-/// UDP accounting and the TCP route readings.
+/// Run-time settings of the `cgroup_skb` programs (read-only data, written before load).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SkbConfig {
@@ -61,17 +58,9 @@ pub struct SkbConfig {
     pub inode_ino: u32,
     pub skc_net: u32,
     pub net_ns_inum: u32,
-    /// For TCP routes: `sock.sk_dst_cache`, `dst_entry.dev`, `net_device.{name,mtu,ifindex}`,
-    /// `inet_connection_sock.icsk_pmtu_cookie` (the path MTU the socket last used).
-    pub sk_dst_cache: u32,
-    pub dst_dev: u32,
-    pub netdev_name: u32,
-    pub netdev_mtu: u32,
-    pub netdev_ifindex: u32,
-    pub icsk_pmtu_cookie: u32,
 }
 
-pub const SKB_CONFIG_SIZE: usize = 64;
+pub const SKB_CONFIG_SIZE: usize = 40;
 const _: () = assert!(core::mem::size_of::<SkbConfig>() == SKB_CONFIG_SIZE);
 
 impl SkbConfig {
@@ -85,12 +74,6 @@ impl SkbConfig {
             inode_ino: crate::ABSENT,
             skc_net: crate::ABSENT,
             net_ns_inum: crate::ABSENT,
-            sk_dst_cache: crate::ABSENT,
-            dst_dev: crate::ABSENT,
-            netdev_name: crate::ABSENT,
-            netdev_mtu: crate::ABSENT,
-            netdev_ifindex: crate::ABSENT,
-            icsk_pmtu_cookie: crate::ABSENT,
         }
     }
 }
@@ -137,30 +120,6 @@ pub struct UdpSocketState {
 pub const UDP_SOCKET_STATE_SIZE: usize = 200;
 const _: () = assert!(core::mem::size_of::<UdpSocketState>() == UDP_SOCKET_STATE_SIZE);
 
-/// Where a TCP socket's packets leave: its route's device and the path MTU it uses. Kept per
-/// cookie in `TCP_ROUTES` (re-read at most once per [`ROUTE_RECHECK_NS`] from the socket's
-/// cached route), and written to `ROUTE_EVENTS` when it changes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcpRoute {
-    pub cookie: u64,
-    pub checked_ns: u64,
-    pub ifindex: u32,
-    /// The device's MTU and the socket's path MTU (`icsk_pmtu_cookie`), bytes.
-    pub dev_mtu: u32,
-    pub pmtu: u32,
-    pub _pad: u32,
-    /// The device's name, NUL padded.
-    pub name: [u8; 16],
-}
-
-pub const TCP_ROUTE_SIZE: usize = 48;
-const _: () = assert!(core::mem::size_of::<TcpRoute>() == TCP_ROUTE_SIZE);
-
-pub const TCP_MAX_ROUTES: u32 = 16_384;
-pub const ROUTE_RECHECK_NS: u64 = 1_000_000_000;
-pub const ROUTE_RING_BYTES: u32 = 256 * 1024;
-
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: repr(C), only integers and byte arrays, explicit padding: every bit pattern is
@@ -168,6 +127,4 @@ mod pod {
     unsafe impl aya::Pod for super::SkbConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::UdpSocketState {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::TcpRoute {}
 }

@@ -162,13 +162,21 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let existing = FLOWS.get_ptr_mut(hit.cookie);
+    let interval = global!(CONFIG.sample_interval_ns);
+    let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
+    // Most runs are a `tcp_probe` between two periodic samples of a known flow: settled on the
+    // map value in place, before the state is copied out.
+    if let (reason::PERIODIC, Some(p)) = (hit.reason, existing) {
+        // SAFETY: the pointer is into the map value, valid for this program run.
+        if !due(unsafe { (*p).last_emit_ns }) {
+            return Ok(0);
+        }
+    }
     let mut state = match existing {
         // SAFETY: the pointer is into the map value, valid for this program run.
         Some(p) => unsafe { *p },
         None => flow_key::new_flow_state(hit.cookie),
     };
-    let interval = global!(CONFIG.sample_interval_ns);
-    let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
     if hit.reason == reason::PERIODIC {
         if !due(state.last_emit_ns) {
             return Ok(0);
@@ -386,6 +394,14 @@ fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now: u64) {
         }
         if sk.bits(global!(OFFSETS.is_cwnd_limited)) != 0 {
             s.flags |= flag::CWND_LIMITED;
+        }
+        let dst = sk.ptr(global!(OFFSETS.sk_dst_cache));
+        if !dst.is_null() {
+            let dev = read_ptr(dst, global!(OFFSETS.dst_dev));
+            s.route_ifindex = read(dev, global!(OFFSETS.netdev_ifindex));
+            s.route_dev_mtu = read(dev, global!(OFFSETS.netdev_mtu));
+            read_bytes(dev, global!(OFFSETS.netdev_name), &mut s.route_dev);
+            s.route_pmtu = sk.get(global!(OFFSETS.icsk_pmtu_cookie));
         }
     }
 }

@@ -16,12 +16,11 @@ use aya_ebpf::{
         bpf_skb_cgroup_id, bpf_skb_load_bytes,
     },
     macros::{cgroup_skb, map},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::SkBuffContext,
 };
 use tracer_common::udp::{
-    udp_counter, udp_head, SkbConfig, TcpRoute, UdpSocketState, IPPROTO_UDP, ROUTE_RECHECK_NS, ROUTE_RING_BYTES,
-    TCP_MAX_ROUTES, UDP_HEAD_LEN, UDP_MAX_HEAVY, UDP_MAX_SOCKETS,
+    udp_counter, udp_head, SkbConfig, UdpSocketState, IPPROTO_UDP, UDP_HEAD_LEN, UDP_MAX_HEAVY, UDP_MAX_SOCKETS,
 };
 use tracer_common::{family, ABSENT};
 
@@ -34,17 +33,10 @@ static UDP_SOCKETS: LruHashMap<u64, UdpSocketState> = LruHashMap::with_max_entri
 /// went quiet.
 #[map]
 static UDP_HEAVY: HashMap<u64, u64> = HashMap::with_max_entries(UDP_MAX_HEAVY, 0);
-/// TCP sockets' routes (device, path MTU), re-read at most once a second per socket.
-#[map]
-static TCP_ROUTES: LruHashMap<u64, TcpRoute> = LruHashMap::with_max_entries(TCP_MAX_ROUTES, 0);
-/// A socket's route when first seen or changed.
-#[map]
-static ROUTE_EVENTS: RingBuf = RingBuf::with_byte_size(ROUTE_RING_BYTES, 0);
 #[map]
 static UDP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(udp_counter::COUNT, 0);
 
 const ALLOW: i32 = 1;
-const IPPROTO_TCP: u32 = 6;
 const ETH_P_IP: u32 = 0x0800;
 const ETH_P_IPV6: u32 = 0x86dd;
 const IPV6_HEADER_LEN: u32 = 40;
@@ -111,10 +103,6 @@ fn account(ctx: &SkBuffContext, egress: bool) {
     }
     // SAFETY: a full socket from bpf_sk_fullsock; `protocol` is readable.
     let protocol = unsafe { (*full).protocol };
-    if protocol == IPPROTO_TCP && egress {
-        route(skb, full);
-        return;
-    }
     if protocol != IPPROTO_UDP {
         return;
     }
@@ -255,53 +243,6 @@ fn sock_address(full: *mut bpf_sock) -> *const u8 {
 fn cfg(f: &u32) -> u32 {
     // SAFETY: rodata global, read volatile as `global!` in the crate root does.
     unsafe { core::ptr::read_volatile(f) }
-}
-
-/// Note a TCP socket's route: at most once per [`ROUTE_RECHECK_NS`] per socket, and written
-/// out only when the device or path MTU changed.
-#[inline(always)]
-fn route(skb: *mut __sk_buff, full: *mut bpf_sock) {
-    // SAFETY: cgroup_skb programs may take the cookie of their skb's socket.
-    let cookie = unsafe { bpf_get_socket_cookie(skb as *mut c_void) };
-    // SAFETY: a helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let known = TCP_ROUTES.get_ptr_mut(cookie);
-    if let Some(p) = known {
-        // SAFETY: a pointer into the map value, valid for this run.
-        if now.wrapping_sub(unsafe { (*p).checked_ns }) < ROUTE_RECHECK_NS {
-            return;
-        }
-    }
-    let base = sock_address(full);
-    if base.is_null() {
-        return;
-    }
-    let dst = read_ptr(base, cfg(&SKB_CONFIG.sk_dst_cache));
-    let dev = read_ptr(dst, cfg(&SKB_CONFIG.dst_dev));
-    let mut r = TcpRoute {
-        cookie,
-        checked_ns: now,
-        ifindex: read_u32(dev, cfg(&SKB_CONFIG.netdev_ifindex)),
-        dev_mtu: read_u32(dev, cfg(&SKB_CONFIG.netdev_mtu)),
-        pmtu: read_u32(base, cfg(&SKB_CONFIG.icsk_pmtu_cookie)),
-        ..TcpRoute::default()
-    };
-    let name_at = cfg(&SKB_CONFIG.netdev_name);
-    if !dev.is_null() && name_at != ABSENT {
-        // SAFETY: the helper validates the kernel address.
-        if let Ok(name) = unsafe { bpf_probe_read_kernel(dev.wrapping_add(name_at as usize) as *const [u8; 16]) } {
-            r.name = name;
-        }
-    }
-    let changed = match known {
-        // SAFETY: as above.
-        Some(p) => unsafe { (*p).ifindex != r.ifindex || (*p).pmtu != r.pmtu || (*p).dev_mtu != r.dev_mtu },
-        None => true,
-    };
-    let _ = TCP_ROUTES.insert(cookie, r, 0);
-    if changed && ROUTE_EVENTS.output::<TcpRoute>(&r, 0).is_err() {
-        bump(udp_counter::ROUTE_EVENTS_LOST);
-    }
 }
 
 /// A socket's first entry: who and where it is.

@@ -7,6 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 use tracer_common::family::AF_INET6;
+
+use crate::analysis::route::Route;
 use tracer_common::{flag, reason, record_kind, tcp_state, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION};
 
 /// TCP state machine states (`include/net/tcp_states.h`).
@@ -182,6 +184,10 @@ pub struct Sample {
     pub busy_us: u64,
     pub rwnd_limited_us: u64,
     pub sndbuf_limited_us: u64,
+    /// The socket's cached route when the sample was taken (none before the first send and
+    /// after close).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Route>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,6 +209,9 @@ impl Sample {
         }
         if self.owner.is_none() {
             self.owner.clone_from(&prev.owner);
+        }
+        if self.route.is_none() {
+            self.route = prev.route;
         }
     }
 
@@ -337,6 +346,7 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         busy_us,
         rwnd_limited_us,
         sndbuf_limited_us,
+        route: Route::from_raw(raw.route_ifindex, raw.route_dev_mtu, raw.route_pmtu, raw.route_dev),
     })
 }
 
@@ -389,7 +399,10 @@ pub fn raw_sample_template() -> FlowSample {
         old_tcp_state: 0,
         chrono_type: 0,
         flags: 0,
-        _pad: [0; 4],
+        route_ifindex: 0,
+        route_dev_mtu: 0,
+        route_pmtu: 0,
+        route_dev: [0; 16],
     }
 }
 

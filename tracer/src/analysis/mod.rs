@@ -51,8 +51,6 @@ pub struct Analysis {
     pub udp: UdpTable,
     udp_verdicts: HashMap<u64, UdpVerdict>,
     relays: HashMap<u64, RelayedBy>,
-    /// TCP flows' routes (device, path MTU) by cookie.
-    routes: HashMap<u64, Route>,
 }
 
 /// A UDP flow must move this much either way over the last readings to count as a relay's.
@@ -76,7 +74,6 @@ impl Analysis {
             udp: UdpTable::default(),
             udp_verdicts: HashMap::new(),
             relays: HashMap::new(),
-            routes: HashMap::new(),
         }
     }
 
@@ -96,7 +93,6 @@ impl Analysis {
         self.udp = UdpTable::default();
         self.udp_verdicts.clear();
         self.relays.clear();
-        self.routes.clear();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
         self.env_read_ns = 0;
@@ -126,19 +122,16 @@ impl Analysis {
         self.decisions.push(decision);
     }
 
-    /// Readings of heavy UDP sockets and TCP routes.
+    /// Readings of heavy UDP sockets.
     pub fn ingest_sockets(&mut self, readings: &SocketReadings) {
         for s in &readings.udp {
             self.udp.ingest(s);
-        }
-        for r in &readings.routes {
-            self.routes.insert(r.cookie, r.clone());
         }
     }
 
     /// A TCP flow's route (device, path MTU), once its socket sent while traced.
     pub fn route(&self, cookie: u64) -> Option<&Route> {
-        self.routes.get(&cookie)
+        self.table.get(cookie).and_then(|f| f.latest.route.as_ref())
     }
 
     /// The verdict on a heavy UDP flow (from the last evaluation).
@@ -181,8 +174,6 @@ impl Analysis {
         // flow's own verdict the whole story.
         let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
         self.relays.retain(|cookie, _| self.table.get(*cookie).is_some());
-        // Routes arrive for every TCP socket that sends; only the table's flows keep theirs.
-        self.routes.retain(|cookie, _| self.table.get(*cookie).is_some());
         self.relays.extend(found);
         self.diagnoser.note_relays(&self.relays);
         true

@@ -759,6 +759,7 @@ pub(crate) mod tests {
             busy_us: 0,
             rwnd_limited_us: 0,
             sndbuf_limited_us: 0,
+            route: None,
         }
     }
 

@@ -286,7 +286,7 @@ impl FlowRecord {
     /// With the flow's route (device and path MTU), when known.
     pub fn with_route(mut self, route: Option<&Route>) -> Self {
         if let Some(r) = route {
-            self.dev = Some(r.dev.clone());
+            self.dev = Some(r.dev.to_string());
             self.mtu = Some(r.mtu());
         }
         self

@@ -186,11 +186,11 @@ pub struct UdpSample {
 }
 
 /// What the kernel source reads about sockets once a second, besides the TCP samples: heavy
-/// UDP sockets, and the routes of TCP sockets that are new or changed.
+/// UDP sockets. (Recordings made before TCP routes moved into the samples also carry a
+/// `routes` list here; it is ignored.)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SocketReadings {
     pub udp: Vec<UdpSample>,
-    pub routes: Vec<crate::analysis::route::Route>,
 }
 
 /// A heavy UDP flow: its latest reading, rates, and what it carries.

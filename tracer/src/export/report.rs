@@ -705,7 +705,7 @@ mod tests {
             last_rx: Head::default(),
             owner: Some(owner.clone()),
         };
-        let readings = |r: UdpSample| Entry::Sockets { readings: SocketReadings { udp: vec![r], routes: Vec::new() } };
+        let readings = |r: UdpSample| Entry::Sockets { readings: SocketReadings { udp: vec![r] } };
         entries.insert(at, readings(reading(now, 2_000_000)));
         entries.insert(at, readings(reading(now.saturating_sub(1_000_000_000), 0)));
         let html = render(entries, DiagnosisConfig::default());

@@ -234,6 +234,12 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         (&mut o.cgroup_kn, want("cgroup", "kn", 8, false)),
         (&mut o.kernfs_node_id, want("kernfs_node", "id", 8, false)),
         (&mut o.ca_ops_name, want("tcp_congestion_ops", "name", 16, false)),
+        (&mut o.sk_dst_cache, want("sock", "sk_dst_cache", 8, false)),
+        (&mut o.icsk_pmtu_cookie, want("inet_connection_sock", "icsk_pmtu_cookie", 4, false)),
+        (&mut o.dst_dev, want("dst_entry", "dev", 8, false)),
+        (&mut o.netdev_ifindex, want("net_device", "ifindex", 4, false)),
+        (&mut o.netdev_mtu, want("net_device", "mtu", 4, false)),
+        (&mut o.netdev_name, want("net_device", "name", 16, false)),
     ];
     for (dst, w) in plain {
         match btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w)) {

@@ -5,14 +5,13 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::cgroup_skb::CgroupSkbAttachType;
 use aya::programs::{CgroupAttachMode, CgroupSkb};
 use aya::Ebpf;
-use tracer_common::udp::{udp_counter, SkbConfig, TcpRoute, UdpSocketState};
+use tracer_common::udp::{udp_counter, SkbConfig, UdpSocketState};
 use tracer_common::{family, Offsets};
 
-use crate::analysis::route::Route;
 use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
 use crate::kernel::offsets::BtfResolver;
 use crate::kernel::udp_owner::owner_of_socket;
@@ -50,12 +49,6 @@ pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64)
         inode_ino: at("inode", "i_ino"),
         skc_net: offsets.skc_net,
         net_ns_inum: offsets.net_ns_inum,
-        sk_dst_cache: at("sock", "sk_dst_cache"),
-        dst_dev: at("dst_entry", "dev"),
-        netdev_name: at("net_device", "name"),
-        netdev_mtu: at("net_device", "mtu"),
-        netdev_ifindex: at("net_device", "ifindex"),
-        icsk_pmtu_cookie: at("inet_connection_sock", "icsk_pmtu_cookie"),
         ..SkbConfig::default_config()
     }
 }
@@ -65,7 +58,6 @@ pub struct UdpAccounting {
     sockets: BpfHashMap<MapData, u64, UdpSocketState>,
     heavy: BpfHashMap<MapData, u64, u64>,
     counters: PerCpuArray<MapData, u64>,
-    routes: RingBuf<MapData>,
     /// Owners by cookie: the kernel's pid hint they were looked up for, what was found, and
     /// when (a socket no process holds, such as the kernel's own, is looked up again only
     /// every [`OWNER_RETRY_NS`]).
@@ -109,9 +101,7 @@ impl UdpAccounting {
             BpfHashMap::try_from(take(ebpf, "UDP_HEAVY")?).map_err(|e| UdpError::Map("UDP_HEAVY", e.to_string()))?;
         let counters = PerCpuArray::try_from(take(ebpf, "UDP_COUNTERS")?)
             .map_err(|e| UdpError::Map("UDP_COUNTERS", e.to_string()))?;
-        let routes =
-            RingBuf::try_from(take(ebpf, "ROUTE_EVENTS")?).map_err(|e| UdpError::Map("ROUTE_EVENTS", e.to_string()))?;
-        Ok(Self { sockets, heavy, counters, routes, owners: HashMap::new(), expired: 0, vanished: 0 })
+        Ok(Self { sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0 })
     }
 
     pub fn counter(&self, index: u32) -> u64 {
@@ -140,30 +130,9 @@ impl UdpAccounting {
         ]
     }
 
-    /// Read every heavy UDP socket, at `now_ns` (CLOCK_MONOTONIC), and the TCP routes that are
-    /// new or changed since the last call.
+    /// Read every heavy UDP socket, at `now_ns` (CLOCK_MONOTONIC).
     pub fn poll(&mut self, now_ns: u64) -> SocketReadings {
-        SocketReadings { udp: self.poll_udp(now_ns), routes: self.drain_routes() }
-    }
-
-    fn drain_routes(&mut self) -> Vec<Route> {
-        let mut out = Vec::new();
-        while let Some(item) = self.routes.next() {
-            if item.len() < std::mem::size_of::<TcpRoute>() {
-                continue;
-            }
-            // SAFETY: the programs write whole `TcpRoute`s (checked length; read unaligned).
-            let r: TcpRoute = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            let end = r.name.iter().position(|b| *b == 0).unwrap_or(r.name.len());
-            out.push(Route {
-                cookie: r.cookie,
-                dev: String::from_utf8_lossy(&r.name[..end]).into_owned(),
-                ifindex: r.ifindex,
-                dev_mtu: r.dev_mtu,
-                pmtu: r.pmtu,
-            });
-        }
-        out
+        SocketReadings { udp: self.poll_udp(now_ns) }
     }
 
     fn poll_udp(&mut self, now_ns: u64) -> Vec<UdpSample> {

@@ -91,7 +91,7 @@ impl Recorder {
     }
 
     fn sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<()> {
-        if readings.udp.is_empty() && readings.routes.is_empty() {
+        if readings.udp.is_empty() {
             return Ok(());
         }
         self.host_if_changed(analysis);

@@ -942,7 +942,7 @@ impl AppState {
                 self.detail = Some(Box::new(DetailFlow {
                     verdict: analysis.verdict(f).cloned(),
                     whereabouts: Whereabouts {
-                        route: analysis.route(f.cookie()).cloned(),
+                        route: analysis.route(f.cookie()).copied(),
                         ..Whereabouts::of(f, &analysis.env)
                     },
                     decisions: {

@@ -660,7 +660,7 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
                 last_rx: Head::default(),
                 owner: Some(relay.clone()),
             };
-            scene.analysis.ingest_sockets(&SocketReadings { udp: vec![reading], routes: Vec::new() });
+            scene.analysis.ingest_sockets(&SocketReadings { udp: vec![reading] });
             scene.tick(feed::ts_ns(tick), SourceCounters::default());
         }
     }
