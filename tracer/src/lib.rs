@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod output;
 pub mod pipeline;
 pub mod recording;
+pub mod side_job;
 pub mod signals;
 pub mod source;
 pub mod tui;

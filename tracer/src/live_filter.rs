@@ -7,15 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 
-use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::Environment;
-use crate::analysis::event::Sample;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
-use crate::analysis::schema::{ActionRecord, SummaryRecord};
-use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
-use crate::pipeline::{Control, FrontEnd, Status};
+use crate::pipeline::Status;
+use crate::side_job::SideJob;
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const NSFS_MAGIC: i64 = 0x6e73_6673;
@@ -141,48 +138,13 @@ impl FilterControl for LiveFilter {
     }
 }
 
-/// Runs a front end that has no filter prompt of its own and keeps the kernel filter
-/// following the host on every tick.
-pub struct FilterUpkeep<F> {
-    pub inner: F,
-    pub filter: LiveFilter,
-}
+/// Keeps the kernel filter following the host on every tick, beside a front end that has no
+/// filter prompt of its own.
+pub struct FilterUpkeep(pub LiveFilter);
 
-impl<F: FrontEnd> FrontEnd for FilterUpkeep<F> {
-    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
-        self.inner.on_batch(analysis, batch).await
-    }
-
-    async fn on_decisions(&mut self, analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
-        self.inner.on_decisions(analysis, batch).await
-    }
-
-    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
-        self.inner.on_sockets(analysis, readings).await
-    }
-
-    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
-        self.inner.on_action(analysis, action).await
-    }
-
-    fn take_actions(&mut self) -> Vec<ActionRecord> {
-        self.inner.take_actions()
-    }
-
-    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
-        self.filter.follow_host(&analysis.env, analysis.env_generation());
-        self.inner.on_tick(analysis, status).await
-    }
-
-    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
-        self.inner.input(analysis).await
-    }
-
-    fn on_source_end(&mut self) -> Control {
-        self.inner.on_source_end()
-    }
-
-    async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        self.inner.finish(analysis, summary).await
+impl SideJob for FilterUpkeep {
+    fn on_tick(&mut self, analysis: &Analysis, _status: &Status) -> anyhow::Result<()> {
+        self.0.follow_host(&analysis.env, analysis.env_generation());
+        Ok(())
     }
 }

@@ -23,6 +23,7 @@ use tracer::pipeline::{self, PipelineOptions};
 use tracer::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use tracer::recording::player::PacedRecording;
 use tracer::recording::{Headless, NewFile, RecordWriter, Recorder, Recording, RecordingSource, RecordingStatus};
+use tracer::side_job::Beside;
 use tracer::signals::Shutdown;
 use tracer::source::EventSource;
 
@@ -602,15 +603,15 @@ async fn run(cli: &Cli) -> Result<()> {
         let filter = live_filter.context("the filter maps are missing")?;
         let clock = tracer::clock::monotonic_now_ns;
         let summary = if headless {
-            let recording = Recording { inner: FilterUpkeep { inner: Headless, filter }, recorder };
-            let mut front = Exporting { inner: recording, exporter };
+            let recording = Recording::new(Beside::new(Headless, Some(FilterUpkeep(filter))), recorder);
+            let mut front = Exporting::new(recording, exporter);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         } else {
             let out = LineWriter::spawn(Box::new(std::io::stdout()));
             let json =
                 JsonOutput::new(out, tracer::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
-            let recording = Recording { inner: FilterUpkeep { inner: json, filter }, recorder };
-            let mut front = Exporting { inner: recording, exporter };
+            let recording = Recording::new(Beside::new(json, Some(FilterUpkeep(filter))), recorder);
+            let mut front = Exporting::new(recording, exporter);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         };
         if let Some(r) = &recording {

@@ -101,7 +101,7 @@ pub trait FrontEnd {
         Ok(Control::Continue)
     }
 
-    /// Readings of heavy UDP sockets and TCP routes, just fed to `analysis`.
+    /// Readings of heavy UDP sockets, just fed to `analysis`.
     async fn on_sockets(&mut self, _analysis: &Analysis, _readings: &SocketReadings) -> Result<Control> {
         Ok(Control::Continue)
     }

@@ -15,13 +15,12 @@ use std::net::SocketAddr;
 
 use anyhow::Result;
 
-use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::{ActionRecord, SummaryRecord};
-use crate::analysis::udp::SocketReadings;
+use crate::analysis::schema::SummaryRecord;
 use crate::analysis::Analysis;
-use crate::pipeline::{Control, FrontEnd, Status};
+use crate::pipeline::Status;
 use crate::recording::counters_of;
+use crate::side_job::{Beside, SideJob};
 
 pub use exposition::{Exposition, Format, SharedSnapshot};
 pub use model::{MetricsConfig, MetricsModel, Snapshot};
@@ -78,63 +77,30 @@ impl Exporter {
     }
 }
 
-/// A front end that also exports metrics (when `exporter` is set).
-pub struct Exporting<F> {
-    pub inner: F,
-    pub exporter: Option<Exporter>,
-}
+/// A front end that also exports metrics (when the exporter is set).
+pub type Exporting<F> = Beside<F, Exporter>;
 
-impl<F: FrontEnd> FrontEnd for Exporting<F> {
-    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
-        if let Some(e) = &mut self.exporter {
-            e.model.observe(&analysis.env, analysis.env_generation(), batch);
+impl SideJob for Exporter {
+    fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<()> {
+        self.model.observe(&analysis.env, analysis.env_generation(), batch);
+        Ok(())
+    }
+
+    fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<()> {
+        let due = self.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= SNAPSHOT_EVERY_NS);
+        if due {
+            self.publish(analysis, status.counters);
         }
-        self.inner.on_batch(analysis, batch).await
-    }
-
-    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
-        self.inner.on_sockets(analysis, readings).await
-    }
-
-    async fn on_decisions(&mut self, analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
-        self.inner.on_decisions(analysis, batch).await
-    }
-
-    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
-        self.inner.on_action(analysis, action).await
-    }
-
-    fn take_actions(&mut self) -> Vec<ActionRecord> {
-        self.inner.take_actions()
-    }
-
-    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
-        if let Some(e) = &mut self.exporter {
-            let due = e.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= SNAPSHOT_EVERY_NS);
-            if due {
-                e.publish(analysis, status.counters);
-            }
-        }
-        self.inner.on_tick(analysis, status).await
-    }
-
-    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
-        self.inner.input(analysis).await
-    }
-
-    fn on_source_end(&mut self) -> Control {
-        self.inner.on_source_end()
+        Ok(())
     }
 
     /// The final totals, then the server stops: a scrape from here on is refused.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        if let Some(e) = &mut self.exporter {
-            e.publish(analysis, counters_of(summary));
-            if let Some(server) = e.server.take() {
-                server.shutdown().await;
-            }
+        self.publish(analysis, counters_of(summary));
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
         }
-        self.inner.finish(analysis, summary).await
+        Ok(())
     }
 }
 
@@ -143,7 +109,7 @@ mod tests {
     use super::*;
     use crate::analysis::diagnosis::DiagnosisConfig;
     use crate::analysis::model::TableConfig;
-    use crate::pipeline::{NoStop, PipelineOptions, TimeBase};
+    use crate::pipeline::{Control, FrontEnd, NoStop, PipelineOptions, TimeBase};
     use crate::source::FeedSource;
     use crate::tui::feed;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -193,7 +159,7 @@ mod tests {
             .await
             .expect("binds");
         let addr = exporter.local_addr().expect("listening");
-        let mut front = Exporting { inner: Scraper { addr, scrapes: Vec::new() }, exporter: Some(exporter) };
+        let mut front = Exporting::new(Scraper { addr, scrapes: Vec::new() }, Some(exporter));
         let opts = PipelineOptions {
             tick: std::time::Duration::from_millis(10),
             max_samples_per_turn: 5,

@@ -24,6 +24,7 @@ use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::pipeline::{Control, FrontEnd, Status};
+use crate::side_job::{Beside, SideJob};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 
 pub use entry::{Entry, Header};
@@ -134,76 +135,36 @@ pub fn counters_of(s: &SummaryRecord) -> SourceCounters {
     }
 }
 
-/// A front end that also records what it is given (when `recorder` is set).
-pub struct Recording<F> {
-    pub inner: F,
-    pub recorder: Option<Recorder>,
-}
+/// A front end that also records what it is given (when the recorder is set).
+pub type Recording<F> = Beside<F, Recorder>;
 
-impl<F: FrontEnd> FrontEnd for Recording<F> {
-    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
-        if let Some(r) = &mut self.recorder {
-            r.samples(analysis, batch)?;
+impl SideJob for Recorder {
+    fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<()> {
+        self.samples(analysis, batch)
+    }
+
+    fn on_decisions(&mut self, _analysis: &Analysis, batch: &[Decision]) -> Result<()> {
+        self.decisions(batch)
+    }
+
+    fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<()> {
+        self.sockets(analysis, readings)
+    }
+
+    fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<()> {
+        self.tick(analysis, status.now_ns, status.counters)
+    }
+
+    fn on_actions(&mut self, actions: &[ActionRecord]) -> Result<()> {
+        for action in actions {
+            self.action(action.clone())?;
         }
-        self.inner.on_batch(analysis, batch).await
+        Ok(())
     }
 
-    async fn on_decisions(&mut self, analysis: &Analysis, batch: &[Decision]) -> Result<Control> {
-        if let Some(r) = &mut self.recorder {
-            r.decisions(batch)?;
-        }
-        self.inner.on_decisions(analysis, batch).await
-    }
-
-    async fn on_sockets(&mut self, analysis: &Analysis, readings: &SocketReadings) -> Result<Control> {
-        if let Some(r) = &mut self.recorder {
-            r.sockets(analysis, readings)?;
-        }
-        self.inner.on_sockets(analysis, readings).await
-    }
-
-    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
-        if let Some(r) = &mut self.recorder {
-            r.tick(analysis, status.now_ns, status.counters)?;
-        }
-        self.inner.on_tick(analysis, status).await
-    }
-
-    async fn input(&mut self, analysis: &mut Analysis) -> Result<Control> {
-        let control = self.inner.input(analysis).await;
-        // What the user just did to the host goes into the recording at once, error or not.
-        let actions = self.inner.take_actions();
-        if let Some(r) = &mut self.recorder {
-            for action in actions {
-                r.action(action)?;
-            }
-        }
-        control
-    }
-
-    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
-        if let Some(r) = &mut self.recorder {
-            r.action(action.clone())?;
-        }
-        self.inner.on_action(analysis, action).await
-    }
-
-    fn take_actions(&mut self) -> Vec<ActionRecord> {
-        self.inner.take_actions()
-    }
-
-    fn on_source_end(&mut self) -> Control {
-        self.inner.on_source_end()
-    }
-
+    /// The recording finishes before the front end: it is what outlives the run.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        // The recording first: it is what outlives the run.
-        let recorded = match &mut self.recorder {
-            Some(r) => r.finish(analysis, summary).await,
-            None => Ok(()),
-        };
-        self.inner.finish(analysis, summary).await?;
-        recorded
+        Recorder::finish(self, analysis, summary).await
     }
 }
 

@@ -292,8 +292,8 @@ pub async fn run(
         .with_recording(status)
         .with_fixer(fixer)
         .with_player(player);
-    let recording = crate::recording::Recording { inner: tui, recorder };
-    let mut front = crate::metrics::Exporting { inner: recording, exporter };
+    let recording = crate::recording::Recording::new(tui, recorder);
+    let mut front = crate::metrics::Exporting::new(recording, exporter);
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
     let pipeline_opts = if pipeline_opts.scripted {
         pipeline_opts
