@@ -185,6 +185,32 @@ pub struct UdpSample {
     pub owner: Option<Process>,
 }
 
+#[cfg(test)]
+impl UdpSample {
+    /// A reading for tests: socket `cookie` in the host's namespace sent `tx_bytes` so far,
+    /// 198.18.0.1:41641 to 198.18.0.2:41641, with no datagram heads and no owner.
+    pub(crate) fn fixture(cookie: u64, ts_ns: u64, tx_bytes: u64) -> Self {
+        Self {
+            ts_ns,
+            cookie,
+            netns: 4026531840,
+            cgroup_id: 0,
+            inode: 0,
+            local: "198.18.0.1:41641".parse().expect("addr"),
+            remote: "198.18.0.2:41641".parse().expect("addr"),
+            tx_bytes,
+            rx_bytes: 0,
+            tx_packets: 0,
+            rx_packets: 0,
+            first_tx: Head::default(),
+            first_rx: Head::default(),
+            last_tx: Head::default(),
+            last_rx: Head::default(),
+            owner: None,
+        }
+    }
+}
+
 /// What the kernel source reads about sockets once a second, besides the TCP samples: heavy
 /// UDP sockets. (Recordings made before TCP routes moved into the samples also carry a
 /// `routes` list here; it is ignored.)
@@ -460,6 +486,12 @@ pub struct RelayedBy {
 }
 
 impl RelayedBy {
+    /// Process `pid` relays the hop over its heavy UDP flow `udp`; `peer_cookie` as the field
+    /// says.
+    fn over(pid: u32, comm: &str, udp: &UdpFlow, peer_cookie: u64) -> Self {
+        Self { pid, comm: comm.to_string(), udp_cookie: udp.cookie(), app_proto: udp.app_proto, peer_cookie }
+    }
+
     /// The sentence that goes before the flow's own verdict.
     pub fn note(&self) -> String {
         let carried = self.app_proto.map_or("UDP", |p| match p {
@@ -499,16 +531,7 @@ pub fn find_relays(table: &crate::analysis::model::FlowTable, udp: &UdpTable, mi
             for end in [peer, &f] {
                 let Some(owner) = end.latest.owner.as_ref() else { continue };
                 if let Some(u) = udp.sending_of_pid(owner.pid, min_bps) {
-                    out.insert(
-                        f.cookie(),
-                        RelayedBy {
-                            pid: owner.pid,
-                            comm: owner.comm.clone(),
-                            udp_cookie: u.cookie(),
-                            app_proto: u.app_proto,
-                            peer_cookie: end.cookie(),
-                        },
-                    );
+                    out.insert(f.cookie(), RelayedBy::over(owner.pid, &owner.comm, u, end.cookie()));
                     break;
                 }
             }
@@ -525,16 +548,7 @@ pub fn find_relays(table: &crate::analysis::model::FlowTable, udp: &UdpTable, mi
         });
         if let Some(u) = holder {
             let owner = u.latest.owner.as_ref().expect("checked above");
-            out.insert(
-                f.cookie(),
-                RelayedBy {
-                    pid: owner.pid,
-                    comm: owner.comm.clone(),
-                    udp_cookie: u.cookie(),
-                    app_proto: u.app_proto,
-                    peer_cookie: 0,
-                },
-            );
+            out.insert(f.cookie(), RelayedBy::over(owner.pid, &owner.comm, u, 0));
         }
     }
     out
@@ -614,22 +628,14 @@ mod tests {
 
     fn sample(ts_s: u64, tx: u64, owner: Option<Process>) -> UdpSample {
         UdpSample {
-            ts_ns: ts_s * 1_000_000_000,
-            cookie: 9,
             netns: 1,
-            cgroup_id: 0,
-            inode: 0,
             local: "198.18.0.1:4433".parse().expect("addr"),
             remote: "198.18.0.2:50000".parse().expect("addr"),
-            tx_bytes: tx,
-            rx_bytes: 0,
-            tx_packets: 0,
-            rx_packets: 0,
             first_tx: head(&QUIC_INITIAL, 1200),
             first_rx: head(&QUIC_INITIAL, 1200),
             last_tx: head(&QUIC_SHORT, 1252),
-            last_rx: Head::default(),
             owner,
+            ..UdpSample::fixture(9, ts_s * 1_000_000_000, tx)
         }
     }
 

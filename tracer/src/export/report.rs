@@ -688,22 +688,11 @@ mod tests {
         };
         let wg = Head { bytes: [4, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
         let reading = |ts_ns: u64, tx_bytes: u64| UdpSample {
-            ts_ns,
-            cookie: 4242,
             netns: 1,
-            cgroup_id: 0,
-            inode: 0,
-            local: "198.18.0.1:41641".parse().expect("addr"),
-            remote: "198.18.0.2:41641".parse().expect("addr"),
-            tx_bytes,
-            rx_bytes: 0,
-            tx_packets: 0,
-            rx_packets: 0,
             first_tx: wg,
-            first_rx: Head::default(),
             last_tx: wg,
-            last_rx: Head::default(),
             owner: Some(owner.clone()),
+            ..UdpSample::fixture(4242, ts_ns, tx_bytes)
         };
         let readings = |r: UdpSample| Entry::Sockets { readings: SocketReadings { udp: vec![r] } };
         entries.insert(at, readings(reading(now, 2_000_000)));

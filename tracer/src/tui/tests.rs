@@ -643,22 +643,11 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
         scene.ingest(&[service, hop]);
         if tick % 10 == 0 {
             let reading = UdpSample {
-                ts_ns: feed::ts_ns(tick),
-                cookie: 77,
-                netns: 4026531840,
                 cgroup_id: 1,
-                inode: 0,
-                local: "198.18.0.1:41641".parse().expect("addr"),
-                remote: "198.18.0.2:41641".parse().expect("addr"),
-                tx_bytes: tick * 200_000,
-                rx_bytes: 0,
-                tx_packets: 0,
-                rx_packets: 0,
                 first_tx: wg,
-                first_rx: Head::default(),
                 last_tx: wg,
-                last_rx: Head::default(),
                 owner: Some(relay.clone()),
+                ..UdpSample::fixture(77, feed::ts_ns(tick), tick * 200_000)
             };
             scene.analysis.ingest_sockets(&SocketReadings { udp: vec![reading] });
             scene.tick(feed::ts_ns(tick), SourceCounters::default());
