@@ -443,7 +443,10 @@ pub struct Config {
     /// Bytes of a `struct tcp_sock` (from BTF), copied in one read when a sample is written
     /// rather than read field by field; 0: field by field.
     pub sock_span: u32,
-    pub _pad: u32,
+    /// Nanoseconds per jiffy (`1e9 / CONFIG_HZ`): `tcp_probe` runs between two periodic
+    /// samples are settled on jiffies, which the verifier inlines, rather than on a clock
+    /// read, a helper call; 0: always read the clock.
+    pub jiffy_ns: u32,
 }
 
 pub const CONFIG_SIZE: usize = 24;
@@ -458,7 +461,7 @@ impl Config {
             hooks: HookId::ALL_BITS,
             key_by_socket: 0,
             sock_span: 0,
-            _pad: 0,
+            jiffy_ns: 0,
         }
     }
 }
@@ -514,6 +517,22 @@ pub struct FlowState {
     /// set, so it never equals a kernel cookie); 0 otherwise.
     pub flow_id: u64,
 }
+
+/// One slot of the kernel's per-CPU memo of when sockets are next due a periodic sample.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DueMemo {
+    /// The socket's address.
+    pub socket: u64,
+    /// Not due before this jiffy.
+    pub due_jiffies: u64,
+}
+
+/// Slots per CPU (a power of two): 4 KiB a CPU; sockets beyond it share slots and fall back
+/// to the flow table.
+pub const DUE_MEMO_SLOTS: u32 = 256;
+const _: () = assert!(DUE_MEMO_SLOTS.is_power_of_two());
+const _: () = assert!(core::mem::size_of::<DueMemo>() == 16);
 
 pub const FLOW_STATE_SIZE: usize = 56;
 const _: () = assert!(core::mem::size_of::<FlowState>() == FLOW_STATE_SIZE);

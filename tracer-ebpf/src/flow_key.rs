@@ -13,6 +13,16 @@ use tracer_common::FlowState;
 
 use crate::{btf_cookie, read, CONFIG, OFFSETS};
 
+/// Where [`address_of`] turns a pointer into a number, per CPU.
+#[repr(C)]
+pub struct AddressScratch {
+    generation: u64,
+    bits: u64,
+}
+
+#[map]
+static ADDRESS_SCRATCH: PerCpuArray<AddressScratch> = PerCpuArray::with_max_entries(1, 0);
+
 /// Flow ids handed out so far, per CPU: ids are unique without atomics.
 #[map]
 static FLOW_IDS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -37,10 +47,29 @@ pub(crate) fn btf_key(sk: *const u8) -> u64 {
 }
 
 /// A typed socket pointer's address as a plain number. The verifier keeps tracking a BTF
-/// pointer as a pointer after a cast and refuses bitwise operations on it and map keys and
-/// values made of it; copied through the probe-read helper, the same bits are a number.
+/// pointer as a pointer after a cast and refuses bitwise operations on it, and comparisons of
+/// it with numbers; stored into a map value (privileged programs may) and loaded back, the same
+/// bits are a number. That is a few memory accesses; copying the bits through the probe-read
+/// helper, the fallback, is a helper call, several times the cost.
 #[inline(always)]
-fn address_of(sk: *const u8) -> u64 {
+pub(crate) fn address_of(sk: *const u8) -> u64 {
+    if let Some(scratch) = ADDRESS_SCRATCH.get_ptr_mut(0) {
+        // SAFETY: this CPU's scratch, valid for this program run. A run nested in this one (a
+        // softirq over process context) bumps the generation too: if it did so between ours
+        // and the read, the value read may be its socket, and the fallback decides. Volatile
+        // keeps each access where it is written.
+        unsafe {
+            let generation = core::ptr::addr_of_mut!((*scratch).generation);
+            let bits = core::ptr::addr_of_mut!((*scratch).bits);
+            let mine = core::ptr::read_volatile(generation).wrapping_add(1);
+            core::ptr::write_volatile(generation, mine);
+            core::ptr::write_volatile(bits, sk as u64);
+            let number = core::ptr::read_volatile(bits);
+            if core::ptr::read_volatile(generation) == mine {
+                return number;
+            }
+        }
+    }
     let slot = sk;
     read::<u64>(core::ptr::addr_of!(slot).cast::<u8>(), 0)
 }

@@ -84,6 +84,7 @@ macro_rules! global {
     }};
 }
 
+mod due_memo;
 mod flow_key;
 use flow_key::{btf_key, classic_key};
 
@@ -161,14 +162,15 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     }
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    let periodic = hit.reason == reason::PERIODIC;
     let existing = FLOWS.get_ptr_mut(hit.cookie);
     let interval = global!(CONFIG.sample_interval_ns);
     let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
-    // Most runs are a `tcp_probe` between two periodic samples of a known flow: settled on the
-    // map value in place, before the state is copied out.
-    if let (reason::PERIODIC, Some(p)) = (hit.reason, existing) {
+    if let (true, Some(p)) = (periodic, existing) {
         // SAFETY: the pointer is into the map value, valid for this program run.
-        if !due(unsafe { (*p).last_emit_ns }) {
+        let last = unsafe { (*p).last_emit_ns };
+        if !due(last) {
+            due_memo::remember(hit.sk, now, last.wrapping_add(interval));
             return Ok(0);
         }
     }
@@ -177,11 +179,12 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         Some(p) => unsafe { *p },
         None => flow_key::new_flow_state(hit.cookie),
     };
-    if hit.reason == reason::PERIODIC {
+    if periodic {
         if !due(state.last_emit_ns) {
             return Ok(0);
         }
         state.last_emit_ns = now;
+        due_memo::remember(hit.sk, now, now.wrapping_add(interval));
     }
     if hit.reason == reason::RETRANSMIT {
         state.retrans_events = state.retrans_events.wrapping_add(1);
@@ -210,6 +213,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
     // samples still carry the owner and the retransmission count.
     if hit.reason == reason::DESTROY {
         let _ = FLOWS.remove(hit.cookie);
+        due_memo::forget(hit.sk);
     } else {
         store_flow(hit.cookie, existing, &state);
     }
@@ -530,6 +534,9 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let sk: *const u8 = ctx.arg(0);
+    if due_memo::not_due(sk) {
+        return 0;
+    }
     let hit = Hit {
         sk,
         cookie: btf_key(sk),
@@ -711,6 +718,9 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let sk = classic_sk(&ctx, HookId::TcpProbe);
+    if due_memo::not_due(sk) {
+        return 0;
+    }
     let hit = Hit {
         sk,
         cookie: classic_key(sk),

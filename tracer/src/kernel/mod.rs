@@ -405,7 +405,8 @@ impl KernelSource {
             .filter(|&n| n <= tracer_common::SOCK_COPY_MAX)
             .map_or(0, |n| n as u32);
         drop(btf_resolver);
-        let hz = hz::kernel_hz().unwrap_or(250);
+        let known_hz = hz::kernel_hz();
+        let hz = known_hz.unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
         // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
         let kernel_btf = Btf::from_sys_fs().ok();
@@ -418,7 +419,9 @@ impl KernelSource {
             hooks: HookId::ALL_BITS,
             key_by_socket: u32::from(key_by_socket),
             sock_span,
-            _pad: 0,
+            // Only from a HZ found, never the guess: a jiffy taken too short would hold samples
+            // back (see tracer-ebpf's due_memo).
+            jiffy_ns: known_hz.map_or(0, |hz| 1_000_000_000 / hz.max(1)),
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
         // so older kernels do not fail map creation.

@@ -1,0 +1,82 @@
+//! Each CPU's memo of when sockets are next due a periodic sample.
+//!
+//! `tcp_probe` fires on every ACK, and between two periodic samples of a flow (a second apart
+//! by default) every run only finds that none is due. The memo settles that without a helper
+//! call: a direct-mapped per-CPU array keyed by the socket's address, on jiffies (which the
+//! verifier inlines as a load), before the socket's cookie is read (`skc_cookie` sits on a line
+//! the TCP fast path does not touch), the clock read or the flow table hashed into. Helper
+//! calls, not the work in them, were most of a run's cost: each is a call and a return through
+//! the kernel's speculation mitigations.
+//!
+//! It only says "not due" when that holds. A slot holds the jiffy from which the socket's last
+//! sample makes it due, rounded down: a flow's last sample only moves forward (sampled on
+//! another CPU, it moves further: this CPU's memo is early, never late, and the flow table has
+//! the last word). A socket freed and its memory reused for a new one within an interval is the
+//! exception: the slot is cleared at destroy on the CPU that saw it, and on the others the new
+//! socket's periodic samples start at most one interval late (its state changes are sampled at
+//! once).
+
+use aya_ebpf::{helpers::bpf_jiffies64, macros::map, maps::PerCpuArray};
+use tracer_common::{DueMemo, DUE_MEMO_SLOTS};
+
+use crate::flow_key::address_of;
+use crate::CONFIG;
+
+#[map]
+static DUE_MEMO: PerCpuArray<DueMemo> = PerCpuArray::with_max_entries(DUE_MEMO_SLOTS, 0);
+
+#[inline(always)]
+fn slot(address: u64) -> u32 {
+    // Sockets are slab objects of a few KB: the bits above the low ones tell them apart.
+    ((address >> 6) as u32) & (DUE_MEMO_SLOTS - 1)
+}
+
+/// Whether this CPU knows socket `sk` is not due a periodic sample now.
+#[inline(always)]
+pub(crate) fn not_due(sk: *const u8) -> bool {
+    if sk.is_null() || global!(CONFIG.jiffy_ns) == 0 {
+        return false;
+    }
+    let address = address_of(sk);
+    match DUE_MEMO.get_ptr(slot(address)) {
+        // SAFETY: this CPU's slot of the map, valid for this program run; the helper has no
+        // arguments or preconditions (the verifier inlines it as a load).
+        Some(m) => unsafe { (*m).socket == address && bpf_jiffies64() < (*m).due_jiffies },
+        None => false,
+    }
+}
+
+/// Socket `sk`, at `now_ns`, is next due a periodic sample at `due_ns` (the clock of
+/// `bpf_ktime_get_ns`).
+#[inline(always)]
+pub(crate) fn remember(sk: *const u8, now_ns: u64, due_ns: u64) {
+    let jiffy_ns = u64::from(global!(CONFIG.jiffy_ns));
+    if jiffy_ns == 0 || due_ns <= now_ns {
+        return;
+    }
+    // The current jiffy began up to one jiffy before `now_ns`: rounding the whole jiffies left
+    // down keeps the memo early.
+    // SAFETY: a helper without arguments or preconditions (the verifier inlines it as a load).
+    let due_jiffies = unsafe { bpf_jiffies64() } + (due_ns - now_ns) / jiffy_ns;
+    let address = address_of(sk);
+    if let Some(m) = DUE_MEMO.get_ptr_mut(slot(address)) {
+        // SAFETY: this CPU's slot, valid for this program run. A run nested in this one on the
+        // same CPU may read the slot half written (this socket with the slot's previous time):
+        // it then skips one `tcp_probe` at worst, and the flow's next ACK finds the slot whole.
+        unsafe { *m = DueMemo { socket: address, due_jiffies } };
+    }
+}
+
+/// Socket `sk` is gone: its memory may hold a new socket next.
+#[inline(always)]
+pub(crate) fn forget(sk: *const u8) {
+    let address = address_of(sk);
+    if let Some(m) = DUE_MEMO.get_ptr_mut(slot(address)) {
+        // SAFETY: as in `remember`.
+        unsafe {
+            if (*m).socket == address {
+                *m = DueMemo::default();
+            }
+        }
+    }
+}
