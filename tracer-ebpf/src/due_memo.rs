@@ -1,8 +1,10 @@
-//! Each CPU's memo of when sockets are next due a periodic sample.
+//! Each CPU's memo of when sockets are next due a periodic sample, and a second of when their
+//! owner is next worth checking.
 //!
 //! `tcp_probe` fires on every ACK, and between two periodic samples of a flow (a second apart
-//! by default) every run only finds that none is due. The memo settles that without a helper
-//! call: a direct-mapped per-CPU array keyed by the socket's address, on jiffies (which the
+//! by default) every run only finds that none is due; `tcp_sendmsg_locked` fires on every send,
+//! and but for a flow's first every run finds its owner already known. The memo settles that
+//! without a helper call: a direct-mapped per-CPU array keyed by the socket's address, on jiffies (which the
 //! verifier inlines as a load), before the socket's cookie is read (`skc_cookie` sits on a line
 //! the TCP fast path does not touch), the clock read or the flow table hashed into. Helper
 //! calls, not the work in them, were most of a run's cost: each is a call and a return through
@@ -22,8 +24,15 @@ use tracer_common::{DueMemo, DUE_MEMO_SLOTS};
 use crate::flow_key::address_of;
 use crate::CONFIG;
 
+/// When sockets are next due a periodic sample.
 #[map]
-static DUE_MEMO: PerCpuArray<DueMemo> = PerCpuArray::with_max_entries(DUE_MEMO_SLOTS, 0);
+pub(crate) static PERIODIC_DUE: PerCpuArray<DueMemo> = PerCpuArray::with_max_entries(DUE_MEMO_SLOTS, 0);
+/// When a socket's owner is next checked on a send. A socket at a reused address on another
+/// CPU gets its owner looked for after at most [`OWNER_RECHECK_NS`].
+#[map]
+pub(crate) static OWNER_CHECK_DUE: PerCpuArray<DueMemo> = PerCpuArray::with_max_entries(DUE_MEMO_SLOTS, 0);
+
+pub(crate) const OWNER_RECHECK_NS: u64 = 1_000_000_000;
 
 #[inline(always)]
 fn slot(address: u64) -> u32 {
@@ -31,14 +40,14 @@ fn slot(address: u64) -> u32 {
     ((address >> 6) as u32) & (DUE_MEMO_SLOTS - 1)
 }
 
-/// Whether this CPU knows socket `sk` is not due a periodic sample now.
+/// Whether this CPU's `memo` says socket `sk` is not due now.
 #[inline(always)]
-pub(crate) fn not_due(sk: *const u8) -> bool {
+pub(crate) fn not_due(memo: &PerCpuArray<DueMemo>, sk: *const u8) -> bool {
     if sk.is_null() || global!(CONFIG.jiffy_ns) == 0 {
         return false;
     }
     let address = address_of(sk);
-    match DUE_MEMO.get_ptr(slot(address)) {
+    match memo.get_ptr(slot(address)) {
         // SAFETY: this CPU's slot of the map, valid for this program run; the helper has no
         // arguments or preconditions (the verifier inlines it as a load).
         Some(m) => unsafe { (*m).socket == address && bpf_jiffies64() < (*m).due_jiffies },
@@ -46,20 +55,19 @@ pub(crate) fn not_due(sk: *const u8) -> bool {
     }
 }
 
-/// Socket `sk`, at `now_ns`, is next due a periodic sample at `due_ns` (the clock of
-/// `bpf_ktime_get_ns`).
+/// Socket `sk` is next due `in_ns` from now, as far as `memo` goes.
 #[inline(always)]
-pub(crate) fn remember(sk: *const u8, now_ns: u64, due_ns: u64) {
+pub(crate) fn remember(memo: &PerCpuArray<DueMemo>, sk: *const u8, in_ns: u64) {
     let jiffy_ns = u64::from(global!(CONFIG.jiffy_ns));
-    if jiffy_ns == 0 || due_ns <= now_ns {
+    if jiffy_ns == 0 || in_ns == 0 {
         return;
     }
-    // The current jiffy began up to one jiffy before `now_ns`: rounding the whole jiffies left
-    // down keeps the memo early.
+    // The current jiffy began up to one jiffy ago: rounding the whole jiffies left down keeps
+    // the memo early.
     // SAFETY: a helper without arguments or preconditions (the verifier inlines it as a load).
-    let due_jiffies = unsafe { bpf_jiffies64() } + (due_ns - now_ns) / jiffy_ns;
+    let due_jiffies = unsafe { bpf_jiffies64() } + in_ns / jiffy_ns;
     let address = address_of(sk);
-    if let Some(m) = DUE_MEMO.get_ptr_mut(slot(address)) {
+    if let Some(m) = memo.get_ptr_mut(slot(address)) {
         // SAFETY: this CPU's slot, valid for this program run. A run nested in this one on the
         // same CPU may read the slot half written (this socket with the slot's previous time):
         // it then skips one `tcp_probe` at worst, and the flow's next ACK finds the slot whole.
@@ -71,11 +79,13 @@ pub(crate) fn remember(sk: *const u8, now_ns: u64, due_ns: u64) {
 #[inline(always)]
 pub(crate) fn forget(sk: *const u8) {
     let address = address_of(sk);
-    if let Some(m) = DUE_MEMO.get_ptr_mut(slot(address)) {
-        // SAFETY: as in `remember`.
-        unsafe {
-            if (*m).socket == address {
-                *m = DueMemo::default();
+    for memo in [&PERIODIC_DUE, &OWNER_CHECK_DUE] {
+        if let Some(m) = memo.get_ptr_mut(slot(address)) {
+            // SAFETY: as in `remember`.
+            unsafe {
+                if (*m).socket == address {
+                    *m = DueMemo::default();
+                }
             }
         }
     }

@@ -85,6 +85,7 @@ macro_rules! global {
 }
 
 mod due_memo;
+use due_memo::{OWNER_CHECK_DUE, OWNER_RECHECK_NS, PERIODIC_DUE};
 mod flow_key;
 use flow_key::{btf_key, classic_key};
 
@@ -170,7 +171,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
         // SAFETY: the pointer is into the map value, valid for this program run.
         let last = unsafe { (*p).last_emit_ns };
         if !due(last) {
-            due_memo::remember(hit.sk, now, last.wrapping_add(interval));
+            due_memo::remember(&PERIODIC_DUE, hit.sk, last.wrapping_add(interval).saturating_sub(now));
             return Ok(0);
         }
     }
@@ -184,7 +185,7 @@ fn observe(hit: Hit) -> Result<u32, u32> {
             return Ok(0);
         }
         state.last_emit_ns = now;
-        due_memo::remember(hit.sk, now, now.wrapping_add(interval));
+        due_memo::remember(&PERIODIC_DUE, hit.sk, interval);
     }
     if hit.reason == reason::RETRANSMIT {
         state.retrans_events = state.retrans_events.wrapping_add(1);
@@ -534,7 +535,7 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let sk: *const u8 = ctx.arg(0);
-    if due_memo::not_due(sk) {
+    if due_memo::not_due(&PERIODIC_DUE, sk) {
         return 0;
     }
     let hit = Hit {
@@ -614,6 +615,7 @@ fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
     if sk.is_null() || cookie == 0 {
         return Ok(0);
     }
+    due_memo::remember(&OWNER_CHECK_DUE, sk, OWNER_RECHECK_NS);
     if let Some(p) = FLOWS.get_ptr_mut(cookie) {
         // SAFETY: pointer into the map value for this run; sendmsg holds the socket lock, so the
         // other hooks of this socket do not run concurrently.
@@ -643,6 +645,9 @@ pub fn cct_sendmsg(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let sk: *const u8 = ctx.arg(0);
+    if due_memo::not_due(&OWNER_CHECK_DUE, sk) {
+        return 0;
+    }
     match try_sendmsg(sk, btf_key(sk)) {
         Ok(v) | Err(v) => v,
     }
@@ -718,7 +723,7 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let sk = classic_sk(&ctx, HookId::TcpProbe);
-    if due_memo::not_due(sk) {
+    if due_memo::not_due(&PERIODIC_DUE, sk) {
         return 0;
     }
     let hit = Hit {
