@@ -73,6 +73,19 @@ fn main() -> Result<()> {
                 );
             }
         }
+        if r.bpftrace_kernel.count > 0 {
+            let runs = &r.bpftrace_kernel;
+            let per_run = runs.ns as f64 / runs.count as f64;
+            let cct = r.kernel.get("cct_probe").filter(|c| c.count > 0).map(|c| c.ns as f64 / c.count as f64);
+            row(
+                "in-kernel ns per tcp_probe, the bpftrace per-flow script",
+                format!(
+                    "{per_run:.0} ({} runs){}",
+                    runs.count,
+                    cct.map_or(String::new(), |c| format!("; cct_probe / bpftrace {:.2}", c / per_run))
+                ),
+            );
+        }
         for s in &r.skipped {
             row("skipped", s.clone());
         }

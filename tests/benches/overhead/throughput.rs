@@ -70,6 +70,9 @@ pub(crate) struct Results {
     pub(crate) kernel_share: Estimate,
     /// In-kernel runs of cctrace's programs over all its transfers.
     pub(crate) kernel: BTreeMap<String, Runs>,
+    /// In-kernel runs of the bpftrace script's program over its transfers: what the same
+    /// per-flow work costs a general tool, on the same machine in the same run.
+    pub(crate) bpftrace_kernel: Runs,
     pub(crate) rounds: usize,
     pub(crate) skipped: Vec<String>,
 }
@@ -90,14 +93,21 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
     let mut cpu = Vec::new();
     let mut share = Vec::new();
     let mut kernel: BTreeMap<String, Runs> = BTreeMap::new();
+    let mut bpftrace_kernel = Runs::default();
     let mut rounds = 0;
     while rounds < settings.max_rounds {
         let mut round = BTreeMap::new();
         for i in 0..modes.len() {
             let mode = modes[(i + rounds) % modes.len()];
-            let (t, cctrace) = run_mode(mode, &lab, settings.secs)?;
+            let (t, cost) = run_mode(mode, &lab, settings.secs)?;
             round.insert(mode, t);
-            if let Some((cpu_per_s, runs)) = cctrace {
+            if let Some(Cost::Bpftrace(runs)) = &cost {
+                for r in runs.values() {
+                    bpftrace_kernel.count += r.count;
+                    bpftrace_kernel.ns += r.ns;
+                }
+            }
+            if let Some(Cost::Cctrace(cpu_per_s, runs)) = cost {
                 cpu.push(cpu_per_s);
                 share.push(runs.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9 / t.cpu_s.max(1e-6));
                 for (name, r) in runs {
@@ -144,6 +154,7 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
         cctrace_cpu: Estimate::of(&cpu).context("too few rounds")?,
         kernel_share: Estimate::of(&share).context("too few rounds")?,
         kernel,
+        bpftrace_kernel,
         rounds,
         skipped,
     })
@@ -198,11 +209,16 @@ fn transfer(lab: &VethPair, secs: u64) -> Result<Transfer> {
     })
 }
 
-/// For cctrace: its CPU seconds per second and its programs' runs.
-type CctraceCost = Option<(f64, BTreeMap<String, Runs>)>;
+/// What a tracer cost besides the transfer's goodput.
+enum Cost {
+    /// cctrace's CPU seconds per second and its programs' runs.
+    Cctrace(f64, BTreeMap<String, Runs>),
+    /// The bpftrace script's programs' runs.
+    Bpftrace(BTreeMap<String, Runs>),
+}
 
 /// A transfer under `mode`.
-fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, CctraceCost)> {
+fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, Option<Cost>)> {
     match mode {
         Mode::Untraced => Ok((transfer(lab, secs)?, None)),
         Mode::Cctrace => {
@@ -215,11 +231,14 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, CctraceC
             if summary["events_lost"].as_u64() != Some(0) {
                 eprintln!("  cctrace lost samples during a saturating transfer: {summary}");
             }
-            Ok((t, Some((per_s, bpf_stats::delta(&runs0, &runs1)))))
+            Ok((t, Some(Cost::Cctrace(per_s, bpf_stats::delta(&runs0, &runs1)))))
         }
         Mode::Bpftrace => {
-            let _bpftrace = Bpftrace::start()?;
-            Ok((transfer(lab, secs)?, None))
+            let bpftrace = Bpftrace::start()?;
+            let runs0 = bpf_stats::programs_of(bpftrace.0.id())?;
+            let t = transfer(lab, secs)?;
+            let runs1 = bpf_stats::programs_of(bpftrace.0.id())?;
+            Ok((t, Some(Cost::Bpftrace(bpf_stats::delta(&runs0, &runs1)))))
         }
         Mode::SsPoll => {
             let stop = Arc::new(AtomicBool::new(false));
