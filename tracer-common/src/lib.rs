@@ -447,9 +447,12 @@ pub struct Config {
     /// samples are settled on jiffies, which the verifier inlines, rather than on a clock
     /// read, a helper call; 0: always read the clock.
     pub jiffy_ns: u32,
+    /// Bytes of the `EVENTS` ring as created (the programs wake the reader at half full).
+    pub ring_bytes: u32,
+    pub _pad: u32,
 }
 
-pub const CONFIG_SIZE: usize = 24;
+pub const CONFIG_SIZE: usize = 32;
 /// Largest socket copied whole into the programs' scratch buffer (a power of two).
 pub const SOCK_COPY_MAX: usize = 4096;
 const _: () = assert!(core::mem::size_of::<Config>() == CONFIG_SIZE);
@@ -462,6 +465,8 @@ impl Config {
             key_by_socket: 0,
             sock_span: 0,
             jiffy_ns: 0,
+            ring_bytes: DEFAULT_RING_BYTES,
+            _pad: 0,
         }
     }
 }

@@ -16,7 +16,7 @@ mod udp;
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_socket_cookie, bpf_getsockopt, bpf_jiffies64,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_seq_write, bpf_setsockopt,
@@ -301,11 +301,12 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
 /// How a submitted sample wakes the reader. A wake-up is an `irq_work` (in a VM, a self-IPI and
 /// a VM exit) that cost the state hooks most of their 7-10 us per sample; the reader polls the
 /// ring on a short timer anyway, so it is woken only once the ring is half full, when a late
-/// read could lose samples.
+/// read could lose samples. The ring's size comes from userspace, which set it: one query of
+/// the ring, not two (each is a helper call).
 #[inline(always)]
 fn wakeup_flag() -> u64 {
-    let size = EVENTS.query(u64::from(BPF_RB_RING_SIZE));
-    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= size / 2 {
+    let half = u64::from(global!(CONFIG.ring_bytes)) / 2;
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= half {
         u64::from(BPF_RB_FORCE_WAKEUP)
     } else {
         u64::from(BPF_RB_NO_WAKEUP)
@@ -400,7 +401,11 @@ fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now: u64) {
         if sk.bits(global!(OFFSETS.is_cwnd_limited)) != 0 {
             s.flags |= flag::CWND_LIMITED;
         }
-        let dst = sk.ptr(global!(OFFSETS.sk_dst_cache));
+        // The route is read for the samples that come once an interval (and the start-up
+        // listing's): four more reads on every state change would be most of a state hook's
+        // cost, and the flow keeps the route its last sample had.
+        let periodic = hit.reason == reason::PERIODIC || hit.reason == reason::SNAPSHOT;
+        let dst = if periodic { sk.ptr(global!(OFFSETS.sk_dst_cache)) } else { core::ptr::null() };
         if !dst.is_null() {
             let dev = read_ptr(dst, global!(OFFSETS.dst_dev));
             s.route_ifindex = read(dev, global!(OFFSETS.netdev_ifindex));

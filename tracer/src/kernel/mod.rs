@@ -422,6 +422,8 @@ impl KernelSource {
             // Only from a HZ found, never the guess: a jiffy taken too short would hold samples
             // back (see tracer-ebpf's due_memo).
             jiffy_ns: known_hz.map_or(0, |hz| 1_000_000_000 / hz.max(1)),
+            ring_bytes: opts.ring_bytes,
+            _pad: 0,
         };
         // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
         // so older kernels do not fail map creation.
