@@ -51,8 +51,14 @@ fn main() -> Result<()> {
             min_rounds: num("--min-rounds", 4) as usize,
             max_rounds: num("--max-rounds", 20) as usize,
             target: num("--target-pct", 2) as f64 / 100.0,
+            // The last CPU, unless asked not to or there is only one.
+            pin: (!args.iter().any(|a| a == "--no-pin") && cpus() > 1).then(|| cpus() - 1),
         };
-        eprintln!("throughput: {} s transfers over veth, interleaved rounds", settings.secs);
+        eprintln!(
+            "throughput: {} s transfers over veth, interleaved rounds, {}",
+            settings.secs,
+            settings.pin.map_or("transfer threads not pinned".to_string(), |c| format!("transfer threads on CPU {c}"))
+        );
         let r = throughput::run(&settings)?;
         row("untraced goodput, Gbit/s", r.untraced_gbps.to_string());
         for (mode, e) in &r.ratios {

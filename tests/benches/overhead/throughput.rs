@@ -55,6 +55,8 @@ pub(crate) struct Settings {
     pub(crate) min_rounds: usize,
     pub(crate) max_rounds: usize,
     pub(crate) target: f64,
+    /// The CPU the transfer's threads run on (none: wherever the scheduler puts them).
+    pub(crate) pin: Option<usize>,
 }
 
 pub(crate) struct Results {
@@ -99,7 +101,7 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
         let mut round = BTreeMap::new();
         for i in 0..modes.len() {
             let mode = modes[(i + rounds) % modes.len()];
-            let (t, cost) = run_mode(mode, &lab, settings.secs)?;
+            let (t, cost) = run_mode(mode, &lab, settings.secs, settings.pin)?;
             round.insert(mode, t);
             if let Some(Cost::Bpftrace(runs)) = &cost {
                 for r in runs.values() {
@@ -191,8 +193,32 @@ fn own_cpu_secs() -> f64 {
     secs(ru.ru_utime) + secs(ru.ru_stime)
 }
 
-/// One bulk transfer of `secs` seconds.
-fn transfer(lab: &VethPair, secs: u64) -> Result<Transfer> {
+/// The transfer's threads (the sender and the sink, named so by the lab) on CPU `cpu`: with
+/// the softirq work they cause, the whole data path runs on one core, so a round's goodput is
+/// what that core moves rather than where the scheduler put two threads, which varied more
+/// between runs than the tracers' cost. The tracers themselves are not pinned.
+fn pin_transfer_threads(cpu: usize) -> Result<()> {
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let task = task?;
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !matches!(comm.trim(), "cct-sink" | "cct-sender") {
+            continue;
+        }
+        let tid: libc::pid_t = task.file_name().to_string_lossy().parse()?;
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `cpu` is below the machine's CPU count, within the set's size.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        // SAFETY: sched_setaffinity reads the set of the given size for one of our threads.
+        if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+            bail!("pinning thread {tid}: {}", std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// One bulk transfer of `secs` seconds, its threads on `pin` when set.
+fn transfer(lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<Transfer> {
     let cpu0 = own_cpu_secs();
     let sender = Sender::start(
         lab.sender(),
@@ -200,6 +226,9 @@ fn transfer(lab: &VethPair, secs: u64) -> Result<Transfer> {
         PORT,
         SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(secs)),
     )?;
+    if let Some(cpu) = pin {
+        pin_transfer_threads(cpu)?;
+    }
     let report = sender.wait()?;
     let cpu = own_cpu_secs() - cpu0;
     Ok(Transfer {
@@ -218,13 +247,13 @@ enum Cost {
 }
 
 /// A transfer under `mode`.
-fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, Option<Cost>)> {
+fn run_mode(mode: Mode, lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<(Transfer, Option<Cost>)> {
     match mode {
-        Mode::Untraced => Ok((transfer(lab, secs)?, None)),
+        Mode::Untraced => Ok((transfer(lab, secs, pin)?, None)),
         Mode::Cctrace => {
             let tracer = Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?;
             let (cpu0, runs0, t0) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?, Instant::now());
-            let t = transfer(lab, secs)?;
+            let t = transfer(lab, secs, pin)?;
             let (cpu1, runs1) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?);
             let per_s = (cpu1 - cpu0) / t0.elapsed().as_secs_f64();
             let summary = tracer.stop()?;
@@ -236,7 +265,7 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, Option<C
         Mode::Bpftrace => {
             let bpftrace = Bpftrace::start()?;
             let runs0 = bpf_stats::programs_of(bpftrace.0.id())?;
-            let t = transfer(lab, secs)?;
+            let t = transfer(lab, secs, pin)?;
             let runs1 = bpf_stats::programs_of(bpftrace.0.id())?;
             Ok((t, Some(Cost::Bpftrace(bpf_stats::delta(&runs0, &runs1)))))
         }
@@ -252,7 +281,7 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64) -> Result<(Transfer, Option<C
                     std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 }
             });
-            let t = transfer(lab, secs);
+            let t = transfer(lab, secs, pin);
             stop.store(true, Ordering::Relaxed);
             let _ = poller.join();
             Ok((t?, None))
