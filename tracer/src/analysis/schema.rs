@@ -132,7 +132,7 @@ impl SocketFields {
             dport: s.remote.port(),
             state: s.tcp_state.name().to_string(),
             owner: s.owner.clone(),
-            cc: s.cc.clone(),
+            cc: s.cc.to_string(),
             ca_state: s.ca_state.name().to_string(),
             cwnd: s.snd_cwnd,
             ssthresh: (s.snd_ssthresh < TCP_INFINITE_SSTHRESH).then_some(s.snd_ssthresh),

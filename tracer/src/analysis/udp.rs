@@ -503,7 +503,7 @@ pub fn find_relays(table: &crate::analysis::model::FlowTable, udp: &UdpTable, mi
                         f.cookie(),
                         RelayedBy {
                             pid: owner.pid,
-                            comm: owner.comm.clone(),
+                            comm: owner.comm.to_string(),
                             udp_cookie: u.cookie(),
                             app_proto: u.app_proto,
                             peer_cookie: end.cookie(),
