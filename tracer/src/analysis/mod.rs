@@ -53,6 +53,8 @@ pub struct Analysis {
     relays: HashMap<u64, RelayedBy>,
     /// TCP flows' routes (device, path MTU) by cookie.
     routes: HashMap<u64, Route>,
+    /// Routes of sockets not (yet) in the table, until the next evaluation.
+    unclaimed_routes: HashMap<u64, Route>,
 }
 
 /// A UDP flow must move this much either way over the last readings to count as a relay's.
@@ -77,6 +79,7 @@ impl Analysis {
             udp_verdicts: HashMap::new(),
             relays: HashMap::new(),
             routes: HashMap::new(),
+            unclaimed_routes: HashMap::new(),
         }
     }
 
@@ -97,6 +100,7 @@ impl Analysis {
         self.udp_verdicts.clear();
         self.relays.clear();
         self.routes.clear();
+        self.unclaimed_routes.clear();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
         self.env_read_ns = 0;
@@ -132,13 +136,14 @@ impl Analysis {
             self.udp.ingest(s);
         }
         for r in &readings.routes {
-            self.routes.insert(r.cookie, r.clone());
+            let kept = if self.table.get(r.cookie).is_some() { &mut self.routes } else { &mut self.unclaimed_routes };
+            kept.insert(r.cookie, r.clone());
         }
     }
 
     /// A TCP flow's route (device, path MTU), once its socket sent while traced.
     pub fn route(&self, cookie: u64) -> Option<&Route> {
-        self.routes.get(&cookie)
+        self.routes.get(&cookie).or_else(|| self.unclaimed_routes.get(&cookie))
     }
 
     /// The verdict on a heavy UDP flow (from the last evaluation).
@@ -173,16 +178,24 @@ impl Analysis {
             }
         }
         self.table.expire(now_ns);
-        self.diagnoser.evaluate(&self.table, &self.env, now_ns);
+        // The work from here on follows what changed (flows born, removed, still open), not
+        // how many flows the table keeps: under churn it keeps tens of thousands closed ones.
+        let changes = self.table.take_changes();
+        self.diagnoser.evaluate_changes(&self.table, &changes, &self.env, now_ns);
         self.diagnoser.cite_decisions(&self.table, &self.decisions);
         self.udp.expire(now_ns);
         self.udp_verdicts = self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
         // A hop found relayed stays so while it lives: the relay pausing does not make the
         // flow's own verdict the whole story.
         let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
-        self.relays.retain(|cookie, _| self.table.get(*cookie).is_some());
-        // Routes arrive for every TCP socket that sends; only the table's flows keep theirs.
-        self.routes.retain(|cookie, _| self.table.get(*cookie).is_some());
+        for cookie in &changes.removed {
+            self.relays.remove(cookie);
+            self.routes.remove(cookie);
+        }
+        // Routes arrive for every TCP socket that sends; only the table's flows keep theirs. One
+        // may come before its flow's first sample: it waits one evaluation for it.
+        let table = &self.table;
+        self.routes.extend(self.unclaimed_routes.drain().filter(|(cookie, _)| table.get(*cookie).is_some()));
         self.relays.extend(found);
         self.diagnoser.note_relays(&self.relays);
         true

@@ -545,14 +545,31 @@ impl Flow {
         }
     }
 
-    /// Where the flow stands in the eviction order: closed flows first, then by last update.
+    /// Where the flow stands in the eviction order: closed flows first, by the time they
+    /// closed, then open flows by last update. The same order is the order they expire in
+    /// (closed flows after `closed_linger_ns`, open ones after `idle_timeout_ns`), so expiry
+    /// takes them from the front and never scans the table. A closed flow's key no longer
+    /// changes, so its late samples leave the index alone.
     fn eviction_key(&self) -> EvictionKey {
-        (!self.is_closed(), self.last_seen_ns, self.cookie())
+        match self.closed_at_ns {
+            Some(closed) => (false, closed, self.cookie()),
+            None => (true, self.last_seen_ns, self.cookie()),
+        }
     }
 }
 
-/// (still open, last update, cookie): the smallest is evicted first.
+/// (still open, close time or last update, cookie): the smallest is evicted first.
 type EvictionKey = (bool, u64, u64);
+
+/// What changed in the table since the last [`FlowTable::take_changes`]: the front ends' and
+/// the diagnosis' work per tick follows these, not the table's size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    /// Flows that appeared, in arrival order (some may be gone again: see `removed`).
+    pub born: Vec<u64>,
+    /// Flows dropped: expired or evicted.
+    pub removed: Vec<u64>,
+}
 
 /// Summary of what the table did with a sample; lets callers react to opens and closes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -571,11 +588,23 @@ pub struct FlowTable {
     /// The flow a front end is showing: it keeps its full history whatever its rank.
     kept: Option<u64>,
     evicted: u64,
+    changes: TableChanges,
+    /// `changes` were not taken since the last expire: a table nobody asks keeps one interval
+    /// of them, not all.
+    changes_untaken: bool,
 }
 
 impl FlowTable {
     pub fn new(cfg: TableConfig) -> Self {
-        Self { cfg, flows: HashMap::new(), eviction_order: BTreeSet::new(), kept: None, evicted: 0 }
+        Self {
+            cfg,
+            flows: HashMap::new(),
+            eviction_order: BTreeSet::new(),
+            kept: None,
+            evicted: 0,
+            changes: TableChanges::default(),
+            changes_untaken: false,
+        }
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -608,6 +637,7 @@ impl FlowTable {
         let closed = flow.is_closed();
         self.eviction_order.insert(flow.eviction_key());
         self.flows.insert(sample.cookie, flow);
+        self.changes.born.push(sample.cookie);
         if closed {
             Ingested::Closed
         } else {
@@ -616,23 +646,50 @@ impl FlowTable {
     }
 
     /// Drop flows closed for longer than the linger time and flows idle past the timeout, and
-    /// re-pick the flows that keep full history. Meant to run about once per second.
+    /// re-pick the flows that keep full history. Meant to run about once per second. The
+    /// expired flows are the front of the eviction order (closed ones by close time, then open
+    /// ones by last update), so the work is per flow dropped, not per flow kept.
     pub fn expire(&mut self, now_ns: u64) -> usize {
         let before = self.flows.len();
-        let cfg = &self.cfg;
-        let order = &mut self.eviction_order;
-        self.flows.retain(|_, f| {
-            let keep = match f.closed_at_ns {
-                Some(closed) => now_ns.saturating_sub(closed) < cfg.closed_linger_ns,
-                None => now_ns.saturating_sub(f.last_seen_ns) < cfg.idle_timeout_ns,
-            };
-            if !keep {
-                order.remove(&f.eviction_key());
+        if std::mem::replace(&mut self.changes_untaken, true) {
+            self.changes = TableChanges::default();
+        }
+        let (linger, idle) = (self.cfg.closed_linger_ns, self.cfg.idle_timeout_ns);
+        while let Some(&(open, at, cookie)) = self.eviction_order.first() {
+            if open || now_ns.saturating_sub(at) < linger {
+                break;
             }
-            keep
-        });
+            self.eviction_order.pop_first();
+            self.remove(cookie);
+        }
+        while let Some(&(_, at, cookie)) = self.eviction_order.range((true, 0, 0)..).next() {
+            if now_ns.saturating_sub(at) < idle {
+                break;
+            }
+            self.eviction_order.remove(&(true, at, cookie));
+            self.remove(cookie);
+        }
         self.rank_history();
         before - self.flows.len()
+    }
+
+    /// Drop a flow whose index entry is already gone.
+    fn remove(&mut self, cookie: u64) {
+        if self.flows.remove(&cookie).is_some() {
+            self.changes.removed.push(cookie);
+        }
+    }
+
+    /// Flows born and removed since the last call. Meant to be called after each
+    /// [`FlowTable::expire`]: what was not taken by the next one is dropped.
+    pub fn take_changes(&mut self) -> TableChanges {
+        self.changes_untaken = false;
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The flows still open, least recently updated first.
+    pub fn open_flows(&self) -> impl Iterator<Item = &Flow> {
+        self.eviction_order.range((true, 0, 0)..).filter_map(|(_, _, cookie)| self.flows.get(cookie))
     }
 
     /// Keep the full history for `cookie` (the flow a front end shows), whatever its rank;
@@ -684,7 +741,7 @@ impl FlowTable {
     fn evict_one(&mut self) {
         // Prefer a closed flow; otherwise the one updated longest ago.
         if let Some((_, _, cookie)) = self.eviction_order.pop_first() {
-            self.flows.remove(&cookie);
+            self.remove(cookie);
             self.evicted += 1;
         }
     }
@@ -900,6 +957,90 @@ pub(crate) mod tests {
         }
         let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
         assert_eq!(keys, t.eviction_order);
+    }
+
+    /// What a full scan of the table would expire at `now_ns`, the rule `expire` had before it
+    /// took the flows from the front of its index.
+    fn expired_by_scan(t: &FlowTable, now_ns: u64) -> BTreeSet<u64> {
+        let cfg = t.config();
+        t.flows()
+            .filter(|f| match f.closed_at_ns {
+                Some(closed) => now_ns.saturating_sub(closed) >= cfg.closed_linger_ns,
+                None => now_ns.saturating_sub(f.last_seen_ns) >= cfg.idle_timeout_ns,
+            })
+            .map(Flow::cookie)
+            .collect()
+    }
+
+    #[test]
+    fn expiry_drops_exactly_what_a_full_scan_would_and_reports_it() {
+        let cfg = TableConfig {
+            max_flows: 700,
+            closed_linger_ns: 3 * NS_PER_SEC,
+            idle_timeout_ns: 7 * NS_PER_SEC,
+            ..Default::default()
+        };
+        let mut t = FlowTable::new(cfg);
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut born = BTreeSet::new();
+        let mut removed = BTreeSet::new();
+        let mut expired_total = 0;
+        for ms in (0..120_000u64).step_by(5) {
+            let r = next();
+            // Samples up to 40 ms late (several CPUs), some after their flow closed; cookies
+            // come back after being dropped. Many flows at first (the table fills and evicts),
+            // then few (the rest go idle and expire, closed ones linger and expire).
+            let cookies = if ms < 60_000 { 2_000 } else { 400 };
+            let mut s = sample(r % cookies, (ms + 40).saturating_sub(r % 41));
+            if r % 13 == 0 {
+                s.reason = SampleReason::Destroy;
+            }
+            let was_there = t.get(s.cookie).is_some();
+            t.ingest(&s);
+            if !was_there {
+                born.insert(s.cookie);
+            }
+            if ms % 1_000 == 0 {
+                let now = ms * 1_000_000;
+                let before = t.take_changes();
+                assert_eq!(before.born.iter().copied().collect::<BTreeSet<_>>(), born, "every flow that appeared");
+                removed.extend(before.removed);
+                let expected = expired_by_scan(&t, now);
+                assert_eq!(t.expire(now), expected.len());
+                let changes = t.take_changes();
+                assert!(changes.born.is_empty(), "born flows were taken just before");
+                assert_eq!(changes.removed.iter().copied().collect::<BTreeSet<_>>(), expected, "at {ms} ms");
+                assert!(expired_by_scan(&t, now).is_empty());
+                expired_total += expected.len();
+                let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
+                assert_eq!(keys, t.eviction_order, "the index stays the table's");
+                born.clear();
+            }
+        }
+        assert!(expired_total > 1_000 && t.evicted() > 1_000, "expired {expired_total}, evicted {}", t.evicted());
+        assert!(!removed.is_empty());
+    }
+
+    #[test]
+    fn changes_say_which_flows_came_and_went_and_are_dropped_when_nobody_takes_them() {
+        let mut t = FlowTable::new(TableConfig { max_flows: 2, ..Default::default() });
+        t.ingest(&sample(1, 0));
+        t.ingest(&sample(2, 1));
+        t.ingest(&sample(1, 2));
+        t.ingest(&sample(3, 3));
+        assert_eq!(t.take_changes(), TableChanges { born: vec![1, 2, 3], removed: vec![2] });
+        t.ingest(&sample(4, 4));
+        t.expire(5_000_000);
+        t.expire(6_000_000);
+        assert_eq!(t.take_changes(), TableChanges::default(), "not taken by the next expire: dropped");
+        let open: Vec<u64> = t.open_flows().map(Flow::cookie).collect();
+        assert_eq!(open, vec![3, 4], "least recently updated first");
     }
 
     /// A flow at `bps` for `secs` seconds (one sample every 100 ms), starting at `from_s`.

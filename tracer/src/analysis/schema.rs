@@ -274,7 +274,7 @@ impl FlowRecord {
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged: verdict.is_some_and(|v| v.flagged),
             verdict: verdict.map_or_else(|| LimitedBy::Unknown.describe().to_string(), |v| v.text.clone()),
-            evidence: verdict.and_then(|v| v.evidence.clone()),
+            evidence: verdict.and_then(|v| v.evidence.as_deref().cloned()),
             fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
             proto: Proto::Tcp,
             relayed_by: verdict.and_then(|v| v.relayed_by.clone()),

@@ -326,7 +326,7 @@ impl MetricsModel {
             l.retrans_bps += (flow.rates.send_rate_bps * flow.rates.retrans_ratio).max(0.0);
             if let Some(v) = verdict.filter(|v| v.flagged) {
                 l.flagged += 1;
-                flagged.push(flagged_series(flow, v.evidence.as_ref(), self.groups[group].0.clone()));
+                flagged.push(flagged_series(flow, v.evidence.as_deref(), self.groups[group].0.clone()));
             }
         }
         let mut groups: Vec<GroupSeries> = self
