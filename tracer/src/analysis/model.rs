@@ -8,7 +8,7 @@
 //! `history_len`. A full table evicts the least recently updated flow through an ordered index,
 //! in O(log n), not by scanning.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::analysis::event::{CaState, Sample, SampleReason};
 
@@ -592,6 +592,8 @@ pub struct FlowTable {
     /// `changes` were not taken since the last expire: a table nobody asks keeps one interval
     /// of them, not all.
     changes_untaken: bool,
+    /// The flows holding the full `history_len`.
+    charted: HashSet<u64>,
 }
 
 impl FlowTable {
@@ -604,6 +606,7 @@ impl FlowTable {
             evicted: 0,
             changes: TableChanges::default(),
             changes_untaken: false,
+            charted: HashSet::new(),
         }
     }
 
@@ -638,6 +641,9 @@ impl FlowTable {
         self.eviction_order.insert(flow.eviction_key());
         self.flows.insert(sample.cookie, flow);
         self.changes.born.push(sample.cookie);
+        if cap > self.cfg.short_history_len {
+            self.charted.insert(sample.cookie);
+        }
         if closed {
             Ingested::Closed
         } else {
@@ -676,6 +682,7 @@ impl FlowTable {
     /// Drop a flow whose index entry is already gone.
     fn remove(&mut self, cookie: u64) {
         if self.flows.remove(&cookie).is_some() {
+            self.charted.remove(&cookie);
             self.changes.removed.push(cookie);
         }
     }
@@ -696,8 +703,8 @@ impl FlowTable {
     /// `None` returns it to the ranking.
     pub fn keep_history(&mut self, cookie: Option<u64>) {
         let previous = std::mem::replace(&mut self.kept, cookie);
-        if let Some(flow) = cookie.and_then(|c| self.flows.get_mut(&c)) {
-            flow.history.set_cap(self.cfg.history_len);
+        if let Some(c) = cookie {
+            self.set_history_cap(c, self.cfg.history_len);
         }
         if previous != cookie {
             // The previous one goes back to its rank at the next expire.
@@ -705,21 +712,36 @@ impl FlowTable {
         }
     }
 
+    fn set_history_cap(&mut self, cookie: u64, cap: usize) {
+        let Some(flow) = self.flows.get_mut(&cookie) else { return };
+        flow.history.set_cap(cap);
+        if flow.history.cap >= self.cfg.history_len && self.cfg.history_len > self.cfg.short_history_len {
+            self.charted.insert(cookie);
+        } else {
+            self.charted.remove(&cookie);
+        }
+    }
+
     /// Full history for the `charted_flows` busiest flows by throughput (a flow already charted
-    /// keeps it while among twice as many), short history for the rest. O(n), once a second.
+    /// keeps it while among twice as many), short history for the rest. Ranked are the open
+    /// flows and those that hold a full history: a closed flow's history no longer grows, so
+    /// one that is not charted stays so (under churn the closed flows are most of the table,
+    /// and ranking them every second was most of a tick). O(open + charted), once a second.
     fn rank_history(&mut self) {
         let (long, short) = (self.cfg.history_len, self.cfg.short_history_len.min(self.cfg.history_len));
         let k = self.cfg.charted_flows;
-        if (k > 0 && self.flows.len() <= k) || long <= short {
-            for f in self.flows.values_mut() {
-                f.history.set_cap(long);
+        let mut ranked: Vec<u64> = self.eviction_order.range((true, 0, 0)..).map(|&(_, _, cookie)| cookie).collect();
+        ranked.extend(self.charted.iter().copied().filter(|c| self.flows.get(c).is_some_and(Flow::is_closed)));
+        if (k > 0 && ranked.len() <= k) || long <= short {
+            for cookie in ranked {
+                self.set_history_cap(cookie, long);
             }
             return;
         }
         // Ranks by (throughput, cookie): a total order, so ties at 0 cannot make every flow
         // "in the top k".
         let rank_key = |f: &Flow| (f.rates.throughput_bps.max(0.0).to_bits(), f.cookie());
-        let mut keys: Vec<(u64, u64)> = self.flows.values().map(rank_key).collect();
+        let mut keys: Vec<(u64, u64)> = ranked.iter().filter_map(|c| self.flows.get(c)).map(rank_key).collect();
         // The smallest key among the `n` largest; None when n is 0 (nobody is in).
         let mut lowest_of_top = |n: usize| -> Option<(u64, u64)> {
             let n = n.min(keys.len());
@@ -728,13 +750,14 @@ impl FlowTable {
         };
         let enter = lowest_of_top(k);
         let stay = lowest_of_top(k.saturating_mul(2));
-        for f in self.flows.values_mut() {
+        for cookie in ranked {
+            let Some(f) = self.flows.get(&cookie) else { continue };
             let key = rank_key(f);
             let charted = f.history.cap == long;
-            let keeps = Some(f.cookie()) == self.kept
+            let keeps = Some(cookie) == self.kept
                 || enter.is_some_and(|e| key >= e)
                 || (charted && stay.is_some_and(|s| key >= s));
-            f.history.set_cap(if keeps { long } else { short });
+            self.set_history_cap(cookie, if keeps { long } else { short });
         }
     }
 
@@ -1020,6 +1043,9 @@ pub(crate) mod tests {
                 expired_total += expected.len();
                 let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
                 assert_eq!(keys, t.eviction_order, "the index stays the table's");
+                let long = t.config().history_len;
+                let charted: HashSet<u64> = t.flows().filter(|f| f.history_cap() == long).map(Flow::cookie).collect();
+                assert_eq!(charted, t.charted, "the charted set is the flows with the full history");
                 born.clear();
             }
         }
@@ -1095,6 +1121,34 @@ pub(crate) mod tests {
         assert_eq!(t.get(1).expect("flow").history_cap(), 20);
         t.keep_history(None);
         assert_eq!(t.get(1).expect("flow").history_cap(), 5);
+    }
+
+    #[test]
+    fn a_closed_flow_is_not_ranked_into_a_full_history_but_a_charted_one_can_lose_it() {
+        let cfg = TableConfig { history_len: 20, short_history_len: 5, charted_flows: 1, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        run_flow(&mut t, 1, 1_000_000, 0, 3);
+        run_flow(&mut t, 2, 9_000_000, 0, 3);
+        let mut close = sample(2, 3_100);
+        close.bytes_acked = t.get(2).expect("flow").latest.bytes_acked;
+        close.reason = SampleReason::Destroy;
+        t.ingest(&close);
+        t.expire(4 * NS_PER_SEC);
+        // The faster flow closed before it was ranked: its history no longer grows.
+        assert_eq!((t.get(1).expect("flow").history_cap(), t.get(2).expect("flow").history_cap()), (20, 5));
+        // A charted flow that closes keeps its rank among the open ones, and loses it to faster ones.
+        run_flow(&mut t, 3, 2_000_000, 4, 3);
+        let mut close = sample(1, 7_050);
+        close.bytes_acked = t.get(1).expect("flow").latest.bytes_acked;
+        close.reason = SampleReason::Destroy;
+        t.ingest(&close);
+        t.expire(8 * NS_PER_SEC);
+        let caps: Vec<usize> = (1..=3u64).map(|c| t.get(c).expect("flow").history_cap()).collect();
+        assert_eq!(caps, vec![20, 5, 20], "flow 1 stays among twice as many, flow 3 enters");
+        run_flow(&mut t, 4, 3_000_000, 8, 3);
+        t.expire(12 * NS_PER_SEC);
+        let caps: Vec<usize> = (1..=4u64).map(|c| t.get(c).expect("flow").history_cap()).collect();
+        assert_eq!(caps, vec![5, 5, 20, 20], "flow 1 dropped out of the top two: trimmed");
     }
 
     #[test]
