@@ -90,7 +90,10 @@ impl JsonOutput {
         if self.buf.is_empty() {
             return Ok(Control::Continue);
         }
-        let chunk = std::mem::take(&mut self.buf);
+        // The next tick's lines are about as many: sized once rather than grown by doubling
+        // (megabytes a tick under churn).
+        let next = Vec::with_capacity(self.buf.len());
+        let chunk = std::mem::replace(&mut self.buf, next);
         match self.out.send(chunk).await? {
             WriteOutcome::Written => Ok(Control::Continue),
             WriteOutcome::Closed => Ok(Control::Stop),
