@@ -1,6 +1,10 @@
 //! The flow table's memory per flow and its eviction cost against table size. Heap bytes are
 //! counted by a global allocator wrapper (exact, not sampled); eviction is timed at three table
-//! sizes and printed as ratios to the smallest. Asserts nothing.
+//! sizes and printed as ratios to the smallest. Then churn: short connections (opened and
+//! closed within a millisecond, as a connection loop makes them) through the whole analysis,
+//! with the cost of a sample, of a tick (expiry, eviction, diagnosis) at 1k, 10k and 100k flows
+//! as ratios to the smallest, of a flow's JSON line, and the memory a closed connection keeps.
+//! Asserts nothing.
 //!
 //! `cargo bench -p tracer --bench flow_table`
 
@@ -11,8 +15,12 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use tracer::analysis::event::Sample;
+use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
+use tracer::analysis::event::{Sample, SampleReason, TcpState};
 use tracer::analysis::model::{Flow, FlowTable, TableConfig};
+use tracer::analysis::schema::{FlowRecord, Record};
+use tracer::analysis::time::WallClock;
+use tracer::analysis::Analysis;
 
 /// Live heap bytes of the whole process.
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -95,6 +103,102 @@ fn eviction_ns(size: usize, inserts: u64) -> f64 {
     took.as_nanos() as f64 / inserts as f64
 }
 
+/// One short connection's samples, as the kernel reports a loopback connect-then-close: the
+/// connect, established, the close's state changes and the destroy, 200 µs apart.
+fn connection(cookie: u64, ts_ns: u64) -> [Sample; 5] {
+    let steps = [
+        (SampleReason::StateChange, TcpState::SynSent),
+        (SampleReason::StateChange, TcpState::Established),
+        (SampleReason::StateChange, TcpState::FinWait1),
+        (SampleReason::StateChange, TcpState::FinWait2),
+        (SampleReason::Destroy, TcpState::Close),
+    ];
+    std::array::from_fn(|i| {
+        let mut s = synthetic::sample(cookie, ts_ns + i as u64 * 200_000, 0);
+        (s.reason, s.tcp_state) = steps[i];
+        s.bytes_sent = 1;
+        s
+    })
+}
+
+/// A table of `size` closed connections (lingering, as for 30 s after a close) and one bulk
+/// flow, then `per_tick` new connections a second, each pushing the oldest out: the mean cost
+/// of ingesting one sample and of one tick of the analysis (expiry, eviction, diagnosis), and
+/// the heap each flow kept.
+struct Churn {
+    sample_ns: f64,
+    tick_us: f64,
+    heap_per_flow: f64,
+}
+
+fn churn(size: usize, per_tick: u64, ticks: u64) -> Churn {
+    let heap_before = LIVE.load(Ordering::Relaxed);
+    let table = TableConfig { max_flows: size + 1, closed_linger_ns: 3_600 * 1_000 * MS, ..TableConfig::default() };
+    let mut a = Analysis::new(table, DiagnosisConfig::default(), Environment::default());
+    let mut cookie = 1_000u64;
+    let mut now = 1_000 * MS;
+    let bulk = |t: u64| synthetic::sample(1, t, t / 100);
+    // Fill: `size` connections spread over the seconds before, ticking as the pipeline does.
+    let per_fill_tick = per_tick.max(size as u64 / 20);
+    while a.table.len() <= size {
+        for i in 0..per_fill_tick {
+            for s in connection(cookie, now + i * 1_000) {
+                a.ingest(&s);
+            }
+            cookie += 1;
+        }
+        a.ingest(&bulk(now));
+        now += 1_000 * MS;
+        a.tick(now);
+    }
+    let heap_per_flow = (LIVE.load(Ordering::Relaxed) - heap_before) as f64 / a.table.len() as f64;
+    let (mut ingest, mut tick, mut samples) = (std::time::Duration::ZERO, std::time::Duration::ZERO, 0u64);
+    for _ in 0..ticks {
+        let batch: Vec<Sample> =
+            (0..per_tick).flat_map(|i| connection(cookie + i, now + i * 1_000)).chain([bulk(now + 999 * MS)]).collect();
+        cookie += per_tick;
+        let start = Instant::now();
+        for s in &batch {
+            a.ingest(s);
+        }
+        ingest += start.elapsed();
+        samples += batch.len() as u64;
+        now += 1_000 * MS;
+        let start = Instant::now();
+        assert!(a.tick(now));
+        tick += start.elapsed();
+    }
+    black_box(&a);
+    Churn {
+        sample_ns: ingest.as_nanos() as f64 / samples as f64,
+        tick_us: tick.as_nanos() as f64 / 1_000.0 / ticks as f64,
+        heap_per_flow,
+    }
+}
+
+/// Mean time to format one closed connection's flow line, as `--json` prints it.
+fn json_line_ns(flows: u64) -> (f64, usize) {
+    let mut a = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
+    for c in 0..flows {
+        for s in connection(c, 1_000 * MS + c * 1_000) {
+            a.ingest(&s);
+        }
+    }
+    a.tick(2_000 * MS);
+    let clock = WallClock::fixed(0);
+    let mut buf = Vec::new();
+    let start = Instant::now();
+    for flow in a.table.flows() {
+        let record =
+            Record::Flow(FlowRecord::of(flow, a.verdict(flow), &clock, &a.env).with_route(a.route(flow.cookie())));
+        serde_json::to_writer(&mut buf, &record).expect("serializes");
+        buf.push(b'\n');
+    }
+    let took = start.elapsed();
+    black_box(&buf);
+    (took.as_nanos() as f64 / flows as f64, buf.len() / flows as usize)
+}
+
 fn main() {
     let inline = std::mem::size_of::<Flow>();
     // A flow seen once (a short connection, or an idle one listed at start-up).
@@ -120,4 +224,24 @@ fn main() {
     println!("new flow into a full table of  1,000: {small:>10.0} ns (baseline)");
     println!("new flow into a full table of 10,000: {medium:>10.0} ns ({:.1}x)", medium / small);
     println!("new flow into a full table of 50,000: {large:>10.0} ns ({:.1}x)", large / small);
+
+    // Churn: the same changes a tick (500 connections born and 500 evicted) at every size.
+    let sizes = [1_000usize, 10_000, 100_000];
+    // The best of three runs at each size: a shared machine's load only ever adds time.
+    let runs: Vec<Churn> = sizes
+        .iter()
+        .map(|&n| (0..3).map(|_| churn(n, 500, 30)).min_by(|a, b| a.tick_us.total_cmp(&b.tick_us)).expect("three runs"))
+        .collect();
+    for (n, c) in sizes.iter().zip(&runs) {
+        println!(
+            "churn, table of {n:>7} closed connections: sample {:>5.0} ns, tick {:>8.0} us ({:.2}x), heap {:>5.0} B per flow",
+            c.sample_ns,
+            c.tick_us,
+            c.tick_us / runs[0].tick_us,
+            c.heap_per_flow
+        );
+    }
+    let (line_ns, line_bytes) =
+        (0..3).map(|_| json_line_ns(20_000)).min_by(|a, b| a.0.total_cmp(&b.0)).expect("three runs");
+    println!("a closed connection's JSON flow line: {line_ns:.0} ns, {line_bytes} B");
 }

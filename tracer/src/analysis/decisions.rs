@@ -386,6 +386,11 @@ impl DecisionLog {
         self.flows.contains_key(&cookie)
     }
 
+    /// The flows with decisions kept.
+    pub fn cookies(&self) -> impl Iterator<Item = u64> + '_ {
+        self.flows.keys().copied()
+    }
+
     /// Decisions received in all.
     pub fn total(&self) -> u64 {
         self.total

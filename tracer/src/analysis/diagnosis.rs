@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::container::CgroupInfo;
 use crate::analysis::decisions::{algorithm_of, DecisionKind, DecisionLog};
 use crate::analysis::fix;
-use crate::analysis::model::{self, Flow, FlowTable, SampleCounts};
+use crate::analysis::model::{self, Flow, FlowTable, SampleCounts, TableChanges};
 
 use tracer_common::NS_PER_SEC;
 
@@ -366,7 +366,9 @@ pub struct Verdict {
     pub flagged: bool,
     /// One paragraph a network engineer can act on.
     pub text: String,
-    pub evidence: Option<Evidence>,
+    /// Boxed: most verdicts (every short connection's "not enough data") have none, and a
+    /// verdict is kept for every flow in the table.
+    pub evidence: Option<Box<Evidence>>,
     /// Commands that apply the fix, make it persistent and roll it back.
     pub fix: Vec<String>,
     /// The flow's peer on this host belongs to a process that carries the traffic on over UDP
@@ -879,37 +881,65 @@ impl Diagnoser {
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.flows.retain(|cookie, _| table.get(*cookie).is_some());
         for flow in table.flows() {
-            let mem = self.flows.entry(flow.cookie()).or_default();
-            if flow.is_closed() && mem.shown.is_some() {
-                // Keep the last verdict of a closed flow as it was.
-                continue;
+            self.judge_flow(flow, env, now_ns);
+        }
+    }
+
+    /// The same as [`Diagnoser::evaluate`], with `changes` the table's changes since the last
+    /// evaluation, at a cost per open and new flow rather than per flow kept: a closed flow's
+    /// verdict never changes once given, so of the closed flows only those born since the last
+    /// evaluation (which have none yet) are judged, and the memories of removed flows go.
+    pub fn evaluate_changes(&mut self, table: &FlowTable, changes: &TableChanges, env: &Environment, now_ns: u64) {
+        for cookie in &changes.removed {
+            self.flows.remove(cookie);
+        }
+        for flow in table.open_flows() {
+            self.judge_flow(flow, env, now_ns);
+        }
+        for flow in changes.born.iter().filter_map(|c| table.get(*c)) {
+            if flow.is_closed() {
+                self.judge_flow(flow, env, now_ns);
             }
-            let mut snap = Snapshot::of(flow);
-            snap.ts_ns = snap.ts_ns.max(now_ns);
-            if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
-                continue;
-            }
-            mem.snapshots.push_back(snap);
-            while mem.snapshots.len() > self.cfg.window + 1 {
-                mem.snapshots.pop_front();
-            }
-            let verdict = judge(flow, mem, &self.cfg, env, now_ns);
-            mem.shown = Some(verdict);
+        }
+    }
+
+    fn judge_flow(&mut self, flow: &Flow, env: &Environment, now_ns: u64) {
+        let mem = self.flows.entry(flow.cookie()).or_default();
+        if flow.is_closed() && mem.shown.is_some() {
+            // Keep the last verdict of a closed flow as it was.
+            return;
+        }
+        let mut snap = Snapshot::of(flow);
+        snap.ts_ns = snap.ts_ns.max(now_ns);
+        if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
+            return;
+        }
+        mem.snapshots.push_back(snap);
+        while mem.snapshots.len() > self.cfg.window + 1 {
+            mem.snapshots.pop_front();
+        }
+        let verdict = judge(flow, mem, &self.cfg, env, now_ns);
+        mem.shown = Some(verdict);
+        if flow.is_closed() {
+            // Never judged again: only the verdict stays (a short connection's snapshot
+            // memory was most of what the diagnosis kept per flow).
+            mem.snapshots = VecDeque::new();
         }
     }
 
     /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
     /// flagged flow, in its text): the loss responses the flag is about, from the algorithm.
     pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
-        for (cookie, mem) in &mut self.flows {
-            let Some(verdict) = mem.shown.as_mut() else { continue };
-            let Some(flow) = table.get(*cookie) else { continue };
+        // Deep-traced flows are few; the flows judged may be tens of thousands.
+        for cookie in decisions.cookies() {
+            let Some(verdict) = self.flows.get_mut(&cookie).and_then(|m| m.shown.as_mut()) else { continue };
+            let Some(flow) = table.get(cookie) else { continue };
             let Some(evidence) = verdict.evidence.as_mut() else { continue };
             // A closed flow's verdict is kept as it was, citation included.
-            if evidence.deep.is_some() || !decisions.is_deep(*cookie) {
+            if evidence.deep.is_some() {
                 continue;
             }
-            let Some(deep) = deep_evidence(*cookie, flow.first_seen_ns, decisions) else { continue };
+            let Some(deep) = deep_evidence(cookie, flow.first_seen_ns, decisions) else { continue };
             if verdict.flagged && deep.loss_responses > 0 {
                 let ratio = deep
                     .median_cut
@@ -935,22 +965,20 @@ impl Diagnoser {
     /// Mark the verdicts of relayed flows: the note goes first, so such a flow never reads as
     /// simply healthy, application- or rwnd-limited.
     pub fn note_relays(&mut self, relays: &std::collections::HashMap<u64, crate::analysis::udp::RelayedBy>) {
-        for (cookie, mem) in &mut self.flows {
-            let Some(v) = mem.shown.as_mut() else { continue };
-            match relays.get(cookie) {
-                Some(r) if v.relayed_by.as_ref() != Some(r) => {
-                    // A closed flow keeps its verdict: take an older note off before the new one.
-                    if let Some(old) = v.relayed_by.take() {
-                        let prefix = format!("{} ", old.note());
-                        if let Some(rest) = v.text.strip_prefix(&prefix) {
-                            v.text = rest.to_string();
-                        }
-                    }
-                    v.text = format!("{} {}", r.note(), v.text);
-                    v.relayed_by = Some(r.clone());
-                }
-                _ => {}
+        for (cookie, r) in relays {
+            let Some(v) = self.flows.get_mut(cookie).and_then(|m| m.shown.as_mut()) else { continue };
+            if v.relayed_by.as_ref() == Some(r) {
+                continue;
             }
+            // A closed flow keeps its verdict: take an older note off before the new one.
+            if let Some(old) = v.relayed_by.take() {
+                let prefix = format!("{} ", old.note());
+                if let Some(rest) = v.text.strip_prefix(&prefix) {
+                    v.text = rest.to_string();
+                }
+            }
+            v.text = format!("{} {}", r.note(), v.text);
+            v.relayed_by = Some(r.clone());
         }
     }
 
@@ -1074,7 +1102,7 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
         limited_by: limited,
         flagged: mem.flagged,
         text,
-        evidence: Some(ev),
+        evidence: Some(Box::new(ev)),
         fix: if mem.flagged { fix::fix_commands(flow, env) } else { Vec::new() },
         relayed_by: None,
     }
@@ -1139,6 +1167,73 @@ mod tests {
             s.packets_out = 60;
             s.cwnd_limited = true;
         }
+    }
+
+    #[test]
+    fn judging_what_changed_gives_the_verdicts_judging_every_flow_gives() {
+        use crate::analysis::event::TcpState;
+        let cfg = TableConfig {
+            max_flows: 400,
+            closed_linger_ns: 4 * NS_PER_SEC,
+            idle_timeout_ns: 9 * NS_PER_SEC,
+            ..TableConfig::default()
+        };
+        let (mut full_table, mut table) = (FlowTable::new(cfg.clone()), FlowTable::new(cfg));
+        let (mut full, mut incremental) = (Diagnoser::default(), Diagnoser::default());
+        let env = test_env();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut judged = 0;
+        for tick in 0..600u64 {
+            // Bulk flows 0..8 (some lossy, some closing late), and short connections that open
+            // and close within a tick or two, some idle for a while first.
+            let mut batch = Vec::new();
+            for cookie in 0..8u64 {
+                if cookie == 7 && tick > 300 {
+                    continue; // goes idle
+                }
+                let mut s = sample(cookie, tick * 100);
+                bulk(8_000_000 * (cookie + 1), if cookie % 2 == 0 { 0.01 } else { 0.0 }, 30_000)(tick, &mut s);
+                if cookie == 5 && tick == 450 {
+                    s.reason = SampleReason::Destroy;
+                }
+                batch.push(s);
+            }
+            for _ in 0..6 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let mut s = sample(100 + x % 3_000, tick * 100 + x % 97);
+                s.bytes_acked = x % 5_000;
+                match x % 5 {
+                    0 => s.reason = SampleReason::Destroy,
+                    1 => {
+                        s.reason = SampleReason::StateChange;
+                        s.tcp_state = TcpState::Close;
+                    }
+                    _ => {}
+                }
+                batch.push(s);
+            }
+            for s in &batch {
+                full_table.ingest(s);
+                table.ingest(s);
+            }
+            if tick % 10 == 9 {
+                let now = (tick + 1) * 100 * 1_000_000;
+                full_table.expire(now);
+                table.expire(now);
+                full.evaluate(&full_table, &env, now);
+                let changes = table.take_changes();
+                incremental.evaluate_changes(&table, &changes, &env, now);
+                assert_eq!(full.flows.len(), incremental.flows.len(), "the same flows remembered");
+                for f in full_table.flows() {
+                    assert_eq!(full.verdict(f.cookie()), incremental.verdict(f.cookie()), "flow {}", f.cookie());
+                    judged += usize::from(full.verdict(f.cookie()).is_some_and(|v| v.limited_by != LimitedBy::Unknown));
+                }
+            }
+        }
+        assert!(judged > 100, "the bulk flows got real verdicts ({judged})");
+        assert!(full.flagged().count() > 0, "and some were flagged");
     }
 
     /// Feed `secs` seconds of samples from `feed(tick)` (several per 100 ms tick allowed) and

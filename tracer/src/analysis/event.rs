@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use tracer_common::family::AF_INET6;
 
@@ -150,7 +151,9 @@ pub struct Sample {
     pub tcp_state: TcpState,
     pub old_tcp_state: TcpState,
     pub ca_state: CaState,
-    pub cc: String,
+    /// Held inline (a kernel name is at most 15 bytes): decoding and copying a sample
+    /// allocates nothing.
+    pub cc: CompactString,
     /// Process that opened the flow, when the kernel saw it (`connect()` side).
     pub owner: Option<Owner>,
     pub snd_cwnd: u32,
@@ -193,7 +196,8 @@ pub struct Sample {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
     pub pid: u32,
-    pub comm: String,
+    /// Inline, like [`Sample::cc`].
+    pub comm: CompactString,
 }
 
 impl Sample {
@@ -276,9 +280,9 @@ fn addr(family: u16, bytes: &[u8; 16], port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::new(ip, port)
 }
 
-fn c_string(bytes: &[u8]) -> String {
+fn c_string(bytes: &[u8]) -> CompactString {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    CompactString::from_utf8_lossy(&bytes[..end])
 }
 
 /// Chrono counters: finished periods plus the running one, converted from jiffies to µs

@@ -129,7 +129,7 @@ impl Analysis {
         }
     }
 
-    /// A TCP flow's route (device, path MTU), once its socket sent while traced.
+    /// A TCP flow's route (device, path MTU), as its latest sample with one had it.
     pub fn route(&self, cookie: u64) -> Option<&Route> {
         self.table.get(cookie).and_then(|f| f.latest.route.as_ref())
     }
@@ -166,14 +166,19 @@ impl Analysis {
             }
         }
         self.table.expire(now_ns);
-        self.diagnoser.evaluate(&self.table, &self.env, now_ns);
+        // The work from here on follows what changed (flows born, removed, still open), not
+        // how many flows the table keeps: under churn it keeps tens of thousands closed ones.
+        let changes = self.table.take_changes();
+        self.diagnoser.evaluate_changes(&self.table, &changes, &self.env, now_ns);
         self.diagnoser.cite_decisions(&self.table, &self.decisions);
         self.udp.expire(now_ns);
         self.udp_verdicts = self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
         // A hop found relayed stays so while it lives: the relay pausing does not make the
         // flow's own verdict the whole story.
         let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
-        self.relays.retain(|cookie, _| self.table.get(*cookie).is_some());
+        for cookie in &changes.removed {
+            self.relays.remove(cookie);
+        }
         self.relays.extend(found);
         self.diagnoser.note_relays(&self.relays);
         true

@@ -8,7 +8,7 @@
 //! `history_len`. A full table evicts the least recently updated flow through an ordered index,
 //! in O(log n), not by scanning.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::analysis::event::{CaState, Sample, SampleReason};
 
@@ -545,14 +545,31 @@ impl Flow {
         }
     }
 
-    /// Where the flow stands in the eviction order: closed flows first, then by last update.
+    /// Where the flow stands in the eviction order: closed flows first, by the time they
+    /// closed, then open flows by last update. The same order is the order they expire in
+    /// (closed flows after `closed_linger_ns`, open ones after `idle_timeout_ns`), so expiry
+    /// takes them from the front and never scans the table. A closed flow's key no longer
+    /// changes, so its late samples leave the index alone.
     fn eviction_key(&self) -> EvictionKey {
-        (!self.is_closed(), self.last_seen_ns, self.cookie())
+        match self.closed_at_ns {
+            Some(closed) => (false, closed, self.cookie()),
+            None => (true, self.last_seen_ns, self.cookie()),
+        }
     }
 }
 
-/// (still open, last update, cookie): the smallest is evicted first.
+/// (still open, close time or last update, cookie): the smallest is evicted first.
 type EvictionKey = (bool, u64, u64);
+
+/// What changed in the table since the last [`FlowTable::take_changes`]: the front ends' and
+/// the diagnosis' work per tick follows these, not the table's size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    /// Flows that appeared, in arrival order (some may be gone again: see `removed`).
+    pub born: Vec<u64>,
+    /// Flows dropped: expired or evicted.
+    pub removed: Vec<u64>,
+}
 
 /// Summary of what the table did with a sample; lets callers react to opens and closes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -571,11 +588,26 @@ pub struct FlowTable {
     /// The flow a front end is showing: it keeps its full history whatever its rank.
     kept: Option<u64>,
     evicted: u64,
+    changes: TableChanges,
+    /// `changes` were not taken since the last expire: a table nobody asks keeps one interval
+    /// of them, not all.
+    changes_untaken: bool,
+    /// The flows holding the full `history_len`.
+    charted: HashSet<u64>,
 }
 
 impl FlowTable {
     pub fn new(cfg: TableConfig) -> Self {
-        Self { cfg, flows: HashMap::new(), eviction_order: BTreeSet::new(), kept: None, evicted: 0 }
+        Self {
+            cfg,
+            flows: HashMap::new(),
+            eviction_order: BTreeSet::new(),
+            kept: None,
+            evicted: 0,
+            changes: TableChanges::default(),
+            changes_untaken: false,
+            charted: HashSet::new(),
+        }
     }
 
     pub fn config(&self) -> &TableConfig {
@@ -608,6 +640,10 @@ impl FlowTable {
         let closed = flow.is_closed();
         self.eviction_order.insert(flow.eviction_key());
         self.flows.insert(sample.cookie, flow);
+        self.changes.born.push(sample.cookie);
+        if cap > self.cfg.short_history_len {
+            self.charted.insert(sample.cookie);
+        }
         if closed {
             Ingested::Closed
         } else {
@@ -616,31 +652,59 @@ impl FlowTable {
     }
 
     /// Drop flows closed for longer than the linger time and flows idle past the timeout, and
-    /// re-pick the flows that keep full history. Meant to run about once per second.
+    /// re-pick the flows that keep full history. Meant to run about once per second. The
+    /// expired flows are the front of the eviction order (closed ones by close time, then open
+    /// ones by last update), so the work is per flow dropped, not per flow kept.
     pub fn expire(&mut self, now_ns: u64) -> usize {
         let before = self.flows.len();
-        let cfg = &self.cfg;
-        let order = &mut self.eviction_order;
-        self.flows.retain(|_, f| {
-            let keep = match f.closed_at_ns {
-                Some(closed) => now_ns.saturating_sub(closed) < cfg.closed_linger_ns,
-                None => now_ns.saturating_sub(f.last_seen_ns) < cfg.idle_timeout_ns,
-            };
-            if !keep {
-                order.remove(&f.eviction_key());
+        if std::mem::replace(&mut self.changes_untaken, true) {
+            self.changes = TableChanges::default();
+        }
+        let (linger, idle) = (self.cfg.closed_linger_ns, self.cfg.idle_timeout_ns);
+        while let Some(&(open, at, cookie)) = self.eviction_order.first() {
+            if open || now_ns.saturating_sub(at) < linger {
+                break;
             }
-            keep
-        });
+            self.eviction_order.pop_first();
+            self.remove(cookie);
+        }
+        while let Some(&(_, at, cookie)) = self.eviction_order.range((true, 0, 0)..).next() {
+            if now_ns.saturating_sub(at) < idle {
+                break;
+            }
+            self.eviction_order.remove(&(true, at, cookie));
+            self.remove(cookie);
+        }
         self.rank_history();
         before - self.flows.len()
+    }
+
+    /// Drop a flow whose index entry is already gone.
+    fn remove(&mut self, cookie: u64) {
+        if self.flows.remove(&cookie).is_some() {
+            self.charted.remove(&cookie);
+            self.changes.removed.push(cookie);
+        }
+    }
+
+    /// Flows born and removed since the last call. Meant to be called after each
+    /// [`FlowTable::expire`]: what was not taken by the next one is dropped.
+    pub fn take_changes(&mut self) -> TableChanges {
+        self.changes_untaken = false;
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The flows still open, least recently updated first.
+    pub fn open_flows(&self) -> impl Iterator<Item = &Flow> {
+        self.eviction_order.range((true, 0, 0)..).filter_map(|(_, _, cookie)| self.flows.get(cookie))
     }
 
     /// Keep the full history for `cookie` (the flow a front end shows), whatever its rank;
     /// `None` returns it to the ranking.
     pub fn keep_history(&mut self, cookie: Option<u64>) {
         let previous = std::mem::replace(&mut self.kept, cookie);
-        if let Some(flow) = cookie.and_then(|c| self.flows.get_mut(&c)) {
-            flow.history.set_cap(self.cfg.history_len);
+        if let Some(c) = cookie {
+            self.set_history_cap(c, self.cfg.history_len);
         }
         if previous != cookie {
             // The previous one goes back to its rank at the next expire.
@@ -648,21 +712,36 @@ impl FlowTable {
         }
     }
 
+    fn set_history_cap(&mut self, cookie: u64, cap: usize) {
+        let Some(flow) = self.flows.get_mut(&cookie) else { return };
+        flow.history.set_cap(cap);
+        if flow.history.cap >= self.cfg.history_len && self.cfg.history_len > self.cfg.short_history_len {
+            self.charted.insert(cookie);
+        } else {
+            self.charted.remove(&cookie);
+        }
+    }
+
     /// Full history for the `charted_flows` busiest flows by throughput (a flow already charted
-    /// keeps it while among twice as many), short history for the rest. O(n), once a second.
+    /// keeps it while among twice as many), short history for the rest. Ranked are the open
+    /// flows and those that hold a full history: a closed flow's history no longer grows, so
+    /// one that is not charted stays so (under churn the closed flows are most of the table,
+    /// and ranking them every second was most of a tick). O(open + charted), once a second.
     fn rank_history(&mut self) {
         let (long, short) = (self.cfg.history_len, self.cfg.short_history_len.min(self.cfg.history_len));
         let k = self.cfg.charted_flows;
-        if (k > 0 && self.flows.len() <= k) || long <= short {
-            for f in self.flows.values_mut() {
-                f.history.set_cap(long);
+        let mut ranked: Vec<u64> = self.eviction_order.range((true, 0, 0)..).map(|&(_, _, cookie)| cookie).collect();
+        ranked.extend(self.charted.iter().copied().filter(|c| self.flows.get(c).is_some_and(Flow::is_closed)));
+        if (k > 0 && ranked.len() <= k) || long <= short {
+            for cookie in ranked {
+                self.set_history_cap(cookie, long);
             }
             return;
         }
         // Ranks by (throughput, cookie): a total order, so ties at 0 cannot make every flow
         // "in the top k".
         let rank_key = |f: &Flow| (f.rates.throughput_bps.max(0.0).to_bits(), f.cookie());
-        let mut keys: Vec<(u64, u64)> = self.flows.values().map(rank_key).collect();
+        let mut keys: Vec<(u64, u64)> = ranked.iter().filter_map(|c| self.flows.get(c)).map(rank_key).collect();
         // The smallest key among the `n` largest; None when n is 0 (nobody is in).
         let mut lowest_of_top = |n: usize| -> Option<(u64, u64)> {
             let n = n.min(keys.len());
@@ -671,20 +750,21 @@ impl FlowTable {
         };
         let enter = lowest_of_top(k);
         let stay = lowest_of_top(k.saturating_mul(2));
-        for f in self.flows.values_mut() {
+        for cookie in ranked {
+            let Some(f) = self.flows.get(&cookie) else { continue };
             let key = rank_key(f);
             let charted = f.history.cap == long;
-            let keeps = Some(f.cookie()) == self.kept
+            let keeps = Some(cookie) == self.kept
                 || enter.is_some_and(|e| key >= e)
                 || (charted && stay.is_some_and(|s| key >= s));
-            f.history.set_cap(if keeps { long } else { short });
+            self.set_history_cap(cookie, if keeps { long } else { short });
         }
     }
 
     fn evict_one(&mut self) {
         // Prefer a closed flow; otherwise the one updated longest ago.
         if let Some((_, _, cookie)) = self.eviction_order.pop_first() {
-            self.flows.remove(&cookie);
+            self.remove(cookie);
             self.evicted += 1;
         }
     }
@@ -903,6 +983,93 @@ pub(crate) mod tests {
         assert_eq!(keys, t.eviction_order);
     }
 
+    /// What a full scan of the table would expire at `now_ns`, the rule `expire` had before it
+    /// took the flows from the front of its index.
+    fn expired_by_scan(t: &FlowTable, now_ns: u64) -> BTreeSet<u64> {
+        let cfg = t.config();
+        t.flows()
+            .filter(|f| match f.closed_at_ns {
+                Some(closed) => now_ns.saturating_sub(closed) >= cfg.closed_linger_ns,
+                None => now_ns.saturating_sub(f.last_seen_ns) >= cfg.idle_timeout_ns,
+            })
+            .map(Flow::cookie)
+            .collect()
+    }
+
+    #[test]
+    fn expiry_drops_exactly_what_a_full_scan_would_and_reports_it() {
+        let cfg = TableConfig {
+            max_flows: 700,
+            closed_linger_ns: 3 * NS_PER_SEC,
+            idle_timeout_ns: 7 * NS_PER_SEC,
+            ..Default::default()
+        };
+        let mut t = FlowTable::new(cfg);
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut born = BTreeSet::new();
+        let mut removed = BTreeSet::new();
+        let mut expired_total = 0;
+        for ms in (0..120_000u64).step_by(5) {
+            let r = next();
+            // Samples up to 40 ms late (several CPUs), some after their flow closed; cookies
+            // come back after being dropped. Many flows at first (the table fills and evicts),
+            // then few (the rest go idle and expire, closed ones linger and expire).
+            let cookies = if ms < 60_000 { 2_000 } else { 400 };
+            let mut s = sample(r % cookies, (ms + 40).saturating_sub(r % 41));
+            if r % 13 == 0 {
+                s.reason = SampleReason::Destroy;
+            }
+            let was_there = t.get(s.cookie).is_some();
+            t.ingest(&s);
+            if !was_there {
+                born.insert(s.cookie);
+            }
+            if ms % 1_000 == 0 {
+                let now = ms * 1_000_000;
+                let before = t.take_changes();
+                assert_eq!(before.born.iter().copied().collect::<BTreeSet<_>>(), born, "every flow that appeared");
+                removed.extend(before.removed);
+                let expected = expired_by_scan(&t, now);
+                assert_eq!(t.expire(now), expected.len());
+                let changes = t.take_changes();
+                assert!(changes.born.is_empty(), "born flows were taken just before");
+                assert_eq!(changes.removed.iter().copied().collect::<BTreeSet<_>>(), expected, "at {ms} ms");
+                assert!(expired_by_scan(&t, now).is_empty());
+                expired_total += expected.len();
+                let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
+                assert_eq!(keys, t.eviction_order, "the index stays the table's");
+                let long = t.config().history_len;
+                let charted: HashSet<u64> = t.flows().filter(|f| f.history_cap() == long).map(Flow::cookie).collect();
+                assert_eq!(charted, t.charted, "the charted set is the flows with the full history");
+                born.clear();
+            }
+        }
+        assert!(expired_total > 1_000 && t.evicted() > 1_000, "expired {expired_total}, evicted {}", t.evicted());
+        assert!(!removed.is_empty());
+    }
+
+    #[test]
+    fn changes_say_which_flows_came_and_went_and_are_dropped_when_nobody_takes_them() {
+        let mut t = FlowTable::new(TableConfig { max_flows: 2, ..Default::default() });
+        t.ingest(&sample(1, 0));
+        t.ingest(&sample(2, 1));
+        t.ingest(&sample(1, 2));
+        t.ingest(&sample(3, 3));
+        assert_eq!(t.take_changes(), TableChanges { born: vec![1, 2, 3], removed: vec![2] });
+        t.ingest(&sample(4, 4));
+        t.expire(5_000_000);
+        t.expire(6_000_000);
+        assert_eq!(t.take_changes(), TableChanges::default(), "not taken by the next expire: dropped");
+        let open: Vec<u64> = t.open_flows().map(Flow::cookie).collect();
+        assert_eq!(open, vec![3, 4], "least recently updated first");
+    }
+
     /// A flow at `bps` for `secs` seconds (one sample every 100 ms), starting at `from_s`.
     fn run_flow(t: &mut FlowTable, cookie: u64, bps: u64, from_s: u64, secs: u64) {
         for tick in from_s * 10..=(from_s + secs) * 10 {
@@ -955,6 +1122,34 @@ pub(crate) mod tests {
         assert_eq!(t.get(1).expect("flow").history_cap(), 20);
         t.keep_history(None);
         assert_eq!(t.get(1).expect("flow").history_cap(), 5);
+    }
+
+    #[test]
+    fn a_closed_flow_is_not_ranked_into_a_full_history_but_a_charted_one_can_lose_it() {
+        let cfg = TableConfig { history_len: 20, short_history_len: 5, charted_flows: 1, ..Default::default() };
+        let mut t = FlowTable::new(cfg);
+        run_flow(&mut t, 1, 1_000_000, 0, 3);
+        run_flow(&mut t, 2, 9_000_000, 0, 3);
+        let mut close = sample(2, 3_100);
+        close.bytes_acked = t.get(2).expect("flow").latest.bytes_acked;
+        close.reason = SampleReason::Destroy;
+        t.ingest(&close);
+        t.expire(4 * NS_PER_SEC);
+        // The faster flow closed before it was ranked: its history no longer grows.
+        assert_eq!((t.get(1).expect("flow").history_cap(), t.get(2).expect("flow").history_cap()), (20, 5));
+        // A charted flow that closes keeps its rank among the open ones, and loses it to faster ones.
+        run_flow(&mut t, 3, 2_000_000, 4, 3);
+        let mut close = sample(1, 7_050);
+        close.bytes_acked = t.get(1).expect("flow").latest.bytes_acked;
+        close.reason = SampleReason::Destroy;
+        t.ingest(&close);
+        t.expire(8 * NS_PER_SEC);
+        let caps: Vec<usize> = (1..=3u64).map(|c| t.get(c).expect("flow").history_cap()).collect();
+        assert_eq!(caps, vec![20, 5, 20], "flow 1 stays among twice as many, flow 3 enters");
+        run_flow(&mut t, 4, 3_000_000, 8, 3);
+        t.expire(12 * NS_PER_SEC);
+        let caps: Vec<usize> = (1..=4u64).map(|c| t.get(c).expect("flow").history_cap()).collect();
+        assert_eq!(caps, vec![5, 5, 20, 20], "flow 1 dropped out of the top two: trimmed");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! and the run's summary. `--json` prints them, and recordings and exports use the same names.
 //! Names and units are the ones `ss -tni` users know (see the README's table).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use compact_str::{CompactString, ToCompactString};
 use serde::{Deserialize, Serialize};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
@@ -65,16 +67,18 @@ pub struct SocketFields {
     pub cookie: u64,
     pub netns: u32,
     pub cgroup_id: u64,
-    pub src: String,
+    // Short strings held inline and names borrowed: a flow line is formatted without
+    // allocating for them (thousands of lines a second under churn).
+    pub src: CompactString,
     pub sport: u16,
-    pub dst: String,
+    pub dst: CompactString,
     pub dport: u16,
     /// TCP state as `ss` names it (`ESTAB`, `FIN-WAIT-1`, ...).
-    pub state: String,
+    pub state: Cow<'static, str>,
     pub owner: Option<Owner>,
-    pub cc: String,
+    pub cc: CompactString,
     /// `Open`, `Disorder`, `CWR`, `Recovery`, `Loss`.
-    pub ca_state: String,
+    pub ca_state: Cow<'static, str>,
     /// Segments.
     pub cwnd: u32,
     /// Segments; `null` while unset (infinite), as `ss` leaves it out.
@@ -126,14 +130,14 @@ impl SocketFields {
             cookie: s.cookie,
             netns: s.netns,
             cgroup_id: s.cgroup_id,
-            src: s.local.ip().to_string(),
+            src: s.local.ip().to_compact_string(),
             sport: s.local.port(),
-            dst: s.remote.ip().to_string(),
+            dst: s.remote.ip().to_compact_string(),
             dport: s.remote.port(),
-            state: s.tcp_state.name().to_string(),
+            state: Cow::Borrowed(s.tcp_state.name()),
             owner: s.owner.clone(),
             cc: s.cc.clone(),
-            ca_state: s.ca_state.name().to_string(),
+            ca_state: Cow::Borrowed(s.ca_state.name()),
             cwnd: s.snd_cwnd,
             ssthresh: (s.snd_ssthresh < TCP_INFINITE_SSTHRESH).then_some(s.snd_ssthresh),
             rtt: ms(s.srtt_us),
@@ -236,7 +240,7 @@ pub struct FlowRecord {
     /// Retransmitted share of bytes sent over the last second, 0..1.
     pub retrans_ratio: f64,
     /// Milliseconds spent in each CA state.
-    pub ca_time_ms: BTreeMap<String, u64>,
+    pub ca_time_ms: CaTimeMs,
     /// Kernel samples received for the flow.
     pub samples: u64,
     pub limited_by: LimitedBy,
@@ -266,15 +270,12 @@ impl FlowRecord {
             throughput_bps: flow.rates.throughput_bps.round() as u64,
             send_rate_bps: flow.rates.send_rate_bps.round() as u64,
             retrans_ratio: flow.rates.retrans_ratio,
-            ca_time_ms: CaState::ALL
-                .iter()
-                .map(|c| (c.name().to_string(), flow.ca_time_ns[c.index()] / ns_per_ms))
-                .collect(),
+            ca_time_ms: CaTimeMs(flow.ca_time_ns.map(|ns| ns / ns_per_ms)),
             samples: flow.samples,
             limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
             flagged: verdict.is_some_and(|v| v.flagged),
             verdict: verdict.map_or_else(|| LimitedBy::Unknown.describe().to_string(), |v| v.text.clone()),
-            evidence: verdict.and_then(|v| v.evidence.clone()),
+            evidence: verdict.and_then(|v| v.evidence.as_deref().cloned()),
             fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
             proto: Proto::Tcp,
             relayed_by: verdict.and_then(|v| v.relayed_by.clone()),
@@ -290,6 +291,45 @@ impl FlowRecord {
             self.mtu = Some(r.mtu());
         }
         self
+    }
+}
+
+/// Milliseconds in each CA state, indexed by [`CaState::index`]; in JSON an object keyed by the
+/// states' names in sorted order (`{"CWR":0,"Disorder":0,"Loss":0,"Open":12,"Recovery":0}`),
+/// written without building a map.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaTimeMs(pub [u64; 5]);
+
+impl CaTimeMs {
+    /// The states in the order their names sort.
+    const SORTED: [CaState; 5] = [CaState::Cwr, CaState::Disorder, CaState::Loss, CaState::Open, CaState::Recovery];
+
+    pub fn of(&self, state: CaState) -> u64 {
+        self.0[state.index()]
+    }
+}
+
+impl Serialize for CaTimeMs {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(Self::SORTED.len()))?;
+        for state in Self::SORTED {
+            map.serialize_entry(state.name(), &self.of(state))?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for CaTimeMs {
+    /// Any object of names and numbers; states it lacks are 0, names that are not states are
+    /// ignored.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, u64>::deserialize(deserializer)?;
+        let mut out = Self::default();
+        for state in CaState::ALL {
+            out.0[state.index()] = map.get(state.name()).copied().unwrap_or(0);
+        }
+        Ok(out)
     }
 }
 
@@ -465,4 +505,23 @@ pub struct SummaryRecord {
     /// The UDP accounting's totals, when the source tracks UDP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<crate::source::UdpCounters>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ca_times_are_written_as_the_sorted_map_they_were_and_read_back() {
+        let times = CaTimeMs([12, 3, 0, 7, 1]);
+        let as_map: BTreeMap<String, u64> = CaState::ALL.iter().map(|c| (c.name().to_string(), times.of(*c))).collect();
+        let json = serde_json::to_string(&times).expect("serializes");
+        assert_eq!(json, serde_json::to_string(&as_map).expect("serializes"));
+        assert_eq!(json, r#"{"CWR":0,"Disorder":3,"Loss":1,"Open":12,"Recovery":7}"#);
+        assert_eq!(serde_json::from_str::<CaTimeMs>(&json).expect("reads"), times);
+        assert_eq!(
+            serde_json::from_str::<CaTimeMs>(r#"{"Open":5,"Later":9}"#).expect("reads"),
+            CaTimeMs([5, 0, 0, 0, 0])
+        );
+    }
 }

@@ -106,7 +106,7 @@ impl Anonymizer {
         s.local = self.addr(s.local);
         s.remote = self.addr(s.remote);
         if let Some(o) = s.owner.as_mut() {
-            o.comm = self.name("proc", &o.comm);
+            o.comm = self.name("proc", &o.comm).into();
         }
     }
 
@@ -349,7 +349,7 @@ mod tests {
                     _ => None,
                 })
                 .flatten()
-                .map(|s| (s.cookie, s.local.to_string(), s.owner.map(|o| o.comm).unwrap_or_default()))
+                .map(|s| (s.cookie, s.local.to_string(), s.owner.map(|o| o.comm.to_string()).unwrap_or_default()))
                 .collect()
         };
         let fa = flows(&a);

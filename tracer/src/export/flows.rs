@@ -345,7 +345,7 @@ impl FlowSummary {
             dport: s.remote.port(),
             owner: s.owner.clone(),
             placement: t.placement.clone(),
-            cc: s.cc.clone(),
+            cc: s.cc.to_string(),
             first_time: clock.unix_secs(t.first.ts_ns),
             last_time: clock.unix_secs(s.ts_ns),
             duration_s: round3(t.duration_s()),

@@ -58,7 +58,7 @@ pub fn export(
 /// A sample record with every optional part present: the CSV header's source.
 fn sample_template() -> SampleRecord {
     let mut s = from_raw(&raw_sample_template(), &DecodeContext { hz: 1000 }).expect("the template decodes");
-    s.owner = Some(Owner { pid: 0, comm: String::new() });
+    s.owner = Some(Owner { pid: 0, comm: Default::default() });
     s.snd_ssthresh = 0;
     let mut r = SampleRecord::of(&s, &wall_clock(None), &Default::default());
     r.placement = placement_template();
@@ -84,7 +84,7 @@ fn summary_template() -> FlowSummary {
     let mut log = FlowLog::default();
     log.on_step(&new_analysis(DiagnosisConfig::default()), &Step::Sample(&s));
     let mut row = FlowSummary::of(&log.flows[0], &wall_clock(None));
-    row.owner = Some(Owner { pid: 0, comm: String::new() });
+    row.owner = Some(Owner { pid: 0, comm: Default::default() });
     row.placement = placement_template();
     (row.min_srtt_ms, row.mean_srtt_ms, row.min_rtt_ms) = (Some(0.0), Some(0.0), Some(0.0));
     row

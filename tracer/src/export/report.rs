@@ -318,7 +318,7 @@ fn verdict_block(v: &Verdict, label: &str) -> String {
 
 fn who(f: &FlowTrack) -> Vec<String> {
     let s = &f.latest;
-    let mut parts = vec![s.cc.clone()];
+    let mut parts = vec![s.cc.to_string()];
     if let Some(o) = &s.owner {
         parts.push(format!("{} (pid {})", o.comm, o.pid));
     }

@@ -188,7 +188,7 @@ fn holders(proc: &Path, wanted: &HashMap<u64, u64>) -> HashMap<u64, Owner> {
             };
             if let Some(cookie) = wanted.get(&inode) {
                 let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim_end().to_string();
-                out.entry(*cookie).or_insert(Owner { pid, comm });
+                out.entry(*cookie).or_insert(Owner { pid, comm: comm.into() });
             }
         }
         if out.len() == wanted.len() {

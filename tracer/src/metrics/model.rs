@@ -84,7 +84,7 @@ impl GroupKey {
             (None, Some(path)) => path,
             (None, None) => String::new(),
         };
-        Self { container, netns: sample.netns, cc: sample.cc.clone() }
+        Self { container, netns: sample.netns, cc: sample.cc.to_string() }
     }
 
     fn overflow() -> Self {
@@ -267,13 +267,14 @@ impl MetricsModel {
                 group,
                 cgroup_id: s.cgroup_id,
                 netns: s.netns,
-                cc: s.cc.clone(),
+                cc: s.cc.to_string(),
                 env_generation,
             });
             if unchanged.is_none() {
                 seen.cgroup_id = s.cgroup_id;
                 seen.netns = s.netns;
-                seen.cc.clone_from(&s.cc);
+                seen.cc.clear();
+                seen.cc.push_str(&s.cc);
                 seen.env_generation = env_generation;
             }
             // The kernel's per-socket counters only grow; a lower value (a sample older than
@@ -325,7 +326,7 @@ impl MetricsModel {
             l.retrans_bps += (flow.rates.send_rate_bps * flow.rates.retrans_ratio).max(0.0);
             if let Some(v) = verdict.filter(|v| v.flagged) {
                 l.flagged += 1;
-                flagged.push(flagged_series(flow, v.evidence.as_ref(), self.groups[group].0.clone()));
+                flagged.push(flagged_series(flow, v.evidence.as_deref(), self.groups[group].0.clone()));
             }
         }
         let mut groups: Vec<GroupSeries> = self

@@ -15,6 +15,11 @@ use crate::analysis::Analysis;
 use crate::output::writer::{LineWriter, WriteOutcome};
 use crate::pipeline::{Control, FrontEnd, Status};
 
+/// Formatted lines are handed to the writer in pieces of about this size, not a tick's worth at
+/// once: under churn a tick is ten thousand flow lines, and buffers of megabytes each tick,
+/// queued for a slow reader, left the heap fragmented (a third of cctrace's memory).
+const CHUNK_BYTES: usize = 64 * 1024;
+
 /// The JSON Lines front end of the pipeline.
 pub struct JsonOutput {
     out: LineWriter,
@@ -54,8 +59,9 @@ impl JsonOutput {
         Ok(())
     }
 
-    /// Every flow with new samples, in cookie order.
-    fn push_dirty_flows(&mut self, analysis: &Analysis) -> Result<()> {
+    /// Every flow with new samples, in cookie order, handed to the writer in pieces of about
+    /// [`CHUNK_BYTES`].
+    async fn push_dirty_flows(&mut self, analysis: &Analysis) -> Result<Control> {
         let mut cookies: Vec<u64> = self.dirty.drain().collect();
         cookies.sort_unstable();
         for cookie in cookies {
@@ -66,8 +72,11 @@ impl JsonOutput {
                 );
                 self.push(&record)?;
             }
+            if self.buf.len() >= CHUNK_BYTES && self.send().await? == Control::Stop {
+                return Ok(Control::Stop);
+            }
         }
-        Ok(())
+        Ok(Control::Continue)
     }
 
     /// Every heavy UDP flow with a reading since it was last printed, in cookie order.
@@ -90,7 +99,9 @@ impl JsonOutput {
         if self.buf.is_empty() {
             return Ok(Control::Continue);
         }
-        let chunk = std::mem::take(&mut self.buf);
+        // Sized once for the next piece rather than grown by doubling.
+        let next = Vec::with_capacity(self.buf.len().min(2 * CHUNK_BYTES));
+        let chunk = std::mem::replace(&mut self.buf, next);
         match self.out.send(chunk).await? {
             WriteOutcome::Written => Ok(Control::Continue),
             WriteOutcome::Closed => Ok(Control::Stop),
@@ -122,7 +133,9 @@ impl FrontEnd for JsonOutput {
             eprintln!("cctrace: {line}");
             self.lost_said = status.counters.lost;
         }
-        self.push_dirty_flows(analysis)?;
+        if self.push_dirty_flows(analysis).await? == Control::Stop {
+            return Ok(Control::Stop);
+        }
         self.push_udp_flows(analysis)?;
         self.send().await
     }
@@ -130,13 +143,17 @@ impl FrontEnd for JsonOutput {
     /// A replayed recording's action, in its place among the flows (`replay --json`).
     async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
         // The flows as they were just before it, then the action.
-        self.push_dirty_flows(analysis)?;
+        if self.push_dirty_flows(analysis).await? == Control::Stop {
+            return Ok(Control::Stop);
+        }
         self.push(&Record::Action(action.clone()))?;
         self.send().await
     }
 
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        self.push_dirty_flows(analysis)?;
+        if self.push_dirty_flows(analysis).await? == Control::Stop {
+            return Ok(());
+        }
         self.push_udp_flows(analysis)?;
         self.push(&Record::Summary(summary.clone()))?;
         if self.send().await? == Control::Continue {

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use anyhow::Result;
 use tokio::sync::{mpsc, oneshot};
 
-/// Chunks (a tick's worth of lines each) that may wait for a slow reader.
-const QUEUED_CHUNKS: usize = 16;
+/// Chunks that may wait for a slow reader: the JSON output's pieces are about 64 KiB, so up to
+/// 16 MiB, a second or more of lines under heavy churn.
+const QUEUED_CHUNKS: usize = 256;
 
 /// What became of a chunk handed to [`LineWriter::send`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

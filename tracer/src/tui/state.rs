@@ -227,7 +227,7 @@ impl UdpRow {
             .table
             .flows()
             .filter(|f| analysis.relayed_by(f.cookie()).is_some_and(|r| r.udp_cookie == flow.cookie()))
-            .map(|f| (f.latest.local, f.latest.remote, f.latest.owner.as_ref().map(|o| o.comm.clone())))
+            .map(|f| (f.latest.local, f.latest.remote, f.latest.owner.as_ref().map(|o| o.comm.to_string())))
             .collect();
         relays.sort();
         Self {
@@ -269,11 +269,11 @@ impl FlowRow {
         Self {
             cookie: s.cookie,
             origin,
-            comm: s.owner.as_ref().map(|o| o.comm.clone()),
+            comm: s.owner.as_ref().map(|o| o.comm.to_string()),
             local: s.local,
             remote: s.remote,
             netns: s.netns,
-            cc: s.cc.clone(),
+            cc: s.cc.to_string(),
             ca_state: s.ca_state,
             closed,
             cwnd: s.snd_cwnd,
