@@ -406,3 +406,44 @@ fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_even_when_filtered_and_cl
     assert!(!std::path::Path::new(&format!("/proc/{relay_pid}")).exists(), "the relay {relay_pid} outlived the demo");
     Ok(())
 }
+
+/// Kinds of the BPF links process `pid` holds (bpftool's `type`: `raw_tracepoint`, `cgroup`, ...).
+fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
+    let held = cctrace_tests::bpf_held_by(pid)?;
+    let out = std::process::Command::new("bpftool").args(["-j", "link", "show"]).output().context("bpftool")?;
+    let all: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["id"].as_u64().is_some_and(|id| held.links.contains(&(id as u32))))
+        .filter_map(|l| l["type"].as_str().map(String::from))
+        .collect())
+}
+
+#[test]
+fn no_udp_attaches_no_program_to_every_packet_and_says_so() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    // The same start with and without the flag: the default attaches the cgroup_skb pair, the
+    // flag none, and the TCP hooks stay.
+    for no_udp in [false, true] {
+        let args: &[&str] = if no_udp { &["--no-udp"] } else { &[] };
+        let tracer = Tracer::start(args)?;
+        let types = link_types_held_by(tracer.pid())?;
+        let cgroup_links = types.iter().filter(|t| *t == "cgroup").count();
+        assert!(types.iter().any(|t| t == "raw_tracepoint"), "TCP hooks attached with {args:?}: {types:?}");
+        let stderr = tracer.stderr();
+        let (code, lines) = tracer.stop()?;
+        assert_eq!(code, 0);
+        if no_udp {
+            assert_eq!(cgroup_links, 0, "no cgroup_skb link with --no-udp: {types:?}");
+            assert!(stderr.contains("heavy UDP flows not tracked (switched off by --no-udp)"), "{stderr}");
+            assert!(summary(&lines)?["udp"].is_null(), "no UDP totals without the programs");
+        } else {
+            assert_eq!(cgroup_links, 2, "egress and ingress by default: {types:?}");
+            assert!(summary(&lines)?["udp"].is_object());
+        }
+    }
+    Ok(())
+}

@@ -63,6 +63,9 @@ struct Cli {
     /// ...and moves at least this many Mbit/s (or keeps its congestion window full).
     #[arg(long, global = true, default_value_t = 1.0, value_name = "MBIT/S", value_parser = bounded_f64(0.0, 1e6))]
     heavy_mbps: f64,
+    /// Do not track UDP (QUIC, userspace VPNs): no program then sees every packet of the host.
+    #[arg(long, global = true)]
+    no_udp: bool,
     /// Trace only flows whose socket belongs to this cgroup v2 or below it: a path below the
     /// cgroup v2 mount (`/system.slice/nginx.service`) or an absolute one. Repeatable.
     #[arg(long, global = true, value_name = "PATH")]
@@ -312,6 +315,7 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         filter,
         // The same "heavy" as for TCP flows, in bytes per second.
         udp_heavy_bytes_per_sec: (cli.heavy_mbps * 1e6 / 8.0) as u64,
+        udp: !cli.no_udp,
     };
     let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {

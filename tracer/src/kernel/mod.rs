@@ -55,6 +55,9 @@ pub struct KernelOptions {
     pub filter: crate::analysis::filter::ResolvedFilter,
     /// A UDP socket moving this many bytes in a second is tracked as a heavy flow.
     pub udp_heavy_bytes_per_sec: u64,
+    /// Attach the UDP accounting (`cgroup_skb`) programs, which every packet of the host runs
+    /// through (a TCP packet only for the check that it is not UDP).
+    pub udp: bool,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
@@ -70,6 +73,7 @@ impl Default for KernelOptions {
             ring_bytes: DEFAULT_RING_BYTES,
             filter: crate::analysis::filter::ResolvedFilter::default(),
             udp_heavy_bytes_per_sec: tracer_common::udp::DEFAULT_UDP_HEAVY_BYTES,
+            udp: true,
         }
     }
 }
@@ -500,9 +504,13 @@ impl KernelSource {
             Err(e) => (Err(e), None),
         };
 
-        let (udp, udp_unavailable) = match udp::UdpAccounting::attach(&mut ebpf) {
-            Ok(u) => (Some(u), None),
-            Err(e) => (None, Some(e.to_string())),
+        let (udp, udp_unavailable) = if !opts.udp {
+            (None, Some("switched off by --no-udp".to_string()))
+        } else {
+            match udp::UdpAccounting::attach(&mut ebpf) {
+                Ok(u) => (Some(u), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
         };
         let mut udp_tick = tokio::time::interval(UDP_POLL);
         udp_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
