@@ -230,10 +230,16 @@ impl DiagnosisConfig {
     /// received), its goodput, and whether its verdict says the congestion window held it. A
     /// flagged flow is always heavy. The rule the UI, the exports and the exporter share.
     pub fn flow_is_heavy(&self, flow: &model::Flow, verdict: Option<&Verdict>) -> bool {
+        let limited_by = verdict.map_or(LimitedBy::Unknown, |v| v.limited_by);
+        self.flow_is_heavy_as(flow, limited_by, verdict.is_some_and(|v| v.flagged))
+    }
+
+    /// [`Self::flow_is_heavy`] from the verdict's class and flag, for a front end that keeps
+    /// those rather than the verdict.
+    pub fn flow_is_heavy_as(&self, flow: &model::Flow, limited_by: LimitedBy, flagged: bool) -> bool {
         let s = &flow.latest;
         let moved = s.bytes_acked.saturating_add(s.bytes_received);
-        let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
-        verdict.is_some_and(|v| v.flagged) || self.is_heavy(moved, flow.rates.throughput_bps, cwnd_full)
+        flagged || self.is_heavy(moved, flow.rates.throughput_bps, limited_by == LimitedBy::CongestionWindow)
     }
 
     /// [`Self::is_heavy`] in words, for help texts.
@@ -862,21 +868,32 @@ fn flag_condition(
 pub struct Diagnoser {
     cfg: DiagnosisConfig,
     flows: HashMap<u64, FlowMemory>,
+    /// Bumped by every call that may change a verdict: see [`Diagnoser::generation`].
+    generation: u64,
 }
 
 impl Diagnoser {
     pub fn new(cfg: DiagnosisConfig) -> Self {
-        Self { cfg, flows: HashMap::new() }
+        Self { cfg, flows: HashMap::new(), generation: 0 }
+    }
+
+    /// Changes whenever a verdict may have changed (an evaluation, a citation, a relay noted,
+    /// everything forgotten): a front end that copies verdicts need not look them up again
+    /// on a frame where it did not.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Forget every flow's verdict and memory, keeping the thresholds.
     pub fn forget(&mut self) {
+        self.generation += 1;
         self.flows.clear();
     }
 
     /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
+        self.generation += 1;
         self.flows.retain(|cookie, _| table.get(*cookie).is_some());
         for flow in table.flows() {
             let mem = self.flows.entry(flow.cookie()).or_default();
@@ -901,6 +918,7 @@ impl Diagnoser {
     /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
     /// flagged flow, in its text): the loss responses the flag is about, from the algorithm.
     pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
+        self.generation += 1;
         for (cookie, mem) in &mut self.flows {
             let Some(verdict) = mem.shown.as_mut() else { continue };
             let Some(flow) = table.get(*cookie) else { continue };
@@ -935,6 +953,7 @@ impl Diagnoser {
     /// Mark the verdicts of relayed flows: the note goes first, so such a flow never reads as
     /// simply healthy, application- or rwnd-limited.
     pub fn note_relays(&mut self, relays: &std::collections::HashMap<u64, crate::analysis::udp::RelayedBy>) {
+        self.generation += 1;
         for (cookie, mem) in &mut self.flows {
             let Some(v) = mem.shown.as_mut() else { continue };
             match relays.get(cookie) {

@@ -90,7 +90,7 @@ impl Analysis {
     /// Start over with no flows and no verdicts, keeping the thresholds and the host facts (a
     /// replay seeking backwards reads the recording again from its start).
     pub fn restart(&mut self) {
-        self.table = FlowTable::new(self.table.config().clone());
+        self.table = self.table.emptied();
         self.decisions = DecisionLog::default();
         self.diagnoser.forget();
         self.udp = UdpTable::default();
@@ -149,6 +149,11 @@ impl Analysis {
     /// The relay a TCP flow's local hop leads to, if any.
     pub fn relayed_by(&self, cookie: u64) -> Option<&RelayedBy> {
         self.relays.get(&cookie)
+    }
+
+    /// Every relayed TCP flow (by cookie) with its relay.
+    pub fn relays(&self) -> impl Iterator<Item = (&u64, &RelayedBy)> {
+        self.relays.iter()
     }
 
     /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per

@@ -402,6 +402,9 @@ pub struct Flow {
     pub latest: Sample,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
+    /// Changes (to a number never given before in this table) whenever the latest sample's
+    /// text changes, its cc or owner: a copy of them made at one value still holds.
+    pub text_generation: u64,
     pub samples: u64,
     /// Set when the kernel reported the socket closed.
     pub closed_at_ns: Option<u64>,
@@ -419,7 +422,7 @@ pub struct Flow {
 }
 
 impl Flow {
-    fn new(sample: &Sample, history_cap: usize) -> Self {
+    fn new(sample: &Sample, history_cap: usize, text_generation: u64) -> Self {
         let point = RatePoint::of(sample);
         let mut counts = SampleCounts::default();
         counts.add(sample);
@@ -428,6 +431,7 @@ impl Flow {
             latest: sample.clone(),
             first_seen_ns: sample.ts_ns,
             last_seen_ns: sample.ts_ns,
+            text_generation,
             samples: 1,
             closed_at_ns: sample.is_closing().then_some(sample.ts_ns),
             ca_time_ns: [0; 5],
@@ -472,10 +476,11 @@ impl Flow {
         rates_between(&self.first, &RatePoint::of(&self.latest)).unwrap_or_default()
     }
 
-    fn update(&mut self, sample: &Sample, cfg: &TableConfig) {
+    /// Take in a newer sample; returns whether the latest sample's text changed.
+    fn update(&mut self, sample: &Sample, cfg: &TableConfig) -> bool {
         // Samples of one flow can arrive out of order across CPUs; an older one adds nothing.
         if sample.ts_ns < self.latest.ts_ns {
-            return;
+            return false;
         }
         let dt = sample.ts_ns - self.latest.ts_ns;
         self.ca_time_ns[self.latest.ca_state.index()] += dt;
@@ -504,9 +509,7 @@ impl Flow {
         if let Some(loss) = self.loss.as_mut() {
             loss.update(&self.latest, sample, cfg);
         }
-        let mut latest = sample.clone();
-        latest.carry_identity_from(&self.latest);
-        self.latest = latest;
+        self.latest.follow(sample)
     }
 
     fn record_history(&mut self, sample: &Sample, point: RatePoint, cfg: &TableConfig) {
@@ -571,22 +574,40 @@ pub struct FlowTable {
     /// The flow a front end is showing: it keeps its full history whatever its rank.
     kept: Option<u64>,
     evicted: u64,
+    /// The last [`Flow::text_generation`] given.
+    text_generations: u64,
 }
 
 impl FlowTable {
     pub fn new(cfg: TableConfig) -> Self {
-        Self { cfg, flows: HashMap::new(), eviction_order: BTreeSet::new(), kept: None, evicted: 0 }
+        Self {
+            cfg,
+            flows: HashMap::new(),
+            eviction_order: BTreeSet::new(),
+            kept: None,
+            evicted: 0,
+            text_generations: 0,
+        }
     }
 
     pub fn config(&self) -> &TableConfig {
         &self.cfg
     }
 
+    /// The same table emptied, as new but for the text generations, which go on: a copy made
+    /// from a flow before cannot pass for one of a flow after.
+    pub fn emptied(&self) -> Self {
+        Self { text_generations: self.text_generations, ..Self::new(self.cfg.clone()) }
+    }
+
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         if let Some(flow) = self.flows.get_mut(&sample.cookie) {
             let was_closed = flow.is_closed();
             let before = flow.eviction_key();
-            flow.update(sample, &self.cfg);
+            if flow.update(sample, &self.cfg) {
+                self.text_generations += 1;
+                flow.text_generation = self.text_generations;
+            }
             let after = flow.eviction_key();
             let closed = flow.is_closed() && !was_closed;
             if after != before {
@@ -604,7 +625,8 @@ impl FlowTable {
         } else {
             self.cfg.short_history_len.min(self.cfg.history_len)
         };
-        let flow = Flow::new(sample, cap);
+        self.text_generations += 1;
+        let flow = Flow::new(sample, cap, self.text_generations);
         let closed = flow.is_closed();
         self.eviction_order.insert(flow.eviction_key());
         self.flows.insert(sample.cookie, flow);
@@ -714,7 +736,7 @@ impl FlowTable {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::analysis::event::{SampleReason, TcpState};
+    use crate::analysis::event::{Owner, SampleReason, TcpState};
 
     pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         Sample {
@@ -1007,6 +1029,67 @@ pub(crate) mod tests {
         assert_eq!(h[1].worst_ca_state, CaState::Recovery);
         assert_eq!(h[1].ca_state, CaState::Open);
         assert_eq!(h[2].cwnd, 39);
+    }
+
+    #[test]
+    fn a_sample_taken_in_place_is_the_next_one_with_the_identity_it_lacks() {
+        let mut prev = sample(1, 0);
+        prev.owner = Some(Owner { pid: 7, comm: "iperf3".into() });
+        /// What the next sample changes, and whether that is a change of text.
+        type Case = (&'static str, fn(&mut Sample), bool);
+        let cases: [Case; 5] = [
+            ("numbers only", |s| s.snd_cwnd += 5, false),
+            (
+                "unhashed, owner unknown",
+                |s| {
+                    s.local.set_port(0);
+                    s.remote.set_port(0);
+                    s.owner = None;
+                },
+                false,
+            ),
+            ("new cc", |s| s.cc = "bbr".into(), true),
+            ("new owner", |s| s.owner = Some(Owner { pid: 8, comm: "curl".into() }), true),
+            ("same owner again", |s| s.owner = Some(Owner { pid: 7, comm: "iperf3".into() }), false),
+        ];
+        for (what, change, text_changed) in cases {
+            let mut next = sample(1, 100);
+            next.owner.clone_from(&prev.owner);
+            change(&mut next);
+            let mut want = next.clone();
+            want.carry_identity_from(&prev);
+            let mut latest = prev.clone();
+            assert_eq!(latest.follow(&next), text_changed, "{what}");
+            assert_eq!(latest, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_text_generation_moves_when_cc_or_owner_change_and_never_comes_back() {
+        let mut t = FlowTable::new(TableConfig::default());
+        t.ingest(&sample(1, 0));
+        t.ingest(&sample(2, 0));
+        let generation = |t: &FlowTable, c: u64| t.get(c).expect("flow").text_generation;
+        let (one, two) = (generation(&t, 1), generation(&t, 2));
+        assert_ne!(one, two);
+        let mut s = sample(1, 100);
+        t.ingest(&s);
+        assert_eq!(generation(&t, 1), one, "numbers changed, not the text");
+        s.ts_ns += 1;
+        s.cc = "bbr".into();
+        t.ingest(&s);
+        let switched = generation(&t, 1);
+        assert!(switched > one.max(two));
+        s.ts_ns += 1;
+        s.owner = Some(Owner { pid: 9, comm: "curl".into() });
+        t.ingest(&s);
+        assert!(generation(&t, 1) > switched);
+        // Emptied (a replay going back), the numbering goes on.
+        let last = generation(&t, 1);
+        let mut t = t.emptied();
+        assert!(t.is_empty());
+        t.ingest(&sample(1, 0));
+        assert!(generation(&t, 1) > last);
     }
 
     #[test]
