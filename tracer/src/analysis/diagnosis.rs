@@ -870,11 +870,14 @@ pub struct Diagnoser {
     flows: HashMap<u64, FlowMemory>,
     /// Bumped by every call that may change a verdict: see [`Diagnoser::generation`].
     generation: u64,
+    /// The table's departures when its flows were last judged: while they stay the same, no
+    /// flow's memory is to be dropped.
+    departed: Option<u64>,
 }
 
 impl Diagnoser {
     pub fn new(cfg: DiagnosisConfig) -> Self {
-        Self { cfg, flows: HashMap::new(), generation: 0 }
+        Self { cfg, flows: HashMap::new(), generation: 0, departed: None }
     }
 
     /// Changes whenever a verdict may have changed (an evaluation, a citation, a relay noted,
@@ -888,13 +891,18 @@ impl Diagnoser {
     pub fn forget(&mut self) {
         self.generation += 1;
         self.flows.clear();
+        self.departed = None;
     }
 
     /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.generation += 1;
-        self.flows.retain(|cookie, _| table.get(*cookie).is_some());
+        // A look-up per flow (a cache miss each) only when some flow left the table.
+        if self.departed != Some(table.departed()) {
+            self.flows.retain(|cookie, _| table.get(*cookie).is_some());
+            self.departed = Some(table.departed());
+        }
         for flow in table.flows() {
             let mem = self.flows.entry(flow.cookie()).or_default();
             if flow.is_closed() && mem.shown.is_some() {
@@ -920,11 +928,15 @@ impl Diagnoser {
     pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
         self.generation += 1;
         for (cookie, mem) in &mut self.flows {
+            // Flows traced deep first: a cheap test, where the table's look-up is a cache miss.
+            if !decisions.is_deep(*cookie) {
+                continue;
+            }
             let Some(verdict) = mem.shown.as_mut() else { continue };
             let Some(flow) = table.get(*cookie) else { continue };
             let Some(evidence) = verdict.evidence.as_mut() else { continue };
             // A closed flow's verdict is kept as it was, citation included.
-            if evidence.deep.is_some() || !decisions.is_deep(*cookie) {
+            if evidence.deep.is_some() {
                 continue;
             }
             let Some(deep) = deep_evidence(*cookie, flow.first_seen_ns, decisions) else { continue };
@@ -953,6 +965,10 @@ impl Diagnoser {
     /// Mark the verdicts of relayed flows: the note goes first, so such a flow never reads as
     /// simply healthy, application- or rwnd-limited.
     pub fn note_relays(&mut self, relays: &std::collections::HashMap<u64, crate::analysis::udp::RelayedBy>) {
+        // No relay, nothing to note: every verdict stays as it is.
+        if relays.is_empty() {
+            return;
+        }
         self.generation += 1;
         for (cookie, mem) in &mut self.flows {
             let Some(v) = mem.shown.as_mut() else { continue };

@@ -6,7 +6,8 @@
 //! (`short_history_len` compact points, allocated only once a flow reaches its second bucket);
 //! only the `charted_flows` busiest flows (and the one a front end asks to keep) hold the full
 //! `history_len`. A full table evicts the least recently updated flow through an ordered index,
-//! in O(log n), not by scanning.
+//! in O(log n), not by scanning; the index is brought up to date when a flow is about to be
+//! evicted, not on every sample.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -417,6 +418,10 @@ pub struct Flow {
     pub loss: Option<Box<LossTracker>>,
     window: VecDeque<RatePoint>,
     history: History,
+    /// Where the table's eviction index has it: its [`Flow::eviction_key`] as of some earlier
+    /// sample, never after its current one (a flow only moves later, except when it closes,
+    /// which is indexed at once).
+    indexed: EvictionKey,
     /// Counters at the start of the current history bucket.
     bucket_start: RatePoint,
 }
@@ -426,7 +431,7 @@ impl Flow {
         let point = RatePoint::of(sample);
         let mut counts = SampleCounts::default();
         counts.add(sample);
-        Self {
+        let mut flow = Self {
             first: point,
             latest: sample.clone(),
             first_seen_ns: sample.ts_ns,
@@ -440,8 +445,11 @@ impl Flow {
             loss: None,
             window: VecDeque::from([point]),
             history: History::new(history_cap),
+            indexed: (false, 0, 0),
             bucket_start: point,
-        }
+        };
+        flow.indexed = flow.eviction_key();
+        flow
     }
 
     pub fn cookie(&self) -> u64 {
@@ -569,13 +577,15 @@ pub enum Ingested {
 pub struct FlowTable {
     cfg: TableConfig,
     flows: HashMap<u64, Flow>,
-    /// Every flow's [`EvictionKey`], kept in step with `flows`: the first one is the victim.
+    /// Every flow's [`Flow::indexed`] key: the first one is the victim, once checked current.
     eviction_order: BTreeSet<EvictionKey>,
     /// The flow a front end is showing: it keeps its full history whatever its rank.
     kept: Option<u64>,
     evicted: u64,
     /// The last [`Flow::text_generation`] given.
     text_generations: u64,
+    /// Flows that left the table (evicted or expired), ever.
+    departed: u64,
 }
 
 impl FlowTable {
@@ -587,6 +597,7 @@ impl FlowTable {
             kept: None,
             evicted: 0,
             text_generations: 0,
+            departed: 0,
         }
     }
 
@@ -594,25 +605,37 @@ impl FlowTable {
         &self.cfg
     }
 
-    /// The same table emptied, as new but for the text generations, which go on: a copy made
-    /// from a flow before cannot pass for one of a flow after.
+    /// The same table emptied, as new but for the text generations and the departures, which
+    /// go on: a copy made from a flow before cannot pass for one of a flow after, and its flows
+    /// count as departed.
     pub fn emptied(&self) -> Self {
-        Self { text_generations: self.text_generations, ..Self::new(self.cfg.clone()) }
+        Self {
+            text_generations: self.text_generations,
+            departed: self.departed + self.flows.len() as u64,
+            ..Self::new(self.cfg.clone())
+        }
+    }
+
+    /// How many flows ever left the table (evicted, expired, emptied out): while it stays the
+    /// same, every flow seen before is still there.
+    pub fn departed(&self) -> u64 {
+        self.departed
     }
 
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         if let Some(flow) = self.flows.get_mut(&sample.cookie) {
             let was_closed = flow.is_closed();
-            let before = flow.eviction_key();
             if flow.update(sample, &self.cfg) {
                 self.text_generations += 1;
                 flow.text_generation = self.text_generations;
             }
-            let after = flow.eviction_key();
             let closed = flow.is_closed() && !was_closed;
-            if after != before {
-                self.eviction_order.remove(&before);
-                self.eviction_order.insert(after);
+            // An update moves the flow later in the order, which the index may learn when the
+            // flow comes up for eviction; closing moves it first, which it must learn now.
+            if closed {
+                self.eviction_order.remove(&flow.indexed);
+                flow.indexed = flow.eviction_key();
+                self.eviction_order.insert(flow.indexed);
             }
             return if closed { Ingested::Closed } else { Ingested::Updated };
         }
@@ -628,7 +651,7 @@ impl FlowTable {
         self.text_generations += 1;
         let flow = Flow::new(sample, cap, self.text_generations);
         let closed = flow.is_closed();
-        self.eviction_order.insert(flow.eviction_key());
+        self.eviction_order.insert(flow.indexed);
         self.flows.insert(sample.cookie, flow);
         if closed {
             Ingested::Closed
@@ -649,12 +672,14 @@ impl FlowTable {
                 None => now_ns.saturating_sub(f.last_seen_ns) < cfg.idle_timeout_ns,
             };
             if !keep {
-                order.remove(&f.eviction_key());
+                order.remove(&f.indexed);
             }
             keep
         });
         self.rank_history();
-        before - self.flows.len()
+        let expired = before - self.flows.len();
+        self.departed += expired as u64;
+        expired
     }
 
     /// Keep the full history for `cookie` (the flow a front end shows), whatever its rank;
@@ -704,10 +729,22 @@ impl FlowTable {
     }
 
     fn evict_one(&mut self) {
-        // Prefer a closed flow; otherwise the one updated longest ago.
-        if let Some((_, _, cookie)) = self.eviction_order.pop_first() {
+        // Prefer a closed flow; otherwise the one updated longest ago. The first key indexed
+        // is the victim if it is still its flow's place; a flow updated since is indexed anew
+        // where it stands now, and the next first key is tried.
+        while let Some(key) = self.eviction_order.pop_first() {
+            let cookie = key.2;
+            let Some(flow) = self.flows.get_mut(&cookie) else { continue };
+            let now = flow.eviction_key();
+            if now != key {
+                flow.indexed = now;
+                self.eviction_order.insert(now);
+                continue;
+            }
             self.flows.remove(&cookie);
             self.evicted += 1;
+            self.departed += 1;
+            return;
         }
     }
 
@@ -905,6 +942,7 @@ pub(crate) mod tests {
     fn eviction_order_stays_in_step_with_the_table_under_churn() {
         let mut t = FlowTable::new(TableConfig { max_flows: 64, ..Default::default() });
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut evictions = 0;
         for ts in 1..20_000u64 {
             // A cheap deterministic shuffle of cookies, updates, closes and expiry.
             x ^= x << 13;
@@ -914,14 +952,27 @@ pub(crate) mod tests {
             if x.is_multiple_of(11) {
                 s.reason = SampleReason::Destroy;
             }
+            // A new flow in a full table pushes out the first of all flows in the order,
+            // found here by looking at every one.
+            let victim = (t.get(s.cookie).is_none() && t.len() == 64)
+                .then(|| t.flows().map(Flow::eviction_key).min().expect("a full table").2);
             t.ingest(&s);
+            if let Some(victim) = victim {
+                assert!(t.get(victim).is_none(), "flow {victim} evicted at {ts}");
+                evictions += 1;
+            }
             if ts.is_multiple_of(1000) {
                 t.expire(ts * 1_000_000 + 20 * NS_PER_SEC);
             }
             assert!(t.len() <= 64);
+            // The index holds each flow once, where it stood at some sample, never after now.
+            if ts.is_multiple_of(97) {
+                let indexed: BTreeSet<EvictionKey> = t.flows().map(|f| f.indexed).collect();
+                assert_eq!(indexed, t.eviction_order);
+                assert!(t.flows().all(|f| f.indexed <= f.eviction_key()));
+            }
         }
-        let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
-        assert_eq!(keys, t.eviction_order);
+        assert!(evictions > 1_000, "{evictions} evictions");
     }
 
     /// A flow at `bps` for `secs` seconds (one sample every 100 ms), starting at `from_s`.
