@@ -695,20 +695,20 @@ fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> Limit
     backlogged(if is_loss_based(cc) { LimitedBy::CongestionWindow } else { LimitedBy::Pacing })
 }
 
-fn mbit(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else {
-        format!("{:.1} Mbit/s", bps / 1e6)
-    }
+/// A rate in words, written straight into the text it is part of (every flow's verdict is
+/// written once a second: a string apiece would be thousands of allocations).
+fn mbit(bps: f64) -> impl std::fmt::Display {
+    std::fmt::from_fn(move |f| {
+        if bps >= 1e9 {
+            write!(f, "{:.2} Gbit/s", bps / 1e9)
+        } else {
+            write!(f, "{:.1} Mbit/s", bps / 1e6)
+        }
+    })
 }
 
-fn pct(r: f64) -> String {
-    if r >= 0.001 {
-        format!("{:.2}%", r * 100.0)
-    } else {
-        format!("{:.3}%", r * 100.0)
-    }
+fn pct(r: f64) -> impl std::fmt::Display {
+    std::fmt::from_fn(move |f| if r >= 0.001 { write!(f, "{:.2}%", r * 100.0) } else { write!(f, "{:.3}%", r * 100.0) })
 }
 
 fn evidence_of(flow: &Flow, w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: LimitedBy) -> Evidence {
@@ -789,19 +789,22 @@ fn deep_evidence(cookie: u64, first_seen_ns: u64, decisions: &DecisionLog) -> Op
 }
 
 fn decided_by(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: LimitedBy, standing: bool) -> String {
-    let episodes = if lv.episodes > 0 {
-        format!(
-            "{} loss episodes in {:.0} s: {} with srtt within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
-            lv.episodes,
-            lv.span_secs,
-            lv.clean,
-            lv.threshold_us / 1000.0,
-            lv.queued,
-            lv.median_queue_us / 1000.0
-        )
-    } else {
-        "no loss episodes after slow start".to_string()
-    };
+    let episodes = std::fmt::from_fn(|f| {
+        if lv.episodes > 0 {
+            write!(
+                f,
+                "{} loss episodes in {:.0} s: {} with srtt within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
+                lv.episodes,
+                lv.span_secs,
+                lv.clean,
+                lv.threshold_us / 1000.0,
+                lv.queued,
+                lv.median_queue_us / 1000.0
+            )
+        } else {
+            f.write_str("no loss episodes after slow start")
+        }
+    });
     match limited {
         LimitedBy::Path if standing => format!(
             "standing queue: mean srtt {:.1} ms vs min_rtt {:.1} ms (threshold {:.1} ms); {episodes}",
@@ -1045,7 +1048,9 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
     }
 
     let s = &flow.latest;
-    let mut text = String::new();
+    // The last verdict's text makes room for this one.
+    let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
+    text.clear();
     if mem.flagged {
         let _ = write!(
             text,
