@@ -230,10 +230,16 @@ impl DiagnosisConfig {
     /// received), its goodput, and whether its verdict says the congestion window held it. A
     /// flagged flow is always heavy. The rule the UI, the exports and the exporter share.
     pub fn flow_is_heavy(&self, flow: &model::Flow, verdict: Option<&Verdict>) -> bool {
+        let limited_by = verdict.map_or(LimitedBy::Unknown, |v| v.limited_by);
+        self.flow_is_heavy_as(flow, limited_by, verdict.is_some_and(|v| v.flagged))
+    }
+
+    /// [`Self::flow_is_heavy`] from the verdict's class and flag, for a front end that keeps
+    /// those rather than the verdict.
+    pub fn flow_is_heavy_as(&self, flow: &model::Flow, limited_by: LimitedBy, flagged: bool) -> bool {
         let s = &flow.latest;
         let moved = s.bytes_acked.saturating_add(s.bytes_received);
-        let cwnd_full = verdict.is_some_and(|v| v.limited_by == LimitedBy::CongestionWindow);
-        verdict.is_some_and(|v| v.flagged) || self.is_heavy(moved, flow.rates.throughput_bps, cwnd_full)
+        flagged || self.is_heavy(moved, flow.rates.throughput_bps, limited_by == LimitedBy::CongestionWindow)
     }
 
     /// [`Self::is_heavy`] in words, for help texts.
@@ -691,20 +697,20 @@ fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> Limit
     backlogged(if is_loss_based(cc) { LimitedBy::CongestionWindow } else { LimitedBy::Pacing })
 }
 
-fn mbit(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else {
-        format!("{:.1} Mbit/s", bps / 1e6)
-    }
+/// A rate in words, written straight into the text it is part of (every flow's verdict is
+/// written once a second: a string apiece would be thousands of allocations).
+fn mbit(bps: f64) -> impl std::fmt::Display {
+    std::fmt::from_fn(move |f| {
+        if bps >= 1e9 {
+            write!(f, "{:.2} Gbit/s", bps / 1e9)
+        } else {
+            write!(f, "{:.1} Mbit/s", bps / 1e6)
+        }
+    })
 }
 
-fn pct(r: f64) -> String {
-    if r >= 0.001 {
-        format!("{:.2}%", r * 100.0)
-    } else {
-        format!("{:.3}%", r * 100.0)
-    }
+fn pct(r: f64) -> impl std::fmt::Display {
+    std::fmt::from_fn(move |f| if r >= 0.001 { write!(f, "{:.2}%", r * 100.0) } else { write!(f, "{:.3}%", r * 100.0) })
 }
 
 fn evidence_of(flow: &Flow, w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: LimitedBy) -> Evidence {
@@ -785,19 +791,22 @@ fn deep_evidence(cookie: u64, first_seen_ns: u64, decisions: &DecisionLog) -> Op
 }
 
 fn decided_by(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: LimitedBy, standing: bool) -> String {
-    let episodes = if lv.episodes > 0 {
-        format!(
-            "{} loss episodes in {:.0} s: {} with srtt within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
-            lv.episodes,
-            lv.span_secs,
-            lv.clean,
-            lv.threshold_us / 1000.0,
-            lv.queued,
-            lv.median_queue_us / 1000.0
-        )
-    } else {
-        "no loss episodes after slow start".to_string()
-    };
+    let episodes = std::fmt::from_fn(|f| {
+        if lv.episodes > 0 {
+            write!(
+                f,
+                "{} loss episodes in {:.0} s: {} with srtt within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
+                lv.episodes,
+                lv.span_secs,
+                lv.clean,
+                lv.threshold_us / 1000.0,
+                lv.queued,
+                lv.median_queue_us / 1000.0
+            )
+        } else {
+            f.write_str("no loss episodes after slow start")
+        }
+    });
     match limited {
         LimitedBy::Path if standing => format!(
             "standing queue: mean srtt {:.1} ms vs min_rtt {:.1} ms (threshold {:.1} ms); {episodes}",
@@ -864,22 +873,41 @@ fn flag_condition(
 pub struct Diagnoser {
     cfg: DiagnosisConfig,
     flows: HashMap<u64, FlowMemory>,
+    /// Bumped by every call that may change a verdict: see [`Diagnoser::generation`].
+    generation: u64,
+    /// The table's departures when its flows were last judged: while they stay the same, no
+    /// flow's memory is to be dropped.
+    departed: Option<u64>,
 }
 
 impl Diagnoser {
     pub fn new(cfg: DiagnosisConfig) -> Self {
-        Self { cfg, flows: HashMap::new() }
+        Self { cfg, flows: HashMap::new(), generation: 0, departed: None }
+    }
+
+    /// Changes whenever a verdict may have changed (an evaluation, a citation, a relay noted,
+    /// everything forgotten): a front end that copies verdicts need not look them up again
+    /// on a frame where it did not.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Forget every flow's verdict and memory, keeping the thresholds.
     pub fn forget(&mut self) {
+        self.generation += 1;
         self.flows.clear();
+        self.departed = None;
     }
 
     /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
-        self.flows.retain(|cookie, _| table.get(*cookie).is_some());
+        self.generation += 1;
+        // A look-up per flow (a cache miss each) only when some flow left the table.
+        if self.departed != Some(table.departed()) {
+            self.flows.retain(|cookie, _| table.get(*cookie).is_some());
+            self.departed = Some(table.departed());
+        }
         for flow in table.flows() {
             self.judge_flow(flow, env, now_ns);
         }
@@ -930,6 +958,7 @@ impl Diagnoser {
     /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
     /// flagged flow, in its text): the loss responses the flag is about, from the algorithm.
     pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
+        self.generation += 1;
         // Deep-traced flows are few; the flows judged may be tens of thousands.
         for cookie in decisions.cookies() {
             let Some(verdict) = self.flows.get_mut(&cookie).and_then(|m| m.shown.as_mut()) else { continue };
@@ -965,6 +994,11 @@ impl Diagnoser {
     /// Mark the verdicts of relayed flows: the note goes first, so such a flow never reads as
     /// simply healthy, application- or rwnd-limited.
     pub fn note_relays(&mut self, relays: &std::collections::HashMap<u64, crate::analysis::udp::RelayedBy>) {
+        // No relay, nothing to note: every verdict stays as it is.
+        if relays.is_empty() {
+            return;
+        }
+        self.generation += 1;
         for (cookie, r) in relays {
             let Some(v) = self.flows.get_mut(cookie).and_then(|m| m.shown.as_mut()) else { continue };
             if v.relayed_by.as_ref() == Some(r) {
@@ -1038,7 +1072,9 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
     }
 
     let s = &flow.latest;
-    let mut text = String::new();
+    // The last verdict's text makes room for this one.
+    let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
+    text.clear();
     if mem.flagged {
         let _ = write!(
             text,

@@ -205,17 +205,52 @@ impl Sample {
     /// when a closing socket is unhashed, a connecting one has no peer port yet, and the owner
     /// is known only once seen. The flow's identity is the last complete one.
     pub fn carry_identity_from(&mut self, prev: &Sample) {
-        if self.local.port() == 0 {
-            self.local = prev.local;
-        }
-        if self.remote.port() == 0 {
-            self.remote = prev.remote;
-        }
+        self.keep_addresses(prev.local, prev.remote);
         if self.owner.is_none() {
             self.owner.clone_from(&prev.owner);
         }
         if self.route.is_none() {
             self.route = prev.route;
+        }
+    }
+
+    /// Become `next`, keeping the identity it lacks as [`Sample::carry_identity_from`] does,
+    /// in place: the strings' memory is reused rather than allocated for every sample. Returns
+    /// whether the text changed (cc or owner).
+    pub fn follow(&mut self, next: &Sample) -> bool {
+        let (local, remote, route) = (self.local, self.remote, self.route);
+        let mut cc = std::mem::take(&mut self.cc);
+        let mut owner = self.owner.take();
+        let mut changed = false;
+        if cc != next.cc {
+            cc.clone_from(&next.cc);
+            changed = true;
+        }
+        if let Some(new) = next.owner.as_ref().filter(|&new| owner.as_ref() != Some(new)) {
+            match owner.as_mut() {
+                Some(old) => {
+                    old.pid = new.pid;
+                    old.comm.clone_from(&new.comm);
+                }
+                None => owner = Some(new.clone()),
+            }
+            changed = true;
+        }
+        // Every other field is a number or a plain enum: copied as they are.
+        *self = Sample { cc, owner, ..*next };
+        self.keep_addresses(local, remote);
+        if self.route.is_none() {
+            self.route = route;
+        }
+        changed
+    }
+
+    fn keep_addresses(&mut self, local: std::net::SocketAddr, remote: std::net::SocketAddr) {
+        if self.local.port() == 0 {
+            self.local = local;
+        }
+        if self.remote.port() == 0 {
+            self.remote = remote;
         }
     }
 

@@ -87,7 +87,7 @@ impl Analysis {
     /// Start over with no flows and no verdicts, keeping the thresholds and the host facts (a
     /// replay seeking backwards reads the recording again from its start).
     pub fn restart(&mut self) {
-        self.table = FlowTable::new(self.table.config().clone());
+        self.table = self.table.emptied();
         self.decisions = DecisionLog::default();
         self.diagnoser.forget();
         self.udp = UdpTable::default();
@@ -142,6 +142,11 @@ impl Analysis {
     /// The relay a TCP flow's local hop leads to, if any.
     pub fn relayed_by(&self, cookie: u64) -> Option<&RelayedBy> {
         self.relays.get(&cookie)
+    }
+
+    /// Every relayed TCP flow (by cookie) with its relay.
+    pub fn relays(&self) -> impl Iterator<Item = (&u64, &RelayedBy)> {
+        self.relays.iter()
     }
 
     /// Age out old flows, refresh host facts when due and re-judge every flow, at most once per
@@ -207,5 +212,48 @@ mod tests {
         assert_eq!(a.env.host_netns, 0, "not yet five seconds since the first tick");
         assert!(a.tick(6_000_000_000));
         assert_eq!(a.env.host_netns, 42);
+    }
+
+    #[test]
+    fn a_flow_that_leaves_the_table_takes_its_verdict_along_and_the_others_keep_theirs() {
+        use crate::analysis::event::SampleReason;
+        use crate::analysis::model::tests::sample;
+        let table = TableConfig { closed_linger_ns: 2_000_000_000, max_flows: 3, ..TableConfig::default() };
+        let mut a = Analysis::new(table, DiagnosisConfig::default(), Environment::default());
+        let judged = |a: &Analysis| {
+            let mut c: Vec<u64> = a.table.flows().filter_map(|f| a.verdict(f).map(|_| f.cookie())).collect();
+            c.sort_unstable();
+            c
+        };
+        for second in 1..=4u64 {
+            for cookie in 1..=3 {
+                a.ingest(&sample(cookie, second * 1000));
+            }
+            a.tick(second * 1_000_000_000);
+        }
+        assert_eq!(judged(&a), vec![1, 2, 3]);
+        let generation = a.diagnoser.generation();
+        // Flow 1 closes and lingers, then expires; flow 5 pushes out flow 2 (the least recent).
+        let mut close = sample(1, 4_500);
+        close.reason = SampleReason::Destroy;
+        a.ingest(&close);
+        a.ingest(&sample(3, 4_600));
+        a.tick(5_000_000_000);
+        assert!(a.diagnoser.generation() > generation, "an evaluation may change verdicts");
+        assert_eq!(judged(&a), vec![1, 2, 3], "closed, still listed");
+        a.tick(7_000_000_000);
+        assert!(a.table.get(1).is_none(), "expired");
+        a.ingest(&sample(4, 7_200));
+        a.ingest(&sample(5, 7_300));
+        assert!(a.table.get(2).is_none(), "evicted");
+        a.tick(8_000_000_000);
+        assert!(a.diagnoser.verdict(1).is_none() && a.diagnoser.verdict(2).is_none(), "their verdicts went too");
+        assert_eq!(judged(&a), vec![3, 4, 5]);
+        // With none leaving, every flow keeps its verdict from one evaluation to the next.
+        for cookie in 3..=5 {
+            a.ingest(&sample(cookie, 8_500));
+        }
+        a.tick(9_000_000_000);
+        assert_eq!(judged(&a), vec![3, 4, 5]);
     }
 }

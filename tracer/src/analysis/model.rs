@@ -6,7 +6,8 @@
 //! (`short_history_len` compact points, allocated only once a flow reaches its second bucket);
 //! only the `charted_flows` busiest flows (and the one a front end asks to keep) hold the full
 //! `history_len`. A full table evicts the least recently updated flow through an ordered index,
-//! in O(log n), not by scanning.
+//! in O(log n), not by scanning; the index is brought up to date when a flow is about to be
+//! evicted, not on every sample.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
@@ -402,6 +403,9 @@ pub struct Flow {
     pub latest: Sample,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
+    /// Changes (to a number never given before in this table) whenever the latest sample's
+    /// text changes, its cc or owner: a copy of them made at one value still holds.
+    pub text_generation: u64,
     pub samples: u64,
     /// Set when the kernel reported the socket closed.
     pub closed_at_ns: Option<u64>,
@@ -414,20 +418,25 @@ pub struct Flow {
     pub loss: Option<Box<LossTracker>>,
     window: VecDeque<RatePoint>,
     history: History,
+    /// Where the table's eviction index has it: its [`Flow::eviction_key`] as of some earlier
+    /// sample, never after its current one (a flow only moves later, except when it closes,
+    /// which is indexed at once).
+    indexed: EvictionKey,
     /// Counters at the start of the current history bucket.
     bucket_start: RatePoint,
 }
 
 impl Flow {
-    fn new(sample: &Sample, history_cap: usize) -> Self {
+    fn new(sample: &Sample, history_cap: usize, text_generation: u64) -> Self {
         let point = RatePoint::of(sample);
         let mut counts = SampleCounts::default();
         counts.add(sample);
-        Self {
+        let mut flow = Self {
             first: point,
             latest: sample.clone(),
             first_seen_ns: sample.ts_ns,
             last_seen_ns: sample.ts_ns,
+            text_generation,
             samples: 1,
             closed_at_ns: sample.is_closing().then_some(sample.ts_ns),
             ca_time_ns: [0; 5],
@@ -436,8 +445,11 @@ impl Flow {
             loss: None,
             window: VecDeque::from([point]),
             history: History::new(history_cap),
+            indexed: (false, 0, 0),
             bucket_start: point,
-        }
+        };
+        flow.indexed = flow.eviction_key();
+        flow
     }
 
     pub fn cookie(&self) -> u64 {
@@ -472,10 +484,11 @@ impl Flow {
         rates_between(&self.first, &RatePoint::of(&self.latest)).unwrap_or_default()
     }
 
-    fn update(&mut self, sample: &Sample, cfg: &TableConfig) {
+    /// Take in a newer sample; returns whether the latest sample's text changed.
+    fn update(&mut self, sample: &Sample, cfg: &TableConfig) -> bool {
         // Samples of one flow can arrive out of order across CPUs; an older one adds nothing.
         if sample.ts_ns < self.latest.ts_ns {
-            return;
+            return false;
         }
         let dt = sample.ts_ns - self.latest.ts_ns;
         self.ca_time_ns[self.latest.ca_state.index()] += dt;
@@ -504,9 +517,7 @@ impl Flow {
         if let Some(loss) = self.loss.as_mut() {
             loss.update(&self.latest, sample, cfg);
         }
-        let mut latest = sample.clone();
-        latest.carry_identity_from(&self.latest);
-        self.latest = latest;
+        self.latest.follow(sample)
     }
 
     fn record_history(&mut self, sample: &Sample, point: RatePoint, cfg: &TableConfig) {
@@ -583,7 +594,7 @@ pub enum Ingested {
 pub struct FlowTable {
     cfg: TableConfig,
     flows: HashMap<u64, Flow>,
-    /// Every flow's [`EvictionKey`], kept in step with `flows`: the first one is the victim.
+    /// Every flow's [`Flow::indexed`] key: the first one is the victim, once checked current.
     eviction_order: BTreeSet<EvictionKey>,
     /// The flow a front end is showing: it keeps its full history whatever its rank.
     kept: Option<u64>,
@@ -594,6 +605,10 @@ pub struct FlowTable {
     changes_untaken: bool,
     /// The flows holding the full `history_len`.
     charted: HashSet<u64>,
+    /// The last [`Flow::text_generation`] given.
+    text_generations: u64,
+    /// Flows that left the table (evicted or expired), ever.
+    departed: u64,
 }
 
 impl FlowTable {
@@ -607,6 +622,8 @@ impl FlowTable {
             changes: TableChanges::default(),
             changes_untaken: false,
             charted: HashSet::new(),
+            text_generations: 0,
+            departed: 0,
         }
     }
 
@@ -614,16 +631,37 @@ impl FlowTable {
         &self.cfg
     }
 
+    /// The same table emptied, as new but for the text generations and the departures, which
+    /// go on: a copy made from a flow before cannot pass for one of a flow after, and its flows
+    /// count as departed.
+    pub fn emptied(&self) -> Self {
+        Self {
+            text_generations: self.text_generations,
+            departed: self.departed + self.flows.len() as u64,
+            ..Self::new(self.cfg.clone())
+        }
+    }
+
+    /// How many flows ever left the table (evicted, expired, emptied out): while it stays the
+    /// same, every flow seen before is still there.
+    pub fn departed(&self) -> u64 {
+        self.departed
+    }
+
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         if let Some(flow) = self.flows.get_mut(&sample.cookie) {
             let was_closed = flow.is_closed();
-            let before = flow.eviction_key();
-            flow.update(sample, &self.cfg);
-            let after = flow.eviction_key();
+            if flow.update(sample, &self.cfg) {
+                self.text_generations += 1;
+                flow.text_generation = self.text_generations;
+            }
             let closed = flow.is_closed() && !was_closed;
-            if after != before {
-                self.eviction_order.remove(&before);
-                self.eviction_order.insert(after);
+            // An update moves the flow later in the order, which the index may learn when the
+            // flow comes up for eviction; closing moves it first, which it must learn now.
+            if closed {
+                self.eviction_order.remove(&flow.indexed);
+                flow.indexed = flow.eviction_key();
+                self.eviction_order.insert(flow.indexed);
             }
             return if closed { Ingested::Closed } else { Ingested::Updated };
         }
@@ -636,9 +674,10 @@ impl FlowTable {
         } else {
             self.cfg.short_history_len.min(self.cfg.history_len)
         };
-        let flow = Flow::new(sample, cap);
+        self.text_generations += 1;
+        let flow = Flow::new(sample, cap, self.text_generations);
         let closed = flow.is_closed();
-        self.eviction_order.insert(flow.eviction_key());
+        self.eviction_order.insert(flow.indexed);
         self.flows.insert(sample.cookie, flow);
         self.changes.born.push(sample.cookie);
         if cap > self.cfg.short_history_len {
@@ -661,6 +700,7 @@ impl FlowTable {
             self.changes = TableChanges::default();
         }
         let (linger, idle) = (self.cfg.closed_linger_ns, self.cfg.idle_timeout_ns);
+        // A closed flow is indexed when it closes, and its key no longer changes.
         while let Some(&(open, at, cookie)) = self.eviction_order.first() {
             if open || now_ns.saturating_sub(at) < linger {
                 break;
@@ -668,15 +708,26 @@ impl FlowTable {
             self.eviction_order.pop_first();
             self.remove(cookie);
         }
-        while let Some(&(_, at, cookie)) = self.eviction_order.range((true, 0, 0)..).next() {
+        // An open flow is indexed where some earlier sample put it: one that looks idle by
+        // its key is checked against where it stands now, and indexed there if it moved on.
+        while let Some(&key) = self.eviction_order.range((true, 0, 0)..).next() {
+            let (_, at, cookie) = key;
             if now_ns.saturating_sub(at) < idle {
                 break;
             }
-            self.eviction_order.remove(&(true, at, cookie));
-            self.remove(cookie);
+            self.eviction_order.remove(&key);
+            match self.flows.get_mut(&cookie) {
+                Some(flow) if flow.eviction_key() != key => {
+                    flow.indexed = flow.eviction_key();
+                    self.eviction_order.insert(flow.indexed);
+                }
+                _ => self.remove(cookie),
+            }
         }
         self.rank_history();
-        before - self.flows.len()
+        let expired = before - self.flows.len();
+        self.departed += expired as u64;
+        expired
     }
 
     /// Drop a flow whose index entry is already gone.
@@ -694,7 +745,8 @@ impl FlowTable {
         std::mem::take(&mut self.changes)
     }
 
-    /// The flows still open, least recently updated first.
+    /// The flows still open, least recently updated first as far as the index knows (it learns
+    /// a flow's later place when the flow comes up for eviction or expiry).
     pub fn open_flows(&self) -> impl Iterator<Item = &Flow> {
         self.eviction_order.range((true, 0, 0)..).filter_map(|(_, _, cookie)| self.flows.get(cookie))
     }
@@ -762,10 +814,22 @@ impl FlowTable {
     }
 
     fn evict_one(&mut self) {
-        // Prefer a closed flow; otherwise the one updated longest ago.
-        if let Some((_, _, cookie)) = self.eviction_order.pop_first() {
+        // Prefer a closed flow; otherwise the one updated longest ago. The first key indexed
+        // is the victim if it is still its flow's place; a flow updated since is indexed anew
+        // where it stands now, and the next first key is tried.
+        while let Some(key) = self.eviction_order.pop_first() {
+            let cookie = key.2;
+            let Some(flow) = self.flows.get_mut(&cookie) else { continue };
+            let now = flow.eviction_key();
+            if now != key {
+                flow.indexed = now;
+                self.eviction_order.insert(now);
+                continue;
+            }
             self.remove(cookie);
             self.evicted += 1;
+            self.departed += 1;
+            return;
         }
     }
 
@@ -794,7 +858,7 @@ impl FlowTable {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::analysis::event::{SampleReason, TcpState};
+    use crate::analysis::event::{Owner, SampleReason, TcpState};
 
     pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         Sample {
@@ -964,6 +1028,7 @@ pub(crate) mod tests {
     fn eviction_order_stays_in_step_with_the_table_under_churn() {
         let mut t = FlowTable::new(TableConfig { max_flows: 64, ..Default::default() });
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut evictions = 0;
         for ts in 1..20_000u64 {
             // A cheap deterministic shuffle of cookies, updates, closes and expiry.
             x ^= x << 13;
@@ -973,14 +1038,27 @@ pub(crate) mod tests {
             if x.is_multiple_of(11) {
                 s.reason = SampleReason::Destroy;
             }
+            // A new flow in a full table pushes out the first of all flows in the order,
+            // found here by looking at every one.
+            let victim = (t.get(s.cookie).is_none() && t.len() == 64)
+                .then(|| t.flows().map(Flow::eviction_key).min().expect("a full table").2);
             t.ingest(&s);
+            if let Some(victim) = victim {
+                assert!(t.get(victim).is_none(), "flow {victim} evicted at {ts}");
+                evictions += 1;
+            }
             if ts.is_multiple_of(1000) {
                 t.expire(ts * 1_000_000 + 20 * NS_PER_SEC);
             }
             assert!(t.len() <= 64);
+            // The index holds each flow once, where it stood at some sample, never after now.
+            if ts.is_multiple_of(97) {
+                let indexed: BTreeSet<EvictionKey> = t.flows().map(|f| f.indexed).collect();
+                assert_eq!(indexed, t.eviction_order);
+                assert!(t.flows().all(|f| f.indexed <= f.eviction_key()));
+            }
         }
-        let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
-        assert_eq!(keys, t.eviction_order);
+        assert!(evictions > 1_000, "{evictions} evictions");
     }
 
     /// What a full scan of the table would expire at `now_ns`, the rule `expire` had before it
@@ -1042,8 +1120,10 @@ pub(crate) mod tests {
                 assert_eq!(changes.removed.iter().copied().collect::<BTreeSet<_>>(), expected, "at {ms} ms");
                 assert!(expired_by_scan(&t, now).is_empty());
                 expired_total += expected.len();
-                let keys: BTreeSet<EvictionKey> = t.flows().map(Flow::eviction_key).collect();
-                assert_eq!(keys, t.eviction_order, "the index stays the table's");
+                // The index holds each flow once, where it stood at some sample, never after now.
+                let indexed: BTreeSet<EvictionKey> = t.flows().map(|f| f.indexed).collect();
+                assert_eq!(indexed, t.eviction_order, "the index stays the table's");
+                assert!(t.flows().all(|f| f.indexed <= f.eviction_key()));
                 let long = t.config().history_len;
                 let charted: HashSet<u64> = t.flows().filter(|f| f.history_cap() == long).map(Flow::cookie).collect();
                 assert_eq!(charted, t.charted, "the charted set is the flows with the full history");
@@ -1203,6 +1283,67 @@ pub(crate) mod tests {
         assert_eq!(h[1].worst_ca_state, CaState::Recovery);
         assert_eq!(h[1].ca_state, CaState::Open);
         assert_eq!(h[2].cwnd, 39);
+    }
+
+    #[test]
+    fn a_sample_taken_in_place_is_the_next_one_with_the_identity_it_lacks() {
+        let mut prev = sample(1, 0);
+        prev.owner = Some(Owner { pid: 7, comm: "iperf3".into() });
+        /// What the next sample changes, and whether that is a change of text.
+        type Case = (&'static str, fn(&mut Sample), bool);
+        let cases: [Case; 5] = [
+            ("numbers only", |s| s.snd_cwnd += 5, false),
+            (
+                "unhashed, owner unknown",
+                |s| {
+                    s.local.set_port(0);
+                    s.remote.set_port(0);
+                    s.owner = None;
+                },
+                false,
+            ),
+            ("new cc", |s| s.cc = "bbr".into(), true),
+            ("new owner", |s| s.owner = Some(Owner { pid: 8, comm: "curl".into() }), true),
+            ("same owner again", |s| s.owner = Some(Owner { pid: 7, comm: "iperf3".into() }), false),
+        ];
+        for (what, change, text_changed) in cases {
+            let mut next = sample(1, 100);
+            next.owner.clone_from(&prev.owner);
+            change(&mut next);
+            let mut want = next.clone();
+            want.carry_identity_from(&prev);
+            let mut latest = prev.clone();
+            assert_eq!(latest.follow(&next), text_changed, "{what}");
+            assert_eq!(latest, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_text_generation_moves_when_cc_or_owner_change_and_never_comes_back() {
+        let mut t = FlowTable::new(TableConfig::default());
+        t.ingest(&sample(1, 0));
+        t.ingest(&sample(2, 0));
+        let generation = |t: &FlowTable, c: u64| t.get(c).expect("flow").text_generation;
+        let (one, two) = (generation(&t, 1), generation(&t, 2));
+        assert_ne!(one, two);
+        let mut s = sample(1, 100);
+        t.ingest(&s);
+        assert_eq!(generation(&t, 1), one, "numbers changed, not the text");
+        s.ts_ns += 1;
+        s.cc = "bbr".into();
+        t.ingest(&s);
+        let switched = generation(&t, 1);
+        assert!(switched > one.max(two));
+        s.ts_ns += 1;
+        s.owner = Some(Owner { pid: 9, comm: "curl".into() });
+        t.ingest(&s);
+        assert!(generation(&t, 1) > switched);
+        // Emptied (a replay going back), the numbering goes on.
+        let last = generation(&t, 1);
+        let mut t = t.emptied();
+        assert!(t.is_empty());
+        t.ingest(&sample(1, 0));
+        assert!(generation(&t, 1) > last);
     }
 
     #[test]

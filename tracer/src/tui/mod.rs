@@ -10,6 +10,7 @@
 mod detail;
 mod fixing;
 mod format;
+mod order;
 mod origin;
 pub mod state;
 pub mod terminal;
@@ -18,6 +19,8 @@ pub mod view;
 
 #[cfg(test)]
 pub(crate) mod feed;
+#[cfg(test)]
+mod frame_tests;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

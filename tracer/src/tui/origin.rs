@@ -2,7 +2,11 @@
 //! its container (or systemd unit, or cgroup) from the host facts the resolver found for its
 //! cgroup v2 id. Computed once per cgroup per frame, shared by that cgroup's rows.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use crate::analysis::container::{CgroupInfo, Runtime};
+use crate::analysis::diagnosis::Environment;
 
 /// Leaf cgroups that say nothing alone: their parent is named with them.
 const GENERIC_LEAVES: &[&str] = &["init", "init.scope", ".lxc", "payload", "ns"];
@@ -70,6 +74,43 @@ impl Origin {
             Some(r) => format!("{} ({r})", self.name),
             None => self.name.clone(),
         }
+    }
+}
+
+/// One frame's origins, one per cgroup, shared by its rows. An origin equal to the previous
+/// frame's is that same one, so a row tells at a glance that its origin did not change.
+pub(crate) struct Origins<'a> {
+    previous: HashMap<u64, Arc<Origin>>,
+    current: HashMap<u64, Arc<Origin>>,
+    env: &'a Environment,
+    /// The last one asked for: a cgroup's flows often come one after another.
+    last: Option<Arc<Origin>>,
+}
+
+impl<'a> Origins<'a> {
+    pub(crate) fn new(previous: HashMap<u64, Arc<Origin>>, env: &'a Environment) -> Self {
+        Self { previous, current: HashMap::new(), env, last: None }
+    }
+
+    pub(crate) fn of(&mut self, cgroup_id: u64) -> Arc<Origin> {
+        if let Some(last) = self.last.as_ref().filter(|o| o.cgroup_id == cgroup_id) {
+            return Arc::clone(last);
+        }
+        let (previous, env) = (&self.previous, self.env);
+        let origin = self.current.entry(cgroup_id).or_insert_with(|| {
+            let now = Origin::of(cgroup_id, env.cgroups.get(&cgroup_id));
+            match previous.get(&cgroup_id) {
+                Some(before) if **before == now => Arc::clone(before),
+                _ => Arc::new(now),
+            }
+        });
+        self.last = Some(Arc::clone(origin));
+        Arc::clone(origin)
+    }
+
+    /// This frame's origins, to be the next one's previous.
+    pub(crate) fn into_current(self) -> HashMap<u64, Arc<Origin>> {
+        self.current
     }
 }
 

@@ -1,19 +1,22 @@
 //! What the UI knows and remembers: the rows it shows (a snapshot of the pipeline's analysis
-//! taken once per frame, filtered and sorted then, never per event), a copy of the flow the
+//! taken once per frame, filtered and ordered then, never per event), a copy of the flow the
 //! detail view shows, the selection, the view and the header facts. No terminal, no clock and
 //! no analysis of its own here: [`AppState::sync`] copies what it needs from the analysis the
 //! pipeline lends it, keys come in through [`super::update`], and [`super::view`] only reads.
+//!
+//! A frame's cost follows the flows' numbers, not their text: rows are refilled in place, a
+//! flow's strings are copied only when its text changed, its verdict only after an evaluation,
+//! and the order is worked out only where looked at ([`super::order`]).
 
 use std::cell::Cell;
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::analysis::container::CgroupInfo;
 use crate::analysis::diagnosis::{Environment, LimitedBy, Verdict};
-use crate::analysis::event::{CaState, TcpState};
+use crate::analysis::event::{CaState, Sample, TcpState};
 use crate::analysis::filter::FilterSpec;
 use crate::analysis::live_fix::Plan;
 use crate::analysis::model::Flow;
@@ -24,7 +27,8 @@ use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::source::SourceCounters;
 
-use super::origin::Origin;
+use super::order::{self, DisplayOrder};
+use super::origin::{Origin, Origins};
 
 use tracer_common::NS_PER_SEC;
 
@@ -180,7 +184,8 @@ pub(crate) struct FlowRow {
     pub remote: SocketAddr,
     /// Its network namespace (inode): what `f` fixes.
     pub netns: u32,
-    pub cc: String,
+    /// Shared by the rows of one congestion control.
+    pub cc: Arc<str>,
     pub ca_state: CaState,
     pub closed: bool,
     pub cwnd: u32,
@@ -199,6 +204,10 @@ pub(crate) struct FlowRow {
     pub finding: Option<Finding>,
     /// The process that relays this local hop over UDP (its command name).
     pub relayed_by: Option<String>,
+    /// The lower-case text the filter searches, once written ("" until then).
+    hay: String,
+    /// The flow's text generation `comm` and `cc` were copied at.
+    text_generation: u64,
 }
 
 /// One heavy UDP flow, for the UDP strip under the table.
@@ -223,10 +232,11 @@ pub(crate) struct UdpRow {
 impl UdpRow {
     fn of(flow: &UdpFlow, analysis: &Analysis, origin: Arc<Origin>) -> Self {
         let s = &flow.latest;
+        // From the relays known, not from every TCP flow: a UDP row costs no more with 100,000.
         let mut relays: Vec<(SocketAddr, SocketAddr, Option<String>)> = analysis
-            .table
-            .flows()
-            .filter(|f| analysis.relayed_by(f.cookie()).is_some_and(|r| r.udp_cookie == flow.cookie()))
+            .relays()
+            .filter(|(_, r)| r.udp_cookie == flow.cookie())
+            .filter_map(|(&cookie, _)| analysis.table.get(cookie))
             .map(|f| (f.latest.local, f.latest.remote, f.latest.owner.as_ref().map(|o| o.comm.to_string())))
             .collect();
         relays.sort();
@@ -255,25 +265,140 @@ pub(crate) struct Finding {
     pub available_bps: Option<f64>,
 }
 
-impl FlowRow {
-    /// Heavy (shown by default) as the diagnosis defines it, or flagged.
-    fn of(flow: &Flow, verdict: Option<&Verdict>, analysis: &Analysis, origin: Arc<Origin>) -> Self {
-        let s = &flow.latest;
-        let flagged = verdict.is_some_and(|v| v.flagged);
+/// A row's text: its strings (their memory handed on from what the row showed before) and
+/// the filter's text (kept if it still holds, else empty, to be written again if needed).
+struct RowText {
+    comm: Option<String>,
+    cc: Arc<str>,
+    hay: String,
+}
+
+/// The congestion controls' names, one copy each, shared by the rows: a handful, so a list.
+#[derive(Debug, Default)]
+struct CcNames(Vec<Arc<str>>);
+
+impl CcNames {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.0.iter().find(|n| ***n == *name) {
+            return Arc::clone(known);
+        }
+        let new: Arc<str> = Arc::from(name);
+        self.0.push(Arc::clone(&new));
+        new
+    }
+}
+
+/// What a row shows of its flow's verdict.
+struct Judgement {
+    flagged: bool,
+    limited_by: LimitedBy,
+    finding: Option<Finding>,
+    relayed_by: Option<String>,
+}
+
+impl Judgement {
+    /// What `verdict` says, written into `relayed_by`'s memory.
+    fn of(verdict: Option<&Verdict>, mut relayed_by: Option<String>) -> Self {
         let finding = verdict.filter(|v| v.flagged).and_then(|v| v.evidence.as_ref()).map(|e| Finding {
             loss_ratio: if e.episode_loss_ratio > 0.0 { e.episode_loss_ratio } else { e.loss_ratio },
             goodput_bps: e.goodput_bps,
             available_bps: e.available_bps.map(|a| a + e.goodput_bps),
         });
+        assign(&mut relayed_by, verdict.and_then(|v| v.relayed_by.as_ref()).map(|r| r.comm.as_str()));
+        Self {
+            flagged: verdict.is_some_and(|v| v.flagged),
+            limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
+            finding,
+            relayed_by,
+        }
+    }
+}
+
+/// The verdict a refilled row shows.
+#[derive(Clone, Copy)]
+enum Judged<'a> {
+    /// Its flow's verdict, as the analysis has it now.
+    Now(Option<&'a Verdict>),
+    /// The one it shows already: the row showed this flow, and no verdict changed since.
+    Unchanged,
+}
+
+/// `to` holding `from`, its memory reused.
+fn assign(to: &mut Option<String>, from: Option<&str>) {
+    match (to.as_mut(), from) {
+        (Some(old), Some(new)) => {
+            old.clear();
+            old.push_str(new);
+        }
+        (_, new) => *to = new.map(str::to_string),
+    }
+}
+
+impl FlowRow {
+    /// Heavy (shown by default) as the diagnosis defines it, or flagged.
+    fn of(
+        flow: &Flow,
+        verdict: Option<&Verdict>,
+        analysis: &Analysis,
+        origin: Arc<Origin>,
+        names: &mut CcNames,
+    ) -> Self {
+        let s = &flow.latest;
+        let text =
+            RowText { comm: s.owner.as_ref().map(|o| o.comm.to_string()), cc: names.get(&s.cc), hay: String::new() };
+        Self::build(flow, Judgement::of(verdict, None), analysis, origin, text)
+    }
+
+    /// This row, now showing `flow`: refilled in place with its strings' memory reused, so a
+    /// frame of 10,000 flows allocates nothing for them. The filter's text is kept while what
+    /// it is made of does not change.
+    fn refill(
+        &mut self,
+        flow: &Flow,
+        judged: Judged<'_>,
+        analysis: &Analysis,
+        origin: Arc<Origin>,
+        names: &mut CcNames,
+    ) {
+        // The same flow with the same text: its strings are not even read (a cache miss each).
+        let same_text = self.cookie == flow.cookie() && self.text_generation == flow.text_generation;
+        let judgement = match judged {
+            Judged::Now(verdict) => Judgement::of(verdict, self.relayed_by.take()),
+            Judged::Unchanged => Judgement {
+                flagged: self.flagged,
+                limited_by: self.limited_by,
+                finding: self.finding,
+                relayed_by: self.relayed_by.take(),
+            },
+        };
+        let mut hay = std::mem::take(&mut self.hay);
+        if !self.searched_as(&flow.latest, same_text, &judgement, &origin) {
+            hay.clear();
+        }
+        let s = &flow.latest;
+        let mut comm = self.comm.take();
+        let cc = if same_text {
+            Arc::clone(&self.cc)
+        } else {
+            assign(&mut comm, s.owner.as_ref().map(|o| o.comm.as_str()));
+            names.get(&s.cc)
+        };
+        *self = Self::build(flow, judgement, analysis, origin, RowText { comm, cc, hay });
+    }
+
+    fn build(flow: &Flow, judgement: Judgement, analysis: &Analysis, origin: Arc<Origin>, text: RowText) -> Self {
+        let RowText { comm, cc, hay } = text;
+        let Judgement { flagged, limited_by, finding, relayed_by } = judgement;
+        let s = &flow.latest;
         let closed = flow.is_closed() || matches!(s.tcp_state, TcpState::Close | TcpState::TimeWait);
         Self {
             cookie: s.cookie,
             origin,
-            comm: s.owner.as_ref().map(|o| o.comm.to_string()),
+            comm,
             local: s.local,
             remote: s.remote,
             netns: s.netns,
-            cc: s.cc.to_string(),
+            cc,
             ca_state: s.ca_state,
             closed,
             cwnd: s.snd_cwnd,
@@ -284,51 +409,49 @@ impl FlowRow {
             throughput_bps: flow.rates.throughput_bps,
             send_bps: flow.rates.send_rate_bps,
             retrans_ratio: flow.rates.retrans_ratio,
-            limited_by: verdict.map_or(LimitedBy::Unknown, |v| v.limited_by),
+            limited_by,
             flagged,
             finding,
-            relayed_by: verdict.and_then(|v| v.relayed_by.as_ref()).map(|r| r.comm.clone()),
-            heavy: analysis.diagnoser.config().flow_is_heavy(flow, verdict),
+            relayed_by,
+            heavy: analysis.diagnoser.config().flow_is_heavy_as(flow, limited_by, flagged),
+            hay,
+            text_generation: flow.text_generation,
         }
     }
 
-    /// Lower-case text the filter searches: addresses with ports, cc, comm, limited_by, and
-    /// the container (name, id, runtime, pod, cgroup path and `cgroup=ID`).
-    fn haystack(&self, buf: &mut String) {
-        buf.clear();
-        let _ = write!(
-            buf,
-            "{} {} {} {} {} {}",
-            self.local,
-            self.remote,
-            self.cc,
-            self.comm.as_deref().unwrap_or(""),
-            self.limited_by.name(),
-            if self.flagged { "flagged" } else { "" },
-        );
-        buf.make_ascii_lowercase();
-        buf.push(' ');
-        buf.push_str(&self.origin.search);
+    /// Whether what the filter searches in this row is the same for sample `s` (with the same
+    /// text, if `same_text`) judged so, in `origin`.
+    fn searched_as(&self, s: &Sample, same_text: bool, judgement: &Judgement, origin: &Arc<Origin>) -> bool {
+        self.local == s.local
+            && self.remote == s.remote
+            && (same_text || (*self.cc == *s.cc && self.comm.as_deref() == s.owner.as_ref().map(|o| o.comm.as_str())))
+            && self.limited_by == judgement.limited_by
+            && self.flagged == judgement.flagged
+            && (Arc::ptr_eq(&self.origin, origin) || self.origin.search == origin.search)
     }
-}
 
-fn compare(col: Column, a: &FlowRow, b: &FlowRow) -> Ordering {
-    match col {
-        Column::Flag => (a.flagged, !a.closed).cmp(&(b.flagged, !b.closed)),
-        Column::Container => (&a.origin.name, a.origin.runtime).cmp(&(&b.origin.name, b.origin.runtime)),
-        Column::Process => a.comm.cmp(&b.comm),
-        Column::Local => a.local.cmp(&b.local),
-        Column::Remote => a.remote.cmp(&b.remote),
-        Column::Cc => a.cc.cmp(&b.cc),
-        Column::CaState => a.ca_state.index().cmp(&b.ca_state.index()),
-        Column::Cwnd => a.cwnd.cmp(&b.cwnd),
-        Column::Ssthresh => a.ssthresh.cmp(&b.ssthresh),
-        Column::Rtt => a.srtt_us.cmp(&b.srtt_us),
-        Column::MinRtt => a.min_rtt_us.cmp(&b.min_rtt_us),
-        Column::Delivery => a.delivery_bps.cmp(&b.delivery_bps),
-        Column::Throughput => a.throughput_bps.total_cmp(&b.throughput_bps),
-        Column::Retrans => a.retrans_ratio.total_cmp(&b.retrans_ratio),
-        Column::LimitedBy => a.limited_by.name().cmp(b.limited_by.name()),
+    /// Whether the filter's lower-case `terms` are all in the text it searches: addresses
+    /// with ports, cc, comm, limited_by, and the container (name, id, runtime, pod, cgroup path
+    /// and `cgroup=ID`). The text is written on the first search and kept while it holds.
+    fn matches(&mut self, terms: &[String]) -> bool {
+        if self.hay.is_empty() {
+            let mut hay = std::mem::take(&mut self.hay);
+            let _ = write!(
+                hay,
+                "{} {} {} {} {} {}",
+                self.local,
+                self.remote,
+                self.cc,
+                self.comm.as_deref().unwrap_or(""),
+                self.limited_by.name(),
+                if self.flagged { "flagged" } else { "" },
+            );
+            hay.make_ascii_lowercase();
+            hay.push(' ');
+            hay.push_str(&self.origin.search);
+            self.hay = hay;
+        }
+        terms.iter().all(|t| self.hay.contains(t.as_str()))
     }
 }
 
@@ -471,15 +594,21 @@ pub struct AppState {
     /// Width of one chart point of the flows' history.
     pub(crate) history_step_ns: u64,
 
-    /// Every flow, as of the last refresh (frozen while paused).
+    /// Every flow, as of the last refresh (frozen while paused), in no particular order; rows
+    /// are refilled in place from frame to frame.
     pub(crate) snapshot: Vec<FlowRow>,
+    /// The last refresh's origins by cgroup, kept so unchanged ones are recognised.
+    origins: HashMap<u64, Arc<Origin>>,
+    /// The verdicts' generation the rows were last copied from.
+    verdicts_copied: Option<u64>,
+    cc_names: CcNames,
     /// Heavy UDP flows, as of the last refresh, busiest first; listed under the table unless
     /// hidden (`u`).
     pub(crate) udp_rows: Vec<UdpRow>,
     pub(crate) show_udp: bool,
     /// Indices into `snapshot` that pass the filters, in display order (grouped: group by
-    /// group, each group's flows together).
-    pub(crate) visible: Vec<usize>,
+    /// group, each group's flows together), worked out where looked at.
+    pub(crate) visible: DisplayOrder,
     /// Flows per container or cgroup, when `grouped`.
     pub(crate) grouped: bool,
     pub(crate) groups: Vec<Group>,
@@ -547,9 +676,12 @@ impl AppState {
             heavy_rule: String::new(),
             history_step_ns: NS_PER_SEC,
             snapshot: Vec::new(),
+            origins: HashMap::new(),
+            verdicts_copied: None,
+            cc_names: CcNames::default(),
             udp_rows: Vec::new(),
             show_udp: true,
-            visible: Vec::new(),
+            visible: DisplayOrder::default(),
             grouped: false,
             groups: Vec::new(),
             lines: Vec::new(),
@@ -744,7 +876,7 @@ impl AppState {
 
     /// Cookies of the rows shown, in display order.
     pub fn visible_cookies(&self) -> impl Iterator<Item = u64> + '_ {
-        self.visible.iter().map(|&i| self.snapshot[i].cookie)
+        self.visible.all().into_iter().map(|i| self.snapshot[i].cookie)
     }
 
     /// Re-derive the rows from the flow table (unless paused), then filter, sort and keep the
@@ -758,92 +890,93 @@ impl AppState {
     }
 
     fn rebuild_snapshot(&mut self, analysis: &Analysis) {
-        self.snapshot.clear();
-        let mut origins: HashMap<u64, Arc<Origin>> = HashMap::new();
+        let mut origins = Origins::new(std::mem::take(&mut self.origins), &analysis.env);
+        // Verdicts change once a second: between evaluations a row showing the same flow keeps
+        // its copy, which spares a lookup (a cache miss) per flow per frame.
+        let verdicts = analysis.diagnoser.generation();
+        let verdicts_unchanged = self.verdicts_copied == Some(verdicts);
+        let mut rows = 0;
+        let (mut heavy, mut flagged) = (0, 0);
+        // Flows per congestion control, told apart by their shared name (no string is read).
+        let mut cc: Vec<(Arc<str>, usize)> = Vec::new();
         for f in analysis.table.flows() {
-            let id = f.latest.cgroup_id;
-            let origin =
-                origins.entry(id).or_insert_with(|| Arc::new(Origin::of(id, analysis.env.cgroups.get(&id)))).clone();
-            self.snapshot.push(FlowRow::of(f, analysis.verdict(f), analysis, origin));
+            let origin = origins.of(f.latest.cgroup_id);
+            match self.snapshot.get_mut(rows) {
+                Some(row) => {
+                    let judged = if verdicts_unchanged && row.cookie == f.cookie() {
+                        Judged::Unchanged
+                    } else {
+                        Judged::Now(analysis.verdict(f))
+                    };
+                    row.refill(f, judged, analysis, origin, &mut self.cc_names);
+                }
+                None => self.snapshot.push(FlowRow::of(f, analysis.verdict(f), analysis, origin, &mut self.cc_names)),
+            }
+            let row = &self.snapshot[rows];
+            rows += 1;
+            heavy += usize::from(row.heavy);
+            flagged += usize::from(row.flagged);
+            match cc.iter_mut().find(|(name, _)| Arc::ptr_eq(name, &row.cc)) {
+                Some((_, n)) => *n += 1,
+                None => cc.push((Arc::clone(&row.cc), 1)),
+            }
         }
-        self.udp_rows = analysis
-            .udp
-            .flows()
-            .into_iter()
-            .map(|f| {
-                let id = f.latest.cgroup_id;
-                let origin = origins
-                    .entry(id)
-                    .or_insert_with(|| Arc::new(Origin::of(id, analysis.env.cgroups.get(&id))))
-                    .clone();
-                UdpRow::of(f, analysis, origin)
-            })
-            .collect();
+        self.snapshot.truncate(rows);
+        self.udp_rows =
+            analysis.udp.flows().into_iter().map(|f| UdpRow::of(f, analysis, origins.of(f.latest.cgroup_id))).collect();
         self.udp_rows
             .sort_by(|a, b| (b.tx_bps + b.rx_bps).total_cmp(&(a.tx_bps + a.rx_bps)).then(a.cookie.cmp(&b.cookie)));
-        let mut cc: BTreeMap<&str, usize> = BTreeMap::new();
-        for r in &self.snapshot {
-            *cc.entry(r.cc.as_str()).or_default() += 1;
+        cc.sort_unstable();
+        if !self.cc_seen.iter().map(|(k, v)| (k.as_str(), *v)).eq(cc.iter().map(|(k, v)| (&**k, *v))) {
+            self.cc_seen = cc.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         }
-        self.cc_seen = cc.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        self.heavy_count = self.snapshot.iter().filter(|r| r.heavy).count();
-        self.flagged_count = self.snapshot.iter().filter(|r| r.flagged).count();
+        self.heavy_count = heavy;
+        self.flagged_count = flagged;
+        self.origins = origins.into_current();
+        self.verdicts_copied = Some(verdicts);
     }
 
-    /// Filter and sort the snapshot into `visible`; runs on frames and on keys that change the
-    /// order, never per sample.
+    /// Filter and order the snapshot into `visible`; runs on frames and on keys that change
+    /// the order, never per sample.
     pub(crate) fn apply_view(&mut self) {
         let terms: Vec<String> = self.filter.split_whitespace().map(str::to_ascii_lowercase).collect();
-        let mut hay = String::new();
-        self.visible.clear();
-        // Grouped: every flow that matches counts in its group's totals, listed or not.
+        // Every flow that matches the typed filter first: grouped, it counts in its group's
+        // totals, listed or not.
+        let mut shown: Vec<usize> = if terms.is_empty() {
+            (0..self.snapshot.len()).collect()
+        } else {
+            let rows = self.snapshot.iter_mut().enumerate();
+            rows.filter_map(|(i, row)| row.matches(&terms).then_some(i)).collect()
+        };
+        let rows = &self.snapshot;
         let mut groups: HashMap<&str, Group> = HashMap::new();
-        for (i, row) in self.snapshot.iter().enumerate() {
-            if !terms.is_empty() {
-                row.haystack(&mut hay);
-                if !terms.iter().all(|t| hay.contains(t.as_str())) {
-                    continue;
-                }
-            }
-            if self.grouped {
+        if self.grouped {
+            for &i in &shown {
+                let row = &rows[i];
                 groups.entry(row.origin.group.as_str()).or_insert_with(|| Group::new(row.origin.clone())).add(row);
             }
-            if !self.show_all && !row.heavy {
-                continue;
-            }
-            self.visible.push(i);
         }
-        let (col, dir, rows) = (self.sort, self.sort_dir, &self.snapshot);
-        // Heavy flows first (only matters when all are shown), then the chosen column; ties by
-        // throughput and cookie so the order is total and rows do not jitter between frames.
-        self.visible.sort_unstable_by(|&a, &b| {
-            let (a, b) = (&rows[a], &rows[b]);
-            b.heavy
-                .cmp(&a.heavy)
-                .then_with(|| {
-                    let o = compare(col, a, b);
-                    if dir == SortDir::Desc {
-                        o.reverse()
-                    } else {
-                        o
-                    }
-                })
-                .then_with(|| b.throughput_bps.total_cmp(&a.throughput_bps))
-                .then_with(|| a.cookie.cmp(&b.cookie))
-        });
+        if !self.show_all {
+            shown.retain(|&i| rows[i].heavy);
+        }
+        let mut entries = std::mem::take(&mut self.visible).into_entries();
+        order::keys(rows, &shown, self.sort, self.sort_dir, &mut entries);
         self.groups.clear();
         self.lines.clear();
         if self.grouped {
-            // Groups in the order of their first flow, each group's flows in the sort's order.
+            // Groups in the order of their first flow, each group's flows in the sort's order:
+            // every line is looked at to place the groups, so all are sorted.
+            entries.sort_unstable_by_key(|&(key, _)| key);
             let mut rank: HashMap<&str, usize> = HashMap::new();
-            for &i in &self.visible {
+            for &(_, i) in &entries {
                 let key = rows[i].origin.group.as_str();
                 let n = rank.len();
                 rank.entry(key).or_insert(n);
             }
-            self.visible.sort_by_key(|&i| rank[rows[i].origin.group.as_str()]);
+            // Stable: within a group, the sort's order stays.
+            entries.sort_by_cached_key(|&(_, i)| rank[rows[i].origin.group.as_str()]);
             let mut current = None;
-            for (pos, &i) in self.visible.iter().enumerate() {
+            for (pos, &(_, i)) in entries.iter().enumerate() {
                 let key = rows[i].origin.group.as_str();
                 if current != Some(key) {
                     current = Some(key);
@@ -852,8 +985,10 @@ impl AppState {
                 }
                 self.lines.push(TableLine::Flow(pos));
             }
+            self.visible = DisplayOrder::arranged(entries);
         } else {
-            self.lines.extend((0..self.visible.len()).map(TableLine::Flow));
+            self.lines.extend((0..entries.len()).map(TableLine::Flow));
+            self.visible = DisplayOrder::by_key(entries);
         }
         self.fix_selection();
     }
@@ -874,12 +1009,11 @@ impl AppState {
             self.sel_pos = 0;
             return;
         }
-        let found = self.selected.and_then(|c| self.visible.iter().position(|&i| self.snapshot[i].cookie == c));
-        match found {
+        match self.selected.and_then(|c| self.visible.position_of(c)) {
             Some(p) => self.sel_pos = p,
             None => {
                 self.sel_pos = self.sel_pos.min(self.visible.len() - 1);
-                self.selected = Some(self.snapshot[self.visible[self.sel_pos]].cookie);
+                self.selected = Some(self.snapshot[self.visible.get(self.sel_pos)].cookie);
             }
         }
     }
@@ -890,7 +1024,7 @@ impl AppState {
             return;
         }
         self.sel_pos = pos.min(self.visible.len() - 1);
-        self.selected = Some(self.snapshot[self.visible[self.sel_pos]].cookie);
+        self.selected = Some(self.snapshot[self.visible.get(self.sel_pos)].cookie);
     }
 
     pub(crate) fn move_selection(&mut self, delta: isize) {
@@ -899,7 +1033,10 @@ impl AppState {
     }
 
     pub(crate) fn selected_row(&self) -> Option<&FlowRow> {
-        self.visible.get(self.sel_pos).map(|&i| &self.snapshot[i]).filter(|r| Some(r.cookie) == self.selected)
+        let pos = self.sel_pos;
+        (pos < self.visible.len())
+            .then(|| &self.snapshot[self.visible.get(pos)])
+            .filter(|r| Some(r.cookie) == self.selected)
     }
 
     pub(crate) fn open_detail(&mut self) {
@@ -914,7 +1051,7 @@ impl AppState {
         self.screen = Screen::Table;
         if let Some(c) = self.detail_cookie.take() {
             // Back on the table, the flow just looked at stays selected if it is still listed.
-            if self.visible.iter().any(|&i| self.snapshot[i].cookie == c) {
+            if self.visible.position_of(c).is_some() {
                 self.selected = Some(c);
                 self.fix_selection();
             }

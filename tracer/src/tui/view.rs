@@ -1,7 +1,7 @@
 //! Drawing the state: header, flow table, footer, help and the empty and tiny-window states.
 //! Reads [`AppState`] only (plus the few layout facts it records for paging); the detail view
-//! lives in [`super::detail`]. Only the rows on screen are formatted, so 10,000 flows cost no
-//! more to draw than 40.
+//! lives in [`super::detail`]. Only the rows on screen are put in order and formatted, so
+//! 10,000 flows cost no more to draw than 40.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -592,7 +592,12 @@ fn render_table(state: &AppState, area: Rect, buf: &mut Buffer) {
     state.table_offset.set(offset);
     let end = (offset + body_rows).min(len);
     let lines = &state.lines[offset..end];
-    let row_of = |pos: usize| &state.snapshot[state.visible[pos]];
+    // The flows on screen, one stretch of the order: only it is put in order.
+    let mut positions = lines.iter().filter_map(|l| if let TableLine::Flow(pos) = l { Some(*pos) } else { None });
+    let first = positions.next().unwrap_or(0);
+    let last = positions.next_back().unwrap_or(first);
+    let on_screen = state.visible.slice(first, last + 1);
+    let row_of = |pos: usize| &state.snapshot[on_screen[pos - first]];
 
     let titles: Vec<String> = Column::ALL
         .iter()
