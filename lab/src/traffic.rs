@@ -461,7 +461,9 @@ impl SendState<'_> {
     /// as needed, until `deadline`.
     fn write(&mut self, len: u64, deadline: Instant) -> Result<Phase> {
         let mut left = len.min(self.budget - self.written);
-        while left > 0 {
+        // Checked on every write too, not only when the socket is full: with the receiver on
+        // the same CPU a send may never find it full, and a bulk write would never end.
+        while left > 0 && Instant::now() < deadline {
             let n = left.min(self.zeros.len() as u64) as usize;
             match sys::send(self.fd.as_raw_fd(), &self.zeros[..n]) {
                 Ok(w) => {
