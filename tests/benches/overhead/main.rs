@@ -70,11 +70,14 @@ fn main() -> Result<()> {
             row(&format!("bytes per CPU second ratio, {}", mode.label()), format!("{e}{met}"));
         }
         row("cctrace CPU, seconds per second", r.cctrace_cpu.to_string());
-        row("cctrace in-kernel time / the transfer's CPU time", r.kernel_share.to_string());
+        row(
+            "cctrace in-kernel time / the transfer's CPU time (one transfer, statistics on)",
+            format!("{:.1} %", r.kernel_share * 100.0),
+        );
         for (name, runs) in &r.kernel {
             if runs.count > 0 {
                 row(
-                    &format!("in-kernel ns per run, {name}"),
+                    &format!("in-kernel ns per run, {name} (beside bpftrace, statistics on)"),
                     format!("{:.0} ({} runs)", runs.ns as f64 / runs.count as f64, runs.count),
                 );
             }

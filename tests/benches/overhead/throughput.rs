@@ -69,10 +69,10 @@ pub(crate) struct Results {
     pub(crate) cctrace_cpu: Estimate,
     /// cctrace's programs' in-kernel time as a share of the transfer's own CPU time: what the
     /// hooks add to the data path, from the kernel's statistics rather than from goodput.
-    pub(crate) kernel_share: Estimate,
-    /// In-kernel runs of cctrace's programs over all its transfers.
+    pub(crate) kernel_share: f64,
+    /// In-kernel runs of cctrace's programs in one transfer beside the bpftrace script.
     pub(crate) kernel: BTreeMap<String, Runs>,
-    /// In-kernel runs of the bpftrace script's program over its transfers: what the same
+    /// In-kernel runs of the bpftrace script's program in the same transfer: what the same
     /// per-flow work costs a general tool, on the same machine in the same run.
     pub(crate) bpftrace_kernel: Runs,
     pub(crate) rounds: usize,
@@ -88,14 +88,10 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
         skipped.push("bpftrace not installed (cargo xtask setup installs it)".to_string());
     }
     let modes: Vec<Mode> = Mode::ALL.into_iter().filter(|m| *m != Mode::Bpftrace || bpftrace).collect();
-    let _stats = bpf_stats::enable()?;
     let mut goodput_ratios: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
     let mut efficiency_ratios: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
     let mut untraced = Vec::new();
     let mut cpu = Vec::new();
-    let mut share = Vec::new();
-    let mut kernel: BTreeMap<String, Runs> = BTreeMap::new();
-    let mut bpftrace_kernel = Runs::default();
     let mut rounds = 0;
     while rounds < settings.max_rounds {
         let mut round = BTreeMap::new();
@@ -103,20 +99,8 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
             let mode = modes[(i + rounds) % modes.len()];
             let (t, cost) = run_mode(mode, &lab, settings.secs, settings.pin)?;
             round.insert(mode, t);
-            if let Some(Cost::Bpftrace(runs)) = &cost {
-                for r in runs.values() {
-                    bpftrace_kernel.count += r.count;
-                    bpftrace_kernel.ns += r.ns;
-                }
-            }
-            if let Some(Cost::Cctrace(cpu_per_s, runs)) = cost {
+            if let Some(Cost::Cctrace(cpu_per_s)) = cost {
                 cpu.push(cpu_per_s);
-                share.push(runs.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9 / t.cpu_s.max(1e-6));
-                for (name, r) in runs {
-                    let k = kernel.entry(name).or_default();
-                    k.count += r.count;
-                    k.ns += r.ns;
-                }
             }
         }
         rounds += 1;
@@ -147,6 +131,7 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
             break;
         }
     }
+    let (kernel, bpftrace_kernel, kernel_share) = kernel_costs(&lab, settings, bpftrace)?;
     let estimates =
         |ratios: &BTreeMap<Mode, Vec<f64>>| ratios.iter().filter_map(|(m, v)| Some((*m, Estimate::of(v)?))).collect();
     Ok(Results {
@@ -154,7 +139,7 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
         efficiency: estimates(&efficiency_ratios),
         untraced_gbps: Estimate::of(&untraced).context("too few rounds")?,
         cctrace_cpu: Estimate::of(&cpu).context("too few rounds")?,
-        kernel_share: Estimate::of(&share).context("too few rounds")?,
+        kernel_share,
         kernel,
         bpftrace_kernel,
         rounds,
@@ -238,12 +223,40 @@ fn transfer(lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<Transfer> {
     })
 }
 
-/// What a tracer cost besides the transfer's goodput.
+/// What a tracer cost besides the transfer's goodput: cctrace's CPU seconds per second.
 enum Cost {
-    /// cctrace's CPU seconds per second and its programs' runs.
-    Cctrace(f64, BTreeMap<String, Runs>),
-    /// The bpftrace script's programs' runs.
-    Bpftrace(BTreeMap<String, Runs>),
+    Cctrace(f64),
+}
+
+/// The programs' in-kernel time, from one more transfer with cctrace and the bpftrace script
+/// attached together and the kernel's run-time statistics on: both measured on the same
+/// packets at the same time. The rounds above run with the statistics off, as a user's
+/// machine does: they cost two clock reads per program run, more for cctrace's several
+/// programs per packet than for bpftrace's one, and would tilt the goodput ratios.
+fn kernel_costs(
+    lab: &VethPair,
+    settings: &Settings,
+    with_bpftrace: bool,
+) -> Result<(BTreeMap<String, Runs>, Runs, f64)> {
+    let _stats = bpf_stats::enable()?;
+    let tracer = Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?;
+    let bpftrace = if with_bpftrace { Some(Bpftrace::start()?) } else { None };
+    let bpftrace_runs = |b: &Option<Bpftrace>| -> Result<BTreeMap<String, Runs>> {
+        b.as_ref().map_or_else(|| Ok(BTreeMap::new()), |b| bpf_stats::programs_of(b.0.id()))
+    };
+    let (cct0, bt0) = (bpf_stats::programs_of(tracer.pid())?, bpftrace_runs(&bpftrace)?);
+    let t = transfer(lab, settings.secs, settings.pin)?;
+    let (cct1, bt1) = (bpf_stats::programs_of(tracer.pid())?, bpftrace_runs(&bpftrace)?);
+    drop(bpftrace);
+    tracer.stop()?;
+    let kernel = bpf_stats::delta(&cct0, &cct1);
+    let mut bt = Runs::default();
+    for r in bpf_stats::delta(&bt0, &bt1).values() {
+        bt.count += r.count;
+        bt.ns += r.ns;
+    }
+    let share = kernel.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9 / t.cpu_s.max(1e-6);
+    Ok((kernel, bt, share))
 }
 
 /// A transfer under `mode`.
@@ -252,22 +265,19 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64, pin: Option<usize>) -> Result
         Mode::Untraced => Ok((transfer(lab, secs, pin)?, None)),
         Mode::Cctrace => {
             let tracer = Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?;
-            let (cpu0, runs0, t0) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?, Instant::now());
+            let (cpu0, t0) = (tracer.cpu_secs()?, Instant::now());
             let t = transfer(lab, secs, pin)?;
-            let (cpu1, runs1) = (tracer.cpu_secs()?, bpf_stats::programs_of(tracer.pid())?);
+            let cpu1 = tracer.cpu_secs()?;
             let per_s = (cpu1 - cpu0) / t0.elapsed().as_secs_f64();
             let summary = tracer.stop()?;
             if summary["events_lost"].as_u64() != Some(0) {
                 eprintln!("  cctrace lost samples during a saturating transfer: {summary}");
             }
-            Ok((t, Some(Cost::Cctrace(per_s, bpf_stats::delta(&runs0, &runs1)))))
+            Ok((t, Some(Cost::Cctrace(per_s))))
         }
         Mode::Bpftrace => {
-            let bpftrace = Bpftrace::start()?;
-            let runs0 = bpf_stats::programs_of(bpftrace.0.id())?;
-            let t = transfer(lab, secs, pin)?;
-            let runs1 = bpf_stats::programs_of(bpftrace.0.id())?;
-            Ok((t, Some(Cost::Bpftrace(bpf_stats::delta(&runs0, &runs1)))))
+            let _bpftrace = Bpftrace::start()?;
+            Ok((transfer(lab, secs, pin)?, None))
         }
         Mode::SsPoll => {
             let stop = Arc::new(AtomicBool::new(false));
