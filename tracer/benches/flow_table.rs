@@ -189,8 +189,7 @@ fn json_line_ns(flows: u64) -> (f64, usize) {
     let mut buf = Vec::new();
     let start = Instant::now();
     for flow in a.table.flows() {
-        let record =
-            Record::Flow(FlowRecord::of(flow, a.verdict(flow), &clock, &a.env).with_route(a.route(flow.cookie())));
+        let record = Record::Flow(FlowRecord::of(flow, a.verdict(flow), &clock, &a.env));
         serde_json::to_writer(&mut buf, &record).expect("serializes");
         buf.push(b'\n');
     }

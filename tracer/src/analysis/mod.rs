@@ -26,7 +26,6 @@ use crate::analysis::decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
-use crate::analysis::route::Route;
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
@@ -127,11 +126,6 @@ impl Analysis {
         for s in &readings.udp {
             self.udp.ingest(s);
         }
-    }
-
-    /// A TCP flow's route (device, path MTU), as its latest sample with one had it.
-    pub fn route(&self, cookie: u64) -> Option<&Route> {
-        self.table.get(cookie).and_then(|f| f.latest.route.as_ref())
     }
 
     /// The verdict on a heavy UDP flow (from the last evaluation).

@@ -14,7 +14,6 @@ use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::{Environment, Evidence, LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::Flow;
-use crate::analysis::route::Route;
 use crate::analysis::time::WallClock;
 use crate::analysis::udp::{AppProto, Process, RelayedBy, UdpFlow, UdpVerdict};
 
@@ -279,18 +278,9 @@ impl FlowRecord {
             fix: verdict.and_then(|v| (!v.fix.is_empty()).then(|| v.fix.clone())),
             proto: Proto::Tcp,
             relayed_by: verdict.and_then(|v| v.relayed_by.clone()),
-            dev: None,
-            mtu: None,
+            dev: flow.latest.route.map(|r| r.dev.to_string()),
+            mtu: flow.latest.route.map(|r| r.mtu()),
         }
-    }
-
-    /// With the flow's route (device and path MTU), when known.
-    pub fn with_route(mut self, route: Option<&Route>) -> Self {
-        if let Some(r) = route {
-            self.dev = Some(r.dev.to_string());
-            self.mtu = Some(r.mtu());
-        }
-        self
     }
 }
 

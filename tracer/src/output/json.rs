@@ -66,10 +66,7 @@ impl JsonOutput {
         cookies.sort_unstable();
         for cookie in cookies {
             if let Some(flow) = analysis.table.get(cookie) {
-                let record = Record::Flow(
-                    FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env)
-                        .with_route(analysis.route(cookie)),
-                );
+                let record = Record::Flow(FlowRecord::of(flow, analysis.verdict(flow), &self.clock, &analysis.env));
                 self.push(&record)?;
             }
             if self.buf.len() >= CHUNK_BYTES && self.send().await? == Control::Stop {

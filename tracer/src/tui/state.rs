@@ -565,7 +565,7 @@ impl Whereabouts {
             host_netns: env.host_netns != 0 && env.host_netns == s.netns,
             available_cc: env.available_cc.clone(),
             allowed_cc: env.allowed_cc.clone(),
-            route: None,
+            route: s.route,
         }
     }
 }
@@ -1078,10 +1078,7 @@ impl AppState {
             Some(f) => {
                 self.detail = Some(Box::new(DetailFlow {
                     verdict: analysis.verdict(f).cloned(),
-                    whereabouts: Whereabouts {
-                        route: analysis.route(f.cookie()).copied(),
-                        ..Whereabouts::of(f, &analysis.env)
-                    },
+                    whereabouts: Whereabouts::of(f, &analysis.env),
                     decisions: {
                         let all: Vec<_> = analysis.decisions.of(cookie).collect();
                         let skip = all.len().saturating_sub(DETAIL_DECISIONS);
