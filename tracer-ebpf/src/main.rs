@@ -10,7 +10,12 @@
 #![no_main]
 // Entry points are `pub` as aya's program macros are written; an eBPF object has no Rust API.
 #![allow(unreachable_pub)]
+// `atomic_xadd`: the BPF target has no `fetch_add` in `core` (no compare-and-swap), though the
+// instruction set has an atomic add; see `count`.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
+mod count;
 mod udp;
 
 use core::ffi::c_void;
@@ -98,8 +103,7 @@ fn enabled(hook: HookId) -> bool {
 #[inline(always)]
 fn bump(index: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot of this CPU; programs do not nest on one CPU for these hooks.
-        unsafe { *slot += 1 };
+        count::add(slot, 1);
     }
 }
 

@@ -45,8 +45,7 @@ const UDP_HEADER_LEN: u32 = 8;
 #[inline(always)]
 fn bump(index: u32) {
     if let Some(slot) = UDP_COUNTERS.get_ptr_mut(index) {
-        // SAFETY: this CPU's slot; cgroup_skb programs do not nest on one CPU.
-        unsafe { *slot += 1 };
+        crate::count::add(slot, 1);
     }
 }
 
@@ -129,17 +128,20 @@ fn account(ctx: &SkBuffContext, egress: bool) {
             }
         }
     };
-    // SAFETY: a pointer into the map value, valid for this run. Plain adds: the BPF target has
-    // no fetch-add in `core`, and sends (or receives) of one socket on two CPUs at the same
-    // instant are rare enough that a lost add is noise in a one-second rate.
+    // The totals take atomic adds: one socket sends (or receives) on two CPUs at once, and a
+    // receive can interrupt a send on one CPU.
+    // SAFETY: `state` points into the map value, valid for this run; the fields are plain u64s.
+    let (bytes, packets) = unsafe {
+        if egress {
+            (&raw mut (*state).tx_bytes, &raw mut (*state).tx_packets)
+        } else {
+            (&raw mut (*state).rx_bytes, &raw mut (*state).rx_packets)
+        }
+    };
+    crate::count::add(bytes, u64::from(len));
+    crate::count::add(packets, u64::from(segs));
+    // SAFETY: as above. The rest is per-window bookkeeping where a lost update is noise.
     let state = unsafe { &mut *state };
-    if egress {
-        state.tx_bytes += u64::from(len);
-        state.tx_packets += u64::from(segs);
-    } else {
-        state.rx_bytes += u64::from(len);
-        state.rx_packets += u64::from(segs);
-    }
     state.last_ns = now;
     if egress {
         state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
