@@ -94,6 +94,15 @@ fn say(msg: &str) {
     eprintln!("xtask: {msg}");
 }
 
+/// Run one step of a task and say how long it took: the suite has a time budget, and this is
+/// where a run shows which step spent it.
+fn step(what: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let start = std::time::Instant::now();
+    let result = f();
+    say(&format!("{what}: {:.0} s{}", start.elapsed().as_secs_f64(), if result.is_err() { " (failed)" } else { "" }));
+    result
+}
+
 /// PATH with LLVM 22 and cargo's bin directory first.
 fn tool_path() -> String {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
@@ -321,16 +330,21 @@ fn main() -> ExitCode {
             };
             run(Command::new(bin).args(args))
         }),
-        Task::Test => setup().and_then(|()| {
-            run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all")?;
-            run(&mut cargo(&["clippy", "--workspace", "--exclude", "tracer-ebpf", "--all-targets", "--", "-D", "warnings"]))?;
-            run(&mut ebpf_clippy()).context("clippy on the eBPF programs")?;
-            // The shipped binary without the demo must build too (it does not link the lab).
-            run(&mut cargo(&["check", "-p", "tracer", "--no-default-features"]))?;
-            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
-            run(&mut cargo(&["build", "-p", "tracer"]))?;
-            run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"]))?;
-            kernels::run(&workspace_root(), &[])
+        Task::Test => step("set-up", setup).and_then(|()| {
+            let start = std::time::Instant::now();
+            step("fmt", || run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all"))?;
+            step("clippy", || {
+                run(&mut cargo(&["clippy", "--workspace", "--exclude", "tracer-ebpf", "--all-targets", "--", "-D", "warnings"]))?;
+                run(&mut ebpf_clippy()).context("clippy on the eBPF programs")?;
+                // The shipped binary without the demo must build too (it does not link the lab).
+                run(&mut cargo(&["check", "-p", "tracer", "--no-default-features"]))
+            })?;
+            step("release build", || run(&mut cargo(&["build", "--release", "-p", "tracer"])))?;
+            step("debug build", || run(&mut cargo(&["build", "-p", "tracer"])))?;
+            step("tests", || run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"])))?;
+            step("kernel matrix", || kernels::run(&workspace_root(), &[]))?;
+            say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
+            Ok(())
         }),
         Task::Kernels { images } => setup().and_then(|()| {
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
