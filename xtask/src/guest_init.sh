@@ -50,18 +50,26 @@ run_mode() { # MODE, cctrace arguments...
     nc 127.0.0.1 5003 </tmp/hold >/dev/null &
     idle_client=$!
     sleep 0.3
-    cctrace --json --events --interval 500 "$@" >/tmp/out.jsonl 2>/tmp/err.txt &
+    # Files of this mode's own: the shell truncates a redirect only once the child runs, and a
+    # wait reading the previous mode's "tracing TCP" went on before this cctrace had attached.
+    err=/tmp/err-$mode.txt
+    out=/tmp/out-$mode.jsonl
+    cctrace --json --events --interval 500 "$@" >"$out" 2>"$err" &
     tracer=$!
     i=0
-    while ! grep -q 'tracing TCP' /tmp/err.txt && kill -0 "$tracer" 2>/dev/null && [ "$i" -lt 900 ]; do
+    while ! grep -q 'tracing TCP' "$err" 2>/dev/null && kill -0 "$tracer" 2>/dev/null && [ "$i" -lt 900 ]; do
         sleep 0.1
         i=$((i + 1))
     done
 
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs during $mode"
 
-    # A bulk flow on loopback; the sender is the side that accepted the connection.
-    nc -l -p 5001 </tmp/blob &
+    # A bulk flow on loopback; the sender is the side that accepted the connection. It holds
+    # the connection 3 s past its data: without tcp_sendmsg_locked the owner of an accepted
+    # connection is found by scanning /proc, whose pace follows its cost (slow under
+    # emulation), and a 30 MB transfer here can end between two scans. ($! of a pipeline is
+    # its last process, nc.)
+    { cat /tmp/blob; sleep 3; } | nc -l -p 5001 &
     loop_server=$!
     sleep 0.5
     nc 127.0.0.1 5001 </tmp/hold >/dev/null
@@ -89,8 +97,9 @@ run_mode() { # MODE, cctrace arguments...
     wait "$tracer"
     echo $? | section "exit $mode"
     echo "loopback=$loop_server lossy=$lossy_server" | section "pids $mode"
-    section "stderr $mode" </tmp/err.txt
-    section "jsonl $mode" </tmp/out.jsonl
+    section "stderr $mode" <"$err"
+    section "jsonl $mode" <"$out"
+    rm -f "$out" "$err"
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after $mode"
     kill "$idle_server" "$idle_client" 2>/dev/null
     /usr/sbin/ip netns del "snd$mode" 2>/dev/null

@@ -55,12 +55,13 @@ struct ModeResult {
     checks: Vec<(String, Result<(), String>)>,
 }
 
-pub(crate) fn run(root: &Path, extra_images: &[PathBuf]) -> Result<()> {
+/// Boot every kernel of the matrix with `cctrace` (a built binary under `root`'s target
+/// directory) in its initramfs and check what it traced.
+pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Result<()> {
     let work = root.join("target/kernels");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let cctrace = root.join("target/release/cctrace");
     if !cctrace.is_file() {
-        bail!("{} is missing: build it with cargo build --release -p tracer", cctrace.display());
+        bail!("{} is missing: build it with cargo build -p tracer", cctrace.display());
     }
     let mut kernels = Vec::new();
     for meta in DEBIAN_KERNELS {
@@ -83,7 +84,7 @@ pub(crate) fn run(root: &Path, extra_images: &[PathBuf]) -> Result<()> {
         kernels.push(Kernel { label: image.display().to_string(), image: image.clone(), modules: None });
     }
 
-    let common = common_root(&work, &cctrace)?;
+    let common = common_root(&work, cctrace)?;
     let mut results = Vec::new();
     for k in &kernels {
         let started = Instant::now();
@@ -172,11 +173,17 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
     }
     copy(Path::new("/bin/busybox"), &root.join("bin/busybox"))
         .context("busybox-static is needed for the guest (apt-get install busybox-static)")?;
-    let mut binaries = vec![(cctrace.to_path_buf(), root.join("usr/bin/cctrace"))];
+    // cctrace goes in without its debug information: a debug build's is most of its 120 MB,
+    // which the guest would unpack at emulated speed on every boot.
+    let guest_cctrace = root.join("usr/bin/cctrace");
+    std::fs::create_dir_all(root.join("usr/bin"))?;
+    sh(Command::new("objcopy").arg("--strip-debug").arg(cctrace).arg(&guest_cctrace))
+        .context("objcopy (binutils) strips cctrace for the guest")?;
+    let mut libraries: BTreeSet<PathBuf> = shared_libraries(cctrace)?.into_iter().collect();
+    let mut binaries = Vec::new();
     for tool in GUEST_TOOLS {
         binaries.push((PathBuf::from(tool), root.join(tool.trim_start_matches('/'))));
     }
-    let mut libraries = BTreeSet::new();
     for (from, to) in &binaries {
         copy(from, to)?;
         libraries.extend(shared_libraries(from)?);
