@@ -520,6 +520,13 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
 fn full_bottlenecks_are_the_path_and_not_flagged() -> Result<()> {
     require_kernel!();
     let _serial = serial();
+    on_a_faithful_path(3, full_bottlenecks_scenario)
+}
+
+/// CUBIC alone on shallow, medium and deep 40 Mbit/s bottlenecks and two sharing one; returns
+/// the emulator's late-release share. (A stalled emulator releases bursts into a shallow queue:
+/// one such run saw ten times the usual drops and 60 % of the link.)
+fn full_bottlenecks_scenario() -> Result<f64> {
     let rate = 40_000_000;
     let shallow = bottleneck(rate, 0.25)?;
     let medium = bottleneck(rate, 1.0)?;
@@ -536,8 +543,18 @@ fn full_bottlenecks_are_the_path_and_not_flagged() -> Result<()> {
         assert_eq!(f.dropped_loss, 0, "{name}: no random loss");
         println!("{name}: queue drops {}, max queue {} B", f.dropped_queue, f.max_queue_bytes);
     }
-    for j in &judged {
-        assert!(!j.outcome.ever_flagged, "{}", j.describe());
+    let late = late_share(&[&shallow, &medium, &deep, &shared]);
+    println!("emulator: {:.2}% of packets released late", late * 100.0);
+    match check_full_bottlenecks(&judged, rate) {
+        Ok(()) => Ok(late),
+        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
+        Err(e) => Err(e),
+    }
+}
+
+fn check_full_bottlenecks(judged: &[Judged], rate: u64) -> Result<()> {
+    for j in judged {
+        anyhow::ensure!(!j.outcome.ever_flagged, "{}", j.describe());
     }
     // Alone on its bottleneck, each flow is told it fills the path: from the queue before its
     // losses (shallow) or its standing queue (medium, deep).
@@ -545,12 +562,16 @@ fn full_bottlenecks_are_the_path_and_not_flagged() -> Result<()> {
     // ("cwnd", unflagged); from then on it must say "path" and keep saying it.
     let path_evidence =
         |line: &Value| line["limited_by"] == "path" || line["evidence"]["queued_episodes"].as_u64() >= Some(2);
-    for j in &judged[..3] {
-        assert_eq!(j.outcome.last["limited_by"], "path", "{}", j.describe());
+    // A deep enough buffer keeps the link busy through CUBIC's cuts (measured 0.96 of the rate
+    // every run). A quarter-BDP one does not: after each cut the window is below the BDP until
+    // it regrows, and the emulator's bursts on a loaded host cost more than one drop per
+    // episode (measured 0.60-0.85).
+    let min_utilisation = [0.5, 0.9, 0.9];
+    for (j, min_utilisation) in judged[..3].iter().zip(min_utilisation) {
+        anyhow::ensure!(j.outcome.last["limited_by"] == "path", "{}", j.describe());
         let share = j.outcome.share_once("path", path_evidence);
-        assert!(share.is_some_and(|s| s >= 0.9), "path share once evidenced {share:?}: {}", j.describe());
-        // CUBIC leaves some of a shallow buffer's link idle after each cut; deeper ones stay full.
-        assert!(j.goodput_bps > 0.6 * rate as f64, "{}", j.describe());
+        anyhow::ensure!(share.is_some_and(|s| s >= 0.9), "path share once evidenced {share:?}: {}", j.describe());
+        anyhow::ensure!(j.goodput_bps > min_utilisation * rate as f64, "{}", j.describe());
     }
     Ok(())
 }

@@ -67,7 +67,7 @@ fn main() -> Result<()> {
         }
         for (mode, e) in &r.efficiency {
             let met = if e.relative() <= settings.target { "" } else { "  (CI wider than the target: round limit)" };
-            row(&format!("bytes per CPU second ratio, {}", mode.label()), format!("{e}{met}"));
+            row(&format!("{} ratio, {}", r.efficiency_basis, mode.label()), format!("{e}{met}"));
         }
         row("cctrace CPU, seconds per second", r.cctrace_cpu.to_string());
         row(

@@ -62,8 +62,11 @@ pub(crate) struct Settings {
 pub(crate) struct Results {
     /// Goodput ratio to the untraced run of the same round, per traced mode.
     pub(crate) ratios: BTreeMap<Mode, Estimate>,
-    /// Bytes per CPU second of the transfer, as a ratio to the untraced run of the same round.
+    /// Bytes per busy second of the transfer's CPU (pinned), or per CPU second of this process
+    /// (not pinned), as a ratio to the untraced run of the same round.
     pub(crate) efficiency: BTreeMap<Mode, Estimate>,
+    /// What `efficiency` divides by.
+    pub(crate) efficiency_basis: &'static str,
     pub(crate) untraced_gbps: Estimate,
     /// cctrace's CPU seconds per second during the transfers.
     pub(crate) cctrace_cpu: Estimate,
@@ -80,6 +83,10 @@ pub(crate) struct Results {
 }
 
 pub(crate) fn run(settings: &Settings) -> Result<Results> {
+    // Everything but the transfer (this thread, and so every tracer and `ss` it starts, and the
+    // lab's threads until they are pinned) stays off the transfer's CPU: that CPU's busy time
+    // is then the data path and the hooks on it, and nothing else of ours.
+    let _off = settings.pin.map(OffCpu::keep_off).transpose()?;
     let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
     let bpftrace = which("bpftrace");
@@ -137,6 +144,11 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
     Ok(Results {
         ratios: estimates(&goodput_ratios),
         efficiency: estimates(&efficiency_ratios),
+        efficiency_basis: if settings.pin.is_some() {
+            "bytes per busy second of the transfer's CPU"
+        } else {
+            "bytes per CPU second of the transfer's threads"
+        },
         untraced_gbps: Estimate::of(&untraced).context("too few rounds")?,
         cctrace_cpu: Estimate::of(&cpu).context("too few rounds")?,
         kernel_share,
@@ -159,13 +171,15 @@ fn which(program: &str) -> bool {
 #[derive(Clone, Copy, Debug)]
 struct Transfer {
     goodput_bps: f64,
-    /// Bytes acknowledged per CPU second of this process (the sender and sink threads, where
-    /// the veth data path and the hooks on it run) during the transfer. Other load on the
-    /// machine takes CPU away from the transfer but hardly changes what a byte costs, so this
-    /// ratio stays readable on a shared machine where goodput does not.
+    /// Bytes acknowledged per second of CPU work on the data path. Pinned: the transfer CPU's
+    /// busy time from /proc/stat (user, system, irq and softirq: the veth receive path runs
+    /// in softirq, which a task's own CPU time leaves out with IRQ time accounting; time the
+    /// hypervisor stole is not busy time). Not pinned: this process's CPU time. A machine
+    /// that gives the transfer less CPU changes its goodput but hardly what a byte costs, so
+    /// this ratio stays readable where goodput does not.
     bytes_per_cpu_s: f64,
-    /// CPU seconds of this process during the transfer.
-    cpu_s: f64,
+    /// The CPU seconds that divide: the transfer CPU's busy time, or this process's.
+    work_s: f64,
 }
 
 /// User + system CPU seconds of this process so far.
@@ -176,6 +190,53 @@ fn own_cpu_secs() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// This thread kept on every CPU but one (the threads and processes it starts inherit that)
+/// until dropped, when its own CPUs are given back.
+struct OffCpu(libc::cpu_set_t);
+
+impl OffCpu {
+    fn keep_off(cpu: usize) -> Result<Self> {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut before: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: sched_getaffinity writes at most `size` bytes into the set for this thread.
+        if unsafe { libc::sched_getaffinity(0, size, &mut before) } != 0 {
+            bail!("reading this thread's CPUs: {}", std::io::Error::last_os_error());
+        }
+        let mut set = before;
+        // SAFETY: `cpu` is below the machine's CPU count, within the set's size.
+        unsafe { libc::CPU_CLR(cpu, &mut set) };
+        // SAFETY: sched_setaffinity reads the set of the given size for the calling thread.
+        if unsafe { libc::sched_setaffinity(0, size, &set) } != 0 {
+            bail!("keeping the benchmark off CPU {cpu}: {}", std::io::Error::last_os_error());
+        }
+        Ok(Self(before))
+    }
+}
+
+impl Drop for OffCpu {
+    fn drop(&mut self) {
+        // SAFETY: as in `keep_off`, with the set read there.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+    }
+}
+
+/// Seconds CPU `cpu` has spent working (user, nice, system, irq, softirq) since boot.
+fn cpu_busy_secs(cpu: usize) -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let label = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(label.as_str()))
+        .with_context(|| format!("no {label} line in /proc/stat"))?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>();
+    // SAFETY: sysconf reads a constant.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(busy as f64 / per_s)
 }
 
 /// The transfer's threads (the sender and the sink, named so by the lab) on CPU `cpu`: with
@@ -205,6 +266,7 @@ fn pin_transfer_threads(cpu: usize) -> Result<()> {
 /// One bulk transfer of `secs` seconds, its threads on `pin` when set.
 fn transfer(lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<Transfer> {
     let cpu0 = own_cpu_secs();
+    let busy0 = pin.map(cpu_busy_secs).transpose()?;
     let sender = Sender::start(
         lab.sender(),
         lab.receiver_addr(),
@@ -216,10 +278,14 @@ fn transfer(lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<Transfer> {
     }
     let report = sender.wait()?;
     let cpu = own_cpu_secs() - cpu0;
+    let busy = match (pin, busy0) {
+        (Some(c), Some(b0)) => cpu_busy_secs(c)? - b0,
+        _ => cpu,
+    };
     Ok(Transfer {
         goodput_bps: report.goodput_bps,
-        bytes_per_cpu_s: report.bytes_acked as f64 / cpu.max(1e-6),
-        cpu_s: cpu,
+        bytes_per_cpu_s: report.bytes_acked as f64 / busy.max(1e-6),
+        work_s: busy,
     })
 }
 
@@ -255,7 +321,7 @@ fn kernel_costs(
         bt.count += r.count;
         bt.ns += r.ns;
     }
-    let share = kernel.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9 / t.cpu_s.max(1e-6);
+    let share = kernel.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9 / t.work_s.max(1e-6);
     Ok((kernel, bt, share))
 }
 
