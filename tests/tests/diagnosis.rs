@@ -376,19 +376,20 @@ impl Judged {
     }
 
     /// Flagged within `within` s of its start and on every judged line from then on.
-    fn assert_flagged_and_stays(&self, within: f64) {
+    fn check_flagged_and_stays(&self, within: f64) -> Result<()> {
         let first = self.outcome.first_flag_s.unwrap_or(f64::INFINITY);
-        assert!(first <= within, "{} not flagged within {within} s", self.describe());
-        assert_eq!(self.outcome.last["flagged"], true, "stays flagged: {}", self.describe());
-        assert!(
+        anyhow::ensure!(first <= within, "{} not flagged within {within} s", self.describe());
+        anyhow::ensure!(self.outcome.last["flagged"] == true, "stays flagged: {}", self.describe());
+        anyhow::ensure!(
             self.outcome.flag_dropped.is_none(),
             "flag dropped at {:?}: {}",
             self.outcome.flag_dropped,
             self.describe()
         );
-        assert_eq!(self.outcome.last["limited_by"], "cwnd", "{}", self.describe());
+        anyhow::ensure!(self.outcome.last["limited_by"] == "cwnd", "{}", self.describe());
         let verdict = self.outcome.last["verdict"].as_str().unwrap_or_default();
-        assert!(verdict.contains("episodes") && verdict.contains("Mathis bound"), "{verdict}");
+        anyhow::ensure!(verdict.contains("episodes") && verdict.contains("Mathis bound"), "{verdict}");
+        Ok(())
     }
 }
 
@@ -446,7 +447,16 @@ fn assert_realised_loss(name: &str, path: &EmulatedPath, loss: f64) -> f64 {
 
 /// CUBIC and Reno on the 30 ms and 80 ms paths at `loss`, all four at once (together they use a
 /// small share of each 200 Mbit/s path, so they do not queue), plus `extra` paths.
+/// CUBIC and Reno on 30 and 80 ms paths with random `loss` (and CUBIC on a bursty one) flagged
+/// within 15 s and staying flagged, on a run whose emulator kept its timing. A late emulator
+/// adds delay the test did not ask for: srtt then rises before losses, they look congestive,
+/// and the flag rightly waits. (A fresh-clone run flagged CUBIC at 0.05 % only after 17.9 s,
+/// with 2 of its 16 loss episodes showing queue; its emulator's timing was not recorded.)
 fn loss_based_flagged_at(loss: f64, bursty_extra: bool) -> Result<()> {
+    on_a_faithful_path(3, || loss_based_scenario(loss, bursty_extra))
+}
+
+fn loss_based_scenario(loss: f64, bursty_extra: bool) -> Result<f64> {
     let p30 = lossy_path(30, loss, false)?;
     let p80 = lossy_path(80, loss, false)?;
     let ge = if bursty_extra { Some(lossy_path(30, 0.002, true)?) } else { None };
@@ -465,10 +475,16 @@ fn loss_based_flagged_at(loss: f64, bursty_extra: bool) -> Result<()> {
     if let Some(g) = &ge {
         assert_realised_loss("30 ms bursty", g, 0.002);
     }
-    for j in &judged {
-        j.assert_flagged_and_stays(15.0);
+    let late = match &ge {
+        Some(g) => late_share(&[&p30, &p80, g]),
+        None => late_share(&[&p30, &p80]),
+    };
+    println!("emulator: {:.2}% of packets released late", late * 100.0);
+    match judged.iter().try_for_each(|j| j.check_flagged_and_stays(15.0)) {
+        Ok(()) => Ok(late),
+        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 #[test]
