@@ -150,6 +150,16 @@ fn on_a_faithful_path(attempts: usize, mut scenario: impl FnMut() -> Result<f64>
     anyhow::bail!("the host could not emulate the path in {attempts} attempts (late releases: {late:?})")
 }
 
+/// What a scenario returns to [`on_a_faithful_path`]: the emulator's `late` share when
+/// `checked` held, else its failure, marked [`Unfaithful`] when the emulator was late.
+fn judged_on(late: f64, checked: Result<()>) -> Result<f64> {
+    match checked {
+        Ok(()) => Ok(late),
+        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
+        Err(e) => Err(e),
+    }
+}
+
 /// A scenario's assertions failed on a run whose emulator was late: (late share).
 #[derive(Debug)]
 struct Unfaithful(f64);
@@ -205,11 +215,7 @@ fn lossy_wan_scenario() -> Result<f64> {
         let netns = if name.starts_with("bbr") { bbr_path.sender().inode() } else { path.sender().inode() };
         outcome(&lines, netns, ports[name], t0)
     };
-    match check_lossy_wan(&o, &path, &reports) {
-        Ok(()) => Ok(late),
-        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
-        Err(e) => Err(e),
-    }
+    judged_on(late, check_lossy_wan(&o, &path, &reports))
 }
 
 fn check_lossy_wan(
@@ -446,11 +452,10 @@ fn assert_realised_loss(name: &str, path: &EmulatedPath, loss: f64) -> f64 {
 }
 
 /// CUBIC and Reno on the 30 ms and 80 ms paths at `loss`, all four at once (together they use a
-/// small share of each 200 Mbit/s path, so they do not queue), plus `extra` paths.
-/// CUBIC and Reno on 30 and 80 ms paths with random `loss` (and CUBIC on a bursty one) flagged
-/// within 15 s and staying flagged, on a run whose emulator kept its timing. A late emulator
-/// adds delay the test did not ask for: srtt then rises before losses, they look congestive,
-/// and the flag rightly waits. (A fresh-clone run flagged CUBIC at 0.05 % only after 17.9 s,
+/// small share of each 200 Mbit/s path, so they do not queue), and CUBIC on a bursty path when
+/// asked, flagged within 15 s and staying flagged, on a run whose emulator kept its timing. A
+/// late emulator adds delay the test did not ask for: srtt then rises before losses, they look
+/// congestive, and the flag rightly waits. (A fresh-clone run flagged CUBIC at 0.05 % only after 17.9 s,
 /// with 2 of its 16 loss episodes showing queue; its emulator's timing was not recorded.)
 fn loss_based_flagged_at(loss: f64, bursty_extra: bool) -> Result<()> {
     on_a_faithful_path(3, || loss_based_scenario(loss, bursty_extra))
@@ -480,11 +485,7 @@ fn loss_based_scenario(loss: f64, bursty_extra: bool) -> Result<f64> {
         None => late_share(&[&p30, &p80]),
     };
     println!("emulator: {:.2}% of packets released late", late * 100.0);
-    match judged.iter().try_for_each(|j| j.check_flagged_and_stays(15.0)) {
-        Ok(()) => Ok(late),
-        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
-        Err(e) => Err(e),
-    }
+    judged_on(late, judged.iter().try_for_each(|j| j.check_flagged_and_stays(15.0)))
 }
 
 #[test]
@@ -561,11 +562,7 @@ fn full_bottlenecks_scenario() -> Result<f64> {
     }
     let late = late_share(&[&shallow, &medium, &deep, &shared]);
     println!("emulator: {:.2}% of packets released late", late * 100.0);
-    match check_full_bottlenecks(&judged, rate) {
-        Ok(()) => Ok(late),
-        Err(e) if late > MAX_LATE_SHARE => Err(e.context(Unfaithful(late))),
-        Err(e) => Err(e),
-    }
+    judged_on(late, check_full_bottlenecks(&judged, rate))
 }
 
 fn check_full_bottlenecks(judged: &[Judged], rate: u64) -> Result<()> {

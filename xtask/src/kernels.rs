@@ -61,7 +61,7 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Resu
     let work = root.join("target/kernels");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     if !cctrace.is_file() {
-        bail!("{} is missing: build it with cargo build -p tracer", cctrace.display());
+        bail!("{} is missing: build cctrace first (cargo xtask kernels does)", cctrace.display());
     }
     let mut kernels = Vec::new();
     for meta in DEBIAN_KERNELS {
@@ -176,7 +176,6 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
     // cctrace goes in without its debug information: a debug build's is most of its 120 MB,
     // which the guest would unpack at emulated speed on every boot.
     let guest_cctrace = root.join("usr/bin/cctrace");
-    std::fs::create_dir_all(root.join("usr/bin"))?;
     sh(Command::new("objcopy").arg("--strip-debug").arg(cctrace).arg(&guest_cctrace))
         .context("objcopy (binutils) strips cctrace for the guest")?;
     let mut libraries: BTreeSet<PathBuf> = shared_libraries(cctrace)?.into_iter().collect();
