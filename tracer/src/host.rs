@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn each_namespace_default_is_read_inside_it() {
         let Some(ns) = TestNetns::add(format!("cct-test-{}", std::process::id())) else {
-            eprintln!("skipped: cannot create a network namespace (not root?)");
+            crate::test_support::skip("cannot create a network namespace (not root?)");
             return;
         };
         assert!(ns.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=reno"]), "reno is always allowed");

@@ -22,4 +22,6 @@ pub mod recording;
 pub mod side_job;
 pub mod signals;
 pub mod source;
+#[cfg(test)]
+mod test_support;
 pub mod tui;

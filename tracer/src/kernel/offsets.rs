@@ -285,7 +285,7 @@ mod tests {
 
     fn resolver() -> Option<BtfResolver> {
         if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-            eprintln!("skipped: /sys/kernel/btf/vmlinux is absent (kernel without CONFIG_DEBUG_INFO_BTF)");
+            crate::test_support::skip("/sys/kernel/btf/vmlinux is absent (kernel without CONFIG_DEBUG_INFO_BTF)");
             return None;
         }
         Some(BtfResolver::from_sys_fs().expect("BTF parses"))
