@@ -146,6 +146,8 @@ fn account(ctx: &SkBuffContext, egress: bool) {
     if egress {
         state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     }
+    // SAFETY: a read of a global the loader sets before attaching; volatile so the compiler
+    // does not fold the value it had at build time.
     let window = unsafe { core::ptr::read_volatile(&SKB_CONFIG.window_ns) };
     if now.wrapping_sub(state.window_start_ns) >= window {
         state.window_start_ns = now;
@@ -162,6 +164,7 @@ fn account(ctx: &SkBuffContext, egress: bool) {
         take_head(ctx, skb, state, egress, len, segs, gso_size);
     }
 
+    // SAFETY: as for `window_ns` above.
     let threshold = unsafe { core::ptr::read_volatile(&SKB_CONFIG.heavy_bytes_per_window) };
     if state.heavy == 0 && state.window_bytes >= threshold {
         state.heavy = 1;
