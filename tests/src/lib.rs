@@ -188,12 +188,15 @@ impl Drop for Tracer {
     }
 }
 
+/// The bottleneck rate of [`demo_wan`].
+pub const DEMO_WAN_RATE_BPS: f64 = 200e6;
+
 /// The demo's path: 30 ms RTT, `loss` on the data direction, a 200 Mbit/s bottleneck with a
 /// quarter-BDP queue.
 pub fn demo_wan(loss: f64) -> Result<cctrace_lab::EmulatedPath> {
     use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec};
-    let rate = 200_000_000;
-    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
+    let rate = DEMO_WAN_RATE_BPS as u64;
+    let queue = (rate / 8 * 30 / 1000 / 4) as usize;
     let mut spec =
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
