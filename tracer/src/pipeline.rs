@@ -300,7 +300,7 @@ pub async fn run<F: FrontEnd>(
 
     // From here on the counters must be final: the source stops producing (a live kernel
     // detaches its programs), so received + lost accounts for everything it emitted.
-    source.stop_producing();
+    let stopped = source.stop_producing();
     // What was sliced off but not yet ingested, then what the source already queued: bounded,
     // since under live traffic the queue never runs dry. A second signal ends the drain.
     let drain_until = tokio::time::Instant::now() + opts.final_drain;
@@ -345,6 +345,8 @@ pub async fn run<F: FrontEnd>(
             finished = front.finish(analysis, &summary) => finished?,
         }
     }
+    // Only now: the front end has had the summary and given the terminal back.
+    stopped?;
     Ok(summary)
 }
 

@@ -108,7 +108,12 @@ pub trait EventSource: Send {
     /// Stop producing new samples; what is already queued can still be read. A consumer that
     /// ends calls this before its final drain, so the counters it reports are final: a live
     /// kernel otherwise keeps writing samples between that drain and reading the counters.
-    fn stop_producing(&mut self) {}
+    /// An error is something the source could not undo on the host (deep mode's flows left on
+    /// a twin): the pipeline finishes its drain and summary, then returns it, so it is printed
+    /// after the front end has given the terminal back.
+    fn stop_producing(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// After [`EventSource::stop_producing`]: whether everything the producer made has been
     /// delivered or counted lost, so the final drain can end without waiting out its deadline.
     /// `false` when the source cannot tell.

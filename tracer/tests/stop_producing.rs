@@ -45,7 +45,7 @@ async fn after_stop_producing_received_and_lost_add_up_to_emitted_under_traffic(
     )
     .expect("sender");
     read_for(&mut source, Duration::from_millis(700)).await;
-    source.stop_producing();
+    source.stop_producing().expect("stopping the source");
     // Drain what was queued; the sender is still sending.
     read_for(&mut source, Duration::from_millis(300)).await;
     let c = source.counters();

@@ -902,7 +902,7 @@ impl EventSource for KernelSource {
         }
     }
 
-    fn stop_producing(&mut self) {
+    fn stop_producing(&mut self) -> Result<()> {
         self.detach_programs();
         // The listing reads no further; what it already queued is still delivered.
         if let Some(listing) = &mut self.listing {
@@ -914,11 +914,10 @@ impl EventSource for KernelSource {
             if let Some(twins) = deep.session.twins() {
                 deep.final_kernel_counts = Some(twins.counters());
             }
-            match deep.session.finish() {
-                Ok(moved) => log::info!("deep: moved {} flows back from the twins", moved.switched),
-                Err(e) => eprintln!("cctrace: putting flows back from the deep-mode twins: {e:#}"),
-            }
+            let moved = deep.session.finish().context("putting flows back from the deep-mode twins")?;
+            log::info!("deep: moved {} flows back from the twins", moved.switched);
         }
+        Ok(())
     }
 
     fn drained(&self) -> bool {

@@ -357,8 +357,9 @@ mod tests {
         fn describe(&self) -> String {
             "open test source".into()
         }
-        fn stop_producing(&mut self) {
+        fn stop_producing(&mut self) -> anyhow::Result<()> {
             self.stopped = true;
+            Ok(())
         }
         fn drained(&self) -> bool {
             self.stopped && self.batches.is_empty()
