@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod kernels;
+mod suite;
 
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
@@ -116,40 +117,6 @@ fn tool_path() -> String {
 fn run(cmd: &mut Command) -> Result<()> {
     let shown = format!("{cmd:?}");
     let status = cmd.env("PATH", tool_path()).status().with_context(|| format!("starting {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed ({status})");
-    }
-    Ok(())
-}
-
-/// Run cargo test, passing its output through, and close with one total line over all test
-/// binaries (the last binary cargo runs is the doc-test one, whose own summary says little).
-fn run_tests(cmd: &mut Command) -> Result<()> {
-    use std::io::{BufRead, BufReader};
-    let shown = format!("{cmd:?}");
-    let mut child =
-        cmd.env("PATH", tool_path()).stdout(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
-    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
-    if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            println!("{line}");
-            if let Some(rest) = line.strip_prefix("test result: ") {
-                for part in rest.split(';') {
-                    let mut words = part.split_whitespace().rev();
-                    let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
-                    let n: u64 = n.parse().unwrap_or(0);
-                    match what {
-                        "passed" => passed += n,
-                        "failed" => failed += n,
-                        "ignored" => ignored += n,
-                        _ => {}
-                    }
-                }
-            }
-        }
-    }
-    let status = child.wait().with_context(|| format!("waiting for {shown}"))?;
-    println!("{passed} passed, {failed} failed, {ignored} skipped");
     if !status.success() {
         bail!("{shown} failed ({status})");
     }
@@ -352,7 +319,7 @@ fn main() -> ExitCode {
             // No release build: the suite's tests and the kernel matrix run the debug binary the
             // tests build anyway (the eBPF object in it is always built optimised), and a second
             // build of everything at release settings was three minutes of a 20-minute budget.
-            step("tests", || run_tests(&mut cargo(&["test", "--workspace", "--exclude", "tracer-ebpf", "--no-fail-fast"])))?;
+            step("tests", || suite::run(&workspace_root(), &["--workspace", "--exclude", "tracer-ebpf"]))?;
             step("kernel matrix", || kernels::run(&workspace_root(), &workspace_root().join("target/debug/cctrace"), &[]))?;
             say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
             Ok(())
