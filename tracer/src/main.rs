@@ -223,7 +223,7 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
         if let Some(at) = truncated {
             eprintln!("cctrace: recording truncated at byte {at}: using the {} entries before it", entries.len());
         }
-        Ok(if anonymize { tracer::export::anonymize::anonymize(entries).collect() } else { entries })
+        Ok(if anonymize { tracer::recording::anonymize::anonymize(entries).collect() } else { entries })
     };
     match cli.command.as_ref()? {
         Command::Export { file, format, summary, output } => Some((|| {
@@ -535,7 +535,7 @@ async fn run(cli: &Cli) -> Result<()> {
                 .iter()
                 .map(|h| (h.name.clone(), !matches!(h.status, HookStatus::Disabled(_))))
                 .collect(),
-            source.hook_programs(),
+            tracer::kernel::hook_cost::reader(source.hook_programs()),
         );
     }
     let serving = exporter.as_ref().and_then(tracer::metrics::Exporter::local_addr);
@@ -577,7 +577,7 @@ async fn run(cli: &Cli) -> Result<()> {
     let recorder = match new_file {
         Some(file) => {
             let mut header = recording_header(cli, &source, &spec, start, tick);
-            let mut anonymizer = cli.anonymize.then(tracer::export::anonymize::Anonymizer::default);
+            let mut anonymizer = cli.anonymize.then(tracer::recording::anonymize::Anonymizer::default);
             if let Some(a) = &mut anonymizer {
                 header.anonymized = true;
                 if let Entry::Header(h) = a.entry(Entry::Header(header.clone())) {

@@ -87,6 +87,18 @@ pub struct Playback {
     pub catching_up: bool,
 }
 
+/// A kernel hook's program runs and the time they took, since it was loaded (while the kernel
+/// counts them: `kernel.bpf_stats_enabled`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HookCost {
+    pub hook: String,
+    pub runs: u64,
+    pub run_ns: u64,
+}
+
+/// Reads the live source's hook costs on demand (a scrape); empty while nothing counts.
+pub type HookCostReader = Box<dyn Fn() -> Vec<HookCost> + Send + Sync>;
+
 /// A stream of sample batches.
 pub trait EventSource: Send {
     /// The next batch; `Ok(None)` when the source has ended (a recording, a finite feed).

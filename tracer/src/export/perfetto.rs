@@ -259,7 +259,7 @@ pub fn write(entries: impl IntoIterator<Item = Entry>, diagnosis: DiagnosisConfi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::fixture;
+    use crate::recording::fixture;
 
     fn events() -> Vec<Value> {
         let mut out = Vec::new();

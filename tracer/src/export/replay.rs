@@ -70,7 +70,7 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::fixture;
+    use crate::recording::fixture;
 
     #[test]
     fn replay_judges_as_live_and_sees_every_sample_and_tick() {

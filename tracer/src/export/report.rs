@@ -641,7 +641,7 @@ pub fn render(entries: impl IntoIterator<Item = Entry>, diagnosis: DiagnosisConf
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::fixture;
+    use crate::recording::fixture;
 
     #[test]
     fn every_heavy_flow_is_in_the_report_with_its_verdict_fix_and_charts() {

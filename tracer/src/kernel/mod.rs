@@ -5,6 +5,7 @@
 
 pub mod caps;
 pub mod filter;
+pub mod hook_cost;
 pub mod hz;
 pub mod listing;
 pub mod offsets;

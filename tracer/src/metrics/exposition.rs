@@ -12,8 +12,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::metrics::hook_cost::HookCost;
 use crate::metrics::model::{FlaggedSeries, GroupKey, GroupSeries, Snapshot};
+use crate::source::HookCost;
 
 /// The latest snapshot, shared between the pipeline (which replaces it) and scrapes (which read
 /// it): a scrape never waits for an evaluation, only for a pointer swap.

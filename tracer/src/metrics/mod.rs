@@ -7,7 +7,6 @@
 //! JSON output and the exporter see the same samples and ticks.
 
 pub mod exposition;
-pub mod hook_cost;
 pub mod model;
 pub mod server;
 
@@ -21,6 +20,7 @@ use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::recording::counters_of;
 use crate::side_job::{Beside, SideJob};
+use crate::source::HookCostReader;
 
 pub use exposition::{Exposition, Format, SharedSnapshot};
 pub use model::{MetricsConfig, MetricsModel, Snapshot};
@@ -36,8 +36,8 @@ pub struct Exporter {
     shared: SharedSnapshot,
     /// Each kernel hook and whether it is attached.
     hooks: Vec<(String, bool)>,
-    /// The attached hooks' programs, for their run statistics.
-    programs: Vec<crate::kernel::HookProgram>,
+    /// Reads the attached hooks' run statistics.
+    hook_costs: Option<HookCostReader>,
     server: Option<MetricsServer>,
     snapshot_at_ns: Option<u64>,
 }
@@ -51,17 +51,17 @@ impl Exporter {
             model: MetricsModel::new(cfg),
             shared,
             hooks,
-            programs: Vec::new(),
+            hook_costs: None,
             server: Some(server),
             snapshot_at_ns: None,
         })
     }
 
-    /// The kernel hooks, whether each is attached, and the attached ones' programs (known once
-    /// the source started).
-    pub fn set_hooks(&mut self, hooks: Vec<(String, bool)>, programs: Vec<crate::kernel::HookProgram>) {
+    /// The kernel hooks, whether each is attached, and how to read the attached ones' costs
+    /// (known once the source started).
+    pub fn set_hooks(&mut self, hooks: Vec<(String, bool)>, hook_costs: HookCostReader) {
         self.hooks = hooks;
-        self.programs = programs;
+        self.hook_costs = Some(hook_costs);
     }
 
     /// Where it listens.
@@ -71,7 +71,7 @@ impl Exporter {
 
     fn publish(&mut self, analysis: &Analysis, counters: crate::source::SourceCounters) {
         let mut snapshot = self.model.snapshot(analysis, counters, &self.hooks);
-        snapshot.health.hook_costs = hook_cost::read(&self.programs);
+        snapshot.health.hook_costs = self.hook_costs.as_ref().map(|read| read()).unwrap_or_default();
         self.shared.set(snapshot);
         self.snapshot_at_ns = Some(analysis.last_tick_ns());
     }

@@ -138,7 +138,7 @@ pub struct Health {
     /// Each hook by name, and whether it is attached.
     pub hooks: Vec<(String, bool)>,
     /// What each hook's program cost, when the kernel measures it (else empty).
-    pub hook_costs: Vec<crate::metrics::hook_cost::HookCost>,
+    pub hook_costs: Vec<crate::source::HookCost>,
 }
 
 /// Everything one scrape shows.

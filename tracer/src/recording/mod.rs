@@ -9,10 +9,14 @@
 //! [`Recording`] records what a pipeline front end sees; [`RecordingSource`] plays it back as
 //! an [`EventSource`] in the pipeline's scripted mode, ticking at the recorded instants.
 
+pub mod anonymize;
 pub mod entry;
 pub mod player;
 pub mod reader;
 pub mod writer;
+
+#[cfg(test)]
+pub(crate) mod fixture;
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +45,7 @@ pub struct Recorder {
     /// The analysis's host facts last written ([`Analysis::env_generation`]).
     env_written: Option<u64>,
     /// `--anonymize`: every entry passes through it (the header already did).
-    anonymizer: Option<crate::export::anonymize::Anonymizer>,
+    anonymizer: Option<crate::recording::anonymize::Anonymizer>,
 }
 
 impl Recorder {
@@ -50,7 +54,7 @@ impl Recorder {
     }
 
     /// Write pseudonyms instead of addresses and names, with the anonymizer that wrote the header.
-    pub fn with_anonymizer(mut self, anonymizer: Option<crate::export::anonymize::Anonymizer>) -> Self {
+    pub fn with_anonymizer(mut self, anonymizer: Option<crate::recording::anonymize::Anonymizer>) -> Self {
         self.anonymizer = anonymizer;
         self
     }

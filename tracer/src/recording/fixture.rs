@@ -1,4 +1,4 @@
-//! A realistic recording built in code, for the exporters' tests: the terminal UI's feed (a
+//! A realistic recording built in code, for the tests of anonymizing and the exports: the terminal UI's feed (a
 //! flagged lossy CUBIC upload in a Docker container, a BBR video stream, a container receiving,
 //! an upload that closes, ssh) plus a second lossy CUBIC flow in a named network namespace, on a
 //! host whose names are hostile (markup, quotes, shell metacharacters).

@@ -1,17 +1,11 @@
 //! What each kernel hook costs, when the kernel measures it: the BPF run statistics (`run_cnt`,
 //! `run_time_ns` in the program fd's fdinfo) count only while `kernel.bpf_stats_enabled` is 1
 //! (or someone holds a `BPF_ENABLE_STATS` fd), since measuring costs a little on every run.
-//! cctrace does not turn them on; it exposes them once they count.
+//! cctrace does not turn them on; it exposes them once they count. The metrics exporter gets
+//! [`reader`] from the command that started the kernel source, never the kernel itself.
 
 use crate::kernel::HookProgram;
-
-/// A hook's program runs and the time they took, since it was loaded.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HookCost {
-    pub hook: String,
-    pub runs: u64,
-    pub run_ns: u64,
-}
+use crate::source::{HookCost, HookCostReader};
 
 /// `run_cnt` and `run_time_ns` from a program fd's fdinfo, if it is the program `prog_id` (an
 /// fd number may name another file once the program is gone).
@@ -38,6 +32,11 @@ pub fn read(programs: &[HookProgram]) -> Vec<HookCost> {
     } else {
         Vec::new()
     }
+}
+
+/// What a front end calls to read the attached programs' costs now.
+pub fn reader(programs: Vec<HookProgram>) -> HookCostReader {
+    Box::new(move || read(&programs))
 }
 
 #[cfg(test)]

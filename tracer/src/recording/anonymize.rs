@@ -290,53 +290,7 @@ pub fn anonymize(entries: impl IntoIterator<Item = Entry>) -> impl Iterator<Item
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::diagnosis::DiagnosisConfig;
-    use crate::export::{export, fixture, report, Format};
-
-    fn all_outputs(entries: &[Entry]) -> Vec<String> {
-        let mut outs = Vec::new();
-        for (format, summary) in [
-            (Format::Csv, false),
-            (Format::Jsonl, false),
-            (Format::Csv, true),
-            (Format::Jsonl, true),
-            (Format::Perfetto, false),
-        ] {
-            let mut out = Vec::new();
-            export(entries.to_vec(), format, summary, DiagnosisConfig::default(), &mut out).expect("export");
-            outs.push(String::from_utf8(out).expect("utf8"));
-        }
-        outs.push(report::render(entries.to_vec(), DiagnosisConfig::default()));
-        outs
-    }
-
-    #[test]
-    fn no_original_name_or_address_is_left_anywhere() {
-        let anonymized: Vec<Entry> = anonymize(fixture::entries()).collect();
-        let json = serde_json::to_string(&anonymized).expect("json");
-        let mut outputs = all_outputs(&anonymized);
-        outputs.push(json);
-        for original in fixture::originals() {
-            for out in &outputs {
-                // The report escapes markup: look for both spellings.
-                let escaped = report::escape(&original);
-                assert!(
-                    !out.contains(&original) && !out.contains(&escaped),
-                    "{original:?} left in:\n{}",
-                    &out[..out.len().min(400)]
-                );
-            }
-        }
-        // Still a useful recording: the lossy flows are flagged, with a fix naming pseudonyms.
-        let report = &outputs[5];
-        assert!(
-            report.contains("netns-1") && report.contains("container-1") && report.contains("host-1"),
-            "pseudonyms shown"
-        );
-        let Entry::Header(h) = &anonymized[0] else { panic!("header first") };
-        assert!(h.anonymized);
-        assert_eq!(h.filters, ["container=container-1"]);
-    }
+    use crate::recording::fixture;
 
     #[test]
     fn pseudonyms_are_stable_within_a_file_and_fresh_per_file() {
