@@ -1,9 +1,36 @@
 //! What the crate's own unit tests share.
 
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
+
 /// A test that needs something this machine lacks returns early with `why` on stderr; under
 /// `CI=true` (where root, BTF and cgroup v2 are given) it fails instead, so a skip can never
 /// pass for a check that did not run.
 pub(crate) fn skip(why: &str) {
     assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "CI must run this test, but: {why}");
     eprintln!("skipped: {why}");
+}
+
+/// A writer whose bytes tests can read back.
+#[derive(Clone, Default)]
+pub(crate) struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl SharedBuf {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        self.0.lock().expect("lock").clone()
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().expect("lock").clone()).expect("utf8")
+    }
+}
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }

@@ -70,7 +70,9 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::diagnosis::Environment;
     use crate::recording::fixture;
+    use crate::recording::tests::{cut, entries, record};
 
     #[test]
     fn replay_judges_as_live_and_sees_every_sample_and_tick() {
@@ -88,5 +90,21 @@ mod tests {
         assert_eq!(samples, fixture::sample_count(&entries));
         assert_eq!(ticks, entries.iter().filter(|e| matches!(e, Entry::Tick { .. })).count());
         assert!(flagged, "the lossy CUBIC flow is flagged on replay as it is live");
+    }
+
+    #[test]
+    fn decisions_are_kept_and_replayed_into_the_analysis() {
+        let mut entries = entries(3);
+        entries.insert(2, Entry::Decisions { decisions: vec![cut(1, 1_500_000_000), cut(2, 1_600_000_000)] });
+        let bytes = record(&entries);
+        let (read, end) = crate::recording::reader::read_all(&bytes);
+        assert_eq!(end.expect("no error"), None);
+        assert_eq!(read, crate::recording::tests::with_header(&entries));
+        let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default());
+        replay(read, &mut analysis, |_, _| {});
+        assert_eq!(analysis.decisions.total(), 2);
+        assert_eq!(analysis.decisions.loss_responses(1), 1);
+        let text = analysis.decisions.of(2).next().expect("kept").describe();
+        assert_eq!(text, "loss: ssthresh 47, cwnd 68 → 47");
     }
 }

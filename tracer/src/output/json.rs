@@ -185,9 +185,9 @@ mod tests {
     use crate::analysis::event::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;
-    use crate::output::writer::tests::SharedBuf;
     use crate::pipeline::{self, NoStop, PipelineOptions};
     use crate::source::FeedSource;
+    use crate::test_support::SharedBuf;
 
     async fn run_feed(src: &mut FeedSource, events: bool) -> Vec<Value> {
         let buf = SharedBuf::default();

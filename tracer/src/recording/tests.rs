@@ -6,8 +6,8 @@ use super::writer::RecordWriter;
 use crate::analysis::diagnosis::Environment;
 use crate::analysis::model::tests::sample;
 use crate::analysis::schema::SummaryRecord;
-use crate::output::writer::tests::SharedBuf;
 use crate::source::SourceCounters;
+use crate::test_support::SharedBuf;
 
 pub(crate) fn header() -> Header {
     Header {
@@ -75,7 +75,7 @@ pub(crate) fn record(entries: &[Entry]) -> Vec<u8> {
     buf.bytes()
 }
 
-fn with_header(entries: &[Entry]) -> Vec<Entry> {
+pub(crate) fn with_header(entries: &[Entry]) -> Vec<Entry> {
     let mut all = vec![Entry::Header(header())];
     all.extend_from_slice(entries);
     all
@@ -266,24 +266,4 @@ pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::decisions::Decisi
         mss: 1448,
         kind: DecisionKind::SsthreshCut { cwnd_before: 68, cwnd_after: 47, ssthresh_before: 90, ssthresh_after: 47 },
     }
-}
-
-#[test]
-fn decisions_are_kept_and_replayed_into_the_analysis() {
-    let mut entries = entries(3);
-    entries.insert(2, Entry::Decisions { decisions: vec![cut(1, 1_500_000_000), cut(2, 1_600_000_000)] });
-    let bytes = record(&entries);
-    let (read, end) = read_all(&bytes);
-    assert_eq!(end.expect("no error"), None);
-    assert_eq!(read, with_header(&entries));
-    let mut analysis = crate::analysis::Analysis::new(
-        crate::analysis::model::TableConfig::default(),
-        crate::analysis::diagnosis::DiagnosisConfig::default(),
-        Environment::default(),
-    );
-    crate::export::replay::replay(read, &mut analysis, |_, _| {});
-    assert_eq!(analysis.decisions.total(), 2);
-    assert_eq!(analysis.decisions.loss_responses(1), 1);
-    let text = analysis.decisions.of(2).next().expect("kept").describe();
-    assert_eq!(text, "loss: ssthresh 47, cwnd 68 → 47");
 }
