@@ -1,17 +1,21 @@
 //! The terminal UI: a live table of TCP flows, heavy and flagged ones first, with a detail view
 //! per flow (history charts, CA-state timeline, verdict, fix).
 //!
-//! Split as ratatui applications usually are: [`state`] holds what is shown, [`update`] turns
-//! keys into state changes, [`view`] and `detail` draw the state and nothing else,
-//! [`terminal`] owns the terminal. [`TuiFrontEnd`] plugs them into the [`crate::pipeline`]: its
-//! tick draws a frame from state and never waits on the kernel, and keys are an input of their
-//! own that a flood of samples cannot starve.
+//! A tree of layers, each file importing only from the layers below it:
+//! 1. words: [`format`], `origin` (where a flow comes from), [`terminal`]: no other tui file;
+//! 2. [`state`]: what the UI knows and remembers, copied from the analysis once per frame;
+//! 3. pure functions of the state: `order` (the table's order and grouping), `panels` (what
+//!    the findings strip and a flow's fix history show);
+//! 4. [`update`] turns keys and frames into state changes; [`view`] draws the state (neither
+//!    reads the other);
+//! 5. this file: [`TuiFrontEnd`] plugs them into the [`crate::pipeline`]: its tick draws a frame
+//!    from state and never waits on the kernel, and keys are an input of their own that a flood
+//!    of samples cannot starve.
 
-mod detail;
-mod fixing;
 mod format;
 mod order;
 mod origin;
+mod panels;
 pub mod state;
 pub mod terminal;
 pub mod update;
