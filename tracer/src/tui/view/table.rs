@@ -5,7 +5,7 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Widget, Wrap};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, StatefulWidget, Table, TableState, Widget, Wrap};
 
 use super::{ca_color, dim, strips, CLOSED_MARK, FLAG_MARK};
 use crate::analysis::diagnosis::LimitedBy;
@@ -158,7 +158,9 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     state.page_rows.set(body_rows);
 
     // Scroll only as far as needed to keep the selection on screen (with its group's header
-    // when it is the group's first flow).
+    // when it is the group's first flow). Worked out here rather than by the `TableState`'s
+    // offset, because a `Table` is handed every row it may show: only the lines on screen are
+    // built, so a frame costs the same with 40 flows or 100,000.
     let len = state.lines.len();
     let sel = state.selected_line().min(len - 1);
     let top = match sel.checked_sub(1).map(|p| state.lines[p]) {
@@ -212,26 +214,28 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
 
     let header = Row::new(chosen.iter().map(|&i| Cell::from(titles[i].clone())))
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
-    let selected = state.selected;
+    // The selection, among the lines on screen.
+    let selected =
+        lines.iter().position(|l| matches!(l, TableLine::Flow(pos) if Some(row_of(*pos).cookie) == state.selected));
     let table_rows = lines.iter().zip(cells).map(|(line, texts)| {
         let (TableLine::Flow(pos), Some(texts)) = (line, texts) else {
             // A group's header: drawn over its blank row below, across the whole width.
             return Row::new(chosen.iter().map(|_| Cell::from("")));
         };
         let row = row_of(*pos);
-        let mut style = row_style(row);
-        if Some(row.cookie) == selected {
-            style = style.add_modifier(Modifier::REVERSED);
-        }
         let mut texts: Vec<Option<String>> = texts.into_iter().map(Some).collect();
         Row::new(chosen.iter().map(|&i| {
             let text = texts[i].take().unwrap_or_default();
             Cell::from(text).style(cell_style(row, Column::ALL[i]))
         }))
-        .style(style)
+        .style(row_style(row))
     });
     let constraints: Vec<Constraint> = chosen.iter().map(|&i| Constraint::Length(widths[i])).collect();
-    Table::new(table_rows, constraints).header(header).column_spacing(1).render(inner, buf);
+    let table = Table::new(table_rows, constraints)
+        .header(header)
+        .column_spacing(1)
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
+    StatefulWidget::render(table, inner, buf, &mut TableState::new().with_selected(selected));
     for (k, line) in lines.iter().enumerate() {
         if let TableLine::Group(g) = line {
             let y = inner.y + 1 + u16::try_from(k).unwrap_or(u16::MAX);
