@@ -1,7 +1,7 @@
 //! The terminal UI: a live table of TCP flows, heavy and flagged ones first, with a detail view
 //! per flow (history charts, CA-state timeline, verdict, fix).
 //!
-//! A tree of layers, each file importing only from the layers below it:
+//! A tree of layers, each file importing only from the layers below it (`layers_test` checks):
 //! 1. words: [`format`], `origin` (where a flow comes from), [`terminal`]: no other tui file;
 //! 2. [`state`]: what the UI knows and remembers, copied from the analysis once per frame;
 //! 3. pure functions of the state: `order` (the table's order and grouping), `panels` (what
@@ -25,6 +25,8 @@ pub mod view;
 pub(crate) mod feed;
 #[cfg(test)]
 mod frame_tests;
+#[cfg(test)]
+mod layers_test;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]
