@@ -2,7 +2,7 @@
 //! per flow (history charts, CA-state timeline, verdict, fix).
 //!
 //! A tree of layers, each file importing only from the layers below it (`layers_test` checks):
-//! 1. words: [`format`], `origin` (where a flow comes from), [`terminal`]: no other tui file;
+//! 1. words: `format`, `origin` (where a flow comes from), [`terminal`]: no other tui file;
 //! 2. [`state`]: what the UI knows and remembers, copied from the analysis once per frame;
 //! 3. pure functions of the state: `order` (the table's order and grouping), `panels` (what
 //!    the findings strip and a flow's fix history show);

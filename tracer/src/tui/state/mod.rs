@@ -3,11 +3,11 @@
 //! detail view shows, the selection, the view and the header facts. The bottom of the UI's
 //! layers: no terminal, no clock, no analysis of its own, and nothing from the layers above
 //! (the order, the update step, the views); it copies what it needs from the analysis the
-//! pipeline lends it ([`snapshot`]).
+//! pipeline lends it (`snapshot`).
 //!
 //! A frame's cost follows the flows' numbers, not their text: rows are refilled in place, a
 //! flow's strings are copied only when its text changed, its verdict only after an evaluation,
-//! and the order is worked out only where looked at ([`DisplayOrder`]).
+//! and the order is worked out only where looked at (`DisplayOrder`).
 
 mod columns;
 mod counters;

@@ -9,6 +9,8 @@ mod parse;
 mod tick;
 
 use crate::analysis::filter::FilterSpec;
+#[cfg(doc)]
+use crate::tui::state::AppState;
 
 pub use keys::handle_key;
 pub use parse::{parse_filter_spec, parse_seek_time};
