@@ -7,23 +7,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The layers, bottom first: (top-level module under `tui`, its layer, why it sits there). A
-/// file may import from lower layers and from its own module's files; "" is `tui/mod.rs`.
+/// The layers, bottom first, numbered as in the module docs of `tui`: (top-level module under
+/// `tui`, its layer, why it sits there). A file may import from lower layers and from its own
+/// module's files; "" is `tui/mod.rs`.
 const LAYERS: &[(&str, u8, &str)] = &[
-    ("format", 0, "numbers and text in human units: pure words every layer uses"),
-    ("origin", 0, "where a flow comes from, from the host facts alone"),
-    ("terminal", 0, "owns the real terminal (raw mode, alternate screen), knows no UI"),
-    ("state", 1, "what the UI knows and remembers: the bottom of the UI proper"),
-    ("order", 2, "the table's order and grouping: a pure function of the state's rows"),
-    ("panels", 2, "what the findings and a flow's fix history show: pure functions of state"),
-    ("update", 3, "keys and frames to state changes: drives the order, never reads a view"),
-    ("view", 3, "draws the state and what the order and panels make of it, changes nothing"),
-    ("", 4, "the run loop: plugs the update step and the view into the pipeline"),
-    ("feed", 5, "the tests' fixture: drives the UI as the run loop does"),
-    ("tests", 6, "tests of the whole UI, on the feed"),
-    ("frame_tests", 6, "tests of the whole UI, on the feed"),
-    ("snapshot_tests", 6, "tests of the whole UI, on the feed"),
-    ("layers_test", 6, "this test"),
+    ("format", 1, "numbers and text in human units: pure words every layer uses"),
+    ("origin", 1, "where a flow comes from, from the host facts alone"),
+    ("terminal", 1, "owns the real terminal (raw mode, alternate screen), knows no UI"),
+    ("state", 2, "what the UI knows and remembers: the bottom of the UI proper"),
+    ("order", 3, "the table's order and grouping: a pure function of the state's rows"),
+    ("panels", 3, "what the findings and a flow's fix history show: pure functions of state"),
+    ("update", 4, "keys and frames to state changes: drives the order, never reads a view"),
+    ("view", 4, "draws the state and what order and panels make of it; writes only layout memory"),
+    ("", 5, "the run loop: plugs the update step and the view into the pipeline"),
+    ("feed", 6, "the tests' fixture: drives the UI as the run loop does"),
+    ("tests", 7, "tests of the whole UI, on the feed"),
+    ("frame_tests", 7, "tests of the whole UI, on the feed"),
+    ("snapshot_tests", 7, "tests of the whole UI, on the feed"),
+    ("layers_test", 7, "this test"),
 ];
 
 /// A module path under `tui`: `["state", "rows"]`; empty for `tui` itself.
@@ -388,8 +389,8 @@ fn an_import_upwards_a_sibling_or_a_circle_is_reported() {
     .collect();
     let broken = violations(&sources);
     let expect = [
-        "tui::state (layer 1) imports tui::view of a higher layer (3: draws the state",
-        "tui::view imports tui::update, another module of its own layer 3",
+        "tui::state (layer 2) imports tui::view of a higher layer (4: draws the state",
+        "tui::view imports tui::update, another module of its own layer 4",
         "files import each other: tui::state → tui::view → tui::state",
         "files import each other: tui::state::a → tui::state::b → tui::state::a",
         "tui::strange is in no layer",

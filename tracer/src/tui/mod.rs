@@ -1,13 +1,11 @@
 //! The terminal UI: a live table of TCP flows, heavy and flagged ones first, with a detail view
 //! per flow (history charts, CA-state timeline, verdict, fix).
 //!
-//! A tree of layers, each file importing only from the layers below it (`layers_test` checks):
-//! 1. words: `format`, `origin` (where a flow comes from), [`terminal`]: no other tui file;
+//! A tree of layers, each file importing only from those below it (`layers_test` checks):
+//! 1. `format`, `origin`, [`terminal`]: words, where a flow comes from, the terminal;
 //! 2. [`state`]: what the UI knows and remembers, copied from the analysis once per frame;
-//! 3. pure functions of the state: `order` (the table's order and grouping), `panels` (what
-//!    the findings strip and a flow's fix history show);
-//! 4. [`update`] turns keys and frames into state changes; [`view`] draws the state (neither
-//!    reads the other);
+//! 3. `order`, `panels`: pure functions of the state (the table's order; what panels show);
+//! 4. [`update`] (keys and frames to state changes) beside [`view`] (draws the state);
 //! 5. this file: [`TuiFrontEnd`] plugs them into the [`crate::pipeline`]: its tick draws a frame
 //!    from state and never waits on the kernel, and keys are an input of their own that a flood
 //!    of samples cannot starve.
