@@ -1,10 +1,9 @@
 //! Drawing the state: header, flow table, footer, help and the empty and tiny-window states
 //! (`table`, `header`, `footer`, `help`), the detail view of one flow (`detail`) and the fix's
-//! confirmation panel (`fix_panel`). Reads the state and what the order and the
-//! panels work out from it, and nothing of the update step; the few layout facts a key needs
-//! (a page's height, how far the verdict scrolls) it records in the state's view memory. Only
-//! the rows on screen are put in order and formatted, so 10,000 flows cost no more to draw than
-//! 40.
+//! confirmation panel (`fix_panel`). Reads the state and what the order and the panels work
+//! out from it, nothing of the update step; the few layout facts a key needs (a page's height,
+//! how far the verdict scrolls) it records in the state's view memory. Only the rows on screen
+//! are put in order and formatted, so 10,000 flows cost no more to draw than 40.
 
 mod detail;
 mod fix_panel;
