@@ -1,17 +1,19 @@
 //! The terminal UI: a live table of TCP flows, heavy and flagged ones first, with a detail view
 //! per flow (history charts, CA-state timeline, verdict, fix).
 //!
-//! Split as ratatui applications usually are: [`state`] holds what is shown, [`update`] turns
-//! keys into state changes, [`view`] and `detail` draw the state and nothing else,
-//! [`terminal`] owns the terminal. [`TuiFrontEnd`] plugs them into the [`crate::pipeline`]: its
-//! tick draws a frame from state and never waits on the kernel, and keys are an input of their
-//! own that a flood of samples cannot starve.
+//! A tree of layers, each file importing only from those below it (`layers_test` checks):
+//! 1. `format`, `origin`, [`terminal`]: words, where a flow comes from, the terminal;
+//! 2. [`state`]: what the UI knows and remembers, copied from the analysis once per frame;
+//! 3. `order`, `panels`: pure functions of the state (the table's order; what panels show);
+//! 4. [`update`] (keys and frames to state changes) beside [`view`] (draws the state);
+//! 5. this file: [`TuiFrontEnd`] plugs them into the [`crate::pipeline`]: its tick draws a frame
+//!    from state and never waits on the kernel, and keys are an input of their own that a flood
+//!    of samples cannot starve.
 
-mod detail;
-mod fixing;
 mod format;
 mod order;
 mod origin;
+mod panels;
 pub mod state;
 pub mod terminal;
 pub mod update;
@@ -21,6 +23,8 @@ pub mod view;
 pub(crate) mod feed;
 #[cfg(test)]
 mod frame_tests;
+#[cfg(test)]
+mod layers_test;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

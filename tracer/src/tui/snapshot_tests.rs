@@ -45,6 +45,26 @@ fn table_80x24_with_a_flagged_row() {
 }
 
 #[test]
+fn the_selection_alone_is_drawn_reversed_across_its_row_in_its_own_colours() {
+    let mut state = feed::scene();
+    for grouped in [false, true] {
+        if grouped {
+            press(&mut state, KeyCode::Char('g'));
+        }
+        select(&mut state, CUBIC);
+        let terminal = render(&state, 80, 24);
+        let buf = terminal.backend().buffer();
+        let reversed = |x: u16, y: u16| buf[(x, y)].style().add_modifier.contains(Modifier::REVERSED);
+        let lines: Vec<u16> = (0..24).filter(|&y| (0..80).any(|x| reversed(x, y))).collect();
+        assert_eq!(lines.len(), 1, "grouped {grouped}: one line reversed, not {lines:?}");
+        let y = lines[0];
+        assert!((0..80).all(|x| reversed(x, y)), "grouped {grouped}: across the whole row");
+        assert_eq!(buf[(0, y)].symbol(), "⚑", "grouped {grouped}: the flagged CUBIC flow's row");
+        assert_eq!(buf[(0, y)].style().fg, Some(Color::Red), "grouped {grouped}: in its own colours");
+    }
+}
+
+#[test]
 fn table_120x40_all_flows_recording_lost_events() {
     let mut state = feed::state_with(12, 3, feed::batch);
     state.header.recording = Some("recording to /var/tmp/edge-07.cctrace".into());

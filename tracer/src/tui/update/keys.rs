@@ -1,83 +1,11 @@
-//! Keys to state changes. Pure: no terminal, no clock, so every binding is unit-tested.
+//! Keys to state changes, one screen and prompt at a time. Pure: no terminal, no clock, so
+//! every binding is unit-tested.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::state::{AppState, Screen};
-use crate::analysis::filter::FilterSpec;
-
-/// What the loop should do after a key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    None,
-    Quit,
-    /// Apply this kernel filter (a side effect the front end owns); the state learns the
-    /// outcome through [`AppState::kernel_filter_applied`].
-    SetKernelFilter(FilterSpec),
-    /// Move the playback of a recording (the front end's player does it).
-    Playback(PlaybackCommand),
-    /// Ask the host side what fixing flow `cookie`'s namespace would do; the state learns it
-    /// through [`AppState::fix_planned`].
-    PlanFix {
-        cookie: u64,
-        netns: u32,
-        flagged: bool,
-    },
-    /// The confirmation panel's plan was confirmed: carry it out ([`AppState::fix_done`]).
-    ApplyFix,
-    /// Undo the fix of the namespace `netns` ([`AppState::fix_done`]).
-    UndoFix {
-        netns: u32,
-    },
-}
-
-/// What the replay's keys ask of the player.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlaybackCommand {
-    TogglePause,
-    Step,
-    /// Seconds of recorded time, backwards when negative.
-    SeekBy(i64),
-    /// Seconds since the recording began.
-    SeekTo(u64),
-    Faster,
-    Slower,
-}
-
-/// Seconds since the start, from `90`, `1:30`, `1:02:03`, `1m30s`, `2h`, `45s`; `None` if unreadable.
-pub fn parse_seek_time(text: &str) -> Option<u64> {
-    let t = text.trim();
-    if t.is_empty() {
-        return None;
-    }
-    if t.contains(':') {
-        let parts: Vec<u64> = t.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-        if parts.len() > 3 || parts.iter().skip(1).any(|p| *p >= 60) {
-            return None;
-        }
-        return Some(parts.iter().fold(0u64, |acc, p| acc.saturating_mul(60).saturating_add(*p)));
-    }
-    if let Ok(secs) = t.parse::<u64>() {
-        return Some(secs);
-    }
-    let (mut total, mut number) = (0u64, String::new());
-    for c in t.chars() {
-        match c {
-            '0'..='9' => number.push(c),
-            'h' | 'm' | 's' if !number.is_empty() => {
-                let n: u64 = number.parse().ok()?;
-                let unit = match c {
-                    'h' => 3600,
-                    'm' => 60,
-                    _ => 1,
-                };
-                total = total.saturating_add(n.saturating_mul(unit));
-                number.clear();
-            }
-            _ => return None,
-        }
-    }
-    number.is_empty().then_some(total)
-}
+use super::parse::{parse_filter_spec, parse_seek_time};
+use super::{Action, PlaybackCommand};
+use crate::tui::state::{AppState, Screen};
 
 /// Apply one key to the state.
 pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
@@ -106,7 +34,7 @@ pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
         return seek_key(state, key);
     }
     if state.fix_panel.is_some() {
-        return super::fixing::panel_key(state, key);
+        return panel_key(state, key);
     }
     if state.replay {
         let command = match key.code {
@@ -247,8 +175,8 @@ fn filter_key(state: &mut AppState, key: KeyEvent) {
     }
 }
 
-/// The kernel filter prompt: Enter parses what was typed and asks the front end to apply it
-/// (a typo is reported without asking); Esc leaves the filter as it is.
+/// The `t` prompt (a replay): Enter asks the player to go to the time typed (a typo is
+/// reported without asking); Esc leaves the playback where it is.
 fn seek_key(state: &mut AppState, key: KeyEvent) -> Action {
     match key.code {
         KeyCode::Enter => {
@@ -268,6 +196,8 @@ fn seek_key(state: &mut AppState, key: KeyEvent) -> Action {
     Action::None
 }
 
+/// The kernel filter prompt: Enter parses what was typed and asks the front end to apply it
+/// (a typo is reported without asking); Esc leaves the filter as it is.
 fn kernel_filter_key(state: &mut AppState, key: KeyEvent) -> Action {
     match key.code {
         KeyCode::Enter => {
@@ -291,24 +221,26 @@ fn kernel_filter_key(state: &mut AppState, key: KeyEvent) -> Action {
     Action::None
 }
 
-/// `container=NAME cgroup=PATH netns=NAME`, space separated, each key as often as wanted; empty
-/// is no filter. The first mistake is the error, in one line.
-pub fn parse_filter_spec(text: &str) -> Result<FilterSpec, String> {
-    let mut spec = FilterSpec::default();
-    for term in text.split_whitespace() {
-        let Some((key, value)) = term.split_once('=') else {
-            return Err(format!("{term:?} is not KEY=VALUE (container=, cgroup= or netns=)"));
-        };
-        if value.is_empty() {
-            return Err(format!("{key}= needs a value"));
-        }
-        let list = match key {
-            "container" => &mut spec.containers,
-            "cgroup" => &mut spec.cgroups,
-            "netns" => &mut spec.netns,
-            _ => return Err(format!("unknown key {key:?}: use container=, cgroup= or netns=")),
-        };
-        list.push(value.to_string());
+/// A key while the panel is open: it takes every key (but Ctrl-C, handled before).
+fn panel_key(state: &mut AppState, key: KeyEvent) -> Action {
+    let Some(panel) = state.fix_panel.as_mut() else { return Action::None };
+    // Only a plain Enter confirms: a terminal reads Esc followed quickly by Enter as Alt-Enter,
+    // and a cancel must never turn into a confirmation.
+    if key.modifiers != KeyModifiers::NONE && key.code == KeyCode::Enter {
+        return Action::None;
     }
-    Ok(spec)
+    match key.code {
+        KeyCode::Enter => match panel.blocked() {
+            Some(why) => state.status = Some(why.into()),
+            None => return Action::ApplyFix,
+        },
+        KeyCode::Esc | KeyCode::Char('q' | 'n') => {
+            state.fix_panel = None;
+            state.status = Some("fix cancelled: nothing changed".into());
+        }
+        KeyCode::Char(' ' | 'x') => panel.plan.live = !panel.plan.live,
+        KeyCode::Char('h') if panel.plan.target.host => panel.host_confirmed = !panel.host_confirmed,
+        _ => {}
+    }
+    Action::None
 }

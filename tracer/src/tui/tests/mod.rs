@@ -1,32 +1,35 @@
-//! State and key handling without a terminal, and the run loop on a `TestBackend`.
+//! State and key handling without a terminal, on the standard feed; the run loop on a
+//! `TestBackend` ([`run_loop`]) and fixing from the UI ([`fixing`]).
 
-use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+mod fixing;
+mod run_loop;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use super::feed::{self, Scene, BBR, CLOSED, CUBIC, RECEIVER, SSH};
 use super::state::{AppState, Column, SortDir, TableLine, View};
 use super::update::{parse_filter_spec, Action};
-use super::{apply_key, Controls, TuiFrontEnd};
+use super::{apply_key, Controls};
 use crate::analysis::filter::FilterSpec;
-use crate::pipeline::{self, PipelineOptions, StopSignal, TimeBase};
-use crate::source::{FeedSource, SourceCounters};
+use crate::source::SourceCounters;
 
-fn key(code: KeyCode) -> KeyEvent {
+pub(super) fn key(code: KeyCode) -> KeyEvent {
     KeyEvent::new(code, KeyModifiers::NONE)
 }
 
-fn press(state: &mut Scene, code: KeyCode) -> Action {
+pub(super) fn press(state: &mut Scene, code: KeyCode) -> Action {
     state.key(key(code))
 }
 
-fn typed(state: &mut Scene, text: &str) {
+pub(super) fn typed(state: &mut Scene, text: &str) {
     for c in text.chars() {
         press(state, KeyCode::Char(c));
     }
 }
 
-fn select(state: &mut Scene, cookie: u64) {
+pub(super) fn select(state: &mut Scene, cookie: u64) {
     press(state, KeyCode::Home);
     for _ in 0..state.visible.len() {
         if state.selected() == Some(cookie) {
@@ -37,7 +40,7 @@ fn select(state: &mut Scene, cookie: u64) {
     assert_eq!(state.selected(), Some(cookie), "cookie {cookie} not listed");
 }
 
-fn visible(state: &AppState) -> Vec<u64> {
+pub(super) fn visible(state: &AppState) -> Vec<u64> {
     state.visible_cookies().collect()
 }
 
@@ -315,105 +318,6 @@ fn events_per_second_come_from_counter_deltas() {
     assert!((state.counters.events_per_sec - 200.0).abs() < 1e-9);
 }
 
-fn key_event(c: char) -> std::io::Result<Event> {
-    Ok(Event::Key(key(KeyCode::Char(c))))
-}
-
-/// Keys arriving at given times (tokio time), then silence.
-fn scripted(
-    script: Vec<(u64, std::io::Result<Event>)>,
-) -> impl futures_util::Stream<Item = std::io::Result<Event>> + Unpin {
-    let stream = futures_util::stream::unfold((script.into_iter(), 0u64), |(mut it, at)| async move {
-        match it.next() {
-            Some((ms, ev)) => {
-                tokio::time::sleep(std::time::Duration::from_millis(ms.saturating_sub(at))).await;
-                Some((ev, (it, ms)))
-            }
-            None => std::future::pending().await,
-        }
-    });
-    Box::pin(stream)
-}
-
-/// Says stop at a given instant of the test's clock (every wait until then, after it at once).
-struct StopAt(Option<tokio::time::Instant>);
-
-impl StopSignal for StopAt {
-    async fn wait(&mut self) {
-        match self.0 {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn the_pipeline_ingests_draws_and_quits_on_q() {
-    let batches: Vec<_> = (0..=120).map(feed::batch).collect();
-    let fed: usize = batches.iter().map(Vec::len).sum();
-    let mut source = FeedSource::new(batches).with_lost(3);
-    let mut scene = Scene::new();
-    let mut terminal = Terminal::new(TestBackend::new(100, 20)).expect("terminal");
-    let opts = PipelineOptions {
-        tick: std::time::Duration::from_millis(250),
-        time_base: TimeBase::Samples,
-        max_samples_per_turn: 3,
-        ..PipelineOptions::default()
-    };
-    let keys = scripted(vec![(1_000, key_event('a')), (2_000, key_event('q'))]);
-    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()), None);
-    let summary = pipeline::run(&mut source, &mut scene.analysis, &mut front, &opts, || 0, &mut StopAt(None))
-        .await
-        .expect("runs");
-    assert!(front.state.source_ended());
-    assert!(front.state.shows_all());
-    assert_eq!(scene.analysis.table.len(), 5);
-    assert_eq!(summary.events_lost, 3);
-    assert_eq!(summary.events_received, fed as u64);
-    let screen = terminal.backend().to_string();
-    assert!(screen.contains("lost 3"), "{screen}");
-    assert!(screen.contains("(ended)"), "{screen}");
-    assert!(screen.contains("iperf3"), "{screen}");
-}
-
-// Real time: a source that is always ready never lets a paused clock auto-advance.
-#[tokio::test(flavor = "current_thread")]
-async fn the_pipeline_stops_on_the_stop_signal_even_with_endless_input() {
-    // A source that never ends and keys that never come: only the stop ends the run.
-    struct Endless(u64);
-    impl crate::source::EventSource for Endless {
-        fn next_batch(
-            &mut self,
-        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::event::Sample>>>> {
-            self.0 += 1;
-            let b = feed::batch(self.0 % 100);
-            Box::pin(async move { Ok(Some(b)) })
-        }
-        fn counters(&self) -> SourceCounters {
-            SourceCounters { received: self.0, ..SourceCounters::default() }
-        }
-        fn describe(&self) -> String {
-            "endless".into()
-        }
-    }
-    let mut source = Endless(0);
-    let mut scene = Scene::new();
-    let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
-    let opts = PipelineOptions {
-        tick: std::time::Duration::from_millis(250),
-        time_base: TimeBase::Samples,
-        ..PipelineOptions::default()
-    };
-    let keys = scripted(Vec::new());
-    let mut front = TuiFrontEnd::new(&mut terminal, keys, AppState::new(feed::header()), None);
-    let mut stop = StopAt(Some(tokio::time::Instant::now() + std::time::Duration::from_millis(600)));
-    let run = pipeline::run(&mut source, &mut scene.analysis, &mut front, &opts, || 0, &mut stop);
-    tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("stopped in time").expect("runs");
-    drop(front);
-    // Frames were drawn while the source flooded the loop.
-    assert!(terminal.backend().to_string().contains("cctrace"));
-}
-
 #[test]
 fn the_text_filter_finds_flows_by_container_name_id_prefix_and_cgroup_path() {
     let mut state = feed::scene();
@@ -675,81 +579,4 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
     assert!(text.contains("↪tailscaled"), "the hop's limited column names its relay: {text}");
     press(&mut scene, KeyCode::Char('U'));
     assert!(!screen(&scene).contains("UDP: 1 heavy"), "U hides the strip");
-}
-
-#[test]
-fn f_opens_the_plan_and_nothing_changes_before_enter() {
-    let mut state = feed::scene();
-    select(&mut state, CUBIC);
-    assert_eq!(press(&mut state, KeyCode::Char('f')), Action::None);
-    let panel = state.fix_panel.as_ref().expect("the panel opens on f");
-    assert_eq!(panel.cookie, CUBIC);
-    assert!(panel.plan.live, "a flagged flow's checkbox starts on");
-    assert_eq!(panel.plan.to_switch.iter().map(|c| c.cookie).collect::<Vec<_>>(), [CUBIC], "bbr is left alone");
-    assert!(panel.plan.target.host, "the feed's jellyfin shares the host's namespace");
-    // The host's namespace needs its own confirmation: Enter alone changes nothing.
-    press(&mut state, KeyCode::Enter);
-    assert!(state.fixer.applied.is_empty());
-    assert!(state.status().is_some_and(|s| s.contains("press h")), "{:?}", state.status());
-    assert!(state.fix_panel.is_some(), "still open");
-    // Other keys belong to the panel while it is open: no quitting, no moving the selection.
-    assert_eq!(press(&mut state, KeyCode::Down), Action::None);
-    assert_eq!(state.selected(), Some(CUBIC));
-    // Esc then Enter typed fast reaches the UI as Alt-Enter: never a confirmation.
-    press(&mut state, KeyCode::Char('h'));
-    state.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
-    assert!(state.fixer.applied.is_empty() && state.fix_panel.is_some());
-    press(&mut state, KeyCode::Char('h'));
-    press(&mut state, KeyCode::Esc);
-    assert!(state.fix_panel.is_none());
-    assert!(state.fixer.applied.is_empty(), "Esc changes nothing");
-    assert_eq!(state.status(), Some("fix cancelled: nothing changed"));
-
-    press(&mut state, KeyCode::Char('f'));
-    press(&mut state, KeyCode::Char('h'));
-    press(&mut state, KeyCode::Char(' '));
-    assert!(!state.fix_panel.as_ref().expect("open").plan.live, "space unticks the switch");
-    press(&mut state, KeyCode::Char(' '));
-    press(&mut state, KeyCode::Enter);
-    assert_eq!(state.fixer.applied.len(), 1);
-    assert!(state.fixer.applied[0].live);
-    assert!(state.fix_panel.is_none());
-    assert_eq!(state.view(), View::Detail, "the switched flow's detail shows what it did");
-    assert_eq!(state.detail_cookie(), Some(CUBIC));
-    let taken = state.take_actions();
-    assert_eq!(taken.len(), 1, "one action for the recorder");
-    assert_eq!(taken[0].switched[0].cookie, CUBIC);
-    assert!(state.take_actions().is_empty(), "taken once");
-    assert!(state.status().is_some_and(|s| s.contains("1 connection switched to bbr")), "{:?}", state.status());
-
-    // u undoes it; a second u says there is nothing to undo.
-    press(&mut state, KeyCode::Char('u'));
-    assert_eq!(state.fixer.undone, [feed::HOST_NETNS]);
-    assert_eq!(state.actions.len(), 2);
-    assert!(state.status().is_some_and(|s| s.starts_with("undo of the fix")), "{:?}", state.status());
-    press(&mut state, KeyCode::Char('u'));
-    assert_eq!(state.fixer.undone.len(), 1);
-    assert!(state.status().is_some_and(|s| s.contains("nothing to undo")), "{:?}", state.status());
-}
-
-#[test]
-fn an_unflagged_flow_is_not_switched_unless_ticked() {
-    let mut state = feed::scene();
-    select(&mut state, BBR);
-    press(&mut state, KeyCode::Char('f'));
-    assert!(!state.fix_panel.as_ref().expect("open").plan.live);
-}
-
-#[test]
-fn f_without_a_host_side_or_in_a_replay_says_why() {
-    let mut state = feed::scene();
-    state.state.can_fix = false;
-    select(&mut state, CUBIC);
-    press(&mut state, KeyCode::Char('f'));
-    assert!(state.fix_panel.is_none());
-    assert!(state.status().is_some_and(|s| s.contains("needs the live kernel source")), "{:?}", state.status());
-    state.replay = true;
-    press(&mut state, KeyCode::Char('u'));
-    assert!(state.status().is_some_and(|s| s.contains("a replay")), "{:?}", state.status());
-    assert!(state.fixer.applied.is_empty() && state.fixer.undone.is_empty());
 }

@@ -1,0 +1,48 @@
+//! The copy of the flow the detail view shows: the flow, its verdict, where it lives and deep
+//! mode's decisions, taken each frame and held while paused.
+
+use crate::analysis::container::CgroupInfo;
+use crate::analysis::diagnosis::{Environment, Verdict};
+use crate::analysis::model::Flow;
+use crate::analysis::route::Route;
+
+/// What the detail view shows of where its flow lives: copied with the flow.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Whereabouts {
+    pub cgroup: Option<CgroupInfo>,
+    /// The flow's namespace's default congestion control, as that namespace sees it.
+    pub netns_cc: Option<String>,
+    pub host_netns: bool,
+    pub available_cc: Vec<String>,
+    pub allowed_cc: Vec<String>,
+    /// The device its packets leave by and the path MTU, once known.
+    pub route: Option<Route>,
+}
+
+impl Whereabouts {
+    pub(crate) fn of(flow: &Flow, env: &Environment) -> Self {
+        let s = &flow.latest;
+        Self {
+            cgroup: env.cgroups.get(&s.cgroup_id).cloned(),
+            netns_cc: env.netns_cc.get(&s.netns).cloned(),
+            host_netns: env.host_netns != 0 && env.host_netns == s.netns,
+            available_cc: env.available_cc.clone(),
+            allowed_cc: env.allowed_cc.clone(),
+            route: s.route,
+        }
+    }
+}
+
+/// The flow the detail view shows and its verdict: copied on every frame, held while paused.
+#[derive(Debug)]
+pub(crate) struct DetailFlow {
+    pub flow: Flow,
+    pub verdict: Option<Verdict>,
+    pub whereabouts: Whereabouts,
+    /// Deep mode's decision timeline (newest [`DETAIL_DECISIONS`]): seconds since the flow was
+    /// first seen, and the decision in words.
+    pub decisions: Vec<(f64, String)>,
+}
+
+/// Decisions the detail view lists, at most.
+pub(crate) const DETAIL_DECISIONS: usize = 200;

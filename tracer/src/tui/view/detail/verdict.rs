@@ -1,0 +1,183 @@
+//! The verdict panel: what limits the flow in words, the evidence, deep mode's decisions and
+//! the fix commands, scrolled when longer than the panel.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Paragraph, Widget};
+
+use crate::analysis::diagnosis::Verdict;
+use crate::tui::format;
+use crate::tui::state::AppState;
+use crate::tui::view::{dim, FLAG_MARK};
+
+/// The verdict panel's lines, wrapped to `width`; `lead` (where the flow lives, when the view
+/// had no room for it above) follows the verdict's text.
+/// `decisions`: the flow's deep-mode timeline, oldest first, as (seconds since the flow was
+/// first seen, what was decided).
+fn verdict_lines(
+    verdict: Option<&Verdict>,
+    decisions: &[(f64, String)],
+    lead: Vec<Line<'static>>,
+    width: u16,
+) -> Vec<Line<'static>> {
+    let width = usize::from(width).max(1);
+    let mut out = Vec::new();
+    let para = |text: &str, style: Style, indent: usize, out: &mut Vec<Line<'static>>| {
+        for l in format::wrap(text, width.saturating_sub(indent)) {
+            out.push(Line::styled(format!("{}{l}", " ".repeat(indent)), style));
+        }
+    };
+    let with_lead = |mut out: Vec<Line<'static>>| {
+        if !lead.is_empty() {
+            out.push(Line::raw(""));
+            out.extend(lead);
+        }
+        out
+    };
+    let Some(v) = verdict else {
+        para("no verdict yet: the first one comes after a few seconds of samples", dim(), 0, &mut out);
+        let mut out = with_lead(out);
+        decision_lines(decisions, width, &mut out);
+        return out;
+    };
+    // An unflagged verdict's text already opens with the description.
+    if !v.text.starts_with(v.limited_by.describe()) {
+        para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
+    }
+    para(&v.text, Style::new(), 0, &mut out);
+    let mut out = with_lead(out);
+    if let Some(e) = &v.evidence {
+        out.push(Line::raw(""));
+        let loss = if e.loss_ratio > 0.0 { format::pct(e.loss_ratio) } else { "0%".into() };
+        let mut evidence = format!(
+            "evidence: retransmitted {loss} of bytes sent · srtt {:.1} ms · min_rtt {:.1} ms · mean cwnd {:.0} x {} B · goodput {}",
+            e.srtt_ms,
+            e.min_rtt_ms,
+            e.mean_cwnd,
+            e.mss,
+            format::rate(e.goodput_bps),
+        );
+        // Without loss the Mathis bound is infinite: nothing to compare with.
+        if e.mathis_bps.is_finite() {
+            evidence.push_str(&format!(" · Mathis bound {}", format::rate(e.mathis_bps)));
+        }
+        evidence.push_str(&format!(
+            " · busy {:.0}% · rwnd-limited {:.0}% · sndbuf-limited {:.0}%",
+            e.busy_share * 100.0,
+            e.rwnd_share * 100.0,
+            e.sndbuf_share * 100.0,
+        ));
+        // The signals that decided (loss episodes, the queue at them, the standing queue).
+        if !e.decided_by.is_empty() {
+            evidence.push_str(&format!(" · decided by: {}", e.decided_by));
+        }
+        para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
+    }
+    decision_lines(decisions, width, &mut out);
+    if !v.fix.is_empty() {
+        out.push(Line::raw(""));
+        out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
+        // Wrapped so that each row pasted alone still means what the line means: a comment's
+        // tail is a comment, a command's tail follows a backslash (never a command of its own).
+        for cmd in &v.fix {
+            for row in format::wrap_shell(cmd, width.saturating_sub(2)) {
+                let style = if row.trim_start().starts_with('#') {
+                    dim()
+                } else {
+                    Style::new().fg(Color::Green).add_modifier(Modifier::BOLD)
+                };
+                out.push(Line::styled(format!("  {row}"), style));
+            }
+        }
+    }
+    out
+}
+
+/// Deep mode's timeline, newest first; a run of the same decision reads as one line with its
+/// count and its latest time.
+fn decision_lines(decisions: &[(f64, String)], width: usize, out: &mut Vec<Line<'static>>) {
+    if decisions.is_empty() {
+        return;
+    }
+    out.push(Line::raw(""));
+    out.push(Line::styled(
+        "decisions of its congestion control (deep mode), newest first:",
+        Style::new().add_modifier(Modifier::BOLD),
+    ));
+    let mut newest_first = decisions.iter().rev().peekable();
+    while let Some((at_s, text)) = newest_first.next() {
+        let mut repeats = 1;
+        while newest_first.next_if(|(_, t)| t == text).is_some() {
+            repeats += 1;
+        }
+        let times = if repeats > 1 { format!(" (×{repeats})") } else { String::new() };
+        // The times stay a column: only the text wraps, under itself.
+        let at = format!("{at_s:>7.1} s  ");
+        let body = format::wrap(&format!("{text}{times}"), width.saturating_sub(2 + at.len()).max(1));
+        for (i, l) in body.iter().enumerate() {
+            let lead = if i == 0 { at.clone() } else { " ".repeat(at.len()) };
+            out.push(Line::styled(format!("  {lead}{l}"), Style::new().fg(Color::Cyan)));
+        }
+    }
+}
+
+pub(super) fn render(
+    state: &AppState,
+    verdict: Option<&Verdict>,
+    compared: Vec<Line<'static>>,
+    lead: Vec<Line<'static>>,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let title = match verdict {
+        Some(v) if v.flagged => Line::styled(
+            format!(" {FLAG_MARK} FLAGGED · limited by {} ", v.limited_by.name()),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ),
+        Some(v) => Line::raw(format!(" verdict · limited by {} ", v.limited_by.name())),
+        None => Line::raw(" verdict "),
+    };
+    let mut block = Block::bordered().title(title).border_style(dim());
+    let inner = block.inner(area);
+    // Before/after a fix first: it is what the user just did.
+    let decisions = state.detail_copy().map_or(&[][..], |d| &d.decisions[..]);
+    let mut lines = compared;
+    lines.extend(verdict_lines(verdict, decisions, lead, inner.width));
+    let max_scroll = u16::try_from(lines.len().saturating_sub(usize::from(inner.height))).unwrap_or(u16::MAX);
+    state.detail_max_scroll.set(max_scroll);
+    state.page_rows.set(usize::from(inner.height.max(1)));
+    let scroll = state.detail_scroll.min(max_scroll);
+    if max_scroll > 0 {
+        let more = if scroll < max_scroll { "↓ more, j/k scroll" } else { "k scrolls up" };
+        block = block.title_bottom(Line::styled(format!(" {more} "), Style::new().fg(Color::Yellow)).right_aligned());
+    }
+    block.render(area, buf);
+    Paragraph::new(lines).scroll((scroll, 0)).render(inner, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line<'_>]) -> Vec<String> {
+        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+    }
+
+    #[test]
+    fn the_decision_timeline_is_newest_first_with_repeats_folded() {
+        let decisions = vec![
+            (12.4, "loss: ssthresh 46, cwnd 68 → 46".to_string()),
+            (12.5, "sending starts after idle".to_string()),
+            (12.9, "sending starts after idle".to_string()),
+            (13.0, "sending starts after idle".to_string()),
+        ];
+        let lines = text(&verdict_lines(None, &decisions, Vec::new(), 80));
+        let at = lines.iter().position(|l| l.starts_with("decisions of its congestion control")).expect("a timeline");
+        assert_eq!(
+            &lines[at + 1..],
+            ["     13.0 s  sending starts after idle (×3)", "     12.4 s  loss: ssthresh 46, cwnd 68 → 46"]
+        );
+    }
+}
