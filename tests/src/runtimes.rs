@@ -68,9 +68,19 @@ impl std::fmt::Display for Unavailable {
 #[derive(Debug)]
 pub struct Workspace {
     dir: PathBuf,
-    /// The runtimes' parent cgroups that did not exist before, per hierarchy.
+    /// The runtimes' parent cgroups that existed before, per hierarchy.
     parents_before: Vec<PathBuf>,
+    /// The host's allowed congestion controls before [`Workspace::allow_cc`] widened them.
+    allowed_before: Option<String>,
 }
+
+const WORKSPACE_PREFIX: &str = "cct-runtimes-";
+const ALLOWED_CC: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+/// The allowed list as it was, kept in the workspace so a run killed before its drop is undone
+/// by the next.
+const ALLOWED_SAVED: &str = "allowed_congestion_control.orig";
+/// The runtimes' parent cgroups that existed before, kept likewise.
+const PARENTS_SAVED: &str = "runtime_cgroups.before";
 
 /// The parent cgroups the runtimes make and leave behind when their last container is gone:
 /// dockerd's `docker`, Podman's `libpod_parent` (with `conmon` below it in the v1 hierarchies,
@@ -91,18 +101,34 @@ fn runtime_parents() -> Vec<PathBuf> {
 
 impl Workspace {
     pub fn create() -> Result<Workspace> {
-        let dir = std::env::temp_dir().join(format!("cct-runtimes-{}", std::process::id()));
+        reclaim_stale();
+        let dir = std::env::temp_dir().join(format!("{WORKSPACE_PREFIX}{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         // LXC's rootfs and the engines' state live below: reachable by the containers' root.
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
-        let ws = Workspace { dir, parents_before: runtime_parents() };
+        let parents_before = runtime_parents();
+        let listed: String = parents_before.iter().map(|p| format!("{}\n", p.display())).collect();
+        fs::write(dir.join(PARENTS_SAVED), listed)?;
+        let ws = Workspace { dir, parents_before, allowed_before: None };
         ws.build_files()?;
         Ok(ws)
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Add `cc` to the host's list of congestion controls non-initial namespaces may choose
+    /// (the containers' default must be one of them); put back on drop.
+    pub fn allow_cc(&mut self, cc: &str) -> Result<()> {
+        let before = fs::read_to_string(ALLOWED_CC)?.trim().to_string();
+        if before.split_whitespace().any(|a| a == cc) {
+            return Ok(());
+        }
+        fs::write(self.dir.join(ALLOWED_SAVED), &before)?;
+        self.allowed_before = Some(before.clone());
+        fs::write(ALLOWED_CC, format!("{before} {cc}")).with_context(|| format!("adding {cc} to {ALLOWED_CC}"))
     }
 
     fn www(&self) -> PathBuf {
@@ -140,23 +166,91 @@ impl Workspace {
 
 impl Drop for Workspace {
     fn drop(&mut self) {
-        // A mount left below (a runtime that died mid-way) must not be recursed into.
-        let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let prefix = format!("{}/", self.dir.display());
-        let mut below: Vec<&str> =
-            mounts.lines().filter_map(|l| l.split_whitespace().nth(4)).filter(|m| m.starts_with(&prefix)).collect();
-        below.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in below {
-            let _ = Command::new("umount").args(["-l", m]).status();
+        if let Some(before) = &self.allowed_before {
+            if let Err(e) = fs::write(ALLOWED_CC, before) {
+                eprintln!("restoring {ALLOWED_CC} to {before:?} failed: {e}");
+            }
         }
-        if let Err(e) = fs::remove_dir_all(&self.dir) {
-            eprintln!("removing {}: {e}", self.dir.display());
+        remove_workspace(&self.dir);
+        remove_new_parents(&self.parents_before);
+    }
+}
+
+/// The runtimes' parent cgroups a run's containers made, once empty (children first, as
+/// listed); a parent that was there before, or still holds a container, stays.
+fn remove_new_parents(before: &[PathBuf]) {
+    for p in runtime_parents().into_iter().filter(|p| !before.contains(p)) {
+        let _ = fs::remove_dir(p);
+    }
+}
+
+/// Workspaces of runs that died before their drops (SIGKILL, a timeout): their containers,
+/// the dockerd they started and the allowed list they widened are put back, then the
+/// directory goes.
+fn reclaim_stale() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(WORKSPACE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
         }
-        // The runtimes' parents this test's containers made, once empty (children first, as
-        // listed); a parent that was there before, or still holds a container, stays.
-        for p in runtime_parents().into_iter().filter(|p| !self.parents_before.contains(p)) {
-            let _ = fs::remove_dir(p);
+        let dir = entry.path();
+        eprintln!("reclaiming {} of a run that did not clean up", dir.display());
+        if let Ok(before) = fs::read_to_string(dir.join(ALLOWED_SAVED)) {
+            let _ = fs::write(ALLOWED_CC, before.trim());
         }
+        let lxcpath = dir.join("lxc");
+        for c in fs::read_dir(&lxcpath).into_iter().flatten().flatten().filter(|c| c.path().join("config").exists()) {
+            let name = c.file_name().to_string_lossy().into_owned();
+            // Its drop stops and destroys it.
+            drop(Lxc { lxcpath: lxcpath.clone(), name });
+        }
+        if dir.join("podman").is_dir() {
+            // Its drop removes the images.
+            let p = Podman { root: dir.join("podman"), name: String::new(), id: String::new() };
+            let _ = run(p.podman().args(["rm", "-a", "-f", "-t", "0"]));
+        }
+        let docker = dir.join("docker");
+        let daemon = fs::read_to_string(docker.join("dockerd.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+        // Only a dockerd that still runs on that workspace's state is the one that run started.
+        if let Some(pid) = daemon.filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&docker.display().to_string()))
+        }) {
+            let host = format!("unix://{}", docker.join("docker.sock").display());
+            let ids = run(Command::new("docker").args(["-H", &host, "ps", "-aq"])).unwrap_or_default();
+            for id in ids.split_whitespace() {
+                let _ = run(Command::new("docker").args(["-H", &host, "rm", "-f", id]));
+            }
+            // SAFETY: kill has no memory effects; the pid is that run's own dockerd.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let before = fs::read_to_string(dir.join(PARENTS_SAVED));
+        remove_workspace(&dir);
+        if let Ok(before) = before {
+            remove_new_parents(&before.lines().map(PathBuf::from).collect::<Vec<_>>());
+        }
+    }
+}
+
+/// Remove a workspace directory, unmounting first whatever a runtime left mounted below it.
+fn remove_workspace(dir: &Path) {
+    // A mount left below (a runtime that died mid-way) must not be recursed into.
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = format!("{}/", dir.display());
+    let mut below: Vec<&str> =
+        mounts.lines().filter_map(|l| l.split_whitespace().nth(4)).filter(|m| m.starts_with(&prefix)).collect();
+    below.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in below {
+        let _ = Command::new("umount").args(["-l", m]).status();
+    }
+    if let Err(e) = fs::remove_dir_all(dir) {
+        eprintln!("removing {}: {e}", dir.display());
     }
 }
 
@@ -384,24 +478,40 @@ impl Podman {
         let p = Podman { root: ws.dir().join("podman"), name: name.to_string(), id: String::new() };
         let image = "localhost/cct-runtimes:latest";
         run(p.podman().arg("import").arg(ws.image_tar()).arg(image)).map_err(refused)?;
-        // A sandbox's hard limits can be below what Podman sets by default (its own RLIMIT_NOFILE
-        // and RLIMIT_NPROC): runc's setrlimit then fails with EPERM. Ask for no more than them.
-        let ulimit = |resource, flag: &str| {
-            let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-            // SAFETY: getrlimit writes the struct it is given.
-            let hard = if unsafe { libc::getrlimit(resource, &raw mut lim) } == 0 { lim.rlim_max } else { 1024 };
-            let n = hard.min(1024);
-            vec!["--ulimit".to_string(), format!("{flag}={n}:{n}")]
+        // As a user runs it first. In a sandbox whose hard limits are below the RLIMIT_NOFILE and
+        // RLIMIT_NPROC Podman asks for by default, runc's setrlimit fails with EPERM: say so, and
+        // run it again asking for no more than those limits.
+        let run_nginx = |ulimits: &[String]| {
+            run(p
+                .podman()
+                .args(["run", "-d", "--name", name, "--network", "none"])
+                .args(ulimits)
+                .args(engine_mounts(ws))
+                .arg(image)
+                .args(["/usr/sbin/nginx", "-c", "/etc/nginx.conf", "-g", "daemon off;"]))
         };
-        let out = run(p
-            .podman()
-            .args(["run", "-d", "--name", name, "--network", "none"])
-            .args(ulimit(libc::RLIMIT_NOFILE, "nofile"))
-            .args(ulimit(libc::RLIMIT_NPROC, "nproc"))
-            .args(engine_mounts(ws))
-            .arg(image)
-            .args(["/usr/sbin/nginx", "-c", "/etc/nginx.conf", "-g", "daemon off;"]))
-        .map_err(refused)?;
+        let out = match run_nginx(&[]) {
+            Ok(out) => out,
+            Err(e) if format!("{e:#}").contains("rlimit") => {
+                let mut ulimits = Vec::new();
+                for (resource, flag) in [(libc::RLIMIT_NOFILE, "nofile"), (libc::RLIMIT_NPROC, "nproc")] {
+                    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                    // SAFETY: getrlimit writes only the struct it is given.
+                    let hard = if unsafe { libc::getrlimit(resource, &raw mut lim) } == 0 { lim.rlim_max } else { 0 };
+                    let n = hard.min(1024);
+                    ulimits.extend(["--ulimit".to_string(), format!("{flag}={n}:{n}")]);
+                }
+                let msg = format!("{e:#}");
+                eprintln!(
+                    "podman: the container's limits are refused here ({}); again with {}",
+                    msg.find("Error:").map_or(msg.as_str(), |i| &msg[i..]),
+                    ulimits.join(" ")
+                );
+                let _ = run(p.podman().args(["rm", "-f", "-t", "0", name]));
+                run_nginx(&ulimits).map_err(refused)?
+            }
+            Err(e) => return Err(refused(e)),
+        };
         let mut p = p;
         p.id = out.lines().last().unwrap_or_default().trim().to_string();
         wait_listening(&p).map_err(refused)?;

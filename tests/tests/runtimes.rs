@@ -23,7 +23,6 @@ use cctrace_tests::{cctrace_bin, parse_ss, require_kernel, serial, Tracer};
 use serde_json::Value;
 
 const CC: &str = "net.ipv4.tcp_congestion_control";
-const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -38,29 +37,6 @@ fn wan() -> Result<EmulatedPath> {
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(0.02).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
     EmulatedPath::create(spec)
-}
-
-/// A host sysctl changed for the test, written back exactly as it was on drop.
-struct HostSysctl {
-    path: &'static str,
-    original: String,
-}
-
-impl HostSysctl {
-    fn set(path: &'static str, value: &str) -> Result<Self> {
-        let original = std::fs::read_to_string(path)?.trim().to_string();
-        let guard = Self { path, original };
-        std::fs::write(path, value).with_context(|| format!("writing {value:?} to {path}"))?;
-        Ok(guard)
-    }
-}
-
-impl Drop for HostSysctl {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::write(self.path, &self.original) {
-            eprintln!("restoring {} to {:?} failed: {e}", self.path, self.original);
-        }
-    }
 }
 
 /// An HTTP download of nginx's large file from the receiver side of the path, counting bytes.
@@ -351,16 +327,11 @@ fn docker_podman_and_lxc_containers_are_named_filtered_flagged_and_fixed() -> Re
     require_kernel!();
     let _serial = serial();
     let started = Instant::now();
-    let ws = Workspace::create()?;
-    // The containers' nginx must run CUBIC, and it cannot choose one itself: each container's
+    let mut ws = Workspace::create()?;
+    // The containers' nginx must run CUBIC, and cannot choose one itself: each container's
     // namespace gets it as its default, which a non-initial namespace may only choose from the
     // host's allowed list.
-    let allowed = std::fs::read_to_string(ALLOWED)?;
-    let _allowed = if allowed.split_whitespace().any(|a| a == "cubic") {
-        None
-    } else {
-        Some(HostSysctl::set(ALLOWED, &format!("{} cubic", allowed.trim()))?)
-    };
+    ws.allow_cc("cubic")?;
     let path = wan()?;
     let containers = start_runtimes(&ws)?;
     if containers.is_empty() {
