@@ -50,6 +50,7 @@
 //! ```
 
 mod addr;
+mod attach;
 mod cgroup;
 mod cmd;
 mod error;
@@ -67,6 +68,7 @@ mod traffic;
 mod tun;
 
 pub use addr::{ensure_lab_addr, is_lab_addr};
+pub use attach::AttachedNetns;
 pub use cgroup::{cgroup2_mount, create_sockets_in, Cgroup};
 pub use error::LabError;
 pub use forwarder::{DirectionStats, PathStats};

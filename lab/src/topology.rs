@@ -98,7 +98,7 @@ fn allow_large_tcp_windows(ns: &Netns) -> Result<()> {
 }
 
 /// Turns segmentation/receive offloads off on `dev` and verifies it.
-fn disable_offloads(ns: &Netns, dev: &str) -> Result<()> {
+pub(crate) fn disable_offloads(ns: &Netns, dev: &str) -> Result<()> {
     let mut set = ns.command("ethtool");
     set.args(["-K", dev]);
     for (short, _) in OFFLOADS {

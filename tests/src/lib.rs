@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod runtimes;
+
 /// Tests that load eBPF programs or build labs run one at a time: they count programs with
 /// bpftool and measure timing-sensitive things on a 2-core machine.
 pub fn serial() -> MutexGuard<'static, ()> {

@@ -133,6 +133,10 @@ pub struct ContainerFiles {
     pub kubelet_container_logs: PathBuf,
     /// Proxmox container configs, `<dir>/<vmid>.conf` with `hostname: NAME`.
     pub pve_lxc: PathBuf,
+    /// Where the running runtimes are looked for when a name is not under the roots above
+    /// (`/proc`; `None`: never, for fixtures): a `dockerd` started with `--data-root` keeps its
+    /// containers there, and Podman's `--root` store shows in its `conmon`s' `--bundle`.
+    pub proc_root: Option<PathBuf>,
 }
 
 impl Default for ContainerFiles {
@@ -154,6 +158,7 @@ impl Default for ContainerFiles {
             kubelet_pod_logs: PathBuf::from("/var/log/pods"),
             kubelet_container_logs: PathBuf::from("/var/log/containers"),
             pve_lxc: PathBuf::from("/etc/pve/lxc"),
+            proc_root: Some(PathBuf::from("/proc")),
         }
     }
 }
@@ -188,6 +193,8 @@ fn usable_name(s: &str) -> Option<String> {
 /// What the runtimes' files say about a batch of containers; each index is read at most once.
 #[derive(Default)]
 struct NameIndex {
+    /// The stores and data roots of the runtimes running now, read from their command lines.
+    running: Option<RunningRoots>,
     podman: Option<HashMap<String, String>>,
     /// Pod uid → (namespace, name).
     pods: Option<HashMap<String, (String, String)>>,
@@ -206,13 +213,23 @@ impl ContainerFiles {
         let mut out = c.clone();
         match c.runtime {
             Runtime::Docker => {
-                let config = self.docker_root.join("containers").join(&c.id).join("config.v2.json");
-                out.name = read_json(&config)
-                    .and_then(|v| v.get("Name")?.as_str().map(|n| n.trim_start_matches('/').to_string()))
-                    .and_then(|n| usable_name(&n));
+                out.name = docker_name(&self.docker_root, &c.id).or_else(|| {
+                    let running = index.running.get_or_insert_with(|| self.running_roots());
+                    running.docker.iter().filter(|r| **r != self.docker_root).find_map(|r| docker_name(r, &c.id))
+                });
             }
             Runtime::Podman => {
-                out.name = index.podman.get_or_insert_with(|| self.podman_names()).get(&c.id).cloned();
+                out.name = index.podman.get_or_insert_with(|| self.podman_names(&[])).get(&c.id).cloned();
+                if out.name.is_none() {
+                    let running = index.running.get_or_insert_with(|| self.running_roots());
+                    let extra: Vec<PathBuf> =
+                        running.podman.iter().filter(|s| !self.podman_stores.contains(s)).cloned().collect();
+                    if !extra.is_empty() {
+                        let names = self.podman_names(&extra);
+                        out.name = names.get(&c.id).cloned();
+                        index.podman = Some(names);
+                    }
+                }
             }
             Runtime::Proxmox => out.name = self.pve_hostname(&c.id),
             Runtime::Lxc | Runtime::Systemd => out.name = c.name.clone().or_else(|| Some(c.id.clone())),
@@ -239,10 +256,10 @@ impl ContainerFiles {
         out
     }
 
-    /// Every Podman store's containers, id → first name.
-    fn podman_names(&self) -> HashMap<String, String> {
+    /// Every Podman store's containers (the configured ones, then `extra`), id → first name.
+    fn podman_names(&self, extra: &[PathBuf]) -> HashMap<String, String> {
         let mut out = HashMap::new();
-        for store in &self.podman_stores {
+        for store in self.podman_stores.iter().chain(extra) {
             let Some(serde_json::Value::Array(list)) = read_json(&store.join("overlay-containers/containers.json"))
             else {
                 continue;
@@ -256,6 +273,32 @@ impl ContainerFiles {
             }
         }
         out
+    }
+
+    /// The data roots of the running `dockerd`s and the stores of the running Podman
+    /// containers, from their command lines under [`ContainerFiles::proc_root`].
+    fn running_roots(&self) -> RunningRoots {
+        let mut roots = RunningRoots::default();
+        let Some(proc_root) = &self.proc_root else { return roots };
+        let Ok(dir) = std::fs::read_dir(proc_root) else { return roots };
+        for entry in dir.flatten() {
+            if !entry.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+                continue;
+            }
+            // Command lines are small; a process gone meanwhile reads as nothing.
+            let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let argv: Vec<String> = raw
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            roots.add_process(&argv);
+        }
+        roots.docker.sort();
+        roots.docker.dedup();
+        roots.podman.sort();
+        roots.podman.dedup();
+        roots
     }
 
     /// `hostname:` of a Proxmox container's config, before its first snapshot section.
@@ -307,6 +350,66 @@ impl ContainerFiles {
         }
         out
     }
+}
+
+/// `.Name` of Docker container `id`'s `config.v2.json` under data root `root`.
+fn docker_name(root: &Path, id: &str) -> Option<String> {
+    let config = root.join("containers").join(id).join("config.v2.json");
+    read_json(&config)
+        .and_then(|v| v.get("Name")?.as_str().map(|n| n.trim_start_matches('/').to_string()))
+        .and_then(|n| usable_name(&n))
+}
+
+/// Where the runtimes that run now keep their containers, when that is not where they
+/// usually do: `dockerd --data-root DIR`, and the store a Podman container's `conmon` is given
+/// its bundle in (`--bundle <store>/overlay-containers/<id>/userdata`, `podman --root`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct RunningRoots {
+    docker: Vec<PathBuf>,
+    podman: Vec<PathBuf>,
+}
+
+impl RunningRoots {
+    /// What one process's argv says, if it is a `dockerd` or a `conmon`.
+    fn add_process(&mut self, argv: &[String]) {
+        let Some(program) = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a)) else { return };
+        let (flags, found): (&[&str], &mut Vec<PathBuf>) = match program {
+            "dockerd" => (&["--data-root", "-g", "--graph"], &mut self.docker),
+            "conmon" => (&["--bundle", "-b"], &mut self.podman),
+            _ => return,
+        };
+        let Some(value) = flag_value(&argv[1..], flags) else { return };
+        if !value.starts_with('/') {
+            return;
+        }
+        let root = if program == "conmon" {
+            // `<store>/overlay-containers/<id>/userdata`: the store is what holds containers.json.
+            let Some((store, rest)) = value.rsplit_once("/overlay-containers/") else { return };
+            if !rest.split('/').next().is_some_and(crate::analysis::container::is_hex64) {
+                return;
+            }
+            store.to_string()
+        } else {
+            value
+        };
+        found.push(PathBuf::from(root));
+    }
+}
+
+/// The value of the first of `flags` in `args`, as `--flag VALUE` or `--flag=VALUE`.
+fn flag_value(args: &[String], flags: &[&str]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        for flag in flags {
+            if arg == flag {
+                return it.next().cloned();
+            }
+            if let Some(v) = arg.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                return Some(v.to_string());
+            }
+        }
+    }
+    None
 }
 
 /// A container found on the host, with the cgroup ids that belong to it (its own and those of

@@ -47,10 +47,16 @@ const APT_PACKAGES: &[&str] = &[
     "prometheus",
     // The overhead benchmark compares cctrace with a bpftrace script doing per-flow work.
     "bpftrace",
+    // tests/tests/runtimes.rs: the distribution's container runtimes, each running nginx. The
+    // test starts its own dockerd (state under its own directory) when none runs.
+    "docker.io",
+    "podman",
+    "lxc",
+    "nginx",
 ];
 /// Packages whose service the install must not leave running or enabled: the tests start their
-/// own instance on a loopback port, with their own config and data.
-const NO_SERVICE: &[&str] = &["prometheus"];
+/// own instances (on a loopback port, inside containers), with their own config and data.
+const NO_SERVICE: &[&str] = &["prometheus", "nginx"];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
 const BPF_LINKER_VERSION: &str = "0.13";
 

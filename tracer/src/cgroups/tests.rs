@@ -50,6 +50,7 @@ fn files(s: &Scratch) -> ContainerFiles {
         kubelet_pod_logs: s.0.join("log/pods"),
         kubelet_container_logs: s.0.join("log/containers"),
         pve_lxc: s.0.join("pve/lxc"),
+        proc_root: None,
     }
 }
 
@@ -245,6 +246,93 @@ fn names_not_found_are_retried_later() {
     assert_eq!(r.all()[&ino(&b)].container.as_ref().and_then(|c| c.name.as_deref()), None, "not re-read every walk");
     r.refresh(t0 + Duration::from_secs(11));
     assert_eq!(r.all()[&ino(&b)].container.as_ref().and_then(|c| c.name.as_deref()), Some("db"));
+}
+
+/// `argv` as `/proc/<pid>/cmdline` holds it.
+fn cmdline(s: &Scratch, pid: u32, argv: &[&str]) {
+    let mut raw = argv.join("\0");
+    raw.push('\0');
+    s.file(&format!("proc/{pid}/cmdline"), &raw);
+}
+
+/// What dockerd 20.10, Podman 4.3 (runc, cgroupfs manager) and LXC 5.0 made on a hybrid host
+/// (cgroup v1 controllers, cgroup2 at /sys/fs/cgroup/unified, no systemd): plain directories in
+/// the v2 tree, no `.scope` units; dockerd and Podman with state of their own (`--data-root`,
+/// `--root`), found only from their processes' command lines; LXC's attached processes one
+/// level down in `.lxc`, its monitor and its pivot beside the payload.
+#[test]
+fn real_runtimes_on_a_hybrid_host_are_named_from_their_running_processes() {
+    let s = Scratch::new("hybrid");
+    let root = s.dir("cg");
+    for d in [
+        format!("docker/{ID}"),
+        format!("libpod_parent/libpod-{ID2}"),
+        "lxc.payload.web/.lxc".to_string(),
+        "lxc.monitor.web".to_string(),
+        "lxc.pivot".to_string(),
+    ] {
+        s.dir(&format!("cg/{d}"));
+    }
+    s.file(&format!("state/docker/containers/{ID}/config.v2.json"), r#"{"ID":"x","Name":"/web-docker"}"#);
+    s.file(
+        "state/podman/overlay-containers/containers.json",
+        &format!(r#"[{{"id":"{ID2}","names":["web-podman"],"layer":"l"}}]"#),
+    );
+    let docker_root = s.0.join("state/docker").display().to_string();
+    let store = s.0.join("state/podman").display().to_string();
+    cmdline(&s, 100, &["dockerd", "--iptables=false", "--data-root", &docker_root, "-H", "unix:///x/sock"]);
+    let bundle = format!("{store}/overlay-containers/{ID2}/userdata");
+    cmdline(&s, 200, &["/usr/bin/conmon", "--api-version", "1", "-c", ID2, "-b", &bundle, "-n", "web-podman"]);
+    cmdline(&s, 300, &["[lxc monitor] /srv/lxc web"]);
+    s.dir("proc/self");
+
+    // Without looking at the processes the default roots have nothing.
+    let mut blind = CgroupResolver::new(Some(root.clone()), files(&s));
+    blind.refresh(Instant::now());
+    let unnamed: Vec<_> = blind.containers().into_iter().filter(|h| h.container.name.is_none()).collect();
+    assert_eq!(unnamed.len(), 2, "{unnamed:#?}");
+
+    let mut r =
+        CgroupResolver::new(Some(root.clone()), ContainerFiles { proc_root: Some(s.0.join("proc")), ..files(&s) });
+    r.refresh(Instant::now());
+    let at = |rel: &str| r.all()[&ino(&root.join(rel))].container.clone();
+    let d = at(&format!("docker/{ID}")).expect("docker");
+    assert_eq!((d.runtime, d.name.as_deref()), (Runtime::Docker, Some("web-docker")));
+    let p = at(&format!("libpod_parent/libpod-{ID2}")).expect("podman");
+    assert_eq!((p.runtime, p.name.as_deref()), (Runtime::Podman, Some("web-podman")));
+    // lxc-attach's processes live in `.lxc` below the payload: the same container.
+    let l = at("lxc.payload.web/.lxc").expect("lxc");
+    assert_eq!((l.runtime, l.id.as_str(), l.name.as_deref()), (Runtime::Lxc, "web", Some("web")));
+    assert_eq!(at("lxc.payload.web"), Some(l));
+    // The monitor, the pivot and the runtimes' parents are no containers.
+    for rel in ["lxc.monitor.web", "lxc.pivot", "docker", "libpod_parent"] {
+        assert_eq!(at(rel), None, "{rel}");
+    }
+    let web = r.find_containers("web");
+    assert_eq!(web.len(), 1);
+    let mut ids = vec![ino(&root.join("lxc.payload.web")), ino(&root.join("lxc.payload.web/.lxc"))];
+    ids.sort_unstable();
+    assert_eq!(web[0].cgroup_ids, ids, "the container's cgroups, not its monitor's");
+    assert_eq!(r.find_containers(&ID2[..12])[0].container.name.as_deref(), Some("web-podman"));
+}
+
+#[test]
+fn runtime_state_roots_come_from_dockerd_and_conmon_command_lines() {
+    let argv = |a: &[&str]| a.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+    let mut r = RunningRoots::default();
+    r.add_process(&argv(&["/usr/sbin/dockerd", "--data-root=/srv/d", "-H", "fd://"]));
+    r.add_process(&argv(&["dockerd", "-g", "/old/d"]));
+    r.add_process(&argv(&["dockerd"]));
+    r.add_process(&argv(&["dockerd", "--data-root", "relative"]));
+    r.add_process(&argv(&["conmon", "--bundle", &format!("/s/p/overlay-containers/{ID}/userdata"), "-n", "x"]));
+    // A bundle outside a store (another conmon user) and look-alikes of the programs say nothing.
+    r.add_process(&argv(&["conmon", "-b", "/run/crio/abc/userdata"]));
+    r.add_process(&argv(&["conmon", "-b", "/s/q/overlay-containers/short/userdata"]));
+    r.add_process(&argv(&["dockerd-rootless.sh", "--data-root", "/x"]));
+    r.add_process(&argv(&["sh", "-c", "dockerd --data-root /y"]));
+    r.add_process(&[]);
+    assert_eq!(r.docker, vec![PathBuf::from("/srv/d"), PathBuf::from("/old/d")]);
+    assert_eq!(r.podman, vec![PathBuf::from("/s/p")]);
 }
 
 #[test]
