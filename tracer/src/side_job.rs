@@ -140,7 +140,7 @@ mod tests {
     use crate::analysis::schema::ActionKind;
     use crate::pipeline::{NoStop, PipelineOptions, TimeBase};
     use crate::source::FeedSource;
-    use crate::tui::feed;
+    use crate::test_support::feed;
 
     /// Counts what it is shown.
     #[derive(Default)]

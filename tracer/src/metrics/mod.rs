@@ -111,7 +111,7 @@ mod tests {
     use crate::analysis::model::TableConfig;
     use crate::pipeline::{Control, FrontEnd, NoStop, PipelineOptions, TimeBase};
     use crate::source::FeedSource;
-    use crate::tui::feed;
+    use crate::test_support::feed;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn scrape(addr: SocketAddr) -> std::io::Result<String> {

@@ -316,7 +316,9 @@ mod tests {
         let b: Vec<Entry> = anonymize(fixture::entries()).collect();
         assert_eq!(flows(&b), fa);
         let id = |entries: &[Entry]| match &entries[1] {
-            Entry::Host { env } => env.cgroups[&crate::tui::feed::JELLYFIN_CGROUP].container.clone().expect("c").id,
+            Entry::Host { env } => {
+                env.cgroups[&crate::test_support::feed::JELLYFIN_CGROUP].container.clone().expect("c").id
+            }
             _ => panic!("host second"),
         };
         assert_eq!(id(&a).len(), 64);

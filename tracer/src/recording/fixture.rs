@@ -8,9 +8,9 @@ use crate::analysis::event::{Owner, Sample};
 use crate::analysis::schema::{ActionKind, ActionRecord, SummaryRecord, SwitchedFlow};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::source::SourceCounters;
-use crate::tui::feed;
+use crate::test_support::feed;
 
-pub(crate) use crate::tui::feed::{CUBIC, SSH};
+pub(crate) use crate::test_support::feed::{CUBIC, SSH};
 
 /// The second lossy CUBIC flow, in the named namespace [`EVIL_NETNS`].
 pub(crate) const NAMED: u64 = 606;

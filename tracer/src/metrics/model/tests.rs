@@ -1,7 +1,7 @@
 use super::*;
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::model::TableConfig;
-use crate::tui::feed;
+use crate::test_support::feed;
 
 /// The UI tests' host (a lossy CUBIC upload in the `jellyfin` container, a BBR stream, a
 /// receiver in a Proxmox container, an upload that closes at 4 s, ssh), fed for `secs`

@@ -1,4 +1,7 @@
-//! What the crate's own unit tests share.
+//! What the crate's own unit tests share: the skip rule, a readable writer, and [`feed`], a
+//! deterministic host with five flows for the tests of every layer.
+
+pub(crate) mod feed;
 
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
