@@ -57,7 +57,7 @@ fn measure(flows: u64, frames: u64) -> Measured {
     let table =
         TableConfig { max_flows: TableConfig::default().max_flows.max(2 * flows as usize), ..Default::default() };
     let mut analysis = Analysis::new(table, DiagnosisConfig::default(), Environment::default());
-    let mut state = AppState::new(HeaderInfo::this_host("bench")).with_show_all(true);
+    let mut state = AppState::new(HeaderInfo::live("bench".into(), "6.18".into(), "bench")).with_show_all(true);
     let mut terminal = Terminal::new(TestBackend::new(120, 40)).expect("test backend");
     let mut all = Parts::default();
     let (mut judging, mut judged) = (Parts::default(), 0u32);

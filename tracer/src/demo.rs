@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::cli::bounded_f64;
+use crate::cli::values::bounded_f64;
 use cctrace_lab::{
     Cgroup, EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
 };

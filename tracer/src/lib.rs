@@ -4,6 +4,7 @@
 //! samples come from), [`kernel`] (the live eBPF source), [`output`] and [`tui`] (front ends).
 
 pub mod analysis;
+pub mod app;
 pub mod apply;
 pub mod cgroups;
 pub mod cli;

@@ -27,7 +27,7 @@ use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
-use crate::pipeline::{Control, FrontEnd, Status};
+use crate::pipeline::Status;
 use crate::side_job::{Beside, SideJob};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 
@@ -169,19 +169,6 @@ impl SideJob for Recorder {
     /// The recording finishes before the front end: it is what outlives the run.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
         Recorder::finish(self, analysis, summary).await
-    }
-}
-
-/// A front end that shows nothing: `cctrace record`.
-pub struct Headless;
-
-impl FrontEnd for Headless {
-    async fn on_tick(&mut self, _analysis: &Analysis, _status: &Status) -> Result<Control> {
-        Ok(Control::Continue)
-    }
-
-    async fn finish(&mut self, _analysis: &Analysis, _summary: &SummaryRecord) -> Result<()> {
-        Ok(())
     }
 }
 

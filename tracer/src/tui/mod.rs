@@ -44,7 +44,9 @@ use crate::analysis::fix::FIX_CC;
 use crate::analysis::live_fix::FixControl;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
+use crate::output::stack::{stack, Extras};
 use crate::pipeline::{self, Control, FrontEnd, PipelineOptions, Status, StopSignal};
+use crate::side_job::SideJob;
 use crate::source::EventSource;
 
 pub use state::{AppState, Column, HeaderInfo, SortDir, View};
@@ -279,7 +281,7 @@ where
 /// is shown (the header says so); `exporter` serves it as metrics. The terminal is restored
 /// before this returns, also on error, so the caller may print the summary it returns.
 #[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
-pub async fn run(
+pub async fn run<J: SideJob>(
     source: &mut dyn EventSource,
     analysis: &mut Analysis,
     header: HeaderInfo,
@@ -287,20 +289,18 @@ pub async fn run(
     pipeline_opts: PipelineOptions,
     filter: Option<FilterControlBox>,
     fixer: Option<FixControlBox>,
-    recorder: Option<crate::recording::Recorder>,
-    exporter: Option<crate::metrics::Exporter>,
+    extras: Extras<J>,
     player: Option<crate::recording::player::Player>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
     let mut guard = terminal::TerminalGuard::enter()?;
     let state = AppState::new(header).with_show_all(opts.show_all);
-    let status = recorder.as_ref().map(crate::recording::Recorder::status);
+    let status = extras.recorder.as_ref().map(crate::recording::Recorder::status);
     let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter)
         .with_recording(status)
         .with_fixer(fixer)
         .with_player(player);
-    let recording = crate::recording::Recording::new(tui, recorder);
-    let mut front = crate::metrics::Exporting::new(recording, exporter);
+    let mut front = stack(tui, extras);
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
     let pipeline_opts = if pipeline_opts.scripted {
         pipeline_opts

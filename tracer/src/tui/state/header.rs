@@ -17,16 +17,10 @@ pub struct HeaderInfo {
 }
 
 impl HeaderInfo {
-    /// Header for samples taken on this machine: its host name and kernel release ("?" when
-    /// unreadable: the header informs, it is never a reason to fail).
-    pub fn this_host(source: impl Into<String>) -> Self {
+    /// Header for samples taken on the machine named `host` running `kernel` (the caller reads
+    /// them); "?" for what is unknown: the header informs, it is never a reason to fail.
+    pub fn live(host: String, kernel: String, source: impl Into<String>) -> Self {
         let known = |s: String| if s.is_empty() { "?".to_string() } else { s };
-        Self {
-            host: known(crate::host::hostname()),
-            kernel: known(crate::host::kernel_release()),
-            source: source.into(),
-            recording: None,
-            filters: Vec::new(),
-        }
+        Self { host: known(host), kernel: known(kernel), source: source.into(), recording: None, filters: Vec::new() }
     }
 }

@@ -1,0 +1,6 @@
+//! The command line: its definition ([`args`]) and the parsers of its values ([`values`]).
+
+pub mod args;
+pub mod values;
+
+pub use args::{Cli, Command, DEFAULT_LISTEN};
