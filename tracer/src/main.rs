@@ -288,8 +288,8 @@ fn filter_spec(cli: &Cli) -> FilterSpec {
 fn deep_namespaces(
     resolved: &ResolvedFilter,
     env: &tracer::analysis::diagnosis::Environment,
-) -> Result<Vec<tracer::deep::session::DeepNamespace>> {
-    tracer::deep::check_support()?;
+) -> Result<Vec<tracer::kernel::deep::session::DeepNamespace>> {
+    tracer::kernel::deep::check_support()?;
     if resolved.netns.is_empty() {
         anyhow::bail!("--deep needs --netns: it moves the flows of the named network namespaces onto its twins");
     }
@@ -302,7 +302,7 @@ fn deep_namespaces(
             }
             let path = tracer::host::path_into_netns(env, netns)
                 .with_context(|| format!("no path leads into network namespace {netns}"))?;
-            Ok(tracer::deep::session::DeepNamespace { netns, path })
+            Ok(tracer::kernel::deep::session::DeepNamespace { netns, path })
         })
         .collect()
 }
@@ -519,9 +519,9 @@ async fn run(cli: &Cli) -> Result<()> {
         Some(deep_namespaces(&resolved, &env)?)
     } else {
         // A killed --deep run leaves flows on its unregistered twins: any next start puts them back.
-        match tracer::deep::session::restore_if_left() {
+        match tracer::kernel::deep::session::restore_if_left() {
             Ok(0) => {}
-            Ok(n) => eprintln!("cctrace: {}", tracer::deep::session::restored_line(n)),
+            Ok(n) => eprintln!("cctrace: {}", tracer::kernel::deep::session::restored_line(n)),
             Err(e) => eprintln!("cctrace: flows a killed cctrace --deep left on its twins stay there: {e:#}"),
         }
         None
@@ -540,9 +540,9 @@ async fn run(cli: &Cli) -> Result<()> {
     }
     let serving = exporter.as_ref().and_then(tracer::metrics::Exporter::local_addr);
     if let Some(namespaces) = deep_namespaces {
-        let (session, moved) = tracer::deep::session::DeepSession::start(namespaces)?;
+        let (session, moved) = tracer::kernel::deep::session::DeepSession::start(namespaces)?;
         if session.restored_at_start > 0 {
-            eprintln!("cctrace: {}", tracer::deep::session::restored_line(session.restored_at_start));
+            eprintln!("cctrace: {}", tracer::kernel::deep::session::restored_line(session.restored_at_start));
         }
         eprintln!(
             "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; {} flows moved onto them",

@@ -4,6 +4,7 @@
 //! Dropping [`KernelSource`] detaches every program and frees every map: nothing is pinned.
 
 pub mod caps;
+pub mod deep;
 pub mod filter;
 pub mod hz;
 pub mod listing;
@@ -252,7 +253,7 @@ impl KernelInfo {
 struct DeepFeed {
     ring: AsyncFd<RingBuf<MapData>>,
     // After the ring: dropping the session moves flows back and unregisters the twins.
-    session: crate::deep::session::DeepSession,
+    session: crate::kernel::deep::session::DeepSession,
     next_rescan: tokio::time::Instant,
     last_rescan: tokio::time::Instant,
     received: u64,
@@ -549,7 +550,7 @@ impl KernelSource {
     /// Read the decision events of deep mode's twins too, and keep moving the session's new
     /// flows onto them; the session ends (flows back, twins unregistered) when this source
     /// stops producing or is dropped.
-    pub fn attach_deep(&mut self, session: crate::deep::session::DeepSession) -> Result<()> {
+    pub fn attach_deep(&mut self, session: crate::kernel::deep::session::DeepSession) -> Result<()> {
         let twins = session.twins().context("the deep-mode twins are not registered")?;
         let fd = twins.decisions_fd().context("the twins' decisions ring buffer")?;
         let map = aya::maps::Map::from_map_data(MapData::from_fd(fd).context("opening the decisions ring buffer")?)
@@ -573,8 +574,12 @@ impl KernelSource {
     /// Decisions written and lost by the twins, and received and undecodable here.
     pub fn deep_counters(&self) -> Option<DeepCounters> {
         let deep = self.deep.as_ref()?;
-        let (written, lost) =
-            deep.session.twins().map(crate::deep::Twins::counters).or(deep.final_kernel_counts).unwrap_or_default();
+        let (written, lost) = deep
+            .session
+            .twins()
+            .map(crate::kernel::deep::Twins::counters)
+            .or(deep.final_kernel_counts)
+            .unwrap_or_default();
         Some(DeepCounters { written, lost, received: deep.received, decode_errors: deep.decode_errors })
     }
 
