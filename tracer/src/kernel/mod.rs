@@ -6,6 +6,7 @@
 pub mod caps;
 pub mod deep;
 pub mod filter;
+pub mod fs_kind;
 pub mod hz;
 pub mod listing;
 pub mod offsets;
