@@ -13,6 +13,7 @@
 //! The twins are registered through links (`.struct_ops.link`): when this process ends, even by
 //! SIGKILL, closing the link fds unregisters them. See [`session`] for what happens to the flows.
 
+pub mod feed;
 pub mod session;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
