@@ -80,10 +80,10 @@ pub(crate) fn btf_cookie(sk: *const u8) -> u64 {
     unsafe { bpf_get_socket_cookie(sk as *mut c_void) }
 }
 
-// Classic tracepoint records. // Fallback for kernels without BTF tracepoints for these events. The record layout is read
-// from tracefs; `skaddr` gives the socket, read with the same BTF offsets as above. Without the
-// cookie helper, flows are keyed by socket address (see `flow_key`).
-
+/// The socket of a classic tracepoint's record, for kernels without BTF tracepoints for these
+/// events: the record layout is read from tracefs, and its `skaddr` field gives the socket, read
+/// with the same BTF offsets as a BTF tracepoint's. Without the cookie helper, flows are keyed
+/// by socket address (see `flow_key`).
 #[inline(always)]
 pub(crate) fn classic_sk(ctx: &TracePointContext, hook: HookId) -> *const u8 {
     let off = global!(CLASSIC.skaddr[hook.index()]);
@@ -94,6 +94,7 @@ pub(crate) fn classic_sk(ctx: &TracePointContext, hook: HookId) -> *const u8 {
     unsafe { ctx.read_at::<u64>(off as usize) }.unwrap_or(0) as *const u8
 }
 
+/// A `u32` field of a classic tracepoint's record, at the offset its format file gives.
 #[inline(always)]
 pub(crate) fn classic_u32(ctx: &TracePointContext, off: u32) -> u32 {
     if off == ABSENT {
