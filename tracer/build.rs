@@ -1,5 +1,5 @@
 //! Builds the eBPF programs (tracer-ebpf) with aya-build and leaves the object in OUT_DIR, and
-//! compiles deep mode's struct_ops twins (src/deep/twins.bpf.c) with clang into
+//! compiles deep mode's struct_ops twins (src/kernel/deep/twins.bpf.c) with clang into
 //! OUT_DIR/twins.bpf.o against a vmlinux.h that bpftool writes from this machine's kernel BTF.
 //!
 //! Host-only work (unit tests, clippy, fmt) must not need the eBPF toolchain, so when it is
@@ -40,9 +40,9 @@ fn tool(name: &str, dirs: &[&str]) -> Option<PathBuf> {
 
 /// Compile the twins; `Err` says why deep mode is unavailable in this build.
 fn build_twins(manifest_dir: &Path, out_dir: &Path) -> Result<(), String> {
-    let source = manifest_dir.join("src/deep/twins.bpf.c");
+    let source = manifest_dir.join("src/kernel/deep/twins.bpf.c");
     println!("cargo:rerun-if-changed={}", source.display());
-    println!("cargo:rerun-if-changed={}", manifest_dir.join("src/deep/decision.h").display());
+    println!("cargo:rerun-if-changed={}", manifest_dir.join("src/kernel/deep/decision.h").display());
     let clang = tool("clang", &[LLVM_BIN]).ok_or("clang not found (the clang-22 package)")?;
     let bpftool = tool("bpftool", &["/usr/sbin", "/sbin"]).ok_or("bpftool not found (the bpftool package)")?;
     if !Path::new(KERNEL_BTF).is_file() {
@@ -76,7 +76,7 @@ fn build_twins(manifest_dir: &Path, out_dir: &Path) -> Result<(), String> {
         .arg("-I")
         .arg(&libbpf_include)
         .arg("-I")
-        .arg(manifest_dir.join("src/deep"))
+        .arg(manifest_dir.join("src/kernel/deep"))
         .arg("-c")
         .arg(&source)
         .arg("-o")

@@ -22,7 +22,7 @@ use aya_ebpf::{helpers::bpf_jiffies64, macros::map, maps::PerCpuArray};
 use tracer_common::{DueMemo, DUE_MEMO_SLOTS};
 
 use crate::flow_key::address_of;
-use crate::CONFIG;
+use crate::maps::CONFIG;
 
 /// When sockets are next due a periodic sample.
 #[map]

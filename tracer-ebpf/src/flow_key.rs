@@ -11,7 +11,8 @@
 use aya_ebpf::{helpers::bpf_get_smp_processor_id, macros::map, maps::PerCpuArray};
 use tracer_common::FlowState;
 
-use crate::{btf_cookie, read, CONFIG, OFFSETS};
+use crate::maps::{CONFIG, OFFSETS};
+use crate::read::{btf_cookie, read};
 
 /// Where [`address_of`] turns a pointer into a number, per CPU.
 #[repr(C)]

@@ -246,7 +246,7 @@ fn sock_address(full: *mut bpf_sock) -> *const u8 {
 
 #[inline(always)]
 fn cfg(f: &u32) -> u32 {
-    // SAFETY: rodata global, read volatile as `global!` in the crate root does.
+    // SAFETY: rodata global, read volatile as `global!` (in `read`) does.
     unsafe { core::ptr::read_volatile(f) }
 }
 

@@ -9,7 +9,6 @@ pub mod apply;
 pub mod cgroups;
 pub mod cli;
 pub mod clock;
-pub mod deep;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod export;

@@ -1,7 +1,6 @@
 //! The filter while cctrace runs: resolve the user's terms on this host, put them in the
 //! kernel, follow containers that restart under the same name, and let the TUI change it.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -11,19 +10,9 @@ use crate::analysis::diagnosis::Environment;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
+use crate::kernel::fs_kind::{cgroup2_dir_id, netns_file_inode};
 use crate::pipeline::Status;
 use crate::side_job::SideJob;
-
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-const NSFS_MAGIC: i64 = 0x6e73_6673;
-
-fn fs_magic(path: &Path) -> Option<i64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statfs writes into the zeroed struct we own; `c` is NUL-terminated.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::statfs(c.as_ptr(), &raw mut buf) } == 0).then_some(buf.f_type)
-}
 
 /// Answers filter lookups from the host's file systems.
 pub struct HostPaths {
@@ -47,19 +36,12 @@ impl HostLookup for HostPaths {
             }
             None => vec![given_path.to_path_buf()],
         };
-        candidates.into_iter().find_map(|p| {
-            let meta = std::fs::metadata(&p).ok()?;
-            (meta.is_dir() && fs_magic(&p) == Some(CGROUP2_SUPER_MAGIC)).then(|| meta.ino())
-        })
+        candidates.into_iter().find_map(|p| cgroup2_dir_id(&p))
     }
 
     /// The namespace a path opens: `/proc/PID/ns/net`, `/run/netns/NAME`, a bind mount.
     fn netns_inode(&self, given: &str) -> Option<u32> {
-        let path = Path::new(given);
-        if fs_magic(path) != Some(NSFS_MAGIC) {
-            return None;
-        }
-        u32::try_from(std::fs::metadata(path).ok()?.ino()).ok()
+        netns_file_inode(Path::new(given))
     }
 }
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
-use tracer::deep::session::{DeepNamespace, DeepSession};
+use tracer::kernel::deep::session::{DeepNamespace, DeepSession};
 
 fn skip_reason() -> Option<&'static str> {
     // SAFETY: geteuid has no preconditions.

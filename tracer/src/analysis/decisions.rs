@@ -2,7 +2,7 @@
 //! `cct_bbr`) report from inside each callback, decoded from the twins' ring buffer into typed
 //! records, and kept per flow (bounded) for the timeline, the JSON output and the diagnosis.
 //!
-//! The wire layout is `struct cct_decision` in tracer/src/deep/decision.h; [`decode`] reads it
+//! The wire layout is `struct cct_decision` in tracer/src/kernel/deep/decision.h; [`decode`] reads it
 //! by offset after checking its length and version.
 
 use std::collections::{HashMap, VecDeque};

@@ -30,8 +30,8 @@ use crate::source::EventSource;
 fn deep_namespaces(
     resolved: &ResolvedFilter,
     env: &crate::analysis::diagnosis::Environment,
-) -> Result<Vec<crate::deep::session::DeepNamespace>> {
-    crate::deep::check_support()?;
+) -> Result<Vec<crate::kernel::deep::session::DeepNamespace>> {
+    crate::kernel::deep::check_support()?;
     if resolved.netns.is_empty() {
         anyhow::bail!("--deep needs --netns: it moves the flows of the named network namespaces onto its twins");
     }
@@ -44,7 +44,7 @@ fn deep_namespaces(
             }
             let path = crate::host::path_into_netns(env, netns)
                 .with_context(|| format!("no path leads into network namespace {netns}"))?;
-            Ok(crate::deep::session::DeepNamespace { netns, path })
+            Ok(crate::kernel::deep::session::DeepNamespace { netns, path })
         })
         .collect()
 }
@@ -156,9 +156,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         Some(deep_namespaces(&resolved, &env)?)
     } else {
         // A killed --deep run leaves flows on its unregistered twins: any next start puts them back.
-        match crate::deep::session::restore_if_left() {
+        match crate::kernel::deep::session::restore_if_left() {
             Ok(0) => {}
-            Ok(n) => eprintln!("cctrace: {}", crate::deep::session::restored_line(n)),
+            Ok(n) => eprintln!("cctrace: {}", crate::kernel::deep::session::restored_line(n)),
             Err(e) => eprintln!("cctrace: flows a killed cctrace --deep left on its twins stay there: {e:#}"),
         }
         None
@@ -177,9 +177,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     }
     let serving = exporter.as_ref().and_then(crate::metrics::Exporter::local_addr);
     if let Some(namespaces) = deep_namespaces {
-        let (session, moved) = crate::deep::session::DeepSession::start(namespaces)?;
+        let (session, moved) = crate::kernel::deep::session::DeepSession::start(namespaces)?;
         if session.restored_at_start > 0 {
-            eprintln!("cctrace: {}", crate::deep::session::restored_line(session.restored_at_start));
+            eprintln!("cctrace: {}", crate::kernel::deep::session::restored_line(session.restored_at_start));
         }
         eprintln!(
             "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; {} flows moved onto them",

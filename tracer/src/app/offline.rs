@@ -1,7 +1,6 @@
 //! `cctrace export` and `cctrace report`: files made from a recording, offline, with no
 //! privileges and no async runtime; and the demo's relay stand-in.
 
-
 use anyhow::{Context, Result};
 
 use super::settings::diagnosis_config;

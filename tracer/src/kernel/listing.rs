@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use aya::programs::Iter;
 use aya::{Btf, Ebpf};
 
-use super::{error_chain, short};
+use super::attach::{error_chain, short};
 use crate::analysis::event::{decode, DecodeContext, Sample};
 
 /// Why the listing did not run at all.

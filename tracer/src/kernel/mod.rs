@@ -1,15 +1,22 @@
-//! The live kernel event source: load the embedded eBPF object, attach each hook (BTF tracepoint
-//! first, classic tracepoint as fallback), and drain the ring buffer through tokio's `AsyncFd`.
+//! The live kernel event source: its options and what start-up learned, and [`KernelSource`],
+//! which loads the embedded eBPF object, attaches the hooks (see `attach`), hands out the
+//! samples (`ring`), UDP readings (`udp`) and deep mode's decisions (`deep::feed`) as they come,
+//! and detaches everything at the end.
 //!
 //! Dropping [`KernelSource`] detaches every program and frees every map: nothing is pinned.
 
+mod attach;
 pub mod caps;
+mod counters;
+pub mod deep;
 pub mod filter;
+pub mod fs_kind;
 pub mod hook_cost;
 pub mod hz;
 pub mod listing;
 pub mod offsets;
 pub mod owners;
+mod ring;
 pub mod switch;
 pub mod tracefs;
 pub mod udp;
@@ -19,15 +26,17 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, TracePoint};
+use aya::maps::{MapData, RingBuf};
 use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
-use tracer_common::{counter, ClassicTracepointOffsets, Config, HookId, ABSENT};
+use tracer_common::{counter, Config, HookId};
 
-use crate::analysis::decisions::{Decision, TwinAlgo};
-use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::analysis::event::{DecodeContext, Sample};
+use crate::kernel::attach::{attach_hooks, classic_offsets, error_chain, HOOKS};
+use crate::kernel::counters::CounterMap;
+use crate::kernel::deep::feed::{read_decisions, DeepCounters, DeepFeed};
 use crate::kernel::listing::{ListingError, ListingReport};
+use crate::kernel::ring::{read_samples, Decoding, SampleReader, RING_POLL};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
@@ -78,77 +87,6 @@ impl Default for KernelOptions {
         }
     }
 }
-
-struct Hook {
-    id: HookId,
-    group: &'static str,
-    event: &'static str,
-    btf_prog: &'static str,
-    classic_prog: &'static str,
-    /// What is lost when this hook is unavailable.
-    without: &'static str,
-}
-
-/// One entry per [`HookId`], at its index (checked below).
-const HOOKS: [Hook; HookId::COUNT] = [
-    Hook {
-        id: HookId::TcpProbe,
-        group: "tcp",
-        event: "tcp_probe",
-        btf_prog: "cct_probe",
-        classic_prog: "cct_tp_probe",
-        without: "no periodic samples; flows update only on retransmissions and state changes",
-    },
-    Hook {
-        id: HookId::Retransmit,
-        group: "tcp",
-        event: "tcp_retransmit_skb",
-        btf_prog: "cct_retrans",
-        classic_prog: "cct_tp_retrans",
-        without: "retransmissions show only in the counters of later samples",
-    },
-    Hook {
-        id: HookId::CongState,
-        group: "tcp",
-        event: "tcp_cong_state_set",
-        btf_prog: "cct_cong_state",
-        classic_prog: "cct_tp_cong",
-        without: "CA state changes show only in periodic samples",
-    },
-    Hook {
-        id: HookId::SetState,
-        group: "sock",
-        event: "inet_sock_set_state",
-        btf_prog: "cct_set_state",
-        classic_prog: "cct_tp_setstate",
-        without: "opens are seen at the first ACK and closes only at destroy",
-    },
-    Hook {
-        id: HookId::Destroy,
-        group: "tcp",
-        event: "tcp_destroy_sock",
-        btf_prog: "cct_destroy",
-        classic_prog: "cct_tp_destroy",
-        without: "closes are seen only through state changes",
-    },
-    Hook {
-        id: HookId::SendMsg,
-        group: "tcp",
-        event: "tcp_sendmsg_locked",
-        btf_prog: "cct_sendmsg",
-        classic_prog: "",
-        without: "owners of accepted connections are looked up in /proc as `ss -p` does",
-    },
-];
-
-// The table covers every hook once, in index order: `HOOKS[id.index()].id == id`.
-const _: () = {
-    let mut i = 0;
-    while i < HookId::COUNT {
-        assert!(HOOKS[i].id.index() == i);
-        i += 1;
-    }
-};
 
 /// How one hook ended up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,7 +150,6 @@ impl HookReport {
     }
 }
 
-/// Everything start-up learned about the kernel.
 /// An attached hook's program (see [`KernelSource::hook_programs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookProgram {
@@ -222,6 +159,7 @@ pub struct HookProgram {
     pub fd: std::os::fd::RawFd,
 }
 
+/// Everything start-up learned about the kernel.
 #[derive(Clone, Debug)]
 pub struct KernelInfo {
     pub hooks: Vec<HookReport>,
@@ -249,53 +187,11 @@ impl KernelInfo {
     }
 }
 
-/// Deep mode's part of the live source: the twins' session and their decisions ring buffer.
-struct DeepFeed {
-    ring: AsyncFd<RingBuf<MapData>>,
-    // After the ring: dropping the session moves flows back and unregisters the twins.
-    session: crate::deep::session::DeepSession,
-    next_rescan: tokio::time::Instant,
-    last_rescan: tokio::time::Instant,
-    received: u64,
-    decode_errors: u64,
-    /// The twins' own counts (written, lost), read before they were unregistered.
-    final_kernel_counts: Option<(u64, u64)>,
-}
-
-impl DeepFeed {
-    /// A flow of a deep namespace still on an original algorithm (new since the last scan):
-    /// move it soon rather than at the next periodic scan, so little of its start is missed.
-    fn rescan_soon_for(&mut self, batch: &[Sample]) {
-        let namespaces = self.session.namespaces();
-        let waiting = batch.iter().any(|s| {
-            TwinAlgo::ALL.iter().any(|a| a.original() == s.cc) && namespaces.iter().any(|n| n.netns == s.netns)
-        });
-        if waiting {
-            let soon = self.last_rescan + DEEP_RESCAN_SOON;
-            self.next_rescan = self.next_rescan.min(soon.max(tokio::time::Instant::now()));
-        }
-    }
-}
-
-/// Deep mode's decision counts: written and lost by the twins, received and undecodable here.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeepCounters {
-    pub written: u64,
-    pub lost: u64,
-    pub received: u64,
-    pub decode_errors: u64,
-}
-
-/// How often deep mode looks for new flows to move onto the twins...
-const DEEP_RESCAN: Duration = Duration::from_secs(1);
-/// ...and how soon after a sample shows one (a new connection), at most this often.
-const DEEP_RESCAN_SOON: Duration = Duration::from_millis(100);
-
 pub struct KernelSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
     ring: AsyncFd<RingBuf<MapData>>,
     deep: Option<DeepFeed>,
-    counters: PerCpuArray<MapData, u64>,
+    counters: CounterMap,
     /// Until a front end takes it to change the filter while running.
     filter: Option<filter::KernelFilter>,
     /// Names owners the kernel side cannot (no `tcp:tcp_sendmsg_locked`): `None` when it can.
@@ -313,96 +209,6 @@ pub struct KernelSource {
     listed: u64,
     received: u64,
     decoding: Decoding,
-}
-
-/// Decoding the ring's records: what failed, and how many samples the last read held (the next
-/// batch is allocated at that size once, rather than grown by doubling: growing 4,096 samples a
-/// few at a time was a tenth of cctrace's time under churn).
-#[derive(Debug)]
-struct Decoding {
-    ctx: DecodeContext,
-    errors: u64,
-    /// First decode error, kept for the summary.
-    first_error: Option<String>,
-    last_batch: usize,
-}
-
-impl Decoding {
-    fn new(ctx: DecodeContext) -> Self {
-        Self { ctx, errors: 0, first_error: None, last_batch: 0 }
-    }
-}
-
-/// Offsets of the fields the classic programs read, from tracefs; absent where unreadable.
-fn classic_offsets() -> (ClassicTracepointOffsets, Option<String>) {
-    let mut out = ClassicTracepointOffsets::unresolved();
-    let root = match tracefs::tracefs_root() {
-        Ok(r) => r,
-        Err(e) => return (out, Some(e.to_string())),
-    };
-    for h in &HOOKS {
-        let Ok(fields) = tracefs::event_format(&root, h.group, h.event) else { continue };
-        let at = |name: &str| fields.get(name).map_or(ABSENT, |f| f.offset);
-        out.skaddr[h.id.index()] = at("skaddr");
-        if h.id == HookId::SetState {
-            out.set_state_oldstate = at("oldstate");
-            out.set_state_newstate = at("newstate");
-            out.set_state_protocol = at("protocol");
-        }
-        if h.id == HookId::CongState {
-            out.cong_state = at("cong_state");
-        }
-    }
-    (out, None)
-}
-
-fn short(e: &dyn std::fmt::Display) -> String {
-    let s = e.to_string();
-    s.lines().next().unwrap_or("").chars().take(160).collect()
-}
-
-fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<(), AttachError> {
-    let prog: &mut BtfTracePoint = ebpf
-        .program_mut(h.btf_prog)
-        .ok_or(AttachError::ProgramMissing(h.btf_prog))?
-        .try_into()
-        .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load(h.event, btf).map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
-    if let Err(e) = prog.attach() {
-        let _ = prog.unload();
-        return Err(AttachError::Attach(short(&error_chain(&e))));
-    }
-    Ok(())
-}
-
-fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<(), AttachError> {
-    if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
-        let name = format!("{}:{}", h.group, h.event);
-        let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
-        return Err(if exists { AttachError::NoSkaddr(name) } else { AttachError::NoEvent(name) });
-    }
-    let prog: &mut TracePoint = ebpf
-        .program_mut(h.classic_prog)
-        .ok_or(AttachError::ProgramMissing(h.classic_prog))?
-        .try_into()
-        .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load().map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
-    if let Err(e) = prog.attach(h.group, h.event) {
-        let _ = prog.unload();
-        return Err(AttachError::Attach(short(&error_chain(&e))));
-    }
-    Ok(())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        cur = inner.source();
-    }
-    s
 }
 
 impl KernelSource {
@@ -467,32 +273,7 @@ impl KernelSource {
         filter.apply(&opts.filter)?;
 
         let aya_btf = kernel_btf;
-        let mut reports = Vec::new();
-        for h in &HOOKS {
-            let name = format!("{}:{}", h.group, h.event);
-            let mut disabled = HookDisabled { btf: None, classic: None, without: h.without };
-            let mut status = None;
-            if opts.hook_mode != HookMode::Classic {
-                let attached =
-                    aya_btf.as_ref().ok_or(AttachError::NoKernelBtf).and_then(|b| attach_btf(&mut ebpf, h, b));
-                match attached {
-                    Ok(()) => status = Some(HookStatus::Btf),
-                    Err(e) => disabled.btf = Some(e),
-                }
-            }
-            if status.is_none() && opts.hook_mode != HookMode::Btf {
-                match attach_classic(&mut ebpf, h, &classic) {
-                    Ok(()) => status = Some(HookStatus::Classic),
-                    Err(e) => disabled.classic = Some(e),
-                }
-            }
-            let status = status.unwrap_or(HookStatus::Disabled(disabled));
-            reports.push(HookReport { name, status });
-        }
-        if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
-            let why: Vec<String> = reports.iter().map(HookReport::line).collect();
-            bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
-        }
+        let reports = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let ctx = DecodeContext { hz };
@@ -522,8 +303,7 @@ impl KernelSource {
         // the RingBuf) is dropped; the fd is never replaced or closed behind tokio's back.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .context("registering the ring buffer with tokio")?;
-        let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?)
-            .context("opening the COUNTERS map")?;
+        let counters = CounterMap::take(&mut ebpf)?;
         let sendmsg_off = matches!(reports[HookId::SendMsg.index()].status, HookStatus::Disabled(_));
         Ok(Self {
             ring,
@@ -550,33 +330,14 @@ impl KernelSource {
     /// Read the decision events of deep mode's twins too, and keep moving the session's new
     /// flows onto them; the session ends (flows back, twins unregistered) when this source
     /// stops producing or is dropped.
-    pub fn attach_deep(&mut self, session: crate::deep::session::DeepSession) -> Result<()> {
-        let twins = session.twins().context("the deep-mode twins are not registered")?;
-        let fd = twins.decisions_fd().context("the twins' decisions ring buffer")?;
-        let map = aya::maps::Map::from_map_data(MapData::from_fd(fd).context("opening the decisions ring buffer")?)
-            .context("the decisions map")?;
-        let ring = RingBuf::try_from(map).context("the decisions map is not a ring buffer")?;
-        // SAFETY: as for the samples ring: the RingBuf owns its fd until the AsyncFd drops it.
-        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .context("registering the decisions ring buffer with tokio")?;
-        self.deep = Some(DeepFeed {
-            ring,
-            session,
-            next_rescan: tokio::time::Instant::now() + DEEP_RESCAN,
-            last_rescan: tokio::time::Instant::now(),
-            received: 0,
-            decode_errors: 0,
-            final_kernel_counts: None,
-        });
+    pub fn attach_deep(&mut self, session: deep::session::DeepSession) -> Result<()> {
+        self.deep = Some(DeepFeed::open(session)?);
         Ok(())
     }
 
     /// Decisions written and lost by the twins, and received and undecodable here.
     pub fn deep_counters(&self) -> Option<DeepCounters> {
-        let deep = self.deep.as_ref()?;
-        let (written, lost) =
-            deep.session.twins().map(crate::deep::Twins::counters).or(deep.final_kernel_counts).unwrap_or_default();
-        Some(DeepCounters { written, lost, received: deep.received, decode_errors: deep.decode_errors })
+        self.deep.as_ref().map(DeepFeed::counters)
     }
 
     pub fn info(&self) -> &KernelInfo {
@@ -625,27 +386,16 @@ impl KernelSource {
         }
     }
 
-    fn counter(&self, index: u32) -> u64 {
-        self.counters.get(&index, 0).map(|v| v.iter().sum()).unwrap_or(0)
-    }
-
     /// Samples the kernel handed over so far: written into the ring buffer, or read from the
     /// start-up listing's iterators.
     pub fn emitted(&self) -> u64 {
-        self.counter(counter::EMITTED) + self.listed
+        self.counters.get(counter::EMITTED) + self.listed
     }
 
     /// Kernel-side counters by name (lost, emitted, read errors, map full, UDP accounting).
     pub fn kernel_counters(&self) -> HashMap<&'static str, u64> {
-        let udp = self.udp.as_ref().map(udp::UdpAccounting::kernel_counters).unwrap_or_default();
-        let mut all = HashMap::from([
-            ("ringbuf_lost", self.counter(counter::RINGBUF_LOST)),
-            ("emitted", self.counter(counter::EMITTED)),
-            ("read_errors", self.counter(counter::READ_ERRORS)),
-            ("flow_map_full", self.counter(counter::FLOW_MAP_FULL)),
-            ("filtered", self.counter(counter::FILTERED)),
-        ]);
-        all.extend(udp);
+        let mut all = self.counters.by_name();
+        all.extend(self.udp.as_ref().map(udp::UdpAccounting::kernel_counters).unwrap_or_default());
         all
     }
 
@@ -669,123 +419,6 @@ impl KernelSource {
     }
 }
 
-/// What reading samples needs, borrowed apart from the rest of the source, so that the UDP and
-/// deep-mode readers can wait beside it.
-struct SampleReader<'a> {
-    ring: &'a mut AsyncFd<RingBuf<MapData>>,
-    ring_poll: &'a mut tokio::time::Interval,
-    listing: &'a mut Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>,
-    listed: &'a mut u64,
-    decoding: &'a mut Decoding,
-    owners: &'a mut Option<owners::OwnerLookup>,
-}
-
-/// The next samples (at least one): from the ring first (it is what overflows when not read),
-/// then the start-up listing's. The programs wake the reader only when the ring is half full
-/// (a wake-up per sample was most of a hook's cost), so the ring is also read on a short timer.
-/// With unnamed flows waiting for an owner scan, the reader wakes for it even if no sample
-/// comes. Cancel-safe: records are taken only in the turn that returns them.
-async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
-    let SampleReader { ring, ring_poll, listing, listed, decoding, owners } = r;
-    loop {
-        let scan_at = owners.as_ref().and_then(owners::OwnerLookup::due_at);
-        let scan_due = async {
-            match scan_at {
-                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut batch = tokio::select! {
-            biased;
-            guard = ring.readable_mut() => {
-                drain_ring(guard.context("waiting on the ring buffer")?, decoding)
-            }
-            _ = ring_poll.tick() => {
-                let batch = drain(ring.get_mut(), decoding);
-                if batch.len() == MAX_BATCH {
-                    // More is waiting: the next call reads on without waiting for a tick.
-                    ring_poll.reset_immediately();
-                }
-                batch
-            }
-            from_listing = next_listed(listing), if listing.is_some() => match from_listing {
-                Some(batch) => {
-                    *listed += batch.len() as u64;
-                    batch
-                }
-                None => {
-                    *listing = None;
-                    continue;
-                }
-            },
-            () = scan_due => {
-                if let Some(owners) = owners.as_mut() {
-                    owners.scan_if_due();
-                }
-                continue;
-            }
-        };
-        if !batch.is_empty() {
-            if let Some(owners) = owners.as_mut() {
-                owners.fill(&mut batch);
-            }
-            return Ok(batch);
-        }
-    }
-}
-
-/// Up to one batch of what the ring buffer holds; readiness is cleared once it is dry.
-fn drain_ring(
-    mut guard: tokio::io::unix::AsyncFdReadyMutGuard<'_, RingBuf<MapData>>,
-    decoding: &mut Decoding,
-) -> Vec<Sample> {
-    let batch = drain(guard.get_inner_mut(), decoding);
-    if batch.len() < MAX_BATCH {
-        // Drained: wait for the next wake-up. A full batch leaves readiness set.
-        guard.clear_ready();
-    }
-    batch
-}
-
-/// The next decisions from the twins; between reads, new flows are moved onto them.
-async fn read_decisions(deep: &mut DeepFeed) -> Result<Vec<Decision>> {
-    const MAX_BATCH: usize = 4096;
-    loop {
-        let mut guard = tokio::select! {
-            guard = deep.ring.readable_mut() => guard.context("waiting on the decisions ring buffer")?,
-            () = tokio::time::sleep_until(deep.next_rescan) => {
-                deep.last_rescan = tokio::time::Instant::now();
-                deep.next_rescan = deep.last_rescan + DEEP_RESCAN;
-                match deep.session.rescan() {
-                    Ok(moved) if moved.switched > 0 => log::info!("deep: moved {} new flows onto the twins", moved.switched),
-                    Ok(_) => {}
-                    Err(e) => log::warn!("deep: {e:#}"),
-                }
-                continue;
-            }
-        };
-        let ring = guard.get_inner_mut();
-        let mut batch = Vec::new();
-        while batch.len() < MAX_BATCH {
-            let Some(item) = ring.next() else { break };
-            match crate::analysis::decisions::decode(&item) {
-                Ok(d) => batch.push(d),
-                Err(e) => {
-                    deep.decode_errors += 1;
-                    log::warn!("deep: {e}");
-                }
-            }
-        }
-        if batch.len() < MAX_BATCH {
-            guard.clear_ready();
-        }
-        if !batch.is_empty() {
-            deep.received += batch.len() as u64;
-            return Ok(batch);
-        }
-    }
-}
-
 /// Detaching a tracepoint program does not wait for runs already under way on other CPUs: one
 /// can still write a sample (and count it as emitted) after the detach returns. Those runs
 /// hold the RCU read lock, so an RCU grace period, which `membarrier(MEMBARRIER_CMD_GLOBAL)`
@@ -797,47 +430,6 @@ fn wait_for_running_programs() {
     let waited = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long) } == 0;
     if !waited {
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Samples read from the ring buffer per batch at most.
-const MAX_BATCH: usize = 4096;
-
-/// How often the ring buffer is read without a wake-up: the programs wake the reader only when
-/// it is half full. At the default 8 MiB (32,768 samples) that is 1.6 million samples a second
-/// before a wake-up is needed.
-const RING_POLL: Duration = Duration::from_millis(20);
-
-/// Up to [`MAX_BATCH`] samples from `ring`, decoded; what does not decode is counted.
-fn drain(ring: &mut RingBuf<MapData>, decoding: &mut Decoding) -> Vec<Sample> {
-    let mut batch = Vec::new();
-    while batch.len() < MAX_BATCH {
-        let Some(item) = ring.next() else { break };
-        if batch.capacity() == 0 {
-            // Sized once, at about what the last read held (nothing is allocated while idle).
-            batch.reserve_exact(decoding.last_batch.clamp(16, MAX_BATCH));
-        }
-        match decode(&item, &decoding.ctx) {
-            Ok(s) => batch.push(s),
-            Err(e) => {
-                decoding.errors += 1;
-                if decoding.first_error.is_none() {
-                    decoding.first_error = Some(e.to_string());
-                }
-            }
-        }
-    }
-    if !batch.is_empty() {
-        decoding.last_batch = batch.len();
-    }
-    batch
-}
-
-/// The next batch of the start-up listing; `None` once it is read to the end.
-async fn next_listed(listing: &mut Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>) -> Option<Vec<Sample>> {
-    match listing {
-        Some(rx) => rx.recv().await,
-        None => None,
     }
 }
 
@@ -893,11 +485,11 @@ impl EventSource for KernelSource {
     fn counters(&self) -> SourceCounters {
         SourceCounters {
             received: self.received,
-            lost: self.counter(counter::RINGBUF_LOST),
+            lost: self.counters.get(counter::RINGBUF_LOST),
             decode_errors: self.decoding.errors,
-            kernel_read_errors: self.counter(counter::READ_ERRORS),
-            flow_map_full: self.counter(counter::FLOW_MAP_FULL),
-            filtered: self.counter(counter::FILTERED),
+            kernel_read_errors: self.counters.get(counter::READ_ERRORS),
+            flow_map_full: self.counters.get(counter::FLOW_MAP_FULL),
+            filtered: self.counters.get(counter::FILTERED),
             kernel_emitted: Some(self.emitted()),
             udp: self.udp.as_ref().map(udp::UdpAccounting::totals),
         }
@@ -912,11 +504,7 @@ impl EventSource for KernelSource {
         wait_for_running_programs();
         // Deep mode ends with the run: flows back to their algorithm, then the twins go.
         if let Some(deep) = &mut self.deep {
-            if let Some(twins) = deep.session.twins() {
-                deep.final_kernel_counts = Some(twins.counters());
-            }
-            let moved = deep.session.finish().context("putting flows back from the deep-mode twins")?;
-            log::info!("deep: moved {} flows back from the twins", moved.switched);
+            deep.finish()?;
         }
         Ok(())
     }

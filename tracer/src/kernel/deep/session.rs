@@ -24,10 +24,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Twins;
 use crate::analysis::decisions::TwinAlgo;
-use crate::analysis::filter::HostLookup;
 use crate::analysis::live_fix::{Switched, STATE_DIR};
+use crate::kernel::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;
-use crate::live_filter::HostPaths;
 
 /// The state file of the running (or a killed) deep session.
 pub const STATE_FILE: &str = "deep.json";
@@ -105,7 +104,7 @@ pub fn restore_killed_run(switcher: &mut Switcher) -> Result<usize> {
     for ns in &state.namespaces {
         // A namespace that is gone took its flows with it; a reused inode is another namespace
         // whose flows are on no twin of ours unless they are (and then they go back too).
-        let opens = HostPaths { cgroup_root: None }.netns_inode(&ns.path);
+        let opens = netns_file_inode(Path::new(&ns.path));
         if opens != Some(ns.netns) {
             continue;
         }

@@ -9,7 +9,7 @@
  * lives in socket storage.
  *
  * Why C and libbpf: aya 0.14 can neither load struct_ops maps nor aya-ebpf emit them (see
- * tracer/src/deep/mod.rs). */
+ * tracer/src/kernel/deep/mod.rs). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

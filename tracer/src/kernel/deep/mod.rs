@@ -11,8 +11,10 @@
 //! tracer-ebpf and this module a few lines of `EbpfLoader`.
 //!
 //! The twins are registered through links (`.struct_ops.link`): when this process ends, even by
-//! SIGKILL, closing the link fds unregisters them. See [`session`] for what happens to the flows.
+//! SIGKILL, closing the link fds unregisters them. See [`session`] for what happens to the flows,
+//! and [`feed`] for how the live source reads the decisions beside the samples.
 
+pub mod feed;
 pub mod session;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -1,0 +1,190 @@
+//! Attaching the hooks: the table of the TCP tracepoints cctrace hooks, each as a BTF
+//! tracepoint program and a classic tracefs one, and trying them in turn, BTF first; also the
+//! field offsets the classic programs read from tracefs.
+
+use anyhow::{bail, Result};
+use aya::programs::{BtfTracePoint, TracePoint};
+use aya::{Btf, Ebpf};
+use tracer_common::{ClassicTracepointOffsets, HookId, ABSENT};
+
+use super::tracefs;
+use super::{AttachError, HookDisabled, HookMode, HookReport, HookStatus};
+
+pub(super) struct Hook {
+    pub(super) id: HookId,
+    pub(super) group: &'static str,
+    pub(super) event: &'static str,
+    pub(super) btf_prog: &'static str,
+    pub(super) classic_prog: &'static str,
+    /// What is lost when this hook is unavailable.
+    pub(super) without: &'static str,
+}
+
+/// One entry per [`HookId`], at its index (checked below).
+pub(super) const HOOKS: [Hook; HookId::COUNT] = [
+    Hook {
+        id: HookId::TcpProbe,
+        group: "tcp",
+        event: "tcp_probe",
+        btf_prog: "cct_probe",
+        classic_prog: "cct_tp_probe",
+        without: "no periodic samples; flows update only on retransmissions and state changes",
+    },
+    Hook {
+        id: HookId::Retransmit,
+        group: "tcp",
+        event: "tcp_retransmit_skb",
+        btf_prog: "cct_retrans",
+        classic_prog: "cct_tp_retrans",
+        without: "retransmissions show only in the counters of later samples",
+    },
+    Hook {
+        id: HookId::CongState,
+        group: "tcp",
+        event: "tcp_cong_state_set",
+        btf_prog: "cct_cong_state",
+        classic_prog: "cct_tp_cong",
+        without: "CA state changes show only in periodic samples",
+    },
+    Hook {
+        id: HookId::SetState,
+        group: "sock",
+        event: "inet_sock_set_state",
+        btf_prog: "cct_set_state",
+        classic_prog: "cct_tp_setstate",
+        without: "opens are seen at the first ACK and closes only at destroy",
+    },
+    Hook {
+        id: HookId::Destroy,
+        group: "tcp",
+        event: "tcp_destroy_sock",
+        btf_prog: "cct_destroy",
+        classic_prog: "cct_tp_destroy",
+        without: "closes are seen only through state changes",
+    },
+    Hook {
+        id: HookId::SendMsg,
+        group: "tcp",
+        event: "tcp_sendmsg_locked",
+        btf_prog: "cct_sendmsg",
+        classic_prog: "",
+        without: "owners of accepted connections are looked up in /proc as `ss -p` does",
+    },
+];
+
+// The table covers every hook once, in index order: `HOOKS[id.index()].id == id`.
+const _: () = {
+    let mut i = 0;
+    while i < HookId::COUNT {
+        assert!(HOOKS[i].id.index() == i);
+        i += 1;
+    }
+};
+
+/// Attach every hook in the flavour `mode` allows, BTF first: one report per hook, in
+/// [`HOOKS`] order. Fails only when no hook attached at all.
+pub(super) fn attach_hooks(
+    ebpf: &mut Ebpf,
+    mode: HookMode,
+    btf: Option<&Btf>,
+    classic: &ClassicTracepointOffsets,
+) -> Result<Vec<HookReport>> {
+    let mut reports = Vec::new();
+    for h in &HOOKS {
+        let name = format!("{}:{}", h.group, h.event);
+        let mut disabled = HookDisabled { btf: None, classic: None, without: h.without };
+        let mut status = None;
+        if mode != HookMode::Classic {
+            let attached = btf.ok_or(AttachError::NoKernelBtf).and_then(|b| attach_btf(ebpf, h, b));
+            match attached {
+                Ok(()) => status = Some(HookStatus::Btf),
+                Err(e) => disabled.btf = Some(e),
+            }
+        }
+        if status.is_none() && mode != HookMode::Btf {
+            match attach_classic(ebpf, h, classic) {
+                Ok(()) => status = Some(HookStatus::Classic),
+                Err(e) => disabled.classic = Some(e),
+            }
+        }
+        let status = status.unwrap_or(HookStatus::Disabled(disabled));
+        reports.push(HookReport { name, status });
+    }
+    if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
+        let why: Vec<String> = reports.iter().map(HookReport::line).collect();
+        bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
+    }
+    Ok(reports)
+}
+
+/// Offsets of the fields the classic programs read, from tracefs; absent where unreadable.
+pub(super) fn classic_offsets() -> (ClassicTracepointOffsets, Option<String>) {
+    let mut out = ClassicTracepointOffsets::unresolved();
+    let root = match tracefs::tracefs_root() {
+        Ok(r) => r,
+        Err(e) => return (out, Some(e.to_string())),
+    };
+    for h in &HOOKS {
+        let Ok(fields) = tracefs::event_format(&root, h.group, h.event) else { continue };
+        let at = |name: &str| fields.get(name).map_or(ABSENT, |f| f.offset);
+        out.skaddr[h.id.index()] = at("skaddr");
+        if h.id == HookId::SetState {
+            out.set_state_oldstate = at("oldstate");
+            out.set_state_newstate = at("newstate");
+            out.set_state_protocol = at("protocol");
+        }
+        if h.id == HookId::CongState {
+            out.cong_state = at("cong_state");
+        }
+    }
+    (out, None)
+}
+
+pub(super) fn short(e: &dyn std::fmt::Display) -> String {
+    let s = e.to_string();
+    s.lines().next().unwrap_or("").chars().take(160).collect()
+}
+
+fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<(), AttachError> {
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(h.btf_prog)
+        .ok_or(AttachError::ProgramMissing(h.btf_prog))?
+        .try_into()
+        .map_err(|e| AttachError::Load(short(&e)))?;
+    prog.load(h.event, btf).map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
+    if let Err(e) = prog.attach() {
+        let _ = prog.unload();
+        return Err(AttachError::Attach(short(&error_chain(&e))));
+    }
+    Ok(())
+}
+
+fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<(), AttachError> {
+    if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
+        let name = format!("{}:{}", h.group, h.event);
+        let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
+        return Err(if exists { AttachError::NoSkaddr(name) } else { AttachError::NoEvent(name) });
+    }
+    let prog: &mut TracePoint = ebpf
+        .program_mut(h.classic_prog)
+        .ok_or(AttachError::ProgramMissing(h.classic_prog))?
+        .try_into()
+        .map_err(|e| AttachError::Load(short(&e)))?;
+    prog.load().map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
+    if let Err(e) = prog.attach(h.group, h.event) {
+        let _ = prog.unload();
+        return Err(AttachError::Attach(short(&error_chain(&e))));
+    }
+    Ok(())
+}
+
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}

@@ -1,0 +1,222 @@
+//! The crate's layers, and the direction of every import between them.
+//!
+//! Each top-level module of `tracer/src` belongs to one layer; a file may import its own layer
+//! and the layers below it, never one above. `docs/architecture.md` draws the same table. This
+//! reads every source file (recursively), finds each `crate::MODULE` path outside comments and
+//! fails on any that points up, naming the file, the line and both layers.
+//!
+//! Test-only code is held to the same rule: a `#[cfg(test)]` module that needs a fixture from
+//! a higher layer shows that the fixture sits too high.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every layer, the top-level modules in it, the layers it may import (besides its own), and
+/// its job. A module not listed here fails the test, so a new folder gets a layer.
+const LAYERS: &[(&str, &[&str], &[&str], &str)] = &[
+    ("core", &["analysis"], &[], "samples, the flow table, the diagnosis: pure, no side effects"),
+    (
+        "pipeline",
+        &["source", "pipeline", "side_job", "signals", "clock", "test_support"],
+        &["core"],
+        "the source trait, the one driver, jobs beside a front end, the clock and signals",
+    ),
+    (
+        "host",
+        &["host", "cgroups"],
+        &["pipeline", "core"],
+        "facts read from the host's files: namespaces, processes, cgroups",
+    ),
+    (
+        "kernel",
+        &["kernel", "live_filter"],
+        &["host", "pipeline", "core"],
+        "the live source: eBPF programs and maps, deep mode, the kernel filter kept current",
+    ),
+    ("actions", &["apply"], &["kernel", "host", "pipeline", "core"], "what cctrace changes on the host: the fix"),
+    ("recording", &["recording"], &["pipeline", "core"], "recordings written and read, anonymized on request"),
+    (
+        "front ends",
+        &["output", "metrics", "tui"],
+        &["recording", "pipeline", "core"],
+        "JSON Lines, the Prometheus exporter, the terminal UI",
+    ),
+    ("exports", &["export"], &["recording", "pipeline", "core"], "files made after the fact from a recording"),
+    (
+        "commands",
+        &["app", "cli", "demo"],
+        &["exports", "front ends", "recording", "actions", "kernel", "host", "pipeline", "core"],
+        "the command line: what each subcommand assembles and runs",
+    ),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, modules, _, _)| modules.contains(&module))
+}
+
+fn may_import(from: usize, to: usize) -> bool {
+    from == to || LAYERS[from].2.contains(&LAYERS[to].0)
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
+        let path = entry.expect("readable directory").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a source file belongs to (`kernel` for `src/kernel/deep/mod.rs`,
+/// `pipeline` for `src/pipeline.rs`); `None` for the crate roots.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+}
+
+/// Every `crate::MODULE` a line of code names, outside `//` comments and string literals.
+fn imported_modules(line: &str) -> Vec<String> {
+    let code = line.split("//").next().unwrap_or("");
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let after = &rest[at + "crate::".len()..];
+        let name: String = after.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if !name.is_empty() {
+            found.push(name);
+        }
+        rest = after;
+    }
+    // `use crate::{a, b::c}` names several.
+    if let Some(group) = code.split("crate::{").nth(1) {
+        for part in group.split(',') {
+            let name: String = part.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_import_points_to_the_same_or_a_lower_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    let mut unlisted = BTreeSet::new();
+    let mut upward = Vec::new();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let Some(module) = module_of(&src, file) else { continue };
+        let Some(own) = layer_of(&module) else {
+            unlisted.insert(module);
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("readable source");
+        for (n, line) in text.lines().enumerate() {
+            for target in imported_modules(line) {
+                let Some(theirs) = layer_of(&target) else {
+                    unlisted.insert(target);
+                    continue;
+                };
+                if target != module {
+                    edges.entry(module.clone()).or_default().insert(target.clone());
+                }
+                if !may_import(own, theirs) {
+                    upward.push(format!(
+                        "{}:{}: {} ({}) imports {} ({}): {}",
+                        file.strip_prefix(&src).unwrap_or(file).display(),
+                        n + 1,
+                        module,
+                        LAYERS[own].0,
+                        target,
+                        LAYERS[theirs].0,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(unlisted.is_empty(), "modules with no layer in tracer/tests/layers.rs: {unlisted:?}");
+    assert!(upward.is_empty(), "{} imports leave their layer's allowed set:\n{}", upward.len(), upward.join("\n"));
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!("top-level modules import each other in a cycle: {}", cycle.join(" -> "));
+    }
+    assert!(files.len() > 50, "expected the crate's sources under {}, found {}", src.display(), files.len());
+}
+
+/// A cycle in `edges` (module -> the modules it imports), as the path that closes it.
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.keys().find_map(|start| visit(start, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn a_cycle_between_modules_is_found_and_a_tree_is_not() {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    edges.entry("tui".into()).or_default().insert("metrics".into());
+    edges.entry("metrics".into()).or_default().insert("pipeline".into());
+    assert_eq!(find_cycle(&edges), None);
+    edges.entry("pipeline".into()).or_default().insert("tui".into());
+    assert_eq!(find_cycle(&edges).map(|c| c.len()), Some(4));
+}
+
+#[test]
+fn the_reader_finds_paths_in_use_lines_groups_and_expressions() {
+    assert_eq!(imported_modules("use crate::kernel::switch::Switcher;"), ["kernel"]);
+    assert_eq!(imported_modules("use crate::{host, tui::State};"), ["host", "tui"]);
+    assert_eq!(imported_modules("    let env = crate::host::environment(); // crate::tui"), ["host"]);
+    assert!(imported_modules("// use crate::tui;").is_empty());
+    assert_eq!(layer_of("analysis"), Some(0));
+    let (tui, recording) = (layer_of("tui").unwrap(), layer_of("recording").unwrap());
+    assert!(may_import(tui, recording) && !may_import(recording, tui));
+    // Every layer a layer may import is named in the table, and sits below it.
+    for (n, (name, _, allowed, _)) in LAYERS.iter().enumerate() {
+        for a in *allowed {
+            let at = LAYERS.iter().position(|l| l.0 == *a).unwrap_or_else(|| panic!("{name} names no layer {a}"));
+            assert!(at < n, "{name} may import {a}, which is not below it");
+        }
+    }
+}
+
+#[test]
+fn the_layer_table_is_the_one_the_architecture_page_draws() {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architecture.md");
+    let text = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("reading {}: {e}", page.display()));
+    for (layer, modules, _, _) in LAYERS {
+        assert!(text.contains(layer), "docs/architecture.md does not name the layer `{layer}`");
+        for m in *modules {
+            assert!(text.contains(&format!("`{m}")), "docs/architecture.md does not place `{m}` in a layer");
+        }
+    }
+}
