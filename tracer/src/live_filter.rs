@@ -5,14 +5,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
-
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
 use crate::pipeline::Status;
 use crate::side_job::SideJob;
+use anyhow::Result;
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const NSFS_MAGIC: i64 = 0x6e73_6673;

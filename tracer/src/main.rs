@@ -287,7 +287,7 @@ fn filter_spec(cli: &Cli) -> FilterSpec {
 /// The namespaces `--deep` works in: those `--netns` names, never the host's own.
 fn deep_namespaces(
     resolved: &ResolvedFilter,
-    env: &tracer::analysis::diagnosis::Environment,
+    env: &tracer::analysis::environment::Environment,
 ) -> Result<Vec<tracer::deep::session::DeepNamespace>> {
     tracer::deep::check_support()?;
     if resolved.netns.is_empty() {
@@ -412,7 +412,7 @@ async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
         config.heavy_min_bps = bps;
     }
     let mut analysis =
-        Analysis::new(TableConfig::default(), config, tracer::analysis::diagnosis::Environment::default());
+        Analysis::new(TableConfig::default(), config, tracer::analysis::environment::Environment::default());
     let pipeline_opts = PipelineOptions {
         tick: Duration::from_millis(h.tick_ms.max(10)),
         duration: cli.duration,

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 
 use crate::analysis::container::{printable, Container, Runtime};
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::model::Flow;
 
 /// The algorithm the fix moves a namespace and its connections to.

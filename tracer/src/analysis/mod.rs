@@ -10,6 +10,7 @@ pub mod compare;
 pub mod container;
 pub mod decisions;
 pub mod diagnosis;
+pub mod environment;
 pub mod event;
 pub mod filter;
 pub mod fix;
@@ -23,7 +24,8 @@ pub mod udp;
 use std::collections::HashMap;
 
 use crate::analysis::decisions::{Decision, DecisionLog};
-use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
+use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};

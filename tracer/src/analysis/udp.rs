@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::container::{Container, Runtime};
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::fix::shell_quote;
 
 /// First payload bytes kept per datagram (as the kernel keeps them).

@@ -15,7 +15,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::analysis::container::CgroupInfo;
-use crate::analysis::diagnosis::{Environment, LimitedBy, Verdict};
+use crate::analysis::diagnosis::{LimitedBy, Verdict};
+use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Sample, TcpState};
 use crate::analysis::filter::FilterSpec;
 use crate::analysis::live_fix::Plan;
