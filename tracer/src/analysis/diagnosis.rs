@@ -15,6 +15,7 @@ use crate::analysis::decisions::{algorithm_of, DecisionKind, DecisionLog};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix;
 use crate::analysis::model::{self, Flow, FlowTable, SampleCounts, TableChanges};
+use crate::analysis::units::{pct, rate};
 
 use tracer_common::NS_PER_SEC;
 
@@ -653,22 +654,6 @@ fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> Limit
     backlogged(if is_loss_based(cc) { LimitedBy::CongestionWindow } else { LimitedBy::Pacing })
 }
 
-/// A rate in words, written straight into the text it is part of (every flow's verdict is
-/// written once a second: a string apiece would be thousands of allocations).
-fn mbit(bps: f64) -> impl std::fmt::Display {
-    std::fmt::from_fn(move |f| {
-        if bps >= 1e9 {
-            write!(f, "{:.2} Gbit/s", bps / 1e9)
-        } else {
-            write!(f, "{:.1} Mbit/s", bps / 1e6)
-        }
-    })
-}
-
-fn pct(r: f64) -> impl std::fmt::Display {
-    std::fmt::from_fn(move |f| if r >= 0.001 { write!(f, "{:.2}%", r * 100.0) } else { write!(f, "{:.3}%", r * 100.0) })
-}
-
 fn evidence_of(flow: &Flow, w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: LimitedBy) -> Evidence {
     let s = &flow.latest;
     let mss = s.mss;
@@ -775,8 +760,8 @@ fn decided_by(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, limited: Limited
         }
         LimitedBy::Path => format!(
             "goodput {} is at the {} the path delivered without queueing; {episodes}",
-            mbit(w.goodput_bps),
-            mbit(lv.clean_delivery_bps)
+            rate(w.goodput_bps),
+            rate(lv.clean_delivery_bps)
         ),
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
             format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
@@ -1046,13 +1031,13 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
             ev.min_rtt_ms,
             ev.clean_episodes,
             ev.queue_at_loss_ms,
-            mbit(ev.goodput_bps),
+            rate(ev.goodput_bps),
             pct(ev.loss_event_rate),
             ev.srtt_ms,
-            mbit(ev.mathis_bps),
+            rate(ev.mathis_bps),
         );
         if ev.response_model == ResponseModel::Cubic {
-            let _ = write!(text, " (CUBIC's response {})", mbit(ev.response_bps));
+            let _ = write!(text, " (CUBIC's response {})", rate(ev.response_bps));
         }
         let _ =
             write!(text, "; mean cwnd {:.0} x {} B, {:.0} before each cut.", ev.mean_cwnd, s.mss, ev.cwnd_before_loss);
@@ -1061,22 +1046,22 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
                 let _ = write!(
                     text,
                     " The path delivered {} to this flow without queueing: at least {} more is available.",
-                    mbit(ev.clean_delivery_bps),
-                    mbit(more)
+                    rate(ev.clean_delivery_bps),
+                    rate(more)
                 );
             }
             None if ev.clean_delivery_bps > 0.0 => {
                 let _ = write!(
                     text,
                     " The most it was seen to deliver without queueing is {}; the path may carry more.",
-                    mbit(ev.clean_delivery_bps)
+                    rate(ev.clean_delivery_bps)
                 );
             }
             None => {}
         }
         text.push_str(" A model-based algorithm (BBR) does not treat random loss as congestion.");
     } else {
-        let _ = write!(text, "{} ({} over {:.0} s", limited.describe(), mbit(w.goodput_bps), w.secs);
+        let _ = write!(text, "{} ({} over {:.0} s", limited.describe(), rate(w.goodput_bps), w.secs);
         if w.loss_ratio > 0.0 {
             let _ = write!(text, ", {} retransmitted", pct(w.loss_ratio));
         }

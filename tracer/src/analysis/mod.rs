@@ -20,6 +20,7 @@ pub mod route;
 pub mod schema;
 pub mod time;
 pub mod udp;
+pub mod units;
 
 use std::collections::HashMap;
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::container::{Container, Runtime};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::shell_quote;
+use crate::analysis::units::rate;
 
 /// First payload bytes kept per datagram (as the kernel keeps them).
 pub const HEAD_LEN: usize = 16;
@@ -367,16 +368,12 @@ pub fn process_label(owner: Option<&Process>) -> String {
     }
 }
 
-fn mbit(bps: f64) -> String {
-    format!("{:.1} Mbit/s", bps / 1e6)
-}
-
 /// Judge a heavy UDP flow. Its congestion control, if any, runs in the owning process: the
 /// kernel's choice (and cctrace's fix) does not reach it, whatever the path does.
 pub fn judge(flow: &UdpFlow, env: &Environment) -> UdpVerdict {
     let owner = flow.latest.owner.as_ref();
     let who = process_label(owner);
-    let rates = format!("{} out, {} in", mbit(flow.tx_bps), mbit(flow.rx_bps));
+    let rates = format!("{} out, {} in", rate(flow.tx_bps), rate(flow.rx_bps));
     let container = env.cgroups.get(&flow.latest.cgroup_id).and_then(|c| c.container.as_ref());
     if owner.is_some_and(Process::is_tailscaled_userspace) {
         return tailscaled_userspace(&who, &rates, container);

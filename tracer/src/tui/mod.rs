@@ -22,6 +22,8 @@ pub(crate) mod feed;
 #[cfg(test)]
 mod frame_tests;
 #[cfg(test)]
+mod same_figures_tests;
+#[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]
 mod tests;
