@@ -8,14 +8,14 @@
 //!
 //! Each file answers one question, and the [`Diagnoser`] here only keeps each flow's memory and
 //! asks them in turn:
-//! - [`window`]: what the flow's counters did over the last evaluations;
-//! - [`losses`]: its loss episodes and the queue at each (new loss kinds go here);
-//! - [`limits`]: what limits it ([`LimitedBy`]), the path included;
-//! - [`response`]: what its congestion control's loss response allows (Mathis, CUBIC);
-//! - [`heavy`]: whether it is heavy; [`flag`]: whether it is flagged, and why (not);
-//! - [`hysteresis`]: when a verdict may change; [`evidence`]: the numbers it rests on;
-//! - [`deep`]: what a deep-traced algorithm decided; [`words`]: the verdict's text;
-//! - [`config`]: the thresholds; [`verdict`]: the types the front ends see.
+//! - `window`: what the flow's counters did over the last evaluations;
+//! - `losses`: its loss episodes and the queue at each (new loss kinds go here);
+//! - `limits`: what limits it ([`LimitedBy`]), the path included;
+//! - `response`: what its congestion control's loss response allows (Mathis, CUBIC);
+//! - `heavy`: whether it is heavy; `flag`: whether it is flagged, and why (not);
+//! - `hysteresis`: when a verdict may change; `evidence`: the numbers it rests on;
+//! - `deep`: what a deep-traced algorithm decided; `words`: the verdict's text;
+//! - `config`: the thresholds; `verdict`: the types the front ends see.
 
 mod config;
 mod deep;
