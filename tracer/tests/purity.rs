@@ -115,20 +115,35 @@ fn module_of(dir: &Path, file: &Path) -> Module {
     parts
 }
 
-/// The code of a file without comments and without its `#[cfg(test)]` tail (test modules may
-/// import whatever they test; they are not part of the build graph).
+/// The code of a file without comments and without its inline test modules (test code may
+/// import whatever it tests; it is not part of the build graph). A `#[cfg(test)] mod name;`
+/// declaration only names a file of its own, which is read as a module of its own.
 fn production_code(text: &str) -> String {
     let mut out = String::new();
+    let mut cfg_test = false;
+    let mut skipping: Option<usize> = None;
     for line in text.lines() {
-        if line.trim_start().starts_with("#[cfg(test)]") {
-            // A `#[cfg(test)] mod name;` declaration only names a file; an inline test module
-            // ends the production code.
+        let code = line.split("//").next().unwrap_or("");
+        if let Some(depth) = skipping.as_mut() {
+            *depth = (*depth + code.matches('{').count()).saturating_sub(code.matches('}').count());
+            if *depth == 0 {
+                skipping = None;
+            }
             continue;
         }
-        if line.starts_with("mod tests") || line.starts_with("pub(crate) mod tests") {
-            break;
+        let trimmed = code.trim();
+        if trimmed.starts_with("#[cfg(test)]") {
+            cfg_test = true;
+            continue;
         }
-        out.push_str(line.split("//").next().unwrap_or(""));
+        if cfg_test && trimmed.ends_with('{') {
+            // The test item (module, impl, fn) runs to its closing brace.
+            skipping = Some(code.matches('{').count() - code.matches('}').count());
+            cfg_test = false;
+            continue;
+        }
+        cfg_test = false;
+        out.push_str(code);
         out.push('\n');
     }
     out
@@ -161,18 +176,30 @@ fn expand(tree: &str) -> Vec<String> {
 /// paths written inline, as segments below `analysis` (`super` resolved against `module`).
 fn named_paths(module: &Module, code: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find("use ") {
-        let before = rest[..i].chars().next_back();
-        let end = rest[i..].find(';').map_or(rest.len(), |e| i + e);
-        if before.is_none_or(|c| c.is_whitespace() || c == ')') {
-            paths.extend(expand(&rest[i + 4..end].split(" as ").next().unwrap_or("").replace(char::is_whitespace, "")));
+    // `use` statements (any visibility), possibly over several lines.
+    let mut statement: Option<String> = None;
+    for line in code.lines() {
+        let trimmed = line.trim();
+        if statement.is_none() {
+            let after_vis = trimmed.strip_prefix("pub").map_or(trimmed, |r| {
+                r.strip_prefix('(').and_then(|r| r.split_once(')')).map_or(r, |(_, r)| r).trim_start()
+            });
+            if let Some(tree) = after_vis.strip_prefix("use ") {
+                statement = Some(String::new());
+                statement.as_mut().expect("just set").push_str(tree);
+            }
+        } else if let Some(s) = statement.as_mut() {
+            s.push(' ');
+            s.push_str(trimmed);
         }
-        rest = &rest[end.min(rest.len())..];
-        if rest.is_empty() {
-            break;
+        if let Some(s) = statement.take_if(|s| s.contains(';')) {
+            let tree = s.split(';').next().unwrap_or("");
+            paths.extend(
+                expand(tree)
+                    .into_iter()
+                    .map(|leaf| leaf.split(" as ").next().unwrap_or("").replace(char::is_whitespace, "")),
+            );
         }
-        rest = &rest[1..];
     }
     for start in ["crate::analysis::", "super::"] {
         let mut rest = code;
@@ -310,6 +337,10 @@ fn the_cycle_check_finds_a_cycle_and_resolves_paths() {
     let named: BTreeSet<Module> =
         named_paths(&m("diagnosis::words"), code).iter().map(|p| target(&modules, p)).collect();
     assert_eq!(named, ["fix", "environment", "diagnosis::flag"].map(m).into());
+    // Any visibility, renames, several lines; words that are not a statement are no import.
+    let code = "pub(crate) use crate::analysis::{\n    fix as f,\n    environment::Environment as E,\n};\nlet s = \"we use {x} here\";\n";
+    let named: BTreeSet<Module> = named_paths(&m("udp"), code).iter().map(|p| target(&modules, p)).collect();
+    assert_eq!(named, ["fix", "environment"].map(m).into());
     // In `diagnosis/mod.rs`, `super::` is the core's root.
     let named: BTreeSet<Module> =
         named_paths(&m("diagnosis"), "use super::fix;").iter().map(|p| target(&modules, p)).collect();
@@ -326,5 +357,8 @@ fn the_cycle_check_finds_a_cycle_and_resolves_paths() {
         cycle.iter().map(name).collect::<Vec<_>>().join(" -> "),
         "analysis::diagnosis -> analysis::fix -> analysis::environment -> analysis::diagnosis"
     );
-    assert_eq!(production_code("use a;\n#[cfg(test)]\nmod tests {\n use b;\n}\n"), "use a;\n");
+    assert_eq!(
+        production_code("use a;\n#[cfg(test)]\nmod tests {\n use b;\n}\n#[cfg(test)]\nmod feed;\nmod c;\n"),
+        "use a;\nmod feed;\nmod c;\n"
+    );
 }
