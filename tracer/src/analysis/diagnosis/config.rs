@@ -1,5 +1,5 @@
 //! The diagnosis' thresholds, each with why it has its value; the defaults suit a host doing
-//! media streaming and bulk transfers.
+//! media streaming and bulk transfers. (Which flows are heavy by them: `heavy`.)
 
 use crate::analysis::model::{DEFAULT_QUEUE_RATIO, DEFAULT_QUEUE_SLACK_US};
 

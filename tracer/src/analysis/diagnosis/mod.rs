@@ -16,6 +16,11 @@
 //! - `hysteresis`: when a verdict may change; `evidence`: the numbers it rests on;
 //! - `deep`: what a deep-traced algorithm decided; `words`: the verdict's text;
 //! - `config`: the thresholds; `verdict`: the types the front ends see.
+//!
+//! A new kind of loss (a policer, reordering, spurious retransmissions) is counted in `losses`
+//! (a field of its `LossView`), read in `limits` (does it mean the path is full?) and `flag`
+//! (does it hold the flow back, or excuse it?), carried in `verdict::Evidence` by `evidence`,
+//! and worded in `words` and `flag::decided_by`.
 
 mod config;
 mod deep;
