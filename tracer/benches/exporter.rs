@@ -11,7 +11,8 @@ mod synthetic;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
+use tracer::analysis::diagnosis::DiagnosisConfig;
+use tracer::analysis::environment::Environment;
 use tracer::analysis::event::Sample;
 use tracer::analysis::model::TableConfig;
 use tracer::analysis::Analysis;

@@ -15,7 +15,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
+use tracer::analysis::diagnosis::DiagnosisConfig;
+use tracer::analysis::environment::Environment;
 use tracer::analysis::event::{Sample, SampleReason, TcpState};
 use tracer::analysis::model::{Flow, FlowTable, TableConfig};
 use tracer::analysis::schema::{FlowRecord, Record};

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use tracer::analysis::diagnosis::{DiagnosisConfig, Environment};
+use tracer::analysis::diagnosis::DiagnosisConfig;
+use tracer::analysis::environment::Environment;
 use tracer::analysis::event::Sample;
 use tracer::analysis::model::TableConfig;
 use tracer::analysis::Analysis;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::container::Runtime;
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterSpec, HostLookup};
 use crate::analysis::live_fix::{
     refusal, socket_refusal, state_file_name, valid_cc_name, FixControl, Persist, Plan, State, Step, SwitchedCookie,

@@ -585,7 +585,7 @@ impl CgroupResolver {
     }
 }
 
-/// The process-wide resolver `host::environment()` fills [`crate::analysis::diagnosis::Environment`]
+/// The process-wide resolver `host::environment()` fills [`crate::analysis::environment::Environment`]
 /// from, shared with the filter so both see one walk. A `static` because the analysis re-reads
 /// host facts through a plain `fn() -> Environment` (it holds no state of the caller's), while
 /// the resolver's cache (names read, the last walk's time) must outlive each call.

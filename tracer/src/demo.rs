@@ -14,38 +14,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::cli::values::bounded_f64;
+use crate::cli::args::{DemoOptions, Scenario};
 use cctrace_lab::{
     Cgroup, EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
 };
-
-#[derive(Clone, Debug, clap::Args)]
-pub struct DemoOptions {
-    /// Round-trip time of the emulated path, ms.
-    #[arg(long, default_value_t = 30.0, value_parser = bounded_f64(0.1, 2000.0))]
-    pub rtt_ms: f64,
-    /// Random loss on the data direction, percent.
-    #[arg(long, default_value_t = 0.1, value_parser = bounded_f64(0.0, 49.0))]
-    pub loss_pct: f64,
-    /// Bottleneck rate, Mbit/s.
-    #[arg(long, default_value_t = 200.0, value_parser = bounded_f64(1.0, 10_000.0))]
-    pub rate_mbps: f64,
-    /// Rate of the two video-like streams, Mbit/s.
-    #[arg(long, default_value_t = 40.0, value_parser = bounded_f64(0.01, 10_000.0))]
-    pub stream_mbps: f64,
-    /// `kernel`: CUBIC and BBR senders on the path (the kernel's TCP crosses it).
-    /// `userspace-vpn`: Jellyfin streams over loopback to tailscaled in userspace-networking
-    /// mode, which carries it over the lossy path as WireGuard in UDP at the rate its own
-    /// (loss-based) TCP stack allows: no kernel setting reaches that leg.
-    #[arg(long, value_enum, default_value_t = Scenario::Kernel)]
-    pub scenario: Scenario,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scenario {
-    Kernel,
-    UserspaceVpn,
-}
 
 /// What tailscaled's userspace TCP stack carries across the demo's lossy path: about what a
 /// loss-based sender gets there (CUBIC's Mathis bound at 0.1 % loss and 30 ms is ~15 Mbit/s).

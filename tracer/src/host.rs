@@ -1,12 +1,11 @@
 //! Facts about the host that verdicts and headers need, read from /proc and /sys.
 //! Kept apart from the pure diagnosis so that one stays testable.
 
+use crate::analysis::environment::Environment;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-
-use crate::analysis::diagnosis::Environment;
 
 /// Inode of the network namespace a `/proc/.../ns/net` link points to.
 pub fn netns_inode(path: &str) -> Option<u32> {
@@ -17,7 +16,7 @@ pub fn netns_inode(path: &str) -> Option<u32> {
 }
 
 /// A path that enters network namespace `netns`: its `ip netns` name, else a process in it.
-pub fn path_into_netns(env: &crate::analysis::diagnosis::Environment, netns: u32) -> Option<String> {
+pub fn path_into_netns(env: &crate::analysis::environment::Environment, netns: u32) -> Option<String> {
     if let Some(name) = env.netns_names.get(&netns) {
         return Some(format!("/run/netns/{name}"));
     }

@@ -4,15 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
-
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
 use crate::kernel::fs_kind::{cgroup2_dir_id, netns_file_inode};
 use crate::pipeline::Status;
 use crate::side_job::SideJob;
+use anyhow::Result;
 
 /// Answers filter lookups from the host's file systems.
 pub struct HostPaths {

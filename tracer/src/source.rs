@@ -5,9 +5,9 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::analysis::decisions::Decision;
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::ActionRecord;
+use crate::analysis::schema::{ActionRecord, UdpCounters};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -35,21 +35,6 @@ pub struct SourceCounters {
     /// The UDP accounting's totals (live sources that track UDP).
     #[serde(default)]
     pub udp: Option<UdpCounters>,
-}
-
-/// What the UDP accounting saw and what its bounded tables could not keep.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct UdpCounters {
-    /// UDP packets the kernel programs saw.
-    pub packets: u64,
-    /// Sockets entered into the kernel's LRU table (every UDP socket that sent or received).
-    pub sockets_seen: u64,
-    /// Sockets that crossed the heavy threshold.
-    pub heavy: u64,
-    /// Heavy sockets the kernel's index had no room for.
-    pub heavy_index_full: u64,
-    /// Heavy sockets whose state the LRU table evicted before they went quiet.
-    pub evicted: u64,
 }
 
 /// What a source yields: samples, and, from a scripted source (a recording), the instants the

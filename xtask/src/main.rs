@@ -19,7 +19,7 @@ const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "zlib1g-dev",
     "bpftool",
-    // Deep mode (tracer/src/deep): clang compiles the struct_ops twins, and libbpf-sys builds
+    // Deep mode (tracer/src/kernel/deep): clang compiles the struct_ops twins, and libbpf-sys builds
     // its vendored libbpf with make against the system's libelf and zlib (pkg-config finds them).
     "clang-22",
     "libelf-dev",

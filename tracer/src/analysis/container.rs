@@ -1,8 +1,9 @@
 //! Which container a socket belongs to, from its cgroup v2 path.
 //!
-//! Pure: the path comes from the host adapter (`crate::cgroups`), which walks the cgroup v2
-//! hierarchy and reads names from the runtimes' own files; here the path's shape alone says the
-//! runtime and the id, and the names the host adapter found are carried along.
+//! Pure: the path comes from a host adapter above the core, which walks the cgroup v2
+//! hierarchy and reads names from the runtimes' own files and hands both in as [`CgroupInfo`];
+//! here the path's shape alone says the runtime and the id, and the names found are carried
+//! along. The core never calls the adapter.
 
 use serde::{Deserialize, Serialize};
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use crate::analysis::container::{Container, Runtime};
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 
 /// The user's filter, as given on the command line or typed in the TUI.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,11 +1,13 @@
 //! `cctrace fix`: the plan it shows before changing anything, the state it keeps for `--undo`,
-//! and what each kernel refusal means, in words. Pure: the host side (`crate::apply`) reads the
-//! facts, asks for confirmation and acts.
+//! and what each kernel refusal means, in words. Pure: a host adapter above the core reads the
+//! facts, asks for confirmation and acts, implementing [`FixControl`] for the front ends that
+//! are handed one; the core never calls it.
 
 use serde::{Deserialize, Serialize};
 use tracer_common::{SwitchRecord, CC_NAME_LEN, SWITCH_RECORD_SIZE};
 
-use crate::analysis::diagnosis::{is_loss_based, Environment};
+use crate::analysis::diagnosis::is_loss_based;
+use crate::analysis::environment::Environment;
 use crate::analysis::fix::{MODULES_FILE, SYSCTL_FILE};
 use crate::analysis::schema::ActionRecord;
 
@@ -284,8 +286,8 @@ impl Plan {
     }
 }
 
-/// The fix as a front end drives it (the terminal UI's `f` and `u`): the host side implements
-/// it (`crate::apply::HostFixer`), tests a fake. Errors are the one line to show.
+/// The fix as a front end drives it (the terminal UI's `f` and `u`): the host adapter implements
+/// it, tests a fake, and the caller injects one. Errors are the one line to show.
 pub trait FixControl {
     /// What fixing network namespace `netns` to `cc` would do, live switch included (nothing
     /// changes). The host's facts come from `env`.

@@ -4,12 +4,22 @@
 //!
 //! Nothing under this module touches aya, tokio, a terminal or the host: time comes in as
 //! arguments, host facts as [`Environment`], so all of it runs on recordings and test feeds,
-//! without root. (`purity` below checks the sources for it.)
+//! without root, and nothing here imports a layer above it; its modules import each other
+//! without a cycle. (`tracer/tests/purity.rs` checks both.)
+//!
+//! At the bottom, importing only each other: [`environment`] (host facts handed in), [`units`]
+//! (how a rate, a share, a size is written), [`event`] and [`route`] (decoded samples),
+//! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock). On them:
+//! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`] (the fix's
+//! commands), [`udp`] (heavy UDP flows), [`diagnosis`] (why each flow is as fast as it is),
+//! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`),
+//! [`live_fix`] (`cctrace fix`'s plan and state) and [`schema`] (the JSON records).
 
 pub mod compare;
 pub mod container;
 pub mod decisions;
 pub mod diagnosis;
+pub mod environment;
 pub mod event;
 pub mod filter;
 pub mod fix;
@@ -19,11 +29,13 @@ pub mod route;
 pub mod schema;
 pub mod time;
 pub mod udp;
+pub mod units;
 
 use std::collections::HashMap;
 
 use crate::analysis::decisions::{Decision, DecisionLog};
-use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Environment, Verdict};
+use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};

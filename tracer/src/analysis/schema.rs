@@ -11,7 +11,8 @@ use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use crate::analysis::container::Container;
 use crate::analysis::decisions::Decision;
-use crate::analysis::diagnosis::{Environment, Evidence, LimitedBy, Verdict};
+use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
+use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::Flow;
 use crate::analysis::time::WallClock;
@@ -494,7 +495,22 @@ pub struct SummaryRecord {
     pub flows_evicted: u64,
     /// The UDP accounting's totals, when the source tracks UDP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub udp: Option<crate::source::UdpCounters>,
+    pub udp: Option<UdpCounters>,
+}
+
+/// What the UDP accounting saw and what its bounded tables could not keep.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpCounters {
+    /// UDP packets the kernel programs saw.
+    pub packets: u64,
+    /// Sockets entered into the kernel's LRU table (every UDP socket that sent or received).
+    pub sockets_seen: u64,
+    /// Sockets that crossed the heavy threshold.
+    pub heavy: u64,
+    /// Heavy sockets the kernel's index had no room for.
+    pub heavy_index_full: u64,
+    /// Heavy sockets whose state the LRU table evicted before they went quiet.
+    pub evicted: u64,
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Kernel timestamps are CLOCK_MONOTONIC; people read wall-clock time. [`WallClock`] maps one
-//! to the other with an offset captured once (by [`crate::clock::wall_clock_now`] live, or
-//! fixed for deterministic tests and replays).
+//! to the other with an offset captured once and handed in: read from the host's clocks by an
+//! adapter above the core live, from a recording's header on replay, fixed in tests.
 
 use tracer_common::NS_PER_SEC;
 

@@ -30,7 +30,7 @@ pub(super) fn recorded_line(status: &RecordingStatus, summary: Option<&SummaryRe
         "cctrace: recorded {} entries, {} bytes ({}) in {:.1} s to {}; {} samples lost by the kernel, {dropped} entries ({dropped_samples} samples) dropped by the recorder",
         status.entries(),
         status.bytes(),
-        crate::recording::writer::human_bytes(status.bytes()),
+        crate::analysis::units::bytes(status.bytes()),
         status.elapsed().as_secs_f64(),
         status.path().display(),
         summary.map_or(0, |s| s.events_lost),

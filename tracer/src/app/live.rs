@@ -29,7 +29,7 @@ use crate::source::EventSource;
 /// The namespaces `--deep` works in: those `--netns` names, never the host's own.
 fn deep_namespaces(
     resolved: &ResolvedFilter,
-    env: &crate::analysis::diagnosis::Environment,
+    env: &crate::analysis::environment::Environment,
 ) -> Result<Vec<crate::kernel::deep::session::DeepNamespace>> {
     crate::kernel::deep::check_support()?;
     if resolved.netns.is_empty() {

@@ -6,6 +6,8 @@ mod lines;
 mod live;
 mod offline;
 mod replay;
+#[cfg(test)]
+mod same_figures_tests;
 mod settings;
 
 use std::process::ExitCode;

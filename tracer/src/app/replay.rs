@@ -41,7 +41,7 @@ pub(super) async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
         config.heavy_min_bps = bps;
     }
     let mut analysis =
-        Analysis::new(TableConfig::default(), config, crate::analysis::diagnosis::Environment::default());
+        Analysis::new(TableConfig::default(), config, crate::analysis::environment::Environment::default());
     let pipeline_opts = PipelineOptions {
         tick: Duration::from_millis(h.tick_ms.max(10)),
         duration: cli.duration,

@@ -124,7 +124,7 @@ pub enum Command {
     #[cfg(feature = "demo")]
     Demo {
         #[command(flatten)]
-        opts: crate::demo::DemoOptions,
+        opts: DemoOptions,
     },
     /// The demo's stand-in for tailscaled in userspace-networking mode (started by
     /// `cctrace demo --scenario userspace-vpn`, named tailscaled).
@@ -195,4 +195,36 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: std::path::PathBuf,
     },
+}
+
+/// `cctrace demo`'s path and traffic.
+#[cfg(feature = "demo")]
+#[derive(Clone, Debug, clap::Args)]
+pub struct DemoOptions {
+    /// Round-trip time of the emulated path, ms.
+    #[arg(long, default_value_t = 30.0, value_parser = bounded_f64(0.1, 2000.0))]
+    pub rtt_ms: f64,
+    /// Random loss on the data direction, percent.
+    #[arg(long, default_value_t = 0.1, value_parser = bounded_f64(0.0, 49.0))]
+    pub loss_pct: f64,
+    /// Bottleneck rate, Mbit/s.
+    #[arg(long, default_value_t = 200.0, value_parser = bounded_f64(1.0, 10_000.0))]
+    pub rate_mbps: f64,
+    /// Rate of the two video-like streams, Mbit/s.
+    #[arg(long, default_value_t = 40.0, value_parser = bounded_f64(0.01, 10_000.0))]
+    pub stream_mbps: f64,
+    /// `kernel`: CUBIC and BBR senders on the path (the kernel's TCP crosses it).
+    /// `userspace-vpn`: Jellyfin streams over loopback to tailscaled in userspace-networking
+    /// mode, which carries it over the lossy path as WireGuard in UDP at the rate its own
+    /// (loss-based) TCP stack allows: no kernel setting reaches that leg.
+    #[arg(long, value_enum, default_value_t = Scenario::Kernel)]
+    pub scenario: Scenario,
+}
+
+/// What the demo's heavy traffic crosses the lossy path as.
+#[cfg(feature = "demo")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Kernel,
+    UserspaceVpn,
 }

@@ -70,7 +70,7 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::diagnosis::Environment;
+    use crate::analysis::environment::Environment;
     use crate::recording::fixture;
     use crate::recording::tests::{cut, entries, record};
 

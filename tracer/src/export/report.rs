@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, Verdict};
+use crate::analysis::units::{bytes, pct, rate};
 use crate::export::flow_log;
 use crate::export::flows::{FlowLog, FlowTrack, Session};
 use crate::recording::entry::Entry;
@@ -27,7 +28,8 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// `1.25 G`, `340 M`, `12.5 k`, `870`: rates and sizes at three significant digits.
+/// `1.25 G`, `340 M`, `12.5 k`, `870`: three significant digits for chart axes; figures in
+/// sentences and tables are written by [`crate::analysis::units`].
 pub fn si(v: f64) -> String {
     if !v.is_finite() {
         return "-".into();
@@ -47,24 +49,6 @@ pub fn si(v: f64) -> String {
         2
     };
     format!("{x:.digits$}{unit}")
-}
-
-fn bytes(v: u64) -> String {
-    let v = v as f64;
-    match v {
-        v if v >= 1024.0 * 1024.0 * 1024.0 => format!("{:.2} GiB", v / (1024.0 * 1024.0 * 1024.0)),
-        v if v >= 1024.0 * 1024.0 => format!("{:.1} MiB", v / (1024.0 * 1024.0)),
-        v if v >= 1024.0 => format!("{:.1} KiB", v / 1024.0),
-        v => format!("{v} B"),
-    }
-}
-
-fn pct(v: f64) -> String {
-    if v > 0.0 && v < 0.001 {
-        format!("{:.3}%", v * 100.0)
-    } else {
-        format!("{:.2}%", v * 100.0)
-    }
 }
 
 /// `2023-11-14 22:13:20 UTC` from unix seconds (proleptic Gregorian, no time zone database).
@@ -267,24 +251,24 @@ fn charts(f: &FlowTrack, session: &Session) -> String {
 
 fn evidence(e: &Evidence) -> String {
     let mut rows: Vec<(&str, String)> = vec![
-        ("goodput", format!("{}bit/s", si(e.goodput_bps))),
-        ("retransmitted", pct(e.loss_ratio)),
+        ("goodput", rate(e.goodput_bps).to_string()),
+        ("retransmitted", pct(e.loss_ratio).to_string()),
         ("srtt / min_rtt", format!("{:.1} / {:.1} ms", e.srtt_ms, e.min_rtt_ms)),
         ("mean cwnd", format!("{:.0} × {} B", e.mean_cwnd, e.mss)),
         ("loss episodes", format!("{} ({} clean, {} queued)", e.loss_episodes, e.clean_episodes, e.queued_episodes)),
         ("queue at loss", format!("{:.1} ms (queued above {:.1} ms)", e.queue_at_loss_ms, e.queue_threshold_ms)),
         ("cwnd before loss", format!("{:.0}", e.cwnd_before_loss)),
-        ("Mathis bound", format!("{}bit/s", si(e.mathis_bps))),
+        ("Mathis bound", rate(e.mathis_bps).to_string()),
         (
             "response function",
-            format!("{}bit/s ({})", si(e.response_bps), format!("{:?}", e.response_model).to_lowercase()),
+            format!("{} ({})", rate(e.response_bps), format!("{:?}", e.response_model).to_lowercase()),
         ),
         ("busy / rwnd / sndbuf", format!("{} / {} / {}", pct(e.busy_share), pct(e.rwnd_share), pct(e.sndbuf_share))),
-        ("cwnd full", pct(e.cwnd_full_share)),
+        ("cwnd full", pct(e.cwnd_full_share).to_string()),
         ("standing queue", if e.standing_queue { "yes" } else { "no" }.to_string()),
     ];
     if let Some(a) = e.available_bps {
-        rows.push(("more available", format!("{}bit/s", si(a))));
+        rows.push(("more available", rate(a).to_string()));
     }
     let mut out = String::from(r#"<dl class="evidence">"#);
     for (k, v) in rows {
@@ -351,7 +335,7 @@ fn flow_section(f: &FlowTrack, session: &Session) -> String {
     );
     let _ = write!(
         out,
-        r#"<p class="who">{}</p><p class="facts">{} · seen {} to {} ({}) · sent {} · retransmitted {} · mean {}bit/s, max {}bit/s</p>"#,
+        r#"<p class="who">{}</p><p class="facts">{} · seen {} to {} ({}) · sent {} · retransmitted {} · mean {}, max {}</p>"#,
         who(f).iter().map(|p| escape(p)).collect::<Vec<_>>().join(" · "),
         f.placement.cgroup.as_deref().map_or_else(|| "cgroup unknown".to_string(), |c| format!("cgroup {}", escape(c))),
         at_ns(f.first.ts_ns),
@@ -359,8 +343,8 @@ fn flow_section(f: &FlowTrack, session: &Session) -> String {
         duration(f.duration_s()),
         bytes(f.latest.bytes_sent),
         pct(if f.latest.bytes_sent > 0 { f.latest.bytes_retrans as f64 / f.latest.bytes_sent as f64 } else { 0.0 }),
-        si(f.mean_throughput_bps()),
-        si(f.max_throughput_bps()),
+        rate(f.mean_throughput_bps()),
+        rate(f.max_throughput_bps()),
     );
     if let Some(v) = &f.verdict {
         out.push_str(&verdict_block(v, if flagged { "Verdict" } else { "Verdict at the end" }));
@@ -401,7 +385,7 @@ fn udp_section(log: &FlowLog) -> String {
         let owner = u.owner.as_ref().map_or("unknown process".to_string(), |o| format!("{} (pid {})", o.comm, o.pid));
         let _ = write!(
             out,
-            r#"<section class="flow" id="udp-{}"><h3>{} · {} · {}:{} → {}:{}</h3><p>out {}bit/s, in {}bit/s</p><p>{}</p>"#,
+            r#"<section class="flow" id="udp-{}"><h3>{} · {} · {}:{} → {}:{}</h3><p>out {}, in {}</p><p>{}</p>"#,
             u.cookie,
             escape(u.app_proto.map_or("udp", |p| p.name())),
             escape(&owner),
@@ -409,8 +393,8 @@ fn udp_section(log: &FlowLog) -> String {
             u.sport,
             escape(&u.dst),
             u.dport,
-            si(u.tx_bps as f64),
-            si(u.rx_bps as f64),
+            rate(u.tx_bps as f64),
+            rate(u.rx_bps as f64),
             escape(&u.verdict),
         );
         if !u.advice.is_empty() {
@@ -520,8 +504,8 @@ fn flows_table(log: &FlowLog) -> String {
             duration(f.duration_s()),
             bytes(s.bytes_sent),
             pct(retr),
-            si(f.mean_throughput_bps()),
-            si(f.max_throughput_bps()),
+            rate(f.mean_throughput_bps()),
+            rate(f.max_throughput_bps()),
             f.min_rtt_ms.map_or("-".into(), |m| format!("{m:.1}")),
             escape(f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name())),
         );

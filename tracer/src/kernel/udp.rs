@@ -109,8 +109,8 @@ impl UdpAccounting {
     }
 
     /// Totals for the summary.
-    pub fn totals(&self) -> crate::source::UdpCounters {
-        crate::source::UdpCounters {
+    pub fn totals(&self) -> crate::analysis::schema::UdpCounters {
+        crate::analysis::schema::UdpCounters {
             packets: self.counter(udp_counter::PACKETS),
             sockets_seen: self.counter(udp_counter::SOCKETS_NEW),
             heavy: self.counter(udp_counter::HEAVY),

@@ -12,7 +12,8 @@
 
 use std::collections::HashMap;
 
-use crate::analysis::diagnosis::{Environment, LimitedBy};
+use crate::analysis::diagnosis::LimitedBy;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::model::Flow;
 use crate::analysis::schema::Placement;

@@ -181,7 +181,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::analysis::diagnosis::{DiagnosisConfig, Environment};
+    use crate::analysis::diagnosis::DiagnosisConfig;
+    use crate::analysis::environment::Environment;
     use crate::analysis::event::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;

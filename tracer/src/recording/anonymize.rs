@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::analysis::container::{Container, Runtime};
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::recording::entry::{Entry, Header};
 

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::decisions::Decision;
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::source::SourceCounters;

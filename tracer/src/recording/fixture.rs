@@ -3,7 +3,7 @@
 //! an upload that closes, ssh) plus a second lossy CUBIC flow in a named network namespace, on a
 //! host whose names are hostile (markup, quotes, shell metacharacters).
 
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::{Owner, Sample};
 use crate::analysis::schema::{ActionKind, ActionRecord, SummaryRecord, SwitchedFlow};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};

@@ -3,7 +3,7 @@
 use super::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use super::reader::{read_all, ReadError};
 use super::writer::RecordWriter;
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::model::tests::sample;
 use crate::analysis::schema::SummaryRecord;
 use crate::source::SourceCounters;

@@ -128,7 +128,7 @@ impl RecordingStatus {
 
     /// `REC 1m12s 3.4 MiB`, for the TUI's header.
     pub fn badge(&self) -> String {
-        format!("REC {} {}", short_duration(self.elapsed()), human_bytes(self.bytes()))
+        format!("REC {} {}", short_duration(self.elapsed()), crate::analysis::units::bytes(self.bytes()))
     }
 }
 
@@ -140,21 +140,6 @@ pub fn short_duration(d: Duration) -> String {
         60..3600 => format!("{}m{:02}s", s / 60, s % 60),
         _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
     }
-}
-
-/// `812 B`, `3.4 KiB`, `3.4 MiB`, `1.2 GiB`.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// The writing end of a recording.

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use crate::analysis::container::{CgroupInfo, Container, Runtime};
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::filter::{FilterControl, FilterSpec};
 use crate::analysis::live_fix::{FixControl, Plan, Switched, Target};

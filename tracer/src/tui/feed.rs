@@ -3,7 +3,8 @@
 
 use crossterm::event::KeyEvent;
 
-use crate::analysis::diagnosis::{DiagnosisConfig, Environment};
+use crate::analysis::diagnosis::DiagnosisConfig;
+use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
@@ -25,7 +26,7 @@ pub(crate) fn header() -> HeaderInfo {
 }
 
 /// The analysis and the UI state together, driven as the pipeline and the front end drive them.
-pub(super) struct Scene {
+pub(crate) struct Scene {
     pub analysis: Analysis,
     pub state: AppState,
     pub kernel: FakeFilter,
@@ -33,12 +34,12 @@ pub(super) struct Scene {
 }
 
 impl Scene {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::on_host(env())
     }
 
     /// A scene on a host described by `env`.
-    pub(super) fn on_host(env: Environment) -> Self {
+    pub(crate) fn on_host(env: Environment) -> Self {
         Self {
             analysis: Analysis::new(TableConfig::default(), DiagnosisConfig::default(), env),
             state: AppState::new(header()).with_fixing(true),
@@ -47,26 +48,26 @@ impl Scene {
         }
     }
 
-    pub(super) fn ingest(&mut self, batch: &[Sample]) {
+    pub(crate) fn ingest(&mut self, batch: &[Sample]) {
         for s in batch {
             self.analysis.ingest(s);
         }
     }
 
     /// One frame: the analysis ticked at `now_ns`, the state synced from it.
-    pub(super) fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
+    pub(crate) fn tick(&mut self, now_ns: u64, counters: SourceCounters) {
         self.analysis.tick(now_ns);
         let status = Status { now_ns, counters, source_ended: false, playback: None };
         self.state.sync(&self.analysis, &status);
     }
 
     /// A key, as the front end applies it.
-    pub(super) fn key(&mut self, key: KeyEvent) -> Action {
+    pub(crate) fn key(&mut self, key: KeyEvent) -> Action {
         let controls = Controls { filter: Some(&mut self.kernel), fixer: Some(&mut self.fixer) };
         apply_key(&mut self.state, &self.analysis, controls, key)
     }
 
-    pub(super) fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         self.state.refresh(&self.analysis);
     }
 }
@@ -85,12 +86,12 @@ impl std::ops::DerefMut for Scene {
 }
 
 /// A scene fed `secs` seconds of `make`, ticked once per second as the pipeline would.
-pub(super) fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
+pub(crate) fn state_with(secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
     state_in(env(), secs, lost, make)
 }
 
 /// As [`state_with`], on a host described by `env`.
-pub(super) fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
+pub(crate) fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64) -> Vec<Sample>) -> Scene {
     let mut scene = Scene::on_host(env);
     let mut received = 0;
     for tick in 0..=secs * 10 {
@@ -105,6 +106,6 @@ pub(super) fn state_in(env: Environment, secs: u64, lost: u64, make: impl Fn(u64
 }
 
 /// The standard scene: 12 s of the five flows.
-pub(super) fn scene() -> Scene {
+pub(crate) fn scene() -> Scene {
     state_with(12, 0, batch)
 }

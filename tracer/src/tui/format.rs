@@ -1,24 +1,16 @@
 //! Human units for the screen: rates in bit/s multiples, times in ms, sizes in KiB/MiB.
-//! Pure functions, so every view formats a value the same way and tests can pin them.
+//! Pure functions, so every view formats a value the same way and tests can pin them. Rates,
+//! shares and sizes are written by the core's [`units`], as the verdict and the report write
+//! them; the compact rate of table cells is the screen's own.
 
 /// `TCP_INFINITE_SSTHRESH`: ssthresh is "not set yet" at or above this.
 pub(super) use tracer_common::TCP_INFINITE_SSTHRESH as INFINITE_SSTHRESH;
 
-/// A rate in bits/s with the unit a network engineer expects ("4.0 Mbit/s").
+use crate::analysis::units;
+
+/// A rate in bits/s as the verdict writes it ([`units::rate`]: "4.0 Mbit/s").
 pub(super) fn rate(bps: f64) -> String {
-    if !bps.is_finite() {
-        return "∞".into();
-    }
-    let bps = bps.max(0.0);
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.1} Mbit/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.0} kbit/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} bit/s")
-    }
+    units::rate(bps).to_string()
 }
 
 /// A rate in bits/s in at most 5 characters, SI prefixes, three significant digits ("50.0M",
@@ -54,32 +46,14 @@ pub(super) fn ms(us: u32) -> String {
     format!("{}.{}", tenths / 10, tenths % 10)
 }
 
-/// Bytes in binary multiples ("1.4 MiB").
+/// Bytes in binary multiples ([`units::bytes`]: "1.4 MiB").
 pub(super) fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
+    units::bytes(b).to_string()
 }
 
-/// A 0..=1 share as a percentage. Two decimals below 10 %, because the loss thresholds that
-/// matter (0.2 %, 2 %) would vanish at one.
+/// A 0..=1 share as a percentage, as the verdict writes it ([`units::pct`]: "2.00%").
 pub(super) fn pct(ratio: f64) -> String {
-    if !ratio.is_finite() || ratio <= 0.0 {
-        "0".into()
-    } else if ratio < 0.1 {
-        format!("{:.2}%", ratio * 100.0)
-    } else {
-        format!("{:.1}%", ratio * 100.0)
-    }
+    units::pct(ratio).to_string()
 }
 
 /// ssthresh in segments, "-" while it is still infinite (as `ss` leaves it out).
@@ -277,9 +251,9 @@ mod tests {
     #[test]
     fn units() {
         assert_eq!(rate(4_000_000.0), "4.0 Mbit/s");
-        assert_eq!(rate(850_000.0), "850 kbit/s");
+        assert_eq!(rate(850_000.0), "0.8 Mbit/s");
         assert_eq!(rate(1_250_000_000.0), "1.25 Gbit/s");
-        assert_eq!(rate(12.0), "12 bit/s");
+        assert_eq!(rate(12.0), "0.0 Mbit/s");
         assert_eq!(rate(f64::INFINITY), "∞");
         assert_eq!(rate_compact(50_000_000.0), "50.0M");
         assert_eq!(rate_compact(4_049_000.0), "4.05M");
@@ -296,7 +270,7 @@ mod tests {
         assert_eq!(bytes(5 << 20), "5.0 MiB");
         assert_eq!(pct(0.0), "0");
         assert_eq!(pct(0.02), "2.00%");
-        assert_eq!(pct(0.25), "25.0%");
+        assert_eq!(pct(0.25), "25.00%");
         assert_eq!(ssthresh(INFINITE_SSTHRESH), "-");
         assert_eq!(ssthresh(u32::MAX), "-");
         assert_eq!(ssthresh(42), "42");

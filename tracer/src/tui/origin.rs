@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::analysis::container::{CgroupInfo, Runtime};
-use crate::analysis::diagnosis::Environment;
+use crate::analysis::environment::Environment;
 
 /// Leaf cgroups that say nothing alone: their parent is named with them.
 const GENERIC_LEAVES: &[&str] = &["init", "init.scope", ".lxc", "payload", "ns"];

@@ -2,7 +2,8 @@
 //! mode's decisions, taken each frame and held while paused.
 
 use crate::analysis::container::CgroupInfo;
-use crate::analysis::diagnosis::{Environment, Verdict};
+use crate::analysis::diagnosis::Verdict;
+use crate::analysis::environment::Environment;
 use crate::analysis::model::Flow;
 use crate::analysis::route::Route;
 

@@ -1,0 +1,119 @@
+//! The diagnosis' thresholds, each with why it has its value; the defaults suit a host doing
+//! media streaming and bulk transfers. (Which flows are heavy by them: `heavy`.)
+
+use crate::analysis::model::{DEFAULT_QUEUE_RATIO, DEFAULT_QUEUE_SLACK_US};
+
+/// Thresholds; the defaults suit a host doing media streaming and bulk transfers.
+#[derive(Clone, Debug)]
+pub struct DiagnosisConfig {
+    /// Snapshots are taken at each evaluation; this many make the judging window.
+    pub window: usize,
+    /// Fewer observed seconds than this: "not enough data".
+    pub min_observed_secs: f64,
+    /// A flow is heavy once it moved this many bytes in total...
+    pub heavy_min_bytes: u64,
+    /// ...and moves at least this rate (bits/s) over the window, or keeps its cwnd full.
+    pub heavy_min_bps: f64,
+    /// Share of the window the sender must have been backlogged to count as bulk.
+    pub min_busy_share: f64,
+    /// Share of the window stalled by rwnd / sndbuf that decides those verdicts.
+    pub stall_share: f64,
+    /// Share of samples with a full cwnd that makes a flow cwnd-limited.
+    pub cwnd_full_share: f64,
+    /// Share of samples with a full cwnd that makes a slow flow heavy all the same: it wants
+    /// more than it gets (nearly always full, unlike a flow that fills its window now and then).
+    pub wants_more_cwnd_full_share: f64,
+    /// Share of samples with nothing to send that makes a flow application-limited.
+    pub no_backlog_share: f64,
+    /// Share of samples the kernel marked application-limited that makes a flow so. Lower than
+    /// the others: in loss recovery cwnd shrinks to what is in flight, hiding the idle time.
+    pub app_limited_share: f64,
+    /// Share of samples with a send buffer under 60 % full that makes a flow application-limited.
+    pub sndbuf_low_share: f64,
+    /// Loss episodes (see [`crate::analysis::model::LossEpisode`]) are judged over this many seconds: at 0.05 %
+    /// loss on 80 ms a CUBIC flow loses about once every 3 s, so a five-second window sees 0-2.
+    pub loss_horizon_secs: f64,
+    /// Episodes (after slow start) needed before the loss pattern is judged at all. Two: at
+    /// 0.05 % on 80 ms a third comes only ~10 s after slow start, too late to flag within 15 s;
+    /// both must then be without a queue (`clean_episode_share`), so one noisy RTT delays the
+    /// flag rather than raising it.
+    pub min_loss_episodes: usize,
+    /// A loss episode "had a queue" when srtt at the loss exceeded min_rtt by more than
+    /// `min_rtt * queue_ratio + queue_slack_us`. A drop-tail bottleneck drops when its queue is
+    /// full, so a flow overflowing it sees at least queue/rate there: a quarter BDP is
+    /// `0.25 * min_rtt`, well above `0.1 * min_rtt + 2 ms` for any path over 13 ms. A random
+    /// loss on an uncongested path shows 0-2 ms (ACK clocking, emulator or NIC scheduling);
+    /// the 2 ms slack absorbs that on short paths, the relative part on long ones (measured:
+    /// 0.3-1.5 ms typical, single outliers to 6 ms on a busy 2-core host). Buffers shallower than
+    /// `0.1 BDP + 2 ms` cannot be told from noise this way; the delivery rate then still shows
+    /// the path's ceiling. The flow table uses the same rule for "delivery without queueing".
+    pub queue_ratio: f64,
+    pub queue_slack_us: f64,
+    /// Share of judged episodes without a queue that makes the losses non-congestive (a clear
+    /// majority: one noisy RTT sample must not flip the verdict).
+    pub clean_episode_share: f64,
+    /// Share of judged episodes with a queue that makes a loss-based flow path-limited.
+    pub queued_episode_share: f64,
+    /// For rate-based senders (BBR), which keep losing at a full bottleneck as they probe,
+    /// only part of their losses come at a full queue: this share of episodes with a queue
+    /// (and at least two) means they fill the path.
+    pub rate_based_queued_share: f64,
+    /// A rate-based sender delivering at least this share of the best rate seen without
+    /// queueing is at the path's ceiling: its delivery rate stays flat whatever its window.
+    /// (Not used for loss-based senders: their best clean rate may date from a slow start cut
+    /// short by random loss.)
+    pub ceiling_share: f64,
+    /// Mean srtt above `min_rtt * (1 + standing_queue_ratio) + standing_queue_slack_us` over
+    /// the window is a standing queue: the flow fills the bottleneck's buffer (CUBIC on a deep
+    /// buffer may not lose for a long time). Above the 1-3 ms jitter of clean paths and the
+    /// ~3 ms of small-window flows on long paths, below the half-full quarter-BDP buffer.
+    pub standing_queue_ratio: f64,
+    pub standing_queue_slack_us: f64,
+    /// Retransmitted share of bytes, over the episodes' span, below which loss is not judged
+    /// (0.02 %: below it a flow on a 30 ms path could reach ~33 Mbit/s per the Mathis bound and
+    /// loses less than once per 5000 segments, too rarely for a verdict within a horizon).
+    pub min_loss_ratio: f64,
+    /// The flow's goodput must be at most this times its CC's response function at the measured
+    /// loss-event rate and RTT: then its loss response explains its rate.
+    pub response_slack: f64,
+    /// "At least N available" is said only when the best delivery rate seen without queueing
+    /// (in three samples) is at least this times the current goodput.
+    pub available_ratio: f64,
+    /// Evaluations a new verdict must persist before it replaces the old one.
+    pub confirm: u32,
+    /// Evaluations the flag condition must fail before the flag is cleared.
+    pub release: u32,
+}
+
+impl Default for DiagnosisConfig {
+    fn default() -> Self {
+        Self {
+            window: 5,
+            min_observed_secs: 3.0,
+            heavy_min_bytes: 500_000,
+            heavy_min_bps: 1_000_000.0,
+            min_busy_share: 0.7,
+            stall_share: 0.3,
+            cwnd_full_share: 0.5,
+            wants_more_cwnd_full_share: 0.9,
+            no_backlog_share: 0.6,
+            app_limited_share: 0.4,
+            sndbuf_low_share: 0.5,
+            loss_horizon_secs: 30.0,
+            min_loss_episodes: 2,
+            queue_ratio: DEFAULT_QUEUE_RATIO,
+            queue_slack_us: DEFAULT_QUEUE_SLACK_US,
+            clean_episode_share: 0.75,
+            queued_episode_share: 0.5,
+            rate_based_queued_share: 0.2,
+            ceiling_share: 0.8,
+            standing_queue_ratio: 0.15,
+            standing_queue_slack_us: 3_000.0,
+            min_loss_ratio: 0.0002,
+            response_slack: 2.0,
+            available_ratio: 1.5,
+            confirm: 2,
+            release: 5,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The numbers a verdict rests on, gathered from the window and the loss episodes: what the
+//! flow's loss response allows, what the path showed it can carry, and the signals in words.
+
+use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::flag::decided_by;
+use crate::analysis::diagnosis::limits::{standing_queue, LimitedBy};
+use crate::analysis::diagnosis::losses::LossView;
+use crate::analysis::diagnosis::response::{mathis_bps, response_of};
+use crate::analysis::diagnosis::verdict::Evidence;
+use crate::analysis::diagnosis::window::Window;
+use crate::analysis::model::Flow;
+
+/// The numbers behind a flow's verdict, from its window and loss episodes.
+pub(super) fn evidence_of(
+    flow: &Flow,
+    w: &Window,
+    lv: &LossView,
+    cfg: &DiagnosisConfig,
+    limited: LimitedBy,
+) -> Evidence {
+    let s = &flow.latest;
+    let mss = s.mss;
+    let rtt_s = w.mean_srtt_us / 1e6;
+    // The response functions take the loss-event rate when episodes were seen (that is what
+    // the AIMD models count), else the retransmitted share.
+    let p = if lv.event_rate > 0.0 { lv.event_rate } else { w.loss_ratio };
+    let (response_bps, response_model) = response_of(&s.cc, mss, rtt_s, p);
+    let available = lv.clean_delivery_bps - w.goodput_bps;
+    let available_bps =
+        (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available);
+    let standing = standing_queue(w, cfg);
+    let decided_by = decided_by(w, lv, cfg, limited, standing);
+    Evidence {
+        loss_ratio: w.loss_ratio,
+        srtt_ms: w.mean_srtt_us / 1000.0,
+        min_rtt_ms: w.min_rtt_us / 1000.0,
+        mean_cwnd: w.mean_cwnd,
+        goodput_bps: w.goodput_bps,
+        mathis_bps: mathis_bps(mss, rtt_s, p),
+        mss,
+        busy_share: w.busy_share,
+        rwnd_share: w.rwnd_share,
+        sndbuf_share: w.sndbuf_share,
+        cwnd_full_share: w.cwnd_full_share,
+        app_limited_share: w.app_limited_share,
+        sndbuf_low_share: w.sndbuf_low_share,
+        lossy_interval_share: w.lossy_interval_share,
+        loss_episodes: lv.episodes as u32,
+        clean_episodes: lv.clean as u32,
+        queued_episodes: lv.queued as u32,
+        slow_start_episodes: lv.slow_start as u32,
+        episode_span_s: lv.span_secs,
+        queue_at_loss_ms: lv.median_queue_us / 1000.0,
+        queue_threshold_ms: lv.threshold_us / 1000.0,
+        cwnd_before_loss: lv.median_cwnd_before,
+        episode_loss_ratio: lv.loss_ratio,
+        loss_event_rate: lv.event_rate,
+        response_bps,
+        response_model,
+        clean_delivery_bps: lv.clean_delivery_bps,
+        available_bps,
+        standing_queue: standing,
+        decided_by,
+        deep: None,
+    }
+}

@@ -1,0 +1,195 @@
+//! What is flagged and why: the condition under which a heavy loss-based flow is held back by
+//! its loss response rather than by the path, the reason it is not when it is not, and the
+//! signals that decided its class, in words.
+
+use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::limits::LimitedBy;
+use crate::analysis::diagnosis::losses::LossView;
+use crate::analysis::diagnosis::response::is_loss_based;
+use crate::analysis::diagnosis::verdict::Evidence;
+use crate::analysis::diagnosis::window::Window;
+use crate::analysis::model::Flow;
+use crate::analysis::units::rate;
+
+/// The signals behind `limited_by`, in words.
+pub(super) fn decided_by(
+    w: &Window,
+    lv: &LossView,
+    cfg: &DiagnosisConfig,
+    limited: LimitedBy,
+    standing: bool,
+) -> String {
+    let episodes = std::fmt::from_fn(|f| {
+        if lv.episodes > 0 {
+            write!(
+                f,
+                "{} loss episodes in {:.0} s: {} with srtt within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
+                lv.episodes,
+                lv.span_secs,
+                lv.clean,
+                lv.threshold_us / 1000.0,
+                lv.queued,
+                lv.median_queue_us / 1000.0
+            )
+        } else {
+            f.write_str("no loss episodes after slow start")
+        }
+    });
+    match limited {
+        LimitedBy::Path if standing => format!(
+            "standing queue: mean srtt {:.1} ms vs min_rtt {:.1} ms (threshold {:.1} ms); {episodes}",
+            w.mean_srtt_us / 1000.0,
+            w.min_rtt_us / 1000.0,
+            (w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us) / 1000.0
+        ),
+        LimitedBy::Path if lv.queued >= 2 && lv.queued_share() >= cfg.rate_based_queued_share => {
+            format!("queue before the losses: {episodes}")
+        }
+        LimitedBy::Path => format!(
+            "goodput {} is at the {} the path delivered without queueing; {episodes}",
+            rate(w.goodput_bps),
+            rate(lv.clean_delivery_bps)
+        ),
+        LimitedBy::CongestionWindow | LimitedBy::Pacing => {
+            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
+        }
+        _ => String::new(),
+    }
+}
+
+/// The flag condition; returns why not, for the verdict text.
+pub(super) fn flag_condition(
+    flow: &Flow,
+    w: &Window,
+    lv: &LossView,
+    ev: &Evidence,
+    limited: LimitedBy,
+    cfg: &DiagnosisConfig,
+) -> Result<(), &'static str> {
+    let total = flow.latest.bytes_acked + flow.latest.bytes_received;
+    if !is_loss_based(&flow.latest.cc) {
+        return Err("congestion control is not loss-based");
+    }
+    if limited == LimitedBy::Path {
+        return Err("the flow fills the path: its losses are the bottleneck's");
+    }
+    if limited != LimitedBy::CongestionWindow {
+        return Err("not congestion-window-limited");
+    }
+    // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,
+    // which is exactly what a flow crushed to a few Mbit/s by loss looks like).
+    let wants_more = w.cwnd_full_share >= cfg.wants_more_cwnd_full_share;
+    if !cfg.is_heavy(total, w.goodput_bps, wants_more) {
+        return Err("not a heavy flow");
+    }
+    if lv.episodes < cfg.min_loss_episodes || lv.loss_ratio < cfg.min_loss_ratio {
+        return Err("too few losses to judge");
+    }
+    if lv.clean_share() < cfg.clean_episode_share {
+        return Err("srtt rose above min_rtt before too many of the losses: they look congestive");
+    }
+    // Its rate is the loss response's, or at least not the path's: the path showed clearly
+    // more without queueing. (After a long slow-start overshoot CUBIC drains a huge cwnd for
+    // seconds, above its steady-state response, while its losses already show no queue.)
+    if w.goodput_bps > cfg.response_slack * ev.response_bps && ev.available_bps.is_none() {
+        return Err("goodput is above what its loss response allows: the losses do not hold it back");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis::diagnosis::mathis_bps;
+    use crate::analysis::diagnosis::test_feed::{bulk, episodic, run, run_feed};
+    use crate::analysis::diagnosis::LimitedBy;
+
+    #[test]
+    fn random_loss_without_queue_is_flagged_within_seconds_and_stays() {
+        // 16 Mbit/s, a loss every 0.7 s (~0.1 % of segments), srtt 0.5 ms above min_rtt.
+        let (d, seen) = run_feed(30, episodic("cubic", 16_000_000, 7, 0, 0));
+        let first = seen.iter().position(|(f, _)| *f).expect("flagged");
+        assert!(first <= 8, "{seen:?}");
+        assert!(seen[first..].iter().all(|(f, l)| *f && *l == LimitedBy::CongestionWindow), "{seen:?}");
+        let v = d.verdict(1).expect("verdict");
+        let e = v.evidence.as_ref().expect("evidence");
+        assert!(e.loss_episodes >= 3 && e.clean_episodes == e.loss_episodes, "{e:?}");
+        assert_eq!(e.slow_start_episodes, 0);
+        assert!((e.loss_event_rate - 0.001).abs() < 0.0003, "{e:?}");
+        assert!(e.goodput_bps <= e.response_bps * 2.0);
+        // Slow start showed 100 Mbit/s without queueing: that much is at stake.
+        assert_eq!(e.clean_delivery_bps, 100e6);
+        assert!(e.available_bps.is_some_and(|a| (a - 84e6).abs() < 1e6), "{e:?}");
+        assert!(v.text.contains("Mathis bound") && v.text.contains("at least 84.0 Mbit/s more"), "{}", v.text);
+        assert!(v.text.contains("episodes over"), "{}", v.text);
+    }
+
+    #[test]
+    fn reno_at_a_loss_every_few_seconds_is_flagged() {
+        // 80 ms-like sparsity: a loss every 3 s, so a 5 s window sees one or two.
+        let (_, seen) = run_feed(30, episodic("reno", 6_000_000, 30, 0, 1));
+        let first = seen.iter().position(|(f, _)| *f).expect("flagged");
+        assert!(first <= 15, "{seen:?}");
+        assert!(seen[first..].iter().all(|(f, _)| *f), "{seen:?}");
+    }
+
+    #[test]
+    fn one_noisy_rtt_does_not_unflag() {
+        // Every fifth loss comes with a jitter spike of 6 ms: still a clear majority.
+        let feed = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (_, seen) = run_feed(30, move |tick| {
+            let mut out = feed(tick);
+            if tick >= 10 && (tick - 10) % 35 == 0 {
+                if let Some(l) = out.get_mut(1) {
+                    l.srtt_us = 36_000;
+                }
+            }
+            out
+        });
+        let first = seen.iter().position(|(f, _)| *f).expect("flagged");
+        assert!(seen[first..].iter().all(|(f, _)| *f), "{seen:?}");
+    }
+
+    #[test]
+    fn cubic_bulk_on_random_loss_is_flagged_with_evidence_and_fix() {
+        let (d, _) = run("cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.flagged, "{v:?}");
+        assert_eq!(v.limited_by, LimitedBy::CongestionWindow);
+        let e = v.evidence.as_ref().expect("evidence");
+        assert!((e.loss_ratio - 0.02).abs() < 0.001);
+        assert!((e.mathis_bps - mathis_bps(1448, 0.031, e.loss_event_rate)).abs() < 1.0);
+        assert!(v.text.contains("Mathis bound"), "{}", v.text);
+        assert!(
+            v.fix.iter().any(|c| c == "nsenter --net=/proc/77/ns/net sysctl -w net.ipv4.tcp_congestion_control=bbr"),
+            "{:?}",
+            v.fix
+        );
+        assert!(v.fix.iter().any(|c| c.contains("roll back") && c.contains("tcp_congestion_control=cubic")));
+        assert!(v.fix.iter().any(|c| c.contains("/etc/sysctl.d/")));
+    }
+
+    #[test]
+    fn bbr_is_never_flagged() {
+        let (d, _) = run("bbr", 10, bulk(40_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn one_loss_burst_is_not_sustained_loss() {
+        // A slow-start overshoot: 3 % of the first second's bytes retransmitted, then none.
+        let (d, _) = run("cubic", 10, |tick, s| {
+            bulk(40_000_000, 0.0, 31_000)(tick, s);
+            s.bytes_retrans = if tick >= 40 { 150_000 } else { 0 };
+            s.total_retrans = if tick >= 40 { 100 } else { 0 };
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.flagged, "{v:?}");
+    }
+
+    #[test]
+    fn no_loss_no_flag() {
+        let (d, _) = run("cubic", 10, bulk(100_000_000, 0.0, 31_000));
+        assert!(!d.verdict(1).expect("verdict").flagged);
+    }
+}

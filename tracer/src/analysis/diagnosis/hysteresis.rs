@@ -1,0 +1,129 @@
+//! When a verdict changes: a new class must hold for `confirm` evaluations in a row before it
+//! replaces the shown one, and the flag goes on after `confirm` windows that meet its condition
+//! and off only after `release` that do not, so verdicts do not flap on one odd window.
+
+use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::limits::LimitedBy;
+
+/// One flow's hysteresis counters.
+#[derive(Debug, Default)]
+pub(super) struct Hysteresis {
+    candidate: Option<LimitedBy>,
+    candidate_runs: u32,
+    flag_runs: u32,
+    unflag_runs: u32,
+    flagged: bool,
+}
+
+impl Hysteresis {
+    /// The class to show, given the one shown (`None` when nothing real was yet) and the one
+    /// this window shows.
+    pub(super) fn limited_by(
+        &mut self,
+        previous: Option<LimitedBy>,
+        raw: LimitedBy,
+        cfg: &DiagnosisConfig,
+    ) -> LimitedBy {
+        match previous {
+            None => raw,
+            Some(prev) if prev == raw => {
+                self.candidate = None;
+                prev
+            }
+            Some(prev) => {
+                if self.candidate == Some(raw) {
+                    self.candidate_runs += 1;
+                } else {
+                    self.candidate = Some(raw);
+                    self.candidate_runs = 1;
+                }
+                if self.candidate_runs >= cfg.confirm {
+                    self.candidate = None;
+                    raw
+                } else {
+                    prev
+                }
+            }
+        }
+    }
+
+    /// Whether the flow is flagged, given whether this window meets the flag condition.
+    pub(super) fn flag(&mut self, condition_met: bool, cfg: &DiagnosisConfig) -> bool {
+        if condition_met {
+            self.flag_runs += 1;
+            self.unflag_runs = 0;
+            if self.flag_runs >= cfg.confirm {
+                self.flagged = true;
+            }
+        } else {
+            self.flag_runs = 0;
+            self.unflag_runs += 1;
+            if self.unflag_runs >= cfg.release {
+                self.flagged = false;
+            }
+        }
+        self.flagged
+    }
+
+    pub(super) fn flagged(&self) -> bool {
+        self.flagged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis::diagnosis::test_feed::{bulk, run};
+    use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy};
+    use crate::analysis::environment::Environment;
+    use crate::analysis::model::tests::sample;
+    use crate::analysis::model::{FlowTable, TableConfig};
+
+    #[test]
+    fn verdict_does_not_flap_on_one_odd_window() {
+        // Application-limited throughout except one backlogged second.
+        let (d, _) = run("cubic", 12, |tick, s| {
+            s.bytes_acked = 100_000 * tick;
+            s.bytes_sent = s.bytes_acked;
+            s.busy_us = (0..tick).map(|t| if (60..70).contains(&t) { 100_000 } else { 10_000 }).sum::<u64>();
+            s.cwnd_limited = false;
+            s.wmem_queued = if (60..70).contains(&tick) { 87_040 } else { 0 };
+            s.min_rtt_us = 30_000;
+            s.srtt_us = 30_000;
+        });
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Application);
+    }
+
+    #[test]
+    fn flag_needs_confirmation_and_releases_slowly() {
+        // Flagged regime for 10 s, then loss stops: the flag holds while the losses are in the
+        // loss horizon, then for `release` windows.
+        let mut table = FlowTable::new(TableConfig::default());
+        let mut d = Diagnoser::new(DiagnosisConfig::default());
+        let env = Environment::default();
+        let lossy = bulk(4_000_000, 0.02, 31_000);
+        let mut flags = Vec::new();
+        let mut retrans_at_switch = 0;
+        for tick in 0..=500u64 {
+            let mut s = sample(1, tick * 100);
+            lossy(tick, &mut s);
+            if tick > 100 {
+                if retrans_at_switch == 0 {
+                    retrans_at_switch = s.bytes_retrans;
+                }
+                s.bytes_retrans = retrans_at_switch; // no more loss
+                s.total_retrans = (retrans_at_switch / 1448) as u32;
+            }
+            table.ingest(&s);
+            if tick % 10 == 0 {
+                d.evaluate(&table, &env, tick * 100_000_000);
+                flags.push(d.verdict(1).map(|v| v.flagged).unwrap_or(false));
+            }
+        }
+        let first_flag = flags.iter().position(|f| *f).expect("flagged at some point");
+        assert!(first_flag <= 10, "{flags:?}");
+        let last_flag = flags.iter().rposition(|f| *f).expect("flag");
+        // Loss stops at 10 s; the horizon forgets it at 40 s, then 5 evaluations.
+        assert!(last_flag > 39 && last_flag < 46, "{flags:?}");
+        assert!(!flags[46]);
+    }
+}

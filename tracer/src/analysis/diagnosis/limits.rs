@@ -1,0 +1,251 @@
+//! What limits a flow: the receiver, its application, its buffers, its congestion window or
+//! pacing, or the path itself (a standing queue, the queue at its losses, a flat ceiling).
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::losses::LossView;
+use crate::analysis::diagnosis::response::is_loss_based;
+use crate::analysis::diagnosis::window::Window;
+
+/// What limits a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitedBy {
+    /// Not enough observations yet.
+    Unknown,
+    /// Nothing moved in the window.
+    Idle,
+    /// The local side only receives; the peer's sender decides the rate.
+    Receiving,
+    /// The sender had nothing to send much of the time.
+    Application,
+    /// Stalled by the peer's advertised receive window.
+    #[serde(rename = "rwnd")]
+    ReceiveWindow,
+    /// Stalled by the local send buffer.
+    #[serde(rename = "sndbuf")]
+    SendBuffer,
+    /// The congestion window was full.
+    #[serde(rename = "cwnd")]
+    CongestionWindow,
+    /// Sending at the pacing rate with room left in cwnd (rate-based CC such as BBR).
+    Pacing,
+    /// The network path: a backlogged sender filling the bottleneck (a standing queue, or the
+    /// queue rising before its losses). Not a problem to fix on this host.
+    Path,
+    /// A process's own congestion control (QUIC, a userspace VPN's TCP stack) decides the rate,
+    /// not the kernel's: heavy UDP flows.
+    Userspace,
+}
+
+impl LimitedBy {
+    /// Every verdict, in declaration order.
+    pub const ALL: [LimitedBy; 9] = [
+        Self::Unknown,
+        Self::Idle,
+        Self::Receiving,
+        Self::Application,
+        Self::ReceiveWindow,
+        Self::SendBuffer,
+        Self::CongestionWindow,
+        Self::Pacing,
+        Self::Path,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Idle => "idle",
+            Self::Receiving => "receiving",
+            Self::Application => "application",
+            Self::ReceiveWindow => "rwnd",
+            Self::SendBuffer => "sndbuf",
+            Self::CongestionWindow => "cwnd",
+            Self::Pacing => "pacing",
+            Self::Path => "path",
+            Self::Userspace => "userspace",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Unknown => "not enough data yet",
+            Self::Idle => "idle: nothing sent or received",
+            Self::Receiving => "receiving: the peer's sender sets the pace",
+            Self::Application => "application-limited: the sender often had nothing to send",
+            Self::ReceiveWindow => "receive-window-limited: the peer's receive window is full",
+            Self::SendBuffer => "send-buffer-limited: the local send buffer is too small",
+            Self::CongestionWindow => "congestion-window-limited: cwnd is full",
+            Self::Pacing => "pacing/bandwidth-limited: sending at the pacing rate",
+            Self::Path => "network-path-limited: the flow fills the bottleneck (its RTT rises with its window)",
+            Self::Userspace => "userspace congestion control: the owning process, not the kernel, sets the rate",
+        }
+    }
+}
+
+/// Mean srtt above the standing-queue threshold over the window.
+pub(super) fn standing_queue(w: &Window, cfg: &DiagnosisConfig) -> bool {
+    w.min_rtt_us > 0.0 && w.mean_srtt_us > w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us
+}
+
+/// Does the flow fill the path's bottleneck? A standing queue, or the queue at its losses.
+fn fills_path(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> bool {
+    if standing_queue(w, cfg) {
+        return true;
+    }
+    if is_loss_based(cc) {
+        lv.episodes >= 2 && lv.queued_share() >= cfg.queued_episode_share
+    } else {
+        (lv.queued >= 2 && lv.queued_share() >= cfg.rate_based_queued_share) || at_ceiling(w, lv, cfg)
+    }
+}
+
+fn at_ceiling(w: &Window, lv: &LossView, cfg: &DiagnosisConfig) -> bool {
+    lv.clean_delivery_bps > 0.0 && w.goodput_bps >= cfg.ceiling_share * lv.clean_delivery_bps
+}
+
+/// What limits the flow over the window, before hysteresis.
+pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> LimitedBy {
+    let moved = w.sent_bytes + w.received_bytes;
+    if moved == 0 {
+        return LimitedBy::Idle;
+    }
+    if w.received_bytes > w.acked_bytes.saturating_mul(4) && w.sent_bytes < w.received_bytes / 4 {
+        return LimitedBy::Receiving;
+    }
+    if w.rwnd_share >= cfg.stall_share {
+        return LimitedBy::ReceiveWindow;
+    }
+    // The kernel marks delivery-rate samples application-limited only while packets in flight
+    // are below cwnd and nothing is left to send: a stream that keeps up with its application.
+    // A sender that never fills its send buffer is paced by its application, even when loss
+    // recovery keeps its small cwnd full.
+    if w.app_limited_share >= cfg.app_limited_share
+        || w.no_backlog_share >= cfg.no_backlog_share
+        || w.sndbuf_low_share >= cfg.sndbuf_low_share
+    {
+        return LimitedBy::Application;
+    }
+    let backlogged = |fallback: LimitedBy| if fills_path(w, lv, cfg, cc) { LimitedBy::Path } else { fallback };
+    // A full cwnd is the root cause even when the application then blocks on its send buffer.
+    if w.cwnd_full_share >= cfg.cwnd_full_share {
+        return backlogged(LimitedBy::CongestionWindow);
+    }
+    if w.sndbuf_share >= cfg.stall_share {
+        return LimitedBy::SendBuffer;
+    }
+    // The write queue ran dry much of the time. (Chrono "busy" runs until the retransmit queue
+    // empties too, so on a lossy long path this alone would miss streams that keep up.)
+    if w.busy_share + w.rwnd_share + w.sndbuf_share < cfg.min_busy_share {
+        return LimitedBy::Application;
+    }
+    backlogged(if is_loss_based(cc) { LimitedBy::CongestionWindow } else { LimitedBy::Pacing })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::diagnosis::test_feed::{bulk, episodic, run, run_feed};
+
+    #[test]
+    fn queue_before_each_loss_is_the_path_not_a_flag() {
+        // A shallow bottleneck: srtt near min_rtt on average, 7 ms of queue at each loss.
+        let (d, seen) = run_feed(30, episodic("cubic", 38_000_000, 30, 7, 2));
+        assert!(seen.iter().all(|(f, _)| !f), "{seen:?}");
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Path, "{}", v.text);
+        assert!(v.text.contains("queue before the losses"), "{}", v.text);
+        let e = v.evidence.as_ref().expect("evidence");
+        // Ten losses; the first ends slow start and is left out.
+        assert_eq!((e.queued_episodes, e.slow_start_episodes), (9, 1), "{e:?}");
+    }
+
+    #[test]
+    fn bbr_filling_the_path_is_path_limited() {
+        // Standing queue: srtt 40 ms on a 30 ms path, losses at the full queue.
+        let (d, seen) = run_feed(15, episodic("bbr", 180_000_000, 3, 9, 10));
+        assert!(seen.iter().all(|(f, _)| !f));
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Path);
+    }
+
+    #[test]
+    fn not_enough_data_at_first() {
+        let (d, _) = run("cubic", 2, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Unknown);
+        assert!(v.text.contains("not enough data"), "{}", v.text);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn standing_queue_means_the_path_and_no_flag() {
+        let (d, _) = run("cubic", 10, bulk(100_000_000, 0.01, 80_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.flagged);
+        assert_eq!(v.limited_by, LimitedBy::Path);
+        assert!(v.text.contains("standing queue"), "{}", v.text);
+    }
+
+    #[test]
+    fn paced_app_is_application_limited() {
+        // 0.5 Mbit/s in small writes: busy 10 % of the time, no backlog.
+        let (d, _) = run("cubic", 10, |tick, s| {
+            s.bytes_acked = 500_000 / 8 * tick / 10;
+            s.bytes_sent = s.bytes_acked + s.bytes_acked / 50;
+            s.bytes_retrans = s.bytes_acked / 50;
+            s.busy_us = tick * 10_000;
+            s.app_limited = true;
+            s.cwnd_limited = false;
+            s.wmem_queued = 2_000;
+            s.min_rtt_us = 30_000;
+            s.srtt_us = 30_500;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Application);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn stream_that_keeps_its_send_buffer_low_is_application_limited_even_in_recovery() {
+        // BBR under random loss: cwnd shrinks to what is in flight (full), busy never stops,
+        // rate samples only sometimes app-limited, but the send buffer stays mostly empty.
+        let (d, _) = run("bbr", 10, |tick, s| {
+            s.bytes_acked = 25_000_000 / 8 * tick / 10;
+            s.bytes_sent = s.bytes_acked + s.bytes_acked / 40;
+            s.bytes_retrans = s.bytes_acked / 40;
+            s.busy_us = tick * 100_000;
+            s.app_limited = tick % 3 == 0;
+            s.cwnd_limited = tick % 2 == 0;
+            s.notsent_bytes = 30_000;
+            s.wmem_queued = 20_000;
+            s.sndbuf = 200_000;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::Application);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn receive_window_limited() {
+        let (d, _) = run("cubic", 10, |tick, s| {
+            s.bytes_acked = 1_000_000 * tick;
+            s.bytes_sent = s.bytes_acked;
+            s.busy_us = tick * 40_000;
+            s.rwnd_limited_us = tick * 60_000;
+            s.min_rtt_us = 30_000;
+            s.srtt_us = 30_000;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::ReceiveWindow);
+        assert!(!v.flagged);
+    }
+
+    #[test]
+    fn idle_and_receiving() {
+        let (d, _) = run("cubic", 6, |_, _| {});
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Idle);
+        let (d, _) = run("cubic", 6, |tick, s| s.bytes_received = tick * 100_000);
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Receiving);
+    }
+}

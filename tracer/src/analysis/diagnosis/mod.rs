@@ -1,0 +1,334 @@
+//! Why is each flow as fast as it is? A `limited_by` verdict per flow from what the kernel
+//! reports, and a flag on heavy bulk flows held back by loss-based congestion control on a path
+//! whose losses are not congestive, with the evidence in numbers and the fix.
+//!
+//! Pure code: it sees flows through [`FlowTable`] and the host through [`Environment`], so it
+//! judges live data, recordings and test feeds alike. Verdicts are computed over a sliding
+//! window of snapshots and change only after they persist (hysteresis), so they do not flap.
+//!
+//! Each file answers one question, and the [`Diagnoser`] here only keeps each flow's memory and
+//! asks them in turn:
+//! - `window`: what the flow's counters did over the last evaluations;
+//! - `losses`: its loss episodes and the queue at each (new loss kinds go here);
+//! - `limits`: what limits it ([`LimitedBy`]), the path included;
+//! - `response`: what its congestion control's loss response allows (Mathis, CUBIC);
+//! - `heavy`: whether it is heavy; `flag`: whether it is flagged, and why (not);
+//! - `hysteresis`: when a verdict may change; `evidence`: the numbers it rests on;
+//! - `deep`: what a deep-traced algorithm decided; `words`: the verdict's text;
+//! - `config`: the thresholds; `verdict`: the types the front ends see.
+//!
+//! A new kind of loss (a policer, reordering, spurious retransmissions) is counted in `losses`
+//! (a field of its `LossView`), read in `limits` (does it mean the path is full?) and `flag`
+//! (does it hold the flow back, or excuse it?), carried in `verdict::Evidence` by `evidence`,
+//! and worded in `words` and `flag::decided_by`.
+
+mod config;
+mod deep;
+mod evidence;
+mod flag;
+mod heavy;
+mod hysteresis;
+mod limits;
+mod losses;
+mod response;
+#[cfg(test)]
+mod test_feed;
+mod verdict;
+mod window;
+mod words;
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::analysis::decisions::DecisionLog;
+pub use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::deep::deep_evidence;
+use crate::analysis::diagnosis::evidence::evidence_of;
+use crate::analysis::diagnosis::flag::flag_condition;
+use crate::analysis::diagnosis::hysteresis::Hysteresis;
+use crate::analysis::diagnosis::limits::classify;
+pub use crate::analysis::diagnosis::limits::LimitedBy;
+use crate::analysis::diagnosis::losses::loss_view;
+pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
+pub use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, Verdict};
+use crate::analysis::diagnosis::window::{window_of, Snapshot};
+use crate::analysis::environment::Environment;
+use crate::analysis::fix;
+use crate::analysis::model::{Flow, FlowTable, TableChanges};
+use crate::analysis::udp::RelayedBy;
+
+/// Per-flow memory of the diagnoser: snapshots, the verdict shown and its hysteresis.
+#[derive(Debug, Default)]
+struct FlowMemory {
+    snapshots: VecDeque<Snapshot>,
+    shown: Option<Verdict>,
+    hysteresis: Hysteresis,
+}
+
+#[derive(Debug, Default)]
+pub struct Diagnoser {
+    cfg: DiagnosisConfig,
+    flows: HashMap<u64, FlowMemory>,
+    /// Bumped by every call that may change a verdict: see [`Diagnoser::generation`].
+    generation: u64,
+    /// The table's departures when its flows were last judged: while they stay the same, no
+    /// flow's memory is to be dropped.
+    departed: Option<u64>,
+}
+
+impl Diagnoser {
+    pub fn new(cfg: DiagnosisConfig) -> Self {
+        Self { cfg, flows: HashMap::new(), generation: 0, departed: None }
+    }
+
+    /// Changes whenever a verdict may have changed (an evaluation, a citation, a relay noted,
+    /// everything forgotten): a front end that copies verdicts need not look them up again
+    /// on a frame where it did not.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Forget every flow's verdict and memory, keeping the thresholds.
+    pub fn forget(&mut self) {
+        self.generation += 1;
+        self.flows.clear();
+        self.departed = None;
+    }
+
+    /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
+    /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
+    pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
+        self.generation += 1;
+        // A look-up per flow (a cache miss each) only when some flow left the table.
+        if self.departed != Some(table.departed()) {
+            self.flows.retain(|cookie, _| table.get(*cookie).is_some());
+            self.departed = Some(table.departed());
+        }
+        for flow in table.flows() {
+            self.judge_flow(flow, env, now_ns);
+        }
+    }
+
+    /// The same as [`Diagnoser::evaluate`], with `changes` the table's changes since the last
+    /// evaluation, at a cost per open and new flow rather than per flow kept: a closed flow's
+    /// verdict never changes once given, so of the closed flows only those born since the last
+    /// evaluation (which have none yet) are judged, and the memories of removed flows go.
+    pub fn evaluate_changes(&mut self, table: &FlowTable, changes: &TableChanges, env: &Environment, now_ns: u64) {
+        for cookie in &changes.removed {
+            self.flows.remove(cookie);
+        }
+        for flow in table.open_flows() {
+            self.judge_flow(flow, env, now_ns);
+        }
+        for flow in changes.born.iter().filter_map(|c| table.get(*c)) {
+            if flow.is_closed() {
+                self.judge_flow(flow, env, now_ns);
+            }
+        }
+    }
+
+    fn judge_flow(&mut self, flow: &Flow, env: &Environment, now_ns: u64) {
+        let mem = self.flows.entry(flow.cookie()).or_default();
+        if flow.is_closed() && mem.shown.is_some() {
+            // Keep the last verdict of a closed flow as it was.
+            return;
+        }
+        let mut snap = Snapshot::of(flow);
+        snap.ts_ns = snap.ts_ns.max(now_ns);
+        if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
+            return;
+        }
+        mem.snapshots.push_back(snap);
+        while mem.snapshots.len() > self.cfg.window + 1 {
+            mem.snapshots.pop_front();
+        }
+        let verdict = judge(flow, mem, &self.cfg, env, now_ns);
+        mem.shown = Some(verdict);
+        if flow.is_closed() {
+            // Never judged again: only the verdict stays (a short connection's snapshot
+            // memory was most of what the diagnosis kept per flow).
+            mem.snapshots = VecDeque::new();
+        }
+    }
+
+    /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
+    /// flagged flow, in its text): the loss responses the flag is about, from the algorithm.
+    pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
+        self.generation += 1;
+        // Deep-traced flows are few; the flows judged may be tens of thousands.
+        for cookie in decisions.cookies() {
+            let Some(verdict) = self.flows.get_mut(&cookie).and_then(|m| m.shown.as_mut()) else { continue };
+            let Some(flow) = table.get(cookie) else { continue };
+            let Some(evidence) = verdict.evidence.as_mut() else { continue };
+            // A closed flow's verdict is kept as it was, citation included.
+            if evidence.deep.is_some() {
+                continue;
+            }
+            let Some(deep) = deep_evidence(cookie, flow.first_seen_ns, decisions) else { continue };
+            if verdict.flagged && deep.loss_responses > 0 {
+                words::cite_deep(&mut verdict.text, &deep);
+            }
+            evidence.deep = Some(deep);
+        }
+    }
+
+    pub fn config(&self) -> &DiagnosisConfig {
+        &self.cfg
+    }
+
+    pub fn verdict(&self, cookie: u64) -> Option<&Verdict> {
+        self.flows.get(&cookie).and_then(|m| m.shown.as_ref())
+    }
+
+    /// Mark the verdicts of relayed flows: the note goes first, so such a flow never reads as
+    /// simply healthy, application- or rwnd-limited.
+    pub fn note_relays(&mut self, relays: &HashMap<u64, RelayedBy>) {
+        // No relay, nothing to note: every verdict stays as it is.
+        if relays.is_empty() {
+            return;
+        }
+        self.generation += 1;
+        for (cookie, r) in relays {
+            let Some(v) = self.flows.get_mut(cookie).and_then(|m| m.shown.as_mut()) else { continue };
+            if v.relayed_by.as_ref() == Some(r) {
+                continue;
+            }
+            let old = v.relayed_by.take();
+            words::note_relay(&mut v.text, old.as_ref(), r);
+            v.relayed_by = Some(r.clone());
+        }
+    }
+
+    pub fn flagged(&self) -> impl Iterator<Item = u64> + '_ {
+        self.flows.iter().filter(|(_, m)| m.hysteresis.flagged()).map(|(c, _)| *c)
+    }
+}
+
+/// One flow's verdict from its snapshots: its window and loss episodes, its class and flag
+/// through the hysteresis, the evidence, the words and the fix.
+fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environment, now_ns: u64) -> Verdict {
+    let observed = flow.age_secs();
+    let Some(w) = window_of(&mem.snapshots) else { return Verdict::unknown(observed) };
+    if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
+        return Verdict::unknown(observed);
+    }
+    let lv = loss_view(flow, cfg, now_ns);
+    let raw = classify(&w, &lv, cfg, &flow.latest.cc);
+    let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
+    let limited = mem.hysteresis.limited_by(previous, raw, cfg);
+
+    let ev = evidence_of(flow, &w, &lv, cfg, limited);
+    let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
+    let flagged = mem.hysteresis.flag(condition.is_ok(), cfg);
+
+    // The last verdict's text makes room for this one.
+    let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
+    text.clear();
+    if flagged {
+        words::write_flagged(&mut text, flow, &ev);
+    } else {
+        words::write_unflagged(&mut text, flow, &w, &lv, &ev, limited, condition);
+    }
+    Verdict {
+        limited_by: limited,
+        flagged,
+        text,
+        evidence: Some(Box::new(ev)),
+        fix: if flagged { fix::fix_commands(flow, env) } else { Vec::new() },
+        relayed_by: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::NS_PER_SEC;
+
+    use super::*;
+    use crate::analysis::diagnosis::test_feed::{bulk, run_in, test_env};
+    use crate::analysis::event::SampleReason;
+    use crate::analysis::model::tests::sample;
+    use crate::analysis::model::TableConfig;
+
+    #[test]
+    fn judging_what_changed_gives_the_verdicts_judging_every_flow_gives() {
+        use crate::analysis::event::TcpState;
+        let cfg = TableConfig {
+            max_flows: 400,
+            closed_linger_ns: 4 * NS_PER_SEC,
+            idle_timeout_ns: 9 * NS_PER_SEC,
+            ..TableConfig::default()
+        };
+        let (mut full_table, mut table) = (FlowTable::new(cfg.clone()), FlowTable::new(cfg));
+        let (mut full, mut incremental) = (Diagnoser::default(), Diagnoser::default());
+        let env = test_env();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut judged = 0;
+        for tick in 0..600u64 {
+            // Bulk flows 0..8 (some lossy, some closing late), and short connections that open
+            // and close within a tick or two, some idle for a while first.
+            let mut batch = Vec::new();
+            for cookie in 0..8u64 {
+                if cookie == 7 && tick > 300 {
+                    continue; // goes idle
+                }
+                let mut s = sample(cookie, tick * 100);
+                bulk(8_000_000 * (cookie + 1), if cookie % 2 == 0 { 0.01 } else { 0.0 }, 30_000)(tick, &mut s);
+                if cookie == 5 && tick == 450 {
+                    s.reason = SampleReason::Destroy;
+                }
+                batch.push(s);
+            }
+            for _ in 0..6 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let mut s = sample(100 + x % 3_000, tick * 100 + x % 97);
+                s.bytes_acked = x % 5_000;
+                match x % 5 {
+                    0 => s.reason = SampleReason::Destroy,
+                    1 => {
+                        s.reason = SampleReason::StateChange;
+                        s.tcp_state = TcpState::Close;
+                    }
+                    _ => {}
+                }
+                batch.push(s);
+            }
+            for s in &batch {
+                full_table.ingest(s);
+                table.ingest(s);
+            }
+            if tick % 10 == 9 {
+                let now = (tick + 1) * 100 * 1_000_000;
+                full_table.expire(now);
+                table.expire(now);
+                full.evaluate(&full_table, &env, now);
+                let changes = table.take_changes();
+                incremental.evaluate_changes(&table, &changes, &env, now);
+                assert_eq!(full.flows.len(), incremental.flows.len(), "the same flows remembered");
+                for f in full_table.flows() {
+                    assert_eq!(full.verdict(f.cookie()), incremental.verdict(f.cookie()), "flow {}", f.cookie());
+                    judged += usize::from(full.verdict(f.cookie()).is_some_and(|v| v.limited_by != LimitedBy::Unknown));
+                }
+            }
+        }
+        assert!(judged > 100, "the bulk flows got real verdicts ({judged})");
+        assert!(full.flagged().count() > 0, "and some were flagged");
+    }
+
+    #[test]
+    fn fix_loads_bbr_when_missing_and_names_the_netns() {
+        let mut env = test_env();
+        env.bbr_available = false;
+        env.netns_names.insert(4026531840, "video".into());
+        let (d, _) = run_in(&env, "cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.flagged);
+        assert!(v.fix[0].starts_with("modprobe tcp_bbr"), "{:?}", v.fix);
+        assert_eq!(v.fix[1], "ip netns exec video sysctl -w net.ipv4.tcp_congestion_control=bbr");
+        // The host's own namespace needs no prefix.
+        env.host_netns = 4026531840;
+        let (d, _) = run_in(&env, "cubic", 10, bulk(4_000_000, 0.02, 31_000));
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.fix[1], "sysctl -w net.ipv4.tcp_congestion_control=bbr");
+    }
+}

@@ -1,0 +1,133 @@
+//! Synthetic flows for the diagnosis' tests: a bulk sender at a set loss, or a feed of samples
+//! with loss episodes at a chosen queue, judged once a second as the pipeline does.
+
+use std::collections::HashMap;
+
+use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy};
+use crate::analysis::environment::Environment;
+use crate::analysis::event::{CaState, Sample, SampleReason};
+use crate::analysis::model::tests::sample;
+use crate::analysis::model::{FlowTable, TableConfig};
+
+pub(super) fn test_env() -> Environment {
+    Environment {
+        bbr_available: true,
+        host_netns: 1,
+        netns_pids: HashMap::from([(4026531840, 77)]),
+        netns_names: HashMap::new(),
+        ..Environment::default()
+    }
+}
+
+/// Feed `secs` seconds of a synthetic flow (one sample per 100 ms) and evaluate each second.
+pub(super) fn run(cc: &str, secs: u64, step: impl Fn(u64, &mut Sample)) -> (Diagnoser, FlowTable) {
+    run_in(&test_env(), cc, secs, step)
+}
+
+pub(super) fn run_in(
+    env: &Environment,
+    cc: &str,
+    secs: u64,
+    step: impl Fn(u64, &mut Sample),
+) -> (Diagnoser, FlowTable) {
+    let mut table = FlowTable::new(TableConfig::default());
+    let mut d = Diagnoser::new(DiagnosisConfig::default());
+    for tick in 0..=secs * 10 {
+        let mut s = sample(1, tick * 100);
+        s.cc = cc.into();
+        step(tick, &mut s);
+        table.ingest(&s);
+        if tick % 10 == 0 {
+            d.evaluate(&table, env, tick * 100_000_000);
+        }
+    }
+    (d, table)
+}
+
+/// Bulk sender at `bps` with `loss` retransmitted share, busy all the time.
+pub(super) fn bulk(bps: u64, loss: f64, srtt_us: u32) -> impl Fn(u64, &mut Sample) {
+    move |tick, s| {
+        let acked = bps / 8 * tick / 10;
+        s.bytes_acked = acked;
+        s.bytes_sent = (acked as f64 / (1.0 - loss)) as u64;
+        s.bytes_retrans = s.bytes_sent - acked;
+        s.total_retrans = (s.bytes_retrans / 1448) as u32;
+        s.busy_us = tick * 100_000;
+        s.srtt_us = srtt_us;
+        s.min_rtt_us = 30_000;
+        s.snd_cwnd = 60;
+        s.snd_ssthresh = 40;
+        s.packets_out = 60;
+        s.cwnd_limited = true;
+    }
+}
+
+/// Feed `secs` seconds of samples from `feed(tick)` (several per 100 ms tick allowed) and
+/// evaluate each second; returns the flag and limited_by of every evaluation.
+pub(super) fn run_feed(secs: u64, feed: impl Fn(u64) -> Vec<Sample>) -> (Diagnoser, Vec<(bool, LimitedBy)>) {
+    let mut table = FlowTable::new(TableConfig::default());
+    let mut d = Diagnoser::new(DiagnosisConfig::default());
+    let mut seen = Vec::new();
+    for tick in 0..=secs * 10 {
+        for s in feed(tick) {
+            table.ingest(&s);
+        }
+        if tick % 10 == 0 {
+            d.evaluate(&table, &test_env(), tick * 100_000_000);
+            let v = d.verdict(1).expect("verdict");
+            seen.push((v.flagged, v.limited_by));
+        }
+    }
+    (d, seen)
+}
+
+/// A window-limited bulk sender on a 30 ms path: `bps` of goodput, a loss every
+/// `loss_every` ticks after slow start (the first second), srtt at each loss `queue_ms`
+/// above min_rtt, srtt between losses `base_queue_ms` above it.
+pub(super) fn episodic(
+    cc: &'static str,
+    bps: u64,
+    loss_every: u64,
+    queue_ms: u32,
+    base_queue_ms: u32,
+) -> impl Fn(u64) -> Vec<Sample> {
+    move |tick| {
+        let mut s = sample(1, tick * 100);
+        s.cc = cc.into();
+        // Losses before this tick; the one at this tick follows the periodic sample.
+        let losses = if tick > 10 { (tick - 11) / loss_every + 1 } else { 0 };
+        s.bytes_acked = bps / 8 * tick / 10;
+        s.bytes_retrans = losses * 1448;
+        s.bytes_sent = s.bytes_acked + s.bytes_retrans;
+        s.total_retrans = losses as u32;
+        s.busy_us = tick * 100_000;
+        s.srtt_us = 30_000 + base_queue_ms * 1000;
+        s.min_rtt_us = 30_000;
+        // Slow start first, at 100 Mbit/s without a queue.
+        s.snd_ssthresh = if tick < 10 { u32::MAX >> 1 } else { 40 };
+        s.delivery_rate_bps = if tick < 10 { 100_000_000 } else { bps };
+        s.snd_cwnd = (bps as f64 * 0.03 / 8.0 / 1448.0) as u32;
+        s.packets_out = s.snd_cwnd;
+        s.cwnd_limited = true;
+        let mut out = vec![s.clone()];
+        if tick >= 10 && (tick - 10) % loss_every == 0 {
+            let mut l = s.clone();
+            l.ts_ns += 5_000_000;
+            l.reason = SampleReason::CaState;
+            l.ca_state = CaState::Recovery;
+            l.srtt_us = 30_000 + queue_ms * 1000;
+            out.push(l.clone());
+            l.ts_ns += 1_000_000;
+            l.reason = SampleReason::Retransmit;
+            l.total_retrans += 1;
+            l.bytes_retrans += 1448;
+            l.bytes_sent += 1448;
+            out.push(l.clone());
+            l.ts_ns += 40_000_000;
+            l.ca_state = CaState::Open;
+            l.srtt_us = s.srtt_us;
+            out.push(l);
+        }
+        out
+    }
+}

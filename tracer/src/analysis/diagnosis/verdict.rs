@@ -1,0 +1,107 @@
+//! The judgement on one flow as the front ends and the JSON output see it: its class, its flag,
+//! its text and fix, and the numbers it rests on.
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::diagnosis::limits::LimitedBy;
+use crate::analysis::diagnosis::response::ResponseModel;
+use crate::analysis::udp::RelayedBy;
+
+/// The numbers a flag rests on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Retransmitted share of bytes sent in the window.
+    pub loss_ratio: f64,
+    pub srtt_ms: f64,
+    pub min_rtt_ms: f64,
+    pub mean_cwnd: f64,
+    pub goodput_bps: f64,
+    /// Mathis et al.: MSS/RTT * 1.22/sqrt(p), the most a Reno-like flow gets at this loss.
+    pub mathis_bps: f64,
+    pub mss: u32,
+    pub busy_share: f64,
+    pub rwnd_share: f64,
+    pub sndbuf_share: f64,
+    /// Shares of periodic samples with a full cwnd / marked application-limited by the kernel.
+    pub cwnd_full_share: f64,
+    pub app_limited_share: f64,
+    /// Share of periodic samples with the send buffer under 60 % full.
+    pub sndbuf_low_share: f64,
+    /// Share of the window's seconds with retransmissions.
+    pub lossy_interval_share: f64,
+    /// Loss episodes (one per recovery) in the loss horizon, after slow start: all of them,
+    /// those without a queue before the loss, those with one; and slow-start overshoots left out.
+    pub loss_episodes: u32,
+    pub clean_episodes: u32,
+    pub queued_episodes: u32,
+    pub slow_start_episodes: u32,
+    /// Seconds from the first judged episode to now.
+    pub episode_span_s: f64,
+    /// Median queueing delay (srtt above min_rtt) when the losses were detected, and the
+    /// threshold above which an episode counts as queued.
+    pub queue_at_loss_ms: f64,
+    pub queue_threshold_ms: f64,
+    /// Median cwnd reached before each cut (segments).
+    pub cwnd_before_loss: f64,
+    /// Retransmitted share of bytes and loss episodes per segment sent, over the episodes' span.
+    pub episode_loss_ratio: f64,
+    pub loss_event_rate: f64,
+    /// The congestion control's response function at `loss_event_rate` and srtt (bits/s), and
+    /// which one (`mathis` for Reno-like, `cubic` when CUBIC's cubic region predicts more).
+    pub response_bps: f64,
+    pub response_model: ResponseModel,
+    /// Third-highest delivery rate seen without queueing, not application-limited (bits/s).
+    pub clean_delivery_bps: f64,
+    /// Rate the path has shown beyond the current goodput, when the data supports it.
+    pub available_bps: Option<f64>,
+    /// Mean srtt above the standing-queue threshold over the window.
+    pub standing_queue: bool,
+    /// The signals that decided `limited_by` and the flag, in words.
+    pub decided_by: String,
+    /// What the flow's own congestion control decided, when it runs on a deep-mode twin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deep: Option<DeepEvidence>,
+}
+
+/// The decisions of a deep-traced flow's algorithm that bear on the verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeepEvidence {
+    /// The twin the flow runs (`cct_cubic`).
+    pub twin: String,
+    /// Loss responses (ssthresh cuts) the algorithm made since it took the flow over.
+    pub loss_responses: u64,
+    /// Median of ssthresh after / cwnd before over the kept cuts (CUBIC's beta is 0.7, Reno's 0.5).
+    pub median_cut: Option<f64>,
+    /// The latest cut, as the timeline says it ("loss at 12.4 s: ssthresh 46, cwnd 68 → 46").
+    pub last_cut: Option<String>,
+}
+
+/// The judgement on one flow.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    pub limited_by: LimitedBy,
+    pub flagged: bool,
+    /// One paragraph a network engineer can act on.
+    pub text: String,
+    /// Boxed: most verdicts (every short connection's "not enough data") have none, and a
+    /// verdict is kept for every flow in the table.
+    pub evidence: Option<Box<Evidence>>,
+    /// Commands that apply the fix, make it persistent and roll it back.
+    pub fix: Vec<String>,
+    /// The flow's peer on this host belongs to a process that carries the traffic on over UDP
+    /// with its own congestion control.
+    pub relayed_by: Option<RelayedBy>,
+}
+
+impl Verdict {
+    pub(super) fn unknown(observed: f64) -> Self {
+        Self {
+            limited_by: LimitedBy::Unknown,
+            flagged: false,
+            text: format!("not enough data yet ({observed:.1} s observed)"),
+            evidence: None,
+            fix: Vec::new(),
+            relayed_by: None,
+        }
+    }
+}

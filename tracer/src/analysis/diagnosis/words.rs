@@ -1,0 +1,113 @@
+//! The verdict's words: the paragraph a network engineer reads for a flagged flow (the losses,
+//! the missing queue, the loss response's bound, what more the path carries), the one-line
+//! class of any other, deep mode's citation and the relay note that goes first.
+
+use std::fmt::Write as _;
+
+use crate::analysis::diagnosis::limits::LimitedBy;
+use crate::analysis::diagnosis::losses::LossView;
+use crate::analysis::diagnosis::response::{is_loss_based, ResponseModel};
+use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence};
+use crate::analysis::diagnosis::window::Window;
+use crate::analysis::model::Flow;
+use crate::analysis::udp::RelayedBy;
+use crate::analysis::units::{pct, rate};
+
+/// A flagged flow's text: why its loss response, not the path, holds it back.
+pub(super) fn write_flagged(text: &mut String, flow: &Flow, ev: &Evidence) {
+    let s = &flow.latest;
+    let _ = write!(
+        text,
+        "{} is held back by loss-based congestion control: {} lost packets in {} episodes over {:.0} s ({} of bytes retransmitted) \
+         and srtt stayed within {:.1} ms of min_rtt {:.1} ms before {} of them (median queue {:.1} ms): no queue built up, so the losses are not the bottleneck's. \
+         Goodput {} is what its loss response allows: the Mathis bound at {} loss events per segment and srtt {:.1} ms is {}",
+        flow_name(flow),
+        s.cc,
+        ev.loss_episodes,
+        ev.episode_span_s,
+        pct(ev.episode_loss_ratio),
+        ev.queue_threshold_ms,
+        ev.min_rtt_ms,
+        ev.clean_episodes,
+        ev.queue_at_loss_ms,
+        rate(ev.goodput_bps),
+        pct(ev.loss_event_rate),
+        ev.srtt_ms,
+        rate(ev.mathis_bps),
+    );
+    if ev.response_model == ResponseModel::Cubic {
+        let _ = write!(text, " (CUBIC's response {})", rate(ev.response_bps));
+    }
+    let _ = write!(text, "; mean cwnd {:.0} x {} B, {:.0} before each cut.", ev.mean_cwnd, s.mss, ev.cwnd_before_loss);
+    match ev.available_bps {
+        Some(more) => {
+            let _ = write!(
+                text,
+                " The path delivered {} to this flow without queueing: at least {} more is available.",
+                rate(ev.clean_delivery_bps),
+                rate(more)
+            );
+        }
+        None if ev.clean_delivery_bps > 0.0 => {
+            let _ = write!(
+                text,
+                " The most it was seen to deliver without queueing is {}; the path may carry more.",
+                rate(ev.clean_delivery_bps)
+            );
+        }
+        None => {}
+    }
+    text.push_str(" A model-based algorithm (BBR) does not treat random loss as congestion.");
+}
+
+/// Any other flow's text: its class and rate, and for a loss-based flow held by its window
+/// that lost packets, why it is not flagged.
+pub(super) fn write_unflagged(
+    text: &mut String,
+    flow: &Flow,
+    w: &Window,
+    lv: &LossView,
+    ev: &Evidence,
+    limited: LimitedBy,
+    condition: Result<(), &'static str>,
+) {
+    let s = &flow.latest;
+    let _ = write!(text, "{} ({} over {:.0} s", limited.describe(), rate(w.goodput_bps), w.secs);
+    if w.loss_ratio > 0.0 {
+        let _ = write!(text, ", {} retransmitted", pct(w.loss_ratio));
+    }
+    text.push(')');
+    if limited == LimitedBy::Path && !ev.decided_by.is_empty() {
+        let _ = write!(text, ": {}. Not a problem of this host: the path is full", ev.decided_by);
+    } else if let Err(why) = condition {
+        if is_loss_based(&s.cc) && limited == LimitedBy::CongestionWindow && (lv.episodes > 0 || w.loss_ratio > 0.0) {
+            let _ = write!(text, "; not flagged: {why} ({})", ev.decided_by);
+        }
+    }
+}
+
+/// The sentence a flagged flow's text gains from deep mode: the loss responses the algorithm
+/// itself made.
+pub(super) fn cite_deep(text: &mut String, deep: &DeepEvidence) {
+    let ratio =
+        deep.median_cut.map_or(String::new(), |r| format!(", each cutting the window to about {:.0}%", r * 100.0));
+    let last = deep.last_cut.as_deref().map_or(String::new(), |l| format!(" (latest: {l})"));
+    text.push_str(&format!(" {} itself responded to {} losses{ratio}{last}.", deep.twin, deep.loss_responses));
+}
+
+/// Put `new`'s note first in `text`, taking off the note of `old` (a closed flow keeps its
+/// verdict, and with it an older note).
+pub(super) fn note_relay(text: &mut String, old: Option<&RelayedBy>, new: &RelayedBy) {
+    if let Some(old) = old {
+        let prefix = format!("{} ", old.note());
+        if let Some(rest) = text.strip_prefix(&prefix) {
+            *text = rest.to_string();
+        }
+    }
+    *text = format!("{} {}", new.note(), text);
+}
+
+fn flow_name(flow: &Flow) -> String {
+    let s = &flow.latest;
+    format!("{} -> {}", s.local, s.remote)
+}

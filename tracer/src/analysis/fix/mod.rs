@@ -1,0 +1,297 @@
+//! The fix for a flagged flow, as commands a person can paste as root: switch the flow's network
+//! namespace to BBR, make it persistent, roll it back. Pure: the host facts come in as
+//! [`Environment`].
+//!
+//! What gets pasted into a root shell must do exactly what it says: every name that comes from
+//! the host (a namespace name, the current algorithm) is shell-quoted, a namespace cctrace
+//! cannot enter by a known path gets no command at all (a `sysctl` run elsewhere would change
+//! some other namespace), and the roll-back removes only files the fix itself names.
+
+use std::borrow::Cow;
+
+use crate::analysis::container::{printable, Container, Runtime};
+use crate::analysis::environment::Environment;
+use crate::analysis::model::Flow;
+
+/// The algorithm the fix moves a namespace and its connections to.
+pub const FIX_CC: &str = "bbr";
+
+/// Files the persisted fix writes; cctrace's own names, so rolling back deletes nothing else.
+pub const SYSCTL_FILE: &str = "/etc/sysctl.d/90-cctrace-bbr.conf";
+pub const MODULES_FILE: &str = "/etc/modules-load.d/cctrace-bbr.conf";
+
+const SET_BBR: &str = "sysctl -w net.ipv4.tcp_congestion_control=bbr";
+
+/// `s` as one POSIX shell word: bare when made only of characters no shell treats specially,
+/// otherwise in single quotes, with each `'` written as `'\''`.
+pub fn shell_quote(s: &str) -> Cow<'_, str> {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_./:@%+=,-".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(format!("'{}'", s.replace('\'', r"'\''")))
+    }
+}
+
+/// How a root shell on the host reaches the flow's network namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Reach {
+    /// The host's own namespace: no prefix.
+    Host,
+    /// `ip netns exec NAME` (a namespace made with `ip netns add`).
+    Named(String),
+    /// `nsenter --net=/proc/PID/ns/net` (a process living in it, e.g. a container's).
+    Process(u32),
+    /// Nothing cctrace knows of leads into it.
+    Unreachable,
+}
+
+fn reach(netns: u32, env: &Environment) -> Reach {
+    // 0 is "not read" (an unknown namespace), never the host, even when the host's is unknown too.
+    if netns == 0 {
+        return Reach::Unreachable;
+    }
+    if env.host_netns != 0 && netns == env.host_netns {
+        return Reach::Host;
+    }
+    // A name with a control character cannot be shown on one line: a newline, even quoted,
+    // would end the comment lines that repeat it and start a command.
+    if let Some(name) = env.netns_names.get(&netns).filter(|n| !n.chars().any(char::is_control)) {
+        return Reach::Named(name.clone());
+    }
+    match env.netns_pids.get(&netns) {
+        Some(&pid) => Reach::Process(pid),
+        None => Reach::Unreachable,
+    }
+}
+
+/// How the fix gets into the sender's namespace and how it is made to last, by where the
+/// sender lives (its cgroup's container).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Place<'a> {
+    /// Not in a container, or in one sharing the host's namespace (or an unknown one): as
+    /// [`Reach`] says.
+    Plain(Reach, Option<&'a Container>),
+    /// A Docker/Podman/containerd container: nsenter from the host (inside it /proc/sys is
+    /// read-only), persisted by the runtime's `--sysctl`.
+    Engine(Reach, &'a Container),
+    /// A Kubernetes pod's container: nsenter now, the pod spec's sysctls to persist.
+    Pod(Reach, &'a Container),
+    /// A Proxmox container: `pct exec VMID --`.
+    Proxmox(&'a str),
+    /// An LXC container: `lxc-attach -n NAME --`.
+    Lxc(&'a str),
+}
+
+fn place<'a>(netns: u32, container: Option<&'a Container>, env: &Environment) -> Place<'a> {
+    let target = reach(netns, env);
+    let Some(c) = container else { return Place::Plain(target, None) };
+    // The host's namespace (`--network host`, hostNetwork pods) or an unknown one: the container
+    // does not change where the sysctl goes.
+    if matches!(target, Reach::Host) || netns == 0 {
+        return Place::Plain(target, Some(c));
+    }
+    match c.runtime {
+        Runtime::Proxmox if !c.id.is_empty() && c.id.bytes().all(|b| b.is_ascii_digit()) => Place::Proxmox(&c.id),
+        // A name with a control character never reaches a command: then only nsenter leads in.
+        Runtime::Lxc if !c.id.is_empty() && !c.id.chars().any(char::is_control) => Place::Lxc(&c.id),
+        Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio
+            if matches!(target, Reach::Named(_) | Reach::Process(_)) =>
+        {
+            if c.pod.is_some() || matches!(c.runtime, Runtime::Crio) {
+                Place::Pod(target, c)
+            } else {
+                Place::Engine(target, c)
+            }
+        }
+        _ => Place::Plain(target, Some(c)),
+    }
+}
+
+/// The words that run a command in the place's network namespace.
+fn enter(place: &Place<'_>) -> String {
+    match place {
+        Place::Plain(r, _) | Place::Engine(r, _) | Place::Pod(r, _) => match r {
+            Reach::Named(name) => format!("ip netns exec {} ", shell_quote(name)),
+            Reach::Process(pid) => format!("nsenter --net=/proc/{pid}/ns/net "),
+            Reach::Host | Reach::Unreachable => String::new(),
+        },
+        Place::Proxmox(vmid) => format!("pct exec {} -- ", shell_quote(vmid)),
+        Place::Lxc(name) => format!("lxc-attach -n {} -- ", shell_quote(name)),
+    }
+}
+
+/// A congestion control's name as the kernel writes them; anything else is not repeated.
+fn cc_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Commands that switch the flow's network namespace to BBR, persist it, and roll it back, for
+/// where the sender lives (the host, a named namespace, a Docker/Podman container, a Kubernetes
+/// pod, a Proxmox or LXC container), with what must come first when the kernel would refuse
+/// (bbr not loaded: ENOENT; not allowed in a non-initial namespace: EPERM). For a namespace
+/// cctrace cannot reach, one comment saying why and how to find it, and no command.
+pub fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
+    let s = &flow.latest;
+    let container = env.cgroups.get(&s.cgroup_id).and_then(|i| i.container.as_ref());
+    let place = place(s.netns, container, env);
+    if let Place::Plain(Reach::Unreachable, c) = &place {
+        return vec![unreachable_note(s.netns, *c)];
+    }
+    let host = matches!(place, Place::Plain(Reach::Host, _));
+    let prefix = enter(&place);
+    let mut cmds = Vec::new();
+
+    if let Some(c) = container.filter(|_| host) {
+        if c.runtime != Runtime::Systemd {
+            cmds.push(format!(
+                "# {} {} shares the host's network namespace: this switches the host's default",
+                c.runtime.name(),
+                c.label()
+            ));
+        }
+    }
+    // The namespace's default already bbr: the application chose its algorithm itself.
+    let default = env.netns_cc.get(&s.netns).filter(|cc| cc_name(cc));
+    if default.is_some_and(|cc| cc == "bbr") {
+        cmds.push(
+            "# this namespace's default is already bbr: the flow started before it was set, or the application \
+             sets its own (setsockopt TCP_CONGESTION); restart it, or change it in the application"
+                .to_string(),
+        );
+    }
+    if !(env.bbr_available || env.available_cc.iter().any(|c| c == "bbr")) {
+        cmds.push(
+            "modprobe tcp_bbr   # on the host: bbr is not in net.ipv4.tcp_available_congestion_control, and \
+             only the host can load it (from a container the sysctl fails with ENOENT)"
+                .to_string(),
+        );
+    }
+    if !host && !env.allowed_cc.is_empty() && !env.allowed_cc.iter().any(|c| c == "bbr") {
+        let mut allowed: Vec<&str> = env.allowed_cc.iter().map(String::as_str).filter(|c| cc_name(c)).collect();
+        allowed.push("bbr");
+        let setting = format!("net.ipv4.tcp_allowed_congestion_control={}", allowed.join(" "));
+        cmds.push(format!(
+            "sysctl -w {}   # on the host: a namespace other than the host's may only choose from this list \
+             (EPERM otherwise); persist it in the host's /etc/sysctl.d",
+            shell_quote(&setting)
+        ));
+    }
+    if matches!(place, Place::Engine(..) | Place::Pod(..)) {
+        cmds.push(
+            "# from the host, not with exec inside the container: its /proc/sys is read-only (EROFS); \
+             nsenter --net keeps the host's mounts"
+                .to_string(),
+        );
+    }
+    cmds.push(format!("{prefix}{SET_BBR}"));
+
+    // Written only when absent (never over a file that is there), so rolling back may delete them.
+    let write_sysctl = format!("test -e {SYSCTL_FILE} || echo net.ipv4.tcp_congestion_control=bbr > {SYSCTL_FILE}");
+    let write_modules = format!("test -e {MODULES_FILE} || echo tcp_bbr > {MODULES_FILE}");
+    let mut rollback_rm = String::new();
+    let mut rollback_note = None;
+    match &place {
+        Place::Plain(Reach::Host, _) => {
+            cmds.push(format!("# persist: {write_modules}; {write_sysctl}"));
+            rollback_rm = format!("; rm -f {SYSCTL_FILE} {MODULES_FILE}");
+        }
+        // A service's private namespace is made each time the unit starts, and its /etc is the
+        // host's: files there would switch the host.
+        Place::Plain(Reach::Process(_), Some(c)) if c.runtime == Runtime::Systemd => cmds.push(format!(
+            "# persist: {} gets a new namespace each time it starts: set the sysctl where it is created \
+             (an ExecStartPre= in a drop-in for it)",
+            printable(&shell_quote(&c.id))
+        )),
+        // The file goes in the container's /etc, the module is the host's. The roll back below
+        // runs on the host, so it must not delete the host's files: it names the container's.
+        Place::Plain(Reach::Process(_), _) => {
+            cmds.push(format!("# persist (inside that container, in its own /etc): {write_sysctl}"));
+            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
+            rollback_note = Some(format!("# and inside that container: rm -f {SYSCTL_FILE}"));
+        }
+        // A namespace from `ip netns add` does not survive a reboot, and files in the host's
+        // /etc would switch the host instead.
+        Place::Plain(..) => cmds.push(
+            "# persist: a namespace made by ip netns add does not survive a reboot: set the sysctl where it is created"
+                .to_string(),
+        ),
+        Place::Engine(_, c) => {
+            // /etc/sysctl.d in an image is not applied when a container starts: only the
+            // runtime sets sysctls in a new container's namespace.
+            let (run, also) = match c.runtime {
+                Runtime::Podman => ("podman run", " (quadlet: Sysctl=net.ipv4.tcp_congestion_control=bbr)"),
+                Runtime::Docker => ("docker run", " (compose: sysctls: [net.ipv4.tcp_congestion_control=bbr])"),
+                _ => ("nerdctl run", ""),
+            };
+            let which = c.name.as_deref().unwrap_or(c.short_id());
+            cmds.push(format!(
+                "# persist: recreate {} with {run} --sysctl net.ipv4.tcp_congestion_control=bbr …{also}; \
+                 /etc/sysctl.d in the image is not applied when it starts",
+                printable(&shell_quote(which))
+            ));
+        }
+        Place::Pod(_, c) => {
+            let pod = c.pod.as_ref().filter(|p| !p.name.is_empty());
+            let of = pod.map_or(String::new(), |p| {
+                let ns =
+                    if p.namespace.is_empty() { String::new() } else { format!(" -n {}", shell_quote(&p.namespace)) };
+                format!(" of {}{ns}", shell_quote(&p.name))
+            });
+            cmds.push(format!(
+                "# persist: in the pod spec{}: securityContext: {{sysctls: [{{name: net.ipv4.tcp_congestion_control, \
+                 value: bbr}}]}} (the change above lasts until the pod is recreated)",
+                printable(&of)
+            ));
+            cmds.push(
+                "# the kubelet must allow this unsafe sysctl, or the pod is rejected (SysctlForbidden): \
+                 --allowed-unsafe-sysctls=net.ipv4.tcp_congestion_control (allowedUnsafeSysctls in its config)"
+                    .to_string(),
+            );
+        }
+        Place::Proxmox(_) | Place::Lxc(_) => {
+            // The container's own /etc is applied by its init at boot; the module is the host's.
+            cmds.push(format!("# persist (in the container): {prefix}sh -c {}", shell_quote(&write_sysctl)));
+            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
+            rollback_rm = format!("; {prefix}rm -f {SYSCTL_FILE}");
+            if let Place::Lxc(name) = place {
+                cmds.push(format!(
+                    "# LXD/Incus: the same with lxc exec {0} -- or incus exec {0} -- in place of lxc-attach -n {0} --",
+                    shell_quote(name)
+                ));
+            }
+        }
+    }
+    // What to restore: the namespace's default as read, else the flow's own algorithm, else
+    // the kernel's default.
+    let previous = match default {
+        Some(cc) if cc != "bbr" => cc.as_str(),
+        _ if !s.cc.is_empty() && !s.cc.chars().any(char::is_control) => s.cc.as_str(),
+        _ => "cubic",
+    };
+    let restore = format!("net.ipv4.tcp_congestion_control={previous}");
+    cmds.push(format!("# roll back: {prefix}sysctl -w {}{rollback_rm}", shell_quote(&restore)));
+    cmds.extend(rollback_note);
+    cmds.push("# the default applies to new connections: restart the stream to pick it up".to_string());
+    cmds
+}
+
+/// Why there is no command for a namespace cctrace cannot reach, as a comment (nothing in it
+/// runs if pasted).
+fn unreachable_note(netns: u32, container: Option<&Container>) -> String {
+    let of = container.map_or(String::new(), |c| format!(" ({} {})", c.runtime.name(), c.label()));
+    if netns == 0 {
+        "# no command: the flow's network namespace is unknown (the kernel reported none), and a \
+         sysctl run in another namespace would not change this flow"
+            .to_string()
+    } else {
+        format!(
+            "# no command: network namespace {netns}{of} has no ip netns name and no process cctrace can see, \
+             so there is no path to enter it by; find a process in it with lsns -t net, then set \
+             net.ipv4.tcp_congestion_control=bbr inside it with nsenter"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

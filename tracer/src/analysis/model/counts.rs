@@ -1,0 +1,36 @@
+//! Running counts over a flow's periodic samples (cwnd full, no backlog, application-limited,
+//! send buffer low), so any window's shares are differences of two counts.
+
+use crate::analysis::event::{Sample, SampleReason};
+
+/// Running counts over every sample of a flow, for shares over any window (deltas).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleCounts {
+    pub samples: u64,
+    /// Samples where the congestion window was full (packets out >= cwnd, or the kernel's
+    /// is_cwnd_limited).
+    pub cwnd_full: u64,
+    /// Samples where the sender had nothing queued: no unsent bytes and room in cwnd.
+    pub no_backlog: u64,
+    /// Samples whose delivery rate the kernel marked application-limited (`rate_app_limited`).
+    pub app_limited: u64,
+    /// Samples with the send buffer under 60 % full: the application is not keeping it
+    /// stocked, so it, not the network, sets the pace. (Backlogged senders sit at 70-100 %.)
+    pub sndbuf_low: u64,
+}
+
+impl SampleCounts {
+    pub(super) fn add(&mut self, s: &Sample) {
+        // Event-triggered samples are taken at moments of loss or state change; only the
+        // periodic ones are an unbiased view of the flow's time.
+        if s.reason != SampleReason::Periodic {
+            return;
+        }
+        let cwnd_full = s.cwnd_limited || (s.snd_cwnd > 0 && s.packets_out >= s.snd_cwnd);
+        self.samples += 1;
+        self.cwnd_full += u64::from(cwnd_full);
+        self.no_backlog += u64::from(!cwnd_full && s.notsent_bytes == 0);
+        self.app_limited += u64::from(s.app_limited);
+        self.sndbuf_low += u64::from(s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6);
+    }
+}

@@ -1,0 +1,143 @@
+//! Each flow's loss episodes (one per recovery), with the moments before each: srtt, cwnd and
+//! delivery rate, and whether it was still in slow start; and the best rates it delivered
+//! without queueing. Recorded here, from every sample, because the diagnosis judges once a
+//! second and would miss them.
+
+use std::collections::VecDeque;
+
+use tracer_common::TCP_INFINITE_SSTHRESH;
+
+use crate::analysis::event::{CaState, Sample, SampleReason};
+use crate::analysis::model::config::{queue_threshold_us, TableConfig};
+
+/// Flows start tracking loss episodes once they sent this much: smaller flows are never heavy,
+/// and most of a busy host's flows stay below it, so they allocate nothing.
+pub(super) const TRACK_MIN_BYTES: u64 = 64 * 1024;
+/// Loss episodes kept per flow.
+pub const MAX_EPISODES: usize = 16;
+/// Periodic samples kept to describe the moments before a loss.
+const RING_LEN: usize = 8;
+/// How far before a loss the "before" figures look.
+pub const LOSS_LOOKBACK_NS: u64 = 500_000_000;
+
+/// The start of one loss episode (a recovery: entering Recovery/Loss, or a retransmission
+/// outside one), counted once however many segments it retransmits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossEpisode {
+    pub ts_ns: u64,
+    /// srtt when the loss was detected. The kernel updates srtt on every ACK (gain 1/8), so
+    /// this is the RTT of the segments sent just before the drop: on a drop-tail bottleneck it
+    /// includes the full queue (the queue drops exactly when full), on a random loss it does
+    /// not. A median over the preceding half second smooths a shallow queue away (it fills in
+    /// the last RTTs only: measured 2-6 ms against 6-12 ms at the loss on a quarter-BDP queue).
+    pub srtt_at_us: u32,
+    /// Median srtt of the periodic samples in the half second before (0: none).
+    pub srtt_before_us: u32,
+    pub min_rtt_us: u32,
+    /// Largest cwnd in the half second before the cut, and at detection.
+    pub cwnd_before: u32,
+    /// Largest delivery rate in the half second before (not application-limited), bits/s.
+    pub delivery_before_bps: u64,
+    /// Counters at the episode's start, for loss rates over the episodes' span.
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    /// The sender was still in or leaving slow start (ssthresh unset in the lookback): an
+    /// overshoot of its own making, which says nothing about the path's losses.
+    pub slow_start: bool,
+}
+
+impl LossEpisode {
+    /// Queueing delay when the loss was detected, µs.
+    pub fn queue_us(&self) -> u32 {
+        self.srtt_at_us.saturating_sub(self.min_rtt_us)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RingPoint {
+    ts_ns: u64,
+    srtt_us: u32,
+    cwnd: u32,
+    delivery_bps: u64,
+    app_limited: bool,
+    slow_start: bool,
+}
+
+/// Per-flow loss memory, allocated once the flow has sent [`TRACK_MIN_BYTES`].
+#[derive(Clone, Debug, Default)]
+pub struct LossTracker {
+    ring: [RingPoint; RING_LEN],
+    ring_next: usize,
+    ring_len: usize,
+    /// The latest loss episodes, oldest first (at most [`MAX_EPISODES`]).
+    pub episodes: VecDeque<LossEpisode>,
+    in_loss: bool,
+    /// The three highest delivery rates seen without queueing and not application-limited,
+    /// highest first (bits/s): what the path has shown it can carry for this flow.
+    pub best_clean_bps: [u64; 3],
+}
+
+impl LossTracker {
+    pub(super) fn update(&mut self, prev: &Sample, s: &Sample, cfg: &TableConfig) {
+        let lossy = matches!(s.ca_state, CaState::Recovery | CaState::Loss);
+        let retransmitted = s.total_retrans > prev.total_retrans;
+        if !self.in_loss && (lossy || retransmitted) {
+            self.record_episode(prev, s);
+        }
+        // One episode per recovery: it ends when the sender is back in Open (or Disorder/CWR).
+        self.in_loss = lossy;
+        let queue_thr = queue_threshold_us(s.min_rtt_us, cfg.queue_ratio, cfg.queue_slack_us);
+        let clean = s.srtt_us > 0
+            && s.min_rtt_us > 0
+            && s.min_rtt_us != u32::MAX
+            && f64::from(s.srtt_us.saturating_sub(s.min_rtt_us)) <= queue_thr;
+        if clean && !s.app_limited && s.delivery_rate_bps > 0 && s.delivery_rate_bps != u64::MAX {
+            let best = &mut self.best_clean_bps;
+            if s.delivery_rate_bps > best[2] {
+                best[2] = s.delivery_rate_bps;
+                best.sort_unstable_by(|a, b| b.cmp(a));
+            }
+        }
+        if s.reason == SampleReason::Periodic {
+            self.ring[self.ring_next] = RingPoint {
+                ts_ns: s.ts_ns,
+                srtt_us: s.srtt_us,
+                cwnd: s.snd_cwnd,
+                delivery_bps: s.delivery_rate_bps,
+                app_limited: s.app_limited,
+                slow_start: s.snd_ssthresh >= TCP_INFINITE_SSTHRESH,
+            };
+            self.ring_next = (self.ring_next + 1) % RING_LEN;
+            self.ring_len = (self.ring_len + 1).min(RING_LEN);
+        }
+    }
+
+    fn record_episode(&mut self, prev: &Sample, s: &Sample) {
+        let since = s.ts_ns.saturating_sub(LOSS_LOOKBACK_NS);
+        let before: Vec<&RingPoint> = self.ring.iter().take(self.ring_len).filter(|p| p.ts_ns >= since).collect();
+        let mut srtts: Vec<u32> = before.iter().map(|p| p.srtt_us).collect();
+        srtts.sort_unstable();
+        let cwnd_before = before.iter().map(|p| p.cwnd).max().unwrap_or(0).max(prev.snd_cwnd).max(s.snd_cwnd);
+        let delivery_before_bps = before
+            .iter()
+            .filter(|p| !p.app_limited && p.delivery_bps != u64::MAX)
+            .map(|p| p.delivery_bps)
+            .max()
+            .unwrap_or(0);
+        let slow_start = prev.snd_ssthresh >= TCP_INFINITE_SSTHRESH || before.iter().any(|p| p.slow_start);
+        if self.episodes.len() >= MAX_EPISODES {
+            self.episodes.pop_front();
+        }
+        self.episodes.push_back(LossEpisode {
+            ts_ns: s.ts_ns,
+            srtt_at_us: s.srtt_us,
+            srtt_before_us: srtts.get(srtts.len() / 2).copied().unwrap_or(0),
+            min_rtt_us: s.min_rtt_us,
+            cwnd_before,
+            delivery_before_bps,
+            bytes_sent: s.bytes_sent,
+            bytes_retrans: s.bytes_retrans,
+            slow_start,
+        });
+    }
+}

@@ -1,0 +1,292 @@
+//! The table of flows: ingesting samples, expiring closed and idle flows, evicting the least
+//! recently updated when full (through an ordered index, in O(log n)), ranking which flows keep
+//! a full chart history, and the changes since the front ends last looked.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::analysis::event::Sample;
+use crate::analysis::model::config::TableConfig;
+use crate::analysis::model::flow::{EvictionKey, Flow};
+
+/// What changed in the table since the last [`FlowTable::take_changes`]: the front ends' and
+/// the diagnosis' work per tick follows these, not the table's size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    /// Flows that appeared, in arrival order (some may be gone again: see `removed`).
+    pub born: Vec<u64>,
+    /// Flows dropped: expired or evicted.
+    pub removed: Vec<u64>,
+}
+
+/// Summary of what the table did with a sample; lets callers react to opens and closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ingested {
+    NewFlow,
+    Updated,
+    Closed,
+}
+
+#[derive(Debug, Default)]
+pub struct FlowTable {
+    pub(super) cfg: TableConfig,
+    pub(super) flows: HashMap<u64, Flow>,
+    /// Every flow's [`Flow::indexed`] key: the first one is the victim, once checked current.
+    pub(super) eviction_order: BTreeSet<EvictionKey>,
+    /// The flow a front end is showing: it keeps its full history whatever its rank.
+    pub(super) kept: Option<u64>,
+    pub(super) evicted: u64,
+    pub(super) changes: TableChanges,
+    /// `changes` were not taken since the last expire: a table nobody asks keeps one interval
+    /// of them, not all.
+    pub(super) changes_untaken: bool,
+    /// The flows holding the full `history_len`.
+    pub(super) charted: HashSet<u64>,
+    /// The last [`Flow::text_generation`] given.
+    pub(super) text_generations: u64,
+    /// Flows that left the table (evicted or expired), ever.
+    pub(super) departed: u64,
+}
+
+impl FlowTable {
+    pub fn new(cfg: TableConfig) -> Self {
+        Self {
+            cfg,
+            flows: HashMap::new(),
+            eviction_order: BTreeSet::new(),
+            kept: None,
+            evicted: 0,
+            changes: TableChanges::default(),
+            changes_untaken: false,
+            charted: HashSet::new(),
+            text_generations: 0,
+            departed: 0,
+        }
+    }
+
+    pub fn config(&self) -> &TableConfig {
+        &self.cfg
+    }
+
+    /// The same table emptied, as new but for the text generations and the departures, which
+    /// go on: a copy made from a flow before cannot pass for one of a flow after, and its flows
+    /// count as departed.
+    pub fn emptied(&self) -> Self {
+        Self {
+            text_generations: self.text_generations,
+            departed: self.departed + self.flows.len() as u64,
+            ..Self::new(self.cfg.clone())
+        }
+    }
+
+    /// How many flows ever left the table (evicted, expired, emptied out): while it stays the
+    /// same, every flow seen before is still there.
+    pub fn departed(&self) -> u64 {
+        self.departed
+    }
+
+    pub fn ingest(&mut self, sample: &Sample) -> Ingested {
+        if let Some(flow) = self.flows.get_mut(&sample.cookie) {
+            let was_closed = flow.is_closed();
+            if flow.update(sample, &self.cfg) {
+                self.text_generations += 1;
+                flow.text_generation = self.text_generations;
+            }
+            let closed = flow.is_closed() && !was_closed;
+            // An update moves the flow later in the order, which the index may learn when the
+            // flow comes up for eviction; closing moves it first, which it must learn now.
+            if closed {
+                self.eviction_order.remove(&flow.indexed);
+                flow.indexed = flow.eviction_key();
+                self.eviction_order.insert(flow.indexed);
+            }
+            return if closed { Ingested::Closed } else { Ingested::Updated };
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            self.evict_one();
+        }
+        // Short until ranked (the next expire), unless it is the flow being shown.
+        let cap = if self.kept == Some(sample.cookie) {
+            self.cfg.history_len
+        } else {
+            self.cfg.short_history_len.min(self.cfg.history_len)
+        };
+        self.text_generations += 1;
+        let flow = Flow::new(sample, cap, self.text_generations);
+        let closed = flow.is_closed();
+        self.eviction_order.insert(flow.indexed);
+        self.flows.insert(sample.cookie, flow);
+        self.changes.born.push(sample.cookie);
+        if cap > self.cfg.short_history_len {
+            self.charted.insert(sample.cookie);
+        }
+        if closed {
+            Ingested::Closed
+        } else {
+            Ingested::NewFlow
+        }
+    }
+
+    /// Drop flows closed for longer than the linger time and flows idle past the timeout, and
+    /// re-pick the flows that keep full history. Meant to run about once per second. The
+    /// expired flows are the front of the eviction order (closed ones by close time, then open
+    /// ones by last update), so the work is per flow dropped, not per flow kept.
+    pub fn expire(&mut self, now_ns: u64) -> usize {
+        let before = self.flows.len();
+        if std::mem::replace(&mut self.changes_untaken, true) {
+            self.changes = TableChanges::default();
+        }
+        let (linger, idle) = (self.cfg.closed_linger_ns, self.cfg.idle_timeout_ns);
+        // A closed flow is indexed when it closes, and its key no longer changes.
+        while let Some(&(open, at, cookie)) = self.eviction_order.first() {
+            if open || now_ns.saturating_sub(at) < linger {
+                break;
+            }
+            self.eviction_order.pop_first();
+            self.remove(cookie);
+        }
+        // An open flow is indexed where some earlier sample put it: one that looks idle by
+        // its key is checked against where it stands now, and indexed there if it moved on.
+        while let Some(&key) = self.eviction_order.range((true, 0, 0)..).next() {
+            let (_, at, cookie) = key;
+            if now_ns.saturating_sub(at) < idle {
+                break;
+            }
+            self.eviction_order.remove(&key);
+            match self.flows.get_mut(&cookie) {
+                Some(flow) if flow.eviction_key() != key => {
+                    flow.indexed = flow.eviction_key();
+                    self.eviction_order.insert(flow.indexed);
+                }
+                _ => self.remove(cookie),
+            }
+        }
+        self.rank_history();
+        let expired = before - self.flows.len();
+        self.departed += expired as u64;
+        expired
+    }
+
+    /// Drop a flow whose index entry is already gone.
+    fn remove(&mut self, cookie: u64) {
+        if self.flows.remove(&cookie).is_some() {
+            self.charted.remove(&cookie);
+            self.changes.removed.push(cookie);
+        }
+    }
+
+    /// Flows born and removed since the last call. Meant to be called after each
+    /// [`FlowTable::expire`]: what was not taken by the next one is dropped.
+    pub fn take_changes(&mut self) -> TableChanges {
+        self.changes_untaken = false;
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The flows still open, least recently updated first as far as the index knows (it learns
+    /// a flow's later place when the flow comes up for eviction or expiry).
+    pub fn open_flows(&self) -> impl Iterator<Item = &Flow> {
+        self.eviction_order.range((true, 0, 0)..).filter_map(|(_, _, cookie)| self.flows.get(cookie))
+    }
+
+    /// Keep the full history for `cookie` (the flow a front end shows), whatever its rank;
+    /// `None` returns it to the ranking.
+    pub fn keep_history(&mut self, cookie: Option<u64>) {
+        let previous = std::mem::replace(&mut self.kept, cookie);
+        if let Some(c) = cookie {
+            self.set_history_cap(c, self.cfg.history_len);
+        }
+        if previous != cookie {
+            // The previous one goes back to its rank at the next expire.
+            self.rank_history();
+        }
+    }
+
+    fn set_history_cap(&mut self, cookie: u64, cap: usize) {
+        let Some(flow) = self.flows.get_mut(&cookie) else { return };
+        flow.history.set_cap(cap);
+        if flow.history.cap >= self.cfg.history_len && self.cfg.history_len > self.cfg.short_history_len {
+            self.charted.insert(cookie);
+        } else {
+            self.charted.remove(&cookie);
+        }
+    }
+
+    /// Full history for the `charted_flows` busiest flows by throughput (a flow already charted
+    /// keeps it while among twice as many), short history for the rest. Ranked are the open
+    /// flows and those that hold a full history: a closed flow's history no longer grows, so
+    /// one that is not charted stays so (under churn the closed flows are most of the table,
+    /// and ranking them every second was most of a tick). O(open + charted), once a second.
+    fn rank_history(&mut self) {
+        let (long, short) = (self.cfg.history_len, self.cfg.short_history_len.min(self.cfg.history_len));
+        let k = self.cfg.charted_flows;
+        let mut ranked: Vec<u64> = self.eviction_order.range((true, 0, 0)..).map(|&(_, _, cookie)| cookie).collect();
+        ranked.extend(self.charted.iter().copied().filter(|c| self.flows.get(c).is_some_and(Flow::is_closed)));
+        if (k > 0 && ranked.len() <= k) || long <= short {
+            for cookie in ranked {
+                self.set_history_cap(cookie, long);
+            }
+            return;
+        }
+        // Ranks by (throughput, cookie): a total order, so ties at 0 cannot make every flow
+        // "in the top k".
+        let rank_key = |f: &Flow| (f.rates.throughput_bps.max(0.0).to_bits(), f.cookie());
+        let mut keys: Vec<(u64, u64)> = ranked.iter().filter_map(|c| self.flows.get(c)).map(rank_key).collect();
+        // The smallest key among the `n` largest; None when n is 0 (nobody is in).
+        let mut lowest_of_top = |n: usize| -> Option<(u64, u64)> {
+            let n = n.min(keys.len());
+            let at = keys.len().checked_sub(n).filter(|_| n > 0)?;
+            Some(*keys.select_nth_unstable(at).1)
+        };
+        let enter = lowest_of_top(k);
+        let stay = lowest_of_top(k.saturating_mul(2));
+        for cookie in ranked {
+            let Some(f) = self.flows.get(&cookie) else { continue };
+            let key = rank_key(f);
+            let charted = f.history.cap == long;
+            let keeps = Some(cookie) == self.kept
+                || enter.is_some_and(|e| key >= e)
+                || (charted && stay.is_some_and(|s| key >= s));
+            self.set_history_cap(cookie, if keeps { long } else { short });
+        }
+    }
+
+    fn evict_one(&mut self) {
+        // Prefer a closed flow; otherwise the one updated longest ago. The first key indexed
+        // is the victim if it is still its flow's place; a flow updated since is indexed anew
+        // where it stands now, and the next first key is tried.
+        while let Some(key) = self.eviction_order.pop_first() {
+            let cookie = key.2;
+            let Some(flow) = self.flows.get_mut(&cookie) else { continue };
+            let now = flow.eviction_key();
+            if now != key {
+                flow.indexed = now;
+                self.eviction_order.insert(now);
+                continue;
+            }
+            self.remove(cookie);
+            self.evicted += 1;
+            self.departed += 1;
+            return;
+        }
+    }
+
+    pub fn get(&self, cookie: u64) -> Option<&Flow> {
+        self.flows.get(&cookie)
+    }
+
+    pub fn flows(&self) -> impl Iterator<Item = &Flow> {
+        self.flows.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// Flows dropped because the table was full.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+}
