@@ -287,6 +287,10 @@ pub trait Container {
     fn pid(&self) -> Result<u32>;
     /// (id, name) of every running container, as the runtime's own listing command prints them.
     fn listed(&self) -> Result<Vec<(String, String)>>;
+    /// Where an LXC container's directory lives (`lxc-* -P`); `None` for the other runtimes.
+    fn lxc_path(&self) -> Option<&Path> {
+        None
+    }
 }
 
 /// The last lines of a log file, for a refusal's reason.
@@ -622,6 +626,9 @@ impl Container for Lxc {
     fn listed(&self) -> Result<Vec<(String, String)>> {
         let out = run(Command::new("lxc-ls").arg("-P").arg(&self.lxcpath).args(["--running", "-1"]))?;
         Ok(out.split_whitespace().map(|n| (n.to_string(), n.to_string())).collect())
+    }
+    fn lxc_path(&self) -> Option<&Path> {
+        Some(&self.lxcpath)
     }
 }
 

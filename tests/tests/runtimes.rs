@@ -249,14 +249,31 @@ fn check_fix_advice(v: &Value, t: &Tenant) -> Result<()> {
             );
         }
         "lxc" => {
-            let cmd = format!("lxc-attach -n {name} -- {set}");
+            // Outside LXC's default lxcpath: lxc-attach is told where, or it finds nothing.
+            let lxcpath = t.container.lxc_path().context("an LXC container has an lxcpath")?.display().to_string();
+            let cmd = format!("lxc-attach -P {lxcpath} -n {name} -- {set}");
             assert!(fix.contains(&cmd.as_str()), "{}: no {cmd:?} in {all}", t.label());
-            let persist = fix.iter().find(|l| l.starts_with("# persist")).context(all.clone())?;
-            assert!(
-                persist.contains(&format!("lxc-attach -n {name} -- sh -c")) && persist.contains("/etc/sysctl.d/"),
-                "{}: {persist}",
-                t.label()
-            );
+            let persist = fix
+                .iter()
+                .find_map(|l| l.strip_prefix("# persist (LXC sets it at every start): "))
+                .context(all.clone())?;
+            let rollback = fix.iter().find_map(|l| l.strip_prefix("# roll back: ")).context(all.clone())?;
+            // Pasted as printed, on this host: the switch reaches the container's namespace, the
+            // persisting line its config, and the roll back undoes both.
+            let config = std::path::Path::new(&lxcpath).join(name).join("config");
+            let sh = |script: &str| -> Result<()> {
+                let out = Command::new("sh").arg("-c").arg(script).output()?;
+                anyhow::ensure!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+                Ok(())
+            };
+            sh(&cmd)?;
+            assert_eq!(t.netns_default()?, "bbr", "{}: {cmd}", t.label());
+            sh(persist)?;
+            let text = std::fs::read_to_string(&config)?;
+            assert!(text.contains("\nlxc.sysctl.net.ipv4.tcp_congestion_control = bbr\n"), "{persist}: {text}");
+            sh(rollback)?;
+            assert_eq!(t.netns_default()?, "cubic", "{}: {rollback}", t.label());
+            assert!(!std::fs::read_to_string(&config)?.contains("lxc.sysctl"), "{rollback}");
         }
         other => bail!("unknown runtime {other}"),
     }

@@ -232,7 +232,17 @@ impl ContainerFiles {
                 }
             }
             Runtime::Proxmox => out.name = self.pve_hostname(&c.id),
-            Runtime::Lxc | Runtime::Systemd => out.name = c.name.clone().or_else(|| Some(c.id.clone())),
+            Runtime::Lxc => {
+                out.name = c.name.clone().or_else(|| Some(c.id.clone()));
+                let running = index.running.get_or_insert_with(|| self.running_roots());
+                out.lxc_path = running
+                    .lxc
+                    .iter()
+                    .find(|(name, _)| *name == c.id)
+                    .map(|(_, path)| path.to_string_lossy().into_owned())
+                    .filter(|p| p != crate::analysis::container::LXC_DEFAULT_PATH);
+            }
+            Runtime::Systemd => out.name = c.name.clone().or_else(|| Some(c.id.clone())),
             Runtime::Containerd | Runtime::Crio => {}
         }
         // Kubernetes names, whatever the runtime: the kubelet's logs are keyed by pod uid and
@@ -367,11 +377,22 @@ fn docker_name(root: &Path, id: &str) -> Option<String> {
 struct RunningRoots {
     docker: Vec<PathBuf>,
     podman: Vec<PathBuf>,
+    /// (container name, lxcpath) of each running LXC container's monitor.
+    lxc: Vec<(String, PathBuf)>,
 }
 
 impl RunningRoots {
-    /// What one process's argv says, if it is a `dockerd` or a `conmon`.
+    /// What one process's argv says, if it is a `dockerd`, a `conmon` or an LXC monitor.
     fn add_process(&mut self, argv: &[String]) {
+        // An LXC monitor retitles itself `[lxc monitor] <lxcpath> <name>` in one argument.
+        if let Some(rest) = argv.first().and_then(|a| a.strip_prefix("[lxc monitor] ")) {
+            if let Some((path, name)) = rest.trim_end().rsplit_once(' ') {
+                if path.starts_with('/') && !name.is_empty() {
+                    self.lxc.push((name.to_string(), PathBuf::from(path)));
+                }
+            }
+            return;
+        }
         let Some(program) = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a)) else { return };
         let (flags, found): (&[&str], &mut Vec<PathBuf>) = match program {
             "dockerd" => (&["--data-root", "-g", "--graph"], &mut self.docker),

@@ -184,9 +184,18 @@ fn the_fix_for_a_hostile_container_name_runs_exactly_the_sysctl() {
     let run = |script: &str| sh(&format!("{path}{script}"));
     for name in hostile_names(&marks) {
         // LXC: the name is how lxc-attach finds the container.
-        let lxc = Container { runtime: Runtime::Lxc, id: name.clone(), name: Some(name.clone()), pod: None };
+        // Outside LXC's default lxcpath (as `lxc-create -P` makes it), which lxc-attach needs.
+        let lxc_path = dir.join("lxc path");
+        let lxc = Container {
+            runtime: Runtime::Lxc,
+            id: name.clone(),
+            name: Some(name.clone()),
+            pod: None,
+            lxc_path: Some(lxc_path.display().to_string()),
+        };
         // Docker: the name only appears in the comment saying how to persist.
-        let docker = Container { runtime: Runtime::Docker, id: ID.into(), name: Some(name.clone()), pod: None };
+        let docker =
+            Container { runtime: Runtime::Docker, id: ID.into(), name: Some(name.clone()), pod: None, lxc_path: None };
         for container in [lxc, docker] {
             let runtime = container.runtime;
             let fix = fix_in(NETNS, CGROUP, &in_container(container));
@@ -199,9 +208,14 @@ fn the_fix_for_a_hostile_container_name_runs_exactly_the_sysctl() {
             let set = fix.iter().find(|c| c.contains("=bbr") && !c.starts_with('#')).expect("the command");
             let (out, ok) = run(set);
             assert!(ok, "{set}");
+            let config = lxc_path.join(&name).join("config");
+            if runtime == Runtime::Lxc {
+                std::fs::create_dir_all(config.parent().expect("a directory")).expect("container directory");
+                std::fs::write(&config, "lxc.uts.name = web\n").expect("config");
+            }
             let usable = runtime == Runtime::Lxc && !name.is_empty() && !name.chars().any(char::is_control);
             let enter = if usable {
-                format!("[lxc-attach][-n][{name}][--]")
+                format!("[lxc-attach][-P][{}][-n][{name}][--]", lxc_path.display())
             } else {
                 "[nsenter][--net=/proc/31337/ns/net]".into()
             };
@@ -209,23 +223,23 @@ fn the_fix_for_a_hostile_container_name_runs_exactly_the_sysctl() {
             let rollback = fix.iter().find_map(|c| c.strip_prefix("# roll back: ")).expect("roll back");
             let (out, ok) = run(rollback);
             assert!(ok, "{rollback}");
-            let mut want = format!("{enter}[sysctl][-w][net.ipv4.tcp_congestion_control=cubic]\n");
-            if usable {
-                want.push_str(&format!("{enter}[rm][-f][/etc/sysctl.d/90-cctrace-bbr.conf]\n"));
-                // The persisting command, pasted without its label, writes the file inside.
-                let persist =
-                    fix.iter().find_map(|c| c.strip_prefix("# persist (in the container): ")).expect("persist");
-                let (out, ok) = run(persist);
-                assert!(ok, "{persist}");
-                assert_eq!(
-                    out,
-                    format!(
-                        "{enter}[sh][-c][test -e /etc/sysctl.d/90-cctrace-bbr.conf || echo \
-                         net.ipv4.tcp_congestion_control=bbr > /etc/sysctl.d/90-cctrace-bbr.conf]\n"
-                    )
-                );
-            }
+            let want = format!("{enter}[sysctl][-w][net.ipv4.tcp_congestion_control=cubic]\n");
             assert_eq!(out, want, "{rollback}");
+            if usable {
+                // The persisting command, pasted without its label (twice: it adds its line
+                // once), puts the sysctl in the container's config; the roll back takes it out.
+                let persist = fix
+                    .iter()
+                    .find_map(|c| c.strip_prefix("# persist (LXC sets it at every start): "))
+                    .expect("persist");
+                for _ in 0..2 {
+                    assert_eq!(run(persist), (String::new(), true), "{persist}");
+                }
+                let text = std::fs::read_to_string(&config).expect("config");
+                assert_eq!(text, "lxc.uts.name = web\nlxc.sysctl.net.ipv4.tcp_congestion_control = bbr\n", "{persist}");
+                assert!(run(rollback).1, "{rollback}");
+                assert_eq!(std::fs::read_to_string(&config).expect("config"), "lxc.uts.name = web\n", "{rollback}");
+            }
         }
     }
     let created: Vec<_> = std::fs::read_dir(&marks).expect("scratch").flatten().map(|e| e.file_name()).collect();
@@ -237,7 +251,8 @@ fn the_fix_for_a_hostile_container_name_runs_exactly_the_sysctl() {
 fn the_fix_for_a_proxmox_container_runs_through_pct() {
     let dir = scratch("pct");
     let path = format!("PATH={}:$PATH; {STUBS}", stub_bin(&dir).display());
-    let pve = Container { runtime: Runtime::Proxmox, id: "101".into(), name: Some("plex".into()), pod: None };
+    let pve =
+        Container { runtime: Runtime::Proxmox, id: "101".into(), name: Some("plex".into()), pod: None, lxc_path: None };
     let fix = fix_in(NETNS, CGROUP, &in_container(pve));
     let set = fix.iter().find(|c| c.contains("=bbr") && !c.starts_with('#')).expect("the command");
     assert_eq!(

@@ -39,6 +39,9 @@ impl Runtime {
     }
 }
 
+/// Where LXC keeps containers unless told otherwise (`lxc-* -P`).
+pub const LXC_DEFAULT_PATH: &str = "/var/lib/lxc";
+
 /// A Kubernetes pod, named from the kubelet's log directories.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Pod {
@@ -58,6 +61,10 @@ pub struct Container {
     pub name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub pod: Option<Pod>,
+    /// An LXC container's lxcpath (the directory holding `<name>/config`), when its monitor
+    /// process says and it is not LXC's default: `lxc-attach` needs `-P` to find it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lxc_path: Option<String>,
 }
 
 /// What the host knows about one cgroup v2 id.
@@ -92,7 +99,7 @@ impl Container {
     }
 
     fn new(runtime: Runtime, id: &str) -> Self {
-        Self { runtime, id: id.to_string(), name: None, pod: None }
+        Self { runtime, id: id.to_string(), name: None, pod: None, lxc_path: None }
     }
 }
 

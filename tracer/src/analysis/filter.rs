@@ -224,7 +224,7 @@ mod tests {
     }
 
     fn container(runtime: Runtime, id: &str, name: Option<&str>) -> Container {
-        Container { runtime, id: id.into(), name: name.map(Into::into), pod: None }
+        Container { runtime, id: id.into(), name: name.map(Into::into), pod: None, lxc_path: None }
     }
 
     fn env() -> Environment {

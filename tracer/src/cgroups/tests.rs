@@ -303,6 +303,8 @@ fn real_runtimes_on_a_hybrid_host_are_named_from_their_running_processes() {
     // lxc-attach's processes live in `.lxc` below the payload: the same container.
     let l = at("lxc.payload.web/.lxc").expect("lxc");
     assert_eq!((l.runtime, l.id.as_str(), l.name.as_deref()), (Runtime::Lxc, "web", Some("web")));
+    // Its monitor names the lxcpath `lxc-attach -P` needs to find it there.
+    assert_eq!(l.lxc_path.as_deref(), Some("/srv/lxc"));
     assert_eq!(at("lxc.payload.web"), Some(l));
     // The monitor, the pivot and the runtimes' parents are no containers.
     for rel in ["lxc.monitor.web", "lxc.pivot", "docker", "libpod_parent"] {
@@ -317,7 +319,7 @@ fn real_runtimes_on_a_hybrid_host_are_named_from_their_running_processes() {
 }
 
 #[test]
-fn runtime_state_roots_come_from_dockerd_and_conmon_command_lines() {
+fn runtime_state_roots_come_from_dockerd_conmon_and_lxc_monitor_command_lines() {
     let argv = |a: &[&str]| a.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
     let mut r = RunningRoots::default();
     r.add_process(&argv(&["/usr/sbin/dockerd", "--data-root=/srv/d", "-H", "fd://"]));
@@ -330,9 +332,13 @@ fn runtime_state_roots_come_from_dockerd_and_conmon_command_lines() {
     r.add_process(&argv(&["conmon", "-b", "/s/q/overlay-containers/short/userdata"]));
     r.add_process(&argv(&["dockerd-rootless.sh", "--data-root", "/x"]));
     r.add_process(&argv(&["sh", "-c", "dockerd --data-root /y"]));
+    r.add_process(&argv(&["[lxc monitor] /srv/my lxc/ web"]));
+    r.add_process(&argv(&["[lxc monitor] relative web2"]));
+    r.add_process(&argv(&["[lxc monitor]  "]));
     r.add_process(&[]);
     assert_eq!(r.docker, vec![PathBuf::from("/srv/d"), PathBuf::from("/old/d")]);
     assert_eq!(r.podman, vec![PathBuf::from("/s/p")]);
+    assert_eq!(r.lxc, vec![("web".to_string(), PathBuf::from("/srv/my lxc/"))]);
 }
 
 #[test]

@@ -70,6 +70,8 @@ fn placement_template() -> Placement {
             id: String::new(),
             name: Some(String::new()),
             pod: Some(pod),
+            // A host path for the fix's command, not a column of the exports.
+            lxc_path: None,
         }),
         netns_cc: Some(String::new()),
     }

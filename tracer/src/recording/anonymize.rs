@@ -167,6 +167,8 @@ impl Anonymizer {
             pod.name = self.name("pod", &pod.name);
             pod.uid = self.name("uid", &pod.uid);
         }
+        // A directory of this host: the fix it serves cannot be run elsewhere anyway.
+        c.lxc_path = None;
     }
 
     /// Each component of a cgroup path: structural ones kept, engine scopes keep their shape

@@ -94,7 +94,13 @@ mod tests {
                 77,
                 CgroupInfo {
                     path: "/lxc/102/ns".into(),
-                    container: Some(Container { runtime: Runtime::Proxmox, id: "102".into(), name: None, pod: None }),
+                    container: Some(Container {
+                        runtime: Runtime::Proxmox,
+                        id: "102".into(),
+                        name: None,
+                        pod: None,
+                        lxc_path: None,
+                    }),
                 },
             )]),
             ..Environment::default()

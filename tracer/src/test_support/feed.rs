@@ -45,7 +45,7 @@ pub(crate) fn ts_ns(tick: u64) -> u64 {
 
 pub(crate) fn env() -> Environment {
     let container = |runtime, id: &str, name: Option<&str>| {
-        Some(Container { runtime, id: id.into(), name: name.map(Into::into), pod: None })
+        Some(Container { runtime, id: id.into(), name: name.map(Into::into), pod: None, lxc_path: None })
     };
     let cgroups = HashMap::from([
         (

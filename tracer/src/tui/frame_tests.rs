@@ -176,7 +176,13 @@ fn filter(scene: &mut Scene, text: &str) {
 /// The host learns that cgroup 2 is the docker container `web`.
 fn cgroup_2_is_found_to_be_a_container(analysis: &mut Analysis) {
     let mut env = analysis.env.clone();
-    let web = Container { runtime: Runtime::Docker, id: "9a8b7c6d5e4f".into(), name: Some("web".into()), pod: None };
+    let web = Container {
+        runtime: Runtime::Docker,
+        id: "9a8b7c6d5e4f".into(),
+        name: Some("web".into()),
+        pod: None,
+        lxc_path: None,
+    };
     env.cgroups.insert(2, CgroupInfo { path: "/system.slice/docker-9a8b7c6d5e4f.scope".into(), container: Some(web) });
     analysis.set_env(env);
 }

@@ -120,7 +120,7 @@ mod tests {
     use crate::analysis::container::{Container, Pod};
 
     fn container(runtime: Runtime, id: &str, name: Option<&str>) -> Container {
-        Container { runtime, id: id.into(), name: name.map(Into::into), pod: None }
+        Container { runtime, id: id.into(), name: name.map(Into::into), pod: None, lxc_path: None }
     }
 
     fn info(path: &str, c: Option<Container>) -> CgroupInfo {

@@ -79,8 +79,9 @@ enum Place<'a> {
     Pod(Reach, &'a Container),
     /// A Proxmox container: `pct exec VMID --`.
     Proxmox(&'a str),
-    /// An LXC container: `lxc-attach -n NAME --`.
-    Lxc(&'a str),
+    /// An LXC container: `lxc-attach [-P LXCPATH] -n NAME --`, the lxcpath when it is not
+    /// LXC's default.
+    Lxc { name: &'a str, lxc_path: Option<&'a str> },
 }
 
 fn place<'a>(netns: u32, container: Option<&'a Container>, env: &Environment) -> Place<'a> {
@@ -94,7 +95,10 @@ fn place<'a>(netns: u32, container: Option<&'a Container>, env: &Environment) ->
     match c.runtime {
         Runtime::Proxmox if !c.id.is_empty() && c.id.bytes().all(|b| b.is_ascii_digit()) => Place::Proxmox(&c.id),
         // A name with a control character never reaches a command: then only nsenter leads in.
-        Runtime::Lxc if !c.id.is_empty() && !c.id.chars().any(char::is_control) => Place::Lxc(&c.id),
+        Runtime::Lxc if !c.id.is_empty() && !c.id.chars().any(char::is_control) => Place::Lxc {
+            name: &c.id,
+            lxc_path: c.lxc_path.as_deref().filter(|p| p.starts_with('/') && !p.chars().any(char::is_control)),
+        },
         Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio
             if matches!(target, Reach::Named(_) | Reach::Process(_)) =>
         {
@@ -117,7 +121,10 @@ fn enter(place: &Place<'_>) -> String {
             Reach::Host | Reach::Unreachable => String::new(),
         },
         Place::Proxmox(vmid) => format!("pct exec {} -- ", shell_quote(vmid)),
-        Place::Lxc(name) => format!("lxc-attach -n {} -- ", shell_quote(name)),
+        Place::Lxc { name, lxc_path } => {
+            let path = lxc_path.map_or(String::new(), |p| format!("-P {} ", shell_quote(p)));
+            format!("lxc-attach {path}-n {} -- ", shell_quote(name))
+        }
     }
 }
 
@@ -249,17 +256,29 @@ pub fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
                     .to_string(),
             );
         }
-        Place::Proxmox(_) | Place::Lxc(_) => {
+        Place::Proxmox(_) => {
             // The container's own /etc is applied by its init at boot; the module is the host's.
             cmds.push(format!("# persist (in the container): {prefix}sh -c {}", shell_quote(&write_sysctl)));
             cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
             rollback_rm = format!("; {prefix}rm -f {SYSCTL_FILE}");
-            if let Place::Lxc(name) = place {
-                cmds.push(format!(
-                    "# LXD/Incus: the same with lxc exec {0} -- or incus exec {0} -- in place of lxc-attach -n {0} --",
-                    shell_quote(name)
-                ));
-            }
+        }
+        Place::Lxc { name, lxc_path } => {
+            // LXC sets `lxc.sysctl.*` in the container's namespace each time it starts, whatever
+            // its init is (a busybox container has no /etc/sysctl.d, nor anything to apply it).
+            let config = format!("{}/{name}/config", lxc_path.unwrap_or(crate::analysis::container::LXC_DEFAULT_PATH));
+            let line = "lxc.sysctl.net.ipv4.tcp_congestion_control = bbr";
+            cmds.push(format!(
+                "# persist (LXC sets it at every start): grep -qs '^lxc.sysctl.net.ipv4.tcp_congestion_control' {0} || echo {1} >> {0}",
+                shell_quote(&config),
+                shell_quote(line)
+            ));
+            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
+            rollback_rm = format!("; sed -i '/^lxc.sysctl.net.ipv4.tcp_congestion_control/d' {}", shell_quote(&config));
+            cmds.push(format!(
+                "# LXD/Incus: lxc config set {0} linux.sysctl.net.ipv4.tcp_congestion_control=bbr (incus alike), \
+                 and lxc exec {0} -- in place of lxc-attach",
+                shell_quote(name)
+            ));
         }
     }
     // What to restore: the namespace's default as read, else the flow's own algorithm, else

@@ -253,10 +253,23 @@ fn proxmox_and_lxc_containers_are_entered_by_their_tools_and_persisted_inside() 
     e.netns_pids.clear();
     assert_eq!(commands(&fix_in(NETNS, CG, "cubic", &e)), vec![&format!("pct exec 101 -- {SET}")]);
 
+    // LXC: its own config sets the sysctl at every start, whatever init the container runs.
     let fix = fix_in(NETNS, CG, "cubic", &in_container(classify("/lxc.payload.web")));
     assert_eq!(commands(&fix), vec![&format!("lxc-attach -n web -- {SET}")]);
-    assert!(line(&fix, "# LXD/Incus").contains("lxc exec web --"));
-    assert!(line(&fix, "# roll back").ends_with(&format!("lxc-attach -n web -- rm -f {SYSCTL_FILE}")));
+    assert_eq!(
+        line(&fix, "# persist"),
+        "# persist (LXC sets it at every start): grep -qs '^lxc.sysctl.net.ipv4.tcp_congestion_control' \
+         /var/lib/lxc/web/config || echo 'lxc.sysctl.net.ipv4.tcp_congestion_control = bbr' >> /var/lib/lxc/web/config"
+    );
+    assert!(line(&fix, "# LXD/Incus").contains("lxc config set web linux.sysctl.net.ipv4.tcp_congestion_control=bbr"));
+    assert!(line(&fix, "# roll back")
+        .ends_with("; sed -i '/^lxc.sysctl.net.ipv4.tcp_congestion_control/d' /var/lib/lxc/web/config"));
+    // Outside the default lxcpath, lxc-attach is told where.
+    let mut c = classify("/lxc.payload.web").expect("lxc");
+    c.lxc_path = Some("/srv/my lxc".into());
+    let fix = fix_in(NETNS, CG, "cubic", &in_container(Some(c)));
+    assert_eq!(commands(&fix), vec![&format!("lxc-attach -P '/srv/my lxc' -n web -- {SET}")]);
+    assert!(line(&fix, "# persist").contains("'/srv/my lxc/web/config'"));
 }
 
 #[test]
