@@ -5,13 +5,13 @@
 
 pub mod analysis;
 pub mod app;
-pub mod apply;
 pub mod cgroups;
 pub mod cli;
 pub mod clock;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod export;
+pub mod fix;
 pub mod host;
 pub mod kernel;
 pub mod live_filter;

@@ -33,7 +33,7 @@ const LAYERS: &[(&str, &[&str], &[&str], &str)] = &[
         &["host", "pipeline", "core"],
         "the live source: eBPF programs and maps, deep mode, the kernel filter kept current",
     ),
-    ("actions", &["apply"], &["kernel", "host", "pipeline", "core"], "what cctrace changes on the host: the fix"),
+    ("actions", &["fix"], &["kernel", "host", "pipeline", "core"], "what cctrace changes on the host: the fix"),
     ("recording", &["recording"], &["pipeline", "core"], "recordings written and read, anonymized on request"),
     (
         "front ends",

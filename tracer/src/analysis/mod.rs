@@ -1,5 +1,5 @@
 //! The pure core: decoded samples ([`event`]), the flow table ([`model`]), the diagnosis
-//! ([`diagnosis`]) and the wording of fixes ([`fix`]), and [`Analysis`], which drives the flow
+//! ([`diagnosis`]) and the wording of fixes ([`fix_commands`]), and [`Analysis`], which drives the flow
 //! table and the diagnoser together for every front end (JSON, TUI, replay).
 //!
 //! Nothing under this module touches aya, tokio, a terminal or the host: time comes in as
@@ -10,10 +10,10 @@
 //! At the bottom, importing only each other: [`environment`] (host facts handed in), [`units`]
 //! (how a rate, a share, a size is written), [`event`] and [`route`] (decoded samples),
 //! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock). On them:
-//! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`] (the fix's
+//! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix_commands`] (the fix's
 //! commands), [`udp`] (heavy UDP flows), [`diagnosis`] (why each flow is as fast as it is),
 //! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`),
-//! [`live_fix`] (`cctrace fix`'s plan and state) and [`schema`] (the JSON records).
+//! [`fix_plan`] (`cctrace fix`'s plan and state) and [`schema`] (the JSON records).
 
 pub mod compare;
 pub mod container;
@@ -22,8 +22,8 @@ pub mod diagnosis;
 pub mod environment;
 pub mod event;
 pub mod filter;
-pub mod fix;
-pub mod live_fix;
+pub mod fix_commands;
+pub mod fix_plan;
 pub mod model;
 pub mod route;
 pub mod schema;

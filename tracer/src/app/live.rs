@@ -273,7 +273,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         // The kernel filter's control comes with the filter itself; until then, none to change.
         let filter = live_filter.map(|f| Box::new(f) as crate::tui::FilterControlBox);
         // `f` and `u` change the host through the same code as `cctrace fix`.
-        let fixer = Some(Box::<crate::apply::HostFixer>::default() as crate::tui::FixControlBox);
+        let fixer = Some(Box::<crate::fix::HostFixer>::default() as crate::tui::FixControlBox);
         let summary = crate::tui::run(
             &mut source,
             &mut analysis,

@@ -1,5 +1,5 @@
 //! What each subcommand assembles and runs, once the command line is parsed: files made from a
-//! recording ([`offline`]), `cctrace fix` ([`crate::apply`]), a replay ([`replay`]) and live
+//! recording ([`offline`]), `cctrace fix` ([`crate::fix`]), a replay ([`replay`]) and live
 //! tracing ([`live`]); `main.rs` only parses and hands over.
 
 mod lines;
@@ -53,7 +53,7 @@ pub fn main(cli: Cli) -> ExitCode {
     if let Some(Command::Fix { cc, live, persist, yes, host_namespace, undo }) = &cli.command {
         // `--container NAME` is resolved with the same container files as tracing.
         crate::cgroups::set_system_resolver(CgroupResolver::new(cgroup2_mount(), settings::container_files(&cli)));
-        let args = crate::apply::FixArgs {
+        let args = crate::fix::FixArgs {
             netns: cli.netns.clone(),
             containers: cli.container.clone(),
             cc: cc.clone(),
@@ -63,7 +63,7 @@ pub fn main(cli: Cli) -> ExitCode {
             host_namespace: *host_namespace,
             undo: *undo,
         };
-        return match crate::apply::run(&args) {
+        return match crate::fix::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 log::info!("fix failed: {e:#}");

@@ -13,7 +13,7 @@ use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES, SWITC
 
 use super::listing::{enter_netns, read_iter_in};
 use super::{caps, error_chain, offsets, raise_memlock, EBPF_OBJECT, EBPF_UNAVAILABLE};
-use crate::analysis::live_fix::{cc_bytes, decode_switch_records, Switched};
+use crate::analysis::fix_plan::{cc_bytes, decode_switch_records, Switched};
 
 const PROGRAM: &str = "cct_iter_switch";
 

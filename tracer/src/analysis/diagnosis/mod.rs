@@ -52,7 +52,7 @@ pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_
 pub use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, Verdict};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
-use crate::analysis::fix;
+use crate::analysis::fix_commands;
 use crate::analysis::model::{Flow, FlowTable, TableChanges};
 use crate::analysis::udp::RelayedBy;
 
@@ -233,7 +233,7 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
         flagged,
         text,
         evidence: Some(Box::new(ev)),
-        fix: if flagged { fix::fix_commands(flow, env) } else { Vec::new() },
+        fix: if flagged { fix_commands::fix_commands(flow, env) } else { Vec::new() },
         relayed_by: None,
     }
 }

@@ -8,7 +8,7 @@ use tracer_common::{SwitchRecord, CC_NAME_LEN, SWITCH_RECORD_SIZE};
 
 use crate::analysis::diagnosis::is_loss_based;
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::{MODULES_FILE, SYSCTL_FILE};
+use crate::analysis::fix_commands::{MODULES_FILE, SYSCTL_FILE};
 use crate::analysis::schema::ActionRecord;
 
 /// The Linux errno values the kernel answers with (the pure core does not link libc).

@@ -1,5 +1,5 @@
 //! `cctrace fix`: apply the fix to one network namespace, switch its running flows live, and
-//! undo it. The plan, the state and the messages are built in [`crate::analysis::live_fix`];
+//! undo it. The plan, the state and the messages are built in [`crate::analysis::fix_plan`];
 //! this is the part that reads the host, asks, acts and logs every action.
 
 use std::fs::File;
@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use crate::analysis::container::Runtime;
 use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterSpec, HostLookup};
-use crate::analysis::live_fix::{
+use crate::analysis::fix_plan::{
     refusal, socket_refusal, state_file_name, valid_cc_name, FixControl, Persist, Plan, State, Step, SwitchedCookie,
     Target, STATE_DIR, STATE_VERSION,
 };
