@@ -63,7 +63,7 @@ impl Scene {
 
     /// A key, as the front end applies it.
     pub(crate) fn key(&mut self, key: KeyEvent) -> Action {
-        let controls = Controls { filter: Some(&mut self.kernel), fixer: Some(&mut self.fixer) };
+        let controls = Controls { kernel_filter: Some(&mut self.kernel), fixer: Some(&mut self.fixer) };
         apply_key(&mut self.state, &self.analysis, controls, key)
     }
 

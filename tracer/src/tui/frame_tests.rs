@@ -100,7 +100,7 @@ fn fresh_copy(state: &AppState, analysis: &Analysis) -> AppState {
     fresh.sort = state.sort;
     fresh.sort_dir = state.sort_dir;
     fresh.grouped = state.grouped;
-    fresh.filter = state.filter.clone();
+    fresh.row_filter = state.row_filter.clone();
     fresh.selected = state.selected;
     fresh.sel_pos = state.sel_pos;
     fresh.table_offset.set(state.table_offset.get());

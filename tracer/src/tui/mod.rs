@@ -77,7 +77,7 @@ pub type FixControlBox = Box<dyn FixControl + Send>;
 /// What a key may change outside the UI: the kernel filter and the fix.
 #[derive(Default)]
 pub struct Controls<'a> {
-    pub filter: Option<&'a mut dyn FilterControl>,
+    pub kernel_filter: Option<&'a mut dyn FilterControl>,
     pub fixer: Option<&'a mut dyn FixControl>,
 }
 
@@ -91,7 +91,7 @@ pub fn apply_key(state: &mut AppState, analysis: &Analysis, controls: Controls<'
     let no_fixer = || "this source cannot change the host".to_string();
     match action {
         Action::SetKernelFilter(spec) => {
-            let result = match controls.filter {
+            let result = match controls.kernel_filter {
                 Some(control) => control.apply(&spec, env),
                 None => Err("this source has no kernel filter to change".into()),
             };
@@ -139,7 +139,7 @@ pub struct TuiFrontEnd<'t, B: Backend, K> {
     keys: K,
     keys_open: bool,
     /// Changes the kernel filter (the `F` prompt); `None` where there is none to change.
-    filter: Option<FilterControlBox>,
+    kernel_filter: Option<FilterControlBox>,
     /// Applies and undoes the fix (`f`, `u`); `None` where the host is not to be changed.
     fixer: Option<FixControlBox>,
     /// A recording in progress, shown in the header.
@@ -156,9 +156,14 @@ where
     K: Stream<Item = io::Result<Event>> + Unpin,
 {
     /// A front end drawing `state` on `terminal`, reading `keys`, changing the kernel filter
-    /// through `filter` (its filter in force is the one the UI starts with).
-    pub fn new(terminal: &'t mut Terminal<B>, keys: K, state: AppState, filter: Option<FilterControlBox>) -> Self {
-        let state = match &filter {
+    /// through `kernel_filter` (its filter in force is the one the UI starts with).
+    pub fn new(
+        terminal: &'t mut Terminal<B>,
+        keys: K,
+        state: AppState,
+        kernel_filter: Option<FilterControlBox>,
+    ) -> Self {
+        let state = match &kernel_filter {
             Some(f) => {
                 let mut state = state.with_kernel_filter(f.current());
                 if state.header.filters.is_empty() {
@@ -168,7 +173,7 @@ where
             }
             None => state,
         };
-        Self { terminal, keys, keys_open: true, filter, fixer: None, recording: None, player: None, state }
+        Self { terminal, keys, keys_open: true, kernel_filter, fixer: None, recording: None, player: None, state }
     }
 
     /// Let `f` and `u` apply and undo the fix through `fixer`.
@@ -209,7 +214,7 @@ where
         if status.playback.is_some_and(|p| p.catching_up) {
             return Ok(Control::Continue);
         }
-        if let Some(f) = self.filter.as_deref_mut() {
+        if let Some(f) = self.kernel_filter.as_deref_mut() {
             f.follow_host(&analysis.env, analysis.env_generation());
         }
         if let Some(rec) = &self.recording {
@@ -227,7 +232,7 @@ where
         match self.keys.next().await {
             Some(Ok(Event::Key(k))) => {
                 let controls = Controls {
-                    filter: self.filter.as_deref_mut().map(|f| f as &mut dyn FilterControl),
+                    kernel_filter: self.kernel_filter.as_deref_mut().map(|f| f as &mut dyn FilterControl),
                     fixer: self.fixer.as_deref_mut().map(|f| f as &mut dyn FixControl),
                 };
                 match apply_key(&mut self.state, analysis, controls, k) {
@@ -277,7 +282,7 @@ where
 }
 
 /// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
-/// (SIGTERM); `filter` lets the user change the kernel filter (`F`); `recorder` records what
+/// (SIGTERM); `kernel_filter` lets the user change it (`F`); `recorder` records what
 /// is shown (the header says so); `exporter` serves it as metrics. The terminal is restored
 /// before this returns, also on error, so the caller may print the summary it returns.
 #[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
@@ -287,7 +292,7 @@ pub async fn run<J: SideJob>(
     header: HeaderInfo,
     opts: &TuiOptions,
     pipeline_opts: PipelineOptions,
-    filter: Option<FilterControlBox>,
+    kernel_filter: Option<FilterControlBox>,
     fixer: Option<FixControlBox>,
     extras: Extras<J>,
     player: Option<crate::recording::player::Player>,
@@ -296,7 +301,7 @@ pub async fn run<J: SideJob>(
     let mut guard = terminal::TerminalGuard::enter()?;
     let state = AppState::new(header).with_show_all(opts.show_all);
     let status = extras.recorder.as_ref().map(crate::recording::Recorder::status);
-    let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, filter)
+    let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, kernel_filter)
         .with_recording(status)
         .with_fixer(fixer)
         .with_player(player);

@@ -26,7 +26,7 @@ impl AppState {
     /// Filter and order the snapshot into `visible`, with the grouped view's lines; runs on
     /// frames and on keys that change the order, never per sample.
     pub(crate) fn apply_view(&mut self) {
-        let terms: Vec<String> = self.filter.split_whitespace().map(str::to_ascii_lowercase).collect();
+        let terms: Vec<String> = self.row_filter.split_whitespace().map(str::to_ascii_lowercase).collect();
         // Every flow that matches the typed filter first: grouped, it counts in its group's
         // totals, listed or not.
         let mut shown: Vec<usize> = if terms.is_empty() {

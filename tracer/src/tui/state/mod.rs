@@ -98,10 +98,10 @@ pub struct AppState {
     pub(crate) sel_pos: usize,
     pub(crate) sort: Column,
     pub(crate) sort_dir: SortDir,
-    /// The applied filter, and the text being typed while `typing_filter`.
-    pub(crate) filter: String,
-    pub(crate) filter_input: String,
-    pub(crate) typing_filter: bool,
+    /// The applied filter, and the text being typed while `typing_row_filter`.
+    pub(crate) row_filter: String,
+    pub(crate) row_filter_input: String,
+    pub(crate) typing_row_filter: bool,
     /// The kernel filter in force, and the prompt's text (kept after a rejected attempt so it
     /// can be corrected).
     pub(crate) kernel_filter: FilterSpec,
@@ -165,9 +165,9 @@ impl AppState {
             sel_pos: 0,
             sort: Column::Throughput,
             sort_dir: SortDir::Desc,
-            filter: String::new(),
-            filter_input: String::new(),
-            typing_filter: false,
+            row_filter: String::new(),
+            row_filter_input: String::new(),
+            typing_row_filter: false,
             kernel_filter: FilterSpec::default(),
             kernel_filter_input: String::new(),
             typing_kernel_filter: false,
@@ -280,12 +280,12 @@ impl AppState {
     }
 
     /// The applied filter text ("" when none).
-    pub fn filter(&self) -> &str {
-        &self.filter
+    pub fn row_filter(&self) -> &str {
+        &self.row_filter
     }
 
-    pub fn is_typing_filter(&self) -> bool {
-        self.typing_filter
+    pub fn is_typing_row_filter(&self) -> bool {
+        self.typing_row_filter
     }
 
     /// Cookies of the rows shown, in display order.
@@ -319,8 +319,8 @@ impl AppState {
     /// mode, named in the table's title.)
     pub(crate) fn active_filters(&self) -> Vec<String> {
         let mut out = self.header.filters.clone();
-        if !self.filter.is_empty() {
-            out.push(format!("/{}", self.filter));
+        if !self.row_filter.is_empty() {
+            out.push(format!("/{}", self.row_filter));
         }
         out
     }

@@ -113,15 +113,15 @@ fn all_flows_toggle_and_heavy_first() {
 fn filter_is_typed_then_applied_and_esc_clears_it() {
     let mut state = feed::scene();
     press(&mut state, KeyCode::Char('/'));
-    assert!(state.is_typing_filter());
+    assert!(state.is_typing_row_filter());
     typed(&mut state, "nginx");
     // Typing does not filter yet, and q is text, not quit.
     assert_eq!(visible(&state).len(), 4);
     assert_eq!(press(&mut state, KeyCode::Char('q')), Action::None);
     press(&mut state, KeyCode::Backspace);
     press(&mut state, KeyCode::Enter);
-    assert!(!state.is_typing_filter());
-    assert_eq!(state.filter(), "nginx");
+    assert!(!state.is_typing_row_filter());
+    assert_eq!(state.row_filter(), "nginx");
     assert_eq!(visible(&state), vec![BBR]);
     assert_eq!(state.selected(), Some(BBR));
     assert!(state.active_filters().contains(&"/nginx".to_string()));
@@ -147,7 +147,7 @@ fn filter_is_typed_then_applied_and_esc_clears_it() {
 
     press(&mut state, KeyCode::Char('/'));
     press(&mut state, KeyCode::Esc);
-    assert_eq!(state.filter(), "");
+    assert_eq!(state.row_filter(), "");
     assert_eq!(visible(&state).len(), 4);
 
     // Esc on the table clears an applied filter too.
@@ -158,7 +158,7 @@ fn filter_is_typed_then_applied_and_esc_clears_it() {
     press(&mut state, KeyCode::Char('a'));
     assert_eq!(visible(&state), vec![SSH]);
     press(&mut state, KeyCode::Esc);
-    assert_eq!(state.filter(), "");
+    assert_eq!(state.row_filter(), "");
 }
 
 #[test]
@@ -244,7 +244,7 @@ fn detail_keeps_its_flow_when_the_table_filter_drops_it() {
     let mut state = feed::scene();
     select(&mut state, BBR);
     press(&mut state, KeyCode::Enter);
-    state.filter = "curl".into();
+    state.row_filter = "curl".into();
     state.refresh();
     assert_eq!(state.detail_flow().map(|(f, _)| f.cookie()), Some(BBR));
 }

@@ -23,8 +23,8 @@ pub fn handle_key(state: &mut AppState, key: KeyEvent) -> Action {
         state.help = false;
         return Action::None;
     }
-    if state.typing_filter {
-        filter_key(state, key);
+    if state.typing_row_filter {
+        row_filter_key(state, key);
         return Action::None;
     }
     if state.typing_kernel_filter {
@@ -110,11 +110,11 @@ fn table_key(state: &mut AppState, key: KeyEvent) {
         KeyCode::Char('g') => state.toggle_grouping(),
         KeyCode::Enter => state.open_detail(),
         KeyCode::Char('/') => {
-            state.typing_filter = true;
-            state.filter_input = state.filter.clone();
+            state.typing_row_filter = true;
+            state.row_filter_input = state.row_filter.clone();
         }
-        KeyCode::Esc if !state.filter.is_empty() => {
-            state.filter.clear();
+        KeyCode::Esc if !state.row_filter.is_empty() => {
+            state.row_filter.clear();
             state.apply_view();
         }
         KeyCode::Char('s') => {
@@ -153,24 +153,24 @@ fn detail_key(state: &mut AppState, key: KeyEvent) {
     }
 }
 
-fn filter_key(state: &mut AppState, key: KeyEvent) {
+fn row_filter_key(state: &mut AppState, key: KeyEvent) {
     match key.code {
         KeyCode::Enter => {
-            state.typing_filter = false;
-            state.filter = state.filter_input.trim().to_string();
+            state.typing_row_filter = false;
+            state.row_filter = state.row_filter_input.trim().to_string();
             state.apply_view();
         }
         KeyCode::Esc => {
-            state.typing_filter = false;
-            state.filter_input.clear();
-            state.filter.clear();
+            state.typing_row_filter = false;
+            state.row_filter_input.clear();
+            state.row_filter.clear();
             state.apply_view();
         }
         KeyCode::Backspace => {
-            state.filter_input.pop();
+            state.row_filter_input.pop();
         }
-        KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => state.filter_input.clear(),
-        KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => state.filter_input.push(c),
+        KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => state.row_filter_input.clear(),
+        KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => state.row_filter_input.push(c),
         _ => {}
     }
 }

@@ -34,8 +34,8 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         spans.push(Span::styled(text, dim()));
         Line::from(spans)
     };
-    let line = if state.typing_filter {
-        prompt("/", &state.filter_input, &["Enter apply", "Esc clear", "address port cc process limited container"])
+    let line = if state.typing_row_filter {
+        prompt("/", &state.row_filter_input, &["Enter apply", "Esc clear", "address port cc process limited container"])
     } else if state.typing_kernel_filter {
         prompt(
             "trace only:",

@@ -35,7 +35,7 @@ fn table_title(state: &AppState) -> Line<'static> {
     let total = state.snapshot.len();
     let shown = state.visible.len();
     let flows = if total == 1 { "flow" } else { "flows" };
-    let filter = &state.filter;
+    let filter = &state.row_filter;
     // The typed filter is named here too: on a narrow screen the header may cut it off.
     let mut what = match (state.show_all, filter.is_empty()) {
         (true, true) => format!(" all {total} {flows}"),
@@ -273,9 +273,9 @@ fn render_empty(state: &AppState, area: Rect, buf: &mut Buffer) {
         } else {
             "no flows yet: waiting for TCP traffic".to_string()
         }
-    } else if !state.filter.is_empty() {
+    } else if !state.row_filter.is_empty() {
         let scope = if state.show_all { "" } else { " among heavy flows (press a to search all)" };
-        format!("no flows match \"{}\"{scope}; Esc clears the filter", state.filter)
+        format!("no flows match \"{}\"{scope}; Esc clears the filter", state.row_filter)
     } else {
         format!("no heavy flows (press a to show all {total})")
     };
