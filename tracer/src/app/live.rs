@@ -1,5 +1,5 @@
 //! Live tracing, `cctrace record`, `cctrace serve` and the demo: the kernel source started
-//! with the filter and deep mode asked for, the recorder and the exporter set up, and the front
+//! with the filter and deep mode asked for, the recorder and the metrics set up, and the front
 //! end (the terminal UI, JSON Lines or nothing) run in the one stack through the pipeline.
 
 use std::io::IsTerminal;
@@ -147,8 +147,8 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     let resolved = resolve(&spec, &env, &host_paths)?;
     // The port is taken before anything is attached: a port in use fails fast.
     let metrics_config = crate::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
-    let mut exporter = match listen {
-        Some(addr) => Some(crate::metrics::Exporter::start(addr, metrics_config, Vec::new()).await?),
+    let mut metrics = match listen {
+        Some(addr) => Some(crate::metrics::MetricsService::start(addr, metrics_config, Vec::new()).await?),
         None => None,
     };
     // Attach first so the demo's connections are seen from their first packet.
@@ -164,7 +164,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         None
     };
     let mut source = start_kernel(cli, resolved)?;
-    if let Some(e) = &mut exporter {
+    if let Some(e) = &mut metrics {
         e.set_hooks(
             source
                 .info()
@@ -175,7 +175,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
             crate::kernel::hook_cost::reader(source.hook_programs()),
         );
     }
-    let serving = exporter.as_ref().and_then(crate::metrics::Exporter::local_addr);
+    let serving = metrics.as_ref().and_then(crate::metrics::MetricsService::local_addr);
     if let Some(namespaces) = deep_namespaces {
         let (session, moved) = crate::kernel::deep::session::DeepSession::start(namespaces)?;
         if session.restored_at_start > 0 {
@@ -243,7 +243,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         }
         let filter = live_filter.context("the filter maps are missing")?;
         let clock = crate::clock::monotonic_now_ns;
-        let extras = Extras { job: Some(FilterUpkeep(filter)), recorder, exporter };
+        let extras = Extras { job: Some(FilterUpkeep(filter)), recorder, metrics };
         let summary = if headless {
             let mut front = stack(Headless, extras);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
@@ -282,7 +282,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
             pipeline_opts,
             filter,
             fixer,
-            Extras::<NoJob> { job: None, recorder, exporter },
+            Extras::<NoJob> { job: None, recorder, metrics },
             None,
             &mut shutdown,
         )

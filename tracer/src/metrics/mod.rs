@@ -1,9 +1,10 @@
-//! The Prometheus exporter: `cctrace serve` (headless), and `--listen` beside any other front
+//! The Prometheus metrics service (what Prometheus calls an exporter; the after-the-fact files are
+//! `crate::export`): `cctrace serve` (headless), and `--listen` beside any other front
 //! end, fed by the same pipeline.
 //!
 //! [`model`] computes what is exposed from the analysis (pure, tested on feeds);
 //! [`exposition`] encodes it with the Prometheus client; [`server`] serves it over HTTP.
-//! [`Exporting`] wraps a front end the way [`crate::recording::Recording`] does, so the TUI or
+//! [`WithMetrics`] wraps a front end the way [`crate::recording::Recording`] does, so the TUI or
 //! JSON output and the exporter see the same samples and ticks.
 
 pub mod exposition;
@@ -31,7 +32,7 @@ pub use server::{check_listen, MetricsServer, ServeError};
 const SNAPSHOT_EVERY_NS: u64 = 1_000_000_000;
 
 /// The exporter's state: the model, what scrapes read, and the HTTP server.
-pub struct Exporter {
+pub struct MetricsService {
     model: MetricsModel,
     shared: SharedSnapshot,
     /// Each kernel hook and whether it is attached.
@@ -42,7 +43,7 @@ pub struct Exporter {
     snapshot_at_ns: Option<u64>,
 }
 
-impl Exporter {
+impl MetricsService {
     /// Serve on `addr` (already checked with [`check_listen`]).
     pub async fn start(addr: SocketAddr, cfg: MetricsConfig, hooks: Vec<(String, bool)>) -> Result<Self, ServeError> {
         let shared = SharedSnapshot::default();
@@ -78,9 +79,9 @@ impl Exporter {
 }
 
 /// A front end that also exports metrics (when the exporter is set).
-pub type Exporting<F> = Beside<F, Exporter>;
+pub type WithMetrics<F> = Beside<F, MetricsService>;
 
-impl SideJob for Exporter {
+impl SideJob for MetricsService {
     fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<()> {
         self.model.observe(&analysis.env, analysis.env_generation(), batch);
         Ok(())
@@ -155,11 +156,12 @@ mod tests {
         let batches: Vec<Vec<Sample>> = (0..400).map(feed::batch).collect();
         let mut source = FeedSource::new(batches);
         let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), feed::env());
-        let exporter = Exporter::start("127.0.0.1:0".parse().expect("addr"), MetricsConfig::default(), Vec::new())
-            .await
-            .expect("binds");
+        let exporter =
+            MetricsService::start("127.0.0.1:0".parse().expect("addr"), MetricsConfig::default(), Vec::new())
+                .await
+                .expect("binds");
         let addr = exporter.local_addr().expect("listening");
-        let mut front = Exporting::new(Scraper { addr, scrapes: Vec::new() }, Some(exporter));
+        let mut front = WithMetrics::new(Scraper { addr, scrapes: Vec::new() }, Some(exporter));
         let opts = PipelineOptions {
             tick: std::time::Duration::from_millis(10),
             max_samples_per_turn: 5,

@@ -1,13 +1,13 @@
 //! The one front-end stack every mode runs through the pipeline: a front end (the terminal UI,
 //! JSON Lines, or [`Headless`]), a side job beside it (the kernel filter's upkeep), the
-//! recorder around that and the metrics exporter outermost, each optional. Live tracing, a
+//! recorder around that and the metrics metrics outermost, each optional. Live tracing, a
 //! recording session, `cctrace serve` and a replay differ only in which of them they give.
 
 use anyhow::Result;
 
 use crate::analysis::schema::SummaryRecord;
 use crate::analysis::Analysis;
-use crate::metrics::{Exporter, Exporting};
+use crate::metrics::{MetricsService, WithMetrics};
 use crate::pipeline::{Control, FrontEnd, Status};
 use crate::recording::{Recorder, Recording};
 use crate::side_job::{Beside, SideJob};
@@ -17,22 +17,22 @@ pub struct Extras<J> {
     /// Work beside the front end on the same samples and ticks.
     pub job: Option<J>,
     pub recorder: Option<Recorder>,
-    pub exporter: Option<Exporter>,
+    pub metrics: Option<MetricsService>,
 }
 
 impl<J> Default for Extras<J> {
     fn default() -> Self {
-        Self { job: None, recorder: None, exporter: None }
+        Self { job: None, recorder: None, metrics: None }
     }
 }
 
-/// `front` with its job, recorder and exporter around it, outermost last: the exporter sees
+/// `front` with its job, recorder and metrics around it, outermost last: the metrics sees
 /// what the recorder saw, and the recorder takes the front end's actions through the job.
-pub type Stack<F, J> = Exporting<Recording<Beside<F, J>>>;
+pub type Stack<F, J> = WithMetrics<Recording<Beside<F, J>>>;
 
 /// Build the stack around `front`.
 pub fn stack<F: FrontEnd, J: SideJob>(front: F, extras: Extras<J>) -> Stack<F, J> {
-    Exporting::new(Recording::new(Beside::new(front, extras.job), extras.recorder), extras.exporter)
+    WithMetrics::new(Recording::new(Beside::new(front, extras.job), extras.recorder), extras.metrics)
 }
 
 /// A front end that shows nothing: `cctrace record` and `cctrace serve`.

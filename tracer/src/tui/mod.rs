@@ -282,8 +282,9 @@ where
 }
 
 /// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
-/// (SIGTERM); `kernel_filter` lets the user change it (`F`); `recorder` records what
-/// is shown (the header says so); `exporter` serves it as metrics. The terminal is restored
+/// (SIGTERM); `kernel_filter` lets the user change the kernel filter (`F`); `extras` run
+/// around the UI in the one front-end stack (the recorder, which the header shows, and the
+/// metrics service). The terminal is restored
 /// before this returns, also on error, so the caller may print the summary it returns.
 #[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
 pub async fn run<J: SideJob>(
