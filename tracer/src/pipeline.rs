@@ -155,20 +155,8 @@ impl StopSignal for NoStop {
 
 /// The summary of a run so far.
 pub fn summary(source: &dyn EventSource, analysis: &Analysis) -> SummaryRecord {
-    let c = source.counters();
-    SummaryRecord {
-        source: source.describe(),
-        events_received: c.received,
-        events_lost: c.lost,
-        kernel_emitted: c.kernel_emitted,
-        decode_errors: c.decode_errors,
-        kernel_read_errors: c.kernel_read_errors,
-        flow_map_full: c.flow_map_full,
-        events_filtered: c.filtered,
-        flows_seen: analysis.table.len() as u64 + analysis.table.evicted(),
-        flows_evicted: analysis.table.evicted(),
-        udp: c.udp,
-    }
+    let evicted = analysis.table.evicted();
+    SummaryRecord::new(source.describe(), source.counters(), analysis.table.len() as u64 + evicted, evicted)
 }
 
 /// Run `source` through `analysis` into `front` until the source ends (and the front end

@@ -7,35 +7,11 @@ use std::pin::Pin;
 use crate::analysis::decisions::Decision;
 use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
-use crate::analysis::schema::{ActionRecord, UdpCounters};
+use crate::analysis::schema::ActionRecord;
+/// The counters every source reports are a record of the schema (recordings keep them).
+pub use crate::analysis::schema::SourceCounters;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Totals a source reports about itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SourceCounters {
-    /// Samples delivered to the consumer.
-    pub received: u64,
-    /// Samples the producer could not deliver (ring buffer full).
-    pub lost: u64,
-    /// Records that failed to decode (each is reported, then skipped).
-    pub decode_errors: u64,
-    /// Kernel reads of socket fields that failed in the eBPF programs: the field read as 0 in
-    /// that sample (a kernel whose layout the offsets do not match, or a socket torn down
-    /// under the read).
-    pub kernel_read_errors: u64,
-    /// Per-flow kernel state that could not be stored because the kernel's flow map was full:
-    /// those flows lose rate limiting and owner names until entries free up.
-    pub flow_map_full: u64,
-    /// Samples the kernel did not write because their flow is outside the filter.
-    pub filtered: u64,
-    /// Samples the kernel wrote into the ring buffer (live sources only): received + lost
-    /// accounts for all of them.
-    pub kernel_emitted: Option<u64>,
-    /// The UDP accounting's totals (live sources that track UDP).
-    #[serde(default)]
-    pub udp: Option<UdpCounters>,
-}
 
 /// What a source yields: samples, and, from a scripted source (a recording), the instants the
 /// pipeline ticks at and the host facts in force from a point on.

@@ -498,6 +498,32 @@ pub struct SummaryRecord {
     pub udp: Option<UdpCounters>,
 }
 
+/// Totals a source reports about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceCounters {
+    /// Samples delivered to the consumer.
+    pub received: u64,
+    /// Samples the producer could not deliver (ring buffer full).
+    pub lost: u64,
+    /// Records that failed to decode (each is reported, then skipped).
+    pub decode_errors: u64,
+    /// Kernel reads of socket fields that failed in the eBPF programs: the field read as 0 in
+    /// that sample (a kernel whose layout the offsets do not match, or a socket torn down
+    /// under the read).
+    pub kernel_read_errors: u64,
+    /// Per-flow kernel state that could not be stored because the kernel's flow map was full:
+    /// those flows lose rate limiting and owner names until entries free up.
+    pub flow_map_full: u64,
+    /// Samples the kernel did not write because their flow is outside the filter.
+    pub filtered: u64,
+    /// Samples the kernel wrote into the ring buffer (live sources only): received + lost
+    /// accounts for all of them.
+    pub kernel_emitted: Option<u64>,
+    /// The UDP accounting's totals (live sources that track UDP).
+    #[serde(default)]
+    pub udp: Option<UdpCounters>,
+}
+
 /// What the UDP accounting saw and what its bounded tables could not keep.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UdpCounters {
@@ -511,6 +537,40 @@ pub struct UdpCounters {
     pub heavy_index_full: u64,
     /// Heavy sockets whose state the LRU table evicted before they went quiet.
     pub evicted: u64,
+}
+
+impl SummaryRecord {
+    /// The summary of a run: what `source` said it is, its counters, and the flow table's
+    /// totals.
+    pub fn new(source: String, c: SourceCounters, flows_seen: u64, flows_evicted: u64) -> Self {
+        Self {
+            source,
+            events_received: c.received,
+            events_lost: c.lost,
+            kernel_emitted: c.kernel_emitted,
+            decode_errors: c.decode_errors,
+            kernel_read_errors: c.kernel_read_errors,
+            flow_map_full: c.flow_map_full,
+            events_filtered: c.filtered,
+            flows_seen,
+            flows_evicted,
+            udp: c.udp,
+        }
+    }
+
+    /// The source's counters the summary holds, under their schema names.
+    pub fn counters(&self) -> SourceCounters {
+        SourceCounters {
+            received: self.events_received,
+            lost: self.events_lost,
+            decode_errors: self.decode_errors,
+            kernel_read_errors: self.kernel_read_errors,
+            flow_map_full: self.flow_map_full,
+            filtered: self.events_filtered,
+            kernel_emitted: self.kernel_emitted,
+            udp: self.udp,
+        }
+    }
 }
 
 #[cfg(test)]

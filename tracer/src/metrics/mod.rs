@@ -19,7 +19,6 @@ use crate::analysis::event::Sample;
 use crate::analysis::schema::SummaryRecord;
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
-use crate::recording::counters_of;
 use crate::side_job::{Beside, SideJob};
 use crate::source::HookCostReader;
 
@@ -97,7 +96,7 @@ impl SideJob for MetricsService {
 
     /// The final totals, then the server stops: a scrape from here on is refused.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        self.publish(analysis, counters_of(summary));
+        self.publish(analysis, summary.counters());
         if let Some(server) = self.server.take() {
             server.shutdown().await;
         }

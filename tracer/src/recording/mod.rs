@@ -118,24 +118,10 @@ impl Recorder {
 
     /// The final tick (the one the pipeline judged the summary at) and the end.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        self.tick(analysis, analysis.last_tick_ns(), counters_of(summary))?;
+        self.tick(analysis, analysis.last_tick_ns(), summary.counters())?;
         let (dropped, _) = self.writer.status().dropped();
         self.write(Entry::End { summary: summary.clone(), dropped_entries: dropped });
         self.writer.close().await
-    }
-}
-
-/// The source counters a summary reports.
-pub fn counters_of(s: &SummaryRecord) -> SourceCounters {
-    SourceCounters {
-        received: s.events_received,
-        lost: s.events_lost,
-        decode_errors: s.decode_errors,
-        kernel_read_errors: s.kernel_read_errors,
-        flow_map_full: s.flow_map_full,
-        filtered: s.events_filtered,
-        kernel_emitted: s.kernel_emitted,
-        udp: s.udp,
     }
 }
 
@@ -238,7 +224,7 @@ impl RecordingSource {
                 Some(Entry::Host { env }) => SourceItem::Host(env),
                 Some(Entry::Sockets { readings }) => SourceItem::Sockets(readings),
                 Some(Entry::End { summary, .. }) => {
-                    self.counters = counters_of(&summary);
+                    self.counters = summary.counters();
                     self.summary = Some(summary);
                     continue;
                 }

@@ -4,16 +4,10 @@ use crate::source::SourceCounters;
 
 use tracer_common::NS_PER_SEC;
 
-/// Source counters and the event rate derived from their deltas.
+/// The source's counters as last reported, and the event rate derived from their deltas.
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
-    pub received: u64,
-    pub lost: u64,
-    pub decode_errors: u64,
-    pub kernel_read_errors: u64,
-    pub flow_map_full: u64,
-    /// Samples the kernel filter kept out of the ring.
-    pub filtered: u64,
+    pub source: SourceCounters,
     /// Samples per second over the last measured interval (at least one second long).
     pub events_per_sec: f64,
     last: Option<(u64, u64)>,
@@ -23,12 +17,7 @@ impl Counters {
     /// Take the source's counters at `now_ns`; the event rate is measured over at least a
     /// second.
     pub(crate) fn observe(&mut self, c: SourceCounters, now_ns: u64) {
-        self.received = c.received;
-        self.lost = c.lost;
-        self.decode_errors = c.decode_errors;
-        self.kernel_read_errors = c.kernel_read_errors;
-        self.flow_map_full = c.flow_map_full;
-        self.filtered = c.filtered;
+        self.source = c;
         match self.last {
             None => self.last = Some((now_ns, c.received)),
             Some((t0, r0)) if now_ns.saturating_sub(t0) >= NS_PER_SEC => {

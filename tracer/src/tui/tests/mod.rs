@@ -309,7 +309,7 @@ fn events_per_second_come_from_counter_deltas() {
     state.tick(1_000_000_000, counters(100, 0));
     state.tick(1_500_000_000, counters(400, 2));
     assert_eq!(state.counters.events_per_sec, 0.0, "less than a second measured");
-    assert_eq!(state.counters.lost, 2);
+    assert_eq!(state.counters.source.lost, 2);
     state.tick(3_000_000_000, counters(700, 2));
     assert!((state.counters.events_per_sec - 300.0).abs() < 1e-9);
     // Time going backwards restarts the measurement instead of freezing it.

@@ -93,21 +93,22 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     flows.push(Span::raw(extra));
     parts.push((0, flows));
     parts.push((3, vec![Span::raw(format!("{:.0} ev/s", c.events_per_sec))]));
-    let lost_style = if c.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
-    parts.push((1, vec![Span::styled(format!("lost {}", c.lost), lost_style)]));
+    let lost_style =
+        if c.source.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
+    parts.push((1, vec![Span::styled(format!("lost {}", c.source.lost), lost_style)]));
     // The summary's other counters: shown once they are not zero, since then data is missing.
     for (what, n) in [
-        ("decode errors", c.decode_errors),
-        ("kernel read errors", c.kernel_read_errors),
-        ("flow map full", c.flow_map_full),
+        ("decode errors", c.source.decode_errors),
+        ("kernel read errors", c.source.kernel_read_errors),
+        ("flow map full", c.source.flow_map_full),
     ] {
         if n > 0 {
             parts.push((1, vec![Span::styled(format!("{what} {n}"), Style::new().fg(Color::Yellow))]));
         }
     }
     // Not missing data but what the kernel filter kept out: shown dim, dropped first.
-    if c.filtered > 0 {
-        parts.push((5, vec![Span::styled(format!("filtered {}", c.filtered), dim())]));
+    if c.source.filtered > 0 {
+        parts.push((5, vec![Span::styled(format!("filtered {}", c.source.filtered), dim())]));
     }
     if !state.cc_seen.is_empty() {
         let cc: Vec<String> = state.cc_seen.iter().map(|(name, n)| format!("{name} {n}")).collect();
