@@ -104,8 +104,18 @@ impl FilterControl for LiveFilter {
     fn current(&self) -> FilterSpec {
         self.lock().spec.clone()
     }
+}
 
-    fn follow_host(&mut self, env: &Environment, generation: u64) {
+/// Keeps the kernel filter following the host on every tick, beside any front end (the TUI's
+/// prompt changes the same [`LiveFilter`]).
+pub struct FilterUpkeep(pub LiveFilter);
+
+impl LiveFilter {
+    /// Re-resolve the filter in force against the host facts (a container recreated under its
+    /// name has a new cgroup), once per generation of the facts
+    /// ([`crate::analysis::Analysis::env_generation`]): on every tick, the work is done only
+    /// when they changed.
+    fn follow_host(&self, env: &Environment, generation: u64) {
         {
             let mut inner = self.lock();
             if inner.followed == Some(generation) {
@@ -118,10 +128,6 @@ impl FilterControl for LiveFilter {
         }
     }
 }
-
-/// Keeps the kernel filter following the host on every tick, beside a front end that has no
-/// filter prompt of its own.
-pub struct FilterUpkeep(pub LiveFilter);
 
 impl SideJob for FilterUpkeep {
     fn on_tick(&mut self, analysis: &Analysis, _status: &Status) -> anyhow::Result<()> {

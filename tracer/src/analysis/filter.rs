@@ -42,11 +42,6 @@ pub trait FilterControl {
     fn apply(&mut self, spec: &FilterSpec, env: &Environment) -> Result<Vec<String>, String>;
     /// The filter in force.
     fn current(&self) -> FilterSpec;
-    /// Re-resolve the filter in force against the host facts (a container recreated under its
-    /// name has a new cgroup). Called on every front-end tick with the facts' generation
-    /// ([`crate::analysis::Analysis::env_generation`]), so the work is done only when they
-    /// changed; nothing by default.
-    fn follow_host(&mut self, _env: &Environment, _generation: u64) {}
 }
 
 /// What a filter resolves to on this host: the sets the kernel programs check. An empty set

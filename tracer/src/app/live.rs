@@ -18,7 +18,7 @@ use crate::cli::{Cli, Command, DEFAULT_LISTEN};
 use crate::kernel::{HookStatus, KernelOptions, KernelSource};
 use crate::live_filter::{FilterUpkeep, HostPaths, LiveFilter};
 use crate::output::json::JsonOutput;
-use crate::output::stack::{stack, Extras, Headless, NoJob};
+use crate::output::stack::{stack, Extras, Headless};
 use crate::output::writer::LineWriter;
 use crate::pipeline::{self, PipelineOptions};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
@@ -270,7 +270,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
             crate::tui::HeaderInfo::live(crate::host::hostname(), crate::host::kernel_release(), described);
         header.filters = spec.describe();
         let opts = crate::tui::TuiOptions::default();
-        // The kernel filter's control comes with the filter itself; until then, none to change.
+        // The filter in force is shared: the prompt (F) changes it, and the same upkeep as in
+        // the other modes keeps it following the host beside the UI.
+        let upkeep = live_filter.clone().map(FilterUpkeep);
         let filter = live_filter.map(|f| Box::new(f) as crate::tui::FilterControlBox);
         // `f` and `u` change the host through the same code as `cctrace fix`.
         let fixer = Some(Box::<crate::fix::HostFixer>::default() as crate::tui::FixControlBox);
@@ -282,7 +284,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
             pipeline_opts,
             filter,
             fixer,
-            Extras::<NoJob> { job: None, recorder, metrics },
+            Extras { job: upkeep, recorder, metrics },
             None,
             &mut shutdown,
         )

@@ -214,9 +214,6 @@ where
         if status.playback.is_some_and(|p| p.catching_up) {
             return Ok(Control::Continue);
         }
-        if let Some(f) = self.kernel_filter.as_deref_mut() {
-            f.follow_host(&analysis.env, analysis.env_generation());
-        }
         if let Some(rec) = &self.recording {
             self.state.header.recording = Some(rec.badge());
         }
