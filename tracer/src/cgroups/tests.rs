@@ -1,7 +1,9 @@
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 
+use super::names::{RunningRoots, *};
 use super::*;
+use crate::analysis::container::Pod;
 
 const ID: &str = "3f4e1b2c5d6a7980a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718";
 const ID2: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
