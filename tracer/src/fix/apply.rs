@@ -1,0 +1,214 @@
+//! Applying the fix to one namespace: read what it will change (its default, and with `--live`
+//! its established connections), then change it, saying each step and keeping the state that
+//! `--undo` needs.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::analysis::environment::Environment;
+use crate::analysis::fix_plan::{
+    refusal, socket_refusal, state_file_name, valid_cc_name, Persist, Plan, State, Step, SwitchedCookie, Target,
+    STATE_DIR, STATE_VERSION,
+};
+use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
+use crate::kernel::switch::Switcher;
+
+use super::host_io::*;
+
+/// The switcher, loaded the first time a walk needs it and kept for the next.
+#[derive(Default)]
+pub(super) struct LazySwitcher(Option<Switcher>);
+
+impl LazySwitcher {
+    pub(super) fn get(&mut self) -> Result<&mut Switcher> {
+        if self.0.is_none() {
+            self.0 = Some(Switcher::load()?);
+        }
+        Ok(self.0.as_mut().expect("loaded above"))
+    }
+}
+
+pub(super) fn state_path(netns: u32) -> PathBuf {
+    Path::new(STATE_DIR).join(state_file_name(netns))
+}
+
+/// Everything a fix of `target` will do, read from the host without changing it: the
+/// namespace's default and, when `live`, its established connections as they are now.
+pub(super) fn prepare_fix(
+    target: &Target,
+    cc: &str,
+    live: bool,
+    persist: bool,
+    env: &Environment,
+    switcher: &mut LazySwitcher,
+) -> Result<Plan> {
+    if !valid_cc_name(cc) {
+        bail!("{cc:?} is not a congestion control name (lower-case letters, digits and _, at most 15)");
+    }
+    let state_path = state_path(target.netns);
+    if let Some(stale) = stale_state(&state_path) {
+        // Inodes are reused: the namespace this state was about is gone, this is another one.
+        std::fs::remove_file(&state_path).with_context(|| format!("removing {}", state_path.display()))?;
+        log::info!("removed {}: its namespace {} is gone", state_path.display(), stale.target.reached);
+    }
+    if state_path.exists() {
+        bail!(
+            "network namespace {} was fixed by cctrace already (state in {}): undo that first with cctrace fix --undo",
+            target.reached,
+            state_path.display()
+        );
+    }
+    let current = in_netns(target, read_default)
+        .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, cc, target, &env.allowed_cc)))?
+        .map_err(|e| {
+            anyhow::anyhow!("reading {DEFAULT_CC} in {}: {}", target.reached, std::io::Error::from_raw_os_error(e))
+        })?;
+    let established = if live { switcher.get()?.list(target.netns, Path::new(&target.path))? } else { Vec::new() };
+    Ok(Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &|p| {
+        Path::new(p).exists()
+    }))
+}
+
+/// Carry out a confirmed `plan`, saying each step to `say` (and the log); what was done.
+pub(super) fn carry_out_fix(
+    plan: &Plan,
+    env: &Environment,
+    switcher: &mut LazySwitcher,
+    say: &mut dyn FnMut(&str),
+) -> Result<ActionRecord> {
+    let (target, cc) = (&plan.target, plan.cc.as_str());
+    let mut messages = Vec::new();
+    let mut say = |line: String| {
+        say(&line);
+        messages.push(line);
+    };
+    let state_path = state_path(target.netns);
+    if let Some(module) = &plan.load_module {
+        // modprobe's own complaint goes to the log: the refusal below is the one line shown.
+        let out = std::process::Command::new("modprobe").arg(module).output();
+        match &out {
+            Ok(o) if o.status.success() => log::info!("modprobe {module}: loaded"),
+            Ok(o) => log::info!("modprobe {module} failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => log::info!("modprobe {module} could not run: {e}"),
+        }
+        if !crate::host::available_congestion_controls().iter().any(|a| a == cc) {
+            bail!(refusal(Step::LoadModule, libc::ENOENT, cc, target, &env.allowed_cc));
+        }
+        say(format!("loaded {module}"));
+    }
+    let current = plan.current_default.as_str();
+    let default_changed = current != cc;
+    if default_changed {
+        in_netns(target, || write_default(cc))
+            .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, cc, target, &env.allowed_cc)))?
+            .map_err(|e| {
+                log::info!("setting the default of {} to {cc} refused: errno {e}", target.reached);
+                anyhow::anyhow!(refusal(Step::SetDefault, e, cc, target, &env.allowed_cc))
+            })?;
+        log::info!(
+            "default congestion control of {} (inode {}) set from {current} to {cc}",
+            target.reached,
+            target.netns
+        );
+        say(format!("default congestion control of {} set from {current} to {cc}", target.reached));
+    }
+    let mut state = State {
+        version: STATE_VERSION,
+        target: target.clone(),
+        cc: cc.to_string(),
+        previous_default: current.to_string(),
+        default_changed,
+        switched: Vec::new(),
+        files: Vec::new(),
+    };
+    // Kept from the first change on, so an error below still leaves something to undo.
+    write_state(&state_path, &state)?;
+
+    let mut failed = 0;
+    let mut switched = Vec::new();
+    if plan.live && !plan.to_switch.is_empty() {
+        let chosen: Vec<(u64, String)> = plan.to_switch.iter().map(|c| (c.cookie, cc.to_string())).collect();
+        let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &chosen)?;
+        for s in &touched {
+            if s.result == 0 {
+                log::info!(
+                    "switched socket {} (:{} -> :{}) from {} to {}",
+                    s.cookie,
+                    s.sport,
+                    s.dport,
+                    s.old_cc,
+                    s.new_cc
+                );
+                say(format!(
+                    "switched connection :{} -> :{} (cookie {}) from {} to {}",
+                    s.sport, s.dport, s.cookie, s.old_cc, s.new_cc
+                ));
+                state.switched.push(SwitchedCookie { cookie: s.cookie, old_cc: s.old_cc.clone() });
+                switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
+            } else {
+                failed += 1;
+                log::info!("socket {} (:{} -> :{}) not switched: errno {}", s.cookie, s.sport, s.dport, -s.result);
+                say(format!(
+                    "connection :{} -> :{} (cookie {}) stays on {}: {} ({})",
+                    s.sport,
+                    s.dport,
+                    s.cookie,
+                    s.old_cc,
+                    socket_refusal(s.result),
+                    std::io::Error::from_raw_os_error(-s.result)
+                ));
+            }
+        }
+        let closed = plan.to_switch.len().saturating_sub(touched.len());
+        if closed > 0 {
+            say(format!("{closed} connection(s) of the plan closed before they could be switched"));
+        }
+        write_state(&state_path, &state)?;
+    }
+    let ts_ns = crate::clock::monotonic_now_ns();
+
+    match &plan.persist {
+        Persist::No => {}
+        Persist::Nothing(why) => say(format!("nothing to persist: {why}")),
+        Persist::HostFiles(files) => {
+            for (path, contents) in files {
+                let written = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(path)
+                    .and_then(|mut f| f.write_all(contents.as_bytes()));
+                match written {
+                    Ok(()) => {
+                        log::info!("wrote {path}");
+                        say(format!("wrote {path}"));
+                        state.files.push(path.clone());
+                        write_state(&state_path, &state)?;
+                    }
+                    Err(e) => bail!("writing {path}: {e}"),
+                }
+            }
+        }
+    }
+    say(format!(
+        "{} fixed ({} connection{} switched{}); undo with cctrace fix --undo",
+        target.reached,
+        state.switched.len(),
+        if state.switched.len() == 1 { "" } else { "s" },
+        if failed > 0 { format!(", {failed} could not be") } else { String::new() }
+    ));
+    Ok(ActionRecord {
+        ts_ns,
+        action: ActionKind::Fix,
+        netns: target.netns,
+        target: target.reached.clone(),
+        cc: cc.to_string(),
+        default_before: current.to_string(),
+        default_after: cc.to_string(),
+        switched,
+        messages,
+    })
+}

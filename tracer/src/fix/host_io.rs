@@ -1,0 +1,96 @@
+//! What the fix reads and writes on the host: its state files, the namespace's default
+//! congestion control, entering the namespace, and asking the user.
+
+use std::fs::File;
+use std::io::{BufRead, IsTerminal, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use crate::analysis::fix_plan::{State, Target, STATE_DIR};
+use crate::kernel::listing::enter_netns;
+
+pub(super) const DEFAULT_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+
+pub(super) fn confirm(yes: bool) -> Result<()> {
+    if yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        bail!("not confirmed, nothing changed: run it on a terminal to be asked, or pass --yes");
+    }
+    print!("Go ahead? [y/N] ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer)?;
+    if matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        bail!("not confirmed, nothing changed")
+    }
+}
+
+/// Write `state` to `path` readable by root only, replacing the previous one atomically.
+pub(super) fn write_state(path: &Path, state: &State) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(STATE_DIR)
+        .with_context(|| format!("creating {STATE_DIR}"))?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(state.to_json().as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    log::info!("state written to {}", path.display());
+    Ok(())
+}
+
+pub(super) fn read_default() -> Result<String, i32> {
+    std::fs::read_to_string(DEFAULT_CC).map(|s| s.trim().to_string()).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+pub(super) fn write_default(cc: &str) -> Result<(), i32> {
+    std::fs::write(DEFAULT_CC, cc).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Run `f` on a thread inside the target namespace (entered by its path, checked by inode, so
+/// a path that now leads elsewhere is "gone"). The outer error is the errno of getting there.
+pub(super) fn in_netns<T: Send>(target: &Target, f: impl FnOnce() -> T + Send) -> Result<T, i32> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let ns = File::open(&target.path).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOENT))?;
+                if ns.metadata().map(|m| m.ino()).ok() != Some(u64::from(target.netns)) {
+                    return Err(libc::ENOENT);
+                }
+                enter_netns(&ns).map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
+                Ok(f())
+            })
+            .join()
+            .unwrap_or(Err(libc::EIO))
+    })
+}
+
+/// The state at `path` when the namespace it is about no longer opens at the path it was
+/// reached by (a namespace inode can be reused by a new namespace once the old one is gone).
+/// Only `ip netns` namespaces are judged: their path is their name, which outlives any one
+/// process (a container's is reached through a process, which may end while it lives on).
+pub(super) fn stale_state(path: &Path) -> Option<State> {
+    let state = State::from_json(&std::fs::read_to_string(path).ok()?).ok()?;
+    if state.target.host || !state.target.ip_netns {
+        return None;
+    }
+    let same = File::open(&state.target.path)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.ino() == u64::from(state.target.netns));
+    (!same).then_some(state)
+}
