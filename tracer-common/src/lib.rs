@@ -4,6 +4,10 @@
 //! `#[repr(C)]`, has explicit padding, holds no `bool`, `Option` or payload enum, and has
 //! its size asserted at compile time. A record starts with a [`RecordHeader`] whose
 //! `version` lets a reader (live or a recording) refuse what it does not understand.
+//!
+//! One job, one file: this is the whole wire contract between the two sides (records, maps'
+//! values, settings, the ids both index by), kept together so that a layout change is read,
+//! versioned and reviewed in one place; only the UDP accounting's records live in [`udp`].
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
