@@ -119,6 +119,11 @@ impl Analysis {
         self.env_generation
     }
 
+    /// When the flows were last re-judged (0 before the first evaluation).
+    pub fn last_evaluation_ns(&self) -> u64 {
+        self.last_evaluation_ns
+    }
+
     /// The time the last [`Analysis::tick`] was given (0 before the first).
     pub fn last_tick_ns(&self) -> u64 {
         self.last_tick_ns

@@ -223,7 +223,6 @@ impl FlowLog {
                     self.evaluate(a, now_ns);
                 }
             }
-            Step::Host => {}
             Step::Action(record) => self.session.actions.push((record.ts_ns, record.headline())),
             Step::End(summary) => self.session.summary = Some(summary.clone()),
         }

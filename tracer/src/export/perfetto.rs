@@ -244,7 +244,7 @@ pub fn trace(entries: impl IntoIterator<Item = Entry>, diagnosis: DiagnosisConfi
             let ts = trace.us(record.ts_ns);
             trace.events.push(json!({"ph": "i", "s": "g", "name": record.headline(), "pid": 0, "tid": 0, "ts": ts}));
         }
-        Step::Host | Step::End(_) => {}
+        Step::End(_) => {}
     });
     trace.finish(end_ns)
 }

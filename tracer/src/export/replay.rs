@@ -1,16 +1,21 @@
-//! The replay loop, written once: a recording's entries fed through [`Analysis`] exactly as the
-//! live pipeline fed it (samples ingested in their batches' order, a tick at each recorded tick,
-//! the host facts from each `Host` entry on), so rates and verdicts come out as they were live.
+//! A recording's entries through the one pipeline driver ([`crate::pipeline::run`] in its
+//! scripted mode, on an [`EntriesSource`]), exactly as `cctrace replay` and the live run feed
+//! the analysis (samples ingested in their batches' order, a tick at each recorded tick, the
+//! host facts from each `Host` entry on), so rates and verdicts come out as they were live.
 //!
-//! Every exporter is a visitor of [`Step`]s. Once the pipeline's scripted mode (a recording as
-//! an `EventSource` with its ticks) exists, it should become the one driver and this loop go.
+//! Every export is a visitor of [`Step`]s: [`Steps`] is the front end that turns the driver's
+//! calls into them, so an export needs no async runtime of its own.
+
+use anyhow::Result;
 
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::event::Sample;
 use crate::analysis::model::TableConfig;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
+use crate::pipeline::{self, Control, FrontEnd, NoStop, PipelineOptions, Status};
 use crate::recording::entry::{Entry, Header};
+use crate::recording::EntriesSource;
 use crate::source::SourceCounters;
 
 /// What just happened to the analysis, seen after it was applied.
@@ -25,9 +30,8 @@ pub enum Step<'a> {
         counters: &'a SourceCounters,
         evaluated: bool,
     },
-    /// New host facts are in `analysis.env`.
-    Host,
     Action(&'a ActionRecord),
+    /// The recorded run's summary, after everything else.
     End(&'a SummaryRecord),
 }
 
@@ -36,34 +40,59 @@ pub fn new_analysis(diagnosis: DiagnosisConfig) -> Analysis {
     Analysis::new(TableConfig::default(), diagnosis, Default::default())
 }
 
-/// Drive `analysis` through `entries`, calling `on_step` after each step is applied.
+/// The front end of a replay: each call of the driver as [`Step`]s for `on_step`.
+struct Steps<F> {
+    on_step: F,
+    /// When the analysis last re-judged the flows, as of the previous tick.
+    evaluated_ns: u64,
+}
+
+impl<F: FnMut(&Analysis, Step<'_>)> FrontEnd for Steps<F> {
+    async fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<Control> {
+        for s in batch {
+            (self.on_step)(analysis, Step::Sample(s));
+        }
+        Ok(Control::Continue)
+    }
+
+    async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
+        let evaluated = analysis.last_evaluation_ns() != self.evaluated_ns;
+        self.evaluated_ns = analysis.last_evaluation_ns();
+        (self.on_step)(analysis, Step::Tick { now_ns: status.now_ns, counters: &status.counters, evaluated });
+        Ok(Control::Continue)
+    }
+
+    async fn on_action(&mut self, analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
+        (self.on_step)(analysis, Step::Action(action));
+        Ok(Control::Continue)
+    }
+
+    async fn finish(&mut self, _analysis: &Analysis, _summary: &SummaryRecord) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Drive `analysis` through `entries`, calling `on_step` after each step is applied: the
+/// header first, the recorded summary last.
 pub fn replay(
     entries: impl IntoIterator<Item = Entry>,
     analysis: &mut Analysis,
     mut on_step: impl FnMut(&Analysis, Step<'_>),
 ) {
-    for entry in entries {
-        match entry {
-            Entry::Header(h) => on_step(analysis, Step::Header(&h)),
-            Entry::Samples { samples } => {
-                for s in &samples {
-                    analysis.ingest(s);
-                    on_step(analysis, Step::Sample(s));
-                }
-            }
-            Entry::Decisions { decisions } => decisions.iter().for_each(|d| analysis.ingest_decision(d)),
-            Entry::Tick { now_ns, counters } => {
-                let evaluated = analysis.tick(now_ns);
-                on_step(analysis, Step::Tick { now_ns, counters: &counters, evaluated });
-            }
-            Entry::Host { env } => {
-                analysis.env = env;
-                on_step(analysis, Step::Host);
-            }
-            Entry::Sockets { readings } => analysis.ingest_sockets(&readings),
-            Entry::Action(record) => on_step(analysis, Step::Action(&record)),
-            Entry::End { summary, .. } => on_step(analysis, Step::End(&summary)),
-        }
+    let mut source = EntriesSource::new(entries);
+    if let Some(h) = source.header() {
+        on_step(analysis, Step::Header(h));
+    }
+    let opts = PipelineOptions { scripted: true, final_drain: std::time::Duration::ZERO, ..PipelineOptions::default() };
+    let mut front = Steps { on_step: &mut on_step, evaluated_ns: analysis.last_evaluation_ns() };
+    // The scripted driver never waits on a clock or a socket: a runtime on this thread only
+    // polls it to its end.
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a current-thread runtime starts");
+    // An in-memory source and a front end that cannot fail: the driver returns no error.
+    let _ = runtime.block_on(pipeline::run(&mut source, analysis, &mut front, &opts, || 0, &mut NoStop));
+    if let Some(summary) = source.recorded_summary() {
+        on_step(analysis, Step::End(summary));
     }
 }
 

@@ -13,14 +13,13 @@ pub mod anonymize;
 pub mod entry;
 pub mod player;
 pub mod reader;
+mod source;
 pub mod writer;
 
 #[cfg(test)]
 pub(crate) mod fixture;
 
-use std::path::{Path, PathBuf};
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::analysis::decisions::Decision;
 use crate::analysis::event::Sample;
@@ -29,7 +28,9 @@ use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::side_job::{Beside, SideJob};
-use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
+use crate::source::SourceCounters;
+
+pub use source::{EntriesSource, RecordingSource};
 
 pub use entry::{Entry, Header};
 pub use reader::{ReadError, Reader};
@@ -155,111 +156,6 @@ impl SideJob for Recorder {
     /// The recording finishes before the front end: it is what outlives the run.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
         Recorder::finish(self, analysis, summary).await
-    }
-}
-
-/// A recording played back: its samples, ticks and host facts as [`SourceItem`]s, for the
-/// pipeline's scripted mode.
-pub struct RecordingSource {
-    reader: Reader<std::io::BufReader<std::fs::File>>,
-    header: Header,
-    path: PathBuf,
-    counters: SourceCounters,
-    received: u64,
-    summary: Option<SummaryRecord>,
-}
-
-impl RecordingSource {
-    /// Open `path` and read its header.
-    pub fn open(path: &Path) -> Result<Self> {
-        let mut reader = Reader::open(path).with_context(|| format!("opening recording {}", path.display()))?;
-        let first = reader.next_entry().with_context(|| format!("reading recording {}", path.display()))?;
-        let Some(Entry::Header(header)) = first else {
-            anyhow::bail!(
-                "recording {} truncated at byte {} before its header",
-                path.display(),
-                reader.truncated().unwrap_or(0)
-            );
-        };
-        Ok(Self {
-            reader,
-            header,
-            path: path.to_path_buf(),
-            counters: SourceCounters::default(),
-            received: 0,
-            summary: None,
-        })
-    }
-
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// Where the file ended before its end entry, once it was read to its end.
-    pub fn truncated(&self) -> Option<u64> {
-        self.reader.truncated()
-    }
-
-    /// The recorded run's summary, once its end was read.
-    pub fn recorded_summary(&self) -> Option<&SummaryRecord> {
-        self.summary.as_ref()
-    }
-
-    /// The next item of the recording.
-    pub(crate) fn read_item(&mut self) -> Result<Option<SourceItem>> {
-        loop {
-            let entry =
-                self.reader.next_entry().with_context(|| format!("reading recording {}", self.path.display()))?;
-            return Ok(Some(match entry {
-                None => return Ok(None),
-                Some(Entry::Samples { samples }) => {
-                    self.received += samples.len() as u64;
-                    SourceItem::Batch(samples)
-                }
-                Some(Entry::Decisions { decisions }) => SourceItem::Decisions(decisions),
-                Some(Entry::Tick { now_ns, counters }) => {
-                    self.counters = counters;
-                    SourceItem::Tick { now_ns, counters }
-                }
-                Some(Entry::Host { env }) => SourceItem::Host(env),
-                Some(Entry::Sockets { readings }) => SourceItem::Sockets(readings),
-                Some(Entry::End { summary, .. }) => {
-                    self.counters = summary.counters();
-                    self.summary = Some(summary);
-                    continue;
-                }
-                Some(Entry::Action(record)) => SourceItem::Action(record),
-                Some(Entry::Header(_)) => continue,
-            }));
-        }
-    }
-}
-
-impl EventSource for RecordingSource {
-    /// The samples only (ticks and host facts need the pipeline's scripted mode).
-    fn next_batch(&mut self) -> BoxFuture<'_, Result<Option<Vec<Sample>>>> {
-        Box::pin(async move {
-            loop {
-                match self.read_item()? {
-                    None => return Ok(None),
-                    Some(SourceItem::Batch(b)) => return Ok(Some(b)),
-                    Some(_) => {}
-                }
-            }
-        })
-    }
-
-    fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
-        Box::pin(async move { self.read_item() })
-    }
-
-    /// What the recorded source reported at the last tick read (at its end: its totals).
-    fn counters(&self) -> SourceCounters {
-        SourceCounters { received: self.counters.received.max(self.received), ..self.counters }
-    }
-
-    fn describe(&self) -> String {
-        format!("recording {}", self.path.display())
     }
 }
 
