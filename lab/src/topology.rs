@@ -210,7 +210,9 @@ impl_topology!(VethPair);
 pub struct EmulatedPathSpec {
     /// Sender to receiver (data direction of the generators).
     pub forward: PathSpec,
-    /// Receiver to sender (ACK direction).
+    /// Receiver to sender (ACK direction). Any [`PathSpec`]: e.g. loss of
+    /// ACKs only is `PathSpec::delay(d).with_loss(p)` here with a lossless
+    /// `forward`.
     pub reverse: PathSpec,
     /// Seeds the loss decisions of both directions (distinct streams).
     pub seed: u64,
