@@ -6,8 +6,12 @@
 //! Each lab in a process gets its own N, so flows from several labs stay
 //! distinguishable by address in one trace (the namespaces alone would keep
 //! them apart on the wire, but not in a human's reading of the output).
+//!
+//! IPv6, where a path asks for it, lives in 2001:db8::/32 (RFC 3849,
+//! documentation only, never routed): emulated path k gets 2001:db8:0:2k::1
+//! and 2001:db8:0:2k+1::1, one /64 per side, mirroring its IPv4 pair.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -17,6 +21,29 @@ use crate::error::LabError;
 pub fn is_lab_addr(ip: Ipv4Addr) -> bool {
     let o = ip.octets();
     o[0] == 198 && (o[1] & 0xFE) == 18
+}
+
+/// True if `ip` is inside 2001:db8::/32, the lab's IPv6 range.
+pub fn is_lab_addr_v6(ip: Ipv6Addr) -> bool {
+    let s = ip.segments();
+    s[0] == 0x2001 && s[1] == 0x0db8
+}
+
+/// True if `ip` is in the lab's IPv4 or IPv6 range.
+pub fn is_lab_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_lab_addr(v4),
+        IpAddr::V6(v6) => is_lab_addr_v6(v6),
+    }
+}
+
+/// Errors unless `ip` is a lab address of either family.
+pub fn ensure_lab_ip(ip: IpAddr) -> Result<(), LabError> {
+    match ip {
+        IpAddr::V4(v4) => ensure_lab_addr(v4),
+        IpAddr::V6(v6) if is_lab_addr_v6(v6) => Ok(()),
+        IpAddr::V6(v6) => Err(LabError::AddressOutsideLabV6(v6)),
+    }
 }
 
 /// Errors unless `ip` is a lab address: the guard every traffic generator
@@ -52,6 +79,18 @@ pub(crate) fn next_routed_pair() -> (Ipv4Addr, Ipv4Addr) {
     (Ipv4Addr::new(198, 19, 2 * k, 1), Ipv4Addr::new(198, 19, 2 * k + 1, 1))
 }
 
+/// The IPv6 twin of an emulated path's IPv4 address from [`next_routed_pair`]:
+/// 198.19.n.1 becomes 2001:db8:0:n::1.
+pub(crate) fn routed_v6(v4: Ipv4Addr) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0x0db8, 0, u16::from(v4.octets()[2]), 0, 0, 0, 1)
+}
+
+/// Network address of the /64 containing `ip`.
+pub(crate) fn net64(ip: Ipv6Addr) -> Ipv6Addr {
+    let s = ip.segments();
+    Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0)
+}
+
 /// Network address of the /24 containing `ip`.
 pub(crate) fn net24(ip: Ipv4Addr) -> Ipv4Addr {
     let o = ip.octets();
@@ -83,5 +122,12 @@ mod tests {
         assert!(is_lab_addr(s) && is_lab_addr(r));
         assert_ne!(net24(s), net24(r));
         assert_eq!(s.octets()[1], 19);
+        let (s6, r6) = (routed_v6(s), routed_v6(r));
+        assert!(is_lab_addr_v6(s6) && is_lab_addr_v6(r6));
+        assert_ne!(net64(s6), net64(r6));
+        assert_eq!(routed_v6(Ipv4Addr::new(198, 19, 6, 1)), "2001:db8:0:6::1".parse::<Ipv6Addr>().expect("addr"));
+        assert!(!is_lab_ip("2001:db9::1".parse().expect("addr")));
+        assert!(!is_lab_ip("fe80::1".parse().expect("addr")));
+        assert!(ensure_lab_ip("2001:db8::1".parse().expect("addr")).is_ok());
     }
 }

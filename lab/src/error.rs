@@ -6,7 +6,7 @@
 //! Recover it with `err.downcast_ref::<LabError>()`, which looks through
 //! context layers.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// A failure the caller can match on.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,10 @@ pub enum LabError {
     /// The lab only ever talks to 198.18.0.0/15 (RFC 2544 benchmarking range).
     #[error("{0} is outside the lab range 198.18.0.0/15; refusing to send traffic there")]
     AddressOutsideLab(Ipv4Addr),
+
+    /// The lab's IPv6 range is 2001:db8::/32 (RFC 3849, documentation only).
+    #[error("{0} is outside the lab's IPv6 range 2001:db8::/32; refusing to send traffic there")]
+    AddressOutsideLabV6(Ipv6Addr),
 
     /// A caller-supplied parameter is out of range.
     #[error("invalid argument: {0}")]

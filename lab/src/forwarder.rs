@@ -5,9 +5,12 @@
 //! Timing: each thread sleeps in `ppoll` with a nanosecond timeout to the
 //! next release (timer slack shrunk to 1 ns), so delay accuracy is bounded by
 //! scheduler wake-up latency, not by a millisecond timer wheel. Packets wait
-//! in a preallocated FIFO ring of 2 KiB slots (no per-packet allocation) and
-//! are released strictly in arrival order.
+//! in preallocated 2 KiB slots (no per-packet allocation) and are released by
+//! due time, ties in arrival order: without jitter due times never decrease,
+//! so that is strict arrival order; with jitter later packets may overtake.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::addr::is_lab_addr;
+use crate::addr::{is_lab_addr, is_lab_addr_v6};
 use crate::link::{LinkModel, PathSpec, Verdict};
 use crate::sys::{self, is_would_block, monotonic_ns, pollfd, EventFd};
 
@@ -42,10 +45,13 @@ pub struct DirectionStats {
     pub bytes_in: u64,
     /// Dropped by the configured random loss.
     pub dropped_loss: u64,
+    /// Dropped by the token-bucket policer (too few tokens).
+    pub dropped_policer: u64,
     /// Tail-dropped because the bottleneck queue was full.
     pub dropped_queue: u64,
-    /// Dropped for other reasons: not IPv4 inside 198.18.0.0/15, ring
-    /// overflow, or an error writing to the egress TUN.
+    /// Dropped for other reasons: not IPv4 inside 198.18.0.0/15 nor IPv6
+    /// inside 2001:db8::/32, ring overflow, or an error writing to the
+    /// egress TUN.
     pub dropped_other: u64,
     /// Packets written to the egress TUN.
     pub forwarded: u64,
@@ -57,6 +63,10 @@ pub struct DirectionStats {
     pub max_release_lateness_ns: u64,
     /// Packets written more than 500 µs after their release time.
     pub late_releases: u64,
+    /// Packets written after a packet that arrived later than them (overtaken
+    /// by jitter): the count a receiver sees as "sequence below the highest
+    /// seen so far". Always 0 without jitter.
+    pub reordered: u64,
 }
 
 /// Counters for both directions.
@@ -73,6 +83,7 @@ struct Counters {
     packets_in: AtomicU64,
     bytes_in: AtomicU64,
     dropped_loss: AtomicU64,
+    dropped_policer: AtomicU64,
     dropped_queue: AtomicU64,
     dropped_other: AtomicU64,
     forwarded: AtomicU64,
@@ -80,6 +91,7 @@ struct Counters {
     max_queue_bytes: AtomicU64,
     max_release_lateness_ns: AtomicU64,
     late_releases: AtomicU64,
+    reordered: AtomicU64,
 }
 
 impl Counters {
@@ -93,6 +105,7 @@ impl Counters {
             packets_in: g(&self.packets_in),
             bytes_in: g(&self.bytes_in),
             dropped_loss: g(&self.dropped_loss),
+            dropped_policer: g(&self.dropped_policer),
             dropped_queue: g(&self.dropped_queue),
             dropped_other: g(&self.dropped_other),
             forwarded: g(&self.forwarded),
@@ -100,78 +113,88 @@ impl Counters {
             max_queue_bytes: g(&self.max_queue_bytes),
             max_release_lateness_ns: g(&self.max_release_lateness_ns),
             late_releases: g(&self.late_releases),
+            reordered: g(&self.reordered),
         }
     }
 }
 
-/// Fixed-capacity FIFO of packets awaiting release.
-struct Ring {
+/// Fixed-capacity store of packets awaiting release, handed out by due time
+/// (ties in arrival order). Packets live in preallocated slots; a min-heap of
+/// (due time, arrival number, slot) orders them, a free list recycles slots.
+struct ReleaseQueue {
     buf: Vec<u8>,
     lens: Vec<u16>,
-    release_ns: Vec<u64>,
-    head: usize,
-    len: usize,
+    free: Vec<u32>,
+    due: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    next_seq: u64,
 }
 
-impl Ring {
+impl ReleaseQueue {
     fn new(slots: usize) -> Self {
         Self {
             // vec! of zeros is calloc'd: pages are only touched once used.
             buf: vec![0; slots * SLOT],
             lens: vec![0; slots],
-            release_ns: vec![0; slots],
-            head: 0,
-            len: 0,
+            // Popped from the back: slot 0 first, so the low pages are reused.
+            free: (0..slots as u32).rev().collect(),
+            due: BinaryHeap::with_capacity(slots),
+            next_seq: 0,
         }
     }
 
-    fn capacity(&self) -> usize {
-        self.lens.len()
-    }
-
     fn is_full(&self) -> bool {
-        self.len == self.capacity()
+        self.free.is_empty()
     }
 
     /// The slot the next pushed packet will occupy (read straight into it).
+    /// Must not be called when full.
     fn tail_slot(&mut self) -> &mut [u8] {
-        let i = (self.head + self.len) % self.capacity();
+        let i = *self.free.last().expect("tail_slot on a full queue") as usize;
         &mut self.buf[i * SLOT..(i + 1) * SLOT]
     }
 
     /// Commits the packet already written into `tail_slot`.
     fn push(&mut self, len: usize, release_ns: u64) {
-        let i = (self.head + self.len) % self.capacity();
-        self.lens[i] = len as u16;
-        self.release_ns[i] = release_ns;
-        self.len += 1;
+        let Some(i) = self.free.pop() else { return };
+        self.lens[i as usize] = len as u16;
+        self.due.push(Reverse((release_ns, self.next_seq, i)));
+        self.next_seq += 1;
     }
 
-    fn front(&self) -> Option<(u64, &[u8])> {
-        (self.len > 0).then(|| {
-            let i = self.head;
-            let start = i * SLOT;
-            (self.release_ns[i], &self.buf[start..start + self.lens[i] as usize])
+    /// The packet due first: (due time, arrival number, bytes).
+    fn front(&self) -> Option<(u64, u64, &[u8])> {
+        self.due.peek().map(|Reverse((rel, seq, i))| {
+            let start = *i as usize * SLOT;
+            (*rel, *seq, &self.buf[start..start + self.lens[*i as usize] as usize])
         })
     }
 
     fn pop(&mut self) {
-        if self.len > 0 {
-            self.head = (self.head + 1) % self.capacity();
-            self.len -= 1;
+        if let Some(Reverse((_, _, i))) = self.due.pop() {
+            self.free.push(i);
         }
     }
 }
 
-/// Only IPv4 packets between lab addresses are forwarded: a last line of
+/// Only IP packets between lab addresses are forwarded: a last line of
 /// defence so nothing else can ever cross the emulator.
 fn is_forwardable(pkt: &[u8]) -> bool {
-    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
-        return false;
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 => {
+            let src = std::net::Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15]);
+            let dst = std::net::Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
+            is_lab_addr(src) && is_lab_addr(dst)
+        }
+        Some(6) if pkt.len() >= 40 => {
+            let addr = |at: usize| {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(&pkt[at..at + 16]);
+                std::net::Ipv6Addr::from(o)
+            };
+            is_lab_addr_v6(addr(8)) && is_lab_addr_v6(addr(24))
+        }
+        _ => false,
     }
-    let src = std::net::Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15]);
-    let dst = std::net::Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
-    is_lab_addr(src) && is_lab_addr(dst)
 }
 
 struct Direction {
@@ -180,13 +203,16 @@ struct Direction {
     model: LinkModel,
     counters: Arc<Counters>,
     stop: Arc<EventFd>,
+    /// One past the highest arrival number written so far: a packet written
+    /// with a lower number was overtaken.
+    next_in_order: Option<u64>,
 }
 
 impl Direction {
     fn run(mut self) {
         sys::set_min_timer_slack();
         sys::raise_thread_priority();
-        let mut ring = Ring::new(RING_SLOTS);
+        let mut ring = ReleaseQueue::new(RING_SLOTS);
         let mut scratch = vec![0u8; SLOT];
         let input = self.input.as_raw_fd();
         let output = self.output.as_raw_fd();
@@ -212,7 +238,7 @@ impl Direction {
                 // only a safety net.
                 Some(Duration::from_millis(1))
             } else {
-                ring.front().map(|(rel, _)| Duration::from_nanos(rel.saturating_sub(monotonic_ns())))
+                ring.front().map(|(rel, _, _)| Duration::from_nanos(rel.saturating_sub(monotonic_ns())))
             };
             let mut pfds =
                 [pollfd(self.stop.raw(), libc::POLLIN), pollfd(input, libc::POLLIN), pollfd(output, libc::POLLOUT)];
@@ -233,9 +259,9 @@ impl Direction {
 
     /// Writes every packet whose release time has come. Returns true if the
     /// output TUN pushed back (EAGAIN), in which case the head stays queued.
-    fn release_due(&mut self, ring: &mut Ring, output: RawFd) -> bool {
+    fn release_due(&mut self, ring: &mut ReleaseQueue, output: RawFd) -> bool {
         let c = &*self.counters;
-        while let Some((release_ns, pkt)) = ring.front() {
+        while let Some((release_ns, seq, pkt)) = ring.front() {
             // Fresh per packet: each write runs the far stack's receive path
             // in this thread, so time advances noticeably within a burst.
             let now = monotonic_ns();
@@ -251,6 +277,10 @@ impl Direction {
                         Counters::add(&c.late_releases, 1);
                     }
                     c.max_release_lateness_ns.fetch_max(late, Ordering::Relaxed);
+                    match self.next_in_order {
+                        Some(next) if seq < next => Counters::add(&c.reordered, 1),
+                        _ => self.next_in_order = Some(seq + 1),
+                    }
                 }
                 Err(e) if is_would_block(&e) => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -265,7 +295,7 @@ impl Direction {
 
     /// Reads up to READ_BATCH packets. Returns (read a full batch, input
     /// failed permanently).
-    fn read_batch(&mut self, ring: &mut Ring, scratch: &mut [u8], input: RawFd) -> (bool, bool) {
+    fn read_batch(&mut self, ring: &mut ReleaseQueue, scratch: &mut [u8], input: RawFd) -> (bool, bool) {
         let c = &*self.counters;
         for _ in 0..READ_BATCH {
             let full = ring.is_full();
@@ -285,6 +315,7 @@ impl Direction {
             }
             match self.model.admit(now, n) {
                 Verdict::Lost => Counters::add(&c.dropped_loss, 1),
+                Verdict::Policed => Counters::add(&c.dropped_policer, 1),
                 Verdict::QueueFull => Counters::add(&c.dropped_queue, 1),
                 Verdict::Deliver { release_ns, backlog_bytes } => {
                     c.max_queue_bytes.fetch_max(backlog_bytes, Ordering::Relaxed);
@@ -332,6 +363,7 @@ impl Forwarder {
                 model: LinkModel::new(spec, seed),
                 counters,
                 stop: me.stop.clone(),
+                next_in_order: None,
             };
             // On error `me` drops here and stops the thread already started.
             let handle = thread::Builder::new()
@@ -369,22 +401,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ring_is_fifo_and_bounded() {
-        let mut r = Ring::new(2);
+    fn queue_is_fifo_for_equal_or_rising_due_times_and_bounded() {
+        let mut r = ReleaseQueue::new(2);
         r.tail_slot()[0] = 1;
         r.push(1, 10);
         r.tail_slot()[0] = 2;
-        r.push(1, 20);
+        r.push(1, 10);
         assert!(r.is_full());
-        assert_eq!(r.front(), Some((10, &[1u8][..])));
+        assert_eq!(r.front(), Some((10, 0, &[1u8][..])));
         r.pop();
         r.tail_slot()[0] = 3;
         r.push(1, 30);
-        assert_eq!(r.front(), Some((20, &[2u8][..])));
+        assert_eq!(r.front(), Some((10, 1, &[2u8][..])));
         r.pop();
-        assert_eq!(r.front(), Some((30, &[3u8][..])));
+        assert_eq!(r.front(), Some((30, 2, &[3u8][..])));
         r.pop();
         assert!(r.front().is_none());
+    }
+
+    #[test]
+    fn queue_releases_by_due_time_so_later_packets_overtake() {
+        let mut r = ReleaseQueue::new(8);
+        for (byte, due) in [(1u8, 50), (2, 20), (3, 40), (4, 20)] {
+            r.tail_slot()[0] = byte;
+            r.push(1, due);
+        }
+        let mut order = Vec::new();
+        while let Some((due, seq, pkt)) = r.front() {
+            order.push((due, seq, pkt[0]));
+            r.pop();
+        }
+        assert_eq!(order, [(20, 1, 2), (20, 3, 4), (40, 2, 3), (50, 0, 1)]);
+        // Every slot came back.
+        assert_eq!(r.free.len(), 8);
     }
 
     #[test]
@@ -399,5 +448,19 @@ mod tests {
         p[0] = 0x60;
         assert!(!is_forwardable(&p));
         assert!(!is_forwardable(&p[..10]));
+    }
+
+    #[test]
+    fn only_lab_ipv6_is_forwarded() {
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        let lab: std::net::Ipv6Addr = "2001:db8:0:4::1".parse().expect("addr");
+        let other: std::net::Ipv6Addr = "fe80::1".parse().expect("addr");
+        v6[8..24].copy_from_slice(&lab.octets());
+        v6[24..40].copy_from_slice(&lab.octets());
+        assert!(is_forwardable(&v6));
+        assert!(!is_forwardable(&v6[..39]));
+        v6[24..40].copy_from_slice(&other.octets());
+        assert!(!is_forwardable(&v6));
     }
 }

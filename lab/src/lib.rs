@@ -7,12 +7,15 @@
 //! - [`VethPair`]: two namespaces on a veth link, optional random TCP loss
 //!   through nftables.
 //! - [`EmulatedPath`]: two namespaces joined by an in-process forwarder over
-//!   TUN devices that adds delay, loss and a rate-limited queue per direction.
+//!   TUN devices that adds, per direction, delay, random or bursty loss, a
+//!   token-bucket [`Policer`], a rate-limited queue and per-packet jitter
+//!   that reorders; IPv4, and IPv6 on request ([`EmulatedPathSpec::ipv6`]).
 //! - [`Sink`] / [`Sender`]: TCP traffic; [`UdpEcho`], [`udp_ping`],
 //!   [`UdpCounter`], [`udp_blast`]: UDP measurement probes.
 //!
 //! Safety of the surroundings: every address the lab configures or sends to
-//! is in 198.18.0.0/15 (RFC 2544 benchmarking space), inside namespaces it
+//! is in 198.18.0.0/15 (RFC 2544 benchmarking space) or, for IPv6,
+//! 2001:db8::/32 (RFC 3849 documentation space), inside namespaces it
 //! created; generators refuse any other destination and the forwarder drops
 //! anything else. All operations need root (CAP_NET_ADMIN, CAP_SYS_ADMIN);
 //! [`check_privileges`] tells up front.
@@ -67,13 +70,13 @@ mod topology;
 mod traffic;
 mod tun;
 
-pub use addr::{ensure_lab_addr, is_lab_addr};
+pub use addr::{ensure_lab_addr, ensure_lab_ip, is_lab_addr, is_lab_addr_v6, is_lab_ip};
 pub use attach::AttachedNetns;
 pub use cgroup::{cgroup2_mount, create_sockets_in, Cgroup};
 pub use error::LabError;
 pub use forwarder::{DirectionStats, PathStats};
 pub use jitter::{host_timer_jitter, TimerJitter};
-pub use link::{GilbertElliott, PathSpec};
+pub use link::{GilbertElliott, PathSpec, Policer};
 pub use netns::{check_privileges, cleanup_stale, list_namespaces, Netns, NetnsGuard, NsThread};
 pub use probe::{udp_blast, udp_ping, BlastOptions, PingOptions, PingReport, UdpCounter, UdpCounterStats, UdpEcho};
 pub use topology::{EmulatedPath, EmulatedPathSpec, Topology, VethOptions, VethPair};

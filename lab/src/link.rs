@@ -1,6 +1,7 @@
 //! The per-direction link model of the path emulator, free of I/O so its
-//! arithmetic is unit-testable: Bernoulli or Gilbert-Elliott (bursty) loss, then a rate-limited FIFO
-//! bottleneck with a byte-bounded queue (tail drop), then a fixed delay.
+//! arithmetic is unit-testable: Bernoulli or Gilbert-Elliott (bursty) loss, then an optional
+//! token-bucket policer (drops, never queues), then a rate-limited FIFO bottleneck with a
+//! byte-bounded queue (tail drop), then a fixed delay plus optional per-packet jitter.
 //!
 //! The bottleneck is a constant-rate, work-conserving FIFO, so the bytes not
 //! yet serialised at time `t` are exactly `(last_departure - t) * rate`; that
@@ -27,6 +28,37 @@ pub struct PathSpec {
     pub queue_bytes: usize,
     /// Bursty loss instead of `loss` (which must then be 0).
     pub bursty_loss: Option<GilbertElliott>,
+    /// Token-bucket policer in front of the bottleneck: packets that find too few tokens are
+    /// dropped (counted in `dropped_policer`), never queued or delayed.
+    pub policer: Option<Policer>,
+    /// Per-packet extra delay drawn uniformly from [0, jitter] and added to the fixed delay.
+    /// Each packet is released at its own due time, so a later packet with a smaller draw
+    /// overtakes an earlier one (netem-style reordering, counted in `reordered`). Zero keeps
+    /// the default strict FIFO release.
+    pub jitter: Duration,
+}
+
+/// A token-bucket policer (as ISPs and cloud egress limits apply): tokens accrue at
+/// `rate_bps` up to `burst_bytes`; a packet passes if the bucket holds at least its length in
+/// bytes (and takes them), otherwise it is dropped. The bucket starts full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policer {
+    /// Token rate in bits/s: the policed rate.
+    pub rate_bps: u64,
+    /// Bucket depth in bytes: the largest burst passed at once after an idle spell.
+    pub burst_bytes: u64,
+}
+
+impl Policer {
+    pub fn new(rate_bps: u64, burst_bytes: u64) -> Self {
+        Self { rate_bps, burst_bytes }
+    }
+
+    /// A bucket holding `depth` worth of the rate (e.g. 1.5 s, a common router default).
+    pub fn with_depth(rate_bps: u64, depth: Duration) -> Self {
+        let burst = (u128::from(rate_bps) * depth.as_nanos() / 8_000_000_000) as u64;
+        Self { rate_bps, burst_bytes: burst }
+    }
 }
 
 /// Two-state (Gilbert-Elliott) loss: a Markov chain between a good and a bad state, stepped
@@ -77,7 +109,15 @@ impl GilbertElliott {
 
 impl Default for PathSpec {
     fn default() -> Self {
-        Self { one_way_delay: Duration::ZERO, loss: 0.0, rate_bps: None, queue_bytes: 1 << 20, bursty_loss: None }
+        Self {
+            one_way_delay: Duration::ZERO,
+            loss: 0.0,
+            rate_bps: None,
+            queue_bytes: 1 << 20,
+            bursty_loss: None,
+            policer: None,
+            jitter: Duration::ZERO,
+        }
     }
 }
 
@@ -103,6 +143,16 @@ impl PathSpec {
         self
     }
 
+    pub fn with_policer(mut self, policer: Policer) -> Self {
+        self.policer = Some(policer);
+        self
+    }
+
+    pub fn with_jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), LabError> {
         let bad = |m: String| Err(LabError::InvalidArgument(m));
         if !(0.0..=1.0).contains(&self.loss) {
@@ -123,7 +173,68 @@ impl PathSpec {
         if self.rate_bps.is_some() && self.queue_bytes == 0 {
             return bad("queue_bytes must be > 0 with a rate cap".into());
         }
+        if let Some(p) = &self.policer {
+            if p.rate_bps == 0 {
+                return bad("policer rate_bps must be > 0".into());
+            }
+            // A bucket smaller than one full-size packet would drop every such packet.
+            if p.burst_bytes < MAX_PACKET_BYTES {
+                return bad(format!("policer burst_bytes {} below one {MAX_PACKET_BYTES}-byte packet", p.burst_bytes));
+            }
+        }
+        if self.jitter > Duration::from_secs(10) {
+            return bad(format!("jitter {:?} above 10 s", self.jitter));
+        }
         Ok(())
+    }
+}
+
+/// The largest packet the lab's links carry (their MTU).
+const MAX_PACKET_BYTES: u64 = 1500;
+
+/// Token-bucket arithmetic in exact integers: one byte of credit is 8e9 units, and each
+/// nanosecond adds `rate_bps` units, so no rounding accumulates however small the steps.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenBucket {
+    rate_bps: u64,
+    depth_units: u128,
+    units: u128,
+    last_ns: u64,
+}
+
+const UNITS_PER_BYTE: u128 = 8_000_000_000;
+
+impl TokenBucket {
+    /// A full bucket at time 0.
+    pub(crate) fn new(p: &Policer) -> Self {
+        let depth_units = u128::from(p.burst_bytes) * UNITS_PER_BYTE;
+        Self { rate_bps: p.rate_bps, depth_units, units: depth_units, last_ns: 0 }
+    }
+
+    /// Whole bytes of credit at `now_ns` (after refilling).
+    #[cfg(test)]
+    pub(crate) fn tokens_bytes(&mut self, now_ns: u64) -> u64 {
+        self.refill(now_ns);
+        (self.units / UNITS_PER_BYTE) as u64
+    }
+
+    fn refill(&mut self, now_ns: u64) {
+        // Time never runs backwards for the bucket: a stale timestamp adds nothing.
+        let elapsed = now_ns.saturating_sub(self.last_ns);
+        self.last_ns = self.last_ns.max(now_ns);
+        self.units = (self.units + u128::from(elapsed) * u128::from(self.rate_bps)).min(self.depth_units);
+    }
+
+    /// Takes `len` bytes of credit if there is that much; false (taking nothing) otherwise.
+    pub(crate) fn conform(&mut self, now_ns: u64, len: usize) -> bool {
+        self.refill(now_ns);
+        let cost = len as u128 * UNITS_PER_BYTE;
+        if self.units >= cost {
+            self.units -= cost;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -131,6 +242,8 @@ impl PathSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Lost,
+    /// Dropped by the policer: too few tokens.
+    Policed,
     QueueFull,
     /// Hand the packet to the far side at this CLOCK_MONOTONIC time.
     Deliver {
@@ -150,10 +263,12 @@ pub(crate) struct LinkModel {
     rate_bps: Option<u64>,
     queue_bytes: u64,
     rng: Rng,
+    policer: Option<TokenBucket>,
+    jitter_ns: u64,
     /// When the last admitted packet finishes serialisation.
     last_departure_ns: u64,
-    /// Release time of the last admitted packet; releases never go backwards,
-    /// so the emulator never reorders.
+    /// Release time of the last admitted packet; without jitter releases never
+    /// go backwards, so the emulator never reorders.
     last_release_ns: u64,
 }
 
@@ -167,6 +282,8 @@ impl LinkModel {
             rate_bps: spec.rate_bps,
             queue_bytes: spec.queue_bytes as u64,
             rng: Rng::new(seed),
+            policer: spec.policer.as_ref().map(TokenBucket::new),
+            jitter_ns: u64::try_from(spec.jitter.as_nanos()).unwrap_or(u64::MAX),
             last_departure_ns: 0,
             last_release_ns: 0,
         }
@@ -202,6 +319,13 @@ impl LinkModel {
         if self.lose() {
             return Verdict::Lost;
         }
+        // The policer sits before the bottleneck, as an ISP's does before its access link:
+        // it only ever drops, so a policed packet costs neither queue space nor time.
+        if let Some(bucket) = &mut self.policer {
+            if !bucket.conform(now_ns, len) {
+                return Verdict::Policed;
+            }
+        }
         let mut backlog = 0;
         let departure_ns = match self.rate_bps {
             None => now_ns,
@@ -217,8 +341,14 @@ impl LinkModel {
                 dep
             }
         };
-        let release_ns = departure_ns.saturating_add(self.delay_ns).max(self.last_release_ns);
-        self.last_release_ns = release_ns;
+        let release_ns = if self.jitter_ns == 0 {
+            departure_ns.saturating_add(self.delay_ns).max(self.last_release_ns)
+        } else {
+            // Uniform in [0, jitter]; each packet keeps its own due time, so reordering follows.
+            let extra = (self.rng.next_f64() * (self.jitter_ns as f64 + 1.0)) as u64;
+            departure_ns.saturating_add(self.delay_ns).saturating_add(extra.min(self.jitter_ns))
+        };
+        self.last_release_ns = self.last_release_ns.max(release_ns);
         Verdict::Deliver {
             release_ns,
             // Without a rate cap there is no bottleneck queue at all.
@@ -315,5 +445,106 @@ mod tests {
         assert!(PathSpec::delay(Duration::ZERO).with_rate(0, 10).validate().is_err());
         assert!(PathSpec::delay(Duration::ZERO).with_rate(10, 0).validate().is_err());
         assert!(PathSpec::default().validate().is_ok());
+        assert!(PathSpec::default().with_policer(Policer::new(0, 15_000)).validate().is_err());
+        assert!(PathSpec::default().with_policer(Policer::new(1_000_000, 1499)).validate().is_err());
+        assert!(PathSpec::default().with_policer(Policer::new(1_000_000, 1500)).validate().is_ok());
+        assert!(PathSpec::default().with_jitter(Duration::from_secs(11)).validate().is_err());
+    }
+
+    #[test]
+    fn token_bucket_starts_full_refills_at_rate_and_caps_at_depth() {
+        // 8 Mbit/s = 1 byte per microsecond; a 3000-byte bucket.
+        let mut b = TokenBucket::new(&Policer::new(8_000_000, 3000));
+        assert_eq!(b.tokens_bytes(0), 3000);
+        assert!(b.conform(0, 1500));
+        assert!(b.conform(0, 1500));
+        // Empty: a packet arriving at once is dropped and takes nothing.
+        assert!(!b.conform(0, 1500));
+        assert_eq!(b.tokens_bytes(0), 0);
+        // 1499 us later the bucket holds 1499 bytes: one short.
+        assert!(!b.conform(1_499_000, 1500));
+        assert!(b.conform(1_500_000, 1500));
+        assert_eq!(b.tokens_bytes(1_500_000), 0);
+        // Idle for a second: refilled to the depth, not beyond.
+        assert_eq!(b.tokens_bytes(1_001_500_000), 3000);
+        // A small packet passes where a big one would not.
+        let mut b = TokenBucket::new(&Policer::new(8_000_000, 1500));
+        assert!(b.conform(0, 1500));
+        assert!(!b.conform(100_000, 1500));
+        assert!(b.conform(100_000, 60));
+        // Exact at fractional rates: 1 bit/s earns one byte in 8 s, not before.
+        let mut b = TokenBucket::new(&Policer::new(1, 1500));
+        assert!(b.conform(0, 1500));
+        assert!(!b.conform(7_999_999_999, 1));
+        assert!(b.conform(8_000_000_000, 1));
+    }
+
+    #[test]
+    fn policer_passes_its_rate_plus_bucket_and_drops_the_rest() {
+        // Offered 100 Mbit/s of 1500-byte packets for 2 s into a 20 Mbit/s policer with a
+        // 15 kB bucket: what passes is rate x time + bucket, to within one packet.
+        let spec = PathSpec::delay(Duration::from_millis(5)).with_policer(Policer::new(20_000_000, 15_000));
+        let mut m = LinkModel::new(&spec, 1);
+        let gap_ns = 120_000; // 1500 B at 100 Mbit/s
+        let n = 2_000_000_000 / gap_ns;
+        let mut passed = 0u64;
+        let mut policed = 0u64;
+        for i in 0..n {
+            match m.admit(i * gap_ns, 1500) {
+                Verdict::Deliver { release_ns, backlog_bytes } => {
+                    // No queue and no added delay: exactly the fixed delay.
+                    assert_eq!(release_ns, i * gap_ns + 5_000_000);
+                    assert_eq!(backlog_bytes, 0);
+                    passed += 1500;
+                }
+                Verdict::Policed => policed += 1,
+                v => panic!("unexpected {v:?}"),
+            }
+        }
+        let last = (n - 1) * gap_ns;
+        let allowed = 20_000_000 * last / 8_000_000_000 + 15_000;
+        assert!(passed <= allowed && passed + 1500 > allowed, "passed {passed}, allowed {allowed}");
+        assert_eq!(policed + passed / 1500, n);
+    }
+
+    #[test]
+    fn policer_before_bottleneck_leaves_queue_for_conforming_packets() {
+        // Policer at 20 Mbit/s, then a 10 Mbit/s bottleneck: dropped packets never reach the queue.
+        let spec =
+            PathSpec::delay(Duration::ZERO).with_policer(Policer::new(20_000_000, 3000)).with_rate(10_000_000, 100_000);
+        let mut m = LinkModel::new(&spec, 1);
+        assert!(matches!(m.admit(0, 1500), Verdict::Deliver { backlog_bytes: 1500, .. }));
+        assert!(matches!(m.admit(0, 1500), Verdict::Deliver { backlog_bytes: 3000, .. }));
+        assert_eq!(m.admit(0, 1500), Verdict::Policed);
+        assert_eq!(m.backlog_bytes(0), 3000);
+    }
+
+    /// Release times of `n` back-to-back packets through a jittery path, in arrival order.
+    fn jittered_releases(jitter: Duration, n: u64, gap_ns: u64, seed: u64) -> Vec<u64> {
+        let spec = PathSpec::delay(Duration::from_millis(10)).with_jitter(jitter);
+        let mut m = LinkModel::new(&spec, seed);
+        (0..n)
+            .map(|i| match m.admit(i * gap_ns, 1500) {
+                Verdict::Deliver { release_ns, .. } => release_ns,
+                v => panic!("unexpected {v:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn jitter_is_uniform_within_its_bound_and_seeded() {
+        let j = Duration::from_millis(4);
+        let rel = jittered_releases(j, 20_000, 100_000, 3);
+        assert_eq!(rel, jittered_releases(j, 20_000, 100_000, 3));
+        let extras: Vec<u64> = rel.iter().enumerate().map(|(i, r)| r - i as u64 * 100_000 - 10 * MS).collect();
+        assert!(extras.iter().all(|&e| e <= 4 * MS));
+        // Uniform on [0, 4 ms]: mean 2 ms (sd of the mean ~8 us), a quarter in each quarter.
+        let mean = extras.iter().sum::<u64>() as f64 / extras.len() as f64;
+        assert!((mean - 2e6).abs() < 40_000.0, "mean extra delay {mean} ns");
+        let first_quarter = extras.iter().filter(|&&e| e < MS).count() as f64 / extras.len() as f64;
+        assert!((first_quarter - 0.25).abs() < 0.02, "share below 1 ms {first_quarter}");
+        // Zero jitter keeps the fixed delay exactly.
+        let flat = jittered_releases(Duration::ZERO, 100, 100_000, 3);
+        assert!(flat.iter().enumerate().all(|(i, r)| *r == i as u64 * 100_000 + 10 * MS));
     }
 }

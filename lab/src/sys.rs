@@ -4,6 +4,7 @@
 
 use std::io;
 use std::mem::{size_of, MaybeUninit};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -208,24 +209,6 @@ pub(crate) fn bind_v4(fd: BorrowedFd<'_>, addr: std::net::SocketAddrV4) -> io::R
     .map(drop)
 }
 
-/// Starts a non-blocking connect; EINPROGRESS is success here.
-pub(crate) fn connect_v4(fd: BorrowedFd<'_>, addr: std::net::SocketAddrV4) -> io::Result<()> {
-    let sa = sockaddr_in(addr);
-    // SAFETY: `sa` is a valid sockaddr_in and we pass its exact size.
-    let ret = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    match cvt(ret) {
-        Ok(_) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 pub(crate) fn local_addr_v4(fd: BorrowedFd<'_>) -> io::Result<std::net::SocketAddrV4> {
     // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
@@ -233,6 +216,110 @@ pub(crate) fn local_addr_v4(fd: BorrowedFd<'_>) -> io::Result<std::net::SocketAd
     // SAFETY: the kernel writes at most `len` bytes into `sa`.
     cvt(unsafe { libc::getsockname(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in).cast(), &mut len) })?;
     Ok(from_sockaddr_in(&sa))
+}
+
+/// Kernel socket address of either family, and its exact length.
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = sockaddr_in(a);
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_in6 is plain old data; all-zero is a valid value.
+            let mut sin6: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+            sin6.sin6_flowinfo = a.flowinfo().to_be();
+            sin6.sin6_scope_id = a.scope_id();
+            // SAFETY: as above.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// The socket address in a kernel-filled `sockaddr_storage`.
+pub(crate) fn from_sockaddr(ss: &libc::sockaddr_storage) -> io::Result<SocketAddr> {
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Ok(SocketAddr::V4(from_sockaddr_in(sin)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        }
+        f => Err(io::Error::new(io::ErrorKind::InvalidData, format!("unexpected address family {f}"))),
+    }
+}
+
+/// Creates a close-on-exec, non-blocking socket of `ty` in the family of `addr`.
+pub(crate) fn socket_for(addr: SocketAddr, ty: libc::c_int) -> io::Result<OwnedFd> {
+    let domain = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain syscall without pointers.
+    let fd = cvt(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) })?;
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub(crate) fn bind(fd: BorrowedFd<'_>, addr: SocketAddr) -> io::Result<()> {
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: `ss` holds a valid sockaddr of exactly `len` bytes.
+    cvt(unsafe { libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) }).map(drop)
+}
+
+/// Starts a non-blocking connect; EINPROGRESS is success here.
+pub(crate) fn connect(fd: BorrowedFd<'_>, addr: SocketAddr) -> io::Result<()> {
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: `ss` holds a valid sockaddr of exactly `len` bytes.
+    let ret = unsafe { libc::connect(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) };
+    match cvt(ret) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) fn local_addr(fd: BorrowedFd<'_>) -> io::Result<SocketAddr> {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `ss`.
+    cvt(unsafe { libc::getsockname(fd.as_raw_fd(), (&mut ss as *mut libc::sockaddr_storage).cast(), &mut len) })?;
+    from_sockaddr(&ss)
+}
+
+/// `accept4(2)` of a non-blocking, close-on-exec connection and its peer's address.
+pub(crate) fn accept(listener: RawFd) -> io::Result<(OwnedFd, SocketAddr)> {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `ss`.
+    let fd = cvt(unsafe {
+        libc::accept4(
+            listener,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    })?;
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((fd, from_sockaddr(&ss)?))
 }
 
 /// `read(2)` into `buf`; returns the byte count (0 = EOF).
@@ -297,5 +384,19 @@ impl ZeroWakeLatency {
             log::info!("no /dev/cpu_dma_latency request: emulated delays carry the host's wake-up latency");
         }
         Self { _request: file }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_round_trip() {
+        for a in ["198.19.2.1:5201", "[2001:db8:0:2::1]:5201"] {
+            let addr: SocketAddr = a.parse().expect("addr");
+            let (ss, _) = sockaddr(addr);
+            assert_eq!(from_sockaddr(&ss).expect("family"), addr);
+        }
     }
 }

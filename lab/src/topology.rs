@@ -4,7 +4,7 @@
 //! resources are released on drop, including when creation fails halfway
 //! (each step's resources are owned by a value dropped on `?`).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use anyhow::{bail, Context, Result};
 
@@ -210,17 +210,23 @@ impl_topology!(VethPair);
 pub struct EmulatedPathSpec {
     /// Sender to receiver (data direction of the generators).
     pub forward: PathSpec,
-    /// Receiver to sender (ACK direction).
+    /// Receiver to sender (ACK direction). Any [`PathSpec`]: e.g. loss of
+    /// ACKs only is `PathSpec::delay(d).with_loss(p)` here with a lossless
+    /// `forward`.
     pub reverse: PathSpec,
     /// Seeds the loss decisions of both directions (distinct streams).
     pub seed: u64,
+    /// Also give both ends IPv6 addresses in 2001:db8::/32 (see
+    /// [`EmulatedPath::sender_addr_v6`]); the same link model applies to both
+    /// families. Off by default: IPv6 stays disabled in lab namespaces.
+    pub ipv6: bool,
 }
 
 impl EmulatedPathSpec {
     /// `forward` as given; the reverse path gets the same delay, no loss and
     /// no rate cap.
     pub fn new(forward: PathSpec) -> Self {
-        Self { reverse: PathSpec::delay(forward.one_way_delay), forward, seed: 1 }
+        Self { reverse: PathSpec::delay(forward.one_way_delay), forward, seed: 1, ipv6: false }
     }
 
     /// Symmetric pure delay: `rtt / 2` each way.
@@ -245,6 +251,7 @@ pub struct EmulatedPath {
     spec: EmulatedPathSpec,
     sender_addr: Ipv4Addr,
     receiver_addr: Ipv4Addr,
+    v6: Option<(Ipv6Addr, Ipv6Addr)>,
     sender: Netns,
     receiver: Netns,
     /// Held while the path exists: see [`sys::ZeroWakeLatency`].
@@ -267,12 +274,21 @@ impl EmulatedPath {
         let receiver = Netns::create("ercv")?;
         let s_tun = Self::build_end(&sender, Self::SENDER_DEV, sender_addr, receiver_addr)?;
         let r_tun = Self::build_end(&receiver, Self::RECEIVER_DEV, receiver_addr, sender_addr)?;
+        let v6 = if spec.ipv6 {
+            let (s6, r6) = (addr::routed_v6(sender_addr), addr::routed_v6(receiver_addr));
+            Self::add_ipv6(&sender, &s_tun.name, s6, r6)?;
+            Self::add_ipv6(&receiver, &r_tun.name, r6, s6)?;
+            Some((s6, r6))
+        } else {
+            None
+        };
         let forwarder = Forwarder::start(s_tun.fd, r_tun.fd, &spec.forward, &spec.reverse, spec.seed)?;
         Ok(EmulatedPath {
             forwarder,
             spec,
             sender_addr,
             receiver_addr,
+            v6,
             sender,
             receiver,
             _wake_latency: sys::ZeroWakeLatency::request(),
@@ -290,6 +306,31 @@ impl EmulatedPath {
         // device is all it takes (no ARP, no gateway).
         ns.ip(&["route", "add", &format!("{}/24", net24(peer)), "dev", &tun.name])?;
         Ok(tun)
+    }
+
+    /// Enables IPv6 on the TUN device only, with nothing that would send on
+    /// its own: no link-local address (so no router solicitations, and MLD has
+    /// no source to report from), no duplicate address detection, no router
+    /// advertisements accepted. Anything else would cross the emulator as
+    /// non-lab traffic and be counted in `dropped_other`.
+    fn add_ipv6(ns: &Netns, dev: &str, local: Ipv6Addr, peer: Ipv6Addr) -> Result<()> {
+        for (key, value) in [("addr_gen_mode", "1"), ("accept_ra", "0"), ("dad_transmits", "0"), ("disable_ipv6", "0")]
+        {
+            ns.sysctl_set(&format!("net.ipv6.conf.{dev}.{key}"), value)?;
+        }
+        ns.ip(&["-6", "addr", "add", &format!("{local}/64"), "dev", dev, "nodad"])?;
+        ns.ip(&["-6", "route", "add", &format!("{}/64", addr::net64(peer)), "dev", dev])?;
+        Ok(())
+    }
+
+    /// The sender's IPv6 address, if the path was built with `ipv6`.
+    pub fn sender_addr_v6(&self) -> Option<Ipv6Addr> {
+        self.v6.map(|(s, _)| s)
+    }
+
+    /// The receiver's IPv6 address, if the path was built with `ipv6`.
+    pub fn receiver_addr_v6(&self) -> Option<Ipv6Addr> {
+        self.v6.map(|(_, r)| r)
     }
 
     pub fn spec(&self) -> &EmulatedPathSpec {

@@ -5,15 +5,15 @@
 //! addresses, and is bounded: a sender stops at its duration (and optional
 //! byte budget); a sink stops when dropped.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::addr::ensure_lab_addr;
+use crate::addr::ensure_lab_ip;
 use crate::error::LabError;
 use crate::netns::{ensure_congestion_control, Netns, NsThread};
 use crate::sys::{self, is_would_block, pollfd, EventFd};
@@ -51,7 +51,7 @@ pub struct SinkOptions {
 /// One connection accepted by a [`Sink`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkConnection {
-    pub peer: SocketAddrV4,
+    pub peer: SocketAddr,
     pub bytes: u64,
     /// False once the peer closed (EOF) or reset the connection.
     pub open: bool,
@@ -61,29 +61,30 @@ pub struct SinkConnection {
 /// they send. Stops and joins its thread on drop.
 #[derive(Debug)]
 pub struct Sink {
-    local: SocketAddrV4,
+    local: SocketAddr,
     stop: Arc<EventFd>,
     conns: Arc<Mutex<Vec<SinkConnection>>>,
     thread: Option<NsThread<Result<()>>>,
 }
 
 impl Sink {
-    /// Listens on `addr:port` inside `ns` (port 0 picks a free port).
-    pub fn start(ns: &Netns, addr: Ipv4Addr, port: u16, opts: SinkOptions) -> Result<Sink> {
-        ensure_lab_addr(addr)?;
+    /// Listens on `addr:port` inside `ns` (port 0 picks a free port); IPv4 or IPv6.
+    pub fn start(ns: &Netns, addr: impl Into<IpAddr>, port: u16, opts: SinkOptions) -> Result<Sink> {
+        let addr = addr.into();
+        ensure_lab_ip(addr)?;
         let stop = Arc::new(EventFd::new().context("eventfd")?);
         let conns = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::sync_channel(1);
         let (t_stop, t_conns) = (stop.clone(), conns.clone());
         let thread = ns.spawn_thread("cct-sink", move || -> Result<()> {
-            let listener = match listen(SocketAddrV4::new(addr, port), &opts) {
+            let listener = match listen(SocketAddr::new(addr, port), &opts) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = tx.send(Err(anyhow!("{e:#}")));
                     return Err(e);
                 }
             };
-            let _ = tx.send(sys::local_addr_v4(listener.as_fd()).map_err(anyhow::Error::from));
+            let _ = tx.send(sys::local_addr(listener.as_fd()).map_err(anyhow::Error::from));
             sink_loop(&listener, &t_stop, &t_conns)
         })?;
         match rx.recv() {
@@ -101,7 +102,7 @@ impl Sink {
         }
     }
 
-    pub fn local_addr(&self) -> SocketAddrV4 {
+    pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
@@ -138,14 +139,14 @@ impl Drop for Sink {
     }
 }
 
-fn listen(addr: SocketAddrV4, opts: &SinkOptions) -> Result<OwnedFd> {
-    let fd = sys::socket_v4(libc::SOCK_STREAM).context("socket")?;
+fn listen(addr: SocketAddr, opts: &SinkOptions) -> Result<OwnedFd> {
+    let fd = sys::socket_for(addr, libc::SOCK_STREAM).context("socket")?;
     sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("SO_REUSEADDR")?;
     if let Some(rcvbuf) = opts.rcvbuf {
         // Must precede listen(): the window scale is fixed at the handshake.
         sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(rcvbuf)).context("SO_RCVBUF")?;
     }
-    sys::bind_v4(fd.as_fd(), addr).with_context(|| format!("bind {addr}"))?;
+    sys::bind(fd.as_fd(), addr).with_context(|| format!("bind {addr}"))?;
     // SAFETY: plain syscall on a socket we own.
     sys::cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) }).context("listen")?;
     Ok(fd)
@@ -153,23 +154,6 @@ fn listen(addr: SocketAddrV4, opts: &SinkOptions) -> Result<OwnedFd> {
 
 fn clamp_int(v: usize) -> libc::c_int {
     libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX)
-}
-
-fn accept(listener: RawFd) -> std::io::Result<(OwnedFd, SocketAddrV4)> {
-    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `sa`.
-    let fd = sys::cvt(unsafe {
-        libc::accept4(
-            listener,
-            (&mut sa as *mut libc::sockaddr_in).cast(),
-            &mut len,
-            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-        )
-    })?;
-    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-    Ok((unsafe { OwnedFd::from_raw_fd(fd) }, sys::from_sockaddr_in(&sa)))
 }
 
 /// One thread multiplexes the listener and all connections with ppoll.
@@ -189,7 +173,7 @@ fn sink_loop(listener: &OwnedFd, stop: &EventFd, shared: &Mutex<Vec<SinkConnecti
         }
         if pfds[1].revents != 0 {
             loop {
-                match accept(listener.as_raw_fd()) {
+                match sys::accept(listener.as_raw_fd()) {
                     Ok((fd, peer)) => {
                         let mut s = lock(shared);
                         s.push(SinkConnection { peer, bytes: 0, open: true });
@@ -331,8 +315,20 @@ pub struct SenderReport {
     pub elapsed: Duration,
     /// `bytes_acked * 8 / elapsed`.
     pub goodput_bps: f64,
-    /// tcpi_total_retrans at close.
+    /// tcpi_total_retrans at close: segments retransmitted (`ss`: retrans:x/TOTAL).
     pub total_retrans: u32,
+    /// tcpi_dsack_dups at close: retransmissions the receiver reported, by
+    /// DSACK, as duplicates of data it already had (spurious ones).
+    pub dsack_dups: u32,
+    /// tcpi_reord_seen at close: reordering events the sender detected.
+    pub reord_seen: u32,
+    /// tcpi_reordering at close: the sender's reordering degree estimate, in
+    /// packets (3 unless reordering was seen).
+    pub reordering: u32,
+    /// tcpi_total_rto at close: retransmission timeouts (0 on kernels before 6.7).
+    pub total_rto: u16,
+    /// tcpi_bytes_retrans at close.
+    pub bytes_retrans: u64,
     /// The congestion control the socket actually used.
     pub congestion: String,
     pub local_port: u16,
@@ -341,7 +337,7 @@ pub struct SenderReport {
 /// A running TCP sender. Dropping it stops it promptly and joins.
 #[derive(Debug)]
 pub struct Sender {
-    local: SocketAddrV4,
+    local: SocketAddr,
     stop: Arc<EventFd>,
     abort: Arc<AtomicBool>,
     thread: Option<NsThread<Result<SenderReport>>>,
@@ -350,8 +346,10 @@ pub struct Sender {
 impl Sender {
     /// Connects from `ns` to `dst:port` and starts sending in the background.
     /// Returns once the connection is established.
-    pub fn start(ns: &Netns, dst: Ipv4Addr, port: u16, opts: SenderOptions) -> Result<Sender> {
-        ensure_lab_addr(dst)?;
+    /// IPv4 or IPv6, as `dst` is.
+    pub fn start(ns: &Netns, dst: impl Into<IpAddr>, port: u16, opts: SenderOptions) -> Result<Sender> {
+        let dst = dst.into();
+        ensure_lab_ip(dst)?;
         opts.validate()?;
         if let Some(cc) = &opts.congestion {
             ensure_congestion_control(cc);
@@ -360,7 +358,7 @@ impl Sender {
         let abort = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel(1);
         let (t_stop, t_abort) = (stop.clone(), abort.clone());
-        let peer = SocketAddrV4::new(dst, port);
+        let peer = SocketAddr::new(dst, port);
         // The thread name becomes the kernel's comm for the socket's owner: tracers show it.
         let name = opts.name.clone().unwrap_or_else(|| "cct-sender".to_string());
         let thread = ns.spawn_thread(&name, move || run_sender(peer, &opts, &t_stop, &t_abort, tx))?;
@@ -380,7 +378,7 @@ impl Sender {
         self.local.port()
     }
 
-    pub fn local_addr(&self) -> SocketAddrV4 {
+    pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
@@ -567,10 +565,10 @@ impl SendState<'_> {
     }
 }
 
-fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<OwnedFd> {
+fn connect(peer: SocketAddr, opts: &SenderOptions, stop: &EventFd) -> Result<OwnedFd> {
     let fd = match &opts.socket_cgroup {
-        Some(dir) => crate::cgroup::create_sockets_in(dir, || sys::socket_v4(libc::SOCK_STREAM))?,
-        None => sys::socket_v4(libc::SOCK_STREAM),
+        Some(dir) => crate::cgroup::create_sockets_in(dir, || sys::socket_for(peer, libc::SOCK_STREAM))?,
+        None => sys::socket_for(peer, libc::SOCK_STREAM),
     }
     .context("socket")?;
     if let Some(cc) = &opts.congestion {
@@ -583,7 +581,7 @@ fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<O
     if opts.nodelay {
         sys::setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).context("TCP_NODELAY")?;
     }
-    sys::connect_v4(fd.as_fd(), peer).context("connect")?;
+    sys::connect(fd.as_fd(), peer).context("connect")?;
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     loop {
         let now = Instant::now();
@@ -607,14 +605,14 @@ fn connect(peer: SocketAddrV4, opts: &SenderOptions, stop: &EventFd) -> Result<O
 }
 
 fn run_sender(
-    peer: SocketAddrV4,
+    peer: SocketAddr,
     opts: &SenderOptions,
     stop: &EventFd,
     abort: &AtomicBool,
-    ready: mpsc::SyncSender<SocketAddrV4>,
+    ready: mpsc::SyncSender<SocketAddr>,
 ) -> Result<SenderReport> {
     let fd = connect(peer, opts, stop)?;
-    let local = sys::local_addr_v4(fd.as_fd()).context("getsockname")?;
+    let local = sys::local_addr(fd.as_fd()).context("getsockname")?;
     let start = Instant::now();
     // The caller is blocked on this; if it vanished we simply run on.
     let _ = ready.send(local);
@@ -653,6 +651,11 @@ fn run_sender(
         elapsed,
         goodput_bps: if secs > 0.0 { bytes_acked as f64 * 8.0 / secs } else { 0.0 },
         total_retrans: info.tcpi_total_retrans,
+        dsack_dups: info.tcpi_dsack_dups,
+        reord_seen: info.tcpi_reord_seen,
+        reordering: info.tcpi_reordering,
+        total_rto: info.tcpi_total_rto,
+        bytes_retrans: info.tcpi_bytes_retrans,
         congestion,
         local_port: local.port(),
     })

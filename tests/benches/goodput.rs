@@ -1,37 +1,169 @@
-//! CUBIC vs BBR goodput on the same emulated lossy WAN path, in one run, with the Mathis
-//! prediction for the loss the flows actually saw. A benchmark, not a test: it prints numbers.
-//! The default path is the story's (and `cctrace demo`'s): 30 ms RTT, 0.1 % random loss,
-//! 200 Mbit/s.
+//! CUBIC vs BBR goodput on emulated WAN paths, no tracer: the truth the diagnosis is
+//! calibrated against. A benchmark, not a test: it prints numbers.
 //!
-//! `cargo xtask bench` (or `cargo bench -p cctrace-tests --bench goodput -- [--secs N] [--loss-pct P]`).
+//! Paths, all 30 ms RTT with a 200 Mbit/s bottleneck (queue BDP/4):
+//! - `clean`: nothing else (the reference for what each algorithm gets from the bottleneck);
+//! - `random`: 0.1 % random loss (the story's path, and `cctrace demo`'s), with the Mathis
+//!   prediction for the loss the flows actually saw;
+//! - `policer-tight`: a 20 Mbit/s token-bucket policer with a 10 ms bucket (25 kB;
+//!   `--tight-bucket BYTES` for another);
+//! - `policer-deep`: the same policer with a 1.5 s bucket (3.75 MB, a common router default);
+//! - `jitter`: 0-3 ms of uniform per-packet jitter (reordering), no random loss;
+//! - `ack-loss`: 2 % loss on the ACK direction only.
+//!
+//! Each flow sets its algorithm per socket (TCP_CONGESTION), runs on a fresh path, and is
+//! reported with the kernel's own view of the sender at close (TCP_INFO, the counters
+//! `ss -tni` prints) and the emulator's drop and reordering counters.
+//!
+//! `cargo xtask bench` (or `cargo bench -p cctrace-tests --bench goodput -- [--secs N]
+//! [--loss-pct P] [--tight-bucket BYTES] [--only NAME]`).
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
+use cctrace_lab::{
+    DirectionStats, EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SendMode, Sender, SenderOptions, SenderReport,
+    Sink, SinkOptions,
+};
 
 const PORT: u16 = 5201;
+const RTT_MS: f64 = 30.0;
+const LINE_BPS: u64 = 200_000_000;
+const POLICED_BPS: u64 = 20_000_000;
+const MSS: f64 = 1448.0;
+
+struct Scenario {
+    name: &'static str,
+    what: String,
+    spec: EmulatedPathSpec,
+    /// The policer's rate, where the path has one: what a flow can get at most.
+    policed_bps: Option<u64>,
+}
 
 struct Run {
     cc: &'static str,
-    goodput_bps: f64,
-    retrans: u32,
-    bytes_acked: u64,
+    report: SenderReport,
+    forward: DirectionStats,
+    reverse: DirectionStats,
 }
 
-fn bulk(path: &EmulatedPath, cc: &'static str, secs: u64) -> Result<Run> {
+fn one_way() -> Duration {
+    Duration::from_secs_f64(RTT_MS / 2000.0)
+}
+
+/// The 30 ms, 200 Mbit/s path with `forward` impairments added to its bottleneck.
+fn path(forward: PathSpec, reverse: PathSpec) -> EmulatedPathSpec {
+    let queue = (LINE_BPS as f64 / 8.0 * RTT_MS / 1000.0 / 4.0) as usize;
+    let mut spec = EmulatedPathSpec::new(forward.with_rate(LINE_BPS, queue));
+    spec.reverse = reverse;
+    spec
+}
+
+fn scenarios(loss: f64, tight_bucket: Option<u64>) -> Vec<Scenario> {
+    let d = one_way();
+    let tight = match tight_bucket {
+        Some(bytes) => Policer::new(POLICED_BPS, bytes),
+        None => Policer::with_depth(POLICED_BPS, Duration::from_millis(10)),
+    };
+    let deep = Policer::with_depth(POLICED_BPS, Duration::from_millis(1500));
+    let jitter = Duration::from_millis(3);
+    vec![
+        Scenario {
+            name: "clean",
+            what: "no loss, no policer, no jitter".into(),
+            spec: path(PathSpec::delay(d), PathSpec::delay(d)),
+            policed_bps: None,
+        },
+        Scenario {
+            name: "random",
+            what: format!("{}% random loss", loss * 100.0),
+            spec: path(PathSpec::delay(d).with_loss(loss), PathSpec::delay(d)),
+            policed_bps: None,
+        },
+        Scenario {
+            name: "policer-tight",
+            what: format!(
+                "policer {} Mbit/s, bucket {} B ({:.1} ms at the rate)",
+                POLICED_BPS / 1_000_000,
+                tight.burst_bytes,
+                tight.burst_bytes as f64 * 8e3 / POLICED_BPS as f64
+            ),
+            spec: path(PathSpec::delay(d).with_policer(tight), PathSpec::delay(d)),
+            policed_bps: Some(POLICED_BPS),
+        },
+        Scenario {
+            name: "policer-deep",
+            what: format!("policer {} Mbit/s, bucket {} B (1.5 s)", POLICED_BPS / 1_000_000, deep.burst_bytes),
+            spec: path(PathSpec::delay(d).with_policer(deep), PathSpec::delay(d)),
+            policed_bps: Some(POLICED_BPS),
+        },
+        Scenario {
+            name: "jitter",
+            what: format!("per-packet jitter uniform in [0, {jitter:?}], no random loss"),
+            spec: path(PathSpec::delay(d).with_jitter(jitter), PathSpec::delay(d)),
+            policed_bps: None,
+        },
+        Scenario {
+            name: "ack-loss",
+            what: "2% loss on the ACK direction only".into(),
+            spec: path(PathSpec::delay(d), PathSpec::delay(d).with_loss(0.02)),
+            policed_bps: None,
+        },
+    ]
+}
+
+fn bulk(spec: &EmulatedPathSpec, cc: &'static str, secs: u64) -> Result<Run> {
+    let path = EmulatedPath::create(spec.clone()).context("building the emulated path")?;
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
         PORT,
         SenderOptions::new(cc, SendMode::Bulk, Duration::from_secs(secs)),
     )?;
-    let r = sender.wait()?;
-    Ok(Run { cc, goodput_bps: r.goodput_bps, retrans: r.total_retrans, bytes_acked: r.bytes_acked })
+    let report = sender.wait()?;
+    anyhow::ensure!(report.congestion == cc, "socket ran {} instead of {cc}", report.congestion);
+    let stats = path.stats();
+    Ok(Run { cc, report, forward: stats.forward, reverse: stats.reverse })
 }
 
-fn mathis_bps(mss: f64, rtt_s: f64, p: f64) -> f64 {
-    mss * 8.0 / rtt_s * 1.22 / p.sqrt()
+fn mathis_bps(p: f64) -> f64 {
+    MSS * 8.0 / (RTT_MS / 1000.0) * 1.22 / p.sqrt()
+}
+
+fn print_run(r: &Run, policed_bps: Option<u64>) {
+    let k = &r.report;
+    let mbps = k.goodput_bps / 1e6;
+    let versus = match policed_bps {
+        Some(p) => format!("{:>4.0}% of the policed rate", 100.0 * k.goodput_bps / p as f64),
+        None => format!("{:>4.0}% of the line rate", 100.0 * k.goodput_bps / LINE_BPS as f64),
+    };
+    println!(
+        "  {:>5}: goodput {mbps:>6.1} Mbit/s ({versus}); kernel at close: retrans {} ({:.3}% of segments), \
+         dsack_dups {}, reord_seen {}, reordering {}, total_rto {}; emulator: policer drops {}, queue drops {}, \
+         random drops {}, reordered {}, ACK drops {}",
+        r.cc,
+        k.total_retrans,
+        retrans_share(k) * 100.0,
+        k.dsack_dups,
+        k.reord_seen,
+        k.reordering,
+        k.total_rto,
+        r.forward.dropped_policer,
+        r.forward.dropped_queue,
+        r.forward.dropped_loss,
+        r.forward.reordered,
+        r.reverse.dropped_loss,
+    );
+}
+
+fn retrans_share(k: &SenderReport) -> f64 {
+    let segs = k.bytes_acked as f64 / MSS;
+    if segs > 0.0 {
+        f64::from(k.total_retrans) / segs
+    } else {
+        0.0
+    }
 }
 
 fn main() -> Result<()> {
@@ -40,42 +172,44 @@ fn main() -> Result<()> {
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
     let secs = arg("--secs").and_then(|v| v.parse().ok()).unwrap_or(20u64);
     let loss = arg("--loss-pct").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.1) / 100.0;
+    let only = arg("--only").cloned();
+    let tight_bucket = match arg("--tight-bucket") {
+        Some(v) => Some(v.parse::<u64>().with_context(|| format!("--tight-bucket {v:?}: expected bytes"))?),
+        None => None,
+    };
     if let Err(e) = cctrace_lab::check_privileges() {
         println!("goodput benchmark skipped: {e}");
         return Ok(());
     }
-    let (rtt_ms, rate_mbps) = (30.0, 200.0);
-    let rate = (rate_mbps * 1e6) as u64;
-    let queue = (rate as f64 / 8.0 * rtt_ms / 1000.0 / 4.0) as usize;
-    let one_way = Duration::from_secs_f64(rtt_ms / 2000.0);
-    let mut spec = EmulatedPathSpec::new(PathSpec::delay(one_way).with_loss(loss).with_rate(rate, queue));
-    spec.reverse = PathSpec::delay(one_way);
-    let path = EmulatedPath::create(spec).context("building the emulated path")?;
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-
-    println!(
-        "path: {rtt_ms} ms RTT, {}% random loss, {rate_mbps} Mbit/s bottleneck; {secs} s bulk per algorithm",
-        loss * 100.0
-    );
-    let cubic = bulk(&path, "cubic", secs)?;
-    let bbr = bulk(&path, "bbr", secs)?;
-    let mss = 1448.0;
-    for r in [&cubic, &bbr] {
-        let segs = r.bytes_acked as f64 / mss;
-        let p = if segs > 0.0 { f64::from(r.retrans) / segs } else { 0.0 };
-        println!(
-            "{:>5}: goodput {:>7.1} Mbit/s, retransmitted {:.3}% of segments, Mathis bound at that loss {:>6.1} Mbit/s",
-            r.cc,
-            r.goodput_bps / 1e6,
-            p * 100.0,
-            if p > 0.0 { mathis_bps(mss, rtt_ms / 1000.0, p) / 1e6 } else { f64::INFINITY }
-        );
+    let all = scenarios(loss, tight_bucket);
+    if let Some(name) = &only {
+        if !all.iter().any(|s| s.name == name.as_str()) {
+            let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+            anyhow::bail!("unknown path {name:?}; one of {names:?}");
+        }
     }
     println!(
-        "ratio bbr/cubic: {:.1}x; Mathis bound at the configured {}% loss: {:.1} Mbit/s",
-        bbr.goodput_bps / cubic.goodput_bps.max(1.0),
-        loss * 100.0,
-        mathis_bps(mss, rtt_ms / 1000.0, loss) / 1e6
+        "CUBIC vs BBR, no tracer: {RTT_MS} ms RTT, {} Mbit/s bottleneck (queue BDP/4); {secs} s bulk per \
+         algorithm on a fresh path",
+        LINE_BPS / 1_000_000
     );
+    for s in all.iter().filter(|s| only.as_deref().is_none_or(|o| o == s.name)) {
+        println!("{}: {}", s.name, s.what);
+        let cubic = bulk(&s.spec, "cubic", secs)?;
+        let bbr = bulk(&s.spec, "bbr", secs)?;
+        for r in [&cubic, &bbr] {
+            print_run(r, s.policed_bps);
+        }
+        let ratio = bbr.report.goodput_bps / cubic.report.goodput_bps.max(1.0);
+        println!("  ratio bbr/cubic: {ratio:.2}x");
+        if s.name == "random" {
+            for r in [&cubic, &bbr] {
+                let p = retrans_share(&r.report);
+                let bound = if p > 0.0 { mathis_bps(p) / 1e6 } else { f64::INFINITY };
+                println!("  {:>5}: Mathis bound at the loss it saw {bound:.1} Mbit/s", r.cc);
+            }
+            println!("  Mathis bound at the configured {}% loss: {:.1} Mbit/s", loss * 100.0, mathis_bps(loss) / 1e6);
+        }
+    }
     Ok(())
 }
