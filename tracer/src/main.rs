@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::builder::TypedValueParser as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use tracer::analysis::diagnosis::DiagnosisConfig;
 use tracer::analysis::filter::{resolve, FilterSpec, ResolvedFilter};
 use tracer::analysis::model::TableConfig;
@@ -27,8 +27,11 @@ use tracer::side_job::Beside;
 use tracer::signals::Shutdown;
 use tracer::source::EventSource;
 
+mod cli_docs;
+
 #[derive(Parser, Debug)]
-#[command(name = "cctrace", version, about = "Live TCP congestion-control tracer (eBPF)")]
+#[command(name = "cctrace", version, long_version = cli_docs::long_version(),
+          about = "Live TCP congestion-control tracer (eBPF)")]
 struct Cli {
     /// Print JSON Lines (one object per flow per interval) instead of the terminal UI
     /// (the default when stdout is not a terminal).
@@ -213,6 +216,14 @@ enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: std::path::PathBuf,
     },
+    /// Print the shell completion script the package installs, for a binary installed by hand:
+    /// `cctrace completions bash > /etc/bash_completion.d/cctrace`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page the package installs (roff): `cctrace man | man -l -`.
+    Man,
 }
 
 /// `cctrace export` and `cctrace report`: offline, no privileges, no runtime.
@@ -244,6 +255,10 @@ fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
             out.write_all(tracer::export::report::render(entries, diagnosis_config(cli)).as_bytes())
                 .with_context(|| format!("writing {}", output.display()))
         })()),
+        Command::Completions { shell } => {
+            Some(cli_docs::completions(Cli::command(), *shell, &mut std::io::stdout().lock()))
+        }
+        Command::Man => Some(cli_docs::man_page(Cli::command(), &mut std::io::stdout().lock())),
         Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } | Command::Serve => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,
