@@ -100,7 +100,7 @@ enum Task {
         /// `release` for users; `check` is the cheap unoptimised build the suite checks.
         #[arg(long, value_enum, default_value = "release")]
         profile: dist::Profile,
-        /// Skip the qemu boot (about a minute of emulation).
+        /// Skip the qemu boot (20 to 30 s of emulation here).
         #[arg(long)]
         no_boot: bool,
     },
