@@ -5,6 +5,8 @@
 //! Host-only work (unit tests, clippy, fmt) must not need the eBPF toolchain, so when it is
 //! missing this writes an empty object and records why; the binary reports that at start-up.
 //! Set CCTRACE_REQUIRE_EBPF=1 (CI does) to make a missing toolchain a build error instead.
+//!
+//! It also records the commit the build comes from, for `cctrace --version`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -89,11 +91,45 @@ fn build_twins(manifest_dir: &Path, out_dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The commit HEAD names (12 hex digits), or why there is none: a build outside a git checkout.
+/// The build reruns when HEAD moves: HEAD itself, the branch it names, and packed refs.
+fn commit(manifest_dir: &Path) -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(manifest_dir)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let Some(hash) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown (not built from a git checkout)".into();
+    };
+    // logs/HEAD grows on every commit and checkout in this worktree, even when the branch ref
+    // is packed.
+    let mut watched = vec!["HEAD".to_string(), "logs/HEAD".to_string(), "packed-refs".to_string()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(branch);
+    }
+    for name in watched {
+        // In a worktree HEAD is the worktree's own and the branch refs are the shared ones:
+        // --git-path knows which is where.
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &name]) {
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
+        }
+    }
+    hash
+}
+
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=CCTRACE_REQUIRE_EBPF");
     println!("cargo:rerun-if-env-changed=PATH");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    println!("cargo:rustc-env=CCTRACE_COMMIT={}", commit(&manifest_dir));
     let ebpf_dir = manifest_dir.parent().unwrap_or(Path::new("..")).join("tracer-ebpf");
     println!("cargo:rerun-if-changed={}", ebpf_dir.display());
     println!(

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 /// Debian meta packages naming the newest image of each kernel series in the matrix.
-const DEBIAN_KERNELS: &[&str] = &["linux-image-cloud-amd64", "linux-image-6.12-cloud-amd64"];
+pub(crate) const DEBIAN_KERNELS: &[&str] = &["linux-image-cloud-amd64", "linux-image-6.12-cloud-amd64"];
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
 /// path, nf_tables and numgen for its random loss).
 const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen"];
@@ -32,9 +32,9 @@ const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
 const LOSS_RULES: &str = "table inet matrix_loss {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    tcp sport 5002 numgen random mod 100 < 2 drop\n  }\n}\n";
 
 /// One kernel to boot: its image and, when it has them, its modules.
-struct Kernel {
+pub(crate) struct Kernel {
     label: String,
-    image: PathBuf,
+    pub(crate) image: PathBuf,
     modules: Option<PathBuf>,
 }
 
@@ -65,12 +65,7 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Resu
     }
     let mut kernels = Vec::new();
     for meta in DEBIAN_KERNELS {
-        let kernel = debian_kernel(&work, meta).or_else(|_| {
-            // Stale package lists name a version the mirror no longer has.
-            sh(Command::new("apt-get").args(["update", "-qq"]))?;
-            debian_kernel(&work, meta)
-        })?;
-        kernels.push(kernel);
+        kernels.push(debian_kernel(&work, meta)?);
     }
     let mut notes = Vec::new();
     match host_kernel() {
@@ -104,7 +99,7 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Resu
     Ok(())
 }
 
-fn sh(cmd: &mut Command) -> Result<String> {
+pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
     let shown = format!("{cmd:?}");
     let out = cmd.stderr(Stdio::piped()).output().with_context(|| format!("starting {shown}"))?;
     if !out.status.success() {
@@ -114,7 +109,15 @@ fn sh(cmd: &mut Command) -> Result<String> {
 }
 
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.
-fn debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
+pub(crate) fn debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
+    download_debian_kernel(work, meta).or_else(|_| {
+        // Stale package lists name a version the mirror no longer has.
+        sh(Command::new("apt-get").args(["update", "-qq"]))?;
+        download_debian_kernel(work, meta)
+    })
+}
+
+fn download_debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
     let depends = sh(Command::new("apt-cache").args(["depends", meta]))?;
     let Some(package) = depends
         .lines()
@@ -197,7 +200,7 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
     Ok(root)
 }
 
-fn copy(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -205,7 +208,7 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn set_executable(path: &Path) -> Result<()> {
+pub(crate) fn set_executable(path: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
     Ok(())
@@ -287,16 +290,22 @@ fn initramfs(work: &Path, common: &Path, k: &Kernel, name: &str) -> Result<PathB
     }
     std::fs::write(common.join("etc/matrix-modules"), list)?;
     let cpio = work.join(format!("{name}.cpio"));
-    let out = std::fs::File::create(&cpio)?;
+    pack_cpio(common, &cpio)?;
+    Ok(cpio)
+}
+
+/// Pack the tree under `root` into an uncompressed newc cpio archive, the initramfs format.
+pub(crate) fn pack_cpio(root: &Path, cpio: &Path) -> Result<()> {
+    let out = std::fs::File::create(cpio).with_context(|| format!("creating {}", cpio.display()))?;
     let status = Command::new("sh")
         .args(["-c", "find . -print0 | cpio --null -o -H newc --quiet"])
-        .current_dir(common)
+        .current_dir(root)
         .stdout(out)
         .status()?;
     if !status.success() {
         bail!("packing the initramfs with cpio failed");
     }
-    Ok(cpio)
+    Ok(())
 }
 
 fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
@@ -318,6 +327,19 @@ fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
 fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, String>> {
     let name: String = k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
     let initrd = initramfs(work, common, k, &name)?;
+    run_guest(work, &k.image, &initrd, &name, GUEST_TIMEOUT)
+}
+
+/// Boot `image` with `initrd` under qemu (TCG) until its init powers off, and return the
+/// sections the init wrote to the second serial port (`@@BEGIN name` ... `@@END name`), which
+/// must include `end`. The console goes to `work/NAME.console.log`.
+pub(crate) fn run_guest(
+    work: &Path,
+    image: &Path,
+    initrd: &Path,
+    name: &str,
+    timeout: Duration,
+) -> Result<BTreeMap<String, String>> {
     let console = work.join(format!("{name}.console.log"));
     let results = work.join(format!("{name}.results.log"));
     let _ = std::fs::remove_file(&results);
@@ -329,9 +351,9 @@ fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, Strin
         .arg("-serial")
         .arg(format!("file:{}", results.display()))
         .arg("-kernel")
-        .arg(&k.image)
+        .arg(image)
         .arg("-initrd")
-        .arg(&initrd)
+        .arg(initrd)
         .args(["-append", "console=ttyS0 panic=-1 rdinit=/init quiet"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -345,10 +367,10 @@ fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, Strin
             }
             break;
         }
-        if started.elapsed() > GUEST_TIMEOUT {
+        if started.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the guest did not power off within {} s; console in {}", GUEST_TIMEOUT.as_secs(), console.display());
+            bail!("the guest did not power off within {} s; console in {}", timeout.as_secs(), console.display());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -391,7 +413,7 @@ fn check_guest(sections: &BTreeMap<String, String>, result: &mut GuestResult) {
 }
 
 /// The last value of every flow's fields, by local port, from the samples and flow records.
-fn last_by_port(lines: &[Value], port: u64) -> Option<Value> {
+pub(crate) fn last_by_port(lines: &[Value], port: u64) -> Option<Value> {
     let mut merged = serde_json::Map::new();
     for v in lines {
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("");

@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | run | test | kernels | bench`.
+//! Project tasks: `cargo xtask setup | run | test | kernels | bench | dist`.
 //!
 //! Every task starts with `setup`, which installs what a fresh machine lacks (Debian packages,
 //! the nightly rust-src component, bpf-linker built against LLVM 22) and does nothing when it is
@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod dist;
 mod kernels;
 mod suite;
 
@@ -53,6 +54,16 @@ const APT_PACKAGES: &[&str] = &[
     "podman",
     "lxc",
     "nginx",
+    // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
+    // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
+    // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
+    // the generated completions (bash is always there).
+    "libc6-dev",
+    "binutils",
+    "file",
+    "man-db",
+    "zsh",
+    "fish",
 ];
 /// Packages whose service the install must not leave running or enabled: the tests start their
 /// own instances (on a loopback port, inside containers), with their own config and data.
@@ -88,6 +99,17 @@ enum Task {
         /// Check the debug build (what `cargo xtask test` checks) instead of the release build.
         #[arg(long)]
         debug: bool,
+    },
+    /// Build what users install into target/dist: the static cctrace (no shared library, the
+    /// eBPF programs and deep mode built in), cctrace_VERSION_amd64.deb and SHA256SUMS, and
+    /// check them (static, the package in a scratch root, a boot under qemu with busybox only).
+    Dist {
+        /// `release` for users; `check` is the cheap unoptimised build the suite checks.
+        #[arg(long, value_enum, default_value = "release")]
+        profile: dist::Profile,
+        /// Skip the qemu boot (20 to 30 s of emulation here).
+        #[arg(long)]
+        no_boot: bool,
     },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
     Bench {
@@ -327,6 +349,13 @@ fn main() -> ExitCode {
             // build of everything at release settings was three minutes of a 20-minute budget.
             step("tests", || suite::run(&workspace_root(), &["--workspace", "--exclude", "tracer-ebpf"]))?;
             step("kernel matrix", || kernels::run(&workspace_root(), &workspace_root().join("target/debug/cctrace"), &[]))?;
+            // What users install, built unoptimised (the release build is `cargo xtask dist`,
+            // minutes more) and checked the same way: static, packaged, booted with busybox only.
+            step("dist", || {
+                let root = workspace_root();
+                let artifacts = dist::build(&root, dist::Profile::Check)?;
+                dist::check(&root, dist::Profile::Check, &artifacts, true)
+            })?;
             say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
             Ok(())
         }),
@@ -339,9 +368,28 @@ fn main() -> ExitCode {
             run(&mut cargo(&build))?;
             kernels::run(&workspace_root(), &workspace_root().join("target").join(profile).join("cctrace"), &images)
         }),
+        Task::Dist { profile, no_boot } => setup().and_then(|()| {
+            let root = workspace_root();
+            let mut built = None;
+            step("dist build", || {
+                built = Some(dist::build(&root, profile)?);
+                Ok(())
+            })?;
+            let artifacts = built.context("the dist build made nothing")?;
+            step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
+        }),
         Task::Bench { args } => setup().and_then(|()| {
             // The benches (skb_cost, overhead) run the release binary next to them.
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
+            // What users install (the static release build) next to the debug build.
+            run(&mut cargo(&["build", "-p", "tracer"]))?;
+            let root = workspace_root();
+            let artifacts = dist::build(&root, dist::Profile::Release)?;
+            dist::bench_report(&[
+                ("debug (target/debug)", &root.join("target/debug/cctrace")),
+                ("release (target/release)", &root.join("target/release/cctrace")),
+                ("dist: static release (target/dist)", &artifacts.binary),
+            ])?;
             let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
             cmd.arg("--").args(args);
             run(&mut cmd)

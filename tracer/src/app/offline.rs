@@ -2,6 +2,7 @@
 //! privileges and no async runtime; and the demo's relay stand-in.
 
 use anyhow::{Context, Result};
+use clap::CommandFactory as _;
 
 use super::settings::diagnosis_config;
 use crate::cli::{Cli, Command};
@@ -35,6 +36,10 @@ pub(super) fn after_the_fact(cli: &Cli) -> Option<Result<()>> {
             out.write_all(crate::export::report::render(entries, diagnosis_config(cli)).as_bytes())
                 .with_context(|| format!("writing {}", output.display()))
         })()),
+        Command::Completions { shell } => {
+            Some(crate::cli::docs::completions(Cli::command(), *shell, &mut std::io::stdout().lock()))
+        }
+        Command::Man => Some(crate::cli::docs::man_page(Cli::command(), &mut std::io::stdout().lock())),
         Command::Record { .. } | Command::Replay { .. } | Command::Fix { .. } | Command::Serve => None,
         #[cfg(feature = "demo")]
         Command::Demo { .. } => None,

@@ -10,7 +10,8 @@ use super::values::{bounded_f64, duration_secs, ring_kib};
 use crate::kernel::HookMode;
 
 #[derive(Parser, Debug)]
-#[command(name = "cctrace", version, about = "Live TCP congestion-control tracer (eBPF)")]
+#[command(name = "cctrace", version, long_version = super::docs::long_version(),
+          about = "Live TCP congestion-control tracer (eBPF)")]
 pub struct Cli {
     /// Print JSON Lines (one object per flow per interval) instead of the terminal UI
     /// (the default when stdout is not a terminal).
@@ -195,6 +196,14 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: std::path::PathBuf,
     },
+    /// Print the shell completion script the package installs, for a binary installed by hand:
+    /// `cctrace completions bash > /etc/bash_completion.d/cctrace`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page the package installs (roff): `cctrace man | man -l -`.
+    Man,
 }
 
 /// `cctrace demo`'s path and traffic.
