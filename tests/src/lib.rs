@@ -51,6 +51,20 @@ macro_rules! require_kernel {
     };
 }
 
+/// `cctrace ARGS` run to its end with no input: exit code, stdout, stderr.
+pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new(cctrace_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running cctrace")?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
 /// The `cctrace` binary next to this test binary (target/<profile>/cctrace), or $CCTRACE_BIN.
 pub fn cctrace_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("CCTRACE_BIN") {

@@ -12,7 +12,7 @@ use cctrace_lab::{
     Cgroup, EmulatedPath, EmulatedPathSpec, Netns, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
     VethOptions, VethPair,
 };
-use cctrace_tests::{cctrace_bin, require_kernel, serial, ss_in, Tracer};
+use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial, ss_in, Tracer};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -28,20 +28,6 @@ fn wan() -> Result<EmulatedPath> {
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(0.02).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
     EmulatedPath::create(spec)
-}
-
-/// `cctrace ARGS`: exit code, stdout, stderr.
-fn cctrace(args: &[&str]) -> Result<(i32, String, String)> {
-    let out = Command::new(cctrace_bin())
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .context("running cctrace")?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
 }
 
 fn state_file(netns: u64) -> PathBuf {
@@ -146,7 +132,8 @@ fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> 
     let log = std::env::temp_dir().join(format!("cctrace-fix-test-{}.log", std::process::id()));
     let _log_removed = RemoveOnDrop(log.clone());
     let log_arg = log.to_string_lossy().into_owned();
-    let (code, out, err) = cctrace(&["--log-file", &log_arg, "fix", "--netns", sender_ns.name(), "--live", "--yes"])?;
+    let (code, out, err) =
+        run_cctrace(&["--log-file", &log_arg, "fix", "--netns", sender_ns.name(), "--live", "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{out}{err}");
     let logged = std::fs::read_to_string(&log)?;
@@ -186,7 +173,7 @@ fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> 
     assert_eq!(other_ns.sysctl_get(CC)?, other_before, "the other namespace keeps its default");
     assert_eq!(host_default()?, host_before, "the host keeps its default");
 
-    let (code, out, err) = cctrace(&["fix", "--undo", "--netns", sender_ns.name(), "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", sender_ns.name(), "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(sender_ns.sysctl_get(CC)?, "reno", "the default is back");
@@ -195,7 +182,7 @@ fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> 
         flow_of(lines, cookie).is_some_and(|v| v["cc"] == "cubic")
     })?;
     assert!(!state.exists(), "undo deletes its state");
-    let (code, out, err) = cctrace(&["fix", "--undo", "--netns", sender_ns.name(), "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", sender_ns.name(), "--yes"])?;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("nothing to undo"), "{out}");
@@ -221,7 +208,7 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
     {
         // bbr off the list non-initial namespaces may choose from.
         let _allowed = HostSysctl::set(ALLOWED, "reno")?;
-        let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--live", "--yes"])?;
+        let (code, out, err) = run_cctrace(&["fix", "--netns", ns.name(), "--live", "--yes"])?;
         println!("{out}{err}");
         assert_ne!(code, 0);
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -232,7 +219,7 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
     assert_eq!(ns.sysctl_get(CC)?, "reno", "nothing changed");
     assert!(!state_file(ns.inode()).exists());
 
-    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--cc", "nosuchcc", "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--netns", ns.name(), "--cc", "nosuchcc", "--yes"])?;
     println!("{out}{err}");
     assert_ne!(code, 0);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -244,12 +231,12 @@ fn a_restricted_or_unknown_algorithm_is_refused_with_its_reason_and_nothing_chan
     assert!(!state_file(ns.inode()).exists());
 
     // The host's own namespace needs its own flag besides --yes.
-    let (code, _, err) = cctrace(&["fix", "--netns", "/proc/self/ns/net", "--yes"])?;
+    let (code, _, err) = run_cctrace(&["fix", "--netns", "/proc/self/ns/net", "--yes"])?;
     assert_ne!(code, 0);
     assert!(err.contains("--host-namespace"), "{err}");
     assert_eq!(host_default()?, host_before);
     // Without --yes and without a terminal nothing is confirmed.
-    let (code, _, err) = cctrace(&["fix", "--netns", ns.name()])?;
+    let (code, _, err) = run_cctrace(&["fix", "--netns", ns.name()])?;
     assert_ne!(code, 0);
     assert!(err.contains("not confirmed, nothing changed"), "{err}");
     assert_eq!(ns.sysctl_get(CC)?, "reno");
@@ -285,10 +272,10 @@ fn a_read_only_proc_sys_is_refused_with_its_reason_and_nothing_changes() -> Resu
     assert_eq!(ns.sysctl_get(CC)?, "reno", "nothing changed");
     assert!(!state_file(ns.inode()).exists(), "no state for a fix that did not happen");
     // The same command where /proc/sys is writable goes through: the refusal was the mount's.
-    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--netns", ns.name(), "--yes"])?;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(ns.sysctl_get(CC)?, "bbr");
-    let (code, out, err) = cctrace(&["fix", "--netns", ns.name(), "--undo", "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--netns", ns.name(), "--undo", "--yes"])?;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(ns.sysctl_get(CC)?, "reno");
     Ok(())
@@ -369,8 +356,16 @@ fn a_docker_container_is_fixed_by_name_and_persisting_points_to_the_runtime() ->
     let receiver_before = lab.receiver().sysctl_get(CC)?;
     let docker_root = root.to_string_lossy().into_owned();
 
-    let (code, out, err) =
-        cctrace(&["--docker-root", &docker_root, "fix", "--container", "jellyfin", "--live", "--persist", "--yes"])?;
+    let (code, out, err) = run_cctrace(&[
+        "--docker-root",
+        &docker_root,
+        "fix",
+        "--container",
+        "jellyfin",
+        "--live",
+        "--persist",
+        "--yes",
+    ])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("network namespace container jellyfin (pid "), "{out}");
@@ -381,7 +376,7 @@ fn a_docker_container_is_fixed_by_name_and_persisting_points_to_the_runtime() ->
     assert_eq!(lab.receiver().sysctl_get(CC)?, receiver_before, "only the container's namespace");
 
     let (code, out, err) =
-        cctrace(&["--docker-root", &docker_root, "fix", "--undo", "--container", "jellyfin", "--yes"])?;
+        run_cctrace(&["--docker-root", &docker_root, "fix", "--undo", "--container", "jellyfin", "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(ns.sysctl_get(CC)?, "reno");
@@ -408,11 +403,11 @@ fn undo_of_a_namespace_deleted_since_its_fix_clears_the_state() -> Result<()> {
     let (name, state) = (ns.name().to_string(), state_file(ns.inode()));
     let _no_state = RemoveOnDrop(state.clone());
     ns.sysctl_set(CC, "reno")?;
-    let (code, out, err) = cctrace(&["fix", "--netns", &name, "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--netns", &name, "--yes"])?;
     assert_eq!(code, 0, "{out}{err}");
     assert!(state.exists());
     drop(ns);
-    let (code, out, err) = cctrace(&["fix", "--undo", "--netns", &name, "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", &name, "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("is gone: nothing to restore in it"), "{out}");

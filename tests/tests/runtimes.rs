@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use cctrace_lab::{AttachedNetns, EmulatedPath, EmulatedPathSpec, Netns, NsThread, PathSpec};
 use cctrace_tests::runtimes::{Container, Docker, Lxc, Podman, Unavailable, Workspace, BIG_FILE, HTTP_PORT};
-use cctrace_tests::{cctrace_bin, parse_ss, require_kernel, serial, Tracer};
+use cctrace_tests::{parse_ss, require_kernel, run_cctrace, serial, Tracer};
 use serde_json::Value;
 
 const CC: &str = "net.ipv4.tcp_congestion_control";
@@ -189,19 +189,6 @@ fn start_runtimes(ws: &Workspace) -> Result<Vec<Box<dyn Container>>> {
     Ok(out)
 }
 
-fn cctrace(args: &[&str]) -> Result<(i32, String, String)> {
-    let out = Command::new(cctrace_bin())
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .context("running cctrace")?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
 /// The latest line of `t`'s socket that names a container.
 fn named_flow<'a>(lines: &'a [Value], t: &Tenant) -> Option<&'a Value> {
     lines.iter().rev().find(|v| v["type"] == "flow" && t.owns(v) && !v["container"].is_null())
@@ -308,7 +295,7 @@ fn check_filter(query: &str, kept: &Tenant, all: &[Tenant]) -> Result<()> {
 fn check_live_fix(tracer: &Tracer, t: &Tenant, cookie: u64) -> Result<()> {
     let name = t.container.name();
     let before = t.download.rate(Duration::from_secs(4));
-    let (code, out, err) = cctrace(&["fix", "--container", name, "--live", "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--container", name, "--live", "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{}: {out}{err}", t.label());
     assert!(out.contains(&format!("container {name} (pid ")), "{}: {out}", t.label());
@@ -331,7 +318,7 @@ fn check_live_fix(tracer: &Tracer, t: &Tenant, cookie: u64) -> Result<()> {
     println!("{}: goodput {:.1} -> {:.1} Mbit/s", t.label(), before / 1e6, after / 1e6);
     assert!(after >= 3.0 * before, "{}: goodput {:.1} -> {:.1} Mbit/s", t.label(), before / 1e6, after / 1e6);
 
-    let (code, out, err) = cctrace(&["fix", "--undo", "--container", name, "--yes"])?;
+    let (code, out, err) = run_cctrace(&["fix", "--undo", "--container", name, "--yes"])?;
     println!("{out}{err}");
     assert_eq!(code, 0, "{}: {out}{err}", t.label());
     assert_eq!(t.ss_cc()?.as_deref(), Some("cubic"), "{}: ss after the undo", t.label());

@@ -44,7 +44,8 @@ const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) enum Profile {
     /// Optimised and stripped: the artifacts users download (target/dist).
     Release,
-    /// Unoptimised, for the suite to check the whole dist path cheaply (target/dist-check).
+    /// The suite's debug build linked statically, to check the whole dist path cheaply
+    /// (target/dist-check).
     Check,
 }
 
@@ -52,7 +53,7 @@ impl Profile {
     fn cargo_profile(self) -> &'static str {
         match self {
             Self::Release => "static-release",
-            Self::Check => "static-check",
+            Self::Check => "dev",
         }
     }
 
@@ -97,11 +98,35 @@ pub(crate) fn setup_cargo_deb() -> Result<()> {
 pub(crate) fn build(root: &Path, profile: Profile) -> Result<Artifacts> {
     setup_cargo_deb()?;
     let cargo_profile = profile.cargo_profile();
-    let mut cargo =
-        crate::cargo(&["build", "-p", "tracer", "--bin", "cctrace", "--target", TARGET, "--profile", cargo_profile]);
-    cargo.env(format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")), STATIC_RUSTFLAGS);
-    crate::run(&mut cargo).context("building the static cctrace")?;
-    let built_dir = root.join("target").join(TARGET).join(cargo_profile);
+    let built_dir = match profile {
+        // Everything optimised, for the target only, so build scripts and proc macros (built
+        // for the host) keep their usual flags.
+        Profile::Release => {
+            let mut cargo = crate::cargo(&[
+                "build",
+                "-p",
+                "tracer",
+                "--bin",
+                "cctrace",
+                "--target",
+                TARGET,
+                "--profile",
+                cargo_profile,
+            ]);
+            cargo.env(format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")), STATIC_RUSTFLAGS);
+            crate::run(&mut cargo).context("building the static cctrace")?;
+            root.join("target").join(TARGET).join(cargo_profile)
+        }
+        // The suite's debug build, linked again statically: only the binary's own crate is
+        // compiled with the static flags (the link is what they change), so this reuses every
+        // library and the eBPF object the tests were built with, seconds instead of minutes.
+        Profile::Check => {
+            let mut cargo = crate::cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"]);
+            cargo.args(STATIC_RUSTFLAGS.split_whitespace()).args(["-C", "strip=symbols"]);
+            crate::run(&mut cargo).context("linking the debug build statically")?;
+            root.join("target").join("debug")
+        }
+    };
     let built = built_dir.join("cctrace");
     check_static(&built)?;
 
@@ -133,17 +158,10 @@ pub(crate) fn build(root: &Path, profile: Profile) -> Result<Artifacts> {
     std::fs::create_dir_all(&out)?;
     let binary = out.join("cctrace");
     std::fs::copy(&built, &binary)?;
-    let mut deb = crate::cargo(&[
-        "deb",
-        "-p",
-        "tracer",
-        "--no-build",
-        "--no-strip",
-        "--target",
-        TARGET,
-        "--profile",
-        cargo_profile,
-    ]);
+    let mut deb = crate::cargo(&["deb", "-p", "tracer", "--no-build", "--no-strip", "--profile", cargo_profile]);
+    if profile == Profile::Release {
+        deb.args(["--target", TARGET]);
+    }
     deb.arg("--output").arg(&out);
     if profile == Profile::Check {
         deb.arg("--fast");
