@@ -84,9 +84,10 @@ fn open_cubic_bulk(tmux: &Tmux) -> Result<()> {
 fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
     require_kernel!();
     let _serial = serial();
+    // A shell that says its pid and becomes cctrace: the demo names its namespaces after it.
     // After cctrace exits, the shell prints its exit code and the terminal modes it left.
     let command = format!(
-        "{} demo --duration 90; echo CCTRACE_EXIT=$?; stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' '; echo TERMINAL_CHECKED; sleep 60",
+        "sh -c 'echo CCTRACE_PID=$$; exec {} demo --duration 90'; echo CCTRACE_EXIT=$?; stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' '; echo TERMINAL_CHECKED; sleep 60",
         cctrace_bin().display()
     );
     let tmux = Tmux::start(&command, 120, 40)?;
@@ -124,10 +125,16 @@ fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
     );
     // The alternate screen is gone: none of the UI is left on the normal screen.
     assert!(!after.contains("q quit"), "{after}");
-    // The demo's namespaces are gone.
+    // The demo's namespaces are gone (other tests may have namespaces of their own meanwhile).
+    let pid = after
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("CCTRACE_PID="))
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .with_context(|| format!("the shell's pid line: {after}"))?;
     let list = Command::new("ip").args(["netns", "list"]).output()?;
     let list = String::from_utf8_lossy(&list.stdout);
-    assert!(!list.contains("esnd") && !list.contains("ercv"), "namespaces left: {list}");
+    let prefix = format!("cct-{pid}-");
+    assert!(!list.lines().any(|l| l.starts_with(&prefix)), "the demo's namespaces left: {list}");
     Ok(())
 }
 
