@@ -8,27 +8,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use cctrace_lab::{
-    Cgroup, EmulatedPath, EmulatedPathSpec, Netns, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
-    VethOptions, VethPair,
-};
-use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial, ss_in, Tracer};
+use cctrace_lab::{Cgroup, Netns, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
+use cctrace_tests::{cctrace_bin, demo_wan, require_kernel, run_cctrace, serial, ss_in, Tracer};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
 const CC: &str = "net.ipv4.tcp_congestion_control";
 const HOST_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-
-/// 30 ms RTT, 2 % random loss on the data direction, 200 Mbit/s with a quarter-BDP queue.
-fn wan() -> Result<EmulatedPath> {
-    let rate = 200_000_000;
-    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
-    let mut spec =
-        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(0.02).with_rate(rate, queue));
-    spec.reverse = PathSpec::delay(Duration::from_millis(15));
-    EmulatedPath::create(spec)
-}
 
 fn state_file(netns: u64) -> PathBuf {
     PathBuf::from(format!("/run/cctrace/fix-netns-{netns}.json"))
@@ -96,7 +83,7 @@ fn sink_rate(sink: &Sink, window: Duration) -> f64 {
 fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let path = wan()?;
+    let path = demo_wan(0.02)?; // CUBIC crawls on it, BBR does not
     let (sender_ns, other_ns) = (path.sender(), path.receiver());
     let netns = sender_ns.inode();
     let _no_state = RemoveOnDrop(state_file(netns));

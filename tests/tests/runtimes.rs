@@ -17,26 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use cctrace_lab::{AttachedNetns, EmulatedPath, EmulatedPathSpec, Netns, NsThread, PathSpec};
+use cctrace_lab::{AttachedNetns, Netns, NsThread};
 use cctrace_tests::runtimes::{Container, Docker, Lxc, Podman, Unavailable, Workspace, BIG_FILE, HTTP_PORT};
-use cctrace_tests::{parse_ss, require_kernel, run_cctrace, serial, Tracer};
+use cctrace_tests::{demo_wan, parse_ss, require_kernel, run_cctrace, serial, Tracer};
 use serde_json::Value;
 
 const CC: &str = "net.ipv4.tcp_congestion_control";
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// 30 ms RTT, 2 % random loss on the data direction, 200 Mbit/s with a quarter-BDP queue:
-/// CUBIC crawls, BBR does not.
-fn wan() -> Result<EmulatedPath> {
-    let rate = 200_000_000;
-    let queue = 200_000_000 / 8 * 30 / 1000 / 4;
-    let mut spec =
-        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(0.02).with_rate(rate, queue));
-    spec.reverse = PathSpec::delay(Duration::from_millis(15));
-    EmulatedPath::create(spec)
 }
 
 /// An HTTP download of nginx's large file from the receiver side of the path, counting bytes.
@@ -336,7 +325,7 @@ fn docker_podman_and_lxc_containers_are_named_filtered_flagged_and_fixed() -> Re
     // namespace gets it as its default, which a non-initial namespace may only choose from the
     // host's allowed list.
     ws.allow_cc("cubic")?;
-    let path = wan()?;
+    let path = demo_wan(0.02)?; // CUBIC crawls on it, BBR does not
     let containers = start_runtimes(&ws)?;
     if containers.is_empty() {
         eprintln!("skipped: no container runtime runs here");
