@@ -1,7 +1,10 @@
 //! cctrace: live TCP congestion-control tracing with eBPF.
 //!
-//! Layers: [`analysis`] (the pure core: samples, flow table, diagnosis), [`source`] (where
-//! samples come from), [`kernel`] (the live eBPF source), [`output`] and [`tui`] (front ends).
+//! The layers, bottom up (`docs/architecture.md`; `tests/layers.rs` holds every import to them):
+//! [`analysis`], the pure core; the pipeline ([`source`], [`pipeline`], [`side_job`]); host
+//! facts ([`host`], [`cgroups`]); the live source ([`kernel`], [`live_filter`]); [`fix`];
+//! [`recording`]; the front ends ([`output`], [`metrics`], [`tui`]); [`export`]; and the
+//! commands ([`cli`], [`app`]).
 
 pub mod analysis;
 pub mod app;
