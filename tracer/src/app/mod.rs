@@ -1,6 +1,6 @@
 //! What each subcommand assembles and runs, once the command line is parsed: files made from a
-//! recording ([`offline`]), `cctrace fix` ([`crate::fix`]), a replay ([`replay`]) and live
-//! tracing ([`live`]); `main.rs` only parses and hands over.
+//! recording (`offline`), `cctrace fix` ([`crate::fix`]), a replay (`replay`) and live
+//! tracing (`live`); `main.rs` only parses and hands over.
 
 mod lines;
 mod live;

@@ -1,6 +1,6 @@
 //! What a recording becomes after the fact: rows (CSV, JSON Lines) and a per-flow summary, a
 //! Perfetto trace, a self-contained HTML report, each optionally anonymized. Everything here
-//! works over [`Entry`] values, re-running the analysis through [`replay`] so rates and
+//! works over [`Entry`] values, re-running the analysis through [`replay()`] so rates and
 //! verdicts are those of the live run.
 
 pub mod flows;

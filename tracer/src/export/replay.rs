@@ -3,7 +3,7 @@
 //! the analysis (samples ingested in their batches' order, a tick at each recorded tick, the
 //! host facts from each `Host` entry on), so rates and verdicts come out as they were live.
 //!
-//! Every export is a visitor of [`Step`]s: [`Steps`] is the front end that turns the driver's
+//! Every export is a visitor of [`Step`]s: `Steps` is the front end that turns the driver's
 //! calls into them, so an export needs no async runtime of its own.
 
 use anyhow::Result;

@@ -6,9 +6,9 @@
 //! when a process sends on it. Kernels without that tracepoint (6.1, 6.12) leave accepted
 //! connections, the sender of a video among them, without one; this fills the gap. A scan
 //! walks every process, so it runs only while unnamed flows wait, no sooner than
-//! [`MIN_SCAN_GAP`] after the last one and no sooner than [`COST_FACTOR`] times the CPU time the
+//! `MIN_SCAN_GAP` after the last one and no sooner than `COST_FACTOR` times the CPU time the
 //! last one took (so scanning takes at most a twentieth of one core however many processes
-//! there are; CPU time, not wall time, so a busy machine does not stretch the gap), and gives up on a flow after [`MAX_TRIES`] scans that did not find it. The reader
+//! there are; CPU time, not wall time, so a busy machine does not stretch the gap), and gives up on a flow after `MAX_TRIES` scans that did not find it. The reader
 //! wakes for a due scan even when no sample arrives: on kernels without periodic samples a
 //! flow may send nothing more until it closes, when its process has let go of it.
 

@@ -7,7 +7,7 @@
 //! second, so a file cut anywhere still replays every complete entry.
 //!
 //! [`Recording`] records what a pipeline front end sees; [`RecordingSource`] plays it back as
-//! an [`EventSource`] in the pipeline's scripted mode, ticking at the recorded instants.
+//! an [`EventSource`](crate::source::EventSource) in the pipeline's scripted mode, ticking at the recorded instants.
 
 pub mod anonymize;
 pub mod entry;

@@ -32,7 +32,7 @@ pub struct Flow {
     pub rates: Rates,
     pub counts: SampleCounts,
     /// Loss episodes and the moments before them; `None` until the flow has sent enough to
-    /// matter (see [`TRACK_MIN_BYTES`]).
+    /// matter (see `TRACK_MIN_BYTES`).
     pub loss: Option<Box<LossTracker>>,
     window: VecDeque<RatePoint>,
     pub(super) history: History,

@@ -63,7 +63,7 @@ struct RingPoint {
     slow_start: bool,
 }
 
-/// Per-flow loss memory, allocated once the flow has sent [`TRACK_MIN_BYTES`].
+/// Per-flow loss memory, allocated once the flow has sent `TRACK_MIN_BYTES`.
 #[derive(Clone, Debug, Default)]
 pub struct LossTracker {
     ring: [RingPoint; RING_LEN],
