@@ -39,6 +39,30 @@ echo "$BYTES" | section bytes
 mkfifo /tmp/hold
 sleep 100000 >/tmp/hold &
 
+# Wait (up to 10 s) until a socket of /proc/net/tcp matches PATTERN (an extended regex over
+# "local remote state"), in namespace NETNS when given. The guest may run at idle priority
+# beside the suite's tests, and fixed pauses were then too short for a server to bind before
+# its client connected.
+tcp_wait() { # PATTERN [NETNS]
+    i=0
+    while [ "$i" -lt 100 ]; do
+        if [ -n "$2" ]; then
+            /usr/sbin/ip netns exec "$2" cat /proc/net/tcp /proc/net/tcp6
+        else
+            cat /proc/net/tcp /proc/net/tcp6
+        fi 2>/dev/null | grep -qE "$1" && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+listening() { # PORT [NETNS]
+    tcp_wait ":$(printf '%04X' "$1") [0-9A-F]+:0000 0A " "$2"
+}
+connected() { # PORT: a connection to PORT is established
+    tcp_wait " [0-9A-F]+:$(printf '%04X' "$1") 01 "
+}
+
 run_mode() { # MODE, cctrace arguments...
     mode=$1
     shift
@@ -46,10 +70,10 @@ run_mode() { # MODE, cctrace arguments...
     # can show it.
     nc -l -p 5003 </tmp/hold >/dev/null &
     idle_server=$!
-    sleep 0.3
+    listening 5003
     nc 127.0.0.1 5003 </tmp/hold >/dev/null &
     idle_client=$!
-    sleep 0.3
+    connected 5003
     # Files of this mode's own: the shell truncates a redirect only once the child runs, and a
     # wait reading the previous mode's "tracing TCP" went on before this cctrace had attached.
     err=/tmp/err-$mode.txt
@@ -65,13 +89,13 @@ run_mode() { # MODE, cctrace arguments...
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs during $mode"
 
     # A bulk flow on loopback; the sender is the side that accepted the connection. It holds
-    # the connection 3 s past its data: without tcp_sendmsg_locked the owner of an accepted
+    # the connection 5 s past its data: without tcp_sendmsg_locked the owner of an accepted
     # connection is found by scanning /proc, whose pace follows its cost (slow under
-    # emulation), and a 30 MB transfer here can end between two scans. ($! of a pipeline is
-    # its last process, nc.)
-    { cat /tmp/blob; sleep 3; } | nc -l -p 5001 &
+    # emulation, slower still at idle priority beside the suite), and a 30 MB transfer here
+    # can end between two scans. ($! of a pipeline is its last process, nc.)
+    { cat /tmp/blob; sleep 5; } | nc -l -p 5001 &
     loop_server=$!
-    sleep 0.5
+    listening 5001
     nc 127.0.0.1 5001 </tmp/hold >/dev/null
 
     # A lossy flow between two namespaces: 2 % of the data packets dropped on arrival.
@@ -85,7 +109,7 @@ run_mode() { # MODE, cctrace arguments...
         /usr/sbin/ip netns exec "rcv$mode" nft -f /etc/matrix-loss.nft; then
         /usr/sbin/ip netns exec "snd$mode" nc -l -p 5002 </tmp/blob &
         lossy_server=$!
-        sleep 0.5
+        listening 5002 "snd$mode"
         /usr/sbin/ip netns exec "rcv$mode" nc 198.18.0.1 5002 </tmp/hold >/dev/null
         sleep 1
         /usr/sbin/ip netns exec "snd$mode" cat /proc/net/snmp | section "snmp $mode"

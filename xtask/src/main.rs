@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod beside;
 mod dist;
 mod kernels;
 mod suite;
@@ -110,6 +111,13 @@ enum Task {
         /// Skip the qemu boot (20 to 30 s of emulation here).
         #[arg(long)]
         no_boot: bool,
+    },
+    /// The checks `test` runs beside its test binaries (lints, kernel matrix, dist), at idle
+    /// priority; started by `test`, not by hand.
+    #[command(hide = true)]
+    Beside {
+        #[arg(long)]
+        gates: PathBuf,
     },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
     Bench {
@@ -331,31 +339,16 @@ fn main() -> ExitCode {
         Task::Test => step("set-up", setup).and_then(|()| {
             let start = std::time::Instant::now();
             step("fmt", || run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all"))?;
-            step("clippy", || {
-                // Lints need no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile
-                // it (30 s) for each build-script run; the eBPF crate gets its own clippy.
-                let check_only = |args: &[&str]| {
-                    let mut cmd = cargo(args);
-                    cmd.env("AYA_BUILD_SKIP", "1");
-                    cmd
-                };
-                run(&mut check_only(&["clippy", "--workspace", "--exclude", "tracer-ebpf", "--all-targets", "--", "-D", "warnings"]))?;
-                run(&mut ebpf_clippy()).context("clippy on the eBPF programs")?;
-                // The shipped binary without the demo must build too (it does not link the lab).
-                run(&mut check_only(&["check", "-p", "tracer", "--no-default-features"]))
-            })?;
-            // No release build: the suite's tests and the kernel matrix run the debug binary the
-            // tests build anyway (the eBPF object in it is always built optimised), and a second
-            // build of everything at release settings was three minutes of a 20-minute budget.
-            step("tests", || suite::run(&workspace_root(), &["--workspace", "--exclude", "tracer-ebpf"]))?;
-            step("kernel matrix", || kernels::run(&workspace_root(), &workspace_root().join("target/debug/cctrace"), &[]))?;
-            // What users install, built unoptimised (the release build is `cargo xtask dist`,
-            // minutes more) and checked the same way: static, packaged, booted with busybox only.
-            step("dist", || {
-                let root = workspace_root();
-                let artifacts = dist::build(&root, dist::Profile::Check)?;
-                dist::check(&root, dist::Profile::Check, &artifacts, true)
-            })?;
+            // Lints, the kernel matrix and the dist check wait on nothing the tests do: they run
+            // beside the test binaries at idle priority (see beside.rs), and are waited for after.
+            // No release build: the tests and the kernel matrix run the debug binary the tests
+            // build anyway (the eBPF object in it is always built optimised), and a second build
+            // of everything at release settings was three minutes of a 20-minute budget.
+            let beside = beside::start(&workspace_root())?;
+            let tests = step("tests", || suite::run(&workspace_root(), &["--workspace", "--exclude", "tracer-ebpf"], beside.gates()));
+            let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
+            tests?;
+            checks?;
             say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
             Ok(())
         }),
@@ -378,6 +371,7 @@ fn main() -> ExitCode {
             let artifacts = built.context("the dist build made nothing")?;
             step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
         }),
+        Task::Beside { gates } => beside::run(&workspace_root(), gates),
         Task::Bench { args } => setup().and_then(|()| {
             // The benches (skb_cost, overhead) run the release binary next to them.
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;

@@ -1,6 +1,9 @@
 //! The suite's test binaries: built once by cargo, then run one after another, each one's
 //! output printed whole with its time, and one line counting every test at the end.
 //!
+//! The checks that need no test binary run beside them at idle priority (`beside.rs`): the
+//! suite hands them its cctrace once built and says when the tracer package's tests are done.
+//!
 //! One at a time, on purpose: a second lane of binaries beside the diagnosis tests (emulated
 //! WAN paths, which need a core of their own to keep their timing) made the emulator release
 //! 9-36 % of packets late on this 2-core machine, with deep mode's tests beside it, and the
@@ -14,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
+
+use crate::beside::{Gate, Gates};
 
 /// One test executable cargo built, or the doc tests (which cargo builds as it runs them).
 struct TestBinary {
@@ -36,8 +41,19 @@ struct Outcome {
 
 /// Build every test binary of `cargo test <args>` without running them, run them one after
 /// another with the doc tests last, and close with one line counting every test.
-pub(crate) fn run(workspace: &Path, args: &[&str]) -> Result<()> {
-    let mut binaries = build(workspace, args)?;
+///
+/// The tests run a copy of the built cctrace (`$CCTRACE_BIN`), which the kernel matrix beside
+/// them runs too; the tracer package's own tests, which run target/debug/cctrace by path, go
+/// first, and once they are done the dist check beside may relink that file statically.
+pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<()> {
+    let Built { mut binaries, cctrace } = build(workspace, args)?;
+    let suite_binary = gates.suite_binary();
+    std::fs::copy(&cctrace, &suite_binary)
+        .with_context(|| format!("copying {} to {}", cctrace.display(), suite_binary.display()))?;
+    gates.open(Gate::BinaryReady)?;
+    // A stable sort: the tracer package's binaries first, the rest in cargo's order.
+    binaries.sort_by_key(|b| b.package_name != TRACER_PACKAGE);
+    let tracer_binaries = binaries.iter().filter(|b| b.package_name == TRACER_PACKAGE).count();
     binaries.push(TestBinary {
         label: "doc tests".into(),
         executable: PathBuf::from("cargo"),
@@ -47,8 +63,11 @@ pub(crate) fn run(workspace: &Path, args: &[&str]) -> Result<()> {
     });
     let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
     let mut failures = Vec::new();
-    for binary in &binaries {
-        let outcome = run_one(binary);
+    for (i, binary) in binaries.iter().enumerate() {
+        if i == tracer_binaries {
+            gates.open(Gate::TracerTestsDone)?;
+        }
+        let outcome = run_one(binary, &suite_binary);
         println!("     Running {} ({:.0} s)", outcome.label, outcome.took.as_secs_f64());
         print!("{}", outcome.output);
         let (p, f, i) = count(&outcome.output);
@@ -66,8 +85,17 @@ pub(crate) fn run(workspace: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo test --no-run` with JSON messages: the test executables, in cargo's order.
-fn build(workspace: &Path, args: &[&str]) -> Result<Vec<TestBinary>> {
+/// The package whose tests run the cctrace binary by its path in target/ (`CARGO_BIN_EXE_cctrace`).
+const TRACER_PACKAGE: &str = "tracer";
+
+/// What `cargo test --no-run` built: the test executables in cargo's order, and cctrace.
+struct Built {
+    binaries: Vec<TestBinary>,
+    cctrace: PathBuf,
+}
+
+/// `cargo test --no-run` with JSON messages.
+fn build(workspace: &Path, args: &[&str]) -> Result<Built> {
     let mut cargo = super::cargo(&["test"]);
     cargo.current_dir(workspace).args(args).args(["--no-run", "--message-format=json-render-diagnostics"]);
     let shown = format!("{cargo:?}");
@@ -77,11 +105,14 @@ fn build(workspace: &Path, args: &[&str]) -> Result<Vec<TestBinary>> {
         .spawn()
         .with_context(|| format!("starting {shown}"))?;
     let mut binaries = Vec::new();
+    let mut cctrace = None;
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
             if let Some(binary) = test_binary(&msg) {
                 binaries.push(binary);
+            } else if let Some(path) = cctrace_binary(&msg) {
+                cctrace = Some(path);
             }
         }
     }
@@ -92,7 +123,17 @@ fn build(workspace: &Path, args: &[&str]) -> Result<Vec<TestBinary>> {
     if binaries.is_empty() {
         bail!("{shown} built no test binary");
     }
-    Ok(binaries)
+    let cctrace = cctrace.with_context(|| format!("{shown} built no cctrace binary"))?;
+    Ok(Built { binaries, cctrace })
+}
+
+/// A compiler-artifact message for the cctrace binary itself (not its test harness).
+fn cctrace_binary(msg: &Value) -> Option<PathBuf> {
+    let is_it = msg["reason"] == "compiler-artifact"
+        && msg["profile"]["test"] == false
+        && msg["target"]["name"] == "cctrace"
+        && msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin"));
+    is_it.then(|| msg["executable"].as_str().map(PathBuf::from)).flatten()
 }
 
 /// A compiler-artifact message for a test executable, as a [`TestBinary`].
@@ -122,7 +163,7 @@ fn test_binary(msg: &Value) -> Option<TestBinary> {
     })
 }
 
-fn run_one(binary: &TestBinary) -> Outcome {
+fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
     let start = Instant::now();
     eprintln!("xtask: started {}", binary.label);
     let result = Command::new(&binary.executable)
@@ -131,6 +172,7 @@ fn run_one(binary: &TestBinary) -> Outcome {
         .env("PATH", super::tool_path())
         .env("CARGO_MANIFEST_DIR", &binary.package_dir)
         .env("CARGO_PKG_NAME", &binary.package_name)
+        .env("CCTRACE_BIN", cctrace)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,217 @@
+//! The suite's checks that need no test binary to wait for them: lints, the kernel matrix and
+//! the dist check. They run in a second process, at idle priority (SCHED_IDLE), while the test
+//! binaries run one after another.
+//!
+//! Why this pays on a 2-core machine: most test binaries wait on emulated paths (the diagnosis
+//! tests use under half a core on average) and leave a core idle for minutes, while these steps
+//! are CPU work that waits on nothing (clippy, a static link, qemu's software emulation). Why
+//! idle priority: the emulated paths must be served the moment a packet is due, and a
+//! SCHED_IDLE task yields to any normal one at once, where a second lane of ordinary priority
+//! made the emulator release 9-36 % of packets late. Nothing here touches what the tests share
+//! (namespaces, sysctls, cgroups): the lints build into their own target directory, the guests
+//! are qemu's.
+//!
+//! Two gates order the work against the suite: the kernel matrix needs the suite's cctrace (a
+//! copy, since the dist check relinks target/debug/cctrace statically), and that relink must
+//! wait until the tracer package's own tests, which run target/debug/cctrace by path, are done.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// What the suite tells the checks beside it, as files in one directory (they are separate
+/// processes).
+pub(crate) struct Gates {
+    dir: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Gate {
+    /// The suite's test build is done and its cctrace copied to [`Gates::suite_binary`].
+    BinaryReady,
+    /// The tracer package's test binaries have run: target/debug/cctrace may be relinked.
+    TracerTestsDone,
+}
+
+impl Gate {
+    fn file_name(self) -> &'static str {
+        match self {
+            Gate::BinaryReady => "binary-ready",
+            Gate::TracerTestsDone => "tracer-tests-done",
+        }
+    }
+}
+
+impl Gates {
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The cctrace the suite's tests and the kernel matrix run.
+    pub(crate) fn suite_binary(&self) -> PathBuf {
+        self.dir.join("cctrace")
+    }
+
+    pub(crate) fn open(&self, gate: Gate) -> Result<()> {
+        let path = self.dir.join(gate.file_name());
+        File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Wait for `gate`; give up when the process that opens it is gone.
+    fn wait(&self, gate: Gate, parent: u32) -> Result<()> {
+        let path = self.dir.join(gate.file_name());
+        while !path.exists() {
+            if std::os::unix::process::parent_id() != parent {
+                bail!("the suite ended before opening {}", gate.file_name());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+}
+
+/// The running checks, seen from the suite.
+pub(crate) struct Beside {
+    child: Option<Child>,
+    log: PathBuf,
+    gates: Gates,
+}
+
+fn beside_dir(root: &Path) -> PathBuf {
+    root.join("target/beside")
+}
+
+/// Start the checks at idle priority; their output goes to a log printed by [`Beside::finish`].
+pub(crate) fn start(root: &Path) -> Result<Beside> {
+    let dir = beside_dir(root);
+    let gates_dir = dir.join("gates");
+    let _ = std::fs::remove_dir_all(&gates_dir);
+    std::fs::create_dir_all(&gates_dir).with_context(|| format!("creating {}", gates_dir.display()))?;
+    let log = dir.join("log.txt");
+    let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let exe = std::env::current_exe().context("finding the xtask executable")?;
+    let mut cmd = Command::new("chrt");
+    // A process group of its own, so that stopping it stops qemu and cargo under it too.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd
+        .args(["--idle", "0"])
+        .arg(exe)
+        .arg("beside")
+        .arg("--gates")
+        .arg(&gates_dir)
+        .env("PATH", crate::tool_path())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .context("starting the checks beside the suite (chrt, from util-linux)")?;
+    Ok(Beside { child: Some(child), log, gates: Gates::new(gates_dir) })
+}
+
+impl Beside {
+    pub(crate) fn gates(&self) -> &Gates {
+        &self.gates
+    }
+
+    /// Wait for the checks and print what they said. When the suite failed (`suite_ok` false)
+    /// they are stopped instead: the run has failed, and a gate they wait on may never open.
+    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let status =
+            if suite_ok { child.wait().context("waiting for the checks beside the suite")? } else { stop(&mut child) };
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        println!("     Checks beside the suite (lints, kernel matrix, dist):");
+        print!("{log}");
+        check_status(status, suite_ok)
+    }
+}
+
+fn check_status(status: ExitStatus, suite_ok: bool) -> Result<()> {
+    if suite_ok && !status.success() {
+        bail!("checks beside the suite failed ({status}): see their output above");
+    }
+    Ok(())
+}
+
+fn stop(child: &mut Child) -> ExitStatus {
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+    child.wait().unwrap_or_else(|_| std::os::unix::process::ExitStatusExt::from_raw(1))
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop(&mut child);
+        }
+    }
+}
+
+/// The checks themselves, in the process [`start`] spawned. Every step runs even when an
+/// earlier one failed, so one run reports every failure.
+pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
+    let gates = Gates::new(gates_dir);
+    let parent = std::os::unix::process::parent_id();
+    let started = Instant::now();
+    let own_target = beside_dir(root).join("target");
+    let mut failed = Vec::new();
+    // Each step says when it began (seconds into the suite's run) and, through `step`, how long
+    // it took: at idle priority a step is as slow as the test binaries beside it are busy.
+    let mut record = |what: &str, f: &mut dyn FnMut() -> Result<()>| {
+        crate::say(&format!("{what}: starting {:.0} s into the run", started.elapsed().as_secs_f64()));
+        if let Err(e) = crate::step(what, f) {
+            println!("xtask: {what} failed: {e:#}");
+            failed.push(what.to_string());
+        }
+    };
+
+    // Lints need no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it (30 s)
+    // for each build-script run. Their own target directory keeps their build-script runs and
+    // check artifacts apart from the suite's build.
+    let lint = |args: &[&str]| {
+        let mut cmd = crate::cargo(args);
+        cmd.env("AYA_BUILD_SKIP", "1").env("CARGO_TARGET_DIR", &own_target);
+        cmd
+    };
+    record("clippy", &mut || {
+        crate::run(&mut lint(&[
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "tracer-ebpf",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    });
+    record("clippy (eBPF)", &mut || {
+        crate::run(crate::ebpf_clippy().env("CARGO_TARGET_DIR", &own_target)).context("clippy on the eBPF programs")
+    });
+    // The shipped binary without the demo must build too (it does not link the lab).
+    record("check without the demo", &mut || {
+        crate::run(&mut lint(&["check", "-p", "tracer", "--no-default-features"]))
+    });
+
+    match gates.wait(Gate::BinaryReady, parent) {
+        Ok(()) => record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[])),
+        Err(e) => record("kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
+    }
+    // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
+    // more) and checked the same way: static, packaged, booted with busybox only.
+    match gates.wait(Gate::TracerTestsDone, parent) {
+        Ok(()) => record("dist", &mut || {
+            let artifacts = crate::dist::build(root, crate::dist::Profile::Check)?;
+            crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
+        }),
+        Err(e) => record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
+    }
+    crate::say(&format!("checks beside the suite: {:.0} s", started.elapsed().as_secs_f64()));
+    if !failed.is_empty() {
+        bail!("failed beside the suite: {}", failed.join(", "));
+    }
+    Ok(())
+}
