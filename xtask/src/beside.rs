@@ -1,5 +1,5 @@
-//! The suite's checks that need no test binary to wait for them: lints, the kernel matrix and
-//! the dist check. They run in a second process, at idle priority (SCHED_IDLE), while the test
+//! The suite's checks that need no test binary to wait for them: lints, the doc tests, the
+//! kernel matrix and the dist check. They run in a second process, at idle priority (SCHED_IDLE), while the test
 //! binaries run one after another.
 //!
 //! Why this pays on a 2-core machine: most test binaries wait on emulated paths (the diagnosis
@@ -21,6 +21,8 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use crate::suite::Tally;
 
 /// What the suite tells the checks beside it, as files in one directory (they are separate
 /// processes).
@@ -116,16 +118,18 @@ impl Beside {
         &self.gates
     }
 
-    /// Wait for the checks and print what they said. When the suite failed (`suite_ok` false)
-    /// they are stopped instead: the run has failed, and a gate they wait on may never open.
-    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<()> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
+    /// Wait for the checks and print what they said; the doc tests' counts. When the suite
+    /// failed (`suite_ok` false) they are stopped instead: the run has failed, and a gate they
+    /// wait on may never open.
+    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<Tally> {
+        let Some(mut child) = self.child.take() else { return Ok(Tally::default()) };
         let status =
             if suite_ok { child.wait().context("waiting for the checks beside the suite")? } else { stop(&mut child) };
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        println!("     Checks beside the suite (lints, kernel matrix, dist):");
+        println!("     Checks beside the suite (lints, doc tests, kernel matrix, dist):");
         print!("{log}");
-        check_status(status, suite_ok)
+        check_status(status, suite_ok)?;
+        Ok(Tally::of(&log))
     }
 }
 
@@ -197,8 +201,15 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     });
 
     match gates.wait(Gate::BinaryReady, parent) {
-        Ok(()) => record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[])),
-        Err(e) => record("kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
+        Ok(()) => {
+            // In the suite's own target directory, once its build is done (the build holds that
+            // directory's lock; the test binaries that run after it take none).
+            let doc_args: Vec<&str> =
+                ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
+            record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
+            record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[]));
+        }
+        Err(e) => record("doc tests and kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
     // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
     // more) and checked the same way: static, packaged, booted with busybox only.

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::beside::{Gate, Gates};
 
-/// One test executable cargo built, or the doc tests (which cargo builds as it runs them).
+/// One test executable cargo built.
 struct TestBinary {
     /// `tests/diagnosis.rs (cctrace-tests: diagnosis)`.
     label: String,
@@ -40,12 +40,13 @@ struct Outcome {
 }
 
 /// Build every test binary of `cargo test <args>` without running them, run them one after
-/// another with the doc tests last, and close with one line counting every test.
+/// another, and close with one line counting their tests. (The doc tests, which cargo compiles
+/// as it runs them, run beside: see `beside.rs`.)
 ///
 /// The tests run a copy of the built cctrace (`$CCTRACE_BIN`), which the kernel matrix beside
 /// them runs too; the tracer package's own tests, which run target/debug/cctrace by path, go
 /// first, and once they are done the dist check beside may relink that file statically.
-pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<()> {
+pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tally> {
     let Built { mut binaries, cctrace } = build(workspace, args)?;
     let suite_binary = gates.suite_binary();
     std::fs::copy(&cctrace, &suite_binary)
@@ -54,14 +55,7 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<()> 
     // A stable sort: the tracer package's binaries first, the rest in cargo's order.
     binaries.sort_by_key(|b| b.package_name != TRACER_PACKAGE);
     let tracer_binaries = binaries.iter().filter(|b| b.package_name == TRACER_PACKAGE).count();
-    binaries.push(TestBinary {
-        label: "doc tests".into(),
-        executable: PathBuf::from("cargo"),
-        args: ["test"].iter().chain(args).chain(&["--doc"]).map(ToString::to_string).collect(),
-        package_dir: workspace.to_path_buf(),
-        package_name: String::new(),
-    });
-    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    let mut tally = Tally::default();
     let mut failures = Vec::new();
     for (i, binary) in binaries.iter().enumerate() {
         if i == tracer_binaries {
@@ -70,19 +64,19 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<()> 
         let outcome = run_one(binary, &suite_binary);
         println!("     Running {} ({:.0} s)", outcome.label, outcome.took.as_secs_f64());
         print!("{}", outcome.output);
-        let (p, f, i) = count(&outcome.output);
-        passed += p;
-        failed += f;
-        ignored += i;
+        tally.add(Tally::of(&outcome.output));
         if !outcome.success {
             failures.push(outcome.label);
         }
     }
-    println!("{passed} passed, {failed} failed, {ignored} skipped");
+    if tracer_binaries == binaries.len() {
+        gates.open(Gate::TracerTestsDone)?;
+    }
+    println!("test binaries: {tally}");
     if !failures.is_empty() {
         bail!("test binaries failed: {}", failures.join(", "));
     }
-    Ok(())
+    Ok(tally)
 }
 
 /// The package whose tests run the cctrace binary by its path in target/ (`CARGO_BIN_EXE_cctrace`).
@@ -205,23 +199,45 @@ fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
     Outcome { label: binary.label.clone(), output, success, took: start.elapsed() }
 }
 
-/// Passed, failed and ignored counts from libtest's `test result:` lines.
-fn count(output: &str) -> (u64, u64, u64) {
-    let (mut passed, mut failed, mut ignored) = (0, 0, 0);
-    for rest in output.lines().filter_map(|l| l.strip_prefix("test result: ")) {
-        for part in rest.split(';') {
-            let mut words: VecDeque<&str> = part.split_whitespace().collect();
-            let (Some(what), Some(n)) = (words.pop_back(), words.pop_back()) else { continue };
-            let n: u64 = n.parse().unwrap_or(0);
-            match what {
-                "passed" => passed += n,
-                "failed" => failed += n,
-                "ignored" => ignored += n,
-                _ => {}
+/// Passed, failed and ignored tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) passed: u64,
+    pub(crate) failed: u64,
+    pub(crate) ignored: u64,
+}
+
+impl Tally {
+    /// The counts of libtest's `test result:` lines in `output`.
+    pub(crate) fn of(output: &str) -> Self {
+        let mut tally = Self::default();
+        for rest in output.lines().filter_map(|l| l.strip_prefix("test result: ")) {
+            for part in rest.split(';') {
+                let mut words: VecDeque<&str> = part.split_whitespace().collect();
+                let (Some(what), Some(n)) = (words.pop_back(), words.pop_back()) else { continue };
+                let n: u64 = n.parse().unwrap_or(0);
+                match what {
+                    "passed" => tally.passed += n,
+                    "failed" => tally.failed += n,
+                    "ignored" => tally.ignored += n,
+                    _ => {}
+                }
             }
         }
+        tally
     }
-    (passed, failed, ignored)
+
+    pub(crate) fn add(&mut self, other: Tally) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} passed, {} failed, {} skipped", self.passed, self.failed, self.ignored)
+    }
 }
 
 #[cfg(test)]
@@ -232,7 +248,7 @@ mod tests {
     fn counts_every_result_line() {
         let out = "running 2 tests\ntest a ... ok\ntest result: ok. 2 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s\n\
                    test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1s\n";
-        assert_eq!(count(out), (5, 2, 1));
+        assert_eq!(Tally::of(out), Tally { passed: 5, failed: 2, ignored: 1 });
     }
 
     #[test]
