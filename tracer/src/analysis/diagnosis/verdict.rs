@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::limits::LimitedBy;
+use crate::analysis::diagnosis::reordering::LossNote;
 use crate::analysis::diagnosis::response::ResponseModel;
 use crate::analysis::udp::RelayedBy;
 
@@ -58,6 +59,26 @@ pub struct Evidence {
     pub standing_queue: bool,
     /// The signals that decided `limited_by` and the flag, in words.
     pub decided_by: String,
+    /// The kernel's take-backs: episodes in the loss horizon left out of `loss_episodes`
+    /// because the kernel undid their cut or DSACK reported all they retransmitted; over the
+    /// flow's life, segments retransmitted, those DSACK reported spurious (`dsack_dups`) and
+    /// their share, cuts undone; the kernel's reordering estimate now (segments, null where
+    /// unknown).
+    #[serde(default)]
+    pub spurious_episodes: u32,
+    #[serde(default)]
+    pub retrans_segments: u32,
+    #[serde(default)]
+    pub dsack_dups: u32,
+    #[serde(default)]
+    pub spurious_share: f64,
+    #[serde(default)]
+    pub undo_events: u32,
+    #[serde(default)]
+    pub reordering: Option<u32>,
+    /// `reordering` when most retransmissions were spurious: not flagged, and not BBR's to fix.
+    #[serde(default)]
+    pub note: Option<LossNote>,
     /// What the flow's own congestion control decided, when it runs on a deep-mode twin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deep: Option<DeepEvidence>,

@@ -41,6 +41,11 @@ pub struct LossEpisode {
     /// Counters at the episode's start, for loss rates over the episodes' span.
     pub bytes_sent: u64,
     pub bytes_retrans: u64,
+    /// Counters just before the episode (retransmitted segments, DSACKed ones, undone cuts):
+    /// with the next episode's, they tell whether the kernel later took this one back.
+    pub retrans_before: u32,
+    pub dsack_before: u32,
+    pub undo_before: u32,
     /// The sender was still in or leaving slow start (ssthresh unset in the lookback): an
     /// overshoot of its own making, which says nothing about the path's losses.
     pub slow_start: bool,
@@ -137,6 +142,9 @@ impl LossTracker {
             delivery_before_bps,
             bytes_sent: s.bytes_sent,
             bytes_retrans: s.bytes_retrans,
+            retrans_before: prev.total_retrans,
+            dsack_before: prev.signals.spurious(),
+            undo_before: prev.signals.undone(),
             slow_start,
         });
     }
