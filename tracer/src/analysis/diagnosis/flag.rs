@@ -5,9 +5,9 @@
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
-use crate::analysis::diagnosis::reordering::LossNote;
+
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::diagnosis::verdict::Evidence;
+use crate::analysis::diagnosis::verdict::{Evidence, LossNote};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
 use crate::analysis::units::rate;

@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::limits::LimitedBy;
-use crate::analysis::diagnosis::reordering::LossNote;
 use crate::analysis::diagnosis::response::ResponseModel;
 use crate::analysis::udp::RelayedBy;
 
@@ -82,6 +81,22 @@ pub struct Evidence {
     /// What the flow's own congestion control decided, when it runs on a deep-mode twin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deep: Option<DeepEvidence>,
+}
+
+/// A note on a flow's losses that is not a verdict on what limits it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossNote {
+    /// Most retransmissions were spurious: the path reorders packets.
+    Reordering,
+}
+
+impl LossNote {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reordering => "reordering",
+        }
+    }
 }
 
 /// The decisions of a deep-traced flow's algorithm that bear on the verdict.
