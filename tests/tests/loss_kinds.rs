@@ -193,6 +193,8 @@ fn check_reordering(
     let e = &noted_last["evidence"];
     ensure!(num(e, "dsack_dups") > 0 && num(e, "dsack_dups") <= last, "{e}");
     ensure!(num(e, "spurious_episodes") > 0, "no episode taken back: {e}");
+    // The path lost nothing: no episode may count as a loss.
+    ensure!(num(e, "loss_episodes") == 0, "a loss counted where the path lost nothing: {e}");
     Ok(())
 }
 
