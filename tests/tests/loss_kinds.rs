@@ -88,7 +88,7 @@ fn reordering_and_ack_loss_are_not_flagged_and_spurious_retransmissions_match_th
     let mut readings = Vec::new();
     let end = Instant::now() + Duration::from_secs(SECS - 1);
     while Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(700));
+        std::thread::sleep(Duration::from_millis(250));
         readings.extend(ss_dsack(&jitter, jitter_port)?);
     }
     let jitter_report = reordered.wait()?;
@@ -145,6 +145,9 @@ fn check_reordering(
     // Every ss reading lies between the tracer's samples just before and just after it, give
     // or take one segment.
     ensure!(!readings.is_empty(), "ss never saw the connection");
+    let seen: Vec<u64> = readings.iter().map(|r| r.dsack_dups).collect();
+    println!("ss -tni dsack_dups during the run: {seen:?}");
+    let mut bracketed = 0;
     for r in readings {
         let before = samples.iter().filter(|s| num(s, "ts_ns") <= r.before_ns).map(|s| num(s, "dsack_dups")).max();
         let after = samples.iter().filter(|s| num(s, "ts_ns") >= r.after_ns).map(|s| num(s, "dsack_dups")).min();
@@ -154,7 +157,13 @@ fn check_reordering(
             "ss said dsack_dups {} between samples saying {lo} and {hi}",
             r.dsack_dups
         );
+        bracketed += 1;
     }
+    ensure!(
+        bracketed * 2 >= readings.len(),
+        "only {bracketed} of {} ss readings had samples around them",
+        readings.len()
+    );
     // And at the close, the tracer's last count is the socket's final one (TCP_INFO at close,
     // the struct ss prints).
     let last = samples.iter().map(|s| num(s, "dsack_dups")).max().unwrap_or(0);
