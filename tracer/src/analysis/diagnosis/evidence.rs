@@ -62,6 +62,8 @@ pub(super) fn evidence_of(
         available_bps,
         standing_queue: standing,
         decided_by,
+        timeout_episodes: lv.timeouts as u32,
+        probe_episodes: lv.probes as u32,
         spurious_episodes: lv.spurious as u32,
         retrans_segments: lv.retrans_segments,
         dsack_dups: lv.dsack_dups,

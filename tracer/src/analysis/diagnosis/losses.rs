@@ -12,7 +12,7 @@ use tracer_common::NS_PER_SEC;
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::model::{queue_threshold_us, Flow, LossEpisode};
+use crate::analysis::model::{queue_threshold_us, EpisodeKind, Flow, LossEpisode};
 
 /// What the flow's loss episodes over the loss horizon show.
 #[derive(Clone, Debug, Default)]
@@ -37,6 +37,10 @@ pub(super) struct LossView {
     pub(super) retrans_segments: u32,
     pub(super) dsack_dups: u32,
     pub(super) undo_events: u32,
+    /// Of the judged episodes, those a timeout began and those a probe (outside recovery)
+    /// began; the rest began in fast retransmit.
+    pub(super) timeouts: usize,
+    pub(super) probes: usize,
 }
 
 impl LossView {
@@ -116,6 +120,8 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     v.episodes = judged.len();
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;
+    v.timeouts = judged.iter().filter(|e| e.kind == EpisodeKind::Timeout).count();
+    v.probes = judged.iter().filter(|e| e.kind == EpisodeKind::Probe).count();
     v.span_secs = now_ns.saturating_sub(first.ts_ns) as f64 / NS_PER_SEC as f64;
     v.median_queue_us = median(judged.iter().map(queue).collect());
     v.median_cwnd_before = median(judged.iter().map(|e| f64::from(e.cwnd_before)).collect());
@@ -130,4 +136,37 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
         v.event_rate = v.episodes as f64 / (sent as f64 / f64::from(s.mss.max(1)));
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis::diagnosis::test_feed::{episodic, run_feed};
+    use crate::analysis::event::CaState;
+
+    /// `episodic`'s losses, each begun in `ca` (Recovery is `episodic`'s own).
+    fn evidence_with_losses_in(ca: Option<CaState>) -> crate::analysis::diagnosis::Evidence {
+        let feed = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (d, _) = run_feed(30, move |tick| {
+            let mut out = feed(tick);
+            for s in out.iter_mut().filter(|s| s.ca_state == CaState::Recovery) {
+                match ca {
+                    Some(ca) => s.ca_state = ca,
+                    // A retransmission without recovery: a tail-loss probe.
+                    None => s.ca_state = CaState::Open,
+                }
+            }
+            out
+        });
+        *d.verdict(1).expect("verdict").evidence.clone().expect("evidence")
+    }
+
+    #[test]
+    fn episodes_say_whether_a_timeout_a_probe_or_fast_retransmit_began_them() {
+        let fast = evidence_with_losses_in(Some(CaState::Recovery));
+        assert!(fast.loss_episodes >= 3 && fast.timeout_episodes == 0 && fast.probe_episodes == 0, "{fast:?}");
+        let rto = evidence_with_losses_in(Some(CaState::Loss));
+        assert!(rto.loss_episodes >= 3 && rto.timeout_episodes == rto.loss_episodes, "{rto:?}");
+        let probe = evidence_with_losses_in(None);
+        assert!(probe.loss_episodes >= 3 && probe.probe_episodes == probe.loss_episodes, "{probe:?}");
+    }
 }

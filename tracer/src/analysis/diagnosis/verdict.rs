@@ -58,6 +58,12 @@ pub struct Evidence {
     pub standing_queue: bool,
     /// The signals that decided `limited_by` and the flag, in words.
     pub decided_by: String,
+    /// Of `loss_episodes`, those that began with a retransmission timeout, and those that began
+    /// outside recovery (a tail-loss probe); the rest began in fast retransmit.
+    #[serde(default)]
+    pub timeout_episodes: u32,
+    #[serde(default)]
+    pub probe_episodes: u32,
     /// The kernel's take-backs: episodes in the loss horizon left out of `loss_episodes`
     /// because the kernel undid their cut or DSACK reported all they retransmitted; over the
     /// flow's life, segments retransmitted, those DSACK reported spurious (`dsack_dups`) and
