@@ -9,6 +9,8 @@
 //!   `--tight-bucket BYTES` for another);
 //! - `policer-deep`: the same policer with a 1.5 s bucket (3.75 MB, a common router default);
 //! - `jitter`: 0-3 ms of uniform per-packet jitter (reordering), no random loss;
+//! - `jitter-short`: 0-8 ms of jitter on a 10 ms, 100 Mbit/s path (1 MB queue): reordering the
+//!   kernel's RACK (which waits a quarter of min_rtt) takes for loss until DSACK tells it;
 //! - `ack-loss`: 2 % loss on the ACK direction only.
 //!
 //! Each flow sets its algorithm per socket (TCP_CONGESTION), runs on a fresh path, and is
@@ -104,6 +106,19 @@ fn scenarios(loss: f64, tight_bucket: Option<u64>) -> Vec<Scenario> {
             policed_bps: None,
         },
         Scenario {
+            name: "jitter-short",
+            what: "10 ms RTT, per-packet jitter uniform in [0, 8 ms], 100 Mbit/s (1 MB queue), no loss: \
+                   jitter above a quarter of min_rtt, where the kernel's RACK retransmits what was only late \
+                   (tests/loss_kinds.rs's path)"
+                .into(),
+            spec: EmulatedPathSpec::new(
+                PathSpec::delay(Duration::from_millis(5))
+                    .with_jitter(Duration::from_millis(8))
+                    .with_rate(100_000_000, 1_000_000),
+            ),
+            policed_bps: None,
+        },
+        Scenario {
             name: "ack-loss",
             what: "2% loss on the ACK direction only".into(),
             spec: path(PathSpec::delay(d), PathSpec::delay(d).with_loss(0.02)),
@@ -131,12 +146,12 @@ fn mathis_bps(p: f64) -> f64 {
     MSS * 8.0 / (RTT_MS / 1000.0) * 1.22 / p.sqrt()
 }
 
-fn print_run(r: &Run, policed_bps: Option<u64>) {
+fn print_run(r: &Run, policed_bps: Option<u64>, line_bps: u64) {
     let k = &r.report;
     let mbps = k.goodput_bps / 1e6;
     let versus = match policed_bps {
         Some(p) => format!("{:>4.0}% of the policed rate", 100.0 * k.goodput_bps / p as f64),
-        None => format!("{:>4.0}% of the line rate", 100.0 * k.goodput_bps / LINE_BPS as f64),
+        None => format!("{:>4.0}% of the line rate", 100.0 * k.goodput_bps / line_bps as f64),
     };
     println!(
         "  {:>5}: goodput {mbps:>6.1} Mbit/s ({versus}); kernel at close: retrans {} ({:.3}% of segments), \
@@ -198,7 +213,7 @@ fn main() -> Result<()> {
         let cubic = bulk(&s.spec, "cubic", secs)?;
         let bbr = bulk(&s.spec, "bbr", secs)?;
         for r in [&cubic, &bbr] {
-            print_run(r, s.policed_bps);
+            print_run(r, s.policed_bps, s.spec.forward.rate_bps.unwrap_or(LINE_BPS));
         }
         let ratio = bbr.report.goodput_bps / cubic.report.goodput_bps.max(1.0);
         println!("  ratio bbr/cubic: {ratio:.2}x");

@@ -11,7 +11,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 3;
+pub const WIRE_VERSION: u16 = 4;
 
 /// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
@@ -50,6 +50,15 @@ pub mod tcp_state {
     pub const CLOSING: u8 = 11;
     pub const NEW_SYN_RECV: u8 = 12;
     pub const BOUND_INACTIVE: u8 = 13;
+}
+
+/// Congestion-avoidance states (`enum tcp_ca_state`), as `icsk_ca_state` holds them.
+pub mod ca_state {
+    pub const CA_OPEN: u8 = 0;
+    pub const CA_DISORDER: u8 = 1;
+    pub const CA_CWR: u8 = 2;
+    pub const CA_RECOVERY: u8 = 3;
+    pub const CA_LOSS: u8 = 4;
 }
 
 /// Record kinds carried in [`RecordHeader::kind`].
@@ -239,9 +248,21 @@ pub struct FlowSample {
     pub route_dev_mtu: u32,
     pub route_pmtu: u32,
     pub route_dev: [u8; 16],
+    /// The kernel's own verdicts on its retransmissions, as `ss -tni` prints them
+    /// (`tcp_sock` fields of the same names): retransmissions the receiver reported by DSACK as
+    /// duplicates (spurious), reordering events seen, the reordering degree (segments), and
+    /// retransmission timeouts and the recoveries they started. [`ABSENT`] where the running
+    /// kernel lacks the field (`total_rto*` came in 6.7).
+    pub dsack_dups: u32,
+    pub reord_seen: u32,
+    pub reordering: u32,
+    pub total_rto: u32,
+    pub total_rto_recoveries: u32,
+    /// Cuts the kernel undid on leaving Recovery or Loss (see [`FlowState::undo_events`]).
+    pub undo_events: u32,
 }
 
-pub const FLOW_SAMPLE_SIZE: usize = 280;
+pub const FLOW_SAMPLE_SIZE: usize = 304;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
@@ -332,9 +353,18 @@ pub struct Offsets {
     pub netdev_ifindex: u32,
     pub netdev_mtu: u32,
     pub netdev_name: u32,
+    /// `tcp_sock` loss signals ([`FlowSample::dsack_dups`] and after), and `undo_marker`, which
+    /// the kernel zeroes when it undoes a cut.
+    pub dsack_dups: u32,
+    pub reord_seen: u32,
+    pub reordering: u32,
+    /// `u16` fields (6.7 and later).
+    pub total_rto: u32,
+    pub total_rto_recoveries: u32,
+    pub undo_marker: u32,
 }
 
-pub const OFFSETS_SIZE: usize = 232;
+pub const OFFSETS_SIZE: usize = 256;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -396,6 +426,12 @@ impl Offsets {
             netdev_ifindex: ABSENT,
             netdev_mtu: ABSENT,
             netdev_name: ABSENT,
+            dsack_dups: ABSENT,
+            reord_seen: ABSENT,
+            reordering: ABSENT,
+            total_rto: ABSENT,
+            total_rto_recoveries: ABSENT,
+            undo_marker: ABSENT,
         }
     }
 }
@@ -520,7 +556,13 @@ pub struct FlowState {
     /// Whether the flow passed the filter of generation `filter_generation` (1) or not (0):
     /// the filter is checked once per flow and filter change, not on every event.
     pub filter_pass: u8,
-    pub _pad: [u8; 2],
+    /// Cuts the kernel undid: `tcp_cong_state_set` moving the flow from Recovery or Loss back to
+    /// Open or Disorder with `undo_marker` zero. `tcp_try_undo_recovery`, `_loss` and
+    /// `_partial` zero it when they restore cwnd and ssthresh, and a recovery that ends
+    /// without an undo leaves it set. The kernel keeps no per-socket count of its own; a DSACK
+    /// undo after the flow is back in Open changes no state and is not counted here (its
+    /// retransmissions are in `dsack_dups`). Wraps at 65536.
+    pub undo_events: u16,
     pub filter_generation: u32,
     /// With [`Config::key_by_socket`]: the id samples of this flow carry as their cookie (bit 52
     /// set, so it never equals a kernel cookie); 0 otherwise.

@@ -76,6 +76,7 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
         old_state: 0,
         new_state: 0,
         classic: false,
+        undone: false,
     };
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };

@@ -26,6 +26,8 @@ pub(crate) struct Hit {
     pub(crate) old_state: u8,
     pub(crate) new_state: u8,
     pub(crate) classic: bool,
+    /// A CA-state change that left Recovery or Loss with the cut undone.
+    pub(crate) undone: bool,
 }
 
 /// Per-flow bookkeeping and rate limiting; emits a sample when one is due.
@@ -69,6 +71,9 @@ pub(crate) fn observe(hit: Hit) -> Result<u32, u32> {
             return Ok(0);
         }
         state.last_retrans_emit_ns = now;
+    }
+    if hit.undone {
+        state.undo_events = state.undo_events.wrapping_add(1);
     }
     if hit.reason == reason::STATE_CHANGE && hit.new_state == tcp_state::SYN_SENT {
         // connect() runs in the owner's context: remember who opened the flow.

@@ -30,6 +30,7 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
         old_state: 0,
         new_state: 0,
         classic: false,
+        undone: false,
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
@@ -50,6 +51,7 @@ pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
         old_state: 0,
         new_state: 0,
         classic: false,
+        undone: false,
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
@@ -73,6 +75,7 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
         old_state: 0,
         new_state: 0,
         classic: true,
+        undone: false,
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
@@ -93,6 +96,7 @@ pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
         old_state: 0,
         new_state: 0,
         classic: true,
+        undone: false,
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,

@@ -102,6 +102,12 @@ pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now:
         if sk.bits(global!(OFFSETS.is_cwnd_limited)) != 0 {
             s.flags |= flag::CWND_LIMITED;
         }
+        s.dsack_dups = sk.get_or_absent(global!(OFFSETS.dsack_dups));
+        s.reord_seen = sk.get_or_absent(global!(OFFSETS.reord_seen));
+        s.reordering = sk.get_or_absent(global!(OFFSETS.reordering));
+        s.total_rto = sk.get_u16_or_absent(global!(OFFSETS.total_rto));
+        s.total_rto_recoveries = sk.get_u16_or_absent(global!(OFFSETS.total_rto_recoveries));
+        s.undo_events = u32::from(state.undo_events);
         // The route is read for the samples that come once an interval (and the start-up
         // listing's): four more reads on every state change would be most of a state hook's
         // cost, and the flow keeps the route its last sample had.
@@ -181,6 +187,27 @@ impl SockView {
         // SAFETY: `at + size_of::<T>()` is within the copy (checked above, and the mask bounds
         // it within the buffer's slack for the verifier); plain old data read unaligned.
         unsafe { core::ptr::read_unaligned(self.copy.add(at) as *const T) }
+    }
+
+    /// A `u32` field, or [`ABSENT`] where the kernel lacks it (so userspace can tell "none"
+    /// from "0").
+    #[inline(always)]
+    fn get_or_absent(&self, off: u32) -> u32 {
+        if off == ABSENT {
+            ABSENT
+        } else {
+            self.get(off)
+        }
+    }
+
+    /// A `u16` field widened, or [`ABSENT`].
+    #[inline(always)]
+    fn get_u16_or_absent(&self, off: u32) -> u32 {
+        if off == ABSENT {
+            ABSENT
+        } else {
+            u32::from(self.get::<u16>(off))
+        }
     }
 
     #[inline(always)]

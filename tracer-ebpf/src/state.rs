@@ -5,7 +5,10 @@ use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use tracer_common::{reason, tcp_state, HookId, ABSENT, IPPROTO_TCP};
+use tracer_common::{
+    ca_state::{CA_DISORDER, CA_LOSS, CA_OPEN, CA_RECOVERY},
+    reason, tcp_state, HookId, ABSENT, IPPROTO_TCP,
+};
 
 use crate::flow_key::{btf_key, classic_key};
 use crate::maps::{enabled, CLASSIC, OFFSETS};
@@ -52,10 +55,24 @@ pub fn cct_destroy(ctx: BtfTracePointContext) -> u32 {
 fn try_cong_state(sk: *const u8, cookie: u64, new_ca: u8, classic: bool) -> Result<u32, u32> {
     // tcp_set_ca_state() fires the tracepoint before storing the state; many callers set the
     // state it already has, which is no event worth a sample.
-    if read_bits(sk, global!(OFFSETS.icsk_ca_state)) == new_ca {
+    let old_ca = read_bits(sk, global!(OFFSETS.icsk_ca_state));
+    if old_ca == new_ca {
         return Ok(0);
     }
-    observe(Hit { sk, cookie, reason: reason::CA_STATE, ca_state: new_ca, old_state: 0, new_state: 0, classic })
+    let undone = left_recovery_undone(sk, old_ca, new_ca);
+    observe(Hit { sk, cookie, reason: reason::CA_STATE, ca_state: new_ca, old_state: 0, new_state: 0, classic, undone })
+}
+
+/// Whether this move out of Recovery or Loss comes with the cut undone: the undo paths
+/// (`tcp_try_undo_recovery`, `_loss`, `_partial`) restore cwnd and ssthresh and zero
+/// `undo_marker` before they set Open or Disorder; a recovery that ends for real leaves
+/// `undo_marker` where recovery set it. False where the kernel lacks the field.
+#[inline(always)]
+fn left_recovery_undone(sk: *const u8, old_ca: u8, new_ca: u8) -> bool {
+    let leaving = old_ca == CA_RECOVERY || old_ca == CA_LOSS;
+    let reopened = new_ca == CA_OPEN || new_ca == CA_DISORDER;
+    let off = global!(OFFSETS.undo_marker);
+    leaving && reopened && off != ABSENT && read::<u32>(sk, off) == 0
 }
 
 #[inline(always)]
@@ -76,6 +93,7 @@ fn try_set_state(sk: *const u8, old: u8, new: u8, classic: bool) -> Result<u32, 
         old_state: old,
         new_state: new,
         classic,
+        undone: false,
     })
 }
 
@@ -84,7 +102,16 @@ fn try_destroy(sk: *const u8, cookie: u64, classic: bool) -> Result<u32, u32> {
     if !is_flow_socket(sk) {
         return Ok(0);
     }
-    observe(Hit { sk, cookie, reason: reason::DESTROY, ca_state: CA_FROM_SOCKET, old_state: 0, new_state: 0, classic })
+    observe(Hit {
+        sk,
+        cookie,
+        reason: reason::DESTROY,
+        ca_state: CA_FROM_SOCKET,
+        old_state: 0,
+        new_state: 0,
+        classic,
+        undone: false,
+    })
 }
 
 #[tracepoint(category = "tcp", name = "tcp_cong_state_set")]

@@ -9,6 +9,7 @@ use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use tracer_common::family::AF_INET6;
 
+use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::route::Route;
 use tracer_common::{flag, reason, record_kind, tcp_state, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION};
 
@@ -191,6 +192,10 @@ pub struct Sample {
     /// after close).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<Route>,
+    /// DSACKs, reordering, timeouts and undone cuts (all `None` in recordings made before
+    /// cctrace read them).
+    #[serde(default)]
+    pub signals: LossSignals,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,6 +391,7 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         rwnd_limited_us,
         sndbuf_limited_us,
         route: Route::from_raw(raw.route_ifindex, raw.route_dev_mtu, raw.route_pmtu, raw.route_dev),
+        signals: LossSignals::from_raw(raw),
     })
 }
 
@@ -442,6 +448,12 @@ pub fn raw_sample_template() -> FlowSample {
         route_dev_mtu: 0,
         route_pmtu: 0,
         route_dev: [0; 16],
+        dsack_dups: 0,
+        reord_seen: 0,
+        reordering: 0,
+        total_rto: 0,
+        total_rto_recoveries: 0,
+        undo_events: 0,
     }
 }
 
@@ -534,6 +546,23 @@ mod tests {
         let mut bad_reason = sample();
         bad_reason.reason = 0;
         assert!(matches!(decode(&raw_bytes(&bad_reason), &CTX), Err(DecodeError::BadField("reason", 0))));
+    }
+
+    #[test]
+    fn loss_signals_decode_and_an_absent_field_stays_absent() {
+        let mut raw = sample();
+        raw.dsack_dups = 12;
+        raw.reord_seen = 3;
+        raw.reordering = 40;
+        raw.total_rto = tracer_common::ABSENT;
+        raw.total_rto_recoveries = tracer_common::ABSENT;
+        raw.undo_events = 2;
+        let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
+        assert_eq!(s.signals.dsack_dups, Some(12));
+        assert_eq!(s.signals.reord_seen, Some(3));
+        assert_eq!(s.signals.reordering, Some(40));
+        assert_eq!(s.signals.total_rto, None, "a kernel without total_rto says so, not 0");
+        assert_eq!(s.signals.undo_events, Some(2));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! without a cycle. (`tracer/tests/purity.rs` checks both.)
 //!
 //! At the bottom, importing only each other: [`environment`] (host facts handed in), [`units`]
-//! (how a rate, a share, a size is written), [`event`] and [`route`] (decoded samples),
+//! (how a rate, a share, a size is written), [`event`], [`route`] and [`loss_signals`] (decoded samples),
 //! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock). On them:
 //! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix_commands`] (the fix's
 //! commands), [`udp`] (heavy UDP flows), [`diagnosis`] (why each flow is as fast as it is),
@@ -24,6 +24,7 @@ pub mod event;
 pub mod filter;
 pub mod fix_commands;
 pub mod fix_plan;
+pub mod loss_signals;
 pub mod model;
 pub mod route;
 pub mod schema;

@@ -14,6 +14,7 @@ use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
+use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::model::Flow;
 use crate::analysis::time::WallClock;
 use crate::analysis::udp::{AppProto, Process, RelayedBy, UdpFlow, UdpVerdict};
@@ -116,6 +117,10 @@ pub struct SocketFields {
     pub busy: u64,
     pub rwnd_limited: u64,
     pub sndbuf_limited: u64,
+    /// `dsack_dups`, `reord_seen`, `reordering`, `total_rto`, `total_rto_recoveries`,
+    /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
+    #[serde(flatten)]
+    pub signals: LossSignals,
 }
 
 fn ms(us: u32) -> f64 {
@@ -165,6 +170,7 @@ impl SocketFields {
             busy: s.busy_us / 1000,
             rwnd_limited: s.rwnd_limited_us / 1000,
             sndbuf_limited: s.sndbuf_limited_us / 1000,
+            signals: s.signals,
         }
     }
 }

@@ -66,7 +66,8 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         }
     }
     for m in &source.info().missing_fields {
-        eprintln!("cctrace: kernel field unavailable, reported as 0: {m}");
+        // A counter the JSON can leave out (total_rto, ...) is null there; the rest read as 0.
+        eprintln!("cctrace: kernel field unavailable, reported as 0 or null: {m}");
     }
     if let Some(line) = source.info().start_up_listing_line() {
         eprintln!("cctrace: {line}");

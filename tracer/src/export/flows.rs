@@ -8,6 +8,7 @@ use tracer_common::TCP_INFINITE_SSTHRESH;
 
 use crate::analysis::diagnosis::{LimitedBy, Verdict};
 use crate::analysis::event::{CaState, Owner, Sample};
+use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::schema::{Placement, SummaryRecord, UdpRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
@@ -310,6 +311,9 @@ pub struct FlowSummary {
     pub retrans: u32,
     /// bytes_retrans / bytes_sent, 0..1.
     pub retrans_ratio: f64,
+    /// The kernel's loss signals at the latest sample (`dsack_dups`, `reord_seen`, ...).
+    #[serde(flatten)]
+    pub signals: LossSignals,
     /// Goodput over the observed life, and the highest one-second goodput, bits/s.
     pub mean_throughput_bps: u64,
     pub max_throughput_bps: u64,
@@ -354,6 +358,7 @@ impl FlowSummary {
             bytes_retrans: s.bytes_retrans,
             retrans: s.total_retrans,
             retrans_ratio: if s.bytes_sent > 0 { s.bytes_retrans as f64 / s.bytes_sent as f64 } else { 0.0 },
+            signals: s.signals,
             mean_throughput_bps: t.mean_throughput_bps().round() as u64,
             max_throughput_bps: t.max_throughput_bps().round() as u64,
             min_srtt_ms: t.min_srtt_ms.map(round3),

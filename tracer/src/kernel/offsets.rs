@@ -240,6 +240,12 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         (&mut o.netdev_ifindex, want("net_device", "ifindex", 4, false)),
         (&mut o.netdev_mtu, want("net_device", "mtu", 4, false)),
         (&mut o.netdev_name, want("net_device", "name", 16, false)),
+        (&mut o.dsack_dups, want("tcp_sock", "dsack_dups", 4, false)),
+        (&mut o.reord_seen, want("tcp_sock", "reord_seen", 4, false)),
+        (&mut o.reordering, want("tcp_sock", "reordering", 4, false)),
+        (&mut o.total_rto, want("tcp_sock", "total_rto", 2, false)),
+        (&mut o.total_rto_recoveries, want("tcp_sock", "total_rto_recoveries", 2, false)),
+        (&mut o.undo_marker, want("tcp_sock", "undo_marker", 4, false)),
     ];
     for (dst, w) in plain {
         match btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w)) {

@@ -267,3 +267,41 @@ pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::decisions::Decisi
         kind: DecisionKind::SsthreshCut { cwnd_before: 68, cwnd_after: 47, ssthresh_before: 90, ssthresh_after: 47 },
     }
 }
+
+/// A recording made before samples carried the kernel's loss signals (the fuzz seed, written by
+/// the cctrace of that time) still replays: its samples read with every signal unknown, not 0,
+/// and the analysis judges its flows as before.
+#[test]
+fn a_recording_from_before_the_loss_signals_still_replays() {
+    use crate::analysis::diagnosis::DiagnosisConfig;
+    use crate::analysis::loss_signals::LossSignals;
+    use crate::analysis::model::TableConfig;
+    use crate::analysis::Analysis;
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/reader/valid.cctrace");
+    let bytes = std::fs::read(&path).expect("the seed recording");
+    let text = zstd::decode_all(&bytes[..]).expect("zstd frames");
+    assert!(String::from_utf8_lossy(&text).contains("\"samples\""), "the seed holds samples");
+    assert!(!String::from_utf8_lossy(&text).contains("dsack_dups"), "the seed must predate the loss signals");
+    let (entries, end) = read_all(&bytes);
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Default::default());
+    let mut samples = 0;
+    for entry in &entries {
+        match entry {
+            Entry::Samples { samples: batch } => {
+                for s in batch {
+                    assert_eq!(s.signals, LossSignals::default());
+                    analysis.ingest(s);
+                    samples += 1;
+                }
+            }
+            Entry::Tick { now_ns, .. } => {
+                analysis.tick(*now_ns);
+            }
+            _ => {}
+        }
+    }
+    assert!(samples > 0, "the seed has samples");
+    assert!(analysis.table.flows().count() > 0, "its flows are in the table");
+}

@@ -79,6 +79,11 @@ pub struct DiagnosisConfig {
     /// "At least N available" is said only when the best delivery rate seen without queueing
     /// (in three samples) is at least this times the current goodput.
     pub available_ratio: f64,
+    /// The reordering note (`reordering`): at least this many segments retransmitted over the
+    /// flow's life, and at least this share of them reported spurious by DSACK. See
+    /// docs/flagging.md for the measurements behind both.
+    pub reordering_min_retrans: u32,
+    pub reordering_spurious_share: f64,
     /// Evaluations a new verdict must persist before it replaces the old one.
     pub confirm: u32,
     /// Evaluations the flag condition must fail before the flag is cleared.
@@ -112,6 +117,8 @@ impl Default for DiagnosisConfig {
             min_loss_ratio: 0.0002,
             response_slack: 2.0,
             available_ratio: 1.5,
+            reordering_min_retrans: 4,
+            reordering_spurious_share: 0.5,
             confirm: 2,
             release: 5,
         }

@@ -5,6 +5,7 @@ use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::flag::decided_by;
 use crate::analysis::diagnosis::limits::{standing_queue, LimitedBy};
 use crate::analysis::diagnosis::losses::LossView;
+use crate::analysis::diagnosis::reordering::{note_of, spurious_share};
 use crate::analysis::diagnosis::response::{mathis_bps, response_of};
 use crate::analysis::diagnosis::verdict::Evidence;
 use crate::analysis::diagnosis::window::Window;
@@ -61,6 +62,15 @@ pub(super) fn evidence_of(
         available_bps,
         standing_queue: standing,
         decided_by,
+        timeout_episodes: lv.timeouts as u32,
+        probe_episodes: lv.probes as u32,
+        spurious_episodes: lv.spurious as u32,
+        retrans_segments: lv.retrans_segments,
+        dsack_dups: lv.dsack_dups,
+        spurious_share: spurious_share(lv),
+        undo_events: lv.undo_events,
+        reordering: s.signals.reordering,
+        note: note_of(lv, cfg),
         deep: None,
     }
 }

@@ -5,8 +5,9 @@
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
+
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::diagnosis::verdict::Evidence;
+use crate::analysis::diagnosis::verdict::{Evidence, LossNote};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
 use crate::analysis::units::rate;
@@ -81,6 +82,9 @@ pub(super) fn flag_condition(
     let wants_more = w.cwnd_full_share >= cfg.wants_more_cwnd_full_share;
     if !cfg.is_heavy(total, w.goodput_bps, wants_more) {
         return Err("not a heavy flow");
+    }
+    if ev.note == Some(LossNote::Reordering) {
+        return Err("most of its retransmissions were spurious");
     }
     if lv.episodes < cfg.min_loss_episodes || lv.loss_ratio < cfg.min_loss_ratio {
         return Err("too few losses to judge");

@@ -3,12 +3,16 @@
 //! place to add other kinds of loss (policers, reordering, spurious retransmissions): each
 //! adds its count here and its reading in `limits` (does it fill the path?) and `flag`
 //! (does it hold the flow back?).
+//!
+//! Only genuine losses count: an episode the kernel took back (its cut undone, or every
+//! segment it retransmitted reported a duplicate by DSACK) was reordering or a late ACK, not
+//! a loss, and says nothing against the path; it is counted apart, in `spurious`.
 
 use tracer_common::NS_PER_SEC;
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::model::{queue_threshold_us, Flow, LossEpisode};
+use crate::analysis::model::{queue_threshold_us, EpisodeKind, Flow, LossEpisode};
 
 /// What the flow's loss episodes over the loss horizon show.
 #[derive(Clone, Debug, Default)]
@@ -25,6 +29,18 @@ pub(super) struct LossView {
     pub(super) loss_ratio: f64,
     pub(super) event_rate: f64,
     pub(super) clean_delivery_bps: f64,
+    /// Episodes the kernel took back (left out of `episodes`), slow-start ones included.
+    pub(super) spurious: usize,
+    /// Over the flow's life (the kernel's counters): segments retransmitted, those DSACK
+    /// reported spurious, cuts undone. A flow's spurious retransmissions come early, before the
+    /// kernel learns how far the path reorders, so a horizon would lose them.
+    pub(super) retrans_segments: u32,
+    pub(super) dsack_dups: u32,
+    pub(super) undo_events: u32,
+    /// Of the judged episodes, those a timeout began and those a probe (outside recovery)
+    /// began; the rest began in fast retransmit.
+    pub(super) timeouts: usize,
+    pub(super) probes: usize,
 }
 
 impl LossView {
@@ -53,6 +69,23 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The counters an episode's stretch ends at: the next episode's start, or now.
+#[derive(Clone, Copy)]
+struct Mark {
+    retrans: u32,
+    dsack: u32,
+    undo: u32,
+}
+
+/// Whether the kernel took `e` back by the end of its stretch: it undid a cut, or DSACK
+/// reported every segment it retransmitted a duplicate.
+fn taken_back(e: &LossEpisode, end: Mark) -> bool {
+    let retrans = end.retrans.saturating_sub(e.retrans_before);
+    let dsack = end.dsack.saturating_sub(e.dsack_before);
+    let undone = end.undo.saturating_sub(e.undo_before);
+    undone > 0 || (retrans > 0 && dsack >= retrans)
+}
+
 /// The flow's loss episodes within the loss horizon, split by the queue at each loss.
 pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> LossView {
     let s = &flow.latest;
@@ -61,29 +94,79 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     let threshold_us = queue_threshold_us(min_rtt, cfg.queue_ratio, cfg.queue_slack_us);
     let since = now_ns.saturating_sub((cfg.loss_horizon_secs * NS_PER_SEC as f64) as u64);
     let recent: Vec<_> = flow.loss_episodes().filter(|e| e.ts_ns >= since).collect();
+    let now_mark = Mark { retrans: s.total_retrans, dsack: s.signals.spurious(), undo: s.signals.undone() };
+    let ends = recent
+        .iter()
+        .skip(1)
+        .map(|n| Mark { retrans: n.retrans_before, dsack: n.dsack_before, undo: n.undo_before })
+        .chain(std::iter::once(now_mark));
+    let (spurious, genuine): (Vec<_>, Vec<_>) = recent.iter().zip(ends).partition(|(e, end)| taken_back(e, *end));
     // Rate-based senders leave ssthresh alone: "slow start" means nothing for them.
-    let (overshoots, judged): (Vec<_>, Vec<_>) = recent.into_iter().partition(|e| loss_based && e.slow_start);
+    let (overshoots, judged): (Vec<_>, Vec<_>) =
+        genuine.into_iter().map(|(e, _)| *e).partition(|e| loss_based && e.slow_start);
     let mut v = LossView {
         threshold_us,
         slow_start: overshoots.len(),
         clean_delivery_bps: flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[2] as f64),
+        spurious: spurious.len(),
         ..LossView::default()
     };
+    v.retrans_segments = now_mark.retrans;
+    v.dsack_dups = now_mark.dsack;
+    v.undo_events = now_mark.undo;
     let Some(first) = judged.first() else { return v };
     // The queue is judged against today's min_rtt: the kernel's windowed minimum only falls.
     let queue = |e: &LossEpisode| f64::from(e.srtt_at_us.saturating_sub(min_rtt.min(e.min_rtt_us)));
     v.episodes = judged.len();
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;
+    v.timeouts = judged.iter().filter(|e| e.kind == EpisodeKind::Timeout).count();
+    v.probes = judged.iter().filter(|e| e.kind == EpisodeKind::Probe).count();
     v.span_secs = now_ns.saturating_sub(first.ts_ns) as f64 / NS_PER_SEC as f64;
     v.median_queue_us = median(judged.iter().map(queue).collect());
     v.median_cwnd_before = median(judged.iter().map(|e| f64::from(e.cwnd_before)).collect());
     let sent = s.bytes_sent.saturating_sub(first.bytes_sent);
     if sent > 0 {
-        v.loss_ratio = s.bytes_retrans.saturating_sub(first.bytes_retrans) as f64 / sent as f64;
+        // Retransmissions DSACK reported spurious were not lost.
+        let dsacked = u64::from(now_mark.dsack.saturating_sub(first.dsack_before)) * u64::from(s.mss);
+        let lost = s.bytes_retrans.saturating_sub(first.bytes_retrans).saturating_sub(dsacked);
+        v.loss_ratio = lost as f64 / sent as f64;
         // n episodes over the segments sent since the first: slightly high for small n, which
         // lowers the response function, so it never flatters the flag.
         v.event_rate = v.episodes as f64 / (sent as f64 / f64::from(s.mss.max(1)));
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis::diagnosis::test_feed::{episodic, run_feed};
+    use crate::analysis::event::CaState;
+
+    /// `episodic`'s losses, each begun in `ca` (Recovery is `episodic`'s own).
+    fn evidence_with_losses_in(ca: Option<CaState>) -> crate::analysis::diagnosis::Evidence {
+        let feed = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (d, _) = run_feed(30, move |tick| {
+            let mut out = feed(tick);
+            for s in out.iter_mut().filter(|s| s.ca_state == CaState::Recovery) {
+                match ca {
+                    Some(ca) => s.ca_state = ca,
+                    // A retransmission without recovery: a tail-loss probe.
+                    None => s.ca_state = CaState::Open,
+                }
+            }
+            out
+        });
+        *d.verdict(1).expect("verdict").evidence.clone().expect("evidence")
+    }
+
+    #[test]
+    fn episodes_say_whether_a_timeout_a_probe_or_fast_retransmit_began_them() {
+        let fast = evidence_with_losses_in(Some(CaState::Recovery));
+        assert!(fast.loss_episodes >= 3 && fast.timeout_episodes == 0 && fast.probe_episodes == 0, "{fast:?}");
+        let rto = evidence_with_losses_in(Some(CaState::Loss));
+        assert!(rto.loss_episodes >= 3 && rto.timeout_episodes == rto.loss_episodes, "{rto:?}");
+        let probe = evidence_with_losses_in(None);
+        assert!(probe.loss_episodes >= 3 && probe.probe_episodes == probe.loss_episodes, "{probe:?}");
+    }
 }

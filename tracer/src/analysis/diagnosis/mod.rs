@@ -15,6 +15,7 @@
 //! - `heavy`: whether it is heavy; `flag`: whether it is flagged, and why (not);
 //! - `hysteresis`: when a verdict may change; `evidence`: the numbers it rests on;
 //! - `deep`: what a deep-traced algorithm decided; `words`: the verdict's text;
+//! - `reordering`: whether the flow's retransmissions were mostly spurious (a note, no flag);
 //! - `config`: the thresholds; `verdict`: the types the front ends see.
 //!
 //! A new kind of loss (a policer, reordering, spurious retransmissions) is counted in `losses`
@@ -30,6 +31,7 @@ mod heavy;
 mod hysteresis;
 mod limits;
 mod losses;
+mod reordering;
 mod response;
 #[cfg(test)]
 mod test_feed;
@@ -49,7 +51,7 @@ use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::loss_view;
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
-pub use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, Verdict};
+pub use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, LossNote, Verdict};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix_commands;

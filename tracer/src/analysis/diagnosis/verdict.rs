@@ -58,9 +58,51 @@ pub struct Evidence {
     pub standing_queue: bool,
     /// The signals that decided `limited_by` and the flag, in words.
     pub decided_by: String,
+    /// Of `loss_episodes`, those that began with a retransmission timeout, and those that began
+    /// outside recovery (a tail-loss probe); the rest began in fast retransmit.
+    #[serde(default)]
+    pub timeout_episodes: u32,
+    #[serde(default)]
+    pub probe_episodes: u32,
+    /// The kernel's take-backs: episodes in the loss horizon left out of `loss_episodes`
+    /// because the kernel undid their cut or DSACK reported all they retransmitted; over the
+    /// flow's life, segments retransmitted, those DSACK reported spurious (`dsack_dups`) and
+    /// their share, cuts undone; the kernel's reordering estimate now (segments, null where
+    /// unknown).
+    #[serde(default)]
+    pub spurious_episodes: u32,
+    #[serde(default)]
+    pub retrans_segments: u32,
+    #[serde(default)]
+    pub dsack_dups: u32,
+    #[serde(default)]
+    pub spurious_share: f64,
+    #[serde(default)]
+    pub undo_events: u32,
+    #[serde(default)]
+    pub reordering: Option<u32>,
+    /// `reordering` when most retransmissions were spurious: not flagged, and not BBR's to fix.
+    #[serde(default)]
+    pub note: Option<LossNote>,
     /// What the flow's own congestion control decided, when it runs on a deep-mode twin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deep: Option<DeepEvidence>,
+}
+
+/// A note on a flow's losses that is not a verdict on what limits it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossNote {
+    /// Most retransmissions were spurious: the path reorders packets.
+    Reordering,
+}
+
+impl LossNote {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reordering => "reordering",
+        }
+    }
 }
 
 /// The decisions of a deep-traced flow's algorithm that bear on the verdict.

@@ -84,6 +84,7 @@ pub(super) fn write_unflagged(
             let _ = write!(text, "; not flagged: {why} ({})", ev.decided_by);
         }
     }
+    crate::analysis::diagnosis::reordering::write_note(text, ev);
 }
 
 /// The sentence a flagged flow's text gains from deep mode: the loss responses the algorithm

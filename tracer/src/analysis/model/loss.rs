@@ -20,6 +20,29 @@ const RING_LEN: usize = 8;
 /// How far before a loss the "before" figures look.
 pub const LOSS_LOOKBACK_NS: u64 = 500_000_000;
 
+/// How the kernel noticed a loss episode: by the CA state its first retransmission came in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EpisodeKind {
+    /// In Recovery: fast retransmit (duplicate ACKs, SACK or RACK).
+    #[default]
+    FastRetransmit,
+    /// In Loss: a retransmission timeout.
+    Timeout,
+    /// Outside both (Open, Disorder, CWR): a tail-loss probe or another retransmission that
+    /// needed no recovery.
+    Probe,
+}
+
+impl EpisodeKind {
+    fn of(ca: CaState) -> Self {
+        match ca {
+            CaState::Recovery => Self::FastRetransmit,
+            CaState::Loss => Self::Timeout,
+            CaState::Open | CaState::Disorder | CaState::Cwr => Self::Probe,
+        }
+    }
+}
+
 /// The start of one loss episode (a recovery: entering Recovery/Loss, or a retransmission
 /// outside one), counted once however many segments it retransmits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -41,6 +64,12 @@ pub struct LossEpisode {
     /// Counters at the episode's start, for loss rates over the episodes' span.
     pub bytes_sent: u64,
     pub bytes_retrans: u64,
+    /// Counters just before the episode (retransmitted segments, DSACKed ones, undone cuts):
+    /// with the next episode's, they tell whether the kernel later took this one back.
+    pub retrans_before: u32,
+    pub dsack_before: u32,
+    pub undo_before: u32,
+    pub kind: EpisodeKind,
     /// The sender was still in or leaving slow start (ssthresh unset in the lookback): an
     /// overshoot of its own making, which says nothing about the path's losses.
     pub slow_start: bool,
@@ -137,6 +166,10 @@ impl LossTracker {
             delivery_before_bps,
             bytes_sent: s.bytes_sent,
             bytes_retrans: s.bytes_retrans,
+            retrans_before: prev.total_retrans,
+            dsack_before: prev.signals.spurious(),
+            undo_before: prev.signals.undone(),
+            kind: EpisodeKind::of(s.ca_state),
             slow_start,
         });
     }

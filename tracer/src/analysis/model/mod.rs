@@ -29,6 +29,6 @@ pub use crate::analysis::model::config::{
 pub use crate::analysis::model::counts::SampleCounts;
 pub use crate::analysis::model::flow::Flow;
 pub use crate::analysis::model::history::{HistoryIter, HistoryPoint};
-pub use crate::analysis::model::loss::{LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES};
+pub use crate::analysis::model::loss::{EpisodeKind, LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES};
 pub use crate::analysis::model::rates::Rates;
 pub use crate::analysis::model::table::{FlowTable, Ingested, TableChanges};

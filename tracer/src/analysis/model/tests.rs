@@ -53,6 +53,7 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         rwnd_limited_us: 0,
         sndbuf_limited_us: 0,
         route: None,
+        signals: Default::default(),
     }
 }
 

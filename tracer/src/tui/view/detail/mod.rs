@@ -14,6 +14,7 @@ use ratatui::widgets::{Block, Paragraph, Widget};
 use super::{dim, fix_panel, CLOSED_MARK, FLAG_MARK};
 use crate::analysis::container::Runtime;
 use crate::analysis::diagnosis::{is_loss_based, Verdict};
+use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::model::{Flow, HistoryPoint};
 use crate::tui::format;
 use crate::tui::origin::Origin;
@@ -138,7 +139,7 @@ fn ident_lines(
 
     let kv = |k: &str, v: String| vec![Span::styled(format!("{k} "), dim()), Span::raw(v)];
     let r = &flow.rates;
-    let numbers = vec![
+    let mut numbers = vec![
         kv("cwnd", s.snd_cwnd.to_string()),
         kv("ssthresh", format::ssthresh(s.snd_ssthresh)),
         kv(
@@ -154,6 +155,7 @@ fn ident_lines(
         kv("sent", format::bytes(s.bytes_sent)),
         kv("received", format::bytes(s.bytes_received)),
     ];
+    numbers.extend(loss_signals(&s.signals).into_iter().map(|(k, v)| kv(k, v)));
     let mut lines = Vec::new();
     pack(who, width, &mut lines);
     lines.extend(where_lines);
@@ -230,4 +232,49 @@ fn bbr_hint(w: &Whereabouts) -> Option<String> {
              the host: load tcp_bbr and add it to net.ipv4.tcp_allowed_congestion_control first"
         )
     })
+}
+
+/// The kernel's loss signals the sample carries, by their `ss` names: none of those the kernel
+/// (or an older recording) lacks, and no reordering figures while the flow saw none.
+fn loss_signals(sig: &LossSignals) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(d) = sig.dsack_dups {
+        out.push(("dsack_dups", d.to_string()));
+    }
+    if let Some(n) = sig.reord_seen.filter(|&n| n > 0) {
+        out.push(("reord_seen", n.to_string()));
+        if let Some(r) = sig.reordering {
+            out.push(("reordering", r.to_string()));
+        }
+    }
+    if let Some(rto) = sig.total_rto {
+        out.push(("rto", rto.to_string()));
+    }
+    if let Some(u) = sig.undo_events {
+        out.push(("undone", u.to_string()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_signals_show_what_the_kernel_has_by_ss_names() {
+        assert!(loss_signals(&LossSignals::default()).is_empty(), "an old recording shows none");
+        let live = LossSignals {
+            dsack_dups: Some(7),
+            reord_seen: Some(16_318),
+            reordering: Some(43),
+            total_rto: None,
+            total_rto_recoveries: None,
+            undo_events: Some(3),
+        };
+        let shown: Vec<String> = loss_signals(&live).into_iter().map(|(k, v)| format!("{k} {v}")).collect();
+        assert_eq!(shown, ["dsack_dups 7", "reord_seen 16318", "reordering 43", "undone 3"]);
+        let calm = LossSignals { reord_seen: Some(0), reordering: Some(3), total_rto: Some(1), ..live };
+        let shown: Vec<String> = loss_signals(&calm).into_iter().map(|(k, v)| format!("{k} {v}")).collect();
+        assert_eq!(shown, ["dsack_dups 7", "rto 1", "undone 3"]);
+    }
 }

@@ -69,6 +69,13 @@ fn verdict_lines(
             e.rwnd_share * 100.0,
             e.sndbuf_share * 100.0,
         ));
+        // Retransmissions the kernel took back are not losses: say how many there were.
+        if e.dsack_dups > 0 || e.spurious_episodes > 0 {
+            evidence.push_str(&format!(
+                " · spurious: {} of {} retransmissions (DSACK), {} episodes taken back",
+                e.dsack_dups, e.retrans_segments, e.spurious_episodes
+            ));
+        }
         // The signals that decided (loss episodes, the queue at them, the standing queue).
         if !e.decided_by.is_empty() {
             evidence.push_str(&format!(" · decided by: {}", e.decided_by));
