@@ -5,6 +5,7 @@
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
+use crate::analysis::diagnosis::policer;
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::verdict::Evidence;
 use crate::analysis::diagnosis::window::Window;
@@ -50,6 +51,10 @@ pub(super) fn decided_by(
             rate(w.goodput_bps),
             rate(lv.clean_delivery_bps)
         ),
+        LimitedBy::Policer => match lv.policing {
+            Some(p) => format!("{}; {episodes}", policer::sign_in_words(&p)),
+            None => format!("a policer seen before, not in the latest losses; {episodes}"),
+        },
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
             format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
         }
@@ -73,7 +78,14 @@ pub(super) fn flag_condition(
     if limited == LimitedBy::Path {
         return Err("the flow fills the path: its losses are the bottleneck's");
     }
-    if limited != LimitedBy::CongestionWindow {
+    if limited == LimitedBy::Policer {
+        // Switching helps a policed flow only up to the policer's rate: flag it only when
+        // much of that rate is left unused.
+        let Some(p) = lv.policing else { return Err("the latest losses no longer show the policer's rate") };
+        if w.goodput_bps >= cfg.policer_flag_below * p.rate_bps {
+            return Err("it already gets most of the policed rate: another algorithm cannot get past the policer");
+        }
+    } else if limited != LimitedBy::CongestionWindow {
         return Err("not congestion-window-limited");
     }
     // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,
@@ -87,6 +99,13 @@ pub(super) fn flag_condition(
     }
     if lv.clean_share() < cfg.clean_episode_share {
         return Err("srtt rose above min_rtt before too many of the losses: they look congestive");
+    }
+    // Burst losses at one rate are how a policer cuts; until a third loss cycle tells its
+    // rate, what switching would gain is unknown.
+    if lv.policing.is_none() && lv.plateau_forming {
+        return Err(
+            "its losses come in bursts at one rate without a queue, as a policer's do: its rate does not show yet",
+        );
     }
     // Its rate is the loss response's, or at least not the path's: the path showed clearly
     // more without queueing. (After a long slow-start overshoot CUBIC drains a huge cwnd for

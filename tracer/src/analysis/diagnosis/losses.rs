@@ -7,6 +7,7 @@
 use tracer_common::NS_PER_SEC;
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::policer::{plateau_forming, policing, EpisodeLoss, Policing};
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::model::{queue_threshold_us, Flow, LossEpisode};
 
@@ -25,6 +26,11 @@ pub(super) struct LossView {
     pub(super) loss_ratio: f64,
     pub(super) event_rate: f64,
     pub(super) clean_delivery_bps: f64,
+    /// A policer's rate, when the episodes show one (loss-based senders only).
+    pub(super) policing: Option<Policing>,
+    /// Two loss cycles at one rate, each loss a burst: a policer's plateau whose rate does
+    /// not show yet.
+    pub(super) plateau_forming: bool,
 }
 
 impl LossView {
@@ -61,17 +67,22 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     let threshold_us = queue_threshold_us(min_rtt, cfg.queue_ratio, cfg.queue_slack_us);
     let since = now_ns.saturating_sub((cfg.loss_horizon_secs * NS_PER_SEC as f64) as u64);
     let recent: Vec<_> = flow.loss_episodes().filter(|e| e.ts_ns >= since).collect();
+    // The queue is judged against today's min_rtt: the kernel's windowed minimum only falls.
+    let queue = |e: &LossEpisode| f64::from(e.srtt_at_us.saturating_sub(min_rtt.min(e.min_rtt_us)));
+    let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
+    let losses = EpisodeLoss::of_all(&recent, s.bytes_retrans, s.mss, |e| queue(e) > threshold_us);
+    let policed = if loss_based { policing(&losses, best_clean_bps, cfg) } else { None };
     // Rate-based senders leave ssthresh alone: "slow start" means nothing for them.
     let (overshoots, judged): (Vec<_>, Vec<_>) = recent.into_iter().partition(|e| loss_based && e.slow_start);
     let mut v = LossView {
         threshold_us,
         slow_start: overshoots.len(),
         clean_delivery_bps: flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[2] as f64),
+        policing: policed,
+        plateau_forming: loss_based && plateau_forming(&losses, cfg),
         ..LossView::default()
     };
     let Some(first) = judged.first() else { return v };
-    // The queue is judged against today's min_rtt: the kernel's windowed minimum only falls.
-    let queue = |e: &LossEpisode| f64::from(e.srtt_at_us.saturating_sub(min_rtt.min(e.min_rtt_us)));
     v.episodes = judged.len();
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;
