@@ -380,4 +380,104 @@ mod tests {
         let now = Policing { rate_bps: 19e6, ..p };
         assert_eq!(carried(Some(now), Some(p), 25e6, &cfg()), Some(now));
     }
+
+    /// A window-limited CUBIC flow on a 30 ms path, one sample per 100 ms: slow start for the
+    /// first second at `start_mbps` (losing `start_lost` of a 38-segment flight at tick 5, no
+    /// queue), then `avg_mbps` of goodput with a loss of `lost` segments every `every` ticks,
+    /// the delivery rate before each at `peak_mbps(tick)`.
+    fn cubic_feed(
+        start_mbps: u64,
+        start_lost: u64,
+        avg_mbps: f64,
+        every: u64,
+        lost: u64,
+        peak_mbps: impl Fn(u64) -> f64,
+    ) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+        use crate::analysis::event::{CaState, SampleReason};
+        use crate::analysis::model::tests::sample;
+        move |tick| {
+            let mut s = sample(1, tick * 100);
+            s.cc = "cubic".into();
+            let in_start = tick < 10;
+            let start_bytes = start_mbps * 1_000_000 / 8;
+            s.bytes_acked = if in_start {
+                start_bytes * tick / 10
+            } else {
+                start_bytes + (avg_mbps * 1e6 / 8.0 * (tick - 10) as f64 / 10.0) as u64
+            };
+            let losses_before = if tick > 10 { (tick - 11) / every + 1 } else { 0 };
+            let retrans_segs = if tick > 5 { start_lost } else { 0 } + losses_before * lost;
+            s.bytes_retrans = retrans_segs * 1448;
+            s.bytes_sent = s.bytes_acked + s.bytes_retrans;
+            s.total_retrans = retrans_segs as u32;
+            s.busy_us = tick * 100_000;
+            s.srtt_us = 30_500;
+            s.min_rtt_us = 30_000;
+            s.snd_ssthresh = if tick <= 5 { u32::MAX >> 1 } else { 40 };
+            s.delivery_rate_bps = if in_start { start_mbps * 1_000_000 } else { (peak_mbps(tick) * 1e6) as u64 };
+            s.snd_cwnd = if tick <= 5 { 38 } else { 40 };
+            s.packets_out = s.snd_cwnd;
+            s.cwnd_limited = true;
+            let mut out = vec![s.clone()];
+            let (loses, n) = match tick {
+                5 => (true, start_lost),
+                t if t >= 10 && (t - 10) % every == 0 => (true, lost),
+                _ => (false, 0),
+            };
+            if loses {
+                let mut l = s.clone();
+                l.ts_ns += 5_000_000;
+                l.reason = SampleReason::CaState;
+                l.ca_state = CaState::Recovery;
+                out.push(l.clone());
+                l.ts_ns += 1_000_000;
+                l.reason = SampleReason::Retransmit;
+                l.total_retrans += n as u32;
+                l.bytes_retrans += n * 1448;
+                l.bytes_sent += n * 1448;
+                out.push(l.clone());
+                l.ts_ns += 40_000_000;
+                l.ca_state = CaState::Open;
+                out.push(l);
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn a_deep_bucket_flow_is_named_and_not_flagged() {
+        use crate::analysis::diagnosis::test_feed::run_feed;
+        use crate::analysis::diagnosis::LimitedBy;
+        // Slow start drains the bucket at 150 Mbit/s (and queues at the line), then 19.3 Mbit/s
+        // with ten segments lost every 1.2 s at a 22 Mbit/s peak.
+        let (d, seen) = run_feed(20, cubic_feed(150, 0, 19.3, 12, 10, |_| 22.0));
+        let v = d.verdict(1).expect("verdict");
+        assert!(seen.iter().all(|(f, _)| !f), "{seen:?} {}", v.text);
+        assert_eq!(v.limited_by, LimitedBy::Policer, "{}", v.text);
+        let p = v.evidence.as_ref().and_then(|e| e.policer.clone()).expect("policer evidence");
+        assert_eq!(p.sign, PolicerSign::Plateau);
+        assert!((p.rate_bps / 1e6 - 19.3).abs() < 0.5, "{p:?}");
+        assert!(v.text.contains("policed at about 19 Mbit/s"), "{}", v.text);
+        assert!(v.text.contains("already gets most of the policed rate"), "{}", v.text);
+    }
+
+    #[test]
+    fn a_tight_bucket_flow_is_flagged_up_to_the_rate_it_showed() {
+        use crate::analysis::diagnosis::test_feed::run_feed;
+        use crate::analysis::diagnosis::LimitedBy;
+        // Slow start at 6 Mbit/s cut by the loss of 27 of 38 segments; then 8 Mbit/s with one
+        // segment lost every 0.5 s, the sawtooth peaking at 9-15 Mbit/s before the losses.
+        let (d, seen) = run_feed(20, cubic_feed(6, 27, 8.0, 5, 1, |t| 9.0 + (t % 7) as f64));
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.flagged, "{seen:?} {}", v.text);
+        assert_eq!(v.limited_by, LimitedBy::Policer, "{}", v.text);
+        let e = v.evidence.as_ref().expect("evidence");
+        let p = e.policer.as_ref().expect("policer evidence");
+        assert_eq!(p.sign, PolicerSign::CappedStart);
+        assert!((p.rate_bps / 1e6 - 15.0).abs() < 0.01, "{p:?}");
+        let said = e.goodput_bps + e.available_bps.expect("available");
+        assert!(said <= p.rate_bps * 1.001, "{said} beyond the policed {}", p.rate_bps);
+        assert!(v.text.contains("policed at about 15 Mbit/s or more"), "{}", v.text);
+        assert!(v.text.contains("no more than the policer passes"), "{}", v.text);
+    }
 }
