@@ -109,9 +109,9 @@ pub struct DiagnosisConfig {
     pub policer_start_loss_share: f64,
     pub policer_min_start_flight: f64,
     /// ...and the flow never delivered more than this times the median rate at its later
-    /// losses (CUBIC at a ceiling cuts to 0.7 of it and loses again on the way back; measured
-    /// 1.5 behind the 10 ms bucket, while random loss lets slow start run 4-18 times past the
-    /// rate it settles at, and a deep bucket's drain 7 times).
+    /// losses (CUBIC's sawtooth under a ceiling loses anywhere from 0.5 to 1 of it: measured
+    /// 1.5-2.1 behind the 10 ms bucket, while random loss lets slow start run 4-18 times past
+    /// the rate it settles at, and a deep bucket's drain 7 times).
     pub policer_start_overshoot: f64,
     /// A policed loss-based flow is flagged only when its goodput is below this share of the
     /// policed rate as its losses show it: a quarter or more of what the policer passes is
@@ -158,7 +158,7 @@ impl Default for DiagnosisConfig {
             policer_burst_segments: 4.0,
             policer_start_loss_share: 0.2,
             policer_min_start_flight: 20.0,
-            policer_start_overshoot: 2.0,
+            policer_start_overshoot: 3.0,
             policer_flag_below: 0.75,
         }
     }

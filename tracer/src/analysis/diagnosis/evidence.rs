@@ -25,10 +25,15 @@ pub(super) fn evidence_of(
     // the AIMD models count), else the retransmitted share.
     let p = if lv.event_rate > 0.0 { lv.event_rate } else { w.loss_ratio };
     let (response_bps, response_model) = response_of(&s.cc, mss, rtt_s, p);
-    // Behind a policer nothing passes above its rate, whatever the path showed in a burst.
-    let reachable = lv.policing.map_or(lv.clean_delivery_bps, |p| p.rate_bps);
-    let available = reachable - w.goodput_bps;
-    let available_bps = (reachable >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available);
+    // Behind a policer nothing passes above its rate, whatever the path showed in a burst;
+    // what is left of the rate is said when it is enough to flag the flow.
+    let available_bps = match lv.policing {
+        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then(|| p.rate_bps - w.goodput_bps),
+        None => {
+            let available = lv.clean_delivery_bps - w.goodput_bps;
+            (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)
+        }
+    };
     let policer = lv.policing.map(|p| PolicerEvidence {
         rate_bps: p.rate_bps,
         sign: p.sign,

@@ -78,14 +78,18 @@ pub(super) fn flag_condition(
     if limited == LimitedBy::Path {
         return Err("the flow fills the path: its losses are the bottleneck's");
     }
-    if limited == LimitedBy::Policer {
-        // Switching helps a policed flow only up to the policer's rate: flag it only when
-        // much of that rate is left unused.
-        let Some(p) = lv.policing else { return Err("the latest losses no longer show the policer's rate") };
+    // Switching helps a policed flow only up to the policer's rate: flag it only when much of
+    // that rate is left unused (also while the class shown is still the one before the policer
+    // showed: a new class waits for its confirmations, the flag must not run ahead of it).
+    if let Some(p) = lv.policing {
         if w.goodput_bps >= cfg.policer_flag_below * p.rate_bps {
             return Err("it already gets most of the policed rate: another algorithm cannot get past the policer");
         }
-    } else if limited != LimitedBy::CongestionWindow {
+    }
+    if limited == LimitedBy::Policer && lv.policing.is_none() {
+        return Err("the latest losses no longer show the policer's rate");
+    }
+    if !matches!(limited, LimitedBy::Policer | LimitedBy::CongestionWindow) {
         return Err("not congestion-window-limited");
     }
     // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,

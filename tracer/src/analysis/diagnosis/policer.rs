@@ -371,9 +371,9 @@ mod tests {
         let p =
             Policing { rate_bps: 18e6, sign: PolicerSign::CappedStart, at_ceiling: 2, judged: 9, burst_segments: 1.0 };
         assert_eq!(carried(None, Some(p), 17e6, &cfg()), Some(p));
-        // A capped start's rate is the most the flow delivered: it may creep up, not double.
+        // A capped start's rate is the most the flow delivered: it may creep up, not triple.
         assert_eq!(carried(None, Some(p), 20e6, &cfg()).map(|p| p.rate_bps), Some(20e6));
-        assert_eq!(carried(None, Some(p), 40e6, &cfg()), None);
+        assert_eq!(carried(None, Some(p), 60e6, &cfg()), None);
         let plateau = Policing { sign: PolicerSign::Plateau, ..p };
         assert_eq!(carried(None, Some(plateau), 18.5e6, &cfg()), Some(plateau));
         assert_eq!(carried(None, Some(plateau), 25e6, &cfg()), None);
