@@ -28,7 +28,7 @@ pub(super) fn evidence_of(
     // Behind a policer nothing passes above its rate, whatever the path showed in a burst;
     // what is left of the rate is said when it is enough to flag the flow.
     let available_bps = match lv.policing {
-        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then(|| p.rate_bps - w.goodput_bps),
+        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then_some(p.rate_bps - w.goodput_bps),
         None => {
             let available = lv.clean_delivery_bps - w.goodput_bps;
             (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)
