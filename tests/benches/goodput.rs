@@ -217,6 +217,18 @@ fn main() -> Result<()> {
         }
         let ratio = bbr.report.goodput_bps / cubic.report.goodput_bps.max(1.0);
         println!("  ratio bbr/cubic: {ratio:.2}x");
+        if let (Some(rate), Some(p)) = (s.policed_bps, s.spec.forward.policer) {
+            // The policer counts whole packets and starts with a full bucket: what a flow can
+            // get over the run, to read the goodputs (and cctrace's policed rate) against.
+            let payload = rate as f64 * MSS / 1500.0;
+            let burst = p.burst_bytes as f64 * 8.0 * MSS / 1500.0 / secs as f64;
+            println!(
+                "  the policed rate carries {:.1} Mbit/s of goodput (1448 of each 1500 bytes); its full bucket \
+                 at the start adds {:.1} Mbit/s over {secs} s",
+                payload / 1e6,
+                burst / 1e6
+            );
+        }
         if s.name == "random" {
             for r in [&cubic, &bbr] {
                 let p = retrans_share(&r.report);

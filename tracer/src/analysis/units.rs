@@ -21,6 +21,19 @@ pub fn rate(bps: f64) -> impl Display {
     })
 }
 
+/// An estimated rate to two significant figures (`about 20 Mbit/s`, `about 4.5 Mbit/s`,
+/// `about 1.2 Gbit/s`): what a verdict infers, not what a counter measured.
+pub fn rate_about(bps: f64) -> impl Display {
+    std::fmt::from_fn(move |f| {
+        let (v, unit) = if bps >= 1e9 { (bps / 1e9, "Gbit/s") } else { (bps / 1e6, "Mbit/s") };
+        if v >= 10.0 {
+            write!(f, "about {v:.0} {unit}")
+        } else {
+            write!(f, "about {v:.1} {unit}")
+        }
+    })
+}
+
 /// A 0..=1 share as a percentage: two decimals from 0.1 %, three below, so the loss rates that
 /// matter (0.02 %, 0.2 %, 2 %) keep their digits; none is a plain `0` (a table column of
 /// zeros stays quiet; the verdict names a share only when there is some).

@@ -13,6 +13,11 @@ pub(super) fn rate(bps: f64) -> String {
     units::rate(bps).to_string()
 }
 
+/// An estimated rate as the verdict writes it ([`units::rate_about`]: "about 20 Mbit/s").
+pub(super) fn rate_about(bps: f64) -> String {
+    units::rate_about(bps).to_string()
+}
+
 /// A rate in bits/s in at most 5 characters, SI prefixes, three significant digits ("50.0M",
 /// "850k", "1.25G"), for table cells whose title line names the unit.
 pub(super) fn rate_compact(bps: f64) -> String {

@@ -88,6 +88,43 @@ pub struct DiagnosisConfig {
     pub confirm: u32,
     /// Evaluations the flag condition must fail before the flag is cleared.
     pub release: u32,
+    /// Policers (see `policer`). Episodes after slow start without a queue needed to read a
+    /// policer at all: three, so one coincidence of two rates is not a plateau.
+    pub policer_min_episodes: usize,
+    /// A loss cycle (from one loss to the next) counts towards a plateau when at least this
+    /// many min_rtts long: BBRv1's long-term samples span at least 4 round trips, and a second
+    /// loss within one cut's aftermath (measured 0.03-0.09 s after the first on a 30 ms path)
+    /// is part of it.
+    pub policer_min_cycle_rtts: f64,
+    /// Two delivery rates "agree" within this share (plus 4 kbit/s): BBRv1's long-term
+    /// sampling uses 1/8. Measured behind a 20 Mbit/s policer, 1.5 s bucket: every loss cycle
+    /// delivered 19.0-19.5 Mbit/s (the policed 20 less headers); at 0.1 % random loss cycles
+    /// scatter over 4-17 Mbit/s, at 1 % over 2-9.
+    pub policer_rate_tolerance: f64,
+    /// Share of the loss cycles whose rates must agree with their median to make a plateau.
+    pub policer_consistent_share: f64,
+    /// Median segments lost per loss that make the losses bursts (a policer drops all a flow
+    /// sends above its rate until the cut: measured 4-35, median 11, behind the deep bucket,
+    /// against 1 at 0.1 % and 1 % random loss and ~2.5 in the bursty-loss model).
+    pub policer_burst_segments: f64,
+    /// A slow start cut by a loss of at least this share of its flight (BBR's long-term
+    /// sampling calls an interval lossy at 20 %; measured 27 of 38 segments behind a 10 ms
+    /// bucket, 1 of 173 at 1 % random loss), from a flight of at least this many segments
+    /// (a random burst of 2-4 losses in a 10-segment initial window is a large share too).
+    pub policer_start_loss_share: f64,
+    pub policer_min_start_flight: f64,
+    /// ...and the flow never delivered more than this times the median rate at its later
+    /// losses (CUBIC's sawtooth under a ceiling loses anywhere from 0.5 to 1 of it: measured
+    /// 1.5-2.1 behind the 10 ms bucket, while random loss lets slow start run 4-18 times past
+    /// the rate it settles at, and a deep bucket's drain 7 times).
+    pub policer_start_overshoot: f64,
+    /// A policed loss-based flow is flagged only when its goodput is below this share of the
+    /// policed rate as its losses show it: a quarter or more of what the policer passes is
+    /// left unused. Measured behind 20 Mbit/s policers on a 30 ms path: CUBIC through a 10 ms
+    /// bucket gets 0.4-0.7 of the ~18 Mbit/s its losses show (BBR 19 Mbit/s), through a
+    /// 1.5 s bucket 0.82-0.91 of the ~22 Mbit/s they show (BBR the same): switching helps the
+    /// first and gains nothing on the second.
+    pub policer_flag_below: f64,
 }
 
 impl Default for DiagnosisConfig {
@@ -121,6 +158,15 @@ impl Default for DiagnosisConfig {
             reordering_spurious_share: 0.5,
             confirm: 2,
             release: 5,
+            policer_min_episodes: 3,
+            policer_min_cycle_rtts: 4.0,
+            policer_rate_tolerance: 0.125,
+            policer_consistent_share: 0.75,
+            policer_burst_segments: 4.0,
+            policer_start_loss_share: 0.2,
+            policer_min_start_flight: 20.0,
+            policer_start_overshoot: 3.0,
+            policer_flag_below: 0.75,
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::analysis::diagnosis::limits::{standing_queue, LimitedBy};
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::reordering::{note_of, spurious_share};
 use crate::analysis::diagnosis::response::{mathis_bps, response_of};
-use crate::analysis::diagnosis::verdict::Evidence;
+use crate::analysis::diagnosis::verdict::{Evidence, PolicerEvidence};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
 
@@ -26,9 +26,22 @@ pub(super) fn evidence_of(
     // the AIMD models count), else the retransmitted share.
     let p = if lv.event_rate > 0.0 { lv.event_rate } else { w.loss_ratio };
     let (response_bps, response_model) = response_of(&s.cc, mss, rtt_s, p);
-    let available = lv.clean_delivery_bps - w.goodput_bps;
-    let available_bps =
-        (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available);
+    // Behind a policer nothing passes above its rate, whatever the path showed in a burst;
+    // what is left of the rate is said when it is enough to flag the flow.
+    let available_bps = match lv.policing {
+        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then_some(p.rate_bps - w.goodput_bps),
+        None => {
+            let available = lv.clean_delivery_bps - w.goodput_bps;
+            (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)
+        }
+    };
+    let policer = lv.policing.map(|p| PolicerEvidence {
+        rate_bps: p.rate_bps,
+        sign: p.sign,
+        episodes_at_rate: p.at_ceiling as u32,
+        episodes: p.judged as u32,
+        burst_segments: p.burst_segments,
+    });
     let standing = standing_queue(w, cfg);
     let decided_by = decided_by(w, lv, cfg, limited, standing);
     Evidence {
@@ -60,6 +73,7 @@ pub(super) fn evidence_of(
         response_model,
         clean_delivery_bps: lv.clean_delivery_bps,
         available_bps,
+        policer,
         standing_queue: standing,
         decided_by,
         timeout_episodes: lv.timeouts as u32,

@@ -5,7 +5,7 @@
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
-
+use crate::analysis::diagnosis::policer;
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::verdict::{Evidence, LossNote};
 use crate::analysis::diagnosis::window::Window;
@@ -51,6 +51,10 @@ pub(super) fn decided_by(
             rate(w.goodput_bps),
             rate(lv.clean_delivery_bps)
         ),
+        LimitedBy::Policer => match lv.policing {
+            Some(p) => format!("{}; {episodes}", policer::sign_in_words(&p)),
+            None => format!("a policer seen before, not in the latest losses; {episodes}"),
+        },
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
             format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
         }
@@ -74,7 +78,18 @@ pub(super) fn flag_condition(
     if limited == LimitedBy::Path {
         return Err("the flow fills the path: its losses are the bottleneck's");
     }
-    if limited != LimitedBy::CongestionWindow {
+    // Switching helps a policed flow only up to the policer's rate: flag it only when much of
+    // that rate is left unused (also while the class shown is still the one before the policer
+    // showed: a new class waits for its confirmations, the flag must not run ahead of it).
+    if let Some(p) = lv.policing {
+        if w.goodput_bps >= cfg.policer_flag_below * p.rate_bps {
+            return Err("it already gets most of the policed rate: another algorithm cannot get past the policer");
+        }
+    }
+    if limited == LimitedBy::Policer && lv.policing.is_none() {
+        return Err("the latest losses no longer show the policer's rate");
+    }
+    if !matches!(limited, LimitedBy::Policer | LimitedBy::CongestionWindow) {
         return Err("not congestion-window-limited");
     }
     // Heavy: it moved real data and either moves it fast or wants to (its cwnd is always full,
@@ -91,6 +106,13 @@ pub(super) fn flag_condition(
     }
     if lv.clean_share() < cfg.clean_episode_share {
         return Err("srtt rose above min_rtt before too many of the losses: they look congestive");
+    }
+    // Burst losses at one rate are how a policer cuts; until a third loss cycle tells its
+    // rate, what switching would gain is unknown.
+    if lv.policing.is_none() && lv.plateau_forming {
+        return Err(
+            "its losses come in bursts at one rate without a queue, as a policer's do: its rate does not show yet",
+        );
     }
     // Its rate is the loss response's, or at least not the path's: the path showed clearly
     // more without queueing. (After a long slow-start overshoot CUBIC drains a huge cwnd for

@@ -34,6 +34,9 @@ pub enum LimitedBy {
     /// The network path: a backlogged sender filling the bottleneck (a standing queue, or the
     /// queue rising before its losses). Not a problem to fix on this host.
     Path,
+    /// A token-bucket policer on the path: losses without a queue whenever the flow reaches
+    /// one rate (see `policer`). Fixable on this host only up to that rate.
+    Policer,
     /// A process's own congestion control (QUIC, a userspace VPN's TCP stack) decides the rate,
     /// not the kernel's: heavy UDP flows.
     Userspace,
@@ -41,7 +44,7 @@ pub enum LimitedBy {
 
 impl LimitedBy {
     /// Every verdict, in declaration order.
-    pub const ALL: [LimitedBy; 9] = [
+    pub const ALL: [LimitedBy; 10] = [
         Self::Unknown,
         Self::Idle,
         Self::Receiving,
@@ -51,6 +54,7 @@ impl LimitedBy {
         Self::CongestionWindow,
         Self::Pacing,
         Self::Path,
+        Self::Policer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +68,7 @@ impl LimitedBy {
             Self::CongestionWindow => "cwnd",
             Self::Pacing => "pacing",
             Self::Path => "path",
+            Self::Policer => "policer",
             Self::Userspace => "userspace",
         }
     }
@@ -79,6 +84,7 @@ impl LimitedBy {
             Self::CongestionWindow => "congestion-window-limited: cwnd is full",
             Self::Pacing => "pacing/bandwidth-limited: sending at the pacing rate",
             Self::Path => "network-path-limited: the flow fills the bottleneck (its RTT rises with its window)",
+            Self::Policer => "policed: a token-bucket policer drops what the flow sends above one rate",
             Self::Userspace => "userspace congestion control: the owning process, not the kernel, sets the rate",
         }
     }
@@ -127,7 +133,15 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
     {
         return LimitedBy::Application;
     }
-    let backlogged = |fallback: LimitedBy| if fills_path(w, lv, cfg, cc) { LimitedBy::Path } else { fallback };
+    let backlogged = |fallback: LimitedBy| {
+        if fills_path(w, lv, cfg, cc) {
+            LimitedBy::Path
+        } else if lv.policing.is_some() {
+            LimitedBy::Policer
+        } else {
+            fallback
+        }
+    };
     // A full cwnd is the root cause even when the application then blocks on its send buffer.
     if w.cwnd_full_share >= cfg.cwnd_full_share {
         return backlogged(LimitedBy::CongestionWindow);

@@ -11,6 +11,7 @@
 use tracer_common::NS_PER_SEC;
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::policer::{plateau_forming, policing, EpisodeLoss, Policing};
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::model::{queue_threshold_us, EpisodeKind, Flow, LossEpisode};
 
@@ -41,6 +42,11 @@ pub(super) struct LossView {
     /// began; the rest began in fast retransmit.
     pub(super) timeouts: usize,
     pub(super) probes: usize,
+    /// A policer's rate, when the episodes show one (loss-based senders only).
+    pub(super) policing: Option<Policing>,
+    /// Two loss cycles at one rate, each loss a burst: a policer's plateau whose rate does
+    /// not show yet.
+    pub(super) plateau_forming: bool,
 }
 
 impl LossView {
@@ -101,22 +107,28 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
         .map(|n| Mark { retrans: n.retrans_before, dsack: n.dsack_before, undo: n.undo_before })
         .chain(std::iter::once(now_mark));
     let (spurious, genuine): (Vec<_>, Vec<_>) = recent.iter().zip(ends).partition(|(e, end)| taken_back(e, *end));
+    let genuine: Vec<&LossEpisode> = genuine.into_iter().map(|(e, _)| *e).collect();
+    // The queue is judged against today's min_rtt: the kernel's windowed minimum only falls.
+    let queue = |e: &LossEpisode| f64::from(e.srtt_at_us.saturating_sub(min_rtt.min(e.min_rtt_us)));
+    let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
+    // A policer is read from the genuine losses only: what the kernel took back was not dropped.
+    let losses = EpisodeLoss::of_all(&genuine, s.bytes_retrans, s.mss, |e| queue(e) > threshold_us);
+    let policed = if loss_based { policing(&losses, best_clean_bps, cfg) } else { None };
     // Rate-based senders leave ssthresh alone: "slow start" means nothing for them.
-    let (overshoots, judged): (Vec<_>, Vec<_>) =
-        genuine.into_iter().map(|(e, _)| *e).partition(|e| loss_based && e.slow_start);
+    let (overshoots, judged): (Vec<_>, Vec<_>) = genuine.into_iter().partition(|e| loss_based && e.slow_start);
     let mut v = LossView {
         threshold_us,
         slow_start: overshoots.len(),
         clean_delivery_bps: flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[2] as f64),
         spurious: spurious.len(),
+        policing: policed,
+        plateau_forming: loss_based && plateau_forming(&losses, cfg),
         ..LossView::default()
     };
     v.retrans_segments = now_mark.retrans;
     v.dsack_dups = now_mark.dsack;
     v.undo_events = now_mark.undo;
     let Some(first) = judged.first() else { return v };
-    // The queue is judged against today's min_rtt: the kernel's windowed minimum only falls.
-    let queue = |e: &LossEpisode| f64::from(e.srtt_at_us.saturating_sub(min_rtt.min(e.min_rtt_us)));
     v.episodes = judged.len();
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;

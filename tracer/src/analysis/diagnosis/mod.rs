@@ -10,6 +10,7 @@
 //! asks them in turn:
 //! - `window`: what the flow's counters did over the last evaluations;
 //! - `losses`: its loss episodes and the queue at each (new loss kinds go here);
+//! - `policer`: whether those losses show a token-bucket policer, and its rate;
 //! - `limits`: what limits it ([`LimitedBy`]), the path included;
 //! - `response`: what its congestion control's loss response allows (Mathis, CUBIC);
 //! - `heavy`: whether it is heavy; `flag`: whether it is flagged, and why (not);
@@ -31,6 +32,7 @@ mod heavy;
 mod hysteresis;
 mod limits;
 mod losses;
+mod policer;
 mod reordering;
 mod response;
 #[cfg(test)]
@@ -50,8 +52,11 @@ use crate::analysis::diagnosis::hysteresis::Hysteresis;
 use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::loss_view;
+use crate::analysis::diagnosis::policer::{carried, Policing};
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
-pub use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, LossNote, Verdict};
+pub use crate::analysis::diagnosis::verdict::{
+    DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, Verdict,
+};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix_commands;
@@ -64,6 +69,8 @@ struct FlowMemory {
     snapshots: VecDeque<Snapshot>,
     shown: Option<Verdict>,
     hysteresis: Hysteresis,
+    /// The policer the flow's losses last showed (its first sign may leave the episode memory).
+    policing: Option<Policing>,
 }
 
 #[derive(Debug, Default)]
@@ -213,7 +220,10 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
     if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
         return Verdict::unknown(observed);
     }
-    let lv = loss_view(flow, cfg, now_ns);
+    let mut lv = loss_view(flow, cfg, now_ns);
+    let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
+    lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
+    mem.policing = lv.policing;
     let raw = classify(&w, &lv, cfg, &flow.latest.cc);
     let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
     let limited = mem.hysteresis.limited_by(previous, raw, cfg);

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::limits::LimitedBy;
+pub use crate::analysis::diagnosis::policer::PolicerSign;
 use crate::analysis::diagnosis::response::ResponseModel;
 use crate::analysis::udp::RelayedBy;
 
@@ -52,8 +53,12 @@ pub struct Evidence {
     pub response_model: ResponseModel,
     /// Third-highest delivery rate seen without queueing, not application-limited (bits/s).
     pub clean_delivery_bps: f64,
-    /// Rate the path has shown beyond the current goodput, when the data supports it.
+    /// Rate the path has shown beyond the current goodput, when the data supports it (for a
+    /// policed flow: up to the policed rate, never beyond).
     pub available_bps: Option<f64>,
+    /// The token-bucket policer the losses show, when they show one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policer: Option<PolicerEvidence>,
     /// Mean srtt above the standing-queue threshold over the window.
     pub standing_queue: bool,
     /// The signals that decided `limited_by` and the flag, in words.
@@ -103,6 +108,21 @@ impl LossNote {
             Self::Reordering => "reordering",
         }
     }
+}
+
+/// A policer as the flow's losses show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicerEvidence {
+    /// The rate it polices at (bits/s).
+    pub rate_bps: f64,
+    /// `plateau` (burst losses at one rate) or `capped_start` (slow start cut by a burst loss
+    /// at the rate the flow never passed since).
+    pub sign: PolicerSign,
+    /// Loss episodes (after slow start, without a queue) at that rate, of those judged.
+    pub episodes_at_rate: u32,
+    pub episodes: u32,
+    /// Median segments lost per episode.
+    pub burst_segments: f64,
 }
 
 /// The decisions of a deep-traced flow's algorithm that bear on the verdict.

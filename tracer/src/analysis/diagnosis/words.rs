@@ -7,14 +7,18 @@ use std::fmt::Write as _;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::{is_loss_based, ResponseModel};
-use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence};
+use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, PolicerEvidence};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
 use crate::analysis::udp::RelayedBy;
-use crate::analysis::units::{pct, rate};
+use crate::analysis::units::{pct, rate, rate_about};
 
 /// A flagged flow's text: why its loss response, not the path, holds it back.
 pub(super) fn write_flagged(text: &mut String, flow: &Flow, ev: &Evidence) {
+    if let Some(p) = &ev.policer {
+        write_policed(text, flow, ev, p);
+        return;
+    }
     let s = &flow.latest;
     let _ = write!(
         text,
@@ -77,7 +81,12 @@ pub(super) fn write_unflagged(
         let _ = write!(text, ", {} retransmitted", pct(w.loss_ratio));
     }
     text.push(')');
-    if limited == LimitedBy::Path && !ev.decided_by.is_empty() {
+    if limited == LimitedBy::Policer {
+        let _ = write!(text, ": {}", ev.decided_by);
+        if let Err(why) = condition {
+            let _ = write!(text, ". Not flagged: {why}");
+        }
+    } else if limited == LimitedBy::Path && !ev.decided_by.is_empty() {
         let _ = write!(text, ": {}. Not a problem of this host: the path is full", ev.decided_by);
     } else if let Err(why) = condition {
         if is_loss_based(&s.cc) && limited == LimitedBy::CongestionWindow && (lv.episodes > 0 || w.loss_ratio > 0.0) {
@@ -85,6 +94,31 @@ pub(super) fn write_unflagged(
         }
     }
     crate::analysis::diagnosis::reordering::write_note(text, ev);
+}
+
+/// A flagged policed flow's text: the policer's rate, what the loss response leaves of it, and
+/// what switching can gain (up to that rate, never beyond).
+fn write_policed(text: &mut String, flow: &Flow, ev: &Evidence, p: &PolicerEvidence) {
+    let s = &flow.latest;
+    let _ = write!(
+        text,
+        "{} is policed at {} and its loss-based congestion control ({}) gets {} of it: {}. \
+         Each loss is the policer cutting a burst above its rate: the Mathis bound at {} loss events per segment and srtt {:.1} ms is {}.",
+        flow_name(flow),
+        rate_about(p.rate_bps),
+        s.cc,
+        rate(ev.goodput_bps),
+        ev.decided_by,
+        pct(ev.loss_event_rate),
+        ev.srtt_ms,
+        rate(ev.mathis_bps),
+    );
+    if let Some(more) = ev.available_bps {
+        let _ = write!(text, " Up to {} more is available, no more than the policer passes.", rate(more));
+    }
+    text.push_str(
+        " A paced, model-based algorithm (BBR) sends at the rate the policer passes instead of bursting past it.",
+    );
 }
 
 /// The sentence a flagged flow's text gains from deep mode: the loss responses the algorithm

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, Verdict};
+use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, PolicerSign, Verdict};
 use crate::analysis::units::{bytes, pct, rate};
 use crate::export::flow_log;
 use crate::export::flows::{FlowLog, FlowTrack, Session};
@@ -111,6 +111,13 @@ fn evidence(e: &Evidence) -> String {
         ("cwnd full", pct(e.cwnd_full_share).to_string()),
         ("standing queue", if e.standing_queue { "yes" } else { "no" }.to_string()),
     ];
+    if let Some(p) = &e.policer {
+        let sign = match p.sign {
+            PolicerSign::Plateau => "burst losses at one rate",
+            PolicerSign::CappedStart => "slow start capped by a burst loss",
+        };
+        rows.push(("policed at", format!("{} ({sign})", rate(p.rate_bps))));
+    }
     if let Some(a) = e.available_bps {
         rows.push(("more available", rate(a).to_string()));
     }

@@ -104,6 +104,8 @@ pub(crate) struct Finding {
     pub goodput_bps: f64,
     /// What the path delivered to it without queueing, when well above its goodput.
     pub available_bps: Option<f64>,
+    /// The rate a policer on the path passes, when the losses show one.
+    pub policed_bps: Option<f64>,
 }
 
 /// A row's text: its strings (their memory handed on from what the row showed before) and
@@ -144,6 +146,7 @@ impl Judgement {
             loss_ratio: if e.episode_loss_ratio > 0.0 { e.episode_loss_ratio } else { e.loss_ratio },
             goodput_bps: e.goodput_bps,
             available_bps: e.available_bps.map(|a| a + e.goodput_bps),
+            policed_bps: e.policer.as_ref().map(|p| p.rate_bps),
         });
         assign(&mut relayed_by, verdict.and_then(|v| v.relayed_by.as_ref()).map(|r| r.comm.as_str()));
         Self {

@@ -23,7 +23,9 @@ fn finding_line(row: &FlowRow, width: usize, can_fix: bool) -> Line<'static> {
         format::rate(f.goodput_bps),
         format::pct(f.loss_ratio),
     );
-    if let Some(path) = f.available_bps {
+    if let Some(policed) = f.policed_bps {
+        text.push_str(&format!("; policed at {}", format::rate_about(policed)));
+    } else if let Some(path) = f.available_bps {
         text.push_str(&format!("; the path carried {} without a queue", format::rate(path)));
     }
     // The key that acts on it stays in sight: the description gives way to it.

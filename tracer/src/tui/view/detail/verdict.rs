@@ -76,6 +76,9 @@ fn verdict_lines(
                 e.dsack_dups, e.retrans_segments, e.spurious_episodes
             ));
         }
+        if let Some(p) = &e.policer {
+            evidence.push_str(&format!(" · policer {} ({:?})", format::rate(p.rate_bps), p.sign));
+        }
         // The signals that decided (loss episodes, the queue at them, the standing queue).
         if !e.decided_by.is_empty() {
             evidence.push_str(&format!(" · decided by: {}", e.decided_by));
