@@ -425,9 +425,11 @@ fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
 fn no_udp_attaches_no_program_to_every_packet_and_says_so() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    // The same start with and without the flag: the default attaches the cgroup_skb pair, the
-    // flag none, and the TCP hooks stay.
-    for no_udp in [false, true] {
+    // The same start with and without the flag: the default attaches the per-syscall pair (the
+    // cgroup_skb pair on kernels before 6.3), the flag none, and the TCP hooks stay. The flag's
+    // run goes first: it counts the TCP hooks' links.
+    let mut tcp_links = 0;
+    for no_udp in [true, false] {
         let args: &[&str] = if no_udp { &["--no-udp"] } else { &[] };
         let tracer = Tracer::start(args)?;
         let types = link_types_held_by(tracer.pid())?;
@@ -437,13 +439,123 @@ fn no_udp_attaches_no_program_to_every_packet_and_says_so() -> Result<()> {
         let (code, lines) = tracer.stop()?;
         assert_eq!(code, 0);
         if no_udp {
+            tcp_links = types.iter().filter(|t| *t == "raw_tracepoint").count();
             assert_eq!(cgroup_links, 0, "no cgroup_skb link with --no-udp: {types:?}");
             assert!(stderr.contains("heavy UDP flows not tracked (switched off by --no-udp)"), "{stderr}");
             assert!(summary(&lines)?["udp"].is_null(), "no UDP totals without the programs");
+        } else if kernel_has_per_syscall_udp_hooks() {
+            // UDP is accounted where it is sent and received: nothing sits on the packet path.
+            assert_eq!(cgroup_links, 0, "no cgroup_skb link where per-syscall hooks exist: {types:?}");
+            assert_eq!(types.iter().filter(|t| *t == "raw_tracepoint").count(), tcp_links + 2, "{types:?}");
+            assert!(!stderr.contains("UDP accounted on every packet"), "{stderr}");
+            assert!(summary(&lines)?["udp"].is_object());
         } else {
-            assert_eq!(cgroup_links, 2, "egress and ingress by default: {types:?}");
+            assert_eq!(cgroup_links, 2, "egress and ingress on older kernels: {types:?}");
+            assert!(stderr.contains("UDP accounted on every packet"), "{stderr}");
             assert!(summary(&lines)?["udp"].is_object());
         }
     }
+    Ok(())
+}
+
+/// Whether this kernel has the per-syscall tracepoints the UDP accounting prefers (Linux 6.3).
+fn kernel_has_per_syscall_udp_hooks() -> bool {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|root| std::path::Path::new(&format!("{root}/events/sock/sock_send_length")).exists())
+}
+
+#[test]
+fn a_tcp_bulk_transfer_runs_the_udp_programs_per_syscall_not_per_packet() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    if !kernel_has_per_syscall_udp_hooks() {
+        // The fallback runs on every packet by design: this test's claim does not hold there.
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            bail!("CI must run this test on a kernel with sock:sock_send_length (Linux 6.3)");
+        }
+        eprintln!("skipped: this kernel has no sock:sock_send_length (Linux 6.3); UDP is accounted per packet");
+        return Ok(());
+    }
+    let path = wan()?;
+    let port = 5302;
+    // The kernel counts runs only while statistics are on; this fd keeps them on for the test.
+    let _stats = cctrace_tests::BpfStats::enable()?;
+    let tracer = Tracer::start(&[])?;
+    let udp_runs = || -> Result<(u64, u64)> {
+        let programs = cctrace_tests::bpf_held_by(tracer.pid())?.programs;
+        let out = std::process::Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool")?;
+        let all: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
+        let udp: Vec<&Value> = all
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["id"].as_u64().is_some_and(|id| programs.contains(&(id as u32))))
+            .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("cct_udp")))
+            .collect();
+        // bpftool leaves `run_cnt` out while it is 0.
+        let runs_of = |name: &str| udp.iter().find(|p| p["name"] == name).map(|p| p["run_cnt"].as_u64().unwrap_or(0));
+        match (runs_of("cct_udp_send"), runs_of("cct_udp_recv")) {
+            (Some(send), Some(recv)) if udp.len() == 2 => Ok((send, recv)),
+            _ => bail!("the UDP programs held are not the per-syscall pair: {udp:?}"),
+        }
+    };
+    let mut sink = Sink::start(path.receiver(), path.receiver_addr(), port, SinkOptions::default())?;
+    // The sink's reads: a thread of this process, its read() calls counted by the kernel.
+    let sink_task = std::fs::read_dir("/proc/self/task")?
+        .flatten()
+        .map(|t| t.path())
+        .find(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "cct-sink"))
+        .context("the sink's thread")?;
+    let reads = || -> Result<u64> {
+        let io = std::fs::read_to_string(sink_task.join("io"))?;
+        io.lines().find_map(|l| l.strip_prefix("syscr:")).and_then(|v| v.trim().parse().ok()).context("syscr")
+    };
+    // What the rest of the host's syscalls run the programs meanwhile (other tests, daemons),
+    // measured in a second without the transfer.
+    let idle_before = udp_runs()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = udp_runs()?;
+    let background_per_sec = (idle.0 - idle_before.0) + (idle.1 - idle_before.1);
+    let segments = || -> Result<u64> {
+        Ok(cctrace_tests::nstat_in(path.sender().name(), "TcpOutSegs")?
+            + cctrace_tests::nstat_in(path.sender().name(), "TcpInSegs")?
+            + cctrace_tests::nstat_in(path.receiver().name(), "TcpInSegs")?
+            + cctrace_tests::nstat_in(path.receiver().name(), "TcpOutSegs")?)
+    };
+    let (runs_before, segs_before, reads_before) = (udp_runs()?, segments()?, reads()?);
+    let sender = Sender::start(
+        path.sender(),
+        path.receiver_addr(),
+        port,
+        SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(4)),
+    )?;
+    let report = sender.wait()?;
+    let started = std::time::Instant::now();
+    let (runs, segs, reads) = (udp_runs()?, segments()? - segs_before, reads()? - reads_before);
+    let (send_runs, recv_runs) = (runs.0 - runs_before.0, runs.1 - runs_before.1);
+    sink.stop()?;
+    let (code, _) = tracer.stop()?;
+    assert_eq!(code, 0);
+    let secs = (report.elapsed + started.elapsed()).as_secs_f64().max(1.0);
+    let background = (background_per_sec as f64 * secs * 3.0) as u64 + 200;
+    println!(
+        "TCP transfer of {} bytes: {segs} TCP segments in and out; the sink read {reads} times; the UDP programs \
+         ran {send_runs} times on sends and {recv_runs} on receives ({background_per_sec} a second without it)",
+        report.bytes_acked
+    );
+    assert!(segs > 10_000, "the transfer moved too little to judge: {segs} segments");
+    // Per packet (the cgroup_skb pair) the programs would run once per segment each end sends
+    // or receives, ACKs included. Per syscall they run once per send or receive call of any
+    // socket on the host: the sender's 256 KiB writes, far fewer than its segments, and the
+    // sink's reads. A reader woken by every few segments (as this one is, at this rate) calls
+    // read about as often as segments arrive, and each call costs one early return: the claim
+    // checked is that runs follow the calls, whatever the packets.
+    assert!(send_runs * 20 < segs, "{send_runs} runs on sends for {segs} TCP segments");
+    assert!(
+        recv_runs <= reads + background,
+        "{recv_runs} runs on receives for {reads} reads of the sink and {background} allowed for the rest of the host"
+    );
+    assert!(send_runs + recv_runs < segs, "{send_runs} + {recv_runs} runs: as many as the {segs} TCP segments");
     Ok(())
 }

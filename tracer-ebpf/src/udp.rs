@@ -11,7 +11,9 @@ use aya_ebpf::{
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
-use tracer_common::udp::{udp_counter, udp_head, SkbConfig, UdpSocketState, UDP_HEAD_LEN, UDP_MAX_HEAVY, UDP_MAX_SOCKETS};
+use tracer_common::udp::{
+    udp_counter, udp_head, SkbConfig, UdpSocketState, UDP_HEAD_LEN, UDP_MAX_HEAVY, UDP_MAX_SOCKETS,
+};
 use tracer_common::ABSENT;
 
 #[no_mangle]

@@ -82,11 +82,8 @@ fn user_u64(addr: u64) -> u64 {
 /// the kernel saved at entry. A hit from a kernel caller (no such syscall) gives no buffer.
 #[inline(always)]
 fn user_call() -> UserCall {
-    let (nr_at, arg1_at, arg4_at) = (
-        cfg(&UDP_SYSCALL_CONFIG.regs_nr),
-        cfg(&UDP_SYSCALL_CONFIG.regs_arg1),
-        cfg(&UDP_SYSCALL_CONFIG.regs_arg4),
-    );
+    let (nr_at, arg1_at, arg4_at) =
+        (cfg(&UDP_SYSCALL_CONFIG.regs_nr), cfg(&UDP_SYSCALL_CONFIG.regs_arg1), cfg(&UDP_SYSCALL_CONFIG.regs_arg4));
     if nr_at == ABSENT || arg1_at == ABSENT {
         return UserCall::default();
     }
@@ -136,7 +133,9 @@ fn segment_from_control(call: &UserCall, kind: u32) -> u32 {
         if level_type as u32 == SOL_UDP && (level_type >> 32) as u32 == kind {
             // SAFETY: as in `user_u64`. UDP_SEGMENT is a u16 and UDP_GRO an int below 65 536:
             // on the little-endian hosts cctrace builds for, both start with the value's u16.
-            return u32::from(unsafe { bpf_probe_read_user((call.control + at + CMSG_HEADER) as *const u16) }.unwrap_or(0));
+            return u32::from(
+                unsafe { bpf_probe_read_user((call.control + at + CMSG_HEADER) as *const u16) }.unwrap_or(0),
+            );
         }
         if len < CMSG_HEADER {
             return 0;

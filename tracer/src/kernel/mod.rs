@@ -377,7 +377,11 @@ impl KernelSource {
             };
             program(report.name.clone(), name)
         });
-        let udp = self.udp.iter().flat_map(udp::UdpAccounting::program_names).filter_map(|name| program(format!("udp:{name}"), name));
+        let udp = self
+            .udp
+            .iter()
+            .flat_map(udp::UdpAccounting::program_names)
+            .filter_map(|name| program(format!("udp:{name}"), name));
         tcp.chain(udp).collect()
     }
 

@@ -93,7 +93,8 @@ pub enum UdpWay {
 }
 
 /// The per-syscall programs and the tracepoints they attach to.
-const SYSCALL_PROGRAMS: [(&str, &str); 2] = [("cct_udp_send", "sock_send_length"), ("cct_udp_recv", "sock_recv_length")];
+const SYSCALL_PROGRAMS: [(&str, &str); 2] =
+    [("cct_udp_send", "sock_send_length"), ("cct_udp_recv", "sock_recv_length")];
 const PACKET_PROGRAMS: [&str; 2] = ["cct_udp_egress", "cct_udp_ingress"];
 
 /// Attached UDP accounting: the maps it reads and the owners it found.
@@ -143,7 +144,7 @@ fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), String> 
             // Half the accounting would count one direction: take back what did attach.
             for (done, _) in &SYSCALL_PROGRAMS[..=i] {
                 if let Some(p) = ebpf.program_mut(done) {
-                    let _ = TryInto::<&mut BtfTracePoint>::try_into(p).map(|p| p.unload());
+                    let _ = TryInto::<&mut BtfTracePoint>::try_into(p).map(BtfTracePoint::unload);
                 }
             }
             return Err(why);
