@@ -65,8 +65,8 @@ pub struct KernelOptions {
     pub filter: crate::analysis::filter::ResolvedFilter,
     /// A UDP socket moving this many bytes in a second is tracked as a heavy flow.
     pub udp_heavy_bytes_per_sec: u64,
-    /// Attach the UDP accounting (`cgroup_skb`) programs, which every packet of the host runs
-    /// through (a TCP packet only for the check that it is not UDP).
+    /// Attach the UDP accounting programs, which every socket send and receive call of the host
+    /// runs through (every packet, on kernels before 6.3): anything not UDP for one check.
     pub udp: bool,
 }
 
