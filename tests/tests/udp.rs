@@ -587,3 +587,109 @@ fn a_tcp_bulk_transfer_runs_the_udp_programs_per_syscall_not_per_packet() -> Res
     );
     Ok(())
 }
+
+/// Send `sends` datagram trains of `len` bytes from `socket`, cut into `segment`-byte datagrams
+/// by the kernel (UDP GSO): with the socket option when `per_call` is false, else with a
+/// `UDP_SEGMENT` control message on each `sendmsg`.
+fn send_gso(
+    socket: &std::net::UdpSocket,
+    to: std::net::SocketAddrV4,
+    sends: usize,
+    len: usize,
+    segment: u16,
+    per_call: bool,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    const UDP_SEGMENT: libc::c_int = 103;
+    let fd = socket.as_raw_fd();
+    if !per_call {
+        let value = libc::c_int::from(segment);
+        // SAFETY: setsockopt reads an int of the given size from a valid pointer.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_UDP,
+                UDP_SEGMENT,
+                (&raw const value).cast(),
+                std::mem::size_of_val(&value) as libc::socklen_t,
+            )
+        };
+        anyhow::ensure!(set == 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    }
+    let mut payload = vec![0x5au8; len];
+    payload[0] = 0x01;
+    let dest = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    // One control message: a cmsghdr and the u16 segment size, padded to 8 bytes.
+    let mut control = [0u64; 3];
+    for _ in 0..sends {
+        let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+        // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&raw const dest).cast_mut().cast();
+        msg.msg_namelen = std::mem::size_of_val(&dest) as libc::socklen_t;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        if per_call {
+            msg.msg_control = control.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
+            msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+            // SAFETY: the buffer holds CMSG_SPACE(2) bytes, 8-aligned; CMSG_FIRSTHDR points into it.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&msg);
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = UDP_SEGMENT;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
+            }
+        }
+        // SAFETY: `msg` and what it points at are valid for the call.
+        let sent = unsafe { libc::sendmsg(fd, &msg, 0) };
+        anyhow::ensure!(sent == len as isize, "sendmsg: {sent}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[test]
+fn udp_gso_sends_count_the_datagrams_the_kernel_cuts_them_into() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let netns = path.sender().inode();
+    let tracer = Tracer::start(&[])?;
+    let to = std::net::SocketAddrV4::new(path.receiver_addr(), 5303);
+    // Twenty 12,000-byte sends each way: 200 datagrams of 1,200 bytes by the socket option, 240
+    // of 1,000 by a control message on each call; over the heavy threshold within a second.
+    let (sends, len) = (20, 12_000);
+    let ports = path.sender().spawn_thread("cct-gso", move || -> Result<(u16, u16)> {
+        let by_option = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        let by_message = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        send_gso(&by_option, to, sends, len, 1_200, false)?;
+        send_gso(&by_message, to, sends, len, 1_000, true)?;
+        Ok((by_option.local_addr()?.port(), by_message.local_addr()?.port()))
+    })?;
+    let (by_option, by_message) = ports.join().map_err(|_| anyhow::anyhow!("the sender panicked"))??;
+    let expected = [(by_option, 200u64), (by_message, 240u64)];
+    let counted = |lines: &[Value], port: u16| {
+        udp_records(lines, netns)
+            .iter()
+            .rev()
+            .find(|v| v["sport"] == port)
+            .map(|v| (v["tx_packets"].as_u64().unwrap_or(0), v["tx_bytes"].as_u64().unwrap_or(0)))
+    };
+    tracer.wait_for("both GSO senders' full counts", Duration::from_secs(10), |lines| {
+        expected.iter().all(|&(port, datagrams)| counted(lines, port).is_some_and(|(p, _)| p >= datagrams))
+    })?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    for (port, datagrams) in expected {
+        // Each datagram carries 28 bytes of IPv4 and UDP header.
+        let want = (datagrams, (sends * len) as u64 + 28 * datagrams);
+        assert_eq!(counted(&lines, port), Some(want), "port {port}: (datagrams, IP bytes)");
+    }
+    Ok(())
+}
