@@ -153,11 +153,24 @@ fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), String> 
     Ok(())
 }
 
+/// A WireGuard device of the kernel's among `net_class` (`/sys/class/net`), if any.
+fn kernel_wireguard_device(net_class: &std::path::Path) -> Option<String> {
+    std::fs::read_dir(net_class).ok()?.flatten().find_map(|dev| {
+        let uevent = std::fs::read_to_string(dev.path().join("uevent")).ok()?;
+        uevent.lines().any(|l| l == "DEVTYPE=wireguard").then(|| dev.file_name().to_string_lossy().into_owned())
+    })
+}
+
 impl UdpAccounting {
-    /// Attach the per-syscall programs, or where the kernel lacks their tracepoints the per-packet
-    /// ones at the cgroup v2 root, and take their maps.
+    /// Attach the per-syscall programs, or the per-packet ones at the cgroup v2 root where the
+    /// kernel lacks their tracepoints or has a WireGuard device of its own (its datagrams pass
+    /// no socket call: only the packet path sees them), and take their maps.
     pub fn attach(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<Self, UdpError> {
-        let way = match attach_per_syscall(ebpf, btf) {
+        let per_syscall = match kernel_wireguard_device(std::path::Path::new("/sys/class/net")) {
+            Some(dev) => Err(format!("the kernel's WireGuard device {dev} sends and receives through no socket call")),
+            None => attach_per_syscall(ebpf, btf),
+        };
+        let way = match per_syscall {
             Ok(()) => UdpWay::PerSyscall,
             Err(why) => {
                 let root = crate::cgroups::cgroup2_mount().ok_or(UdpError::NoCgroup2)?;
@@ -286,5 +299,24 @@ fn sample_of(cookie: u64, s: &UdpSocketState, now_ns: u64, owner: Option<Process
         last_tx: head(s.last_tx_head, s.last_tx_len),
         last_rx: head(s.last_rx_head, s.last_rx_len),
         owner,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wireguard_device_is_found_by_its_device_type() {
+        let root = std::env::temp_dir().join(format!("cct-net-class-{}", std::process::id()));
+        let dev = |name: &str, uevent: &str| {
+            std::fs::create_dir_all(root.join(name)).expect("mkdir");
+            std::fs::write(root.join(name).join("uevent"), uevent).expect("write");
+        };
+        dev("eth0", "INTERFACE=eth0\nIFINDEX=2\n");
+        assert_eq!(kernel_wireguard_device(&root), None);
+        dev("wg0", "DEVTYPE=wireguard\nINTERFACE=wg0\nIFINDEX=5\n");
+        assert_eq!(kernel_wireguard_device(&root).as_deref(), Some("wg0"));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
