@@ -37,6 +37,10 @@ const MSG_CONTROL: u64 = 32;
 const MSG_CONTROLLEN: u64 = 40;
 /// `struct cmsghdr`: `cmsg_len` (8 bytes), level and type (4 each), then the data.
 const CMSG_HEADER: u64 = 16;
+/// The longest payload one datagram carries on a 1500-byte IPv4 path: a longer call may be a GSO
+/// train (or a GRO batch) and is looked at for its segment size. (A train of segments this short
+/// in all counts as one datagram.)
+const ONE_DATAGRAM_MAX: u32 = 1500 - UDP4_HEADERS;
 /// Control messages looked through for a segment size: a QUIC stack puts ECN and packet-info
 /// ones beside it.
 const CMSG_SCAN: usize = 4;
@@ -145,19 +149,19 @@ fn segment_from_control(call: &UserCall, kind: u32) -> u32 {
     0
 }
 
-/// `sk->sk_protocol`, loaded straight through the typed pointer: the offset is a constant of the
-/// frozen read-only data, so the verifier checks the load against BTF and no helper is called.
-/// This is the whole cost of a TCP send or receive to these programs, and a helper call (a probe
-/// read) costs several times a plain load through this kernel's speculation mitigations.
+/// A u16 field of `struct sock` at `off`, loaded straight through the typed pointer: the offset
+/// is a constant of the frozen read-only data, so the verifier checks the load against BTF and
+/// no helper is called. For `sk_protocol` this is the whole cost of a TCP send or receive to
+/// these programs, and a helper call (a probe read) costs several times a plain load through
+/// this kernel's speculation mitigations.
 #[inline(always)]
-fn protocol_of(sk: *const u8) -> u16 {
-    let off = global!(OFFSETS.sk_protocol);
+fn sock_u16(sk: *const u8, off: u32) -> u16 {
     if off == ABSENT || sk.is_null() {
         return 0;
     }
     // SAFETY: `sk` is the tracepoint's `struct sock *` (a BTF pointer: the verifier checks the
-    // access against the type, and a fault reads as 0); `off` is the offset of the u16
-    // `sk_protocol` in it, from the kernel's BTF.
+    // access against the type, and a fault reads as 0); `off` is the offset of a u16 field of
+    // it, from the kernel's BTF.
     unsafe { core::ptr::read_volatile(sk.wrapping_add(off as usize) as *const u16) }
 }
 
@@ -165,7 +169,7 @@ fn protocol_of(sk: *const u8) -> u16 {
 fn on_call(ctx: &BtfTracePointContext, egress: bool) {
     let sk: *const u8 = ctx.arg(0);
     // Every socket's calls come here: anything but UDP leaves at once.
-    if u32::from(protocol_of(sk)) != IPPROTO_UDP {
+    if u32::from(sock_u16(sk, global!(OFFSETS.sk_protocol))) != IPPROTO_UDP {
         return;
     }
     let ret: i32 = ctx.arg(1);
@@ -174,16 +178,22 @@ fn on_call(ctx: &BtfTracePointContext, egress: bool) {
     if ret <= 0 || (!egress && flags & MSG_PEEK != 0) {
         return;
     }
-    let call = user_call();
-    let socket_segment = if egress { u32::from(read::<u16>(sk, cfg(&UDP_SYSCALL_CONFIG.udp_gso_size))) } else { 0 };
-    let segment = if socket_segment > 0 {
-        socket_segment
-    } else {
-        segment_from_control(&call, if egress { UDP_SEGMENT } else { UDP_GRO })
-    };
     let payload = ret as u32;
+    // Only a call longer than one datagram on a 1500-byte path can be a GSO train or a GRO batch:
+    // shorter ones (most) skip the reads of the segment size, each a helper call.
+    let (segment, call) = if payload <= ONE_DATAGRAM_MAX {
+        (0, None)
+    } else {
+        let socket_segment = if egress { u32::from(read::<u16>(sk, cfg(&UDP_SYSCALL_CONFIG.udp_gso_size))) } else { 0 };
+        if socket_segment > 0 {
+            (socket_segment, None)
+        } else {
+            let call = user_call();
+            (segment_from_control(&call, if egress { UDP_SEGMENT } else { UDP_GRO }), Some(call))
+        }
+    };
     let packets = if segment > 0 && payload > segment { payload.div_ceil(segment) } else { 1 };
-    let fam = read::<u16>(sk, global!(OFFSETS.skc_family));
+    let fam = sock_u16(sk, global!(OFFSETS.skc_family));
     let headers = if fam == family::AF_INET6 { UDP6_HEADERS } else { UDP4_HEADERS };
     let now = now_ns();
     let traffic = Traffic {
@@ -199,6 +209,10 @@ fn on_call(ctx: &BtfTracePointContext, egress: bool) {
     let Some((state, wants_head)) = tally(&traffic, fresh) else { return };
     if wants_head {
         let datagram = if packets > 1 { segment } else { payload };
+        let call = match call {
+            Some(call) => call,
+            None => user_call(),
+        };
         // SAFETY: `state` points into the map value, valid for this run.
         take_head(unsafe { &mut *state }, sk, fam, egress, &call, datagram);
     }
