@@ -1,5 +1,6 @@
-//! What the `cgroup_skb` programs (UDP accounting) cost per packet, from the
-//! kernel's own BPF statistics (held on with BPF_ENABLE_STATS while it runs: run time and run
+//! What the UDP accounting programs cost per run (per socket call where the kernel has
+//! `sock:sock_send_length`, else the `cgroup_skb` pair per packet), from the kernel's own BPF
+//! statistics (held on with BPF_ENABLE_STATS while it runs: run time and run
 //! count per program), against a baseline measured in the same run: the CPU time the sending process
 //! itself spent (iperf3's own report for UDP, the kernel's per-process counters for TCP).
 //! A benchmark: it prints numbers.
@@ -28,6 +29,22 @@ fn prog_stats(pid: u32, name: &str) -> Result<(u64, u64)> {
         }
     }
     Ok(total)
+}
+
+/// The UDP programs cctrace attached (send side, receive side) and what one run is.
+fn udp_programs(pid: u32) -> Result<([&'static str; 2], &'static str)> {
+    let held = bpf_held_by(pid)?.programs;
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool prog show")?;
+    let progs: Value = serde_json::from_slice(&out.stdout)?;
+    let per_call = progs.as_array().into_iter().flatten().any(|p| {
+        p["name"] == "cct_udp_send"
+            && p["id"].as_u64().and_then(|i| u32::try_from(i).ok()).is_some_and(|i| held.contains(&i))
+    });
+    Ok(if per_call {
+        (["cct_udp_send", "cct_udp_recv"], "socket call")
+    } else {
+        (["cct_udp_egress", "cct_udp_ingress"], "packet")
+    })
 }
 
 fn delta(before: (u64, u64), after: (u64, u64)) -> (u64, u64) {
@@ -67,6 +84,8 @@ fn main() -> Result<()> {
     let path = EmulatedPath::create(spec)?;
     let tracer = Tracer::start(&[])?;
     let pid = tracer.pid();
+    let ([send_prog, recv_prog], unit) = udp_programs(pid)?;
+    println!("UDP accounting: {send_prog} and {recv_prog}, one run per {unit}");
 
     // UDP: iperf3 at 100 Mbit/s of 1400-byte datagrams.
     let mut server = path
@@ -78,7 +97,7 @@ fn main() -> Result<()> {
         .spawn()
         .context("iperf3 -s")?;
     std::thread::sleep(Duration::from_millis(300));
-    let (egress0, ingress0) = (prog_stats(pid, "cct_udp_egress")?, prog_stats(pid, "cct_udp_ingress")?);
+    let (egress0, ingress0) = (prog_stats(pid, send_prog)?, prog_stats(pid, recv_prog)?);
     let out = path
         .sender()
         .command("iperf3")
@@ -90,25 +109,25 @@ fn main() -> Result<()> {
     if !out.status.success() {
         bail!("iperf3 failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let egress = delta(egress0, prog_stats(pid, "cct_udp_egress")?);
-    let ingress = delta(ingress0, prog_stats(pid, "cct_udp_ingress")?);
+    let egress = delta(egress0, prog_stats(pid, send_prog)?);
+    let ingress = delta(ingress0, prog_stats(pid, recv_prog)?);
     let report: Value = serde_json::from_slice(&out.stdout)?;
     let packets = report["end"]["sum"]["packets"].as_u64().unwrap_or(0);
     let cpu_pct = report["end"]["cpu_utilization_percent"]["host_total"].as_f64().unwrap_or(0.0);
     let sender_cpu_ns = cpu_pct / 100.0 * secs as f64 * 1e9;
     println!(
-        "UDP {packets} datagrams: egress {:.0} ns per packet ({} runs), ingress {:.0} ns per packet ({} runs)",
+        "UDP {packets} datagrams: sending {:.0} ns per {unit} ({} runs), receiving {:.0} ns per {unit} ({} runs)",
         per_run(egress),
         egress.1,
         per_run(ingress),
         ingress.1
     );
-    // The programs see every packet on the host: other traffic during the run shows up as runs
-    // beyond this run's datagrams, and its cost in the totals below.
+    // The programs see every packet (or socket call) on the host: other traffic during the run
+    // shows up as runs beyond this run's datagrams, and its cost in the totals below.
     let expected = packets + packets / 10 + 100;
     if egress.1 > expected || ingress.1 > expected {
         println!(
-            "note: {} egress and {} ingress runs for {packets} datagrams: other traffic shared the programs; the totals below include it",
+            "note: {} sending and {} receiving runs for {packets} datagrams: other traffic shared the programs; the totals below include it",
             egress.1, ingress.1
         );
     }
@@ -118,9 +137,9 @@ fn main() -> Result<()> {
         sender_cpu_ns / 1e6
     );
 
-    // TCP: a bulk flow, whose packets the programs only tell apart from UDP's.
+    // TCP: a bulk flow, whose packets (or calls) the programs only tell apart from UDP's.
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), 5201, SinkOptions::default())?;
-    let egress0 = prog_stats(pid, "cct_udp_egress")?;
+    let egress0 = prog_stats(pid, send_prog)?;
     let me = std::process::id();
     let cpu0 = cpu_ns(me)?;
     let sender = Sender::start(
@@ -131,9 +150,9 @@ fn main() -> Result<()> {
     )?;
     let report = sender.wait()?;
     let cpu = cpu_ns(me)?.saturating_sub(cpu0);
-    let tcp = delta(egress0, prog_stats(pid, "cct_udp_egress")?);
+    let tcp = delta(egress0, prog_stats(pid, send_prog)?);
     println!(
-        "TCP bulk {:.0} Mbit/s: egress {:.0} ns per skb ({} runs); {:.2}% of the sending process's CPU time ({:.0} ms)",
+        "TCP bulk {:.0} Mbit/s: {send_prog} {:.0} ns per run ({} runs); {:.2}% of the sending process's CPU time ({:.0} ms)",
         report.goodput_bps / 1e6,
         per_run(tcp),
         tcp.1,

@@ -425,9 +425,11 @@ fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
 fn no_udp_attaches_no_program_to_every_packet_and_says_so() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    // The same start with and without the flag: the default attaches the cgroup_skb pair, the
-    // flag none, and the TCP hooks stay.
-    for no_udp in [false, true] {
+    // The same start with and without the flag: the default attaches the per-syscall pair (the
+    // cgroup_skb pair on kernels before 6.3), the flag none, and the TCP hooks stay. The flag's
+    // run goes first: it counts the TCP hooks' links.
+    let mut tcp_links = 0;
+    for no_udp in [true, false] {
         let args: &[&str] = if no_udp { &["--no-udp"] } else { &[] };
         let tracer = Tracer::start(args)?;
         let types = link_types_held_by(tracer.pid())?;
@@ -437,13 +439,257 @@ fn no_udp_attaches_no_program_to_every_packet_and_says_so() -> Result<()> {
         let (code, lines) = tracer.stop()?;
         assert_eq!(code, 0);
         if no_udp {
+            tcp_links = types.iter().filter(|t| *t == "raw_tracepoint").count();
             assert_eq!(cgroup_links, 0, "no cgroup_skb link with --no-udp: {types:?}");
             assert!(stderr.contains("heavy UDP flows not tracked (switched off by --no-udp)"), "{stderr}");
             assert!(summary(&lines)?["udp"].is_null(), "no UDP totals without the programs");
+        } else if kernel_has_per_syscall_udp_hooks() {
+            // UDP is accounted where it is sent and received: nothing sits on the packet path.
+            assert_eq!(cgroup_links, 0, "no cgroup_skb link where per-syscall hooks exist: {types:?}");
+            assert_eq!(types.iter().filter(|t| *t == "raw_tracepoint").count(), tcp_links + 2, "{types:?}");
+            assert!(!stderr.contains("UDP accounted on every packet"), "{stderr}");
+            assert!(summary(&lines)?["udp"].is_object());
         } else {
-            assert_eq!(cgroup_links, 2, "egress and ingress by default: {types:?}");
+            assert_eq!(cgroup_links, 2, "egress and ingress on older kernels: {types:?}");
+            assert!(stderr.contains("UDP accounted on every packet"), "{stderr}");
             assert!(summary(&lines)?["udp"].is_object());
         }
+    }
+    Ok(())
+}
+
+/// Whether this kernel has the per-syscall tracepoints the UDP accounting prefers (Linux 6.3).
+fn kernel_has_per_syscall_udp_hooks() -> bool {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|root| std::path::Path::new(&format!("{root}/events/sock/sock_send_length")).exists())
+}
+
+#[test]
+fn a_tcp_bulk_transfer_runs_the_udp_programs_per_syscall_not_per_packet() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    if !kernel_has_per_syscall_udp_hooks() {
+        // The fallback runs on every packet by design: this test's claim does not hold there.
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            bail!("CI must run this test on a kernel with sock:sock_send_length (Linux 6.3)");
+        }
+        eprintln!("skipped: this kernel has no sock:sock_send_length (Linux 6.3); UDP is accounted per packet");
+        return Ok(());
+    }
+    let path = wan()?;
+    let port = 5302;
+    // The kernel counts runs only while statistics are on; this fd keeps them on for the test.
+    let _stats = cctrace_tests::BpfStats::enable()?;
+    let tracer = Tracer::start(&[])?;
+    let udp_runs = || -> Result<(u64, u64)> {
+        let programs = cctrace_tests::bpf_held_by(tracer.pid())?.programs;
+        let out = std::process::Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool")?;
+        let all: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
+        let udp: Vec<&Value> = all
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["id"].as_u64().is_some_and(|id| programs.contains(&(id as u32))))
+            .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("cct_udp")))
+            .collect();
+        // bpftool leaves `run_cnt` out while it is 0.
+        let runs_of = |name: &str| udp.iter().find(|p| p["name"] == name).map(|p| p["run_cnt"].as_u64().unwrap_or(0));
+        match (runs_of("cct_udp_send"), runs_of("cct_udp_recv")) {
+            (Some(send), Some(recv)) if udp.len() == 2 => Ok((send, recv)),
+            _ => bail!("the UDP programs held are not the per-syscall pair: {udp:?}"),
+        }
+    };
+    let segments = || -> Result<u64> {
+        let count = |ns: &cctrace_lab::Netns, counter: &str| cctrace_tests::nstat_in(ns.name(), counter);
+        Ok(count(path.sender(), "TcpOutSegs")?
+            + count(path.sender(), "TcpInSegs")?
+            + count(path.receiver(), "TcpInSegs")?
+            + count(path.receiver(), "TcpOutSegs")?)
+    };
+    // The receiving end reads only once a megabyte is queued (SO_RCVLOWAT): few calls for many
+    // packets, so what the programs' runs follow shows. (A reader woken by every few segments
+    // calls read about as often as segments arrive, and each call is one run: an early return.)
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let addr = std::net::SocketAddr::from((path.receiver_addr(), port));
+    let receiver = path.receiver().spawn_thread("cct-lowat-sink", move || -> Result<u64> {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind(addr)?;
+        let _ = ready_tx.send(());
+        let (mut conn, _) = listener.accept()?;
+        let lowat: libc::c_int = 1 << 20;
+        // SAFETY: setsockopt reads an int of the given size from a valid pointer.
+        let set = unsafe {
+            libc::setsockopt(
+                conn.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&raw const lowat).cast(),
+                std::mem::size_of_val(&lowat) as libc::socklen_t,
+            )
+        };
+        anyhow::ensure!(set == 0, "SO_RCVLOWAT: {}", std::io::Error::last_os_error());
+        let mut buf = vec![0u8; 4 << 20];
+        let mut reads = 0;
+        loop {
+            reads += 1;
+            if conn.read(&mut buf)? == 0 {
+                return Ok(reads);
+            }
+        }
+    })?;
+    ready_rx.recv_timeout(Duration::from_secs(5)).context("the receiver did not listen")?;
+    // What the rest of the host's syscalls run the programs meanwhile (other tests, daemons),
+    // measured in a second without the transfer.
+    let idle_before = udp_runs()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = udp_runs()?;
+    let background_per_sec = (idle.0 - idle_before.0) + (idle.1 - idle_before.1);
+    let (runs_before, segs_before) = (udp_runs()?, segments()?);
+    let sender = Sender::start(
+        path.sender(),
+        path.receiver_addr(),
+        port,
+        SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(4)),
+    )?;
+    let report = sender.wait()?;
+    let reads = receiver.join().map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
+    let (runs, segs) = (udp_runs()?, segments()? - segs_before);
+    // The background again after the transfer: the busier of the two seconds stands for it.
+    std::thread::sleep(Duration::from_secs(1));
+    let idle_after = udp_runs()?;
+    let background_per_sec = background_per_sec.max((idle_after.0 - runs.0) + (idle_after.1 - runs.1));
+    let (send_runs, recv_runs) = (runs.0 - runs_before.0, runs.1 - runs_before.1);
+    let (code, _) = tracer.stop()?;
+    assert_eq!(code, 0);
+    // The window from the first reading to the last: the transfer and its handshake.
+    let secs = report.elapsed.as_secs_f64() + 0.5;
+    let background = (background_per_sec as f64 * secs) as u64;
+    println!(
+        "TCP transfer of {} bytes: {segs} TCP segments in and out; the receiver read {reads} times; the UDP \
+         programs ran {send_runs} times on sends and {recv_runs} on receives (the rest of the host: {background_per_sec} \
+         a second, {background} expected in the window)",
+        report.bytes_acked
+    );
+    assert!(segs > 10_000, "the transfer moved too little to judge: {segs} segments");
+    // Per packet (the cgroup_skb pair) the programs would run at least once per segment each end
+    // receives, ACKs included. Per syscall they run once per send or receive call of any socket
+    // on the host: the sender's 256 KiB writes, the receiver's megabyte reads, and what the rest
+    // of the host does meanwhile (other tests share this machine: its rate is measured in a
+    // second before and after, and half as much again is allowed). What is left is the
+    // transfer's: at most a tenth of its segments.
+    let runs = send_runs + recv_runs;
+    let transfers_own = runs.saturating_sub(background + background / 2);
+    assert!(
+        transfers_own * 10 <= segs,
+        "{runs} runs of the UDP programs for {segs} TCP segments ({background} expected from the rest of the host)"
+    );
+    Ok(())
+}
+
+/// Send `sends` datagram trains of `len` bytes from `socket`, cut into `segment`-byte datagrams
+/// by the kernel (UDP GSO): with the socket option when `per_call` is false, else with a
+/// `UDP_SEGMENT` control message on each `sendmsg`.
+fn send_gso(
+    socket: &std::net::UdpSocket,
+    to: std::net::SocketAddrV4,
+    sends: usize,
+    len: usize,
+    segment: u16,
+    per_call: bool,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    const UDP_SEGMENT: libc::c_int = 103;
+    let fd = socket.as_raw_fd();
+    if !per_call {
+        let value = libc::c_int::from(segment);
+        // SAFETY: setsockopt reads an int of the given size from a valid pointer.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_UDP,
+                UDP_SEGMENT,
+                (&raw const value).cast(),
+                std::mem::size_of_val(&value) as libc::socklen_t,
+            )
+        };
+        anyhow::ensure!(set == 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    }
+    let mut payload = vec![0x5au8; len];
+    payload[0] = 0x01;
+    let dest = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*to.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    // One control message: a cmsghdr and the u16 segment size, padded to 8 bytes.
+    let mut control = [0u64; 3];
+    for _ in 0..sends {
+        let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+        // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&raw const dest).cast_mut().cast();
+        msg.msg_namelen = std::mem::size_of_val(&dest) as libc::socklen_t;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        if per_call {
+            msg.msg_control = control.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
+            msg.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+            // SAFETY: the buffer holds CMSG_SPACE(2) bytes, 8-aligned; CMSG_FIRSTHDR points into it.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&msg);
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = UDP_SEGMENT;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
+            }
+        }
+        // SAFETY: `msg` and what it points at are valid for the call.
+        let sent = unsafe { libc::sendmsg(fd, &msg, 0) };
+        anyhow::ensure!(sent == len as isize, "sendmsg: {sent}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[test]
+fn udp_gso_sends_count_the_datagrams_the_kernel_cuts_them_into() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let path = wan()?;
+    let netns = path.sender().inode();
+    let tracer = Tracer::start(&[])?;
+    let to = std::net::SocketAddrV4::new(path.receiver_addr(), 5303);
+    // Twenty 12,000-byte sends each way: 200 datagrams of 1,200 bytes by the socket option, 240
+    // of 1,000 by a control message on each call; over the heavy threshold within a second.
+    let (sends, len) = (20, 12_000);
+    let ports = path.sender().spawn_thread("cct-gso", move || -> Result<(u16, u16)> {
+        let by_option = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        let by_message = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        send_gso(&by_option, to, sends, len, 1_200, false)?;
+        send_gso(&by_message, to, sends, len, 1_000, true)?;
+        Ok((by_option.local_addr()?.port(), by_message.local_addr()?.port()))
+    })?;
+    let (by_option, by_message) = ports.join().map_err(|_| anyhow::anyhow!("the sender panicked"))??;
+    let expected = [(by_option, 200u64), (by_message, 240u64)];
+    let counted = |lines: &[Value], port: u16| {
+        udp_records(lines, netns)
+            .iter()
+            .rev()
+            .find(|v| v["sport"] == port)
+            .map(|v| (v["tx_packets"].as_u64().unwrap_or(0), v["tx_bytes"].as_u64().unwrap_or(0)))
+    };
+    tracer.wait_for("both GSO senders' full counts", Duration::from_secs(10), |lines| {
+        expected.iter().all(|&(port, datagrams)| counted(lines, port).is_some_and(|(p, _)| p >= datagrams))
+    })?;
+    let (code, lines) = tracer.stop()?;
+    assert_eq!(code, 0);
+    for (port, datagrams) in expected {
+        // Each datagram carries 28 bytes of IPv4 and UDP header.
+        let want = (datagrams, (sends * len) as u64 + 28 * datagrams);
+        assert_eq!(counted(&lines, port), Some(want), "port {port}: (datagrams, IP bytes)");
     }
     Ok(())
 }

@@ -1,4 +1,6 @@
-//! Kernel/user types of the UDP accounting (`cgroup_skb` programs at the cgroup v2 root).
+//! Kernel/user types of the UDP accounting: per-syscall programs where the kernel has the
+//! `sock_send_length`/`sock_recv_length` tracepoints (Linux 6.3), else `cgroup_skb` programs at
+//! the cgroup v2 root.
 //!
 //! Every UDP socket that sends or receives gets a [`UdpSocketState`] in an LRU map keyed by its
 //! cookie; one whose bytes in a window reach [`SkbConfig::heavy_bytes_per_window`] is marked
@@ -78,6 +80,61 @@ impl SkbConfig {
     }
 }
 
+/// Where the per-syscall programs (`sock:sock_send_length`, `sock:sock_recv_length`) find the
+/// user buffer of the call they run in: offsets into the task's saved `struct pt_regs` (from BTF,
+/// `crate::ABSENT` where unknown, so no payload sample is taken) and the architecture's syscall
+/// numbers. Counting needs none of it; only the classifier's payload samples and the peer of an
+/// unconnected socket do.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpSyscallConfig {
+    /// `pt_regs` offsets of the syscall number and of its arguments 1 (the buffer or message)
+    /// and 4 (`sendto`'s destination).
+    pub regs_nr: u32,
+    pub regs_arg1: u32,
+    pub regs_arg4: u32,
+    /// `struct udp_sock.gso_size`: a socket-wide `UDP_SEGMENT`.
+    pub udp_gso_size: u32,
+    /// Syscall numbers by [`udp_syscall`] index (`u32::MAX` where the architecture has none).
+    pub nr: [u32; udp_syscall::COUNT],
+}
+
+pub const UDP_SYSCALL_CONFIG_SIZE: usize = 56;
+const _: () = assert!(core::mem::size_of::<UdpSyscallConfig>() == UDP_SYSCALL_CONFIG_SIZE);
+
+impl UdpSyscallConfig {
+    pub const fn unresolved() -> Self {
+        Self {
+            regs_nr: crate::ABSENT,
+            regs_arg1: crate::ABSENT,
+            regs_arg4: crate::ABSENT,
+            udp_gso_size: crate::ABSENT,
+            nr: [u32::MAX; udp_syscall::COUNT],
+        }
+    }
+}
+
+/// The syscalls whose buffer the per-syscall programs can read, by how their argument 1 is
+/// shaped: a plain buffer, an iovec array, a `msghdr`, or an `mmsghdr` array.
+pub mod udp_syscall {
+    pub const WRITE: usize = 0;
+    pub const SENDTO: usize = 1;
+    pub const WRITEV: usize = 2;
+    pub const SENDMSG: usize = 3;
+    pub const SENDMMSG: usize = 4;
+    pub const READ: usize = 5;
+    pub const RECVFROM: usize = 6;
+    pub const READV: usize = 7;
+    pub const RECVMSG: usize = 8;
+    pub const RECVMMSG: usize = 9;
+    pub const COUNT: usize = 10;
+}
+
+/// Bytes of IPv4 + UDP and IPv6 + UDP header each datagram carries: the per-syscall programs
+/// see payload lengths and count IP bytes as the `cgroup_skb` ones do.
+pub const UDP4_HEADERS: u32 = 28;
+pub const UDP6_HEADERS: u32 = 48;
+
 /// One UDP socket's accounting (value of the `UDP_SOCKETS` LRU map).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -127,4 +184,6 @@ mod pod {
     unsafe impl aya::Pod for super::SkbConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::UdpSocketState {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::UdpSyscallConfig {}
 }

@@ -12,7 +12,7 @@
 //! (`maps`), reading kernel memory and tracepoint records (`read`), the per-flow bookkeeping
 //! (`observe`, `filter`, `flow_key`, `due_memo`), writing a sample (`sample`), the programs by
 //! event (`probe`, `state`, `owner`), the two socket iterators (`listing`, `switch`), and the UDP
-//! accounting (`udp`).
+//! accounting (`udp`, counted per syscall by `udp_syscall` or per packet by `udp_skb`).
 #![no_std]
 #![no_main]
 // Entry points are `pub` as aya's program macros are written; an eBPF object has no Rust API.
@@ -39,6 +39,8 @@ mod sample;
 mod state;
 mod switch;
 mod udp;
+mod udp_skb;
+mod udp_syscall;
 
 #[cfg(not(test))]
 #[panic_handler]

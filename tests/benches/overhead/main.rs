@@ -2,16 +2,20 @@
 //! table: throughput of a saturating transfer untraced, under cctrace, under bpftrace and under
 //! `ss -tni` polling (interleaved rounds, paired ratios with 95 % confidence intervals, more
 //! rounds until each interval is within the target), cctrace's CPU, its programs' in-kernel
-//! time per run (`bpf_stats`), start-up with many existing sockets, churn, and memory.
+//! time per run (`bpf_stats`), the observer's share of busy CPU beside cctrace's two peers at 0,
+//! 1,000 and 10,000 idle flows (issue 24's measure), start-up with many existing sockets, churn,
+//! and memory.
 //!
 //! `cargo xtask bench` or `cargo bench -p cctrace-tests --bench overhead -- [options]`:
 //! `--secs N` (per transfer, 4), `--min-rounds N` (4), `--max-rounds N` (20), `--target-pct P`
 //! (2), `--startup-sockets N` (100000), `--startup-namespaces N` (5), `--churn-secs N` (60),
-//! `--churn-rate N` (5000 connections/s), `--only throughput|startup|churn`.
+//! `--churn-rate N` (5000 connections/s), `--observer-rounds N` (6), `--observer-secs N` (4),
+//! `--only throughput|observer|startup|churn`.
 
 mod bpf_stats;
 mod churn;
 mod ci;
+mod observer;
 mod startup;
 mod throughput;
 mod tracer;
@@ -99,6 +103,34 @@ fn main() -> Result<()> {
             row("skipped", s.clone());
         }
         row("throughput rounds", r.rounds.to_string());
+    }
+
+    if wanted("observer") {
+        let (rounds, secs) = (num("--observer-rounds", 6) as usize, num("--observer-secs", 4));
+        eprintln!("observer: share of busy CPU, {rounds} interleaved rounds of {secs} s transfers per size");
+        for size in observer::run(&[0, 1_000, 10_000], secs, rounds)? {
+            let n = size.idle_flows;
+            let pct = |e: &ci::Estimate| format!("{:.2} % ± {:.2} (n={})", e.mean * 100.0, e.half_width * 100.0, e.n);
+            for (o, e) in &size.share {
+                let target = if *o == observer::Observer::Cctrace {
+                    if e.mean <= 0.01 {
+                        "  (target ≤ 1 %: met)"
+                    } else {
+                        "  (target ≤ 1 %: missed)"
+                    }
+                } else {
+                    ""
+                };
+                row(&format!("observer CPU / busy CPU, {n} idle flows, {}", o.label()), format!("{}{target}", pct(e)));
+            }
+            if let Some(k) = &size.cctrace_kernel_share {
+                row(&format!("  of which cctrace's programs in the kernel, {n} idle flows"), pct(k));
+            }
+            for (o, e) in &size.cctrace_over {
+                let below = if e.mean + e.half_width < 1.0 { "below" } else { "NOT clearly below" };
+                row(&format!("cctrace / {}, {n} idle flows", o.label()), format!("{e} ({below})"));
+            }
+        }
     }
 
     if wanted("startup") {

@@ -17,7 +17,7 @@ use cctrace_lab::Netns;
 use crate::tracer::Cctrace;
 
 /// Connections per holder process: two sockets each, 10,000 open files.
-const PER_HOLDER: usize = 5_000;
+pub(crate) const PER_HOLDER: usize = 5_000;
 
 /// The `--hold` mode: enter the namespace at `path`, open `connections` loopback connections,
 /// say "ready", and hold them until stdin closes.
@@ -49,10 +49,11 @@ pub(crate) fn hold(path: &str, connections: usize) -> Result<()> {
     Ok(())
 }
 
-struct Holder(Child);
+/// A child process holding loopback connections in a namespace until dropped.
+pub(crate) struct Holder(Child);
 
 impl Holder {
-    fn start(ns: &Netns, connections: usize) -> Result<Self> {
+    pub(crate) fn start(ns: &Netns, connections: usize) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
             .args(["--hold", &ns.path().to_string_lossy(), &connections.to_string()])

@@ -18,7 +18,7 @@ use crate::bpf_stats::{self, Runs};
 use crate::ci::Estimate;
 use crate::tracer::Cctrace;
 
-const PORT: u16 = 5311;
+pub(crate) const PORT: u16 = 5311;
 
 /// Per-flow state from every `tcp_probe`, as a bpftrace user would keep it.
 const BPFTRACE_SCRIPT: &str = r#"tracepoint:tcp:tcp_probe {
@@ -159,7 +159,7 @@ pub(crate) fn run(settings: &Settings) -> Result<Results> {
     })
 }
 
-fn which(program: &str) -> bool {
+pub(crate) fn which(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .stdout(Stdio::null())
@@ -169,7 +169,7 @@ fn which(program: &str) -> bool {
 
 /// What one transfer achieved.
 #[derive(Clone, Copy, Debug)]
-struct Transfer {
+pub(crate) struct Transfer {
     goodput_bps: f64,
     /// Bytes acknowledged per second of CPU work on the data path. Pinned: the transfer CPU's
     /// busy time from /proc/stat (user, system, irq and softirq: the veth receive path runs
@@ -264,7 +264,7 @@ fn pin_transfer_threads(cpu: usize) -> Result<()> {
 }
 
 /// One bulk transfer of `secs` seconds, its threads on `pin` when set.
-fn transfer(lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<Transfer> {
+pub(crate) fn transfer(lab: &VethPair, secs: u64, pin: Option<usize>) -> Result<Transfer> {
     let cpu0 = own_cpu_secs();
     let busy0 = pin.map(cpu_busy_secs).transpose()?;
     let sender = Sender::start(
@@ -366,10 +366,10 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64, pin: Option<usize>) -> Result
 }
 
 /// bpftrace running the script, killed on drop.
-struct Bpftrace(Child);
+pub(crate) struct Bpftrace(pub(crate) Child);
 
 impl Bpftrace {
-    fn start() -> Result<Self> {
+    pub(crate) fn start() -> Result<Self> {
         let mut child = Command::new("bpftrace")
             .args(["-e", BPFTRACE_SCRIPT])
             .stdin(Stdio::null())

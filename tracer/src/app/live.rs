@@ -75,6 +75,9 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     if let Some(why) = &source.info().udp_unavailable {
         eprintln!("cctrace: heavy UDP flows not tracked ({why})");
     }
+    if let Some(why) = &source.info().udp_per_packet {
+        eprintln!("cctrace: UDP accounted on every packet (cgroup_skb at the cgroup root), not per syscall: {why}");
+    }
     Ok(source)
 }
 

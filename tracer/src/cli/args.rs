@@ -46,7 +46,8 @@ pub struct Cli {
     /// ...and moves at least this many Mbit/s (or keeps its congestion window full).
     #[arg(long, global = true, default_value_t = 1.0, value_name = "MBIT/S", value_parser = bounded_f64(0.0, 1e6))]
     pub heavy_mbps: f64,
-    /// Do not track UDP (QUIC, userspace VPNs): no program then sees every packet of the host.
+    /// Do not track UDP (QUIC, userspace VPNs): no program then sees every socket call of the host
+    /// (every packet, before Linux 6.3).
     #[arg(long, global = true)]
     pub no_udp: bool,
     /// Trace only flows whose socket belongs to this cgroup v2 or below it: a path below the

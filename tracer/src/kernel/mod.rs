@@ -65,8 +65,8 @@ pub struct KernelOptions {
     pub filter: crate::analysis::filter::ResolvedFilter,
     /// A UDP socket moving this many bytes in a second is tracked as a heavy flow.
     pub udp_heavy_bytes_per_sec: u64,
-    /// Attach the UDP accounting (`cgroup_skb`) programs, which every packet of the host runs
-    /// through (a TCP packet only for the check that it is not UDP).
+    /// Attach the UDP accounting programs, which every socket send and receive call of the host
+    /// runs through (every packet, on kernels before 6.3): anything not UDP for one check.
     pub udp: bool,
 }
 
@@ -170,6 +170,8 @@ pub struct KernelInfo {
     pub snapshot: Result<ListingReport, ListingError>,
     /// Why heavy UDP flows are not tracked, when they are not.
     pub udp_unavailable: Option<String>,
+    /// Why UDP is accounted on every packet (`cgroup_skb`) rather than per syscall, when it is.
+    pub udp_per_packet: Option<String>,
 }
 
 impl KernelInfo {
@@ -224,6 +226,7 @@ impl KernelSource {
         let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
         let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
         let udp_config = udp::config(&btf_resolver, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
+        let udp_syscall_config = udp::syscall_config(&btf_resolver);
         // A socket small enough is copied whole when a sample is written: one read, not forty.
         let sock_span = btf_resolver
             .struct_size("tcp_sock")
@@ -265,6 +268,7 @@ impl KernelSource {
             .override_global("CLASSIC", &classic, true)
             .override_global("CONFIG", &config, true)
             .override_global("SKB_CONFIG", &udp_config, true)
+            .override_global("UDP_SYSCALL_CONFIG", &udp_syscall_config, true)
             .load(EBPF_OBJECT)
             .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
 
@@ -289,11 +293,15 @@ impl KernelSource {
         let (udp, udp_unavailable) = if !opts.udp {
             (None, Some("switched off by --no-udp".to_string()))
         } else {
-            match udp::UdpAccounting::attach(&mut ebpf) {
+            match udp::UdpAccounting::attach(&mut ebpf, aya_btf.as_ref()) {
                 Ok(u) => (Some(u), None),
                 Err(e) => (None, Some(e.to_string())),
             }
         };
+        let udp_per_packet = udp.as_ref().and_then(|u| match &u.way {
+            udp::UdpWay::PerSyscall => None,
+            udp::UdpWay::PerPacket(why) => Some(why.clone()),
+        });
         let mut udp_tick = tokio::time::interval(UDP_POLL);
         udp_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
 
@@ -312,7 +320,14 @@ impl KernelSource {
             filter: Some(filter),
             owners: sendmsg_off.then(owners::OwnerLookup::default),
             ebpf,
-            info: KernelInfo { hooks: reports, missing_fields: resolved.missing, hz, snapshot, udp_unavailable },
+            info: KernelInfo {
+                hooks: reports,
+                missing_fields: resolved.missing,
+                hz,
+                snapshot,
+                udp_unavailable,
+                udp_per_packet,
+            },
             udp,
             udp_tick,
             ring_poll: {
@@ -348,21 +363,26 @@ impl KernelSource {
     /// statistics (valid while this source lives).
     pub fn hook_programs(&self) -> Vec<HookProgram> {
         use std::os::fd::{AsFd, AsRawFd};
-        HOOKS
+        let program = |hook: String, name: &str| {
+            let program = self.ebpf.program(name)?;
+            let prog_id = program.info().ok()?.id();
+            let fd = program.fd().ok()?.as_fd().as_raw_fd();
+            Some(HookProgram { hook, prog_id, fd })
+        };
+        let tcp = HOOKS.iter().zip(&self.info.hooks).filter_map(|(h, report)| {
+            let name = match report.status {
+                HookStatus::Btf => h.btf_prog,
+                HookStatus::Classic => h.classic_prog,
+                HookStatus::Disabled(_) => return None,
+            };
+            program(report.name.clone(), name)
+        });
+        let udp = self
+            .udp
             .iter()
-            .zip(&self.info.hooks)
-            .filter_map(|(h, report)| {
-                let name = match report.status {
-                    HookStatus::Btf => h.btf_prog,
-                    HookStatus::Classic => h.classic_prog,
-                    HookStatus::Disabled(_) => return None,
-                };
-                let program = self.ebpf.program(name)?;
-                let prog_id = program.info().ok()?.id();
-                let fd = program.fd().ok()?.as_fd().as_raw_fd();
-                Some(HookProgram { hook: report.name.clone(), prog_id, fd })
-            })
-            .collect()
+            .flat_map(udp::UdpAccounting::program_names)
+            .filter_map(|name| program(format!("udp:{name}"), name));
+        tcp.chain(udp).collect()
     }
 
     /// The filter maps, to change the filter while the programs run (once).

@@ -1,15 +1,18 @@
-//! The UDP accounting programs (`cct_udp_egress`, `cct_udp_ingress`): attached as `cgroup_skb`
-//! at the cgroup v2 root, where they see every socket's packets in every network namespace;
-//! read once a second from the heavy-socket index into [`UdpSample`]s with their owners.
+//! The UDP accounting programs: where the kernel has the `sock:sock_send_length` and
+//! `sock:sock_recv_length` tracepoints (Linux 6.3), `cct_udp_send`/`cct_udp_recv` count where UDP
+//! is sent and received, one run per syscall and none per packet; elsewhere `cct_udp_egress` and
+//! `cct_udp_ingress` are attached as `cgroup_skb` at the cgroup v2 root and run on every packet
+//! of the host. Either way they fill one table, read once a second from the heavy-socket index
+//! into [`UdpSample`]s with their owners.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::cgroup_skb::CgroupSkbAttachType;
-use aya::programs::{CgroupAttachMode, CgroupSkb};
-use aya::Ebpf;
-use tracer_common::udp::{udp_counter, SkbConfig, UdpSocketState};
+use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSkb};
+use aya::{Btf, Ebpf};
+use tracer_common::udp::{udp_counter, udp_syscall, SkbConfig, UdpSocketState, UdpSyscallConfig};
 use tracer_common::{family, Offsets};
 
 use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
@@ -53,8 +56,50 @@ pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64)
     }
 }
 
+/// Where the per-syscall programs find the caller's buffer: `struct pt_regs` offsets and syscall
+/// numbers of this architecture (left unresolved elsewhere: datagrams are still counted, their
+/// payload is not sampled), and the socket-wide `UDP_SEGMENT` size.
+pub fn syscall_config(btf: &BtfResolver) -> UdpSyscallConfig {
+    let at = |strukt: &str, path: &str| btf.field(strukt, path).map_or(tracer_common::ABSENT, |f| f.bit_offset / 8);
+    let mut config = UdpSyscallConfig { udp_gso_size: at("udp_sock", "gso_size"), ..UdpSyscallConfig::unresolved() };
+    #[cfg(target_arch = "x86_64")]
+    {
+        // The x86-64 syscall convention: the number in orig_ax, arguments in di, si, dx, r10, r8.
+        config.regs_nr = at("pt_regs", "orig_ax");
+        config.regs_arg1 = at("pt_regs", "si");
+        config.regs_arg4 = at("pt_regs", "r8");
+        let mut nr = [u32::MAX; udp_syscall::COUNT];
+        nr[udp_syscall::WRITE] = libc::SYS_write as u32;
+        nr[udp_syscall::SENDTO] = libc::SYS_sendto as u32;
+        nr[udp_syscall::WRITEV] = libc::SYS_writev as u32;
+        nr[udp_syscall::SENDMSG] = libc::SYS_sendmsg as u32;
+        nr[udp_syscall::SENDMMSG] = libc::SYS_sendmmsg as u32;
+        nr[udp_syscall::READ] = libc::SYS_read as u32;
+        nr[udp_syscall::RECVFROM] = libc::SYS_recvfrom as u32;
+        nr[udp_syscall::READV] = libc::SYS_readv as u32;
+        nr[udp_syscall::RECVMSG] = libc::SYS_recvmsg as u32;
+        nr[udp_syscall::RECVMMSG] = libc::SYS_recvmmsg as u32;
+        config.nr = nr;
+    }
+    config
+}
+
+/// How the attached accounting counts: per syscall, or per packet and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UdpWay {
+    PerSyscall,
+    /// The per-syscall tracepoints could not be used (the reason); every packet pays instead.
+    PerPacket(String),
+}
+
+/// The per-syscall programs and the tracepoints they attach to.
+const SYSCALL_PROGRAMS: [(&str, &str); 2] =
+    [("cct_udp_send", "sock_send_length"), ("cct_udp_recv", "sock_recv_length")];
+const PACKET_PROGRAMS: [&str; 2] = ["cct_udp_egress", "cct_udp_ingress"];
+
 /// Attached UDP accounting: the maps it reads and the owners it found.
 pub struct UdpAccounting {
+    pub way: UdpWay,
     sockets: BpfHashMap<MapData, u64, UdpSocketState>,
     heavy: BpfHashMap<MapData, u64, u64>,
     counters: PerCpuArray<MapData, u64>,
@@ -85,13 +130,56 @@ fn attach_one(
     Ok(())
 }
 
+/// Attach the per-syscall pair, both or neither.
+fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), String> {
+    let btf = btf.ok_or("the kernel has no BTF")?;
+    for (i, (name, event)) in SYSCALL_PROGRAMS.iter().enumerate() {
+        let attached = (|| {
+            let prog: &mut BtfTracePoint =
+                ebpf.program_mut(name).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
+            prog.load(event, btf).map_err(|e| format!("sock:{event}: {}", super::error_chain(&e)))?;
+            prog.attach().map(drop).map_err(|e| format!("sock:{event}: {}", super::error_chain(&e)))
+        })();
+        if let Err(why) = attached {
+            // Half the accounting would count one direction: take back what did attach.
+            for (done, _) in &SYSCALL_PROGRAMS[..=i] {
+                if let Some(p) = ebpf.program_mut(done) {
+                    let _ = TryInto::<&mut BtfTracePoint>::try_into(p).map(BtfTracePoint::unload);
+                }
+            }
+            return Err(why);
+        }
+    }
+    Ok(())
+}
+
+/// A WireGuard device of the kernel's among `net_class` (`/sys/class/net`), if any.
+fn kernel_wireguard_device(net_class: &std::path::Path) -> Option<String> {
+    std::fs::read_dir(net_class).ok()?.flatten().find_map(|dev| {
+        let uevent = std::fs::read_to_string(dev.path().join("uevent")).ok()?;
+        uevent.lines().any(|l| l == "DEVTYPE=wireguard").then(|| dev.file_name().to_string_lossy().into_owned())
+    })
+}
+
 impl UdpAccounting {
-    /// Attach both programs at the cgroup v2 root and take their maps.
-    pub fn attach(ebpf: &mut Ebpf) -> Result<Self, UdpError> {
-        let root = crate::cgroups::cgroup2_mount().ok_or(UdpError::NoCgroup2)?;
-        let dir = std::fs::File::open(&root).map_err(|e| UdpError::OpenRoot(root.display().to_string(), e))?;
-        attach_one(ebpf, "cct_udp_egress", CgroupSkbAttachType::Egress, &dir)?;
-        attach_one(ebpf, "cct_udp_ingress", CgroupSkbAttachType::Ingress, &dir)?;
+    /// Attach the per-syscall programs, or the per-packet ones at the cgroup v2 root where the
+    /// kernel lacks their tracepoints or has a WireGuard device of its own (its datagrams pass
+    /// no socket call: only the packet path sees them), and take their maps.
+    pub fn attach(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<Self, UdpError> {
+        let per_syscall = match kernel_wireguard_device(std::path::Path::new("/sys/class/net")) {
+            Some(dev) => Err(format!("the kernel's WireGuard device {dev} sends and receives through no socket call")),
+            None => attach_per_syscall(ebpf, btf),
+        };
+        let way = match per_syscall {
+            Ok(()) => UdpWay::PerSyscall,
+            Err(why) => {
+                let root = crate::cgroups::cgroup2_mount().ok_or(UdpError::NoCgroup2)?;
+                let dir = std::fs::File::open(&root).map_err(|e| UdpError::OpenRoot(root.display().to_string(), e))?;
+                attach_one(ebpf, PACKET_PROGRAMS[0], CgroupSkbAttachType::Egress, &dir)?;
+                attach_one(ebpf, PACKET_PROGRAMS[1], CgroupSkbAttachType::Ingress, &dir)?;
+                UdpWay::PerPacket(why)
+            }
+        };
         let take = |ebpf: &mut Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or(UdpError::Map(name, "missing from the object".into()))
         };
@@ -101,7 +189,15 @@ impl UdpAccounting {
             BpfHashMap::try_from(take(ebpf, "UDP_HEAVY")?).map_err(|e| UdpError::Map("UDP_HEAVY", e.to_string()))?;
         let counters = PerCpuArray::try_from(take(ebpf, "UDP_COUNTERS")?)
             .map_err(|e| UdpError::Map("UDP_COUNTERS", e.to_string()))?;
-        Ok(Self { sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0 })
+        Ok(Self { way, sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0 })
+    }
+
+    /// The attached programs' names (for their run statistics).
+    pub fn program_names(&self) -> Vec<&'static str> {
+        match self.way {
+            UdpWay::PerSyscall => SYSCALL_PROGRAMS.iter().map(|(name, _)| *name).collect(),
+            UdpWay::PerPacket(_) => PACKET_PROGRAMS.to_vec(),
+        }
     }
 
     pub fn counter(&self, index: u32) -> u64 {
@@ -203,5 +299,24 @@ fn sample_of(cookie: u64, s: &UdpSocketState, now_ns: u64, owner: Option<Process
         last_tx: head(s.last_tx_head, s.last_tx_len),
         last_rx: head(s.last_rx_head, s.last_rx_len),
         owner,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wireguard_device_is_found_by_its_device_type() {
+        let root = std::env::temp_dir().join(format!("cct-net-class-{}", std::process::id()));
+        let dev = |name: &str, uevent: &str| {
+            std::fs::create_dir_all(root.join(name)).expect("mkdir");
+            std::fs::write(root.join(name).join("uevent"), uevent).expect("write");
+        };
+        dev("eth0", "INTERFACE=eth0\nIFINDEX=2\n");
+        assert_eq!(kernel_wireguard_device(&root), None);
+        dev("wg0", "DEVTYPE=wireguard\nINTERFACE=wg0\nIFINDEX=5\n");
+        assert_eq!(kernel_wireguard_device(&root).as_deref(), Some("wg0"));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -1,0 +1,204 @@
+//! The observer's cost as issue 24 defines it: the observer's BPF programs' in-kernel time (the
+//! kernel's run-time statistics, on for this measurement only) plus its processes' user and
+//! system time, over a saturating transfer, divided by all busy CPU of the machine in the same
+//! window. Three observers take turns on the same transfer in interleaved rounds: cctrace with
+//! its defaults, `ss -tni` every 100 ms, and a bpftrace script keeping per-flow maps from every
+//! `tcp_probe`; beside the transfer sit 0, 1,000 or 10,000 idle established flows in the
+//! sender's namespace, which `ss` reads on every poll and cctrace should not pay for.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use cctrace_lab::{Sink, SinkOptions, VethOptions, VethPair};
+
+use crate::bpf_stats;
+use crate::ci::Estimate;
+use crate::startup::{Holder, PER_HOLDER};
+use crate::throughput::{transfer, which, Bpftrace, PORT};
+use crate::tracer::{self, Cctrace};
+
+/// How long an observer runs before its window opens: cctrace's start-up listing of every
+/// existing socket is a one-time cost, not what a tool left running costs.
+const SETTLE: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Observer {
+    Cctrace,
+    SsPoll,
+    Bpftrace,
+}
+
+impl Observer {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Observer::Cctrace => "cctrace (defaults)",
+            Observer::SsPoll => "ss -tni every 100 ms",
+            Observer::Bpftrace => "bpftrace, per-flow maps from tcp_probe",
+        }
+    }
+}
+
+/// One size's results: each observer's share of busy CPU, and cctrace's share over each peer's
+/// (paired within a round).
+pub(crate) struct Shares {
+    pub(crate) idle_flows: usize,
+    pub(crate) share: BTreeMap<Observer, Estimate>,
+    pub(crate) cctrace_over: BTreeMap<Observer, Estimate>,
+    /// cctrace's in-kernel part of its share, for where the rest goes.
+    pub(crate) cctrace_kernel_share: Option<Estimate>,
+}
+
+/// Machine-wide busy CPU seconds (user, nice, system, irq, softirq of every CPU).
+fn machine_busy_secs() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let busy = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>();
+    // SAFETY: sysconf reads a constant.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(busy as f64 / per_s)
+}
+
+/// CPU seconds of this process's reaped children: the `ss` runs of the poller.
+fn children_cpu_secs() -> f64 {
+    // SAFETY: getrusage writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// An observer running; its CPU so far (processes + in-kernel programs).
+enum Running {
+    Cctrace(Cctrace),
+    Bpftrace(Bpftrace),
+    SsPoll(Arc<AtomicBool>, std::thread::JoinHandle<()>),
+}
+
+impl Running {
+    fn start(observer: Observer, lab: &VethPair) -> Result<Self> {
+        Ok(match observer {
+            Observer::Cctrace => {
+                Running::Cctrace(Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?)
+            }
+            Observer::Bpftrace => Running::Bpftrace(Bpftrace::start()?),
+            Observer::SsPoll => {
+                let stop = Arc::new(AtomicBool::new(false));
+                let s = stop.clone();
+                let name = lab.sender().name().to_string();
+                let poller = std::thread::spawn(move || {
+                    while !s.load(Ordering::Relaxed) {
+                        let next = Instant::now() + Duration::from_millis(100);
+                        let _ = Command::new("ip")
+                            .args(["netns", "exec", &name, "ss", "-tni"])
+                            .stdout(Stdio::null())
+                            .status();
+                        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                    }
+                });
+                Running::SsPoll(stop, poller)
+            }
+        })
+    }
+
+    /// (process CPU seconds, in-kernel program seconds) so far.
+    fn cpu(&self) -> Result<(f64, f64)> {
+        let programs = |pid: u32| -> Result<f64> {
+            Ok(bpf_stats::programs_of(pid)?.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9)
+        };
+        match self {
+            Running::Cctrace(c) => Ok((c.cpu_secs()?, programs(c.pid())?)),
+            Running::Bpftrace(b) => Ok((tracer::cpu_secs(b.0.id())?, programs(b.0.id())?)),
+            Running::SsPoll(..) => Ok((children_cpu_secs(), 0.0)),
+        }
+    }
+
+    fn stop(self) -> Result<()> {
+        match self {
+            Running::Cctrace(c) => c.stop().map(drop),
+            Running::Bpftrace(b) => {
+                drop(b);
+                Ok(())
+            }
+            Running::SsPoll(stop, poller) => {
+                stop.store(true, Ordering::Relaxed);
+                let _ = poller.join();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One observer over one transfer: (its share of busy CPU, the in-kernel part of it).
+fn measure(observer: Observer, lab: &VethPair, secs: u64) -> Result<(f64, f64)> {
+    let running = Running::start(observer, lab)?;
+    std::thread::sleep(SETTLE);
+    let (busy0, (cpu0, bpf0)) = (machine_busy_secs()?, running.cpu()?);
+    transfer(lab, secs, None)?;
+    let (busy1, (cpu1, bpf1)) = (machine_busy_secs()?, running.cpu()?);
+    running.stop()?;
+    let busy = (busy1 - busy0).max(1e-6);
+    Ok((((cpu1 - cpu0) + (bpf1 - bpf0)) / busy, (bpf1 - bpf0) / busy))
+}
+
+pub(crate) fn run(sizes: &[usize], secs: u64, rounds: usize) -> Result<Vec<Shares>> {
+    let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let mut observers = vec![Observer::Cctrace, Observer::SsPoll];
+    if which("bpftrace") {
+        observers.push(Observer::Bpftrace);
+    }
+    // On for the whole measurement: every observer's programs pay the statistics' clock reads.
+    let _stats = bpf_stats::enable()?;
+    let mut out = Vec::new();
+    for &idle_flows in sizes {
+        let mut holders = Vec::new();
+        let mut left = idle_flows;
+        while left > 0 {
+            let n = left.min(PER_HOLDER);
+            holders.push(Holder::start(lab.sender(), n)?);
+            left -= n;
+        }
+        let mut shares: BTreeMap<Observer, Vec<f64>> = BTreeMap::new();
+        let mut over: BTreeMap<Observer, Vec<f64>> = BTreeMap::new();
+        let mut kernel = Vec::new();
+        for round in 0..rounds {
+            let mut this = BTreeMap::new();
+            for i in 0..observers.len() {
+                let observer = observers[(i + round) % observers.len()];
+                let (share, in_kernel) = measure(observer, &lab, secs)?;
+                if observer == Observer::Cctrace {
+                    kernel.push(in_kernel);
+                }
+                this.insert(observer, share);
+                shares.entry(observer).or_default().push(share);
+            }
+            let cct = this[&Observer::Cctrace];
+            for (o, s) in &this {
+                if *o != Observer::Cctrace {
+                    over.entry(*o).or_default().push(cct / s.max(1e-9));
+                }
+            }
+            eprintln!(
+                "  {idle_flows} idle flows, round {}: {}",
+                round + 1,
+                this.iter().map(|(o, s)| format!("{o:?} {:.2} %", s * 100.0)).collect::<Vec<_>>().join(", ")
+            );
+        }
+        drop(holders);
+        let estimates =
+            |m: &BTreeMap<Observer, Vec<f64>>| m.iter().filter_map(|(o, v)| Some((*o, Estimate::of(v)?))).collect();
+        out.push(Shares {
+            idle_flows,
+            share: estimates(&shares),
+            cctrace_over: estimates(&over),
+            cctrace_kernel_share: Estimate::of(&kernel),
+        });
+    }
+    Ok(out)
+}
