@@ -47,7 +47,7 @@ struct Outcome {
 /// them runs too; the tracer package's own tests, which run target/debug/cctrace by path, go
 /// first, and once they are done the dist check beside may relink that file statically.
 pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tally> {
-    let Built { mut binaries, cctrace } = build(workspace, args)?;
+    let Built { mut binaries, cctrace } = crate::step("test build", || build(workspace, args))?;
     let suite_binary = gates.suite_binary();
     std::fs::copy(&cctrace, &suite_binary)
         .with_context(|| format!("copying {} to {}", cctrace.display(), suite_binary.display()))?;
