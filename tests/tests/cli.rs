@@ -18,12 +18,24 @@ fn held(pid: u32) -> Result<HeldBpf> {
     Ok(held)
 }
 
+/// What of `held` is still loaded once the kernel has had time to free it. A program's id goes
+/// only after an RCU grace period past its last reference, so right after cctrace exits its
+/// programs can still be listed: a fresh-clone run saw all eight there at the first look and
+/// gone moments later. Wait for them as long as a grace period can take on a busy host (a few
+/// seconds at most); what is still there then was left behind.
 fn still_loaded(held: &HeldBpf) -> Result<HeldBpf> {
-    let now = bpf_ids()?;
-    Ok(HeldBpf {
-        programs: held.programs.iter().copied().filter(|p| now.programs.contains(p)).collect(),
-        links: held.links.iter().copied().filter(|l| now.links.contains(l)).collect(),
-    })
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = bpf_ids()?;
+        let left = HeldBpf {
+            programs: held.programs.iter().copied().filter(|p| now.programs.contains(p)).collect(),
+            links: held.links.iter().copied().filter(|l| now.links.contains(l)).collect(),
+        };
+        if left == HeldBpf::default() || Instant::now() > deadline {
+            return Ok(left);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Wait for `child` to exit, at most `limit`; kill it and fail if it does not.
