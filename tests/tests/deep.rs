@@ -103,7 +103,9 @@ fn run_flow(path: &EmulatedPath, sink: &Sink, cc: &str, expect_cc: &str) -> Resu
     wait_until(&format!("the flow on {expect_cc}"), Duration::from_secs(5), || {
         Ok(ss_cc(path.sender(), port)?.as_deref() == Some(expect_cc))
     })?;
-    std::thread::sleep(Duration::from_secs(2));
+    // Past start-up: on this 30 ms, 1 % path CUBIC and Reno leave slow start at their first
+    // loss (a few hundred ms in) and BBR is in probe_bw within half a second.
+    std::thread::sleep(Duration::from_secs(1));
     let m = measure(sink, path.sender(), port)?;
     sender.stop();
     sender.wait()?;
