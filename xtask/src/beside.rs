@@ -154,11 +154,26 @@ impl Drop for Beside {
     }
 }
 
+/// When the suite's process is gone (a Ctrl-C reaches only its process group, and a killed
+/// process runs no destructor), stop this process group too: qemu and cargo under it included.
+fn stop_with(parent: u32) {
+    std::thread::spawn(move || {
+        while std::os::unix::process::parent_id() == parent {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // [`start`] made this process its group's leader.
+        let group = format!("-{}", std::process::id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        std::process::exit(1);
+    });
+}
+
 /// The checks themselves, in the process [`start`] spawned. Every step runs even when an
 /// earlier one failed, so one run reports every failure.
 pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     let gates = Gates::new(gates_dir);
     let parent = std::os::unix::process::parent_id();
+    stop_with(parent);
     let started = Instant::now();
     let own_target = beside_dir(root).join("target");
     let mut failed = Vec::new();
