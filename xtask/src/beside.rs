@@ -187,6 +187,13 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
         }
     };
 
+    // Nothing starts before the suite's build is done: even at idle priority, clippy beside it
+    // slowed the build through the caches and memory they share (108-119 s in three suite runs,
+    // 89 s alone).
+    if let Err(e) = gates.wait(Gate::BinaryReady, parent) {
+        record("checks beside the suite", &mut || Err(anyhow::anyhow!("{e:#}")));
+        bail!("failed beside the suite: the suite's build never finished");
+    }
     // Lints need no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it (30 s)
     // for each build-script run. Their own target directory keeps their build-script runs and
     // check artifacts apart from the suite's build.
@@ -214,18 +221,11 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     record("check without the demo", &mut || {
         crate::run(&mut lint(&["check", "-p", "tracer", "--no-default-features"]))
     });
-
-    match gates.wait(Gate::BinaryReady, parent) {
-        Ok(()) => {
-            // In the suite's own target directory, once its build is done (the build holds that
-            // directory's lock; the test binaries that run after it take none).
-            let doc_args: Vec<&str> =
-                ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
-            record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
-            record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[]));
-        }
-        Err(e) => record("doc tests and kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
-    }
+    // In the suite's own target directory, now that its build has released that directory's
+    // lock (the test binaries take none).
+    let doc_args: Vec<&str> = ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
+    record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
+    record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[]));
     // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
     // more) and checked the same way: static, packaged, booted with busybox only.
     match gates.wait(Gate::TracerTestsDone, parent) {

@@ -29,6 +29,8 @@ struct TestBinary {
     /// The package's directory: cargo runs a test binary there, with CARGO_MANIFEST_DIR set.
     package_dir: PathBuf,
     package_name: String,
+    /// The test target's name (`diagnosis`).
+    target: String,
 }
 
 /// What a binary printed and how it ended.
@@ -52,8 +54,10 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
     std::fs::copy(&cctrace, &suite_binary)
         .with_context(|| format!("copying {} to {}", cctrace.display(), suite_binary.display()))?;
     gates.open(Gate::BinaryReady)?;
-    // A stable sort: the tracer package's binaries first, the rest in cargo's order.
-    binaries.sort_by_key(|b| b.package_name != TRACER_PACKAGE);
+    // A stable sort: the tracer package's binaries first (the dist check beside waits for them),
+    // the ones that load both cores last (by then the checks beside, which slowed them by a tenth
+    // when they met, are done), the rest in cargo's order.
+    binaries.sort_by_key(|b| (b.package_name != TRACER_PACKAGE, LOADS_BOTH_CORES.contains(&b.target.as_str())));
     let tracer_binaries = binaries.iter().filter(|b| b.package_name == TRACER_PACKAGE).count();
     let mut tally = Tally::default();
     let mut failures = Vec::new();
@@ -78,6 +82,10 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
     }
     Ok(tally)
 }
+
+/// Test binaries that keep both cores busy (deep mode's BBR and CUBIC twins at line rate, beside
+/// plain runs): run last, after the checks beside the suite are likely done.
+const LOADS_BOTH_CORES: &[&str] = &["deep"];
 
 /// The package whose tests run the cctrace binary by its path in target/ (`CARGO_BIN_EXE_cctrace`).
 const TRACER_PACKAGE: &str = "tracer";
@@ -154,6 +162,7 @@ fn test_binary(msg: &Value) -> Option<TestBinary> {
         args: Vec::new(),
         package_dir,
         package_name,
+        target,
     })
 }
 
