@@ -187,9 +187,9 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
         }
     };
 
-    // Nothing starts before the suite's build is done: even at idle priority, clippy beside it
-    // slowed the build through the caches and memory they share (108-119 s in three suite runs,
-    // 89 s alone).
+    // Nothing starts before the suite's build is done: both are CPU work, so clippy beside the
+    // build only shares the cores it needs (the build took 108-129 s with or without it), and
+    // after it the build's time is its own.
     if let Err(e) = gates.wait(Gate::BinaryReady, parent) {
         record("checks beside the suite", &mut || Err(anyhow::anyhow!("{e:#}")));
         bail!("failed beside the suite: the suite's build never finished");
