@@ -7,10 +7,7 @@
 //! sender's namespace, which `ss` reads on every poll and cctrace should not pay for.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use cctrace_lab::{Sink, SinkOptions, VethOptions, VethPair};
@@ -18,7 +15,7 @@ use cctrace_lab::{Sink, SinkOptions, VethOptions, VethPair};
 use crate::bpf_stats;
 use crate::ci::Estimate;
 use crate::startup::{Holder, PER_HOLDER};
-use crate::throughput::{transfer, which, Bpftrace, PORT};
+use crate::throughput::{transfer, which, Bpftrace, SsPoller, PORT};
 use crate::tracer::{self, Cctrace};
 
 /// How long an observer runs before its window opens: cctrace's start-up listing of every
@@ -77,7 +74,7 @@ fn children_cpu_secs() -> f64 {
 enum Running {
     Cctrace(Cctrace),
     Bpftrace(Bpftrace),
-    SsPoll(Arc<AtomicBool>, std::thread::JoinHandle<()>),
+    SsPoll(SsPoller),
 }
 
 impl Running {
@@ -87,22 +84,7 @@ impl Running {
                 Running::Cctrace(Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?)
             }
             Observer::Bpftrace => Running::Bpftrace(Bpftrace::start()?),
-            Observer::SsPoll => {
-                let stop = Arc::new(AtomicBool::new(false));
-                let s = stop.clone();
-                let name = lab.sender().name().to_string();
-                let poller = std::thread::spawn(move || {
-                    while !s.load(Ordering::Relaxed) {
-                        let next = Instant::now() + Duration::from_millis(100);
-                        let _ = Command::new("ip")
-                            .args(["netns", "exec", &name, "ss", "-tni"])
-                            .stdout(Stdio::null())
-                            .status();
-                        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                    }
-                });
-                Running::SsPoll(stop, poller)
-            }
+            Observer::SsPoll => Running::SsPoll(SsPoller::start(lab.sender().name())),
         })
     }
 
@@ -125,9 +107,8 @@ impl Running {
                 drop(b);
                 Ok(())
             }
-            Running::SsPoll(stop, poller) => {
-                stop.store(true, Ordering::Relaxed);
-                let _ = poller.join();
+            Running::SsPoll(poller) => {
+                poller.stop();
                 Ok(())
             }
         }

@@ -346,22 +346,38 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64, pin: Option<usize>) -> Result
             Ok((transfer(lab, secs, pin)?, None))
         }
         Mode::SsPoll => {
-            let stop = Arc::new(AtomicBool::new(false));
-            let s = stop.clone();
-            let name = lab.sender().name().to_string();
-            let poller = std::thread::spawn(move || {
-                while !s.load(Ordering::Relaxed) {
-                    let next = Instant::now() + Duration::from_millis(100);
-                    let _ =
-                        Command::new("ip").args(["netns", "exec", &name, "ss", "-tni"]).stdout(Stdio::null()).status();
-                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                }
-            });
+            let poller = SsPoller::start(lab.sender().name());
             let t = transfer(lab, secs, pin);
-            stop.store(true, Ordering::Relaxed);
-            let _ = poller.join();
+            poller.stop();
             Ok((t?, None))
         }
+    }
+}
+
+/// `ss -tni` run in namespace `netns` every 100 ms, as a user polling it would, until stopped.
+pub(crate) struct SsPoller {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl SsPoller {
+    pub(crate) fn start(netns: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let name = netns.to_string();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let next = Instant::now() + Duration::from_millis(100);
+                let _ = Command::new("ip").args(["netns", "exec", &name, "ss", "-tni"]).stdout(Stdio::null()).status();
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        });
+        Self { stop, thread }
+    }
+
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
     }
 }
 
