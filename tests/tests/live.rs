@@ -275,14 +275,14 @@ fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
     let _serial = serial();
     let lab = VethPair::create(VethOptions::default())?;
     let tracer = Tracer::start(&["--hooks", "classic", "--interval", "200"])?;
-    // tcp_sendmsg_locked has no skaddr in its tracefs record: that hook alone is off, said in
-    // one line with what is lost, and the rest works.
+    // The socket-call hook (sock_send_length) is BTF only: that hook alone is off, said in one
+    // line with what is lost, and the rest works.
     let stderr = tracer.stderr();
     assert!(stderr.contains("5/6 hooks"), "{stderr}");
     let disabled: Vec<&str> = stderr.lines().filter(|l| l.contains("disabled")).collect();
     assert_eq!(disabled.len(), 1, "{stderr}");
     assert!(
-        disabled[0].starts_with("cctrace: tcp:tcp_sendmsg_locked: disabled (")
+        disabled[0].starts_with("cctrace: sock:sock_send_length: disabled (")
             && disabled[0].contains("owners of accepted connections"),
         "{stderr}"
     );

@@ -111,15 +111,16 @@ pub enum HookId {
     SetState = 3,
     /// `tcp:tcp_destroy_sock`.
     Destroy = 4,
-    /// `tcp:tcp_sendmsg_locked`: no sample, only the owner of a flow seen sending.
-    SendMsg = 5,
+    /// `sock:sock_send_length`: no sample; the owner of a TCP flow seen sending (and UDP's
+    /// sends, when UDP is counted per socket call).
+    SendCall = 5,
 }
 
 impl HookId {
     pub const COUNT: usize = 6;
     /// Every hook, in index order.
     pub const ALL: [HookId; HookId::COUNT] =
-        [HookId::TcpProbe, HookId::Retransmit, HookId::CongState, HookId::SetState, HookId::Destroy, HookId::SendMsg];
+        [HookId::TcpProbe, HookId::Retransmit, HookId::CongState, HookId::SetState, HookId::Destroy, HookId::SendCall];
     /// Every hook's bit.
     pub const ALL_BITS: u32 = (1 << HookId::COUNT) - 1;
 

@@ -2,7 +2,7 @@
 //! owner is next worth checking.
 //!
 //! `tcp_probe` fires on every ACK, and between two periodic samples of a flow (a second apart
-//! by default) every run only finds that none is due; `tcp_sendmsg_locked` fires on every send,
+//! by default) every run only finds that none is due; a TCP socket's send call names its owner,
 //! and but for a flow's first every run finds its owner already known. The memo settles that
 //! without a helper call: a direct-mapped per-CPU array keyed by the socket's address, on jiffies (which the
 //! verifier inlines as a load), before the socket's cookie is read (`skc_cookie` sits on a line

@@ -11,8 +11,9 @@
 //! This file only declares the modules, one job each: the loader-set config and shared maps
 //! (`maps`), reading kernel memory and tracepoint records (`read`), the per-flow bookkeeping
 //! (`observe`, `filter`, `flow_key`, `due_memo`), writing a sample (`sample`), the programs by
-//! event (`probe`, `state`, `owner`), the two socket iterators (`listing`, `switch`), and the UDP
-//! accounting (`udp`, counted per syscall by `udp_syscall` or per packet by `udp_skb`).
+//! event (`probe`, `state`, `socket_call`, which names owners with `owner`), the two socket
+//! iterators (`listing`, `switch`), and the UDP accounting (`udp`, counted per socket call by
+//! `udp_syscall` or per packet by `udp_skb`).
 #![no_std]
 #![no_main]
 // Entry points are `pub` as aya's program macros are written; an eBPF object has no Rust API.
@@ -36,6 +37,7 @@ mod observe;
 mod owner;
 mod probe;
 mod sample;
+mod socket_call;
 mod state;
 mod switch;
 mod udp;

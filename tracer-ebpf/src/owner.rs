@@ -1,11 +1,9 @@
-//! Naming the owner of accepted flows: `tcp_sendmsg_locked` runs in the sending process, which
-//! is remembered in the flow's state (BTF only).
+//! Naming the owner of accepted flows: a TCP socket's send call (`socket_call`) runs in the
+//! sending process, which is remembered in the flow's state (BTF only). Once per call, not once
+//! per buffer the call fills (`tcp:tcp_sendmsg_locked`, which this hook replaced, ran ten times
+//! as often in a bulk transfer, and exists only since Linux 6.13).
 
-use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::btf_tracepoint,
-    programs::BtfTracePointContext,
-};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid};
 use tracer_common::{counter, flag, FlowState, HookId};
 
 use crate::due_memo::{self, OWNER_CHECK_DUE, OWNER_RECHECK_NS};
@@ -43,18 +41,11 @@ fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
     Ok(0)
 }
 
-#[btf_tracepoint(function = "tcp_sendmsg_locked")]
-pub fn cct_sendmsg(ctx: BtfTracePointContext) -> u32 {
-    if !enabled(HookId::SendMsg) {
-        return 0;
+/// A send call on TCP socket `sk`, in the calling process's context.
+#[inline(always)]
+pub(crate) fn on_send(sk: *const u8) {
+    if !enabled(HookId::SendCall) || due_memo::not_due(&OWNER_CHECK_DUE, sk) {
+        return;
     }
-    let sk: *const u8 = ctx.arg(0);
-    if due_memo::not_due(&OWNER_CHECK_DUE, sk) {
-        return 0;
-    }
-    match try_sendmsg(sk, btf_key(sk)) {
-        Ok(v) | Err(v) => v,
-    }
+    let _ = try_sendmsg(sk, btf_key(sk));
 }
-
-// tcp:tcp_sendmsg_locked has no skaddr in its tracefs record, so it has no classic twin.

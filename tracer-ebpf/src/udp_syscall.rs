@@ -1,6 +1,5 @@
-//! UDP accounting where UDP is sent and received: BTF tracepoints on `sock:sock_send_length` and
-//! `sock:sock_recv_length` (Linux 6.3), one hit per `sendmsg`/`recvmsg` of any socket, so a TCP
-//! transfer pays one early return per syscall and nothing per packet. Each call's payload length
+//! UDP accounting where UDP is sent and received: the socket-call hooks (`socket_call`) hand
+//! every UDP `sendmsg`/`recvmsg` here, so nothing runs per packet. Each call's payload length
 //! is counted as IP bytes and datagrams (a `UDP_SEGMENT` send, or a `UDP_GRO` receive, as the
 //! datagrams its segment size cuts it into); the payload head the classifier wants is read from
 //! the caller's own buffer, which the saved user registers of the syscall point at.
@@ -10,16 +9,17 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns,
         bpf_probe_read_user, bpf_probe_read_user_buf, bpf_task_pt_regs,
     },
-    macros::btf_tracepoint,
+    macros::map,
+    maps::Array,
     programs::BtfTracePointContext,
 };
 use tracer_common::udp::{
-    udp_syscall, UdpSocketState, UdpSyscallConfig, IPPROTO_UDP, UDP4_HEADERS, UDP6_HEADERS, UDP_HEAD_LEN,
+    udp_syscall, UdpSocketState, UdpSyscallConfig, UDP4_HEADERS, UDP6_HEADERS, UDP_HEAD_LEN,
 };
 use tracer_common::{family, ABSENT};
 
 use crate::maps::OFFSETS;
-use crate::read::{btf_cookie, read, read_bytes};
+use crate::read::{btf_cookie, read, read_bytes, sock_u16};
 use crate::udp::{new_socket, store_head, tally, Traffic};
 
 /// Filled in by userspace before load (read-only data).
@@ -45,16 +45,16 @@ const ONE_DATAGRAM_MAX: u32 = 1500 - UDP4_HEADERS;
 /// ones beside it.
 const CMSG_SCAN: usize = 4;
 
-#[btf_tracepoint(function = "sock_send_length")]
-pub fn cct_udp_send(ctx: BtfTracePointContext) -> u32 {
-    on_call(&ctx, true);
-    0
-}
+/// Index 0 is 1 once userspace chose to count UDP per socket call (the receive hook attached
+/// beside the send hook). Until then, and when UDP is counted per packet or not at all, the send
+/// hook (attached for TCP owners in any case) leaves UDP calls alone.
+#[map]
+static UDP_BY_CALL: Array<u32> = Array::with_max_entries(1, 0);
 
-#[btf_tracepoint(function = "sock_recv_length")]
-pub fn cct_udp_recv(ctx: BtfTracePointContext) -> u32 {
-    on_call(&ctx, false);
-    0
+/// Whether UDP calls are to be counted here.
+#[inline(always)]
+pub(crate) fn counting() -> bool {
+    UDP_BY_CALL.get(0).is_some_and(|on| *on != 0)
 }
 
 #[inline(always)]
@@ -149,29 +149,9 @@ fn segment_from_control(call: &UserCall, kind: u32) -> u32 {
     0
 }
 
-/// A u16 field of `struct sock` at `off`, loaded straight through the typed pointer: the offset
-/// is a constant of the frozen read-only data, so the verifier checks the load against BTF and
-/// no helper is called. For `sk_protocol` this is the whole cost of a TCP send or receive to
-/// these programs, and a helper call (a probe read) costs several times a plain load through
-/// this kernel's speculation mitigations.
+/// Count one send (`egress`) or receive call of UDP socket `sk`, the socket-call hook's context.
 #[inline(always)]
-fn sock_u16(sk: *const u8, off: u32) -> u16 {
-    if off == ABSENT || sk.is_null() {
-        return 0;
-    }
-    // SAFETY: `sk` is the tracepoint's `struct sock *` (a BTF pointer: the verifier checks the
-    // access against the type, and a fault reads as 0); `off` is the offset of a u16 field of
-    // it, from the kernel's BTF.
-    unsafe { core::ptr::read_volatile(sk.wrapping_add(off as usize) as *const u16) }
-}
-
-#[inline(always)]
-fn on_call(ctx: &BtfTracePointContext, egress: bool) {
-    let sk: *const u8 = ctx.arg(0);
-    // Every socket's calls come here: anything but UDP leaves at once.
-    if u32::from(sock_u16(sk, global!(OFFSETS.sk_protocol))) != IPPROTO_UDP {
-        return;
-    }
+pub(crate) fn on_call(ctx: &BtfTracePointContext, sk: *const u8, egress: bool) {
     let ret: i32 = ctx.arg(1);
     let flags: i32 = ctx.arg(2);
     // An error, an empty datagram, or a peek that leaves the datagram queued for its real read.

@@ -606,6 +606,8 @@ fn short_disabled(line: &str) -> String {
                 "no tp_btf".to_string()
             } else if p.contains("skaddr field") {
                 "tracefs record lacks skaddr".to_string()
+            } else if p.contains("no classic twin") {
+                "BTF only".to_string()
             } else if p.contains(" tracepoint") && p.contains("this kernel has no") {
                 "no such tracepoint".to_string()
             } else {

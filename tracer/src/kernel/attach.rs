@@ -63,10 +63,10 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         without: "closes are seen only through state changes",
     },
     Hook {
-        id: HookId::SendMsg,
-        group: "tcp",
-        event: "tcp_sendmsg_locked",
-        btf_prog: "cct_sendmsg",
+        id: HookId::SendCall,
+        group: "sock",
+        event: "sock_send_length",
+        btf_prog: "cct_send_call",
         classic_prog: "",
         without: "owners of accepted connections are looked up in /proc as `ss -p` does",
     },
@@ -163,7 +163,11 @@ fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets)
     if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
         let name = format!("{}:{}", h.group, h.event);
         let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
-        return Err(if exists { AttachError::NoSkaddr(name) } else { AttachError::NoEvent(name) });
+        return Err(match (exists, h.classic_prog.is_empty()) {
+            (false, _) => AttachError::NoEvent(name),
+            (true, true) => AttachError::BtfOnly(name),
+            (true, false) => AttachError::NoSkaddr(name),
+        });
     }
     let prog: &mut TracePoint = ebpf
         .program_mut(h.classic_prog)

@@ -107,6 +107,8 @@ pub enum AttachError {
     NoSkaddr(String),
     #[error("this kernel has no {0} tracepoint")]
     NoEvent(String),
+    #[error("{0} has no classic twin (BTF only)")]
+    BtfOnly(String),
     #[error("load: {0}")]
     Load(String),
     #[error("attach: {0}")]
@@ -293,7 +295,8 @@ impl KernelSource {
         let (udp, udp_unavailable) = if !opts.udp {
             (None, Some("switched off by --no-udp".to_string()))
         } else {
-            match udp::UdpAccounting::attach(&mut ebpf, aya_btf.as_ref()) {
+            let send_hook = reports[HookId::SendCall.index()].status == HookStatus::Btf;
+            match udp::UdpAccounting::attach(&mut ebpf, aya_btf.as_ref(), send_hook) {
                 Ok(u) => (Some(u), None),
                 Err(e) => (None, Some(e.to_string())),
             }
@@ -312,13 +315,13 @@ impl KernelSource {
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .context("registering the ring buffer with tokio")?;
         let counters = CounterMap::take(&mut ebpf)?;
-        let sendmsg_off = matches!(reports[HookId::SendMsg.index()].status, HookStatus::Disabled(_));
+        let send_call_off = matches!(reports[HookId::SendCall.index()].status, HookStatus::Disabled(_));
         Ok(Self {
             ring,
             deep: None,
             counters,
             filter: Some(filter),
-            owners: sendmsg_off.then(owners::OwnerLookup::default),
+            owners: send_call_off.then(owners::OwnerLookup::default),
             ebpf,
             info: KernelInfo {
                 hooks: reports,

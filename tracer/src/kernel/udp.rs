@@ -1,6 +1,7 @@
 //! The UDP accounting programs: where the kernel has the `sock:sock_send_length` and
-//! `sock:sock_recv_length` tracepoints (Linux 6.3), `cct_udp_send`/`cct_udp_recv` count where UDP
-//! is sent and received, one run per syscall and none per packet; elsewhere `cct_udp_egress` and
+//! `sock:sock_recv_length` tracepoints (Linux 6.3), `cct_send_call` (also the TCP owner hook)
+//! and `cct_udp_recv` count where UDP is sent and received, one run per syscall and none per
+//! packet; elsewhere `cct_udp_egress` and
 //! `cct_udp_ingress` are attached as `cgroup_skb` at the cgroup v2 root and run on every packet
 //! of the host. Either way they fill one table, read once a second from the heavy-socket index
 //! into [`UdpSample`]s with their owners.
@@ -8,7 +9,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::cgroup_skb::CgroupSkbAttachType;
 use aya::programs::{BtfTracePoint, CgroupAttachMode, CgroupSkb};
 use aya::{Btf, Ebpf};
@@ -92,9 +93,10 @@ pub enum UdpWay {
     PerPacket(String),
 }
 
-/// The per-syscall programs and the tracepoints they attach to.
-const SYSCALL_PROGRAMS: [(&str, &str); 2] =
-    [("cct_udp_send", "sock_send_length"), ("cct_udp_recv", "sock_recv_length")];
+/// The receive hook. The send hook (`cct_send_call` on `sock:sock_send_length`) is the TCP
+/// owner hook, attached with the TCP hooks whether UDP is counted or not; counting UDP per call
+/// adds this one beside it.
+const RECV_PROGRAM: (&str, &str) = ("cct_udp_recv", "sock_recv_length");
 const PACKET_PROGRAMS: [&str; 2] = ["cct_udp_egress", "cct_udp_ingress"];
 
 /// Attached UDP accounting: the maps it reads and the owners it found.
@@ -130,28 +132,28 @@ fn attach_one(
     Ok(())
 }
 
-/// Attach the per-syscall pair, both or neither.
-fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), String> {
+/// Count UDP per socket call: the send hook is already attached (`send_hook`: whether it is);
+/// attach the receive hook and tell the send hook to count UDP's sends too.
+fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>, send_hook: bool) -> Result<(), String> {
     let btf = btf.ok_or("the kernel has no BTF")?;
-    for (i, (name, event)) in SYSCALL_PROGRAMS.iter().enumerate() {
-        let attached = (|| {
-            let prog: &mut BtfTracePoint =
-                ebpf.program_mut(name).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
-            prog.load(event, btf).map_err(|e| format!("sock:{event}: {}", super::error_chain(&e)))?;
-            prog.attach().map(drop).map_err(|e| format!("sock:{event}: {}", super::error_chain(&e)))
-        })();
-        if let Err(why) = attached {
-            // Half the accounting would count one direction: take back what did attach.
-            for (done, _) in &SYSCALL_PROGRAMS[..=i] {
-                if let Some(p) = ebpf.program_mut(done) {
-                    let _ = TryInto::<&mut BtfTracePoint>::try_into(p).map(BtfTracePoint::unload);
-                }
-            }
-            return Err(why);
-        }
+    if !send_hook {
+        return Err("the socket-call hook sock:sock_send_length is not attached".into());
     }
-    Ok(())
+    let (name, event) = RECV_PROGRAM;
+    let prog: &mut BtfTracePoint =
+        ebpf.program_mut(name).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
+    prog.load(event, btf).map_err(|e| format!("sock:{event}: {}", super::error_chain(&e)))?;
+    if let Err(e) = prog.attach() {
+        let _ = prog.unload();
+        return Err(format!("sock:{event}: {}", super::error_chain(&e)));
+    }
+    let switch = ebpf.map_mut(UDP_BY_CALL).ok_or("UDP_BY_CALL missing from the object")?;
+    let mut switch: Array<&mut MapData, u32> = Array::try_from(switch).map_err(|e| format!("{UDP_BY_CALL}: {e}"))?;
+    switch.set(0, 1, 0).map_err(|e| format!("{UDP_BY_CALL}: {}", super::error_chain(&e)))
 }
+
+/// The switch that turns the send hook's UDP counting on (see tracer-ebpf's `udp_syscall`).
+const UDP_BY_CALL: &str = "UDP_BY_CALL";
 
 /// A WireGuard device of the kernel's among `net_class` (`/sys/class/net`), if any.
 fn kernel_wireguard_device(net_class: &std::path::Path) -> Option<String> {
@@ -165,10 +167,12 @@ impl UdpAccounting {
     /// Attach the per-syscall programs, or the per-packet ones at the cgroup v2 root where the
     /// kernel lacks their tracepoints or has a WireGuard device of its own (its datagrams pass
     /// no socket call: only the packet path sees them), and take their maps.
-    pub fn attach(ebpf: &mut Ebpf, btf: Option<&Btf>) -> Result<Self, UdpError> {
+    /// `send_hook`: whether the socket-call hook on `sock:sock_send_length` attached with the TCP
+    /// hooks (counting per call needs it).
+    pub fn attach(ebpf: &mut Ebpf, btf: Option<&Btf>, send_hook: bool) -> Result<Self, UdpError> {
         let per_syscall = match kernel_wireguard_device(std::path::Path::new("/sys/class/net")) {
             Some(dev) => Err(format!("the kernel's WireGuard device {dev} sends and receives through no socket call")),
-            None => attach_per_syscall(ebpf, btf),
+            None => attach_per_syscall(ebpf, btf, send_hook),
         };
         let way = match per_syscall {
             Ok(()) => UdpWay::PerSyscall,
@@ -192,10 +196,11 @@ impl UdpAccounting {
         Ok(Self { way, sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0 })
     }
 
-    /// The attached programs' names (for their run statistics).
+    /// The programs attached for UDP alone (for their run statistics; the send hook is counted
+    /// with the TCP hooks).
     pub fn program_names(&self) -> Vec<&'static str> {
         match self.way {
-            UdpWay::PerSyscall => SYSCALL_PROGRAMS.iter().map(|(name, _)| *name).collect(),
+            UdpWay::PerSyscall => vec![RECV_PROGRAM.0],
             UdpWay::PerPacket(_) => PACKET_PROGRAMS.to_vec(),
         }
     }
