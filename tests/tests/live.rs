@@ -370,10 +370,14 @@ fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
                 held.links.extend(h.links);
             }
         }
+        // Another tracer's link may have been let go between the two reads (cctrace detaches
+        // `tcp_probe` between its sampling windows): only what is still listed is left over.
+        let listed = bpf_ids()?;
         let orphans: Vec<&u32> = new_programs
             .iter()
             .chain(&new_links)
             .filter(|id| !held.programs.contains(id) && !held.links.contains(id))
+            .filter(|id| listed.programs.contains(id) || listed.links.contains(id))
             .collect();
         assert!(orphans.is_empty(), "left behind by the failed start: {orphans:?}");
     }
@@ -511,5 +515,104 @@ fn idle_flows_that_exist_at_start_are_listed_at_once() -> Result<()> {
     client.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
     server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
     tracer.stop()?;
+    Ok(())
+}
+
+/// The runs of `name` among the programs process `pid` holds (statistics must be on).
+fn runs_of_program(pid: u32, name: &str) -> Result<u64> {
+    let held = bpf_held_by(pid)?;
+    let out = std::process::Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool")?;
+    let all: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
+    let program = all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == name && p["id"].as_u64().is_some_and(|id| held.programs.contains(&(id as u32))))
+        .with_context(|| format!("{name} is not among the programs cctrace holds"))?;
+    // bpftool leaves `run_cnt` out while it is 0.
+    Ok(program["run_cnt"].as_u64().unwrap_or(0))
+}
+
+/// Counts every `tcp:tcp_probe` the kernel fires while it runs: bpftrace, attached throughout.
+struct ProbeCounter(std::process::Child);
+
+impl ProbeCounter {
+    fn start() -> Result<Self> {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("bpftrace")
+            .args(["-e", "tracepoint:tcp:tcp_probe { @fired = count(); }"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("running bpftrace (apt-get install bpftrace)")?;
+        // bpftrace says "Attaching 1 probe..." once its program is attached.
+        let out = child.stdout.as_mut().context("bpftrace's stdout")?;
+        let mut line = String::new();
+        std::io::BufReader::new(out).read_line(&mut line)?;
+        anyhow::ensure!(line.contains("Attaching"), "bpftrace did not attach: {line:?}");
+        Ok(Self(child))
+    }
+
+    /// Stop counting: how many times the tracepoint fired.
+    fn stop(mut self) -> Result<u64> {
+        use std::io::Read;
+        // SAFETY: kill sends a signal to the child we started; no memory is involved.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let mut text = String::new();
+        self.0.stdout.take().context("bpftrace's stdout")?.read_to_string(&mut text)?;
+        self.0.wait()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("@fired: "))
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("no count in bpftrace's output: {text:?}"))
+    }
+}
+
+#[test]
+fn tcp_probe_runs_only_in_its_windows_and_every_interval_is_still_sampled() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let lab = VethPair::create(VethOptions::default())?;
+    // The kernel counts runs only while statistics are on; this fd keeps them on for the test.
+    let _stats = cctrace_tests::BpfStats::enable()?;
+    let tracer = Tracer::start(&["--sample-ms", "100"])?;
+    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let counter = ProbeCounter::start()?;
+    let runs_before = runs_of_program(tracer.pid(), "cct_probe")?;
+    let sender = bulk(&lab, "cubic", 4)?;
+    let port = sender.local_port();
+    let report = sender.wait()?;
+    let runs = runs_of_program(tracer.pid(), "cct_probe")? - runs_before;
+    let fired = counter.stop()?;
+    let netns = lab.sender().inode();
+    tracer.wait_closed(netns, port, Duration::from_secs(10))?;
+    let periodic: Vec<u64> = flow_samples(&tracer, netns, port)
+        .iter()
+        .filter(|s| s["reason"] == "periodic")
+        .map(|s| u(s, "ts_ns"))
+        .collect();
+    tracer.stop()?;
+    // Attached throughout, as bpftrace's program is, cctrace's would run every time the
+    // tracepoint fires (on every segment either end receives, ACKs included); in windows of a
+    // few milliseconds every 100 ms interval it runs on a small share of them.
+    println!("cct_probe ran {runs} times; tcp:tcp_probe fired {fired} times meanwhile");
+    assert!(fired > 10_000, "the transfer moved too little to judge: tcp_probe fired {fired} times");
+    assert!(runs * 4 <= fired, "cct_probe ran {runs} times of {fired}");
+    // Yet the bulk flow is sampled once an interval: as many samples as intervals passed, give
+    // or take the first and last, and the gaps between them an interval, as the kernel's early
+    // allowance (an eighth) and a reader woken a few milliseconds late make them.
+    let interval_ns = 100_000_000;
+    let span = report.elapsed.as_nanos() as u64;
+    let mut gaps: Vec<u64> = periodic.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_unstable();
+    let median = *gaps.get(gaps.len() / 2).context("fewer than two periodic samples")?;
+    println!(
+        "{} periodic samples over {:.1} s; gaps {:?} ms",
+        periodic.len(),
+        span as f64 / 1e9,
+        gaps.iter().map(|g| g / 1_000_000).collect::<Vec<_>>()
+    );
+    assert!(periodic.len() as u64 + 2 >= span / interval_ns, "{} periodic samples in {span} ns", periodic.len());
+    assert!(median.abs_diff(interval_ns) <= interval_ns / 8, "median gap {median} ns");
     Ok(())
 }

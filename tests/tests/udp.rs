@@ -407,7 +407,8 @@ fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_even_when_filtered_and_cl
     Ok(())
 }
 
-/// Kinds of the BPF links process `pid` holds (bpftool's `type`: `raw_tracepoint`, `cgroup`, ...).
+/// Kinds of the BPF links process `pid` holds (bpftool's `type`: `raw_tracepoint`, `cgroup`, ...),
+/// but for `tcp_probe`'s, which comes and goes with its sampling window.
 fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
     let held = cctrace_tests::bpf_held_by(pid)?;
     let out = std::process::Command::new("bpftool").args(["-j", "link", "show"]).output().context("bpftool")?;
@@ -417,6 +418,7 @@ fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
         .into_iter()
         .flatten()
         .filter(|l| l["id"].as_u64().is_some_and(|id| held.links.contains(&(id as u32))))
+        .filter(|l| l["tp_name"] != "tcp_probe")
         .filter_map(|l| l["type"].as_str().map(String::from))
         .collect())
 }

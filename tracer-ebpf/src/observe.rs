@@ -42,11 +42,17 @@ pub(crate) fn observe(hit: Hit) -> Result<u32, u32> {
     let existing = FLOWS.get_ptr_mut(hit.cookie);
     let interval = global!(CONFIG.sample_interval_ns);
     let due = |last: u64| last == 0 || now.wrapping_sub(last) >= interval;
+    // A periodic sample may come an eighth of an interval early: userspace attaches `tcp_probe`
+    // only in a short window each interval (see tracer's `kernel::probe_window`), and a flow
+    // sampled a little after one window opened must be due again when the next one opens, or
+    // its samples would drift later each interval until one window missed it.
+    let periodic_gap = interval - (interval >> 3);
+    let periodic_due = |last: u64| last == 0 || now.wrapping_sub(last) >= periodic_gap;
     if let (true, Some(p)) = (periodic, existing) {
         // SAFETY: the pointer is into the map value, valid for this program run.
         let last = unsafe { (*p).last_emit_ns };
-        if !due(last) {
-            due_memo::remember(&PERIODIC_DUE, hit.sk, last.wrapping_add(interval).saturating_sub(now));
+        if !periodic_due(last) {
+            due_memo::remember(&PERIODIC_DUE, hit.sk, last.wrapping_add(periodic_gap).saturating_sub(now));
             return Ok(0);
         }
     }
@@ -56,11 +62,11 @@ pub(crate) fn observe(hit: Hit) -> Result<u32, u32> {
         None => flow_key::new_flow_state(hit.cookie),
     };
     if periodic {
-        if !due(state.last_emit_ns) {
+        if !periodic_due(state.last_emit_ns) {
             return Ok(0);
         }
         state.last_emit_ns = now;
-        due_memo::remember(&PERIODIC_DUE, hit.sk, interval);
+        due_memo::remember(&PERIODIC_DUE, hit.sk, periodic_gap);
     }
     if hit.reason == reason::RETRANSMIT {
         state.retrans_events = state.retrans_events.wrapping_add(1);

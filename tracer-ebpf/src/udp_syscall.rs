@@ -13,9 +13,7 @@ use aya_ebpf::{
     maps::Array,
     programs::BtfTracePointContext,
 };
-use tracer_common::udp::{
-    udp_syscall, UdpSocketState, UdpSyscallConfig, UDP4_HEADERS, UDP6_HEADERS, UDP_HEAD_LEN,
-};
+use tracer_common::udp::{udp_syscall, UdpSocketState, UdpSyscallConfig, UDP4_HEADERS, UDP6_HEADERS, UDP_HEAD_LEN};
 use tracer_common::{family, ABSENT};
 
 use crate::maps::OFFSETS;

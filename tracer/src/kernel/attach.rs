@@ -3,6 +3,8 @@
 //! field offsets the classic programs read from tracefs.
 
 use anyhow::{bail, Result};
+use aya::programs::tp_btf::BtfTracePointLinkId;
+use aya::programs::trace_point::TracePointLinkId;
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf};
 use tracer_common::{ClassicTracepointOffsets, HookId, ABSENT};
@@ -81,15 +83,30 @@ const _: () = {
     }
 };
 
-/// Attach every hook in the flavour `mode` allows, BTF first: one report per hook, in
-/// [`HOOKS`] order. Fails only when no hook attached at all.
+/// A link of one hook's program, to detach it and attach it again (`probe_window`).
+#[derive(Debug)]
+pub(super) enum HookLink {
+    Btf(BtfTracePointLinkId),
+    Classic(TracePointLinkId),
+}
+
+/// What [`attach_hooks`] attached: one report per hook, in [`HOOKS`] order, and the link of
+/// `tcp:tcp_probe`'s program if it attached.
+pub(super) struct Attached {
+    pub(super) reports: Vec<HookReport>,
+    pub(super) probe_link: Option<HookLink>,
+}
+
+/// Attach every hook in the flavour `mode` allows, BTF first. Fails only when no hook attached
+/// at all.
 pub(super) fn attach_hooks(
     ebpf: &mut Ebpf,
     mode: HookMode,
     btf: Option<&Btf>,
     classic: &ClassicTracepointOffsets,
-) -> Result<Vec<HookReport>> {
+) -> Result<Attached> {
     let mut reports = Vec::new();
+    let mut probe_link = None;
     for h in &HOOKS {
         let name = format!("{}:{}", h.group, h.event);
         let mut disabled = HookDisabled { btf: None, classic: None, without: h.without };
@@ -97,13 +114,23 @@ pub(super) fn attach_hooks(
         if mode != HookMode::Classic {
             let attached = btf.ok_or(AttachError::NoKernelBtf).and_then(|b| attach_btf(ebpf, h, b));
             match attached {
-                Ok(()) => status = Some(HookStatus::Btf),
+                Ok(link) => {
+                    status = Some(HookStatus::Btf);
+                    if h.id == HookId::TcpProbe {
+                        probe_link = Some(HookLink::Btf(link));
+                    }
+                }
                 Err(e) => disabled.btf = Some(e),
             }
         }
         if status.is_none() && mode != HookMode::Btf {
             match attach_classic(ebpf, h, classic) {
-                Ok(()) => status = Some(HookStatus::Classic),
+                Ok(link) => {
+                    status = Some(HookStatus::Classic);
+                    if h.id == HookId::TcpProbe {
+                        probe_link = Some(HookLink::Classic(link));
+                    }
+                }
                 Err(e) => disabled.classic = Some(e),
             }
         }
@@ -114,7 +141,7 @@ pub(super) fn attach_hooks(
         let why: Vec<String> = reports.iter().map(HookReport::line).collect();
         bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
     }
-    Ok(reports)
+    Ok(Attached { reports, probe_link })
 }
 
 /// Offsets of the fields the classic programs read, from tracefs; absent where unreadable.
@@ -145,21 +172,24 @@ pub(super) fn short(e: &dyn std::fmt::Display) -> String {
     s.lines().next().unwrap_or("").chars().take(160).collect()
 }
 
-fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<(), AttachError> {
+fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<BtfTracePointLinkId, AttachError> {
     let prog: &mut BtfTracePoint = ebpf
         .program_mut(h.btf_prog)
         .ok_or(AttachError::ProgramMissing(h.btf_prog))?
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
     prog.load(h.event, btf).map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
-    if let Err(e) = prog.attach() {
+    prog.attach().map_err(|e| {
         let _ = prog.unload();
-        return Err(AttachError::Attach(short(&error_chain(&e))));
-    }
-    Ok(())
+        AttachError::Attach(short(&error_chain(&e)))
+    })
 }
 
-fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets) -> Result<(), AttachError> {
+fn attach_classic(
+    ebpf: &mut Ebpf,
+    h: &Hook,
+    classic: &ClassicTracepointOffsets,
+) -> Result<TracePointLinkId, AttachError> {
     if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
         let name = format!("{}:{}", h.group, h.event);
         let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
@@ -175,11 +205,10 @@ fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &ClassicTracepointOffsets)
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
     prog.load().map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
-    if let Err(e) = prog.attach(h.group, h.event) {
+    prog.attach(h.group, h.event).map_err(|e| {
         let _ = prog.unload();
-        return Err(AttachError::Attach(short(&error_chain(&e))));
-    }
-    Ok(())
+        AttachError::Attach(short(&error_chain(&e)))
+    })
 }
 
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {

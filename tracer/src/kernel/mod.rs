@@ -16,6 +16,7 @@ pub mod hz;
 pub mod listing;
 pub mod offsets;
 pub mod owners;
+mod probe_window;
 mod ring;
 pub mod switch;
 pub mod tracefs;
@@ -36,6 +37,7 @@ use crate::kernel::attach::{attach_hooks, classic_offsets, error_chain, HOOKS};
 use crate::kernel::counters::CounterMap;
 use crate::kernel::deep::feed::{read_decisions, DeepCounters, DeepFeed};
 use crate::kernel::listing::{ListingError, ListingReport};
+use crate::kernel::probe_window::ProbeWindow;
 use crate::kernel::ring::{read_samples, Decoding, SampleReader, RING_POLL};
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 
@@ -213,6 +215,8 @@ pub struct KernelSource {
     listed: u64,
     received: u64,
     decoding: Decoding,
+    /// `tcp:tcp_probe` attached only while periodic samples are due.
+    probe_window: ProbeWindow,
 }
 
 impl KernelSource {
@@ -279,7 +283,10 @@ impl KernelSource {
         filter.apply(&opts.filter)?;
 
         let aya_btf = kernel_btf;
-        let reports = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
+        let attached = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
+        let reports = attached.reports;
+        let probe_window =
+            ProbeWindow::new(attached.probe_link, config.sample_interval_ns, crate::clock::monotonic_now_ns());
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let ctx = DecodeContext { hz };
@@ -341,6 +348,7 @@ impl KernelSource {
             listing,
             listed: 0,
             received: 0,
+            probe_window,
             decoding: Decoding::new(ctx),
         })
     }
@@ -419,6 +427,8 @@ impl KernelSource {
     pub fn kernel_counters(&self) -> HashMap<&'static str, u64> {
         let mut all = self.counters.by_name();
         all.extend(self.udp.as_ref().map(udp::UdpAccounting::kernel_counters).unwrap_or_default());
+        all.insert("probe_windows", self.probe_window.windows);
+        all.insert("probe_window_attach_failed", self.probe_window.attach_failures);
         all
     }
 
@@ -435,6 +445,8 @@ impl KernelSource {
             listed: &mut self.listed,
             decoding: &mut self.decoding,
             owners: &mut self.owners,
+            probe_window: &mut self.probe_window,
+            ebpf: &mut self.ebpf,
         })
         .await?;
         self.received += batch.len() as u64;
@@ -472,8 +484,23 @@ impl EventSource for KernelSource {
     /// UDP poll is an interval tick.
     fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
         Box::pin(async move {
-            let Self { ring, ring_poll, listing, listed, deep, decoding, received, udp, udp_tick, owners, .. } = self;
-            let samples = read_samples(SampleReader { ring, ring_poll, listing, listed, decoding, owners });
+            let Self {
+                ring,
+                ring_poll,
+                listing,
+                listed,
+                deep,
+                decoding,
+                received,
+                udp,
+                udp_tick,
+                owners,
+                probe_window,
+                ebpf,
+                ..
+            } = self;
+            let samples =
+                read_samples(SampleReader { ring, ring_poll, listing, listed, decoding, owners, probe_window, ebpf });
             let udp_due = async {
                 match udp.as_mut() {
                     Some(udp) => {
@@ -519,6 +546,7 @@ impl EventSource for KernelSource {
     }
 
     fn stop_producing(&mut self) -> Result<()> {
+        self.probe_window.stop();
         self.detach_programs();
         // The listing reads no further; what it already queued is still delivered.
         if let Some(listing) = &mut self.listing {

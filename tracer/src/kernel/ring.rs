@@ -9,6 +9,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
 use super::owners;
+use super::probe_window::ProbeWindow;
 use crate::analysis::event::{decode, DecodeContext, Sample};
 
 /// Decoding the ring's records: what failed, and how many samples the last read held (the next
@@ -38,20 +39,33 @@ pub(super) struct SampleReader<'a> {
     pub(super) listed: &'a mut u64,
     pub(super) decoding: &'a mut Decoding,
     pub(super) owners: &'a mut Option<owners::OwnerLookup>,
+    pub(super) probe_window: &'a mut ProbeWindow,
+    pub(super) ebpf: &'a mut aya::Ebpf,
 }
 
 /// The next samples (at least one): from the ring first (it is what overflows when not read),
 /// then the start-up listing's. The programs wake the reader only when the ring is half full
 /// (a wake-up per sample was most of a hook's cost), so the ring is also read on a short timer.
 /// With unnamed flows waiting for an owner scan, the reader wakes for it even if no sample
-/// comes. Cancel-safe: records are taken only in the turn that returns them.
+/// comes. Every read, and every tick without samples, steps `tcp_probe`'s window (see
+/// `probe_window`). Cancel-safe: records are taken only in the turn that returns them.
 pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
-    let SampleReader { ring, ring_poll, listing, listed, decoding, owners } = r;
+    let SampleReader { ring, ring_poll, listing, listed, decoding, owners, probe_window, ebpf } = r;
     loop {
         let scan_at = owners.as_ref().and_then(owners::OwnerLookup::due_at);
         let scan_due = async {
             match scan_at {
                 Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let window_at = probe_window.next_step_ns();
+        let window_due = async {
+            match window_at {
+                Some(at) => {
+                    let wait = Duration::from_nanos(at.saturating_sub(crate::clock::monotonic_now_ns()));
+                    tokio::time::sleep(wait).await;
+                }
                 None => std::future::pending().await,
             }
         };
@@ -84,7 +98,11 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
                 }
                 continue;
             }
+            // The window's own time: what the ring holds is read first, so that a window
+            // closes on the samples its first segments produced.
+            () = window_due => drain(ring.get_mut(), decoding),
         };
+        probe_window.step(ebpf, crate::clock::monotonic_now_ns(), &batch);
         if !batch.is_empty() {
             if let Some(owners) = owners.as_mut() {
                 owners.fill(&mut batch);
