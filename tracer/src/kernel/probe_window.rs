@@ -101,17 +101,17 @@ impl WindowPlan {
         }
     }
 
-    /// Take note of a sample: its flow is waited for, sampled in this window, or gone.
+    /// Take note of a sample: its flow sampled in this window (and so waited for in the next),
+    /// or gone. A flow is waited for only once it has had a periodic sample: under churn, new
+    /// connections that close within their first interval would otherwise hold every window
+    /// open. A new busy flow is sampled in the next window's first milliseconds anyway.
     pub(super) fn saw(&mut self, sample: &Sample) {
         let closed = sample.reason == SampleReason::Destroy
             || (sample.reason == SampleReason::StateChange && sample.tcp_state == TcpState::Close);
         if closed {
             self.expected.remove(&sample.cookie);
-            return;
-        }
-        let e = self.expected.entry(sample.cookie).or_default();
-        if sample.reason == SampleReason::Periodic {
-            *e = Expected { sampled: true, missed: 0 };
+        } else if sample.reason == SampleReason::Periodic {
+            self.expected.insert(sample.cookie, Expected { sampled: true, missed: 0 });
         }
     }
 
@@ -288,13 +288,18 @@ mod tests {
     }
 
     #[test]
-    fn new_flows_are_waited_for_and_closed_ones_are_not() {
+    fn only_flows_sampled_before_are_waited_for_and_closed_ones_are_not() {
         let mut plan = WindowPlan::new(SEC, 0).expect("long enough");
         assert_eq!(plan.step(0), Action::Open);
         plan.saw(&sample(3, SampleReason::StateChange));
-        assert_eq!(plan.step(100 * MS), Action::Stay, "the new flow has no periodic sample yet");
+        assert_eq!(plan.step(5 * MS), Action::Close, "a new flow without a periodic sample holds nothing");
+        assert_eq!(plan.step(SEC), Action::Open);
+        plan.saw(&sample(3, SampleReason::Periodic));
+        assert_eq!(plan.step(SEC + 5 * MS), Action::Close);
+        assert_eq!(plan.step(2 * SEC), Action::Open);
+        assert_eq!(plan.step(2 * SEC + 100 * MS), Action::Stay, "waiting for flow 3");
         plan.saw(&sample(3, SampleReason::Destroy));
-        assert_eq!(plan.step(120 * MS), Action::Close);
+        assert_eq!(plan.step(2 * SEC + 120 * MS), Action::Close, "a closed flow is not waited for");
     }
 
     #[test]
