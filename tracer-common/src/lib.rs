@@ -161,7 +161,10 @@ pub mod counter {
     /// Samples not written because the flow is outside the filter (`--cgroup`, `--container`,
     /// `--netns`).
     pub const FILTERED: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Runs of `tcp_probe`'s program, counted roughly (a plain add: a nested run may be lost),
+    /// for userspace to weigh detaching it between sampling windows against the runs saved.
+    pub const PROBE_RUNS: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Every record begins with this.

@@ -5,11 +5,11 @@ use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
 };
-use tracer_common::{reason, HookId};
+use tracer_common::{counter, reason, HookId};
 
 use crate::due_memo::{self, PERIODIC_DUE};
 use crate::flow_key::{btf_key, classic_key};
-use crate::maps::enabled;
+use crate::maps::{bump_roughly, enabled};
 use crate::observe::{observe, Hit, CA_FROM_SOCKET};
 use crate::read::classic_sk;
 
@@ -18,6 +18,7 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
     if !enabled(HookId::TcpProbe) {
         return 0;
     }
+    bump_roughly(counter::PROBE_RUNS);
     let sk: *const u8 = ctx.arg(0);
     if due_memo::not_due(&PERIODIC_DUE, sk) {
         return 0;
@@ -63,6 +64,7 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
     if !enabled(HookId::TcpProbe) {
         return 0;
     }
+    bump_roughly(counter::PROBE_RUNS);
     let sk = classic_sk(&ctx, HookId::TcpProbe);
     if due_memo::not_due(&PERIODIC_DUE, sk) {
         return 0;

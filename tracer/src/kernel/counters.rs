@@ -1,5 +1,6 @@
 //! The programs' own counters (`COUNTERS`, one per-CPU slot per [`counter`] index): samples
-//! emitted and lost, reads that failed, a full flow map, flows the filter left out.
+//! emitted and lost, reads that failed, a full flow map, flows the filter left out, and a rough
+//! count of `tcp_probe`'s runs.
 
 use std::collections::HashMap;
 
@@ -30,6 +31,7 @@ impl CounterMap {
             ("read_errors", self.get(counter::READ_ERRORS)),
             ("flow_map_full", self.get(counter::FLOW_MAP_FULL)),
             ("filtered", self.get(counter::FILTERED)),
+            ("probe_runs", self.get(counter::PROBE_RUNS)),
         ])
     }
 }

@@ -428,6 +428,7 @@ impl KernelSource {
         let mut all = self.counters.by_name();
         all.extend(self.udp.as_ref().map(udp::UdpAccounting::kernel_counters).unwrap_or_default());
         all.insert("probe_windows", self.probe_window.windows);
+        all.insert("probe_windows_kept_attached", self.probe_window.kept);
         all.insert("probe_window_attach_failed", self.probe_window.attach_failures);
         all
     }
@@ -447,6 +448,7 @@ impl KernelSource {
             owners: &mut self.owners,
             probe_window: &mut self.probe_window,
             ebpf: &mut self.ebpf,
+            counters: &self.counters,
         })
         .await?;
         self.received += batch.len() as u64;
@@ -497,10 +499,20 @@ impl EventSource for KernelSource {
                 owners,
                 probe_window,
                 ebpf,
+                counters,
                 ..
             } = self;
-            let samples =
-                read_samples(SampleReader { ring, ring_poll, listing, listed, decoding, owners, probe_window, ebpf });
+            let samples = read_samples(SampleReader {
+                ring,
+                ring_poll,
+                listing,
+                listed,
+                decoding,
+                owners,
+                probe_window,
+                ebpf,
+                counters,
+            });
             let udp_due = async {
                 match udp.as_mut() {
                     Some(udp) => {

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
+use super::counters::CounterMap;
 use super::owners;
 use super::probe_window::ProbeWindow;
 use crate::analysis::event::{decode, DecodeContext, Sample};
@@ -41,6 +42,7 @@ pub(super) struct SampleReader<'a> {
     pub(super) owners: &'a mut Option<owners::OwnerLookup>,
     pub(super) probe_window: &'a mut ProbeWindow,
     pub(super) ebpf: &'a mut aya::Ebpf,
+    pub(super) counters: &'a CounterMap,
 }
 
 /// The next samples (at least one): from the ring first (it is what overflows when not read),
@@ -50,7 +52,7 @@ pub(super) struct SampleReader<'a> {
 /// comes. Every read, and every tick without samples, steps `tcp_probe`'s window (see
 /// `probe_window`). Cancel-safe: records are taken only in the turn that returns them.
 pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
-    let SampleReader { ring, ring_poll, listing, listed, decoding, owners, probe_window, ebpf } = r;
+    let SampleReader { ring, ring_poll, listing, listed, decoding, owners, probe_window, ebpf, counters } = r;
     loop {
         let scan_at = owners.as_ref().and_then(owners::OwnerLookup::due_at);
         let scan_due = async {
@@ -102,7 +104,8 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
             // closes on the samples its first segments produced.
             () = window_due => drain(ring.get_mut(), decoding),
         };
-        probe_window.step(ebpf, crate::clock::monotonic_now_ns(), &batch);
+        let probe_runs = || counters.get(tracer_common::counter::PROBE_RUNS);
+        probe_window.step(ebpf, crate::clock::monotonic_now_ns(), &batch, probe_runs);
         if !batch.is_empty() {
             if let Some(owners) = owners.as_mut() {
                 owners.fill(&mut batch);
