@@ -182,8 +182,10 @@ pub(super) struct ProbeWindow {
     stopped: bool,
     /// The program's run count and the time when the window opened.
     opened_at: (u64, u64),
-    /// CPU time of a detach and an attach, as last measured (0: not yet).
+    /// CPU time of a detach and an attach, averaged over the cycles measured (0: not yet).
     cycle_ns: u64,
+    /// The last detach's CPU time, until the attach that completes its cycle.
+    detach_ns: Option<u64>,
     /// Attaches that failed (the next window tries again).
     pub(super) attach_failures: u64,
     /// Windows opened so far.
@@ -204,6 +206,7 @@ impl ProbeWindow {
             stopped: false,
             opened_at: (0, now_ns),
             cycle_ns: 0,
+            detach_ns: None,
             attach_failures: 0,
             windows: 0,
             kept: 0,
@@ -232,7 +235,10 @@ impl ProbeWindow {
                         Some(link) => self.link = Some(link),
                         None => self.attach_failures += 1,
                     }
-                    self.cycle_ns += thread_cpu_ns().saturating_sub(started);
+                    let attach_ns = thread_cpu_ns().saturating_sub(started);
+                    if let Some(detach_ns) = self.detach_ns.take() {
+                        self.cycle_ns = average_cycle(self.cycle_ns, detach_ns + attach_ns);
+                    }
                 }
             }
             Action::Close => {
@@ -242,10 +248,14 @@ impl ProbeWindow {
                 if detach_pays(probe_runs().saturating_sub(runs_then), open_ns, closed_ns, self.cycle_ns) {
                     let started = thread_cpu_ns();
                     detach(ebpf, self.link.take());
-                    // A fresh measure each cycle: the detach now, the attach at the next open.
-                    self.cycle_ns = thread_cpu_ns().saturating_sub(started);
+                    // The cycle is measured whole at the next attach.
+                    self.detach_ns = Some(thread_cpu_ns().saturating_sub(started));
                 } else {
                     self.kept += 1;
+                    // A cost measured once under load must not keep the program attached for
+                    // good: it fades while kept, so that a cycle is tried and measured again
+                    // (about every six seconds at the default interval on a quiet host).
+                    self.cycle_ns -= self.cycle_ns / 16;
                 }
             }
             Action::Stay => {}
@@ -266,6 +276,16 @@ impl ProbeWindow {
     /// No window opens after this (the programs are being detached for good).
     pub(super) fn stop(&mut self) {
         self.stopped = true;
+    }
+}
+
+/// The average of the cycles measured so far (`average`, 0 before the first) with `cycle`, the
+/// last one weighing a quarter: one slow cycle on a busy host moves it a little.
+fn average_cycle(average: u64, cycle: u64) -> u64 {
+    if average == 0 {
+        cycle
+    } else {
+        (3 * average + cycle) / 4
     }
 }
 
@@ -392,6 +412,12 @@ mod tests {
         assert!(!detach_pays(10, 5 * MS, 95 * MS, cycle));
         assert!(detach_pays(1, 5 * MS, 95 * MS, 0), "not yet measured: detach, and measure");
         assert!(!detach_pays(0, 5 * MS, 95 * MS, cycle), "an idle host keeps it attached");
+    }
+
+    #[test]
+    fn one_slow_cycle_moves_the_average_a_quarter() {
+        assert_eq!(average_cycle(0, 100_000), 100_000, "the first cycle is the average");
+        assert_eq!(average_cycle(100_000, 500_000), 200_000);
     }
 
     #[test]
