@@ -568,15 +568,30 @@ impl ProbeCounter {
     }
 }
 
+/// A lab pair with a sink, the kernel's run statistics on, and cctrace sampling every 100 ms.
+struct ProbeLab {
+    lab: VethPair,
+    tracer: Tracer,
+    sink: Sink,
+    /// The kernel counts runs only while statistics are on; this fd keeps them on.
+    stats: cctrace_tests::BpfStats,
+}
+
+impl ProbeLab {
+    fn start() -> Result<Self> {
+        let lab = VethPair::create(VethOptions::default())?;
+        let stats = cctrace_tests::BpfStats::enable()?;
+        let tracer = Tracer::start(&["--sample-ms", "100"])?;
+        let sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+        Ok(Self { lab, tracer, sink, stats })
+    }
+}
+
 #[test]
 fn tcp_probe_runs_only_in_its_windows_and_every_interval_is_still_sampled() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let lab = VethPair::create(VethOptions::default())?;
-    // The kernel counts runs only while statistics are on; this fd keeps them on for the test.
-    let _stats = cctrace_tests::BpfStats::enable()?;
-    let tracer = Tracer::start(&["--sample-ms", "100"])?;
-    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let ProbeLab { lab, tracer, sink: _held_sink, stats: _held_stats } = ProbeLab::start()?;
     let counter = ProbeCounter::start()?;
     let runs_before = runs_of_program(tracer.pid(), "cct_probe")?;
     let sender = bulk(&lab, "cubic", 4)?;
@@ -621,10 +636,7 @@ fn tcp_probe_runs_only_in_its_windows_and_every_interval_is_still_sampled() -> R
 fn tcp_probe_stays_attached_where_detaching_would_cost_more_than_it_saves() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let lab = VethPair::create(VethOptions::default())?;
-    let _stats = cctrace_tests::BpfStats::enable()?;
-    let tracer = Tracer::start(&["--sample-ms", "100"])?;
-    let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
+    let ProbeLab { lab, tracer, sink: _held_sink, stats: _held_stats } = ProbeLab::start()?;
     // A 5 Mbit/s stream: a few hundred segments a second, a handful in each window. Detaching
     // and attaching again (two system calls that patch the kernel's text) would cost more than
     // the runs it saves, so the program stays attached and runs on every firing, as before
