@@ -18,6 +18,11 @@ pub fn monotonic_now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// CPU time the calling thread has used, system time included (0 where the clock is unreadable).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
 /// CLOCK_REALTIME and CLOCK_MONOTONIC read together, (unix ns, monotonic ns): the start of a
 /// run, which its JSON times and its recording's header both derive from.
 pub fn start_instants() -> (u64, u64) {

@@ -128,12 +128,7 @@ impl OwnerLookup {
 
 /// CPU time this thread has used (zero where the clock is unreadable: the gap is then the minimum).
 fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into memory we own.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
+    Duration::from_nanos(crate::clock::thread_cpu_ns())
 }
 
 /// The inode of every TCP socket in the given namespaces, read through one process of each.

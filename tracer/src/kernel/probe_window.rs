@@ -230,12 +230,12 @@ impl ProbeWindow {
                 // At start the program is attached already, and it stays attached between
                 // windows when detaching did not pay.
                 if self.link.is_none() {
-                    let started = thread_cpu_ns();
+                    let started = crate::clock::thread_cpu_ns();
                     match attach(ebpf, self.classic) {
                         Some(link) => self.link = Some(link),
                         None => self.attach_failures += 1,
                     }
-                    let attach_ns = thread_cpu_ns().saturating_sub(started);
+                    let attach_ns = crate::clock::thread_cpu_ns().saturating_sub(started);
                     if let Some(detach_ns) = self.detach_ns.take() {
                         self.cycle_ns = average_cycle(self.cycle_ns, detach_ns + attach_ns);
                     }
@@ -246,10 +246,10 @@ impl ProbeWindow {
                 let open_ns = now_ns.saturating_sub(opened_ns);
                 let closed_ns = plan.next_step_ns().saturating_sub(now_ns);
                 if detach_pays(probe_runs().saturating_sub(runs_then), open_ns, closed_ns, self.cycle_ns) {
-                    let started = thread_cpu_ns();
+                    let started = crate::clock::thread_cpu_ns();
                     detach(ebpf, self.link.take());
                     // The cycle is measured whole at the next attach.
-                    self.detach_ns = Some(thread_cpu_ns().saturating_sub(started));
+                    self.detach_ns = Some(crate::clock::thread_cpu_ns().saturating_sub(started));
                 } else {
                     self.kept += 1;
                     // A cost measured once under load must not keep the program attached for
@@ -287,15 +287,6 @@ fn average_cycle(average: u64, cycle: u64) -> u64 {
     } else {
         (3 * average + cycle) / 4
     }
-}
-
-/// CPU time of the calling thread, system time included (attaching and detaching are system
-/// calls).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 fn attach(ebpf: &mut Ebpf, classic: bool) -> Option<HookLink> {
