@@ -76,14 +76,7 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
             guard = ring.readable_mut() => {
                 drain_ring(guard.context("waiting on the ring buffer")?, decoding)
             }
-            _ = ring_poll.tick() => {
-                let batch = drain(ring.get_mut(), decoding);
-                if batch.len() == MAX_BATCH {
-                    // More is waiting: the next call reads on without waiting for a tick.
-                    ring_poll.reset_immediately();
-                }
-                batch
-            }
+            _ = ring_poll.tick() => drain_unwoken(ring.get_mut(), ring_poll, decoding),
             from_listing = next_listed(listing), if listing.is_some() => match from_listing {
                 Some(batch) => {
                     *listed += batch.len() as u64;
@@ -102,7 +95,7 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
             }
             // The window's own time: what the ring holds is read first, so that a window
             // closes on the samples its first segments produced.
-            () = window_due => drain(ring.get_mut(), decoding),
+            () = window_due => drain_unwoken(ring.get_mut(), ring_poll, decoding),
         };
         let probe_runs = || counters.get(tracer_common::counter::PROBE_RUNS);
         probe_window.step(ebpf, crate::clock::monotonic_now_ns(), &batch, probe_runs);
@@ -124,6 +117,20 @@ fn drain_ring(
     if batch.len() < MAX_BATCH {
         // Drained: wait for the next wake-up. A full batch leaves readiness set.
         guard.clear_ready();
+    }
+    batch
+}
+
+/// Up to one batch of what the ring buffer holds, read on a timer rather than a wake-up; when a
+/// full batch leaves more waiting, the poll timer fires again at once.
+fn drain_unwoken(
+    ring: &mut RingBuf<MapData>,
+    ring_poll: &mut tokio::time::Interval,
+    decoding: &mut Decoding,
+) -> Vec<Sample> {
+    let batch = drain(ring, decoding);
+    if batch.len() == MAX_BATCH {
+        ring_poll.reset_immediately();
     }
     batch
 }
