@@ -13,21 +13,24 @@ use crate::maps::{bump, enabled, FLOWS};
 /// Remember who sends on a flow whose owner is unknown (accepted connections: the SYN_SENT
 /// transition happened on the peer). Runs in the sending process's context; emits nothing.
 #[inline(always)]
-fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
+fn remember_owner(sk: *const u8, cookie: u64) {
     if sk.is_null() || cookie == 0 {
-        return Ok(0);
+        return;
     }
     due_memo::remember(&OWNER_CHECK_DUE, sk, OWNER_RECHECK_NS);
     if let Some(p) = FLOWS.get_ptr_mut(cookie) {
-        // SAFETY: pointer into the map value for this run; sendmsg holds the socket lock, so the
-        // other hooks of this socket do not run concurrently.
+        // SAFETY: pointer into the map value for this run. The send call has returned (the
+        // tracepoint fires after it), so the socket's other hooks may run on another CPU at the
+        // same time: one that copied the state before these writes and stores it back after
+        // them undoes them, and a later send writes the owner again (the memo lets one through
+        // every OWNER_RECHECK_NS).
         let state = unsafe { &mut *p };
         if state.flags & flag::OWNER_KNOWN == 0 {
             state.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
             state.comm = bpf_get_current_comm().unwrap_or_default();
             state.flags |= flag::OWNER_KNOWN;
         }
-        return Ok(0);
+        return;
     }
     let state = FlowState {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
@@ -38,7 +41,6 @@ fn try_sendmsg(sk: *const u8, cookie: u64) -> Result<u32, u32> {
     if FLOWS.insert(cookie, state, 0).is_err() {
         bump(counter::FLOW_MAP_FULL);
     }
-    Ok(0)
 }
 
 /// A send call on TCP socket `sk`, in the calling process's context.
@@ -47,5 +49,5 @@ pub(crate) fn on_send(sk: *const u8) {
     if !enabled(HookId::SendCall) || due_memo::not_due(&OWNER_CHECK_DUE, sk) {
         return;
     }
-    let _ = try_sendmsg(sk, btf_key(sk));
+    remember_owner(sk, btf_key(sk));
 }
