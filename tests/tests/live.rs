@@ -568,6 +568,17 @@ impl ProbeCounter {
     }
 }
 
+impl Drop for ProbeCounter {
+    /// A test that fails before [`ProbeCounter::stop`] leaves no bpftrace (and its program on
+    /// the tracepoint) behind.
+    fn drop(&mut self) {
+        if self.0.try_wait().is_ok_and(|exited| exited.is_none()) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A lab pair with a sink, the kernel's run statistics on, and cctrace sampling every 100 ms.
 struct ProbeLab {
     lab: VethPair,
