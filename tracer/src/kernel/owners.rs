@@ -2,15 +2,21 @@
 //! socket's inode from `/proc/PID/net/tcp{,6}` of a process in the flow's network namespace,
 //! then the process holding that inode among its `/proc/PID/fd` links.
 //!
-//! The kernel names a flow's owner when `connect()` runs, or, with `tcp:tcp_sendmsg_locked`,
-//! when a process sends on it. Kernels without that tracepoint (6.1, 6.12) leave accepted
-//! connections, the sender of a video among them, without one; this fills the gap. A scan
-//! walks every process, so it runs only while unnamed flows wait, no sooner than
-//! `MIN_SCAN_GAP` after the last one and no sooner than `COST_FACTOR` times the CPU time the
-//! last one took (so scanning takes at most a twentieth of one core however many processes
-//! there are; CPU time, not wall time, so a busy machine does not stretch the gap), and gives up on a flow after `MAX_TRIES` scans that did not find it. The reader
-//! wakes for a due scan even when no sample arrives: on kernels without periodic samples a
-//! flow may send nothing more until it closes, when its process has let go of it.
+//! The kernel names a flow's owner when `connect()` runs, or, with `sock:sock_send_length`,
+//! when a process sends on it. Kernels without BTF-typed tracepoints (6.1 and older) leave
+//! accepted connections, the sender of a video among them, without one; this fills the gap.
+//!
+//! A scan first reads each waiting namespace's `/proc/PID/net/tcp{,6}` (one file each), and
+//! walks every process's descriptors only when a waiting socket has an inode there: a
+//! connection is established, and sampled, before `accept()` gives it one, and a walk then
+//! would find nothing. A walk runs no sooner than `COST_FACTOR` times the CPU time the last one
+//! took after it (so walking takes at most a twentieth of one core however many processes
+//! there are; CPU time, not wall time, so a busy machine does not stretch the gap), and any
+//! scan no sooner than `MIN_SCAN_GAP` after the last. A flow is given up after `MAX_TRIES`
+//! walks or scans that did not find it, or after `MAX_UNACCEPTED_LOOKS` scans that saw it still
+//! waiting for `accept()`. The reader wakes for a due scan even when no sample arrives: on
+//! kernels without periodic samples a flow may send nothing more until it closes, when its
+//! process has let go of it.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,6 +30,9 @@ const COST_FACTOR: u32 = 20;
 /// The first scan often comes before `accept()` returns (the connection is established first),
 /// so a flow gets a few seconds' worth of tries.
 const MAX_TRIES: u8 = 8;
+/// A connection stays in the accept queue while its server is busy; a few seconds' worth of
+/// looks (each one read of the namespace's socket table) before giving up.
+const MAX_UNACCEPTED_LOOKS: u8 = 40;
 /// Flows remembered (named or given up on); the oldest half is forgotten past this.
 const MAX_REMEMBERED: usize = 65_536;
 
@@ -48,9 +57,30 @@ pub struct OwnerLookup {
     /// By cookie: the owner found, or `None` once given up.
     known: HashMap<u64, Option<Owner>>,
     /// Unnamed flows waiting for a scan, with the scans already tried.
-    waiting: HashMap<u64, (FlowKey, u8)>,
+    waiting: HashMap<u64, Waiting>,
     /// No scan before this.
     next_scan: Option<Instant>,
+    /// No walk of every process's descriptors before this.
+    next_walk: Option<Instant>,
+}
+
+/// A flow waiting for its owner.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    key: FlowKey,
+    /// Walks (or scans that no longer saw the socket) that did not find it.
+    tries: u8,
+    /// Scans that saw it still in the accept queue.
+    unaccepted_looks: u8,
+}
+
+/// What a socket table says of a waiting flow's socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TableRow {
+    /// Accepted: the inode that a process's descriptor links to.
+    Inode(u64),
+    /// Established but not yet accepted: no inode until `accept()` returns.
+    Unaccepted,
 }
 
 impl OwnerLookup {
@@ -65,7 +95,7 @@ impl OwnerLookup {
                 Some(found) => s.owner.clone_from(found),
                 None if s.tcp_state == TcpState::Established => {
                     let key = FlowKey::new(s.netns, s.local, s.remote);
-                    self.waiting.entry(s.cookie).or_insert((key, 0));
+                    self.waiting.entry(s.cookie).or_insert(Waiting { key, tries: 0, unaccepted_looks: 0 });
                 }
                 None => {}
             }
@@ -89,40 +119,62 @@ impl OwnerLookup {
 
     /// Scan if flows wait and the last scan is far enough back; whether it scanned.
     pub fn scan_if_due(&mut self) -> bool {
-        if self.waiting.is_empty() || self.next_scan.is_some_and(|t| Instant::now() < t) {
+        let now = Instant::now();
+        if self.waiting.is_empty() || self.next_scan.is_some_and(|t| now < t) {
             return false;
         }
         let cpu_before = thread_cpu_time();
-        self.scan(Path::new("/proc"));
+        let walked = self.scan(Path::new("/proc"), self.next_walk.is_none_or(|t| now >= t));
         let cost = thread_cpu_time().saturating_sub(cpu_before);
-        self.next_scan = Some(Instant::now() + MIN_SCAN_GAP.max(cost * COST_FACTOR));
+        let now = Instant::now();
+        self.next_scan = Some(now + MIN_SCAN_GAP);
+        if walked {
+            self.next_walk = Some(now + MIN_SCAN_GAP.max(cost * COST_FACTOR));
+        }
         true
     }
 
-    fn scan(&mut self, proc: &Path) {
-        let netns: HashSet<u32> = self.waiting.values().map(|(k, _)| k.netns).collect();
-        let inodes = socket_inodes(proc, &netns);
+    /// Read the waiting flows' socket tables and, if `may_walk` and a waiting socket has been
+    /// accepted, walk the descriptors for its holder; whether it walked.
+    fn scan(&mut self, proc: &Path, may_walk: bool) -> bool {
+        let netns: HashSet<u32> = self.waiting.values().map(|w| w.key.netns).collect();
+        let rows = socket_rows(proc, &netns);
         let wanted: HashMap<u64, u64> = self
             .waiting
             .iter()
-            .filter_map(|(cookie, (key, _))| inodes.get(key).map(|inode| (*inode, *cookie)))
+            .filter_map(|(cookie, w)| match rows.get(&w.key) {
+                Some(TableRow::Inode(inode)) => Some((*inode, *cookie)),
+                _ => None,
+            })
             .collect();
-        let owners = holders(proc, &wanted);
+        let walk = may_walk && !wanted.is_empty();
+        let owners = if walk { holders(proc, &wanted) } else { HashMap::new() };
         if self.known.len() > MAX_REMEMBERED {
             self.known.clear();
         }
-        self.waiting.retain(|cookie, (_, tries)| {
+        self.waiting.retain(|cookie, w| {
             if let Some(owner) = owners.get(cookie) {
                 self.known.insert(*cookie, Some(owner.clone()));
                 return false;
             }
-            *tries += 1;
-            if *tries >= MAX_TRIES {
+            let given_up = match rows.get(&w.key) {
+                Some(TableRow::Unaccepted) => {
+                    w.unaccepted_looks += 1;
+                    w.unaccepted_looks >= MAX_UNACCEPTED_LOOKS
+                }
+                // Waits for a walk that was not yet due.
+                Some(TableRow::Inode(_)) if !walk => false,
+                _ => {
+                    w.tries += 1;
+                    w.tries >= MAX_TRIES
+                }
+            };
+            if given_up {
                 self.known.insert(*cookie, None);
-                return false;
             }
-            true
+            !given_up
         });
+        walk
     }
 }
 
@@ -131,8 +183,9 @@ fn thread_cpu_time() -> Duration {
     Duration::from_nanos(crate::clock::thread_cpu_ns())
 }
 
-/// The inode of every TCP socket in the given namespaces, read through one process of each.
-fn socket_inodes(proc: &Path, netns: &HashSet<u32>) -> HashMap<FlowKey, u64> {
+/// What the socket tables of the given namespaces say of each TCP socket, read through one
+/// process of each namespace.
+fn socket_rows(proc: &Path, netns: &HashSet<u32>) -> HashMap<FlowKey, TableRow> {
     let mut out = HashMap::new();
     let mut done = HashSet::new();
     for pid in pids(proc) {
@@ -147,8 +200,8 @@ fn socket_inodes(proc: &Path, netns: &HashSet<u32>) -> HashMap<FlowKey, u64> {
             let Ok(text) = std::fs::read_to_string(proc.join(pid.to_string()).join("net").join(table)) else {
                 continue;
             };
-            for (local, remote, inode) in text.lines().skip(1).filter_map(parse_tcp_line) {
-                out.insert(FlowKey::new(ns, local, remote), inode);
+            for (local, remote, row) in text.lines().skip(1).filter_map(parse_tcp_line) {
+                out.insert(FlowKey::new(ns, local, remote), row);
             }
         }
     }
@@ -193,13 +246,23 @@ fn holders(proc: &Path, wanted: &HashMap<u64, u64>) -> HashMap<u64, Owner> {
     out
 }
 
-/// One row of `/proc/net/tcp` or `tcp6`: local and remote endpoints and the socket's inode.
-fn parse_tcp_line(line: &str) -> Option<(SocketAddr, SocketAddr, u64)> {
+/// The state column's value for an established socket.
+const ESTABLISHED: &str = "01";
+
+/// One row of `/proc/net/tcp` or `tcp6`: local and remote endpoints and what the row says of
+/// the socket; `None` for rows without an inode that wait for nothing (listeners' children in
+/// other states, TIME_WAIT).
+fn parse_tcp_line(line: &str) -> Option<(SocketAddr, SocketAddr, TableRow)> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     let local = parse_endpoint(fields.get(1)?)?;
     let remote = parse_endpoint(fields.get(2)?)?;
-    let inode = fields.get(9)?.parse().ok()?;
-    (inode != 0).then_some((local, remote, inode))
+    let inode: u64 = fields.get(9)?.parse().ok()?;
+    let row = match inode {
+        0 if *fields.get(3)? == ESTABLISHED => TableRow::Unaccepted,
+        0 => return None,
+        inode => TableRow::Inode(inode),
+    };
+    Some((local, remote, row))
 }
 
 /// `0100007F:1389` or 32 hex digits and a port: the kernel prints each 32-bit word of the
@@ -227,14 +290,20 @@ mod tests {
     #[test]
     fn proc_net_tcp_rows_parse_to_endpoints_and_inodes() {
         let v4 = "   0: 0100007F:1389 0100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 20 4 30 10 -1";
-        let (local, remote, inode) = parse_tcp_line(v4).unwrap();
+        let (local, remote, row) = parse_tcp_line(v4).unwrap();
         assert_eq!(local, "127.0.0.1:5001".parse().unwrap());
         assert_eq!(remote, "127.0.0.1:53410".parse().unwrap());
-        assert_eq!(inode, 12345);
+        assert_eq!(row, TableRow::Inode(12345));
         let v6 = "   1: 0000000000000000FFFF00000100007F:1389 0000000000000000FFFF00000100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 777 1";
-        let (local, _, inode) = parse_tcp_line(v6).unwrap();
+        let (local, _, row) = parse_tcp_line(v6).unwrap();
         assert_eq!(local, "[::ffff:127.0.0.1]:5001".parse().unwrap());
-        assert_eq!(inode, 777);
+        assert_eq!(row, TableRow::Inode(777));
+        let unaccepted =
+            "   2: 0100007F:1389 0100007F:D0A4 01 00000000:00000000 00:00000000 00000000     0        0 0 1";
+        assert_eq!(parse_tcp_line(unaccepted).map(|r| r.2), Some(TableRow::Unaccepted));
+        let time_wait =
+            "   3: 0100007F:1389 0100007F:D0A6 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3";
+        assert_eq!(parse_tcp_line(time_wait), None);
     }
 
     #[test]
@@ -259,5 +328,28 @@ mod tests {
         assert_eq!(owner.pid, std::process::id());
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
         assert_eq!(owner.comm, comm.trim_end());
+    }
+
+    #[test]
+    fn a_connection_waiting_in_the_accept_queue_costs_no_walk_and_no_try() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let netns = namespace_inode(Path::new("/proc/self/ns/net")).unwrap();
+        let mut sample = crate::analysis::model::tests::sample(9, 0);
+        sample.netns = netns;
+        sample.local = listener.local_addr().unwrap();
+        sample.remote = client.local_addr().unwrap();
+        sample.tcp_state = TcpState::Established;
+        sample.owner = None;
+        let mut lookup = OwnerLookup::default();
+        let mut batch = vec![sample];
+        lookup.fill(&mut batch);
+        assert!(batch[0].owner.is_none(), "not accepted yet");
+        assert!(lookup.next_walk.is_none(), "no walk for a socket without an inode");
+        let waiting = lookup.waiting[&9];
+        assert_eq!((waiting.tries, waiting.unaccepted_looks), (0, 1));
+        let (_accepted, _) = listener.accept().unwrap();
+        assert!(lookup.scan(Path::new("/proc"), true), "accepted: walked");
+        assert_eq!(lookup.known[&9].as_ref().map(|o| o.pid), Some(std::process::id()));
     }
 }
