@@ -112,44 +112,110 @@ fn run_flow(path: &EmulatedPath, sink: &Sink, cc: &str, expect_cc: &str) -> Resu
     Ok((m, port))
 }
 
-/// What [`compare`] measured: plain and twin runs, and the last twin run's output and port.
+/// What [`compare`] measured of one algorithm: plain and twin runs, and the last twin run's
+/// output, port and namespace.
+#[derive(Clone, Debug)]
 struct Compared {
     plain: Vec<Measured>,
     twin: Vec<Measured>,
     lines: Vec<Value>,
     port: u16,
+    netns: u64,
 }
 
-/// Three rounds of one plain run of `cc` and one on its twin, interleaved so that a drift of
-/// the shared machine's load falls on both. Plain runs are traced by a cctrace without --deep:
-/// the observer's own cost (on a 2-core machine it slows the path emulator too) is in the
-/// baseline, so what is compared is the twin alone. Asserts the twin runs' mean goodput and
-/// mean cwnd lie within the plain runs' spread.
-fn compare(path: &EmulatedPath, sink: &Sink, cc: &str) -> Result<Compared> {
-    let twin_name = format!("cct_{cc}");
-    let mut out = Compared { plain: Vec::new(), twin: Vec::new(), lines: Vec::new(), port: 0 };
+/// The CUBIC and the BBR comparison, measured side by side (see [`compare`]).
+struct BothCompared {
+    cubic: Compared,
+    bbr: Compared,
+}
+
+/// The comparison both twin tests read: the first to ask runs it. Callers hold [`serial`] (so
+/// the other test finds it done, and no other deep run overlaps their checks of what is left).
+fn both_compared() -> Result<&'static BothCompared> {
+    static BOTH: std::sync::OnceLock<std::result::Result<BothCompared, String>> = std::sync::OnceLock::new();
+    BOTH.get_or_init(|| {
+        compare(&["cubic", "bbr"]).map_err(|e| format!("{e:#}")).map(|mut both| {
+            let bbr = both.pop().expect("two");
+            let cubic = both.pop().expect("two");
+            BothCompared { cubic, bbr }
+        })
+    })
+    .as_ref()
+    .map_err(|e| anyhow::anyhow!("the shared comparison failed: {e}"))
+}
+
+/// Three rounds of one plain run of each of `ccs` and one on its twin, interleaved so that a
+/// drift of the shared machine's load falls on both. Each algorithm has a 1 % lossy path of its
+/// own and its flows run beside the others' (so the rounds take the time of one algorithm's:
+/// CUBIC's few Mbit/s and BBR's 100 together are half the emulator's load in the diagnosis
+/// tests), under one cctrace for all the paths. Plain runs are traced by a cctrace without
+/// --deep: the observer's own cost (on a 2-core machine it slows the path emulator too) is in
+/// the baseline, so what is compared is the twin alone. Asserts for each algorithm that the
+/// twin runs' mean goodput and mean cwnd lie within the plain runs' spread.
+fn compare(ccs: &[&str]) -> Result<Vec<Compared>> {
+    let paths = ccs.iter().map(|_| wan(0.01)).collect::<Result<Vec<_>>>()?;
+    let sinks = paths
+        .iter()
+        .map(|p| Sink::start(p.receiver(), p.receiver_addr(), PORT, SinkOptions::default()))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out: Vec<Compared> = paths
+        .iter()
+        .map(|p| Compared {
+            plain: Vec::new(),
+            twin: Vec::new(),
+            lines: Vec::new(),
+            port: 0,
+            netns: p.sender().inode(),
+        })
+        .collect();
+    let mut args: Vec<&str> = vec!["--interval", "1000"];
+    for p in &paths {
+        args.extend(["--netns", p.sender().name()]);
+    }
+    let run_all = |twins: bool| -> Result<Vec<(Measured, u16)>> {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = ccs
+                .iter()
+                .zip(paths.iter().zip(&sinks))
+                .map(|(cc, (path, sink))| {
+                    let expect = if twins { format!("cct_{cc}") } else { (*cc).to_string() };
+                    scope.spawn(move || run_flow(path, sink, cc, &expect))
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().map_err(|_| anyhow::anyhow!("a flow's thread panicked"))?).collect()
+        })
+    };
     for _ in 0..3 {
-        let tracer = Tracer::start(&["--netns", path.sender().name(), "--interval", "1000"])?;
-        out.plain.push(run_flow(path, sink, cc, cc)?.0);
+        let tracer = Tracer::start(&args)?;
+        for (o, (m, _)) in out.iter_mut().zip(run_all(false)?) {
+            o.plain.push(m);
+        }
         assert_eq!(tracer.stop()?.0, 0);
-        let tracer = Tracer::start(&["--deep", "--netns", path.sender().name(), "--interval", "1000"])?;
+        let deep_args: Vec<&str> = ["--deep"].into_iter().chain(args.iter().copied()).collect();
+        let tracer = Tracer::start(&deep_args)?;
         assert!(tracer.stderr().contains("cct_cubic, cct_reno and cct_bbr registered"), "{}", tracer.stderr());
-        let (twin, port) = run_flow(path, sink, cc, &twin_name)?;
-        out.twin.push(twin);
+        let twin_runs = run_all(true)?;
         let (code, lines) = tracer.stop()?;
         assert_eq!(code, 0);
-        (out.lines, out.port) = (lines, port);
+        for (o, (m, port)) in out.iter_mut().zip(twin_runs) {
+            o.twin.push(m);
+            (o.lines, o.port) = (lines.clone(), port);
+        }
     }
-    println!("plain {cc}: {:?}\n{twin_name}: {:?}", out.plain, out.twin);
-    // The least spread each measure is given, as a share of the plain runs' mean (see
-    // `within_spread`): goodput repeats within 1-2 %, BBR's mean cwnd within 5-7 %.
-    let measures: [Measure; 2] =
-        [("goodput", Measured::goodput, GOODPUT_FLOOR), ("mean cwnd", Measured::cwnd, CWND_FLOOR)];
-    for (what, f, floor) in measures {
-        let plain: Vec<f64> = out.plain.iter().map(f).collect();
-        let twin_runs: Vec<f64> = out.twin.iter().map(f).collect();
-        let twin = twin_runs.iter().sum::<f64>() / twin_runs.len() as f64;
-        assert!(within_spread(twin, &plain, &twin_runs, floor), "{what}: plain {:?} twin {:?}", out.plain, out.twin);
+    for (cc, o) in ccs.iter().zip(&out) {
+        println!("plain {cc}: {:?}\ncct_{cc}: {:?}", o.plain, o.twin);
+        // The least spread each measure is given, as a share of the plain runs' mean (see
+        // `within_spread`): goodput repeats within 1-2 %, BBR's mean cwnd within 5-7 %.
+        let measures: [Measure; 2] =
+            [("goodput", Measured::goodput, GOODPUT_FLOOR), ("mean cwnd", Measured::cwnd, CWND_FLOOR)];
+        for (what, f, floor) in measures {
+            let plain: Vec<f64> = o.plain.iter().map(f).collect();
+            let twin_runs: Vec<f64> = o.twin.iter().map(f).collect();
+            let twin = twin_runs.iter().sum::<f64>() / twin_runs.len() as f64;
+            if !within_spread(twin, &plain, &twin_runs, floor) {
+                bail!("{cc} {what}: plain {:?} twin {:?}", o.plain, o.twin);
+            }
+        }
     }
     Ok(out)
 }
@@ -244,14 +310,11 @@ fn assert_twins_gone(when: &str) -> Result<()> {
 fn cubic_on_its_twin_behaves_as_cubic_and_reports_a_cut_for_every_recovery() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let path = wan(0.01)?;
-    let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let netns = path.sender().inode();
+    let Compared { lines, port, netns, .. } = &both_compared()?.cubic;
+    let (port, netns) = (*port, *netns);
 
-    let Compared { lines, port, .. } = compare(&path, &sink, "cubic")?;
-
-    let cookie = cookie_of(&lines, netns, port).context("cctrace saw the flow")?;
-    let decisions = decisions_of(&lines, cookie);
+    let cookie = cookie_of(lines, netns, port).context("cctrace saw the flow")?;
+    let decisions = decisions_of(lines, cookie);
     let init = decisions.iter().find(|d| d["kind"] == "init").context("the twin's init")?;
     assert_eq!(init["algo"], "cubic");
     let since = init["ts_ns"].as_u64().context("ts")?;
@@ -346,14 +409,11 @@ fn reno_on_its_twin_halves_its_window_at_each_loss_and_grows_one_segment_per_rtt
 fn bbr_on_its_twin_behaves_as_bbr_and_reports_its_mode_and_pacing() -> Result<()> {
     require_kernel!();
     let _serial = serial();
-    let path = wan(0.01)?;
-    let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let netns = path.sender().inode();
+    let Compared { lines, port, netns, twin, .. } = &both_compared()?.bbr;
+    let (port, netns) = (*port, *netns);
 
-    let Compared { lines, port, twin, .. } = compare(&path, &sink, "bbr")?;
-
-    let cookie = cookie_of(&lines, netns, port).context("cctrace saw the flow")?;
-    let bbr: Vec<Value> = decisions_of(&lines, cookie).into_iter().filter(|d| d["kind"] == "bbr").collect();
+    let cookie = cookie_of(lines, netns, port).context("cctrace saw the flow")?;
+    let bbr: Vec<Value> = decisions_of(lines, cookie).into_iter().filter(|d| d["kind"] == "bbr").collect();
     let modes: Vec<&str> = bbr.iter().filter_map(|d| d["mode"].as_str()).collect();
     assert!(modes.first() == Some(&"startup"), "a fresh BBR starts in startup: {modes:?}");
     assert!(modes.contains(&"probe_bw"), "and reaches probe_bw: {modes:?}");
