@@ -6,7 +6,7 @@ use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 
 /// One flow's hysteresis counters.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Hysteresis {
     candidate: Option<LimitedBy>,
     candidate_runs: u32,
@@ -67,6 +67,15 @@ impl Hysteresis {
 
     pub(super) fn flagged(&self) -> bool {
         self.flagged
+    }
+
+    /// After a judgment that began at `before`: whether more judgments of the same window
+    /// would leave the class and the flag as they are. Either it did not count (a flow too
+    /// young for a verdict), or no new class waits and the flag's run is past its threshold.
+    pub(super) fn at_rest(&self, before: &Hysteresis, cfg: &DiagnosisConfig) -> bool {
+        self == before
+            || (self.candidate.is_none()
+                && if self.flag_runs > 0 { self.flag_runs >= cfg.confirm } else { self.unflag_runs >= cfg.release })
     }
 }
 

@@ -71,6 +71,31 @@ struct FlowMemory {
     hysteresis: Hysteresis,
     /// The policer the flow's losses last showed (its first sign may leave the episode memory).
     policing: Option<Policing>,
+    /// Set while the flow is at rest: judging it again would change nothing.
+    settled: Option<Settled>,
+}
+
+/// A flow at rest: nothing arrived since it was judged, every snapshot in its window holds the
+/// same counters, no loss episode is within the loss horizon, its verdict came out the same
+/// twice in a row and its hysteresis can no longer move. Judging it again would push another
+/// snapshot of the same counters and give the same verdict, so it is not judged (an idle
+/// connection costs nothing a second) until a sample arrives or the host facts change; then
+/// [`catch_up`] gives its memory what the skipped evaluations would have, and it is judged as
+/// if it never rested. (One thing is not replayed: the window's length in the verdict's words
+/// stays the one it rested with, where re-judging would follow the evaluations' jitter.)
+#[derive(Clone, Copy, Debug)]
+struct Settled {
+    /// The flow's sample count and last sample time when it settled: a new sample wakes it.
+    samples: u64,
+    last_seen_ns: u64,
+    /// The host facts when it settled.
+    env_epoch: u64,
+}
+
+impl Settled {
+    fn still(&self, flow: &Flow, env_epoch: u64) -> bool {
+        self.samples == flow.counts.samples && self.last_seen_ns == flow.last_seen_ns && self.env_epoch == env_epoch
+    }
 }
 
 #[derive(Debug, Default)]
@@ -82,11 +107,31 @@ pub struct Diagnoser {
     /// The table's departures when its flows were last judged: while they stay the same, no
     /// flow's memory is to be dropped.
     departed: Option<u64>,
+    /// The times of the last few evaluations (a rested flow's catch-up needs them).
+    evaluation_times: VecDeque<u64>,
+    /// The host facts of the last evaluation, and a count of their changes.
+    env_seen: Option<Environment>,
+    env_epoch: u64,
+    /// Judge every flow every time (tests compare the two ways).
+    #[cfg(test)]
+    never_settle: bool,
 }
 
 impl Diagnoser {
     pub fn new(cfg: DiagnosisConfig) -> Self {
-        Self { cfg, flows: HashMap::new(), generation: 0, departed: None }
+        Self { cfg, ..Self::default() }
+    }
+
+    /// Count an evaluation at `now_ns` with `env`: a change of the host facts wakes every flow.
+    fn begin_evaluation(&mut self, env: &Environment, now_ns: u64) {
+        self.evaluation_times.push_back(now_ns);
+        while self.evaluation_times.len() > self.cfg.window + 2 {
+            self.evaluation_times.pop_front();
+        }
+        if self.env_seen.as_ref() != Some(env) {
+            self.env_seen = Some(env.clone());
+            self.env_epoch += 1;
+        }
     }
 
     /// Changes whenever a verdict may have changed (an evaluation, a citation, a relay noted,
@@ -107,6 +152,7 @@ impl Diagnoser {
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.generation += 1;
+        self.begin_evaluation(env, now_ns);
         // A look-up per flow (a cache miss each) only when some flow left the table.
         if self.departed != Some(table.departed()) {
             self.flows.retain(|cookie, _| table.get(*cookie).is_some());
@@ -122,6 +168,7 @@ impl Diagnoser {
     /// verdict never changes once given, so of the closed flows only those born since the last
     /// evaluation (which have none yet) are judged, and the memories of removed flows go.
     pub fn evaluate_changes(&mut self, table: &FlowTable, changes: &TableChanges, env: &Environment, now_ns: u64) {
+        self.begin_evaluation(env, now_ns);
         for cookie in &changes.removed {
             self.flows.remove(cookie);
         }
@@ -136,10 +183,21 @@ impl Diagnoser {
     }
 
     fn judge_flow(&mut self, flow: &Flow, env: &Environment, now_ns: u64) {
+        #[cfg(test)]
+        let may_rest = !self.never_settle;
+        #[cfg(not(test))]
+        let may_rest = true;
         let mem = self.flows.entry(flow.cookie()).or_default();
         if flow.is_closed() && mem.shown.is_some() {
             // Keep the last verdict of a closed flow as it was.
             return;
+        }
+        if let Some(settled) = mem.settled.take() {
+            if settled.still(flow, self.env_epoch) {
+                mem.settled = Some(settled);
+                return;
+            }
+            catch_up(mem, &self.evaluation_times, now_ns, self.cfg.window);
         }
         let mut snap = Snapshot::of(flow);
         snap.ts_ns = snap.ts_ns.max(now_ns);
@@ -150,7 +208,22 @@ impl Diagnoser {
         while mem.snapshots.len() > self.cfg.window + 1 {
             mem.snapshots.pop_front();
         }
+        // A flow that may be at rest keeps its last verdict and hysteresis to compare with.
+        let at_rest = may_rest && may_settle(&self.cfg, flow, mem, now_ns);
+        let before = at_rest.then(|| (mem.shown.clone(), mem.hysteresis.clone(), mem.policing));
         let verdict = judge(flow, mem, &self.cfg, env, now_ns);
+        if let Some((shown, hysteresis, policing)) = before {
+            if shown.as_ref() == Some(&verdict)
+                && policing == mem.policing
+                && mem.hysteresis.at_rest(&hysteresis, &self.cfg)
+            {
+                mem.settled = Some(Settled {
+                    samples: flow.counts.samples,
+                    last_seen_ns: flow.last_seen_ns,
+                    env_epoch: self.env_epoch,
+                });
+            }
+        }
         mem.shown = Some(verdict);
         if flow.is_closed() {
             // Never judged again: only the verdict stays (a short connection's snapshot
@@ -209,6 +282,32 @@ impl Diagnoser {
 
     pub fn flagged(&self) -> impl Iterator<Item = u64> + '_ {
         self.flows.iter().filter(|(_, m)| m.hysteresis.flagged()).map(|(c, _)| *c)
+    }
+}
+
+/// Whether `flow` may be at rest once judged now: open, nothing new since its last judgment
+/// (its window holds one set of counters throughout) and no loss episode left within the
+/// loss horizon (the only part of a judgment that follows the clock).
+fn may_settle(cfg: &DiagnosisConfig, flow: &Flow, mem: &FlowMemory, now_ns: u64) -> bool {
+    let horizon_ns = (cfg.loss_horizon_secs * tracer_common::NS_PER_SEC as f64) as u64;
+    let since = now_ns.saturating_sub(horizon_ns);
+    !flow.is_closed()
+        && mem.shown.is_some()
+        && mem.snapshots.len() == cfg.window + 1
+        && mem.snapshots.iter().all(|s| s.same_counters(&mem.snapshots[0]))
+        && flow.loss_episodes().next_back().is_none_or(|e| e.ts_ns < since)
+}
+
+/// What the evaluations a rested flow skipped would have left in `mem`: a snapshot of the same
+/// counters at each of them (the last `window` are all a window can hold). Its hysteresis
+/// rested past its thresholds, where more runs of the same condition change nothing.
+fn catch_up(mem: &mut FlowMemory, evaluation_times: &VecDeque<u64>, now_ns: u64, window: usize) {
+    let Some(last) = mem.snapshots.back().copied() else { return };
+    for &ts_ns in evaluation_times.iter().filter(|&&t| t > last.ts_ns && t < now_ns) {
+        mem.snapshots.push_back(Snapshot { ts_ns, ..last });
+        while mem.snapshots.len() > window + 1 {
+            mem.snapshots.pop_front();
+        }
     }
 }
 
@@ -342,5 +441,77 @@ mod tests {
         let (d, _) = run_in(&env, "cubic", 10, bulk(4_000_000, 0.02, 31_000));
         let v = d.verdict(1).expect("verdict");
         assert_eq!(v.fix[1], "sysctl -w net.ipv4.tcp_congestion_control=bbr");
+    }
+
+    #[test]
+    fn a_flow_at_rest_is_not_judged_again_and_wakes_to_the_verdicts_judging_it_would_give() {
+        use crate::analysis::diagnosis::test_feed::episodic;
+        let mut table = FlowTable::new(TableConfig::default());
+        let (mut settling, mut every) = (Diagnoser::default(), Diagnoser::default());
+        every.never_settle = true;
+        let mut env = test_env();
+        // Per flow: whether it sends at a 100 ms tick, and its samples at its `n`th busy tick.
+        type Feed = Box<dyn Fn(u64) -> Vec<crate::analysis::event::Sample>>;
+        type FlowFeed = (u64, fn(u64) -> bool, Feed);
+        let lossy = episodic("cubic", 16_000_000, 7, 0, 0);
+        let clean = bulk(40_000_000, 0.0, 31_000);
+        let feeds: Vec<FlowFeed> = vec![
+            // Flagged, rests past the loss horizon, sends again, rests, closes.
+            (1, |t| t < 200 || (700..900).contains(&t) || t == 1200, Box::new(lossy)),
+            // Clean, rests at once, sends again for 10 s.
+            (
+                2,
+                |t| t < 150 || (500..600).contains(&t),
+                Box::new(move |n| {
+                    let mut s = sample(2, 0);
+                    clean(n, &mut s);
+                    vec![s]
+                }),
+            ),
+            // One sample, then nothing: too young for a verdict, for ever.
+            (3, |t| t == 5, Box::new(|_| vec![sample(3, 0)])),
+        ];
+        let mut busy = [0u64; 3];
+        let (mut skipped, mut flagged, mut judged) = (0, 0, 0);
+        for tick in 0..=1300u64 {
+            for (i, (cookie, sends, feed)) in feeds.iter().enumerate() {
+                if !sends(tick) {
+                    continue;
+                }
+                for mut s in feed(busy[i]) {
+                    // The feed's clock is its busy time; the table's is the wall clock (the
+                    // feeds' samples within a tick keep their offsets).
+                    s.ts_ns = tick * 100_000_000 + s.ts_ns % 100_000_000;
+                    s.cookie = *cookie;
+                    if *cookie == 1 && tick == 1200 {
+                        s.reason = SampleReason::Destroy;
+                    }
+                    table.ingest(&s);
+                }
+                busy[i] += 1;
+            }
+            if tick == 800 {
+                // New host facts wake every flow.
+                env.netns_names.insert(4026531840, "video".into());
+            }
+            if tick % 10 == 0 {
+                let now = tick * 100_000_000;
+                settling.evaluate(&table, &env, now);
+                every.evaluate(&table, &env, now);
+                for f in table.flows() {
+                    let v = every.verdict(f.cookie());
+                    assert_eq!(settling.verdict(f.cookie()), v, "flow {} at {} s", f.cookie(), tick / 10);
+                    flagged += usize::from(v.is_some_and(|v| v.flagged));
+                    judged += usize::from(v.is_some_and(|v| v.limited_by != LimitedBy::Unknown));
+                }
+                skipped += settling.flows.values().filter(|m| m.settled.is_some()).count();
+            }
+        }
+        assert!(flagged > 20 && judged > 100, "real verdicts: {flagged} flagged, {judged} judged");
+        // At rest, past its loss horizon, with a full window of one set of counters: flow 1 from
+        // about 50 s to 70 s (its last loss at 20 s; it closes within its next horizon), flow 2
+        // from 21 to 50 s and from 66 to 130 s (one more judgment at 80 s, the new host facts),
+        // flow 3 from 7 s on: about 230 flow-seconds, each rest taking a judgment or two to confirm.
+        assert!(skipped > 220, "{skipped} judgments skipped");
     }
 }

@@ -8,7 +8,7 @@ use tracer_common::NS_PER_SEC;
 use crate::analysis::model::{Flow, SampleCounts};
 
 /// Counters of one flow at one evaluation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Snapshot {
     pub(super) ts_ns: u64,
     pub(super) busy_us: u64,
@@ -26,6 +26,11 @@ pub(super) struct Snapshot {
 }
 
 impl Snapshot {
+    /// The same counters, whenever taken.
+    pub(super) fn same_counters(&self, other: &Snapshot) -> bool {
+        Snapshot { ts_ns: 0, ..*self } == Snapshot { ts_ns: 0, ..*other }
+    }
+
     pub(super) fn of(flow: &Flow) -> Self {
         let s = &flow.latest;
         Self {
