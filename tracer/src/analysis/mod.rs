@@ -95,7 +95,6 @@ impl Analysis {
         self
     }
 
-    /// Host facts from now on (a replay applies them where they were recorded).
     /// Start over with no flows and no verdicts, keeping the thresholds and the host facts (a
     /// replay seeking backwards reads the recording again from its start).
     pub fn restart(&mut self) {

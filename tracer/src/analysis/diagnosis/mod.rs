@@ -41,7 +41,7 @@ mod verdict;
 mod window;
 mod words;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::analysis::decisions::DecisionLog;
 pub use crate::analysis::diagnosis::config::DiagnosisConfig;
@@ -112,6 +112,14 @@ pub struct Diagnoser {
     /// The host facts of the last evaluation, and a count of their changes.
     env_seen: Option<Environment>,
     env_epoch: u64,
+    /// Open flows not at rest: with the flows that got samples, all that
+    /// [`Diagnoser::evaluate_changes`] judges.
+    restless: HashSet<u64>,
+    /// Every open flow is to be judged at the next evaluation (at the start, after
+    /// [`Diagnoser::forget`], when the host facts changed).
+    judge_all: bool,
+    /// A buffer for the restless flows' cookies during an evaluation.
+    to_judge: Vec<u64>,
     /// Judge every flow every time (tests compare the two ways).
     #[cfg(test)]
     never_settle: bool,
@@ -119,7 +127,7 @@ pub struct Diagnoser {
 
 impl Diagnoser {
     pub fn new(cfg: DiagnosisConfig) -> Self {
-        Self { cfg, ..Self::default() }
+        Self { cfg, judge_all: true, ..Self::default() }
     }
 
     /// Count an evaluation at `now_ns` with `env`: a change of the host facts wakes every flow.
@@ -131,6 +139,7 @@ impl Diagnoser {
         if self.env_seen.as_ref() != Some(env) {
             self.env_seen = Some(env.clone());
             self.env_epoch += 1;
+            self.judge_all = true;
         }
     }
 
@@ -146,6 +155,8 @@ impl Diagnoser {
         self.generation += 1;
         self.flows.clear();
         self.departed = None;
+        self.restless.clear();
+        self.judge_all = true;
     }
 
     /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
@@ -161,28 +172,53 @@ impl Diagnoser {
         for flow in table.flows() {
             self.judge_flow(flow, env, now_ns);
         }
+        self.restless.retain(|cookie| table.get(*cookie).is_some());
+        self.judge_all = false;
     }
 
     /// The same as [`Diagnoser::evaluate`], with `changes` the table's changes since the last
-    /// evaluation, at a cost per open and new flow rather than per flow kept: a closed flow's
-    /// verdict never changes once given, so of the closed flows only those born since the last
-    /// evaluation (which have none yet) are judged, and the memories of removed flows go.
+    /// evaluation, at a cost per flow that is new, got samples or is not at rest, rather than
+    /// per flow kept: a closed flow's verdict never changes once given, so of the closed flows
+    /// only those born since the last evaluation (which have none yet) are judged; a flow at
+    /// rest is judged again only when a sample arrives (or the host facts change); and the
+    /// memories of removed flows go.
     pub fn evaluate_changes(&mut self, table: &FlowTable, changes: &TableChanges, env: &Environment, now_ns: u64) {
         self.begin_evaluation(env, now_ns);
         for cookie in &changes.removed {
             self.flows.remove(cookie);
+            self.restless.remove(cookie);
         }
-        for flow in table.open_flows() {
-            self.judge_flow(flow, env, now_ns);
-        }
-        for flow in changes.born.iter().filter_map(|c| table.get(*c)) {
-            if flow.is_closed() {
+        if std::mem::take(&mut self.judge_all) {
+            for flow in table.open_flows() {
                 self.judge_flow(flow, env, now_ns);
             }
+        } else {
+            // A flow judged twice in one evaluation is judged once: the second finds its
+            // snapshot taken (or it at rest, or closed).
+            let mut to_judge = std::mem::take(&mut self.to_judge);
+            to_judge.extend(self.restless.iter().copied());
+            to_judge.extend(changes.updated.iter().copied());
+            for flow in to_judge.drain(..).filter_map(|c| table.get(c)) {
+                self.judge_flow(flow, env, now_ns);
+            }
+            self.to_judge = to_judge;
+        }
+        for flow in changes.born.iter().filter_map(|c| table.get(*c)) {
+            self.judge_flow(flow, env, now_ns);
         }
     }
 
+    /// Judge `flow`, and keep it among the restless flows unless it is at rest or closed.
     fn judge_flow(&mut self, flow: &Flow, env: &Environment, now_ns: u64) {
+        if self.judge_one(flow, env, now_ns) || flow.is_closed() {
+            self.restless.remove(&flow.cookie());
+        } else {
+            self.restless.insert(flow.cookie());
+        }
+    }
+
+    /// Judge `flow` unless it is at rest; whether it is at rest.
+    fn judge_one(&mut self, flow: &Flow, env: &Environment, now_ns: u64) -> bool {
         #[cfg(test)]
         let may_rest = !self.never_settle;
         #[cfg(not(test))]
@@ -190,19 +226,19 @@ impl Diagnoser {
         let mem = self.flows.entry(flow.cookie()).or_default();
         if flow.is_closed() && mem.shown.is_some() {
             // Keep the last verdict of a closed flow as it was.
-            return;
+            return false;
         }
         if let Some(settled) = mem.settled.take() {
             if settled.still(flow, self.env_epoch) {
                 mem.settled = Some(settled);
-                return;
+                return true;
             }
             catch_up(mem, &self.evaluation_times, now_ns, self.cfg.window);
         }
         let mut snap = Snapshot::of(flow);
         snap.ts_ns = snap.ts_ns.max(now_ns);
         if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
-            return;
+            return mem.settled.is_some();
         }
         mem.snapshots.push_back(snap);
         while mem.snapshots.len() > self.cfg.window + 1 {
@@ -230,6 +266,7 @@ impl Diagnoser {
             // memory was most of what the diagnosis kept per flow).
             mem.snapshots = VecDeque::new();
         }
+        mem.settled.is_some()
     }
 
     /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
@@ -446,8 +483,11 @@ mod tests {
     #[test]
     fn a_flow_at_rest_is_not_judged_again_and_wakes_to_the_verdicts_judging_it_would_give() {
         use crate::analysis::diagnosis::test_feed::episodic;
-        let mut table = FlowTable::new(TableConfig::default());
-        let (mut settling, mut every) = (Diagnoser::default(), Diagnoser::default());
+        // Judged three ways: every flow every time; every flow but those at rest; and only the
+        // flows that are new, got samples or are not at rest (what the pipeline does).
+        let (mut table, mut changed_table) =
+            (FlowTable::new(TableConfig::default()), FlowTable::new(TableConfig::default()));
+        let (mut settling, mut every, mut changed) = (Diagnoser::default(), Diagnoser::default(), Diagnoser::default());
         every.never_settle = true;
         let mut env = test_env();
         // Per flow: whether it sends at a 100 ms tick, and its samples at its `n`th busy tick.
@@ -487,6 +527,7 @@ mod tests {
                         s.reason = SampleReason::Destroy;
                     }
                     table.ingest(&s);
+                    changed_table.ingest(&s);
                 }
                 busy[i] += 1;
             }
@@ -496,15 +537,32 @@ mod tests {
             }
             if tick % 10 == 0 {
                 let now = tick * 100_000_000;
+                table.expire(now);
+                changed_table.expire(now);
                 settling.evaluate(&table, &env, now);
                 every.evaluate(&table, &env, now);
+                let changes = changed_table.take_changes();
+                changed.evaluate_changes(&changed_table, &changes, &env, now);
+                assert_eq!(table.flows().count(), changed_table.flows().count());
                 for f in table.flows() {
                     let v = every.verdict(f.cookie());
                     assert_eq!(settling.verdict(f.cookie()), v, "flow {} at {} s", f.cookie(), tick / 10);
+                    assert_eq!(
+                        changed.verdict(f.cookie()),
+                        v,
+                        "flow {} at {} s, judged by changes",
+                        f.cookie(),
+                        tick / 10
+                    );
                     flagged += usize::from(v.is_some_and(|v| v.flagged));
                     judged += usize::from(v.is_some_and(|v| v.limited_by != LimitedBy::Unknown));
                 }
                 skipped += settling.flows.values().filter(|m| m.settled.is_some()).count();
+                assert_eq!(
+                    changed.restless.len(),
+                    table.open_flows().filter(|f| settling.flows[&f.cookie()].settled.is_none()).count(),
+                    "only the flows not at rest are restless"
+                );
             }
         }
         assert!(flagged > 20 && judged > 100, "real verdicts: {flagged} flagged, {judged} judged");

@@ -42,6 +42,8 @@ pub struct Flow {
     pub(super) indexed: EvictionKey,
     /// Counters at the start of the current history bucket.
     bucket_start: RatePoint,
+    /// The table's set of changes this flow was last listed in (see `FlowTable::changes_epoch`).
+    pub(super) updated_in: u64,
 }
 
 impl Flow {
@@ -65,6 +67,7 @@ impl Flow {
             history: History::new(history_cap),
             indexed: (false, 0, 0),
             bucket_start: point,
+            updated_in: 0,
         };
         flow.indexed = flow.eviction_key();
         flow

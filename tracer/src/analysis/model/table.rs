@@ -16,6 +16,8 @@ pub struct TableChanges {
     pub born: Vec<u64>,
     /// Flows dropped: expired or evicted.
     pub removed: Vec<u64>,
+    /// Flows that were there before and got a sample, in order of their first one.
+    pub updated: Vec<u64>,
 }
 
 /// Summary of what the table did with a sample; lets callers react to opens and closes.
@@ -39,6 +41,9 @@ pub struct FlowTable {
     /// `changes` were not taken since the last expire: a table nobody asks keeps one interval
     /// of them, not all.
     pub(super) changes_untaken: bool,
+    /// Counts the sets of changes begun: a flow whose [`Flow::updated_in`] is this one is in
+    /// `changes.updated` already.
+    pub(super) changes_epoch: u64,
     /// The flows holding the full `history_len`.
     pub(super) charted: HashSet<u64>,
     /// The last [`Flow::text_generation`] given.
@@ -57,6 +62,7 @@ impl FlowTable {
             evicted: 0,
             changes: TableChanges::default(),
             changes_untaken: false,
+            changes_epoch: 1,
             charted: HashSet::new(),
             text_generations: 0,
             departed: 0,
@@ -86,6 +92,10 @@ impl FlowTable {
 
     pub fn ingest(&mut self, sample: &Sample) -> Ingested {
         if let Some(flow) = self.flows.get_mut(&sample.cookie) {
+            if flow.updated_in != self.changes_epoch {
+                flow.updated_in = self.changes_epoch;
+                self.changes.updated.push(sample.cookie);
+            }
             let was_closed = flow.is_closed();
             if flow.update(sample, &self.cfg) {
                 self.text_generations += 1;
@@ -111,7 +121,8 @@ impl FlowTable {
             self.cfg.short_history_len.min(self.cfg.history_len)
         };
         self.text_generations += 1;
-        let flow = Flow::new(sample, cap, self.text_generations);
+        let mut flow = Flow::new(sample, cap, self.text_generations);
+        flow.updated_in = self.changes_epoch;
         let closed = flow.is_closed();
         self.eviction_order.insert(flow.indexed);
         self.flows.insert(sample.cookie, flow);
@@ -134,6 +145,7 @@ impl FlowTable {
         let before = self.flows.len();
         if std::mem::replace(&mut self.changes_untaken, true) {
             self.changes = TableChanges::default();
+            self.changes_epoch += 1;
         }
         let (linger, idle) = (self.cfg.closed_linger_ns, self.cfg.idle_timeout_ns);
         // A closed flow is indexed when it closes, and its key no longer changes.
@@ -174,10 +186,11 @@ impl FlowTable {
         }
     }
 
-    /// Flows born and removed since the last call. Meant to be called after each
+    /// Flows born, updated and removed since the last call. Meant to be called after each
     /// [`FlowTable::expire`]: what was not taken by the next one is dropped.
     pub fn take_changes(&mut self) -> TableChanges {
         self.changes_untaken = false;
+        self.changes_epoch += 1;
         std::mem::take(&mut self.changes)
     }
 

@@ -284,19 +284,29 @@ fn expiry_drops_exactly_what_a_full_scan_would_and_reports_it() {
 }
 
 #[test]
-fn changes_say_which_flows_came_and_went_and_are_dropped_when_nobody_takes_them() {
+fn changes_say_which_flows_came_went_and_got_samples_and_are_dropped_when_nobody_takes_them() {
     let mut t = FlowTable::new(TableConfig { max_flows: 2, ..Default::default() });
     t.ingest(&sample(1, 0));
     t.ingest(&sample(2, 1));
     t.ingest(&sample(1, 2));
-    t.ingest(&sample(3, 3));
-    assert_eq!(t.take_changes(), TableChanges { born: vec![1, 2, 3], removed: vec![2] });
-    t.ingest(&sample(4, 4));
+    t.ingest(&sample(1, 3));
+    t.ingest(&sample(3, 4));
+    // Flow 1's later samples are not news: it was born in this set of changes.
+    assert_eq!(t.take_changes(), TableChanges { born: vec![1, 2, 3], removed: vec![2], updated: vec![] });
+    t.ingest(&sample(3, 5));
+    t.ingest(&sample(1, 6));
+    t.ingest(&sample(3, 7));
+    assert_eq!(t.take_changes().updated, vec![3, 1], "each once, in order of their first sample");
+    t.ingest(&sample(3, 8));
+    t.ingest(&sample(4, 9));
     t.expire(5_000_000);
     t.expire(6_000_000);
     assert_eq!(t.take_changes(), TableChanges::default(), "not taken by the next expire: dropped");
     let open: Vec<u64> = t.open_flows().map(Flow::cookie).collect();
     assert_eq!(open, vec![3, 4], "least recently updated first");
+    t.ingest(&sample(4, 7_000_000));
+    t.ingest(&sample(3, 7_000_001));
+    assert_eq!(t.take_changes().updated, vec![4, 3], "listed anew after the dropped changes");
 }
 
 /// A flow at `bps` for `secs` seconds (one sample every 100 ms), starting at `from_s`.
