@@ -231,34 +231,33 @@ impl FlowTable {
     fn rank_history(&mut self) {
         let (long, short) = (self.cfg.history_len, self.cfg.short_history_len.min(self.cfg.history_len));
         let k = self.cfg.charted_flows;
-        let mut ranked: Vec<u64> = self.eviction_order.range((true, 0, 0)..).map(|&(_, _, cookie)| cookie).collect();
-        ranked.extend(self.charted.iter().copied().filter(|c| self.flows.get(c).is_some_and(Flow::is_closed)));
-        if (k > 0 && ranked.len() <= k) || long <= short {
-            for cookie in ranked {
-                self.set_history_cap(cookie, long);
-            }
-            return;
-        }
         // Ranks by (throughput, cookie): a total order, so ties at 0 cannot make every flow
-        // "in the top k".
+        // "in the top k". One look-up per flow: its key and its cap now.
         let rank_key = |f: &Flow| (f.rates.throughput_bps.max(0.0).to_bits(), f.cookie());
-        let mut keys: Vec<(u64, u64)> = ranked.iter().filter_map(|c| self.flows.get(c)).map(rank_key).collect();
+        let flows = &self.flows;
+        let open = self.eviction_order.range((true, 0, 0)..).filter_map(|(_, _, cookie)| flows.get(cookie));
+        let closed_charted = self.charted.iter().filter_map(|c| flows.get(c)).filter(|f| f.is_closed());
+        let ranked: Vec<((u64, u64), usize)> =
+            open.chain(closed_charted).map(|f| (rank_key(f), f.history.cap)).collect();
+        let all_in = (k > 0 && ranked.len() <= k) || long <= short;
+        let mut keys: Vec<(u64, u64)> = if all_in { Vec::new() } else { ranked.iter().map(|r| r.0).collect() };
         // The smallest key among the `n` largest; None when n is 0 (nobody is in).
         let mut lowest_of_top = |n: usize| -> Option<(u64, u64)> {
             let n = n.min(keys.len());
             let at = keys.len().checked_sub(n).filter(|_| n > 0)?;
             Some(*keys.select_nth_unstable(at).1)
         };
-        let enter = lowest_of_top(k);
-        let stay = lowest_of_top(k.saturating_mul(2));
-        for cookie in ranked {
-            let Some(f) = self.flows.get(&cookie) else { continue };
-            let key = rank_key(f);
-            let charted = f.history.cap == long;
-            let keeps = Some(cookie) == self.kept
+        let (enter, stay) = if all_in { (None, None) } else { (lowest_of_top(k), lowest_of_top(k.saturating_mul(2))) };
+        for (key, cap) in ranked {
+            let cookie = key.1;
+            let keeps = all_in
+                || Some(cookie) == self.kept
                 || enter.is_some_and(|e| key >= e)
-                || (charted && stay.is_some_and(|s| key >= s));
-            self.set_history_cap(cookie, if keeps { long } else { short });
+                || (cap == long && stay.is_some_and(|s| key >= s));
+            let wanted = if keeps { long } else { short };
+            if wanted != cap {
+                self.set_history_cap(cookie, wanted);
+            }
         }
     }
 
