@@ -19,8 +19,11 @@ use crate::throughput::{transfer, which, Bpftrace, SsPoller, PORT};
 use crate::tracer::{self, Cctrace};
 
 /// How long an observer runs before its window opens: cctrace's start-up listing of every
-/// existing socket is a one-time cost, not what a tool left running costs.
-const SETTLE: Duration = Duration::from_secs(2);
+/// existing socket and its first judgments of each flow it found are one-time costs, not what a
+/// tool left running costs. A flow's window fills over six evaluations (one a second), after
+/// which an idle one rests and costs nothing more a second: with 2 s here the window measured
+/// the first judgments of 10,000 idle flows (docs/testing.md has both).
+const SETTLE: Duration = Duration::from_secs(8);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Observer {
