@@ -306,6 +306,17 @@ mod tests {
         assert_eq!(parse_tcp_line(time_wait), None);
     }
 
+    /// An established flow of this process's namespace (cookie 9) with no owner yet.
+    fn unnamed(local: SocketAddr, remote: SocketAddr) -> Sample {
+        let mut sample = crate::analysis::model::tests::sample(9, 0);
+        sample.netns = namespace_inode(Path::new("/proc/self/ns/net")).unwrap();
+        sample.local = local;
+        sample.remote = remote;
+        sample.tcp_state = TcpState::Established;
+        sample.owner = None;
+        sample
+    }
+
     #[test]
     fn this_process_is_found_as_the_owner_of_its_own_accepted_connection() {
         use std::io::{Read, Write};
@@ -314,15 +325,8 @@ mod tests {
         let (mut accepted, _) = listener.accept().unwrap();
         accepted.write_all(b"x").unwrap();
         client.read_exact(&mut [0u8; 1]).unwrap();
-        let netns = namespace_inode(Path::new("/proc/self/ns/net")).unwrap();
-        let mut sample = crate::analysis::model::tests::sample(9, 0);
-        sample.netns = netns;
-        sample.local = accepted.local_addr().unwrap();
-        sample.remote = accepted.peer_addr().unwrap();
-        sample.tcp_state = TcpState::Established;
-        sample.owner = None;
         let mut lookup = OwnerLookup::default();
-        let mut batch = vec![sample];
+        let mut batch = vec![unnamed(accepted.local_addr().unwrap(), accepted.peer_addr().unwrap())];
         lookup.fill(&mut batch);
         let owner = batch[0].owner.clone().expect("owner found");
         assert_eq!(owner.pid, std::process::id());
@@ -334,15 +338,8 @@ mod tests {
     fn a_connection_waiting_in_the_accept_queue_costs_no_walk_and_no_try() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let netns = namespace_inode(Path::new("/proc/self/ns/net")).unwrap();
-        let mut sample = crate::analysis::model::tests::sample(9, 0);
-        sample.netns = netns;
-        sample.local = listener.local_addr().unwrap();
-        sample.remote = client.local_addr().unwrap();
-        sample.tcp_state = TcpState::Established;
-        sample.owner = None;
         let mut lookup = OwnerLookup::default();
-        let mut batch = vec![sample];
+        let mut batch = vec![unnamed(listener.local_addr().unwrap(), client.local_addr().unwrap())];
         lookup.fill(&mut batch);
         assert!(batch[0].owner.is_none(), "not accepted yet");
         assert!(lookup.next_walk.is_none(), "no walk for a socket without an inode");
