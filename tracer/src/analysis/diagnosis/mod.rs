@@ -159,7 +159,7 @@ impl Diagnoser {
         self.judge_all = true;
     }
 
-    /// Take a snapshot of every flow and re-judge it. Call at a steady rate (e.g. once a second);
+    /// Take a snapshot of every flow not at rest and re-judge it. Call at a steady rate (e.g. once a second);
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.generation += 1;
@@ -188,24 +188,22 @@ impl Diagnoser {
             self.flows.remove(cookie);
             self.restless.remove(cookie);
         }
+        let born = changes.born.iter().filter_map(|c| table.get(*c));
         if std::mem::take(&mut self.judge_all) {
-            for flow in table.open_flows() {
+            for flow in table.open_flows().chain(born.filter(|f| f.is_closed())) {
                 self.judge_flow(flow, env, now_ns);
             }
-        } else {
-            // A flow judged twice in one evaluation is judged once: the second finds its
-            // snapshot taken (or it at rest, or closed).
-            let mut to_judge = std::mem::take(&mut self.to_judge);
-            to_judge.extend(self.restless.iter().copied());
-            to_judge.extend(changes.updated.iter().copied());
-            for flow in to_judge.drain(..).filter_map(|c| table.get(c)) {
-                self.judge_flow(flow, env, now_ns);
-            }
-            self.to_judge = to_judge;
+            return;
         }
-        for flow in changes.born.iter().filter_map(|c| table.get(*c)) {
+        // Each flow once: a busy flow is restless and updated both, and a born one neither.
+        let mut to_judge = std::mem::take(&mut self.to_judge);
+        to_judge.extend(self.restless.iter().copied());
+        to_judge.extend(changes.updated.iter().copied().filter(|c| !self.restless.contains(c)));
+        to_judge.extend(born.map(Flow::cookie));
+        for flow in to_judge.drain(..).filter_map(|c| table.get(c)) {
             self.judge_flow(flow, env, now_ns);
         }
+        self.to_judge = to_judge;
     }
 
     /// Judge `flow`, and keep it among the restless flows unless it is at rest or closed.
