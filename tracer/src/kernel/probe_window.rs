@@ -16,7 +16,7 @@
 //! `observe`), so a flow sampled just after one window opened is due again when the next opens.
 //!
 //! Detaching is not free either: each attach and detach switches the tracepoint on or off in
-//! the kernel's text (about 0.2 ms of CPU each here). So the program is detached only when the
+//! the kernel's text (about 0.1 ms of CPU for the two here). So the program is detached only when the
 //! runs it would make until the next window cost more than that: the window counts its runs
 //! (a per-CPU counter the program bumps), and a host with a few thousand segments a second,
 //! the story's video stream, keeps it attached.
