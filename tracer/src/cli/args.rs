@@ -50,6 +50,10 @@ pub struct Cli {
     /// (every packet, before Linux 6.3).
     #[arg(long, global = true)]
     pub no_udp: bool,
+    /// Keep `tcp:tcp_probe`'s program attached between sample windows instead of switching it
+    /// on and off ten times a second (each switch patches the kernel's code on every CPU).
+    #[arg(long, global = true)]
+    pub probe_always_attached: bool,
     /// Trace only flows whose socket belongs to this cgroup v2 or below it: a path below the
     /// cgroup v2 mount (`/system.slice/nginx.service`) or an absolute one. Repeatable.
     #[arg(long, global = true, value_name = "PATH")]

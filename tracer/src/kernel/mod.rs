@@ -70,6 +70,8 @@ pub struct KernelOptions {
     /// Attach the UDP accounting programs, which every socket send and receive call of the host
     /// runs through (every packet, on kernels before 6.3): anything not UDP for one check.
     pub udp: bool,
+    /// Keep `tcp_probe`'s program attached between sample windows.
+    pub probe_always_attached: bool,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
@@ -86,6 +88,7 @@ impl Default for KernelOptions {
             filter: crate::analysis::filter::ResolvedFilter::default(),
             udp_heavy_bytes_per_sec: tracer_common::udp::DEFAULT_UDP_HEAVY_BYTES,
             udp: true,
+            probe_always_attached: false,
         }
     }
 }
@@ -285,8 +288,12 @@ impl KernelSource {
         let aya_btf = kernel_btf;
         let attached = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
         let reports = attached.reports;
-        let probe_window =
-            ProbeWindow::new(attached.probe_link, config.sample_interval_ns, crate::clock::monotonic_now_ns());
+        let probe_window = ProbeWindow::new(
+            attached.probe_link,
+            config.sample_interval_ns,
+            crate::clock::monotonic_now_ns(),
+            !opts.probe_always_attached,
+        );
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let ctx = DecodeContext { hz };

@@ -196,9 +196,10 @@ pub(super) struct ProbeWindow {
 
 impl ProbeWindow {
     /// `link`: the program's link as the hooks were attached (`None`: `tcp_probe` is off).
-    pub(super) fn new(link: Option<HookLink>, interval_ns: u64, now_ns: u64) -> Self {
+    /// `windows`: false keeps the program attached for good (`--probe-always-attached`).
+    pub(super) fn new(link: Option<HookLink>, interval_ns: u64, now_ns: u64, windows: bool) -> Self {
         let classic = matches!(link, Some(HookLink::Classic(_)));
-        let plan = link.as_ref().and_then(|_| WindowPlan::new(interval_ns, now_ns));
+        let plan = link.as_ref().filter(|_| windows).and_then(|_| WindowPlan::new(interval_ns, now_ns));
         Self {
             plan,
             link,
