@@ -2,6 +2,7 @@
 //! filter by container, cgroup and namespace, on real cgroups with runtime-shaped names, real
 //! senders in their own network namespaces, and the runtimes' metadata files as fixtures.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -241,7 +242,7 @@ fn an_unknown_container_is_one_line_with_the_closest_names() -> Result<()> {
         .args(["--json", "--duration", "1"])
         .args(fixtures.args())
         .args(["--container", "jellyfn"])
-        .output()?;
+        .output_within(CHILD_DEADLINE)?;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err.lines().collect();

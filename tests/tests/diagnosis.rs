@@ -1,5 +1,6 @@
 //! Acceptance of the diagnosis on the emulated WAN path: the real cctrace judging real flows.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -368,7 +369,7 @@ fn demo_flags_its_cubic_flows_and_cleans_up_on_sigterm() -> Result<()> {
     let tracer = Tracer::start(&["demo"])?;
     let prefix = format!("cct-{}-", tracer.pid());
     let namespaces = || -> Result<Vec<String>> {
-        let out = std::process::Command::new("ip").args(["netns", "list"]).output()?;
+        let out = std::process::Command::new("ip").args(["netns", "list"]).output_within(CHILD_DEADLINE)?;
         Ok(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(&prefix)).map(String::from).collect())
     };
     // A sender and a receiver namespace for each algorithm's copy of the path.

@@ -4,6 +4,7 @@
 //! `promtool check metrics`, the shipped rules and dashboard name only exposed metrics, and
 //! SIGTERM during scrapes ends in errors, not hangs, with nothing left attached.
 
+use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -457,7 +458,7 @@ fn check_metrics_with_promtool(exposition: &str) -> Result<()> {
         .stderr(Stdio::piped())
         .spawn()?;
     child.stdin.take().context("stdin")?.write_all(exposition.as_bytes())?;
-    let out = child.wait_with_output()?;
+    let out = collect_within(&mut child, CHILD_DEADLINE, "child")?;
     ensure!(
         out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
         "promtool check metrics: {}{}\n{exposition}",
@@ -471,7 +472,7 @@ fn check_metrics_with_promtool(exposition: &str) -> Result<()> {
 fn the_shipped_alert_rules_pass_promtool_and_their_unit_tests() -> Result<()> {
     let rules = deploy_dir().join("prometheus");
     for args in [["check", "rules", "cctrace-rules.yml"], ["test", "rules", "cctrace-rules.test.yml"]] {
-        let out = promtool()?.args(args).current_dir(&rules).output()?;
+        let out = promtool()?.args(args).current_dir(&rules).output_within(CHILD_DEADLINE)?;
         ensure!(
             out.status.success(),
             "promtool {}: {}{}",
@@ -503,7 +504,7 @@ fn the_dashboard_is_valid_json_over_prometheus_queries() -> Result<()> {
 #[test]
 fn a_non_loopback_address_or_a_taken_port_is_one_line_before_anything_is_loaded() -> Result<()> {
     let run = |args: &[&str]| -> Result<(i32, String)> {
-        let out = Command::new(cctrace_bin()).args(args).stdin(Stdio::null()).output()?;
+        let out = Command::new(cctrace_bin()).args(args).stdin(Stdio::null()).output_within(CHILD_DEADLINE)?;
         Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned()))
     };
     let (code, err) = run(&["serve", "--listen", "0.0.0.0:0"])?;

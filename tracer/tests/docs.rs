@@ -10,6 +10,7 @@
 //! the help it prints is that same definition, hidden flags and commands left out.) Runs
 //! without root and without the eBPF object.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -220,7 +221,7 @@ fn help(path: &[String]) -> String {
         .arg("--help")
         .env("NO_COLOR", "1")
         .env("COLUMNS", "200")
-        .output()
+        .output_within(CHILD_DEADLINE)
         .expect("cctrace runs");
     assert!(
         output.status.success(),
