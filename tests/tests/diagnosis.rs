@@ -492,6 +492,13 @@ fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64)
     std::thread::sleep(Duration::from_secs(1));
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
+    if let Ok(dir) = std::env::var("CCT_DUMP") {
+        let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+        std::fs::write(format!("{dir}/lines-{}.jsonl", monotonic_ns()), text)?;
+        for (name, p) in paths {
+            println!("DUMP {name}: overload drops {:?}, fwd {:?}", p.overload_drops()?, p.stats().forward);
+        }
+    }
     drop(sinks);
     done.into_iter()
         .map(|(i, cc, port, report)| {
