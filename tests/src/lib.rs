@@ -187,7 +187,24 @@ impl Tracer {
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
-        Ok((status.code().unwrap_or(-1), self.lines()))
+        let lines = self.lines();
+        keep_lines(&lines);
+        Ok((status.code().unwrap_or(-1), lines))
+    }
+}
+
+/// With `CCTRACE_TEST_KEEP=DIR`, every stopped tracer's lines are kept in DIR, one JSON Lines
+/// file per run named after the test: what a judgment was made from, to read after a failure.
+pub const KEEP_LINES_ENV: &str = "CCTRACE_TEST_KEEP";
+
+fn keep_lines(lines: &[Value]) {
+    let Some(dir) = std::env::var_os(KEEP_LINES_ENV) else { return };
+    let test = std::thread::current().name().unwrap_or("test").replace("::", "-");
+    let path = PathBuf::from(dir).join(format!("{test}-{}.jsonl", monotonic_ns()));
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    match std::fs::write(&path, text) {
+        Ok(()) => eprintln!("kept the tracer's lines in {}", path.display()),
+        Err(e) => eprintln!("could not keep the tracer's lines in {}: {e}", path.display()),
     }
 }
 
