@@ -8,6 +8,7 @@
 //! JSON output and the exporter see the same samples and ticks.
 
 pub mod exposition;
+pub mod families;
 pub mod model;
 pub mod server;
 

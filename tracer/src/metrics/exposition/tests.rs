@@ -1,5 +1,5 @@
 use super::*;
-use crate::metrics::model::{GroupTotals, Health};
+use crate::metrics::model::{FlaggedSeries, GroupKey, GroupSeries, GroupTotals, Health};
 
 fn snapshot() -> Snapshot {
     let key = GroupKey { container: "jelly\"fin\n".into(), netns: 4026531840, cc: "cubic".into() };
