@@ -24,7 +24,17 @@ use crate::pipeline::{self, PipelineOptions};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::recording::{NewFile, RecordWriter, Recorder};
 use crate::signals::Shutdown;
-use crate::source::EventSource;
+use crate::source::{ActionPoll, EventSource, WithHostActions};
+
+/// How often the host's fix journal is read for actions other cctrace processes took.
+const HOST_ACTIONS_EVERY: Duration = Duration::from_secs(1);
+
+/// The actions other cctrace processes take on the host from now on (`cctrace fix`, another
+/// terminal UI's `f` and `u`), read from the fix journal.
+fn host_actions() -> ActionPoll {
+    let mut journal = crate::fix::journal::Tail::from_now();
+    Box::new(move || journal.poll())
+}
 
 /// The namespaces `--deep` works in: those `--netns` names, never the host's own.
 fn deep_namespaces(
@@ -251,11 +261,13 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         let extras = Extras { job: Some(FilterUpkeep(filter)), recorder, metrics };
         let summary = if headless {
             let mut front = stack(Headless, extras);
+            let mut source = WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         } else {
             let out = LineWriter::spawn(Box::new(std::io::stdout()));
             let json = JsonOutput::new(out, crate::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
             let mut front = stack(json, extras);
+            let mut source = WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         };
         if let Some(r) = &recording {
@@ -282,7 +294,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         // `f` and `u` change the host through the same code as `cctrace fix`.
         let fixer = Some(Box::<crate::fix::HostFixer>::default() as crate::tui::FixControlBox);
         let summary = crate::tui::run(
-            &mut source,
+            &mut WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY),
             &mut analysis,
             header,
             &opts,
