@@ -92,6 +92,30 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     Ok(source)
 }
 
+/// The OTLP export `--otlp` asks for, checked (a bad endpoint, header or CA file is one error
+/// line); `on_stderr` when nothing owns the terminal, so a collector going away is said there.
+fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<crate::metrics::OtlpExport>> {
+    let Some(endpoint) = &cli.otlp else { return Ok(None) };
+    let settings = crate::metrics::OtlpSettings {
+        endpoint: endpoint.clone(),
+        headers: cli.otlp_header.clone(),
+        ca_file: cli.otlp_ca_file.clone(),
+        interval: cli.otlp_interval,
+    };
+    let host =
+        crate::metrics::otlp::encode::Host { name: crate::host::hostname(), kernel: crate::host::kernel_release() };
+    fn in_log(line: &str) {
+        log::warn!("{line}");
+    }
+    fn on_stderr_too(line: &str) {
+        log::warn!("{line}");
+        eprintln!("cctrace: {line}");
+    }
+    let clock = crate::analysis::time::WallClock::from_start(start.0, start.1);
+    let say = if on_stderr { on_stderr_too } else { in_log };
+    crate::metrics::OtlpExport::start(&settings, &host, clock, start.0, say).map(Some)
+}
+
 /// A recording's header: this host, the run's start, its settings, filter and hooks.
 fn recording_header(cli: &Cli, source: &KernelSource, spec: &FilterSpec, start: (u64, u64), tick: Duration) -> Header {
     let config = diagnosis_config(cli);
@@ -125,7 +149,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     };
     let headless = matches!(cli.command, Some(Command::Record { .. } | Command::Serve));
     let listen = match cli.command {
-        Some(Command::Serve) => Some(cli.listen.unwrap_or(DEFAULT_LISTEN)),
+        Some(Command::Serve) if cli.otlp.is_none() => Some(cli.listen.unwrap_or(DEFAULT_LISTEN)),
         _ => cli.listen,
     };
     if let Some(addr) = listen {
@@ -160,12 +184,19 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     let spec = filter_spec(cli);
     let host_paths = HostPaths { cgroup_root: cgroup2_mount() };
     let resolved = resolve(&spec, &env, &host_paths)?;
-    // The port is taken before anything is attached: a port in use fails fast.
+    // The port is taken and the collector's address checked before anything is attached: a
+    // port in use or a bad endpoint fails fast.
+    let json = !headless && (cli.json || !std::io::stdout().is_terminal());
+    let otlp = otlp_export(cli, start, json || headless)?;
+    let otlp_status = otlp.as_ref().map(crate::metrics::OtlpExport::status);
     let metrics_config = crate::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
     let mut metrics = match listen {
         Some(addr) => Some(crate::metrics::MetricsService::start(addr, metrics_config, Vec::new()).await?),
-        None => None,
+        None => otlp.is_some().then(|| crate::metrics::MetricsService::without_server(metrics_config, Vec::new())),
     };
+    if let (Some(m), Some(otlp)) = (&mut metrics, otlp) {
+        m.set_otlp(otlp);
+    }
     // Attach first so the demo's connections are seen from their first packet.
     let deep_namespaces = if cli.deep {
         Some(deep_namespaces(&resolved, &env)?)
@@ -224,7 +255,6 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         duration: cli.duration,
         ..PipelineOptions::default()
     };
-    let json = !headless && (cli.json || !std::io::stdout().is_terminal());
     let tick = if json || headless { pipeline_opts.tick } else { crate::tui::TuiOptions::default().frame_interval };
     let recorder = match new_file {
         Some(file) => {
@@ -256,6 +286,12 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         if let Some(addr) = serving {
             eprintln!("cctrace: serving metrics at http://{addr}/metrics");
         }
+        if let Some(otlp) = &cli.otlp {
+            eprintln!(
+                "cctrace: exporting to the OTLP collector at {otlp}: metrics every {} s, events as they happen",
+                cli.otlp_interval.as_secs()
+            );
+        }
         let filter = live_filter.context("the filter maps are missing")?;
         let clock = crate::clock::monotonic_now_ns;
         let extras = Extras { job: Some(FilterUpkeep(filter)), recorder, metrics };
@@ -272,6 +308,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         };
         if let Some(r) = &recording {
             eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
+        }
+        if let Some(o) = &otlp_status {
+            eprintln!("{}", o.line());
         }
         summary.map(drop)
     } else {
@@ -311,6 +350,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         }
         if let Some(r) = &recording {
             eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
+        }
+        if let Some(o) = &otlp_status {
+            eprintln!("{}", o.line());
         }
         summary.map(drop)
     };

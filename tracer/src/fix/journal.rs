@@ -92,10 +92,7 @@ impl Tail {
     /// The actions other processes appended since the last poll, oldest first.
     pub fn poll(&mut self) -> Vec<ActionRecord> {
         let mut out = Vec::new();
-        let current = match File::open(journal_path(&self.dir)) {
-            Ok(f) => f,
-            Err(_) => return out,
-        };
+        let Ok(current) = File::open(journal_path(&self.dir)) else { return out };
         let Ok(inode) = current.metadata().map(|m| m.ino()) else { return out };
         if let Some(at) = self.at.filter(|at| at.inode != inode) {
             // Rotated since: the rest of the file this reader was in, then the new one.
@@ -116,9 +113,8 @@ impl Tail {
     /// line still being written is read next time).
     fn read_lines(&self, mut file: File, offset: u64, out: &mut Vec<ActionRecord>) -> u64 {
         let mut bytes = Vec::new();
-        let read = file
-            .seek(SeekFrom::Start(offset))
-            .and_then(|_| (&mut file).take(READ_AT_MOST).read_to_end(&mut bytes));
+        let read =
+            file.seek(SeekFrom::Start(offset)).and_then(|_| (&mut file).take(READ_AT_MOST).read_to_end(&mut bytes));
         if read.is_err() {
             return offset;
         }

@@ -111,7 +111,9 @@ impl FixControl for HostFixer {
             plan.lines()
         );
         let env = crate::host::environment();
-        carry_out_fix(plan, &env, &mut self.switcher, &mut |_| {}).inspect(journal::append).map_err(|e| format!("{e:#}"))
+        carry_out_fix(plan, &env, &mut self.switcher, &mut |_| {})
+            .inspect(journal::append)
+            .map_err(|e| format!("{e:#}"))
     }
 
     fn undo(&mut self, _shown: &Environment, netns: u32) -> Result<ActionRecord, String> {

@@ -294,7 +294,10 @@ fn health(snap: &Snapshot) -> Vec<Family<'_>> {
         "Whether each kernel hook is attached (1) or disabled (0)",
         Unit::Count("1"),
         Kind::Gauge,
-        h.hooks.iter().map(|(name, on)| Point { labels: hook_label(name), value: Value::Int(u64::from(*on)) }).collect(),
+        h.hooks
+            .iter()
+            .map(|(name, on)| Point { labels: hook_label(name), value: Value::Int(u64::from(*on)) })
+            .collect(),
     ));
     out.push(family(
         "cctrace_hook_runs",
