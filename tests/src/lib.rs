@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 pub mod runtimes;
+pub mod serve;
 
 /// Tests that load eBPF programs or build labs run one at a time: they count programs with
 /// bpftool and measure timing-sensitive things on a 2-core machine.

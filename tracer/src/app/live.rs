@@ -101,6 +101,7 @@ fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<c
         headers: cli.otlp_header.clone(),
         ca_file: cli.otlp_ca_file.clone(),
         interval: cli.otlp_interval,
+        queue_requests: cli.otlp_queue,
     };
     let host =
         crate::metrics::otlp::encode::Host { name: crate::host::hostname(), kernel: crate::host::kernel_release() };

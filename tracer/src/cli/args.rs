@@ -119,6 +119,11 @@ pub struct Cli {
     /// the system's roots).
     #[arg(long, global = true, value_name = "PEM", requires = "otlp", help_heading = "Metrics")]
     pub otlp_ca_file: Option<std::path::PathBuf>,
+    /// Requests the OTLP queue holds while the collector is away (the tests make it small, to
+    /// see it fill quickly).
+    #[arg(long, global = true, value_name = "N", default_value_t = crate::metrics::otlp::sender::QUEUE_REQUESTS,
+          value_parser = clap::value_parser!(u16).range(1..=4096).map(usize::from), requires = "otlp", hide = true)]
+    pub otlp_queue: usize,
     /// Allow --listen on an address other than loopback (the metrics name this host's
     /// containers and flows).
     #[arg(long, global = true, help_heading = "Metrics")]

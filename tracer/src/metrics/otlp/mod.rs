@@ -48,6 +48,8 @@ pub struct OtlpSettings {
     /// Trust only these roots for an `https://` collector.
     pub ca_file: Option<PathBuf>,
     pub interval: Duration,
+    /// Requests the queue holds ([`sender::QUEUE_REQUESTS`] unless a test wants fewer).
+    pub queue_requests: usize,
 }
 
 /// The export, as the metrics service drives it.
@@ -77,7 +79,7 @@ impl OtlpExport {
         say: fn(&str),
     ) -> Result<Self> {
         let transport = http::Http::new(&settings.endpoint, &settings.headers, settings.ca_file.as_deref())?;
-        let sender = Sender::start(transport, say)?;
+        let sender = Sender::start(transport, settings.queue_requests, say)?;
         Ok(Self {
             sender,
             interval_ns: u64::try_from(settings.interval.as_nanos()).unwrap_or(u64::MAX),

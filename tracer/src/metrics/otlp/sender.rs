@@ -12,7 +12,8 @@ use prost::Message;
 
 use crate::metrics::model::{Delivery, ExportCounts};
 
-/// The queue holds at most this many requests...
+/// The queue holds at most this many requests by default (a quarter of an hour of metrics at
+/// the default interval, while a collector is down)...
 pub const QUEUE_REQUESTS: usize = 64;
 /// ...and at most this many encoded bytes (a full exposition's export is about 0.5 MB).
 pub const QUEUE_BYTES: usize = 8 << 20;
@@ -74,6 +75,8 @@ pub trait Transport: Send + 'static {
 
 #[derive(Debug, Default)]
 struct Queue {
+    /// At most this many requests wait.
+    capacity: usize,
     items: VecDeque<Request>,
     bytes: usize,
     /// A request taken by the thread and not yet delivered or dropped.
@@ -97,7 +100,7 @@ impl Queue {
     }
 
     fn fits(&self, bytes: usize) -> bool {
-        self.items.len() < QUEUE_REQUESTS && self.bytes + bytes <= QUEUE_BYTES
+        self.items.len() < self.capacity && self.bytes + bytes <= QUEUE_BYTES
     }
 
     /// Make room for `request`: the oldest metrics go first (a later export carries the
@@ -142,10 +145,11 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// Start the thread; `say` is told when the collector becomes unreachable and reachable
-    /// again, and when it refuses a request.
-    pub fn start(transport: impl Transport, say: fn(&str)) -> std::io::Result<Self> {
+    /// Start the thread, with room for `capacity` requests; `say` is told when the collector
+    /// becomes unreachable and reachable again, and when it refuses a request.
+    pub fn start(transport: impl Transport, capacity: usize, say: fn(&str)) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
+        shared.lock().capacity = capacity.max(1);
         let to = transport.describe();
         let thread_shared = Arc::clone(&shared);
         std::thread::Builder::new().name("cctrace-otlp".into()).spawn(move || run(&thread_shared, transport, say))?;

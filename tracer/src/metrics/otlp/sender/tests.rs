@@ -24,7 +24,7 @@ impl Transport for Scripted {
 fn scripted() -> (Sender, mpsc::Sender<Outcome>, mpsc::Receiver<(Signal, u64)>) {
     let (answer, answers) = mpsc::channel();
     let (attempted, attempts) = mpsc::channel();
-    let sender = Sender::start(Scripted { answers, attempts: attempted }, |_| {}).expect("starts");
+    let sender = Sender::start(Scripted { answers, attempts: attempted }, QUEUE_REQUESTS, |_| {}).expect("starts");
     (sender, answer, attempts)
 }
 
