@@ -98,7 +98,16 @@ fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<c
     let Some(endpoint) = &cli.otlp else { return Ok(None) };
     let settings = crate::metrics::OtlpSettings {
         endpoint: endpoint.clone(),
-        headers: cli.otlp_header.clone(),
+        headers: cli
+            .otlp_header
+            .iter()
+            .cloned()
+            .chain(
+                std::env::var(crate::metrics::otlp::HEADERS_VARIABLE)
+                    .map(|v| crate::metrics::otlp::headers_from_env(&v))
+                    .unwrap_or_default(),
+            )
+            .collect(),
         ca_file: cli.otlp_ca_file.clone(),
         interval: cli.otlp_interval,
         queue_requests: cli.otlp_queue,

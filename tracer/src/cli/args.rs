@@ -112,7 +112,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "S", value_parser = otlp_interval, requires = "otlp",
           default_value = "15", help_heading = "Metrics")]
     pub otlp_interval: Duration,
-    /// A header sent with every export (an API key, a tenant): KEY=VALUE. Repeatable.
+    /// A header sent with every export (an API key, a tenant): KEY=VALUE. Repeatable. A secret
+    /// is better kept out of the command line, in OTEL_EXPORTER_OTLP_HEADERS (key=value,...).
     #[arg(long, global = true, value_name = "KEY=VALUE", requires = "otlp", help_heading = "Metrics")]
     pub otlp_header: Vec<String>,
     /// Trust only the CA certificates in this PEM file for an https:// collector (default:

@@ -38,13 +38,14 @@ fn check_endpoint(endpoint: &str) -> Result<(String, bool)> {
     Ok((endpoint.trim_end_matches('/').to_string(), https))
 }
 
-/// `KEY=VALUE` as an HTTP header.
+/// `KEY=VALUE` as an HTTP header. A refusal names the key, never the value (a secret).
 fn header(text: &str) -> Result<(HeaderName, HeaderValue)> {
-    let (k, v) = text.split_once('=').with_context(|| format!("--otlp-header {text:?}: give KEY=VALUE"))?;
+    let from = "--otlp-header (or OTEL_EXPORTER_OTLP_HEADERS)";
+    let (k, v) = text.split_once('=').with_context(|| format!("{from}: a header without '=': give KEY=VALUE"))?;
     let name = HeaderName::from_bytes(k.trim().as_bytes())
-        .map_err(|_| anyhow::anyhow!("--otlp-header {text:?}: {k:?} is not a header name"))?;
+        .map_err(|_| anyhow::anyhow!("{from}: {k:?} is not a header name"))?;
     let value = HeaderValue::from_str(v.trim())
-        .map_err(|_| anyhow::anyhow!("--otlp-header {text:?}: the value is not a header value"))?;
+        .map_err(|_| anyhow::anyhow!("{from}: the value of {k:?} is not a header value"))?;
     Ok((name, value))
 }
 
@@ -187,6 +188,7 @@ mod tests {
         for bad in ["novalue", "bad name=x", "k=\u{7f}"] {
             let e = format!("{:#}", Http::new("http://127.0.0.1:4318", &[bad.into()], None).err().expect("refused"));
             assert!(e.starts_with("--otlp-header") && !e.contains('\n'), "{bad}: {e}");
+            assert!(!e.contains("\u{7f}") && !e.contains("novalue"), "no value repeated: {e}");
         }
         let e = format!(
             "{:#}",

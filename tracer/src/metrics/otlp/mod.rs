@@ -38,12 +38,52 @@ pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
 /// Log records in one request at most.
 const RECORDS_PER_REQUEST: usize = 1000;
 
+/// The environment variable OpenTelemetry's exporters read headers from: `key=value` pairs,
+/// comma-separated, values percent-encoded. A secret kept there (a systemd `EnvironmentFile`
+/// readable by root only) stays out of the command line, which every user can read.
+pub const HEADERS_VARIABLE: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+
+/// The headers `OTEL_EXPORTER_OTLP_HEADERS` holds, as `KEY=VALUE` (values percent-decoded).
+pub fn headers_from_env(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => format!("{}={}", k.trim(), percent_decoded(v.trim())),
+            // Refused later, with the rest of the header checks.
+            None => pair.to_string(),
+        })
+        .collect()
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// What the command line says about the export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtlpSettings {
     /// The collector's base URL (`http://collector:4318`).
     pub endpoint: String,
-    /// `KEY=VALUE` headers sent with every request.
+    /// `KEY=VALUE` headers sent with every request (`--otlp-header`, then
+    /// [`HEADERS_VARIABLE`]'s).
     pub headers: Vec<String>,
     /// Trust only these roots for an `https://` collector.
     pub ca_file: Option<PathBuf>,

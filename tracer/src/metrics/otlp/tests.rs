@@ -162,3 +162,13 @@ fn a_heavy_flows_new_limit_is_told_once_it_holds_and_a_young_flows_first_is_not(
     assert!(first.ts_ns >= feed::ts_ns(210), "two evaluations saw it: {}", first.ts_ns);
     assert!(changes.iter().all(|e| e.ts_ns >= feed::ts_ns(200)), "none from the flows' first verdicts: {changes:#?}");
 }
+
+#[test]
+fn headers_from_the_environment_are_pairs_with_percent_encoded_values() {
+    assert_eq!(
+        headers_from_env(" api-key = s3cr%3Dt%2C1 ,x-tenant=ops,, broken"),
+        vec!["api-key=s3cr=t,1".to_string(), "x-tenant=ops".into(), "broken".into()]
+    );
+    assert!(headers_from_env("").is_empty());
+    assert_eq!(headers_from_env("k=100%"), vec!["k=100%".to_string()], "a stray % is kept");
+}
