@@ -49,7 +49,9 @@ impl Unit {
             Self::Count(what) => what,
             Self::Bytes => "By",
             Self::Seconds => "s",
-            Self::Ratio | Self::Info => "1",
+            Self::Ratio => "1",
+            // No unit: "1" on a gauge reads as a ratio to the Prometheus translation (`_ratio`).
+            Self::Info => "",
             Self::BytesPerSecond => "By/s",
         }
     }
@@ -292,7 +294,7 @@ fn health(snap: &Snapshot) -> Vec<Family<'_>> {
     out.push(family(
         "cctrace_hook_attached",
         "Whether each kernel hook is attached (1) or disabled (0)",
-        Unit::Count("1"),
+        Unit::Count("{hook}"),
         Kind::Gauge,
         h.hooks
             .iter()

@@ -156,6 +156,9 @@ pub fn resource(host: &Host) -> Resource {
     let attributes = [
         ("service.name", "cctrace"),
         ("service.version", env!("CARGO_PKG_VERSION")),
+        // One cctrace per host: the host tells instances apart (Prometheus's `instance`, once a
+        // collector translates the resource).
+        ("service.instance.id", host.name.as_str()),
         ("host.name", host.name.as_str()),
         ("host.arch", host_arch()),
         ("os.type", "linux"),
