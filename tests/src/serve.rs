@@ -11,6 +11,64 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::cctrace_bin;
 
+/// A container as Docker names it, for `--docker-root DIR/docker`: its `config.v2.json` naming
+/// `id` as `name`, and a cgroup where Docker would put it, below a top cgroup of the test's own.
+pub struct DockerContainer {
+    /// Declared first: dropped (removed) before its parent.
+    pub cgroup: cctrace_lab::Cgroup,
+    _top: cctrace_lab::Cgroup,
+}
+
+impl DockerContainer {
+    pub fn create(dir: &Path, id: &str, name: &str) -> Result<Self> {
+        let config = dir.join("docker/containers").join(id);
+        std::fs::create_dir_all(&config)?;
+        std::fs::write(
+            config.join("config.v2.json"),
+            format!(r#"{{"ID":"{id}","Name":"/{name}","State":{{"Pid":1}}}}"#),
+        )?;
+        let top = cctrace_lab::Cgroup::top()?;
+        let cgroup = top.child(&format!("system.slice/docker-{id}.scope"))?;
+        Ok(Self { cgroup, _top: top })
+    }
+}
+
+/// The story's lossy path ([`crate::demo_wan`]) whose sending namespace lives in a Docker-named
+/// container: what the metrics tests watch.
+pub struct ContainerOnLossyPath {
+    /// Declared first: its resident process ends before the namespaces go.
+    pub container: DockerContainer,
+    pub path: cctrace_lab::EmulatedPath,
+}
+
+impl ContainerOnLossyPath {
+    pub fn create(dir: &Path, id: &str, name: &str, loss: f64) -> Result<Self> {
+        let mut container = DockerContainer::create(dir, id, name)?;
+        let path = crate::demo_wan(loss)?;
+        container.cgroup.spawn_resident(path.sender())?;
+        Ok(Self { container, path })
+    }
+
+    /// A sink on the receiver's `port`, and a CUBIC bulk flow to it for `time` from a socket of
+    /// the container's cgroup.
+    pub fn cubic_bulk(&self, port: u16, time: Duration) -> Result<(cctrace_lab::Sink, cctrace_lab::Sender)> {
+        use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions};
+        let path = &self.path;
+        let sink = Sink::start(path.receiver(), path.receiver_addr(), port, SinkOptions::default())?;
+        let sender = Sender::start(
+            path.sender(),
+            path.receiver_addr(),
+            port,
+            SenderOptions {
+                socket_cgroup: Some(self.container.cgroup.path().to_path_buf()),
+                nodelay: true,
+                ..SenderOptions::new("cubic", SendMode::Bulk, time)
+            },
+        )?;
+        Ok((sink, sender))
+    }
+}
+
 /// A plain HTTP/1.0 GET (the server closes after answering): status and body.
 pub fn http_get(addr: SocketAddr, path_and_query: &str, accept: &str, timeout: Duration) -> Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("connecting to {addr}"))?;

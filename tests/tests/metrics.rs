@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
-use cctrace_tests::serve::{free_port, http_get, Serve, TempDir};
-use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, demo_wan, nstat_in, require_kernel, serial, BpfStats};
+use cctrace_tests::serve::{free_port, http_get, ContainerOnLossyPath, Serve, TempDir};
+use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, nstat_in, require_kernel, serial, BpfStats};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -165,16 +165,8 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     require_kernel!();
     let _serial = serial();
     let dir = TempDir::new("metrics")?;
-    let docker = dir.0.join("docker/containers").join(DOCKER_ID);
-    std::fs::create_dir_all(&docker)?;
-    std::fs::write(
-        docker.join("config.v2.json"),
-        format!(r#"{{"ID":"{DOCKER_ID}","Name":"/{CONTAINER}","State":{{"Pid":1}}}}"#),
-    )?;
-    let top = Cgroup::top()?;
-    let mut cgroup = top.child(&format!("system.slice/docker-{DOCKER_ID}.scope"))?;
-    let path = demo_wan(0.02)?;
-    cgroup.spawn_resident(path.sender())?;
+    let lab = ContainerOnLossyPath::create(&dir.0, DOCKER_ID, CONTAINER, 0.02)?;
+    let path = &lab.path;
     let netns = path.sender().inode();
     // The kernel's BPF run statistics, for as long as this fd is open (closed on any exit): the
     // hooks' cost series appear only while the kernel measures.
@@ -184,19 +176,8 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     ensure!(!held.programs.is_empty(), "cctrace serve holds no BPF programs");
     let prometheus = Prometheus::start(&dir.0, serve.addr)?;
 
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let secs = 40;
     let started = Instant::now();
-    let sender = Sender::start(
-        path.sender(),
-        path.receiver_addr(),
-        PORT,
-        SenderOptions {
-            socket_cgroup: Some(cgroup.path().to_path_buf()),
-            nodelay: true,
-            ..SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(secs))
-        },
-    )?;
+    let (_sink, sender) = lab.cubic_bulk(PORT, Duration::from_secs(40))?;
     let flow = format!("{}->{}:{PORT}", sender.local_addr(), path.receiver_addr());
 
     // The flagged flow, under its container, namespace and cc, through PromQL.

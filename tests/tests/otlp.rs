@@ -13,9 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, ensure, Context, Result};
-use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions};
-use cctrace_tests::serve::{free_port, http_get, Serve, TempDir};
-use cctrace_tests::{cctrace_bin, demo_wan, require_kernel, run_cctrace, serial};
+use cctrace_tests::serve::{free_port, http_get, ContainerOnLossyPath, Serve, TempDir};
+use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial};
 
 const PORT: u16 = 5201;
 const DOCKER_ID: &str = "0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f";
@@ -298,16 +297,8 @@ fn a_collector_gets_the_metrics_the_flag_and_the_fix_and_an_outage_costs_only_co
     require_kernel!();
     let _serial = serial();
     let dir = TempDir::new("otlp")?;
-    let docker = dir.0.join("docker/containers").join(DOCKER_ID);
-    std::fs::create_dir_all(&docker)?;
-    std::fs::write(
-        docker.join("config.v2.json"),
-        format!(r#"{{"ID":"{DOCKER_ID}","Name":"/{CONTAINER}","State":{{"Pid":1}}}}"#),
-    )?;
-    let top = Cgroup::top()?;
-    let mut cgroup = top.child(&format!("system.slice/docker-{DOCKER_ID}.scope"))?;
-    let path = demo_wan(0.02)?;
-    cgroup.spawn_resident(path.sender())?;
+    let lab = ContainerOnLossyPath::create(&dir.0, DOCKER_ID, CONTAINER, 0.02)?;
+    let path = &lab.path;
     let netns = path.sender().inode().to_string();
 
     let port = free_port()?;
@@ -324,18 +315,8 @@ fn a_collector_gets_the_metrics_the_flag_and_the_fix_and_an_outage_costs_only_co
             QUEUE.to_string(),
         ],
     )?;
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let started = Instant::now();
-    let sender = Sender::start(
-        path.sender(),
-        path.receiver_addr(),
-        PORT,
-        SenderOptions {
-            socket_cgroup: Some(cgroup.path().to_path_buf()),
-            nodelay: true,
-            ..SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(45))
-        },
-    )?;
+    let (_sink, sender) = lab.cubic_bulk(PORT, Duration::from_secs(45))?;
     let sport = sender.local_port().to_string();
     let group = [("container", CONTAINER), ("netns", netns.as_str()), ("cc", "cubic")];
 

@@ -139,4 +139,4 @@ fn encode_point(kind: Kind, value: Value, encoder: MetricEncoder) -> Result<(), 
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use crate::metrics::model::{FlaggedSeries, GroupKey, Snapshot};
+use crate::metrics::model::{Delivery, FlaggedSeries, GroupKey, Snapshot};
 
 /// How a family's values behave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +118,9 @@ fn group_labels<'a>(key: &'a GroupKey) -> Vec<(&'static str, Cow<'a, str>)> {
         ("cc", Cow::Borrowed(key.cc.as_str())),
     ]
 }
+
+/// Which count of a [`Delivery`] a family shows.
+type Count = fn(&Delivery) -> u64;
 
 /// A flagged flow's gauge: name, help, unit and how to read it.
 type FlowGauge = (&'static str, &'static str, Unit, fn(&FlaggedSeries) -> f64);
@@ -319,26 +322,28 @@ fn health(snap: &Snapshot) -> Vec<Family<'_>> {
             .collect(),
     ));
     if let Some(otlp) = &h.otlp {
-        let signals = |f: fn(&crate::metrics::model::Delivery) -> u64| {
-            [("metrics", &otlp.metric_points), ("logs", &otlp.log_records)]
+        let what: [(&str, &str, Count); 2] = [
+            (
+                "cctrace_otlp_exported",
+                "Data points (metrics) and log records (events) the OTLP collector accepted",
+                |d| d.sent,
+            ),
+            (
+                "cctrace_otlp_dropped",
+                "Data points and log records not delivered to the OTLP collector (queue full, too old, refused)",
+                |d| d.dropped,
+            ),
+        ];
+        for (base, help, count) in what {
+            let points = [("metrics", &otlp.metric_points), ("logs", &otlp.log_records)]
                 .into_iter()
-                .map(|(signal, d)| Point { labels: vec![("signal", Cow::Borrowed(signal))], value: Value::Int(f(d)) })
-                .collect()
-        };
-        out.push(family(
-            "cctrace_otlp_exported",
-            "Data points (metrics) and log records (events) the OTLP collector accepted",
-            Unit::Count("{item}"),
-            Kind::Counter,
-            signals(|d| d.sent),
-        ));
-        out.push(family(
-            "cctrace_otlp_dropped",
-            "Data points and log records not delivered to the OTLP collector (queue full, too old, refused)",
-            Unit::Count("{item}"),
-            Kind::Counter,
-            signals(|d| d.dropped),
-        ));
+                .map(|(signal, d)| Point {
+                    labels: vec![("signal", Cow::Borrowed(signal))],
+                    value: Value::Int(count(d)),
+                })
+                .collect();
+            out.push(family(base, help, Unit::Count("{item}"), Kind::Counter, points));
+        }
     }
     out.push(family(
         "cctrace_build",

@@ -10,7 +10,6 @@ use crate::analysis::model::TableConfig;
 use crate::analysis::schema::FlowRecord;
 use crate::analysis::Analysis;
 use crate::metrics::families::families;
-use crate::metrics::model::{GroupKey, GroupSeries, GroupTotals, Health, Snapshot};
 use crate::metrics::otlp::events::EventKind;
 use crate::test_support::feed;
 
@@ -111,20 +110,7 @@ fn an_event_carries_the_conventions_names_and_every_field_of_its_record() {
 
 #[test]
 fn families_become_gauges_and_cumulative_sums_with_units_and_the_same_labels() {
-    let key = GroupKey { container: "jellyfin".into(), netns: 4026531840, cc: "cubic".into() };
-    let snap = Snapshot {
-        groups: vec![GroupSeries {
-            key,
-            flows: 2,
-            heavy: 1,
-            flagged: 1,
-            goodput_bps: 8e6,
-            loss_ratio: 0.02,
-            totals: GroupTotals { bytes_sent: 123_456, bytes_retransmitted: 2_469, segments_retransmitted: 17 },
-        }],
-        health: Health { hooks: vec![("tcp:tcp_probe".into(), true)], ..Health::default() },
-        ..Snapshot::default()
-    };
+    let snap = crate::metrics::exposition::tests::snapshot();
     let (request, points) = metrics_request(&families(&snap), &resource(&Host::default()), 100, 200);
     let request = ExportMetricsServiceRequest::decode(request.encode_to_vec().as_slice()).expect("decodes");
     let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
@@ -147,14 +133,15 @@ fn families_become_gauges_and_cumulative_sums_with_units_and_the_same_labels() {
     assert_eq!(p.value, Some(number_data_point::Value::AsInt(123_456)));
     let labels: Vec<(&str, Option<&str>)> =
         p.attributes.iter().map(|kv| (kv.key.as_str(), str_of(attribute(&p.attributes, &kv.key)))).collect();
-    assert_eq!(labels, vec![("container", Some("jellyfin")), ("netns", Some("4026531840")), ("cc", Some("cubic"))]);
+    assert_eq!(labels, vec![("container", Some("jelly\"fin\n")), ("netns", Some("4026531840")), ("cc", Some("cubic"))]);
     let goodput = find("cctrace_goodput_bytes_per_second");
     assert_eq!(goodput.unit, "By/s");
     let Some(metric::Data::Gauge(g)) = &goodput.data else { panic!("a gauge") };
     assert_eq!(g.data_points[0].value, Some(number_data_point::Value::AsDouble(1e6)));
     assert_eq!(find("cctrace_loss_ratio").unit, "1");
     assert_eq!(find("cctrace_flows").unit, "{flow}");
-    assert!(metrics.iter().all(|m| m.name != "cctrace_flagged_flow_rtt_seconds"), "no series, no metric");
+    assert_eq!(find("cctrace_flagged_flow_rtt_seconds").unit, "s");
+    assert!(metrics.iter().all(|m| m.name != "cctrace_hook_runs"), "no series, no metric");
 }
 
 /// A one-request HTTP server: the request's head and body, answered with `status`.
