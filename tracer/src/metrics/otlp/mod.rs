@@ -35,6 +35,10 @@ use sender::{Sender, Signal};
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 /// How long the end of a run waits for the last exports to be delivered.
 pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+/// A snapshot this much short of the interval still exports: snapshots come once a second, on
+/// ticks whose clock readings wander by microseconds either way, and an export waiting for the
+/// next one would come a second late.
+const EARLY_NS: u64 = 500_000_000;
 /// Log records in one request at most.
 const RECORDS_PER_REQUEST: usize = 1000;
 
@@ -158,7 +162,8 @@ impl OtlpExport {
     /// A new snapshot made at `now_ns` (monotonic): exported when an interval has passed since
     /// the last export (or `force`, at the end).
     pub fn on_snapshot(&mut self, snapshot: &Snapshot, now_ns: u64, force: bool) {
-        let due = force || self.exported_at_ns.is_none_or(|at| now_ns.saturating_sub(at) >= self.interval_ns);
+        let due =
+            force || self.exported_at_ns.is_none_or(|at| now_ns.saturating_sub(at) + EARLY_NS >= self.interval_ns);
         if !due {
             return;
         }
