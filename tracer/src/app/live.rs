@@ -329,6 +329,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         if let Some(addr) = serving {
             described.push_str(&format!(" · metrics on http://{addr}/metrics"));
         }
+        if let Some(otlp) = &cli.otlp {
+            described.push_str(&format!(" · OTLP to {otlp}"));
+        }
         if let Some(d) = &demo_description {
             described.push_str(&format!(" · {d}"));
         }

@@ -113,52 +113,35 @@ impl FlowEvents {
             let flagged = verdict.is_some_and(|v| v.flagged);
             let limited_by = verdict.map_or(LimitedBy::Unknown, |v| v.limited_by);
             let heavy = cfg.flow_is_heavy(flow, verdict);
-            let event = |kind, extra| Event {
+            let said = match self.known.get_mut(&flow.cookie()) {
+                Some(known) => known.update(flagged, limited_by, heavy),
+                None if heavy || flagged => {
+                    self.known.insert(flow.cookie(), Known { flagged, limited_by, pending: None });
+                    if flagged {
+                        vec![(EventKind::Flagged, Vec::new())]
+                    } else {
+                        Vec::new()
+                    }
+                }
+                None => continue,
+            };
+            if !heavy && !flagged {
+                self.known.remove(&flow.cookie());
+            }
+            out.extend(said.into_iter().map(|(kind, extra)| Event {
                 kind,
                 ts_ns: evaluated,
                 body: verdict.map_or_else(|| limited_by.describe().to_string(), |v| v.text.clone()),
                 record: record_of(flow, analysis, clock),
                 extra,
-            };
-            let Some(known) = self.known.get_mut(&flow.cookie()) else {
-                if heavy || flagged {
-                    self.known.insert(flow.cookie(), Known { flagged, limited_by, pending: None });
-                    if flagged {
-                        out.push(event(EventKind::Flagged, Vec::new()));
-                    }
-                }
-                continue;
-            };
-            match (known.flagged, flagged) {
-                (false, true) => out.push(event(EventKind::Flagged, Vec::new())),
-                (true, false) => {
-                    out.push(event(EventKind::Cleared, vec![("cctrace.cleared_because", "verdict".into())]));
-                }
-                _ => {}
-            }
-            known.flagged = flagged;
-            // "Not known yet" (a young or idle flow) is no limit to change from or to.
-            if limited_by == LimitedBy::Unknown {
-                known.pending = None;
-            } else if known.limited_by == LimitedBy::Unknown {
-                known.limited_by = limited_by;
-            } else if heavy && limited_by != known.limited_by {
-                if known.pending == Some(limited_by) {
-                    let before = ("cctrace.previous_limited_by", known.limited_by.name().into());
-                    out.push(event(EventKind::LimitedByChanged, vec![before]));
-                    known.limited_by = limited_by;
-                    known.pending = None;
-                } else {
-                    known.pending = Some(limited_by);
-                }
-            } else {
-                known.pending = None;
-            }
-            if !heavy && !flagged {
-                self.known.remove(&flow.cookie());
-            }
+            }));
         }
-        // Flows that closed or left the table since: a flag they had is cleared.
+        self.departed(analysis, clock, &mut out);
+        out
+    }
+
+    /// Forget the flows that closed or left the table since: a flag they had is cleared.
+    fn departed(&mut self, analysis: &Analysis, clock: &WallClock, out: &mut Vec<Event>) {
         self.known.retain(|&cookie, known| {
             let flow = analysis.table.get(cookie);
             if flow.is_some_and(|f| !f.is_closed()) {
@@ -171,7 +154,7 @@ impl FlowEvents {
                 };
                 out.push(Event {
                     kind: EventKind::Cleared,
-                    ts_ns: evaluated,
+                    ts_ns: self.evaluated_ns,
                     body: body.into(),
                     record,
                     extra: vec![("cctrace.cleared_because", because.into())],
@@ -179,7 +162,43 @@ impl FlowEvents {
             }
             false
         });
-        out
+    }
+}
+
+impl Known {
+    /// Take this evaluation's verdict; what is worth telling about the change.
+    fn update(
+        &mut self,
+        flagged: bool,
+        limited_by: LimitedBy,
+        heavy: bool,
+    ) -> Vec<(EventKind, Vec<(&'static str, Value)>)> {
+        let mut said = Vec::new();
+        match (self.flagged, flagged) {
+            (false, true) => said.push((EventKind::Flagged, Vec::new())),
+            (true, false) => said.push((EventKind::Cleared, vec![("cctrace.cleared_because", "verdict".into())])),
+            _ => {}
+        }
+        self.flagged = flagged;
+        // "Not known yet" (a young or idle flow) is no limit to change from or to; a new limit
+        // is told once a second evaluation says it too.
+        if limited_by == LimitedBy::Unknown {
+            self.pending = None;
+        } else if self.limited_by == LimitedBy::Unknown {
+            self.limited_by = limited_by;
+        } else if !heavy || limited_by == self.limited_by {
+            self.pending = None;
+        } else if self.pending == Some(limited_by) {
+            said.push((
+                EventKind::LimitedByChanged,
+                vec![("cctrace.previous_limited_by", self.limited_by.name().into())],
+            ));
+            self.limited_by = limited_by;
+            self.pending = None;
+        } else {
+            self.pending = Some(limited_by);
+        }
+        said
     }
 }
 
