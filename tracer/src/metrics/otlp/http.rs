@@ -206,4 +206,72 @@ mod tests {
         );
         assert!(e.contains("/nonexistent.pem"), "{e}");
     }
+
+    /// A TLS collector on localhost with a self-signed certificate, for one connection: it
+    /// answers 200 to a request, or counts a handshake that failed.
+    fn tls_collector(cert: &rcgen::CertifiedKey) -> (u16, std::thread::JoinHandle<bool>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let port = listener.local_addr().expect("addr").port();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key.into())
+            .expect("config");
+        let served = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().expect("accepts");
+            let conn = rustls::ServerConnection::new(Arc::new(config)).expect("conn");
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if tls.read(&mut byte).unwrap_or(0) == 0 {
+                    return false;
+                }
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            let length: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                .unwrap_or(0);
+            let mut body = vec![0; length];
+            tls.read_exact(&mut body).expect("body");
+            tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").expect("answers");
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+            true
+        });
+        (port, served)
+    }
+
+    #[test]
+    fn an_https_collector_is_trusted_through_the_ca_file_and_only_through_it() {
+        use crate::metrics::otlp::sender::{Outcome, Request, Signal};
+        let dir = std::env::temp_dir().join(format!("cct-otlp-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let collector = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+        let stranger = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+        let (trusted, other) = (dir.join("ca.pem"), dir.join("other.pem"));
+        std::fs::write(&trusted, collector.cert.pem()).expect("writes");
+        std::fs::write(&other, stranger.cert.pem()).expect("writes");
+        let request = Request { signal: Signal::Logs, body: vec![1, 2, 3], items: 1, made: std::time::Instant::now() };
+
+        let (port, served) = tls_collector(&collector);
+        let mut http = Http::new(&format!("https://localhost:{port}"), &[], Some(&trusted)).expect("client");
+        assert_eq!(http.send(&request), Outcome::Accepted { rejected: 0 });
+        assert!(served.join().expect("served"), "a request came over TLS");
+
+        let (port, served) = tls_collector(&collector);
+        let mut http = Http::new(&format!("https://localhost:{port}"), &[], Some(&other)).expect("client");
+        let outcome = http.send(&request);
+        assert!(
+            matches!(&outcome, Outcome::Retry { why, .. } if why.to_lowercase().contains("certificate")),
+            "{outcome:?}"
+        );
+        assert!(!served.join().expect("served"), "nothing was sent to a collector not trusted");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
