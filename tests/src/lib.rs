@@ -13,6 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 pub mod runtimes;
+pub mod serve;
 
 /// Tests that load eBPF programs or build labs run one at a time, across processes too: they
 /// count programs with bpftool, change host-wide sysctls and measure timing-sensitive things on

@@ -70,6 +70,9 @@ const APT_PACKAGES: &[&str] = &[
 /// own instances (on a loopback port, inside containers), with their own config and data.
 const NO_SERVICE: &[&str] = &["prometheus", "nginx"];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
+/// Rotel, the OpenTelemetry collector tests/tests/otlp.rs starts: PyPI ships it as a wheel with
+/// its binary, installed into a virtual environment of its own under target/tools/rotel.
+const ROTEL: &str = "rotel==0.0.1a15";
 const BPF_LINKER_VERSION: &str = "0.13";
 
 #[derive(Parser)]
@@ -285,10 +288,41 @@ fn setup_kernel_mounts() {
     }
 }
 
+/// Where the tests find the collector: a link to the binary the wheel installed.
+fn rotel_agent() -> PathBuf {
+    workspace_root().join("target/tools/rotel/rotel-agent")
+}
+
+fn setup_rotel() -> Result<()> {
+    let agent = rotel_agent();
+    if succeeds(Command::new(&agent).arg("--version")) {
+        return Ok(());
+    }
+    say(&format!("installing {ROTEL} (an OpenTelemetry collector, for the OTLP tests) from PyPI"));
+    let dir = agent.parent().context("the tools directory")?.to_path_buf();
+    let venv = dir.join("venv");
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).context("python3 -m venv (Debian: python3-venv)")?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "-q", "--disable-pip-version-check", "--pre", ROTEL]))
+        .with_context(|| format!("pip install {ROTEL}"))?;
+    let binary = output(
+        Command::new(venv.join("bin/python"))
+            .args(["-c", "import os, rotel; print(os.path.join(os.path.dirname(rotel.__file__), 'rotel-agent'))"]),
+    )
+    .context("the rotel package names no binary")?;
+    let _ = std::fs::remove_file(&agent);
+    std::os::unix::fs::symlink(binary.trim(), &agent).with_context(|| format!("linking {}", agent.display()))?;
+    if !succeeds(Command::new(&agent).arg("--version")) {
+        bail!("{} does not run", agent.display());
+    }
+    Ok(())
+}
+
 fn setup() -> Result<()> {
     setup_apt()?;
     setup_rust_src()?;
     setup_bpf_linker()?;
+    setup_rotel()?;
     setup_kernel_mounts();
     Ok(())
 }

@@ -15,6 +15,15 @@ pub fn duration_secs(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
 }
 
+/// Seconds between two OTLP metric exports: a whole number from 1 (snapshots are made once a
+/// second) to 3600.
+pub fn otlp_interval(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(secs @ 1..=3600) => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("'{text}' is not a whole number of seconds from 1 to 3600")),
+    }
+}
+
 /// A finite number in `[min, max]`.
 pub fn bounded_f64(min: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
     move |text: &str| {
@@ -54,6 +63,10 @@ mod tests {
             assert!(duration_secs(bad).is_err(), "{bad}");
         }
         assert!(duration_secs("315360000").is_ok());
+        assert_eq!(otlp_interval("15"), Ok(Duration::from_secs(15)));
+        for bad in ["0", "3601", "1.5", "-1", "x"] {
+            assert!(otlp_interval(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
