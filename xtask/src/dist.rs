@@ -362,8 +362,9 @@ fn check_package(work: &Path, deb: &Path, binary: &Path, arch: Arch) -> Result<P
 }
 
 /// Another architecture's package holds what the host's does, file for file, but the binary:
-/// the same paths and modes, the same man page, completions, unit, rules and dashboard. Compared
-/// with the host's package of the same profile when that one was built from the same commit.
+/// the same paths and modes, the same man page (but for the architecture its version block
+/// names), completions, unit, rules and dashboard. Compared with the host's package of the same
+/// profile when that one was built from the same commit.
 fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &Artifacts) -> Result<()> {
     let host_dir = profile.out_dir(root, Arch::host());
     let host_deb = host_dir.join(format!("cctrace_{}_{}.deb", env!("CARGO_PKG_VERSION"), Arch::host().debian()));
@@ -394,9 +395,19 @@ fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &
         "the packages' files differ:\n{listing}\nand {}:\n{host_listing}",
         host_deb.display()
     );
+    // The man page's version block names the architecture the binary was built for, as
+    // `--version` does: the one line allowed to differ.
+    let text = |path: &Path, arch: Arch| -> Result<String> {
+        let raw = if path.extension().is_some_and(|x| x == "gz") {
+            kernels::sh(Command::new("zcat").arg(path))?
+        } else {
+            String::from_utf8_lossy(&std::fs::read(path)?).into_owned()
+        };
+        Ok(raw.replace(&format!("architecture: {}", arch.rust_name()), "architecture: ARCH"))
+    };
     for (file, _) in PACKAGE_FILES.iter().filter(|(f, _)| *f != "usr/bin/cctrace") {
         ensure!(
-            std::fs::read(tree.join(file))? == std::fs::read(host_tree.join(file))?,
+            text(&tree.join(file), artifacts.arch)? == text(&host_tree.join(file), Arch::host())?,
             "/{file} differs from the {} package's",
             Arch::host().debian()
         );
