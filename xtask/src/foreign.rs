@@ -41,6 +41,11 @@ impl ForeignApt {
         Ok(Self { dir, arch })
     }
 
+    /// The architecture whose packages this configuration fetches.
+    pub(crate) fn arch(&self) -> Arch {
+        self.arch
+    }
+
     fn options(&self) -> Vec<String> {
         let d = self.dir.display();
         let arch = self.arch.debian();

@@ -32,7 +32,7 @@ pub(crate) const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr
 const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
-pub(crate) const LOSS_RULES: &str = "table inet matrix_loss {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    tcp sport 5002 numgen random mod 100 < 2 drop\n  }\n}\n";
+const LOSS_RULES: &str = "table inet matrix_loss {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    tcp sport 5002 numgen random mod 100 < 2 drop\n  }\n}\n";
 
 /// One kernel to boot: its image and, when it has them, its modules.
 pub(crate) struct Kernel {
@@ -172,7 +172,7 @@ fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> 
         .with_context(|| format!("{package} holds no /boot/vmlinuz-*"))?;
     let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.filter_map(|e| e.ok().map(|e| e.path())).next();
     let label = package.trim_start_matches("linux-image-").to_string();
-    let arch = if meta.ends_with("-arm64") { Arch::Aarch64 } else { Arch::X86_64 };
+    let arch = apt.map_or_else(Arch::host, ForeignApt::arch);
     Ok(Kernel { label, image, modules, arch, append: String::new() })
 }
 
