@@ -397,6 +397,9 @@ fn main() -> ExitCode {
             say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
             Ok(())
         }),
+        Task::Kernels { images, target: Arch::Aarch64, .. } if !images.is_empty() => {
+            Err(anyhow::anyhow!("--kernel boots x86-64 images; the arm64 row boots Debian's arm64 kernels"))
+        }
         Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| {
             let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
             let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
