@@ -155,7 +155,8 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
     // kernel's own count (FIONREAD). A pipe is full when its page slots are, which can leave
     // up to a page of its capacity unused: full is within a page, and no longer growing.
     let capacity = pipe_size(&stdout)?;
-    let page = 4096;
+    // SAFETY: sysconf reads a value and touches no memory of ours.
+    let page = i32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = -1;
     loop {

@@ -43,6 +43,8 @@ fn version_names_the_commit_and_what_is_built_in() -> Result<()> {
         // A source tree without git (a release tarball) says so instead of naming a commit.
         _ => assert!(field("commit:").starts_with("unknown"), "{text}"),
     }
+    // The architecture it was built for: the tests run on the machine that built it.
+    assert_eq!(field("architecture:"), std::env::consts::ARCH, "{text}");
     if std::env::var("CCTRACE_REQUIRE_EBPF").is_ok_and(|v| v == "1") {
         // The suite builds with the whole toolchain: nothing may be missing.
         assert_eq!(field("eBPF programs:"), "built in", "{text}");

@@ -89,6 +89,9 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     if let Some(why) = &source.info().udp_per_packet {
         eprintln!("cctrace: UDP accounted on every packet (cgroup_skb at the cgroup root), not per syscall: {why}");
     }
+    if let Some(why) = &source.info().udp_unclassified {
+        eprintln!("cctrace: UDP flows counted but not classified as QUIC or WireGuard: {why}");
+    }
     Ok(source)
 }
 

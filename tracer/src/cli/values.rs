@@ -36,7 +36,8 @@ pub fn bounded_f64(min: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> +
     }
 }
 
-/// Ring-buffer size in KiB: a power of two from one page (4 KiB) to 1 GiB.
+/// Ring-buffer size in KiB: a power of two from 4 KiB to 1 GiB (and at least one of the kernel's
+/// pages, which loading checks: 16 KiB on some arm64 kernels).
 pub fn ring_kib(text: &str) -> Result<u32, String> {
     let kib: u32 = text.trim().parse().map_err(|_| format!("'{text}' is not a whole number of KiB"))?;
     if (4..=1 << 20).contains(&kib) && kib.is_power_of_two() {
