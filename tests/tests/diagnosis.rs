@@ -269,7 +269,9 @@ fn lossy_wan_scenario() -> Result<f64> {
     for (name, s) in flows {
         reports.insert(name, s.wait()?);
     }
-    std::thread::sleep(Duration::from_secs(1));
+    let netns_of = |name: &str| if name.starts_with("bbr") { bbr_path.sender().inode() } else { path.sender().inode() };
+    let closed: Vec<(u64, u16)> = ports.iter().map(|(name, port)| (netns_of(name), *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let late = late_share(&[&path, &bbr_path]);
@@ -349,7 +351,7 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     let t0 = monotonic_ns();
     bulk.wait()?;
     windowed.wait()?;
-    std::thread::sleep(Duration::from_secs(1));
+    wait_all_closed(&tracer, &[(path.sender().inode(), bulk_port), (path.sender().inode(), windowed_port)])?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let netns = path.sender().inode();
@@ -428,6 +430,15 @@ fn bottleneck(rate_bps: u64, bdp_share: f64) -> Result<EmulatedPath> {
     EmulatedPath::create(spec)
 }
 
+/// Wait until the tracer has said each flow (netns, local port) closed: its last judgments are
+/// in, and stopping the tracer now loses none of them.
+fn wait_all_closed(tracer: &Tracer, flows: &[(u64, u16)]) -> Result<()> {
+    for &(netns, port) in flows {
+        tracer.wait_closed(netns, port, Duration::from_secs(15))?;
+    }
+    Ok(())
+}
+
 /// One bulk flow of a scenario and what cctrace said about it.
 struct Judged {
     label: String,
@@ -489,7 +500,8 @@ fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64)
         let port = s.local_port();
         done.push((i, cc, port, s.wait()?));
     }
-    std::thread::sleep(Duration::from_secs(1));
+    let closed: Vec<(u64, u16)> = done.iter().map(|(i, _, port, _)| (paths[*i].1.sender().inode(), *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     if let Ok(dir) = std::env::var("CCT_DUMP") {
@@ -610,7 +622,8 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
             runs.push((name, loss, path.sender().inode(), port, report.goodput_bps));
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
+    let closed: Vec<(u64, u16)> = runs.iter().map(|(_, _, netns, port, _)| (*netns, *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     for (name, loss, netns, port, goodput_bps) in runs {

@@ -494,7 +494,15 @@ fn idle_flows_that_exist_at_start_are_listed_at_once() -> Result<()> {
         Ok(())
     })?;
     let client_port = client_rx.recv_timeout(Duration::from_secs(5)).context("client did not connect")?;
-    std::thread::sleep(Duration::from_millis(300));
+    // Idle means its hello is acknowledged: ss shows no unacked segment on the socket.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ss_in(lab.sender().name())?
+        .iter()
+        .any(|s| s.local_port() == Some(client_port) && s.fields.contains_key("unacked"))
+    {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the client's hello was not acknowledged in 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let tracer = Tracer::start(&["--interval", "200"])?;
     let netns = lab.sender().inode();

@@ -203,12 +203,16 @@ fn demo_in_tmux_f_switches_the_flagged_flow_live_shows_before_after_and_u_undoes
     assert_eq!(cc, "cubic", "the demo's bulk flow starts on cubic");
 
     // f: the panel lists what will happen; nothing changes before Enter.
+    let asked = Instant::now();
     tmux.keys(&["f"])?;
     let panel = tmux.wait_for("the confirmation panel", Duration::from_secs(10), |s| s.contains("confirm"))?;
+    let reaction = asked.elapsed();
     let text = flowing(&panel);
     assert!(text.contains(&format!(":{port} -> :5201")), "the panel names the flow's connection: {panel}");
     assert!(text.contains("[x] switch the"), "switching now is ticked for a flagged flow: {panel}");
-    std::thread::sleep(Duration::from_millis(500));
+    // A switch started by `f` alone would be under way by now: give it twice the time the UI took
+    // to show the panel (at least a frame's 200 ms), then look.
+    std::thread::sleep((reaction * 2).max(Duration::from_millis(200)));
     assert_eq!(cc_of(&local)?.map(|(_, cc)| cc).as_deref(), Some("cubic"), "nothing changed before Enter");
     tmux.keys(&["Enter"])?;
     wait_cc(&local, "bbr", Duration::from_secs(5))?;

@@ -53,7 +53,8 @@ fn iperf3_udp_is_plain_udp_owned_by_iperf3_with_the_kernels_counts() -> Result<(
     let recording = std::env::temp_dir().join(format!("cct-udp-{}.cctrace", std::process::id()));
     let _ = std::fs::remove_file(&recording);
     let tracer = Tracer::start(&["--record", &recording.display().to_string()])?;
-    std::thread::sleep(Duration::from_millis(500));
+    // The client connects to the server's control port first: it must be listening.
+    path.receiver().wait_listening(5301, Duration::from_secs(10))?;
     let mut client = path
         .sender()
         .command("iperf3")
@@ -151,6 +152,8 @@ fn a_burst_of_dns_sized_datagrams_makes_no_heavy_record() -> Result<()> {
         Ok(())
     })?;
     burst.join().map_err(|_| anyhow::anyhow!("burst thread panicked"))?.context("sending the burst")?;
+    // Nothing shows a socket that is not heavy, so there is no event to wait for: this is a
+    // window, three of the UDP reader's one-second readings, in which a wrong one would show.
     std::thread::sleep(Duration::from_secs(3));
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
@@ -217,7 +220,10 @@ fn a_quic_transfer_is_quic_owned_by_its_server_with_userspace_advice() -> Result
     let _ = std::fs::remove_file(&cert);
     assert!(out.status.success(), "client: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), BYTES.to_string(), "the whole file arrived");
-    std::thread::sleep(Duration::from_millis(1500));
+    // The tracer reads heavy sockets once a second: wait for a reading with the whole file sent.
+    tracer.wait_for("the server's reading after the whole file", Duration::from_secs(10), |lines| {
+        udp_records(lines, netns).iter().any(|v| judged(v) && v["tx_bytes"].as_u64() >= Some(BYTES))
+    })?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
 
