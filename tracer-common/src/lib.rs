@@ -11,7 +11,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 4;
+pub const WIRE_VERSION: u16 = 5;
 
 /// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
@@ -266,9 +266,15 @@ pub struct FlowSample {
     pub total_rto_recoveries: u32,
     /// Cuts the kernel undid on leaving Recovery or Loss (see [`FlowState::undo_events`]).
     pub undo_events: u32,
+    /// `tcp_sock.rack.rtt_us`: the RTT of the most recently sent segment the peer acknowledged
+    /// (RACK's reference), µs; 0 where the kernel lacks the field. Unlike srtt, which moves an
+    /// eighth per ACK, it is the path's RTT at that instant: at the loss that ends slow start it
+    /// holds the full queue of a drop-tail bottleneck and next to none behind a policer.
+    pub rack_rtt_us: u32,
+    pub _pad_end: [u8; 4],
 }
 
-pub const FLOW_SAMPLE_SIZE: usize = 304;
+pub const FLOW_SAMPLE_SIZE: usize = 312;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
@@ -368,9 +374,11 @@ pub struct Offsets {
     pub total_rto: u32,
     pub total_rto_recoveries: u32,
     pub undo_marker: u32,
+    /// `tcp_sock.rack.rtt_us` ([`FlowSample::rack_rtt_us`]).
+    pub rack_rtt_us: u32,
 }
 
-pub const OFFSETS_SIZE: usize = 256;
+pub const OFFSETS_SIZE: usize = 260;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -438,6 +446,7 @@ impl Offsets {
             total_rto: ABSENT,
             total_rto_recoveries: ABSENT,
             undo_marker: ABSENT,
+            rack_rtt_us: ABSENT,
         }
     }
 }

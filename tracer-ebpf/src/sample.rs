@@ -108,6 +108,8 @@ pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now:
         s.total_rto = sk.get_u16_or_absent(global!(OFFSETS.total_rto));
         s.total_rto_recoveries = sk.get_u16_or_absent(global!(OFFSETS.total_rto_recoveries));
         s.undo_events = u32::from(state.undo_events);
+        let rack_rtt = global!(OFFSETS.rack_rtt_us);
+        s.rack_rtt_us = if rack_rtt == ABSENT { 0 } else { sk.get(rack_rtt) };
         // The route is read for the samples that come once an interval (and the start-up
         // listing's): four more reads on every state change would be most of a state hook's
         // cost, and the flow keeps the route its last sample had.

@@ -196,6 +196,14 @@ pub struct Sample {
     /// cctrace read them).
     #[serde(default)]
     pub signals: LossSignals,
+    /// RACK's RTT of the latest acknowledged segment, µs (0: unknown, as in recordings made
+    /// before cctrace read it). See [`tracer_common::FlowSample::rack_rtt_us`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rack_rtt_us: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -389,6 +397,7 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         sndbuf_limited_us,
         route: Route::from_raw(raw.route_ifindex, raw.route_dev_mtu, raw.route_pmtu, raw.route_dev),
         signals: LossSignals::from_raw(raw),
+        rack_rtt_us: raw.rack_rtt_us,
     })
 }
 
@@ -451,6 +460,8 @@ pub fn raw_sample_template() -> FlowSample {
         total_rto: 0,
         total_rto_recoveries: 0,
         undo_events: 0,
+        rack_rtt_us: 0,
+        _pad_end: [0; 4],
     }
 }
 

@@ -265,6 +265,7 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         (&mut o.total_rto, want("tcp_sock", "total_rto", 2, false)),
         (&mut o.total_rto_recoveries, want("tcp_sock", "total_rto_recoveries", 2, false)),
         (&mut o.undo_marker, want("tcp_sock", "undo_marker", 4, false)),
+        (&mut o.rack_rtt_us, want("tcp_sock", "rack.rtt_us", 4, false)),
     ];
     for (dst, w) in plain {
         match btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w)) {

@@ -92,6 +92,19 @@ fn taken_back(e: &LossEpisode, end: Mark) -> bool {
     undone > 0 || (retrans > 0 && dsack >= retrans)
 }
 
+/// The queue at a loss as the policer reading judges it: at the loss that ends slow start,
+/// RACK's RTT where the kernel gave it, else srtt's. srtt, which moves an eighth per ACK, lags
+/// the queue slow start builds in its last round trips and sits on the threshold either way:
+/// on a quarter-BDP drop-tail queue at 30 ms it showed 5.0 ms where the threshold is 5.03 (a
+/// bottleneck read as a capped start), behind a tight-bucket policer 3.5 ms. RACK's RTT,
+/// the latest acknowledged segment's, separates them: 7.0-7.5 ms (19.5-20 ms at 80 ms) on the
+/// bottleneck, the full queue it drops at, and 0.05-0.15 ms behind the policer, which queues
+/// nothing (bpftrace on `tcp_sock.rack.rtt_us` at the first Recovery, 2026-12-06).
+fn start_queue(e: &LossEpisode, min_rtt: u32) -> f64 {
+    let rtt = if e.slow_start && e.rack_rtt_at_us > 0 { e.rack_rtt_at_us } else { e.srtt_at_us };
+    f64::from(rtt.saturating_sub(min_rtt.min(e.min_rtt_us)))
+}
+
 /// The flow's loss episodes within the loss horizon, split by the queue at each loss.
 pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> LossView {
     let s = &flow.latest;
@@ -112,7 +125,7 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     let queue = |e: &LossEpisode| f64::from(e.srtt_at_us.saturating_sub(min_rtt.min(e.min_rtt_us)));
     let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
     // A policer is read from the genuine losses only: what the kernel took back was not dropped.
-    let losses = EpisodeLoss::of_all(&genuine, s.bytes_retrans, s.mss, |e| queue(e) > threshold_us);
+    let losses = EpisodeLoss::of_all(&genuine, s.bytes_retrans, s.mss, |e| start_queue(e, min_rtt) > threshold_us);
     let policed = if loss_based { policing(&losses, best_clean_bps, cfg) } else { None };
     // Rate-based senders leave ssthresh alone: "slow start" means nothing for them.
     let (overshoots, judged): (Vec<_>, Vec<_>) = genuine.into_iter().partition(|e| loss_based && e.slow_start);

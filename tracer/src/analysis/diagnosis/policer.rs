@@ -492,4 +492,38 @@ mod tests {
         assert!(v.text.contains("policed at about 15 Mbit/s or more"), "{}", v.text);
         assert!(v.text.contains("no more than the policer passes"), "{}", v.text);
     }
+
+    /// The tight-bucket feed with srtt at slow start's loss `srtt_queue_us` above the path's
+    /// RTT and RACK's RTT `rack_queue_us` above it (`None`: a kernel or recording without it).
+    fn start_seen_by_rack(
+        srtt_queue_us: u32,
+        rack_queue_us: Option<u32>,
+    ) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+        let feed = cubic_feed(6, 27, 8.0, 5, 1, |t| 9.0 + (t % 7) as f64);
+        move |tick| {
+            let mut samples = feed(tick);
+            for s in samples.iter_mut().filter(|_| tick == 5) {
+                s.srtt_us = s.min_rtt_us + srtt_queue_us;
+                s.rack_rtt_us = rack_queue_us.map_or(0, |q| s.min_rtt_us + q);
+            }
+            samples
+        }
+    }
+
+    #[test]
+    fn slow_starts_loss_is_judged_by_racks_rtt_where_srtt_sits_on_the_threshold() {
+        use crate::analysis::diagnosis::test_feed::run_feed;
+        let sign = |srtt_q, rack_q| {
+            let (d, _) = run_feed(20, start_seen_by_rack(srtt_q, rack_q));
+            let v = d.verdict(1).expect("verdict");
+            v.evidence.as_ref().and_then(|e| e.policer.as_ref()).map(|p| p.sign)
+        };
+        // The measured pair at 30 ms: srtt 5.0 ms over for both; RACK 7.3 ms on a drop-tail
+        // queue (no policer), 0.1 ms behind the tight bucket (capped start).
+        assert_eq!(sign(5_000, Some(7_300)), None);
+        assert_eq!(sign(5_000, Some(100)), Some(PolicerSign::CappedStart));
+        // Without RACK's RTT srtt decides, as before.
+        assert_eq!(sign(1_000, None), Some(PolicerSign::CappedStart));
+        assert_eq!(sign(7_300, None), None);
+    }
 }

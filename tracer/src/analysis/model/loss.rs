@@ -56,6 +56,9 @@ pub struct LossEpisode {
     pub srtt_at_us: u32,
     /// Median srtt of the periodic samples in the half second before (0: none).
     pub srtt_before_us: u32,
+    /// RACK's RTT when the loss was detected (`rack.rtt_us`; 0: unknown): the RTT of the
+    /// latest segment acknowledged, without srtt's lag.
+    pub rack_rtt_at_us: u32,
     pub min_rtt_us: u32,
     /// Largest cwnd in the half second before the cut, and at detection.
     pub cwnd_before: u32,
@@ -161,6 +164,7 @@ impl LossTracker {
             ts_ns: s.ts_ns,
             srtt_at_us: s.srtt_us,
             srtt_before_us: srtts.get(srtts.len() / 2).copied().unwrap_or(0),
+            rack_rtt_at_us: s.rack_rtt_us,
             min_rtt_us: s.min_rtt_us,
             cwnd_before,
             delivery_before_bps,

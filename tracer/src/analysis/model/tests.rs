@@ -54,6 +54,7 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         sndbuf_limited_us: 0,
         route: None,
         signals: Default::default(),
+        rack_rtt_us: 0,
     }
 }
 
