@@ -49,6 +49,33 @@ pub fn pct(ratio: f64) -> impl Display {
     })
 }
 
+/// A plain number to three significant digits with an SI prefix after `sep`: `12.7 M`,
+/// `153 M`, `1.25 G`, `870`, `2.50` (chart axes, `sep` " "), or `50.0M`, `850k` (table cells
+/// whose title names the unit, `sep` ""). The prefix steps up at 999.5, so rounding never
+/// writes `1000`; a whole number below a thousand keeps no decimals. Finite values only: what
+/// stands for infinity differs by where the number is shown.
+pub fn si(v: f64, sep: &'static str) -> impl Display {
+    std::fmt::from_fn(move |f| {
+        const PREFIX: [&str; 5] = ["", "k", "M", "G", "T"];
+        let mut x = v;
+        let mut unit = 0;
+        while x.abs() >= 999.5 && unit + 1 < PREFIX.len() {
+            x /= 1000.0;
+            unit += 1;
+        }
+        let digits = match x.abs() {
+            _ if unit == 0 && x.fract() == 0.0 => 0,
+            a if a < 9.995 => 2,
+            a if a < 99.95 => 1,
+            _ => 0,
+        };
+        match unit {
+            0 => write!(f, "{x:.digits$}"),
+            _ => write!(f, "{x:.digits$}{sep}{}", PREFIX[unit]),
+        }
+    })
+}
+
 /// A size in binary multiples: `812 B`, `3.4 KiB`, `1.4 MiB`, `2.0 GiB`, `1.1 TiB`.
 pub fn bytes(b: u64) -> impl Display {
     std::fmt::from_fn(move |f| {
@@ -70,6 +97,18 @@ pub fn bytes(b: u64) -> impl Display {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn si_prefixes() {
+        assert_eq!(si(12_700_000.0, " ").to_string(), "12.7 M");
+        assert_eq!(si(153_000_000.0, " ").to_string(), "153 M");
+        assert_eq!(si(-4_049_000.0, " ").to_string(), "-4.05 M");
+        assert_eq!(si(999_700.0, "").to_string(), "1.00M");
+        assert_eq!(si(999.6, "").to_string(), "1.00k");
+        assert_eq!(si(870.0, " ").to_string(), "870");
+        assert_eq!(si(2.5, " ").to_string(), "2.50");
+        assert_eq!(si(0.0, "").to_string(), "0");
+    }
 
     #[test]
     fn rates() {

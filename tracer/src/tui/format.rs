@@ -24,24 +24,7 @@ pub(super) fn rate_compact(bps: f64) -> String {
     if !bps.is_finite() {
         return "∞".into();
     }
-    let mut v = bps.max(0.0);
-    let mut unit = 0;
-    const PREFIX: [&str; 5] = ["", "k", "M", "G", "T"];
-    // Step up at 999.5 so rounding never prints "1000".
-    while v >= 999.5 && unit + 1 < PREFIX.len() {
-        v /= 1000.0;
-        unit += 1;
-    }
-    let p = PREFIX[unit];
-    if unit == 0 {
-        format!("{v:.0}")
-    } else if v < 9.995 {
-        format!("{v:.2}{p}")
-    } else if v < 99.95 {
-        format!("{v:.1}{p}")
-    } else {
-        format!("{v:.0}{p}")
-    }
+    units::si(bps.max(0.0), "").to_string()
 }
 
 /// Microseconds as milliseconds with one decimal, no unit (the column header carries it).

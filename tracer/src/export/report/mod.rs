@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, PolicerSign, Verdict};
-use crate::analysis::units::{bytes, pct, rate};
+use crate::analysis::units::{self, bytes, pct, rate};
 use crate::export::flow_log;
 use crate::export::flows::{FlowLog, FlowTrack, Session};
 use crate::recording::entry::Entry;
@@ -32,27 +32,13 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// `1.25 G`, `340 M`, `12.5 k`, `870`: three significant digits for chart axes; figures in
-/// sentences and tables are written by [`crate::analysis::units`].
+/// A chart axis's figure: [`units::si`] with a space (`1.25 G`, `340 M`, `870`), `-` where
+/// there is none.
 pub fn si(v: f64) -> String {
     if !v.is_finite() {
         return "-".into();
     }
-    let (d, unit) = match v.abs() {
-        a if a >= 1e9 => (1e9, " G"),
-        a if a >= 1e6 => (1e6, " M"),
-        a if a >= 1e3 => (1e3, " k"),
-        _ => (1.0, ""),
-    };
-    let x = v / d;
-    let digits = if x.abs() >= 100.0 || d == 1.0 && x.fract() == 0.0 {
-        0
-    } else if x.abs() >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{x:.digits$}{unit}")
+    units::si(v, " ").to_string()
 }
 
 /// `2023-11-14 22:13:20 UTC` from unix seconds (proleptic Gregorian, no time zone database).
