@@ -219,3 +219,19 @@ fn a_loopback_hop_to_a_process_with_heavy_udp_is_relayed_by_it() {
     });
     assert!(find_relays(&only_service, &udp, 1e6).is_empty());
 }
+
+#[test]
+fn an_unconnected_sockets_peer_stands_through_readings_that_name_none() {
+    let mut t = UdpTable::default();
+    let mut s = UdpSample::fixture(5, 1_000_000_000, 0);
+    t.ingest(&s);
+    // The latest call was a receive on an unconnected socket: no peer in the reading.
+    s.ts_ns += 1_000_000_000;
+    s.remote = "0.0.0.0:0".parse().expect("addr");
+    t.ingest(&s);
+    assert_eq!(t.get(5).map(|f| f.latest.remote), "198.18.0.2:41641".parse().ok());
+    s.ts_ns += 1_000_000_000;
+    s.remote = "198.18.0.3:51820".parse().expect("addr");
+    t.ingest(&s);
+    assert_eq!(t.get(5).map(|f| f.latest.remote), "198.18.0.3:51820".parse().ok());
+}
