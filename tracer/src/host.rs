@@ -7,6 +7,9 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 
+mod netlink;
+pub mod tunnels;
+
 /// Inode of the network namespace a `/proc/.../ns/net` link points to.
 pub fn netns_inode(path: &str) -> Option<u32> {
     // readlink gives "net:[4026531840]".
@@ -118,6 +121,7 @@ pub fn environment() -> Environment {
         netns_names: named_netns(),
         netns_cc: netns_default_cc(&paths),
         cgroups,
+        tunnels: tunnels::tunnel_facts(&paths),
     }
 }
 

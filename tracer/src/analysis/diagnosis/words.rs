@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::{is_loss_based, ResponseModel};
-use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, PolicerEvidence};
+use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, PolicerEvidence, Verdict};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
+use crate::analysis::tunnel::place::{tunnel_note, Tunnel};
 use crate::analysis::udp::RelayedBy;
 use crate::analysis::units::{pct, rate, rate_about};
 
@@ -140,6 +141,29 @@ pub(super) fn note_relay(text: &mut String, old: Option<&RelayedBy>, new: &Relay
         }
     }
     *text = format!("{} {}", new.note(), text);
+}
+
+/// End `v`'s text with the note of `tunnel` (none: no note), in place of the note it ends with
+/// (a closed or resting flow keeps its verdict, and with it an older note).
+pub(super) fn note_tunnel(v: &mut Verdict, tunnel: Option<&Tunnel>) {
+    let mss = v.evidence.as_ref().map_or(0, |e| e.mss);
+    // The same tunnel with new rates: the words stay.
+    if let (Some(old), Some(new)) = (&v.tunnel, tunnel) {
+        if old.same_place(new) {
+            v.tunnel = Some(new.clone());
+            return;
+        }
+    }
+    if let Some(old) = v.tunnel.take() {
+        let note = tunnel_note(&old, v.flagged, mss);
+        if v.text.ends_with(&note) {
+            v.text.truncate(v.text.len() - note.len());
+        }
+    }
+    if let Some(t) = tunnel {
+        v.text.push_str(&tunnel_note(t, v.flagged, mss));
+        v.tunnel = Some(t.clone());
+    }
 }
 
 fn flow_name(flow: &Flow) -> String {
