@@ -115,24 +115,44 @@ impl Anonymizer {
     /// `--tun=userspace-networking`, which name software, not the user's data. Routes keep
     /// their device names, which say what kind of path a flow takes.
     fn sockets(&mut self, r: &mut crate::analysis::udp::SocketReadings) {
-        const KEPT: [&str; 3] = ["tailscaled", "--tun=userspace-networking", "-tun=userspace-networking"];
-        let keep_or_rename = |this: &mut Self, s: &str| {
-            if KEPT.contains(&s.rsplit('/').next().unwrap_or(s)) {
-                s.rsplit('/').next().unwrap_or(s).to_string()
-            } else {
-                this.name("proc", s)
-            }
-        };
         for u in &mut r.udp {
             u.local = self.addr(u.local);
             u.remote = self.addr(u.remote);
             if let Some(o) = u.owner.as_mut() {
-                o.comm = keep_or_rename(self, &o.comm);
-                o.cmdline = o.cmdline.iter().map(|a| keep_or_rename(self, a)).collect();
+                o.comm = self.process_word(&o.comm);
+                o.cmdline = o.cmdline.iter().map(|a| self.process_word(a)).collect();
                 for (local, remote) in &mut o.tcp {
                     (*local, *remote) = (self.addr(*local), self.addr(*remote));
                 }
             }
+        }
+    }
+
+    /// A process name or argument: renamed, but for what a verdict rests on (tailscaled and its
+    /// `--tun=userspace-networking`, which name software, not the user's data).
+    fn process_word(&mut self, s: &str) -> String {
+        const KEPT: [&str; 3] = ["tailscaled", "--tun=userspace-networking", "-tun=userspace-networking"];
+        let base = s.rsplit('/').next().unwrap_or(s);
+        if KEPT.contains(&base) {
+            base.to_string()
+        } else {
+            self.name("proc", s)
+        }
+    }
+
+    /// Tunnel facts lose their holders' names and every address; devices keep their names, as
+    /// routes do.
+    fn tunnels(&mut self, t: &mut crate::analysis::tunnel::TunnelFacts) {
+        for h in t.devices.iter_mut().flat_map(|d| d.holders.iter_mut()) {
+            h.comm = self.process_word(&h.comm);
+        }
+        for r in &mut t.routing {
+            r.addrs = r.addrs.iter().map(|a| self.ip(*a)).collect();
+        }
+        for r in &mut t.routes {
+            (r.local, r.remote) = (self.addr(r.local), self.addr(r.remote));
+            r.via.addr = self.ip(r.via.addr);
+            r.via.name = r.via.name.as_ref().map(|n| self.name("netns", n));
         }
     }
 
@@ -218,6 +238,7 @@ impl Anonymizer {
         let mut names: Vec<(u32, String)> = env.netns_names.drain().collect();
         names.sort_unstable();
         env.netns_names = names.into_iter().map(|(k, v)| (k, self.name("netns", &v))).collect();
+        self.tunnels(&mut env.tunnels);
     }
 
     /// A filter term as `Header::filters` has it (`container=NAME`, `cgroup=PATH`, `netns=NAME`).
