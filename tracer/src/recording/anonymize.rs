@@ -349,6 +349,49 @@ mod tests {
     }
 
     #[test]
+    fn tunnel_facts_lose_their_holders_and_addresses_and_keep_their_devices() {
+        use crate::analysis::tunnel::{Forwarded, NetnsRouting, TunDevice, TunHolder, TunnelRoute};
+        let mut env = Environment::default();
+        env.netns_names.insert(9, "router".into());
+        let holder = TunHolder { pid: 812, comm: "wireguard-go".into() };
+        env.tunnels.devices.push(TunDevice {
+            netns: 9,
+            ifindex: 7,
+            name: "wg0".into(),
+            mtu: 1420,
+            holders: vec![holder],
+        });
+        env.tunnels.routing.push(NetnsRouting {
+            netns: 9,
+            addrs: vec!["198.18.9.1".parse().expect("ip")],
+            forwarding: true,
+        });
+        env.tunnels.routes.push(TunnelRoute {
+            netns: 5,
+            local: "198.18.9.2:80".parse().expect("addr"),
+            remote: "198.18.9.1:40000".parse().expect("addr"),
+            tun_netns: 9,
+            tun_ifindex: 7,
+            via: Forwarded {
+                netns: 9,
+                name: Some("router".into()),
+                addr: "198.18.9.1".parse().expect("ip"),
+                masquerade: true,
+            },
+        });
+        let mut a = Anonymizer::default();
+        a.env(&mut env);
+        let json = serde_json::to_string(&env).expect("json");
+        for original in ["wireguard-go", "198.18.9", "router"] {
+            assert!(!json.contains(original), "{original} left in {json}");
+        }
+        let t = &env.tunnels;
+        assert_eq!((t.devices[0].name.as_str(), t.devices[0].holders[0].pid), ("wg0", 812), "devices and pids stay");
+        assert_eq!(t.routing[0].addrs[0], t.routes[0].via.addr, "one pseudonym per address");
+        assert_eq!(t.routes[0].via.name, env.netns_names.get(&9).cloned(), "the namespace's pseudonym");
+    }
+
+    #[test]
     fn cgroup_paths_keep_their_shape() {
         let mut a = Anonymizer::default();
         let id = "4c1f0e9a7b2d83c5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9";

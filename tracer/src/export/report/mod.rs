@@ -549,6 +549,61 @@ mod tests {
     }
 
     #[test]
+    fn a_flow_through_a_tunnel_names_it_above_its_verdict() {
+        use crate::analysis::route::{DeviceName, Route};
+        use crate::analysis::tunnel::{TunDevice, TunHolder};
+        use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
+        let netns = fixture::entries()
+            .iter()
+            .find_map(|e| match e {
+                Entry::Samples { samples } => samples.iter().find(|s| s.cookie == fixture::CUBIC).map(|s| s.netns),
+                _ => None,
+            })
+            .expect("the CUBIC flow");
+        let engine =
+            Process { pid: 812, comm: "wireguard-go".into(), cmdline: Vec::new(), tun_open: true, tcp: Vec::new() };
+        let wg = Head { bytes: [4, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
+        let mut entries = Vec::new();
+        for mut e in fixture::entries() {
+            match &mut e {
+                Entry::Host { env } => env.tunnels.devices.push(TunDevice {
+                    netns,
+                    ifindex: 7,
+                    name: "wg0".into(),
+                    mtu: 1420,
+                    holders: vec![TunHolder { pid: 812, comm: "wireguard-go".into() }],
+                }),
+                Entry::Samples { samples } => {
+                    for s in samples.iter_mut().filter(|s| s.cookie == fixture::CUBIC) {
+                        s.route = Some(Route { dev: DeviceName::new("wg0"), ifindex: 7, dev_mtu: 1420, pmtu: 1420 });
+                    }
+                }
+                Entry::Tick { now_ns, .. } => {
+                    let reading = UdpSample {
+                        netns,
+                        first_tx: wg,
+                        last_tx: wg,
+                        owner: Some(engine.clone()),
+                        ..UdpSample::fixture(4242, *now_ns, *now_ns / 100)
+                    };
+                    entries.push(Entry::Sockets { readings: SocketReadings { udp: vec![reading] } });
+                }
+                _ => {}
+            }
+            entries.push(e);
+        }
+        let html = render(entries, DiagnosisConfig::default());
+        assert!(
+            html.contains("<p class=\"tunnel\">tunnel wg0 (MTU 1420) of wireguard-go (pid 812), over UDP"),
+            "{html}"
+        );
+        assert!(
+            html.contains("the losses are in the tunnel&#39;s underlay, outside this host"),
+            "the verdict says where"
+        );
+    }
+
+    #[test]
     fn hostile_names_are_escaped() {
         let html = render(fixture::entries(), DiagnosisConfig::default());
         for hostile in [fixture::EVIL_CONTAINER, fixture::EVIL_COMM, fixture::HOST, fixture::EVIL_NETNS] {

@@ -43,18 +43,22 @@ fn udp_lines(state: &AppState, width: usize) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for row in &state.udp_rows {
         // What to do first, the endpoints last: a narrow terminal cuts the least useful part.
+        let says = if row.userspace_vpn {
+            "its own TCP stack crosses the path: give it a TUN device".to_string()
+        } else if row.carried > 0 {
+            let s = if row.carried == 1 { "" } else { "s" };
+            let verb = if row.carried == 1 { "decides" } else { "decide" };
+            format!("a tunnel: the {} TCP flow{s} it carries {verb}, and their fix applies", row.carried)
+        } else {
+            "its own congestion control decides".to_string()
+        };
         let mut text = format!(
-            "{:<9} {} ({}) out {} in {}: {} · {} → {}",
+            "{:<9} {} ({}) out {} in {}: {says} · {} → {}",
             row.carries,
             row.owner,
             row.origin.name,
             format::rate(row.tx_bps),
             format::rate(row.rx_bps),
-            if row.userspace_vpn {
-                "its own TCP stack crosses the path: give it a TUN device"
-            } else {
-                "its own congestion control decides"
-            },
             row.local,
             row.remote,
         );
