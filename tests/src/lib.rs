@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 pub mod runtimes;
+pub mod services;
 
 /// Tests that load eBPF programs or build labs run one at a time: they count programs with
 /// bpftool and measure timing-sensitive things on a 2-core machine.
@@ -217,6 +218,25 @@ pub fn demo_wan(loss: f64) -> Result<cctrace_lab::EmulatedPath> {
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
     EmulatedPath::create(spec)
+}
+
+/// The tunnel labs' underlay bottleneck: what wireguard-go carries on a 2-core machine with
+/// room to spare (at this rate each end took about a quarter of a core, measured).
+pub const TUNNEL_WAN_RATE_BPS: f64 = 40e6;
+/// Random loss on the underlay's data direction.
+pub const TUNNEL_WAN_LOSS: f64 = 0.02;
+
+/// wireguard-go on both ends of a 30 ms path with `loss` on the data direction (the underlay:
+/// the tunnel's UDP, never the TCP inside it) and a [`TUNNEL_WAN_RATE_BPS`] bottleneck with a
+/// quarter-BDP queue; `lans` behind the server end.
+pub fn tunnel_wan(loss: f64, lans: Vec<cctrace_lab::LanSpec>) -> Result<cctrace_lab::WireGuardLab> {
+    use cctrace_lab::{EmulatedPathSpec, PathSpec, WireGuardLab, WireGuardSpec};
+    let rate = TUNNEL_WAN_RATE_BPS as u64;
+    let queue = (rate / 8 * 30 / 1000 / 4) as usize;
+    let mut underlay =
+        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
+    underlay.reverse = PathSpec::delay(Duration::from_millis(15));
+    WireGuardLab::create(WireGuardSpec { underlay, lans })
 }
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.

@@ -1,0 +1,275 @@
+//! Through a real WireGuard tunnel: wireguard-go (the engine Tailscale is built on) on both ends
+//! of the lab's lossy path, the loss on its UDP underlay only, configured with `wg`. Real
+//! senders the project did not write serve real clients through it, side by side on one lab:
+//! sshd (a configuration of the test's own) a bulk pull to `ssh`, nginx a large file to `curl`,
+//! and nginx in two LAN namespaces behind the tunnel's end, which routes them (a subnet router,
+//! with and without masquerading, as nft does it). Each flow is flagged, names its tunnel, its
+//! process and its underlay; wireguard-go's own UDP flow lists what it carries and is not
+//! blamed; `cctrace fix --live` speeds the running SSH transfer up by the factor the truth
+//! through the same tunnel shows; and nothing is left behind.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use cctrace_lab::{list_namespaces, LanSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, WireGuardLab};
+use cctrace_tests::services::{alive, at, Nginx, Pull, Sshd};
+use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial, tunnel_wan, Tracer, TUNNEL_WAN_LOSS};
+use serde_json::Value;
+
+const CC: &str = "net.ipv4.tcp_congestion_control";
+const SSH_PORT: u16 = 2222;
+const HTTP_PORT: u16 = 8080;
+/// A sender through the tunnel must be flagged within this long of its start.
+const FLAG_WITHIN: Duration = Duration::from_secs(15);
+/// How long each goodput is measured over.
+const WINDOW: Duration = Duration::from_secs(5);
+
+/// Goodput through the tunnel without a tracer, per socket algorithm: the truth the fix is
+/// measured against.
+fn truth(lab: &WireGuardLab, cc: &str) -> Result<f64> {
+    let sink = Sink::start(lab.client(), lab.client_inner_addr(), 5201, SinkOptions::default())?;
+    let sender = Sender::start(
+        lab.server(),
+        lab.client_inner_addr(),
+        5201,
+        SenderOptions::new(cc, SendMode::Bulk, WINDOW + Duration::from_secs(1)),
+    )?;
+    let report = sender.wait()?;
+    drop(sink);
+    anyhow::ensure!(report.congestion == cc, "the socket ran {}", report.congestion);
+    Ok(report.goodput_bps)
+}
+
+/// One sender through the tunnel: where it runs, its client's pull, and when that started.
+struct Served {
+    what: &'static str,
+    netns: u64,
+    /// The forwarding router's LAN address and whether it masquerades, for a LAN's sender.
+    via: Option<(String, bool)>,
+    ns_name: String,
+    pull: Pull,
+    started: Instant,
+}
+
+/// The latest flow record of the sender's socket (its server port in its namespace).
+fn record_of(lines: &[Value], s: &Served, port: u16) -> Option<Value> {
+    lines
+        .iter()
+        .rev()
+        .find(|v| {
+            v["type"] == "flow" && v["proto"] == "tcp" && v["netns"].as_u64() == Some(s.netns) && v["sport"] == port
+        })
+        .cloned()
+}
+
+fn port_of(s: &Served) -> u16 {
+    if s.what == "sshd" {
+        SSH_PORT
+    } else {
+        HTTP_PORT
+    }
+}
+
+/// The first record that flags the sender with its tunnel named.
+fn flagged_with_tunnel(lines: &[Value], s: &Served) -> Option<Value> {
+    lines
+        .iter()
+        .find(|v| {
+            v["type"] == "flow"
+                && v["netns"].as_u64() == Some(s.netns)
+                && v["sport"] == port_of(s)
+                && v["flagged"] == true
+                && v["tunnel"].is_object()
+        })
+        .cloned()
+}
+
+fn check_tunnel(lab: &WireGuardLab, s: &Served, rec: &Value) {
+    let t = &rec["tunnel"];
+    assert_eq!(rec["owner"]["comm"], s.what.trim_end_matches("-lan"), "{rec}");
+    assert_eq!(t["dev"], lab.server_dev(), "{rec}");
+    assert_eq!(t["mtu"], 1420, "{rec}");
+    assert_eq!(t["netns"].as_u64(), Some(lab.server().inode()), "the tunnel is the server end's: {rec}");
+    assert_eq!(t["process"]["comm"], "wireguard-go", "{rec}");
+    assert_eq!(t["process"]["pid"].as_u64(), Some(u64::from(lab.server_pid())), "{rec}");
+    // wireguard-go binds its socket to the wildcard address.
+    let src = t["udp"]["src"].as_str().unwrap_or_default();
+    assert!(src == "0.0.0.0" || src == lab.server_underlay_addr().to_string(), "{rec}");
+    assert_eq!(t["udp"]["dst"], lab.client_underlay_addr().to_string(), "{rec}");
+    assert_eq!((t["udp"]["sport"].as_u64(), t["udp"]["dport"].as_u64()), (Some(51820), Some(51820)), "{rec}");
+    assert_eq!(t["udp"]["app_proto"], "wireguard", "{rec}");
+    assert!(t["udp"]["tx_bps"].as_u64() > Some(1_000_000), "the underlay carries the flow: {rec}");
+    match &s.via {
+        None => assert!(t["via"].is_null(), "{rec}"),
+        Some((router_addr, masquerade)) => {
+            assert_eq!(t["via"]["netns"].as_u64(), Some(lab.server().inode()), "{rec}");
+            assert_eq!(t["via"]["addr"], router_addr.as_str(), "{rec}");
+            assert_eq!(t["via"]["masquerade"], *masquerade, "{rec}");
+        }
+    }
+    let verdict = rec["verdict"].as_str().unwrap_or_default();
+    assert!(verdict.contains("losses are in the tunnel's underlay, outside this host"), "{verdict}");
+    assert!(verdict.contains("MSS of 1368 B follows the tunnel's MTU (1420 B)"), "{verdict}");
+    assert_eq!(rec["evidence"]["mss"], 1368, "{rec}");
+    // The fix goes to the sender's own namespace, never the router's.
+    let fix: Vec<&str> = rec["fix"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let set = format!("ip netns exec {} sysctl -w {CC}=bbr", s.ns_name);
+    assert!(fix.contains(&set.as_str()), "{fix:?}");
+    if s.via.is_some() {
+        assert!(!fix.iter().any(|l| l.contains(lab.server().name())), "not the router's namespace: {fix:?}");
+    }
+}
+
+/// Removes a file on drop (a state file a failed fix may leave).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn senders_through_wireguard_go_name_their_tunnel_and_the_fix_speeds_them_up_by_the_truths_factor() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    let began = Instant::now();
+    let lab = tunnel_wan(TUNNEL_WAN_LOSS, vec![LanSpec { masquerade: true }, LanSpec { masquerade: false }])?;
+    let home = lab.server();
+    let _no_state = RemoveOnDrop(PathBuf::from(format!("/run/cctrace/fix-netns-{}.json", home.inode())));
+    // The namespaces inherit the host's default (bbr here): give the senders a loss-based one
+    // every namespace may choose.
+    for ns in std::iter::once(home).chain(lab.lans().iter().map(cctrace_lab::Lan::ns)) {
+        ns.sysctl_set(CC, "reno")?;
+    }
+    let (reno, bbr) = (truth(&lab, "reno")?, truth(&lab, "bbr")?);
+    let factor = bbr / reno;
+    println!("truth through the tunnel: reno {:.1} Mbit/s, bbr {:.1} Mbit/s ({factor:.1}x)", reno / 1e6, bbr / 1e6);
+
+    let sshd = Sshd::start(home, at(lab.server_inner_addr(), SSH_PORT))?;
+    let nginx = Nginx::start(home, at(lab.server_inner_addr(), HTTP_PORT))?;
+    let lan_nginx: Vec<Nginx> =
+        lab.lans().iter().map(|l| Nginx::start(l.ns(), at(l.host_addr, HTTP_PORT))).collect::<Result<_>>()?;
+    let recording = std::env::temp_dir().join(format!("cct-tunnel-{}.cctrace", std::process::id()));
+    let _recording_removed = RemoveOnDrop(recording.clone());
+    let tracer = Tracer::start(&["--interval", "1000", "--record", &recording.display().to_string()])?;
+
+    let client = lab.client();
+    let served = |what: &'static str, netns: &cctrace_lab::Netns, via: Option<(String, bool)>, pull: Pull| Served {
+        what,
+        netns: netns.inode(),
+        via,
+        ns_name: netns.name().to_string(),
+        pull,
+        started: Instant::now(),
+    };
+    let mut senders = vec![
+        served("sshd", home, None, sshd.pull(client, 64 << 30)?),
+        served("nginx", home, None, nginx.pull(client)?),
+    ];
+    for (lan, server) in lab.lans().iter().zip(&lan_nginx) {
+        let via = Some((lan.router_addr.to_string(), lan.masquerade));
+        senders.push(served("nginx-lan", lan.ns(), via, server.pull(client)?));
+    }
+
+    // Each flagged, its tunnel named, within FLAG_WITHIN of its start.
+    let mut flagged: HashMap<usize, (Duration, Value)> = HashMap::new();
+    let deadline = Instant::now() + FLAG_WITHIN + Duration::from_secs(10);
+    while flagged.len() < senders.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let lines = tracer.lines();
+        for (i, s) in senders.iter().enumerate() {
+            if let (false, Some(rec)) = (flagged.contains_key(&i), flagged_with_tunnel(&lines, s)) {
+                flagged.insert(i, (s.started.elapsed(), rec));
+            }
+        }
+    }
+    let lines = tracer.lines();
+    for (i, s) in senders.iter_mut().enumerate() {
+        let Some((after, rec)) = flagged.get(&i) else {
+            bail!("{} in {} not flagged with its tunnel: {:?}", s.what, s.ns_name, record_of(&lines, s, port_of(s)));
+        };
+        println!("{} ({}) flagged with its tunnel after {after:.1?}", s.what, s.ns_name);
+        assert!(*after <= FLAG_WITHIN, "{} flagged after {after:?}", s.what);
+        assert!(s.pull.running() && s.pull.received() > 0, "{}'s client is downloading", s.what);
+        check_tunnel(&lab, s, rec);
+    }
+
+    // wireguard-go's own flow: WireGuard, carrying every sender's flow, not blamed.
+    let cookies: Vec<u64> = flagged.values().filter_map(|(_, r)| r["cookie"].as_u64()).collect();
+    tracer.wait_for("wireguard-go's flow carrying every sender", Duration::from_secs(5), |lines| {
+        lines.iter().any(|v| {
+            v["proto"] == "udp"
+                && v["owner"]["pid"].as_u64() == Some(u64::from(lab.server_pid()))
+                && cookies.iter().all(|c| v["carries"].as_array().is_some_and(|a| a.contains(&Value::from(*c))))
+        })
+    })?;
+    let lines = tracer.lines();
+    let wg = lines
+        .iter()
+        .rev()
+        .find(|v| v["proto"] == "udp" && v["owner"]["pid"].as_u64() == Some(u64::from(lab.server_pid())))
+        .context("wireguard-go's UDP flow")?;
+    assert_eq!(wg["app_proto"], "wireguard", "{wg}");
+    assert_eq!(wg["owner"]["comm"], "wireguard-go", "{wg}");
+    assert_eq!(wg["limited_by"], "tunnel", "{wg}");
+    let text = wg["verdict"].as_str().unwrap_or_default();
+    assert!(text.contains("runs no congestion control of its own") && !text.contains("userspace"), "{text}");
+    let advice: Vec<&str> = wg["advice"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(advice.iter().any(|a| a.starts_with("for sshd") && a.contains("=bbr")), "{advice:?}");
+
+    // The SSH transfer alone, before and after the fix.
+    senders.retain(|s| s.what == "sshd");
+    let ssh = &senders[0].pull;
+    std::thread::sleep(Duration::from_secs(1));
+    let before = ssh.rate_over(WINDOW);
+    let (code, out, err) = run_cctrace(&["fix", "--netns", home.name(), "--live", "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("from reno to bbr"), "{out}");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = ssh.rate_over(WINDOW);
+    println!(
+        "ssh through the tunnel: {:.1} Mbit/s before the fix, {:.1} after ({:.1}x; the truth {factor:.1}x)",
+        before / 1e6,
+        after / 1e6,
+        after / before
+    );
+    assert!(after / before >= factor / 2.0, "the fix's {:.1}x against the truth's {factor:.1}x", after / before);
+    assert!(after >= bbr * 0.6, "{:.1} Mbit/s after the fix, BBR's truth {:.1}", after / 1e6, bbr / 1e6);
+    let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", home.name(), "--yes"])?;
+    assert_eq!(code, 0, "{out}{err}");
+
+    drop(senders);
+    let (code, _) = tracer.stop()?;
+    assert_eq!(code, 0);
+    // The recording carries the tunnel facts: its report names the tunnel.
+    let page = recording.with_extension("html");
+    let _page_removed = RemoveOnDrop(page.clone());
+    let out = std::process::Command::new(cctrace_bin()).arg("report").arg(&recording).arg("-o").arg(&page).output()?;
+    assert!(out.status.success(), "cctrace report: {}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&page)?;
+    assert!(
+        html.contains(&format!("tunnel {} (MTU 1420) of wireguard-go", lab.server_dev())),
+        "no tunnel in the report"
+    );
+
+    // Clean exit: no wireguard-go, sshd, nginx, UAPI socket or namespace left.
+    let pids = [lab.server_pid(), lab.client_pid(), sshd.pid(), nginx.pid()];
+    let names: Vec<String> =
+        std::iter::once(home.name()).chain(lab.lans().iter().map(|l| l.ns().name())).map(String::from).collect();
+    let sockets = [lab.server_dev(), lab.client_dev()].map(|d| format!("/var/run/wireguard/{d}.sock"));
+    drop((sshd, nginx, lan_nginx));
+    drop(lab);
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} left running");
+    }
+    for s in sockets {
+        assert!(!std::path::Path::new(&s).exists(), "{s} left behind");
+    }
+    let left = list_namespaces()?;
+    assert!(names.iter().all(|n| !left.contains(n)), "namespaces left: {left:?}");
+    println!("tunnel test took {:.0?}", began.elapsed());
+    Ok(())
+}
