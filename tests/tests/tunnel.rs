@@ -191,7 +191,17 @@ fn senders_through_wireguard_go_name_their_tunnel_and_the_fix_speeds_them_up_by_
         let Some((after, rec)) = flagged.get(&i) else {
             bail!("{} in {} not flagged with its tunnel: {:?}", s.what, s.ns_name, record_of(&lines, s, port_of(s)));
         };
-        println!("{} ({}) flagged with its tunnel after {after:.1?}", s.what, s.ns_name);
+        let first = lines
+            .iter()
+            .find(|v| v["netns"].as_u64() == Some(s.netns) && v["sport"] == port_of(s) && v["flagged"] == true)
+            .and_then(|v| v["ts_ns"].as_u64());
+        let named = rec["ts_ns"].as_u64();
+        println!(
+            "{} ({}) flagged with its tunnel after {after:.1?} (its tunnel named {:.1} s after its first flag)",
+            s.what,
+            s.ns_name,
+            named.zip(first).map_or(f64::NAN, |(n, f)| n.saturating_sub(f) as f64 / 1e9)
+        );
         assert!(*after <= FLAG_WITHIN, "{} flagged after {after:?}", s.what);
         assert!(s.pull.running() && s.pull.received() > 0, "{}'s client is downloading", s.what);
         check_tunnel(&lab, s, rec);
