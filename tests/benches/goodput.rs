@@ -26,13 +26,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cctrace_lab::{
-    DirectionStats, EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SendMode, Sender, SenderOptions, SenderReport,
-    Sink, SinkOptions,
-};
-use cctrace_tests::{tunnel_wan, TUNNEL_WAN_LOSS, TUNNEL_WAN_RATE_BPS};
+use cctrace_lab::{DirectionStats, EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SenderReport};
+use cctrace_tests::{bulk_transfer, tunnel_wan, TUNNEL_WAN_LOSS, TUNNEL_WAN_RATE_BPS};
 
-const PORT: u16 = 5201;
 const RTT_MS: f64 = 30.0;
 const LINE_BPS: u64 = 200_000_000;
 const POLICED_BPS: u64 = 20_000_000;
@@ -133,15 +129,7 @@ fn scenarios(loss: f64, tight_bucket: Option<u64>) -> Vec<Scenario> {
 
 fn bulk(spec: &EmulatedPathSpec, cc: &'static str, secs: u64) -> Result<Run> {
     let path = EmulatedPath::create(spec.clone()).context("building the emulated path")?;
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let sender = Sender::start(
-        path.sender(),
-        path.receiver_addr(),
-        PORT,
-        SenderOptions::new(cc, SendMode::Bulk, Duration::from_secs(secs)),
-    )?;
-    let report = sender.wait()?;
-    anyhow::ensure!(report.congestion == cc, "socket ran {} instead of {cc}", report.congestion);
+    let report = bulk_transfer(path.sender(), path.receiver(), path.receiver_addr(), cc, Duration::from_secs(secs))?;
     let stats = path.stats();
     Ok(Run { cc, report, forward: stats.forward, reverse: stats.reverse })
 }
@@ -166,16 +154,8 @@ fn wireguard(secs: u64) -> Result<()> {
     let mut goodput = Vec::new();
     for cc in ["cubic", "bbr"] {
         let lab = tunnel_wan(TUNNEL_WAN_LOSS, Vec::new()).context("building the tunnel")?;
-        let _sink = Sink::start(lab.client(), lab.client_inner_addr(), PORT, SinkOptions::default())?;
         let cpu = [lab.server_pid(), lab.client_pid()].map(cpu_secs);
-        let sender = Sender::start(
-            lab.server(),
-            lab.client_inner_addr(),
-            PORT,
-            SenderOptions::new(cc, SendMode::Bulk, Duration::from_secs(secs)),
-        )?;
-        let report = sender.wait()?;
-        anyhow::ensure!(report.congestion == cc, "socket ran {} instead of {cc}", report.congestion);
+        let report = bulk_transfer(lab.server(), lab.client(), lab.client_inner_addr(), cc, Duration::from_secs(secs))?;
         let used = [lab.server_pid(), lab.client_pid()].map(cpu_secs);
         let share = |i: usize| 100.0 * (used[i] - cpu[i]) / report.elapsed.as_secs_f64();
         println!(

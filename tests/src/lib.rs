@@ -205,6 +205,16 @@ impl Drop for Tracer {
     }
 }
 
+/// Removes a file on drop: a state file a failed test may have left (a passing test leaves
+/// none), a test's log or recording.
+pub struct RemoveOnDrop(pub PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// The bottleneck rate of [`demo_wan`].
 pub const DEMO_WAN_RATE_BPS: f64 = 200e6;
 
@@ -237,6 +247,25 @@ pub fn tunnel_wan(loss: f64, lans: Vec<cctrace_lab::LanSpec>) -> Result<cctrace_
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     underlay.reverse = PathSpec::delay(Duration::from_millis(15));
     WireGuardLab::create(WireGuardSpec { underlay, lans })
+}
+
+/// A bulk transfer of `duration` from namespace `from` to a sink at `to` in `to_ns`, with
+/// congestion control `cc` set on the socket: the sender's report (the kernel's view at close).
+pub fn bulk_transfer(
+    from: &cctrace_lab::Netns,
+    to_ns: &cctrace_lab::Netns,
+    to: impl Into<std::net::IpAddr>,
+    cc: &str,
+    duration: Duration,
+) -> Result<cctrace_lab::SenderReport> {
+    use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions};
+    const PORT: u16 = 5201;
+    let to = to.into();
+    let _sink = Sink::start(to_ns, to, PORT, SinkOptions::default())?;
+    let sender = Sender::start(from, to, PORT, SenderOptions::new(cc, SendMode::Bulk, duration))?;
+    let report = sender.wait()?;
+    anyhow::ensure!(report.congestion == cc, "the socket ran {} instead of {cc}", report.congestion);
+    Ok(report)
 }
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.

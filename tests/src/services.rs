@@ -64,6 +64,24 @@ impl Drop for Reaped {
     }
 }
 
+/// A server process listening on one address, killed on drop.
+#[derive(Debug)]
+struct Server {
+    process: Reaped,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Start `cmd` (run in `ns`; `what` from Debian's `package`) and wait until it accepts
+    /// connections on `addr`.
+    fn start(ns: &Netns, cmd: Command, addr: SocketAddr, (what, package): (&str, &str)) -> Result<Self> {
+        let child = tied(cmd).spawn().with_context(|| format!("starting {what} (apt-get install {package})"))?;
+        let mut server = Self { process: Reaped(child), addr };
+        wait_listening(ns, addr, &mut server.process.0, what)?;
+        Ok(server)
+    }
+}
+
 /// Wait until something in `ns` accepts TCP connections on `addr`, or `child` exits.
 fn wait_listening(ns: &Netns, addr: SocketAddr, child: &mut Child, what: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -107,8 +125,7 @@ const PRIVSEP_DIR: &str = "/run/sshd";
 /// authorized key of its own.
 #[derive(Debug)]
 pub struct Sshd {
-    process: Reaped,
-    addr: SocketAddr,
+    server: Server,
     made_privsep_dir: bool,
     dir: ScratchDir,
 }
@@ -133,21 +150,27 @@ impl Sshd {
         if made_privsep_dir {
             std::fs::create_dir(PRIVSEP_DIR).with_context(|| format!("creating {PRIVSEP_DIR}"))?;
         }
+        // sshd re-executes itself for each connection: by its absolute path.
         let mut cmd = ns.command("/usr/sbin/sshd");
         cmd.args(["-D", "-f"]).arg(d.join("sshd_config"));
-        let child = tied(cmd).spawn().context("starting sshd (apt-get install openssh-server)")?;
-        let mut sshd = Self { process: Reaped(child), addr, made_privsep_dir, dir };
-        wait_listening(ns, addr, &mut sshd.process.0, "sshd")?;
-        Ok(sshd)
+        let server = Server::start(ns, cmd, addr, ("sshd", "openssh-server"));
+        let server = match server {
+            Ok(server) => server,
+            Err(e) => {
+                remove_privsep_dir(made_privsep_dir);
+                return Err(e);
+            }
+        };
+        Ok(Self { server, made_privsep_dir, dir })
     }
 
     /// sshd's pid (the listener; each connection is served by a child named sshd too).
     pub fn pid(&self) -> u32 {
-        self.process.0.id()
+        self.server.process.0.id()
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr
     }
 
     /// `ssh` from `client` runs `head -c BYTES /dev/zero` here: a bulk pull, its bytes counted
@@ -166,8 +189,8 @@ impl Sshd {
             "-o",
             "LogLevel=ERROR",
             "-p",
-            &self.addr.port().to_string(),
-            &format!("root@{}", self.addr.ip()),
+            &self.addr().port().to_string(),
+            &format!("root@{}", self.addr().ip()),
             &format!("exec head -c {bytes} /dev/zero"),
         ]);
         let mut cmd = tied(cmd);
@@ -179,11 +202,16 @@ impl Sshd {
 impl Drop for Sshd {
     fn drop(&mut self) {
         // The listener first; the connections' children go when their clients do.
-        let _ = self.process.0.kill();
-        let _ = self.process.0.wait();
-        if self.made_privsep_dir {
-            let _ = std::fs::remove_dir(PRIVSEP_DIR);
-        }
+        let _ = self.server.process.0.kill();
+        let _ = self.server.process.0.wait();
+        remove_privsep_dir(self.made_privsep_dir);
+    }
+}
+
+/// Remove the privilege separation directory if the test made it.
+fn remove_privsep_dir(made: bool) {
+    if made {
+        let _ = std::fs::remove_dir(PRIVSEP_DIR);
     }
 }
 
@@ -235,8 +263,7 @@ const BIG_FILE_BYTES: u64 = 64 << 30;
 /// nginx in a namespace, one process (no master), serving a sparse file with sendfile.
 #[derive(Debug)]
 pub struct Nginx {
-    process: Reaped,
-    addr: SocketAddr,
+    server: Server,
     _dir: ScratchDir,
 }
 
@@ -257,24 +284,21 @@ impl Nginx {
         std::fs::write(d.join("nginx.conf"), config)?;
         let mut cmd = ns.command("nginx");
         cmd.arg("-p").arg(d).arg("-e").arg(d.join("error.log")).arg("-c").arg(d.join("nginx.conf"));
-        let child = tied(cmd).spawn().context("starting nginx (apt-get install nginx)")?;
-        let mut nginx = Self { process: Reaped(child), addr, _dir: dir };
-        wait_listening(ns, addr, &mut nginx.process.0, "nginx")?;
-        Ok(nginx)
+        Ok(Self { server: Server::start(ns, cmd, addr, ("nginx", "nginx"))?, _dir: dir })
     }
 
     pub fn pid(&self) -> u32 {
-        self.process.0.id()
+        self.server.process.0.id()
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr
     }
 
     /// `curl` from `client` downloads the big file, counted as it arrives.
     pub fn pull(&self, client: &Netns) -> Result<Pull> {
         let mut cmd = client.command("curl");
-        cmd.args(["-s", "-o", "-", &format!("http://{}/big", self.addr)]);
+        cmd.args(["-s", "-o", "-", &format!("http://{}/big", self.addr())]);
         let mut cmd = tied(cmd);
         cmd.stdout(Stdio::piped());
         Pull::start(cmd)

@@ -13,9 +13,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use cctrace_lab::{list_namespaces, LanSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions, WireGuardLab};
+use cctrace_lab::{list_namespaces, LanSpec, WireGuardLab};
 use cctrace_tests::services::{alive, at, Nginx, Pull, Sshd};
-use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial, tunnel_wan, Tracer, TUNNEL_WAN_LOSS};
+use cctrace_tests::{
+    bulk_transfer, cctrace_bin, require_kernel, run_cctrace, serial, tunnel_wan, RemoveOnDrop, Tracer, TUNNEL_WAN_LOSS,
+};
 use serde_json::Value;
 
 const CC: &str = "net.ipv4.tcp_congestion_control";
@@ -29,17 +31,8 @@ const WINDOW: Duration = Duration::from_secs(5);
 /// Goodput through the tunnel without a tracer, per socket algorithm: the truth the fix is
 /// measured against.
 fn truth(lab: &WireGuardLab, cc: &str) -> Result<f64> {
-    let sink = Sink::start(lab.client(), lab.client_inner_addr(), 5201, SinkOptions::default())?;
-    let sender = Sender::start(
-        lab.server(),
-        lab.client_inner_addr(),
-        5201,
-        SenderOptions::new(cc, SendMode::Bulk, WINDOW + Duration::from_secs(1)),
-    )?;
-    let report = sender.wait()?;
-    drop(sink);
-    anyhow::ensure!(report.congestion == cc, "the socket ran {}", report.congestion);
-    Ok(report.goodput_bps)
+    let duration = WINDOW + Duration::from_secs(1);
+    Ok(bulk_transfer(lab.server(), lab.client(), lab.client_inner_addr(), cc, duration)?.goodput_bps)
 }
 
 /// One sender through the tunnel: where it runs, its client's pull, and when that started.
@@ -119,15 +112,6 @@ fn check_tunnel(lab: &WireGuardLab, s: &Served, rec: &Value) {
     assert!(fix.contains(&set.as_str()), "{fix:?}");
     if s.via.is_some() {
         assert!(!fix.iter().any(|l| l.contains(lab.server().name())), "not the router's namespace: {fix:?}");
-    }
-}
-
-/// Removes a file on drop (a state file a failed fix may leave).
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

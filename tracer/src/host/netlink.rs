@@ -3,6 +3,7 @@
 //! kernel's own lookup, policy rules included, as `ip route get` asks it).
 
 use std::net::IpAddr;
+use std::os::fd::AsRawFd as _;
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
@@ -34,6 +35,22 @@ impl Rtnl {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind_auto()?;
         socket.connect(&SocketAddr::new(0, 0))?;
+        // The kernel answers at once; a reader that waited on it for ever would stall the host
+        // facts, and with them the pipeline.
+        let timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
+        // SAFETY: a valid socket and a timeval of the size given.
+        let set = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                std::ptr::from_ref(&timeout).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if set != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
         Ok(Self { socket, seq: 0 })
     }
 

@@ -519,6 +519,14 @@ fn replay_keys_move_the_playback_and_live_keys_do_not() {
     assert_eq!(handle_key(&mut replay, key(KeyCode::Enter)), Action::Playback(PlaybackCommand::SeekTo(90)));
 }
 
+/// What a terminal of `width` x `height` shows of `state`, a line of text per row.
+fn screen_text(state: &AppState, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+    terminal.draw(|f| super::view::draw(f, state)).expect("draw");
+    let buf = terminal.backend().buffer().clone();
+    (0..height).map(|y| (0..width).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
+}
+
 #[test]
 fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_strip() {
     use crate::analysis::event::Owner;
@@ -566,12 +574,7 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
         assert_eq!(row.relayed_by.as_deref(), Some("tailscaled"));
     }
     press(&mut scene, KeyCode::Char('a'));
-    let screen = |state: &AppState| {
-        let mut terminal = Terminal::new(TestBackend::new(140, 30)).expect("terminal");
-        terminal.draw(|f| super::view::draw(f, state)).expect("draw");
-        let buf = terminal.backend().buffer().clone();
-        (0..30).map(|y| (0..140).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
-    };
+    let screen = |state: &AppState| screen_text(state, 140, 30);
     let text = screen(&scene);
     assert!(text.contains("UDP: 1 heavy"), "{text}");
     assert!(text.contains("wireguard tailscaled (pid 812)") && text.contains("give it a TUN device"), "{text}");
@@ -621,12 +624,7 @@ fn a_tunnel_flow_shows_its_tunnel_in_the_detail_view_and_its_engine_is_not_blame
     }
     assert_eq!(scene.udp_rows.len(), 1);
     assert_eq!(scene.udp_rows[0].carried, 1);
-    let screen = |state: &AppState| {
-        let mut terminal = Terminal::new(TestBackend::new(160, 40)).expect("terminal");
-        terminal.draw(|f| super::view::draw(f, state)).expect("draw");
-        let buf = terminal.backend().buffer().clone();
-        (0..40).map(|y| (0..160).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
-    };
+    let screen = |state: &AppState| screen_text(state, 160, 40);
     press(&mut scene, KeyCode::Char('a'));
     let table = screen(&scene);
     assert!(table.contains("a tunnel: the 1 TCP flow it carries decides, and their fix applies"), "{table}");
