@@ -83,10 +83,6 @@ impl TunnelFacts {
     pub(super) fn router_with(&self, addr: IpAddr, except: u32) -> Option<&NetnsRouting> {
         self.routing.iter().find(|r| r.netns != except && r.forwarding && r.addrs.contains(&addr))
     }
-
-    pub(super) fn route_of(&self, netns: u32, local: SocketAddr, remote: SocketAddr) -> Option<&TunnelRoute> {
-        self.routes.iter().find(|r| r.netns == netns && r.local == local && r.remote == remote)
-    }
 }
 
 impl Forwarded {

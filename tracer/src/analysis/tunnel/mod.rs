@@ -17,6 +17,7 @@ pub mod place;
 mod tests;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 
 use crate::analysis::diagnosis::Verdict;
 use crate::analysis::environment::Environment;
@@ -32,45 +33,59 @@ pub const UNDERLAY_MIN_BPS: f64 = 1_000_000.0;
 
 /// The tunnel of every open flow that leaves by a held TUN device, in its own namespace or,
 /// through a router, in another: named once its process's UDP flow shows in the UDP view (a
-/// TUN device whose holder sends no UDP, such as a path emulator's, is no tunnel).
+/// TUN device whose holder sends no UDP, such as a path emulator's, is no tunnel). Costs a
+/// look-up or two per open flow, and nothing while no tunnel carries anything.
 pub fn find_tunnels(table: &FlowTable, env: &Environment, udp: &UdpTable) -> HashMap<u64, Tunnel> {
-    let facts = &env.tunnels;
     let mut out = HashMap::new();
-    if facts.devices.is_empty() || udp.is_empty() {
+    let tunnels = live_tunnels(&env.tunnels, udp);
+    if tunnels.is_empty() {
         return out;
     }
+    let routes: HashMap<(u32, SocketAddr, SocketAddr), &TunnelRoute> =
+        env.tunnels.routes.iter().map(|r| ((r.netns, r.local, r.remote), r)).collect();
     for f in table.open_flows() {
         let s = &f.latest;
         let Some(route) = s.route else { continue };
-        let (dev, via) = match facts.device(s.netns, route.ifindex) {
-            Some(d) => (d, None),
-            None => match facts.route_of(s.netns, s.local, s.remote) {
-                Some(r) => match facts.device(r.tun_netns, r.tun_ifindex) {
-                    Some(d) => (d, Some(r.via.clone())),
-                    None => continue,
-                },
-                None => continue,
-            },
+        let tunnel = match tunnels.get(&(s.netns, route.ifindex)) {
+            Some(t) => t.clone(),
+            None => {
+                let Some(r) = routes.get(&(s.netns, s.local, s.remote)) else { continue };
+                let Some(t) = tunnels.get(&(r.tun_netns, r.tun_ifindex)) else { continue };
+                Tunnel { via: Some(r.via.clone()), ..t.clone() }
+            }
         };
-        let engine = dev
-            .holders
-            .iter()
-            .filter_map(|h| udp.busiest_of_pid(h.pid, UNDERLAY_MIN_BPS).map(|u| (h, u)))
-            .max_by(|a, b| a.1.tx_bps.max(a.1.rx_bps).total_cmp(&b.1.tx_bps.max(b.1.rx_bps)));
-        let Some((holder, underlay)) = engine else { continue };
-        out.insert(
-            f.cookie(),
-            Tunnel {
-                dev: dev.name.clone(),
-                mtu: dev.mtu,
-                netns: dev.netns,
-                process: holder.clone(),
-                via,
-                udp: TunnelUdp::of(underlay),
-            },
-        );
+        out.insert(f.cookie(), tunnel);
     }
     out
+}
+
+/// The tunnels that carry something now, by their device's (namespace, ifindex): each held
+/// TUN device whose holder moves UDP (its busiest holder's busiest flow is the underlay).
+fn live_tunnels(facts: &TunnelFacts, udp: &UdpTable) -> HashMap<(u32, u32), Tunnel> {
+    if udp.is_empty() {
+        return HashMap::new();
+    }
+    let rate = |u: &UdpFlow| u.tx_bps.max(u.rx_bps);
+    facts
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let (holder, underlay) = d
+                .holders
+                .iter()
+                .filter_map(|h| udp.busiest_of_pid(h.pid, UNDERLAY_MIN_BPS).map(|u| (h, u)))
+                .max_by(|a, b| rate(a.1).total_cmp(&rate(b.1)))?;
+            let tunnel = Tunnel {
+                dev: d.name.clone(),
+                mtu: d.mtu,
+                netns: d.netns,
+                process: holder.clone(),
+                via: None,
+                udp: TunnelUdp::of(underlay),
+            };
+            Some(((d.netns, d.ifindex), tunnel))
+        })
+        .collect()
 }
 
 /// A TCP flow inside a tunnel, as the tunnel process's verdict lists it.
