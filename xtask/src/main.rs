@@ -56,11 +56,13 @@ const APT_PACKAGES: &[&str] = &[
     "lxc",
     "nginx",
     // tests/tests/tunnel.rs: a real WireGuard tunnel (wireguard-go, the engine Tailscale is built
-    // on, configured with `wg`), and sshd serving a bulk pull to ssh through it.
+    // on, configured with `wg`), sshd serving a bulk pull to ssh and nginx a file to curl
+    // through it.
     "wireguard-go",
     "wireguard-tools",
     "openssh-server",
     "openssh-client",
+    "curl",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
