@@ -104,10 +104,16 @@ pub fn tunnel_note(t: &Tunnel, flagged: bool, mss: u32) -> String {
     ));
     // A small MSS is part of the story when it is at least 3 % below a full-sized path's.
     if mss > 0 && mss * 100 < FULL_MSS * 97 {
+        // The tunnel's MTU less 40 to 72 bytes of IPv4 or IPv6 and TCP headers and options: the
+        // MSS follows from it; a smaller one has another cause on the way.
+        let why = if (t.mtu.saturating_sub(72)..=t.mtu.saturating_sub(40)).contains(&mss) {
+            format!("follows the tunnel's MTU ({} B)", t.mtu)
+        } else {
+            format!("is below what the tunnel's MTU ({} B) allows", t.mtu)
+        };
         note.push_str(&format!(
-            " Its MSS of {mss} B follows the tunnel's MTU ({} B): {:.0}% less per segment than {FULL_MSS} B on a \
-             1500-byte path, and the Mathis bound is smaller by as much.",
-            t.mtu,
+            " Its MSS of {mss} B {why}: {:.0}% less per segment than {FULL_MSS} B on a 1500-byte path, and the \
+             Mathis bound is smaller by as much.",
             100.0 * f64::from(FULL_MSS - mss) / f64::from(FULL_MSS)
         ));
     }

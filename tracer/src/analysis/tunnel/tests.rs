@@ -227,6 +227,8 @@ fn a_flagged_flows_note_places_its_losses_in_the_underlay_and_its_small_mss() {
     assert!(flagged.contains("the fix applies to it, in this flow's namespace."), "{flagged}");
     assert!(flagged.contains("MSS of 1228 B follows the tunnel's MTU (1280 B): 15% less"), "{flagged}");
     assert!(!tunnel_note(&t, true, 1448).contains("MSS"), "a full-sized MSS is no part of the story");
+    let smaller = tunnel_note(&t, true, 1000);
+    assert!(smaller.contains("MSS of 1000 B is below what the tunnel's MTU (1280 B) allows: 31% less"), "{smaller}");
     assert_eq!(tunnel_note(&t, false, 1228), format!(" Through tunnel {}.", t.describe()));
     let routed =
         Tunnel { via: Some(Forwarded { netns: 9, name: None, addr: ip("198.18.9.1"), masquerade: false }), ..t };
