@@ -483,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tunnels_note_ends_the_verdict_once_and_goes_with_the_tunnel() {
+    fn a_tunnels_note_ends_a_flagged_verdict_once_and_goes_with_the_tunnel() {
         use crate::analysis::diagnosis::test_feed::episodic;
         use crate::analysis::tunnel::{TunHolder, TunnelUdp};
         let feed = episodic("cubic", 16_000_000, 7, 0, 0);
@@ -519,8 +519,15 @@ mod tests {
         assert_eq!(v.text.matches("Through tunnel").count(), 1, "{}", v.text);
         assert!(v.text.contains("Through tunnel wg1"), "{}", v.text);
         // Out of the tunnel: the verdict as it was.
-        d.note_tunnels(&HashMap::new(), &HashMap::from([(1, faster)]));
+        d.note_tunnels(&HashMap::new(), &HashMap::from([(1, faster.clone())]));
         assert_eq!(d.verdict(1).expect("verdict"), &plain);
+        // A flow not flagged knows its tunnel, and its words stay its own.
+        let (mut calm, _) = run_feed(30, episodic("bbr", 16_000_000, 7, 0, 0));
+        let before = calm.verdict(1).expect("verdict").clone();
+        assert!(!before.flagged, "{}", before.text);
+        calm.note_tunnels(&HashMap::from([(1, faster.clone())]), &HashMap::new());
+        let v = calm.verdict(1).expect("verdict");
+        assert_eq!((v.text.as_str(), v.tunnel.as_ref()), (before.text.as_str(), Some(&faster)));
     }
 
     #[test]

@@ -143,27 +143,28 @@ pub(super) fn note_relay(text: &mut String, old: Option<&RelayedBy>, new: &Relay
     *text = format!("{} {}", new.note(), text);
 }
 
-/// End `v`'s text with the note of `tunnel` (none: no note), in place of the note it ends with
-/// (a closed or resting flow keeps its verdict, and with it an older note).
+/// Set `v`'s tunnel (none: no tunnel) and, for a flagged flow, end its text with the tunnel's
+/// note in place of the note it ends with (a closed or resting flow keeps its verdict, and with
+/// it an older note). Another flow's tunnel is in its record and the detail view, not its words.
 pub(super) fn note_tunnel(v: &mut Verdict, tunnel: Option<&Tunnel>) {
     let mss = v.evidence.as_ref().map_or(0, |e| e.mss);
-    // The same tunnel with new rates: the words stay.
-    if let (Some(old), Some(new)) = (&v.tunnel, tunnel) {
-        if old.same_place(new) {
-            v.tunnel = Some(new.clone());
-            return;
+    let same_words = match (&v.tunnel, tunnel) {
+        (Some(old), Some(new)) => old.same_place(new),
+        (None, None) => true,
+        _ => false,
+    };
+    if v.flagged && !same_words {
+        if let Some(old) = &v.tunnel {
+            let note = tunnel_note(old, mss);
+            if v.text.ends_with(&note) {
+                v.text.truncate(v.text.len() - note.len());
+            }
+        }
+        if let Some(t) = tunnel {
+            v.text.push_str(&tunnel_note(t, mss));
         }
     }
-    if let Some(old) = v.tunnel.take() {
-        let note = tunnel_note(&old, v.flagged, mss);
-        if v.text.ends_with(&note) {
-            v.text.truncate(v.text.len() - note.len());
-        }
-    }
-    if let Some(t) = tunnel {
-        v.text.push_str(&tunnel_note(t, v.flagged, mss));
-        v.tunnel = Some(t.clone());
-    }
+    v.tunnel = tunnel.cloned();
 }
 
 fn flow_name(flow: &Flow) -> String {

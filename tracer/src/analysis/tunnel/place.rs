@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::tunnel::facts::{Forwarded, TunHolder};
 use crate::analysis::udp::{AppProto, UdpFlow};
+use crate::analysis::units::rate;
 
 /// The UDP flow a tunnel is carried over, as the UDP view reads it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -72,6 +73,12 @@ impl Tunnel {
         )
     }
 
+    /// [`Tunnel::describe`] with the underlay's rates: `..., over UDP 198.19.0.1:51820 ->
+    /// 198.19.1.1:51820 at 40 Mbit/s out, 1.2 Mbit/s in`, as the detail view and the report show it.
+    pub fn describe_with_rates(&self) -> String {
+        format!("{} at {} out, {} in", self.describe(), rate(self.udp.tx_bps as f64), rate(self.udp.rx_bps as f64))
+    }
+
     /// Same tunnel, whatever its rates: a verdict's words change only with this.
     pub fn same_place(&self, other: &Tunnel) -> bool {
         let rates = |t: &Tunnel| TunnelUdp { tx_bps: 0, rx_bps: 0, ..t.udp.clone() };
@@ -88,20 +95,18 @@ impl Tunnel {
 /// MTU is measured against.
 const FULL_MSS: u32 = 1448;
 
-/// The verdict's sentence about a flow's tunnel: where its losses are, that the fix applies to
-/// it, and, when its MSS is small, what the tunnel's MTU costs (the Mathis bound scales with
-/// the MSS). `flagged`: the flow's verdict flags it; `mss`: its MSS.
-pub fn tunnel_note(t: &Tunnel, flagged: bool, mss: u32) -> String {
-    let mut note = format!(" Through tunnel {}.", t.describe());
-    if !flagged {
-        return note;
-    }
-    note.push_str(&format!(
-        " Its packets cross the path inside {}'s UDP, so the losses are in the tunnel's underlay, outside this \
-         host; the flow itself is the kernel's TCP, so the fix applies to it, in this flow's namespace{}.",
+/// The sentences a flagged flow's verdict gains from its tunnel: which tunnel, where its losses
+/// are, that the fix applies to it, and, when its MSS is small, what the tunnel's MTU costs (the
+/// Mathis bound scales with the MSS). `mss`: the flow's MSS.
+pub fn tunnel_note(t: &Tunnel, mss: u32) -> String {
+    let mut note = format!(
+        " Through tunnel {}. Its packets cross the path inside {}'s UDP, so the losses are in the tunnel's \
+         underlay, outside this host; the flow itself is the kernel's TCP, so the fix applies to it, in this \
+         flow's namespace{}.",
+        t.describe(),
         t.process.comm,
         if t.via.is_some() { ", not the router's" } else { "" }
-    ));
+    );
     // A small MSS is part of the story when it is at least 3 % below a full-sized path's.
     if mss > 0 && mss * 100 < FULL_MSS * 97 {
         // The tunnel's MTU less 40 to 72 bytes of IPv4 or IPv6 and TCP headers and options: the

@@ -198,13 +198,7 @@ fn flow_section(f: &FlowTrack, session: &Session) -> String {
         rate(f.max_throughput_bps()),
     );
     if let Some(t) = f.verdict.as_ref().and_then(|v| v.tunnel.as_ref()) {
-        let _ = write!(
-            out,
-            r#"<p class="tunnel">tunnel {} · UDP {} out, {} in</p>"#,
-            escape(&t.describe()),
-            rate(t.udp.tx_bps as f64),
-            rate(t.udp.rx_bps as f64)
-        );
+        let _ = write!(out, r#"<p class="tunnel">tunnel {}</p>"#, escape(&t.describe_with_rates()));
     }
     if let Some(v) = &f.verdict {
         out.push_str(&verdict_block(v, if flagged { "Verdict" } else { "Verdict at the end" }));

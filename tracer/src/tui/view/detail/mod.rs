@@ -204,13 +204,7 @@ fn where_lines(flow: &Flow, w: &Whereabouts, width: u16) -> Vec<Line<'static>> {
     ));
     pack(cc, width, &mut lines);
     if let Some(t) = &w.tunnel {
-        let text = format!(
-            "{} · UDP {} out, {} in",
-            t.describe(),
-            format::rate(t.udp.tx_bps as f64),
-            format::rate(t.udp.rx_bps as f64)
-        );
-        for (i, l) in format::wrap(&text, room.max(1)).into_iter().enumerate() {
+        for (i, l) in format::wrap(&t.describe_with_rates(), room.max(1)).into_iter().enumerate() {
             let key = if i == 0 { "tunnel " } else { "       " };
             lines.push(Line::from(vec![Span::styled(key, dim()), Span::raw(l)]));
         }
