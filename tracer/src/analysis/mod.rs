@@ -196,7 +196,7 @@ impl Analysis {
             } else if now_ns.saturating_sub(self.env_read_ns) >= ENV_REFRESH_NS {
                 let mut env = refresh();
                 if let Some(read) = self.route_reader {
-                    let queries = tunnel::route_queries(&self.table, &env.tunnels);
+                    let queries = tunnel::route_queries(&self.table, &env.tunnels, &self.env.tunnels.routes);
                     env.tunnels.routes = if queries.is_empty() { Vec::new() } else { read(&env, &queries) };
                 }
                 if env != self.env {

@@ -22,20 +22,25 @@ const MAX_QUERIES: usize = 64;
 const QUERY_MIN_BPS: f64 = 1_000_000.0;
 
 /// The open flows the host should follow into a router's tunnel: those that leave by a device
-/// that is no TUN, to an address that is not loopback, moving at least [`QUERY_MIN_BPS`], the
-/// busiest first; none unless some namespace forwards and holds a TUN device.
-pub fn route_queries(table: &FlowTable, facts: &TunnelFacts) -> Vec<RouteQuery> {
+/// that is no TUN, to an address that is not loopback, moving at least [`QUERY_MIN_BPS`] or
+/// followed before (`known`: a flow slowing down keeps its tunnel), the busiest first; none
+/// unless some namespace forwards and holds a TUN device.
+pub fn route_queries(table: &FlowTable, facts: &TunnelFacts, known: &[TunnelRoute]) -> Vec<RouteQuery> {
     if !facts.has_router() {
         return Vec::new();
     }
+    let known = |s: &crate::analysis::event::Sample| {
+        known.iter().any(|r| r.netns == s.netns && r.local == s.local && r.remote == s.remote)
+    };
     let mut busy: Vec<(&Flow, f64)> = table
         .open_flows()
         .filter_map(|f| {
             let s = &f.latest;
             let route = s.route?;
             let bps = f.rates.send_rate_bps.max(f.rates.throughput_bps);
-            let candidate =
-                bps >= QUERY_MIN_BPS && !s.remote.ip().is_loopback() && facts.device(s.netns, route.ifindex).is_none();
+            let candidate = (bps >= QUERY_MIN_BPS || known(s))
+                && !s.remote.ip().is_loopback()
+                && facts.device(s.netns, route.ifindex).is_none();
             candidate.then_some((f, bps))
         })
         .collect();

@@ -106,13 +106,21 @@ fn only_busy_flows_leaving_by_another_device_are_followed_and_only_when_a_router
     let mut quiet = sample(3, 0);
     quiet.route = Some(Route { dev: DeviceName::new("x"), ifindex: VETH, dev_mtu: 1500, pmtu: 0 });
     table.ingest(&quiet);
-    let queries = route_queries(&table, &router_facts());
-    assert_eq!(
-        queries,
-        [RouteQuery { netns: HOME, local: addr("198.18.0.1:40000"), remote: addr("198.18.9.1:40000") }]
-    );
+    let busy = RouteQuery { netns: HOME, local: addr("198.18.0.1:40000"), remote: addr("198.18.9.1:40000") };
+    assert_eq!(route_queries(&table, &router_facts(), &[]), [busy]);
     let no_forwarding = TunnelFacts { routing: Vec::new(), ..router_facts() };
-    assert!(route_queries(&table, &no_forwarding).is_empty(), "no router, no question");
+    assert!(route_queries(&table, &no_forwarding, &[]).is_empty(), "no router, no question");
+    // A flow followed before is followed again, however slow it went.
+    let via = Forwarded { netns: ROUTER, name: None, addr: ip("198.18.9.1"), masquerade: false };
+    let known = TunnelRoute {
+        netns: quiet.netns,
+        local: quiet.local,
+        remote: quiet.remote,
+        tun_netns: ROUTER,
+        tun_ifindex: WG,
+        via,
+    };
+    assert_eq!(route_queries(&table, &router_facts(), &[known]).len(), 2);
 }
 
 /// Routing as a test tells it: routes by (namespace, destination), and the router's connection
