@@ -416,7 +416,7 @@ impl UdpRecord {
             tx_bps: flow.tx_bps.round() as u64,
             rx_bps: flow.rx_bps.round() as u64,
             limited_by: match verdict {
-                Some(v) if !v.carries.is_empty() => LimitedBy::Tunnel,
+                Some(v) if v.tunnel => LimitedBy::Tunnel,
                 Some(_) => LimitedBy::Userspace,
                 None => LimitedBy::Unknown,
             },

@@ -133,7 +133,7 @@ pub fn tunnel_verdict(flow: &UdpFlow, tunnel: &Tunnel, carried: &[Carried<'_>]) 
     }
     let mut carries: Vec<u64> = carried.iter().map(|c| c.flow.cookie()).collect();
     carries.sort_unstable();
-    UdpVerdict { text, advice, carries }
+    UdpVerdict { text, advice, tunnel: true, carries }
 }
 
 /// `sshd 198.18.3.1:22 -> 198.18.3.2:40112`.

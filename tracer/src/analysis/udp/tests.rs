@@ -235,3 +235,23 @@ fn an_unconnected_sockets_peer_stands_through_readings_that_name_none() {
     t.ingest(&s);
     assert_eq!(t.get(5).map(|f| f.latest.remote), "198.18.0.3:51820".parse().ok());
 }
+
+#[test]
+fn a_wireguard_engine_with_a_tun_device_is_not_told_to_get_one() {
+    let engine = Process {
+        pid: 812,
+        comm: "wireguard-go".into(),
+        cmdline: vec!["wireguard-go".into()],
+        tun_open: true,
+        tcp: Vec::new(),
+    };
+    let mut s = sample(1, 0, Some(engine));
+    s.first_tx = head(&WG_DATA, 1440);
+    s.last_tx = head(&WG_DATA, 1440);
+    let mut t = UdpTable::default();
+    t.ingest(&s);
+    let v = judge(t.get(9).expect("flow"), &Environment::default());
+    assert!(v.tunnel && v.carries.is_empty());
+    assert!(v.text.contains("holds a TUN device") && !v.text.contains("userspace congestion control"), "{}", v.text);
+    assert!(!v.advice.iter().any(|a| a.contains("give it a kernel TUN device")), "{:?}", v.advice);
+}

@@ -17,8 +17,11 @@ pub struct UdpVerdict {
     pub text: String,
     /// Commands or configuration lines, in the order to apply them.
     pub advice: Vec<String>,
-    /// The TCP flows (cookies) a tunnel's flow carries: then they decide its rate, not the
-    /// process's own congestion control.
+    /// A tunnel engine's flow (a process holding a TUN device): the kernel's TCP flows inside
+    /// decide its rate, not a congestion control of the process's own.
+    #[serde(default)]
+    pub tunnel: bool,
+    /// The TCP flows (cookies) a tunnel's flow carries.
     #[serde(default)]
     pub carries: Vec<u64>,
 }
@@ -26,7 +29,7 @@ pub struct UdpVerdict {
 impl UdpVerdict {
     /// The owning process's congestion control decides.
     fn userspace(text: String, advice: Vec<String>) -> Self {
-        Self { text, advice, carries: Vec::new() }
+        Self { text, advice, tunnel: false, carries: Vec::new() }
     }
 }
 
@@ -59,6 +62,17 @@ pub fn judge(flow: &UdpFlow, env: &Environment) -> UdpVerdict {
             ),
             vec!["look at the TCP flows whose device is the WireGuard interface".to_string()],
         );
+    }
+    // A WireGuard engine with a TUN device (wireguard-go, tailscaled in TUN mode): what it
+    // carries is the kernel's TCP. (Once such flows are traced it gets the tunnel's verdict.)
+    if flow.app_proto == Some(AppProto::WireGuard) && owner.is_some_and(|o| o.tun_open) {
+        let text = format!(
+            "tunnel: WireGuard ({rates}) owned by {who}, which holds a TUN device: the TCP flows inside the \
+             tunnel are the kernel's, on that device, and their verdicts and fixes apply; WireGuard itself runs \
+             no congestion control. None of them is traced now."
+        );
+        let advice = vec![format!("look at the TCP flows whose device is {who}'s TUN device")];
+        return UdpVerdict { tunnel: true, ..UdpVerdict::userspace(text, advice) };
     }
     match flow.app_proto {
         Some(AppProto::Quic) => UdpVerdict::userspace(

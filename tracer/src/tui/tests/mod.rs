@@ -623,11 +623,11 @@ fn a_tunnel_flow_shows_its_tunnel_in_the_detail_view_and_its_engine_is_not_blame
         }
     }
     assert_eq!(scene.udp_rows.len(), 1);
-    assert_eq!(scene.udp_rows[0].carried, 1);
+    assert_eq!(scene.udp_rows[0].carried, Some(1));
     let screen = |state: &AppState| screen_text(state, 160, 40);
     press(&mut scene, KeyCode::Char('a'));
     let table = screen(&scene);
-    assert!(table.contains("a tunnel: the 1 TCP flow it carries decides, and their fix applies"), "{table}");
+    assert!(table.contains("a tunnel: the 1 TCP flow it carries decides, and its fix applies"), "{table}");
     assert!(!table.contains("its own congestion control decides"), "{table}");
     press(&mut scene, KeyCode::Enter);
     scene.refresh();

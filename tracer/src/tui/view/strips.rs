@@ -45,10 +45,12 @@ fn udp_lines(state: &AppState, width: usize) -> Vec<Line<'static>> {
         // What to do first, the endpoints last: a narrow terminal cuts the least useful part.
         let says = if row.userspace_vpn {
             "its own TCP stack crosses the path: give it a TUN device".to_string()
-        } else if row.carried > 0 {
-            let s = if row.carried == 1 { "" } else { "s" };
-            let verb = if row.carried == 1 { "decides" } else { "decide" };
-            format!("a tunnel: the {} TCP flow{s} it carries {verb}, and their fix applies", row.carried)
+        } else if let Some(n) = row.carried {
+            match n {
+                0 => "a tunnel: the kernel's TCP flows inside decide, and their fix applies".to_string(),
+                1 => "a tunnel: the 1 TCP flow it carries decides, and its fix applies".to_string(),
+                n => format!("a tunnel: the {n} TCP flows it carries decide, and their fix applies"),
+            }
         } else {
             "its own congestion control decides".to_string()
         };
