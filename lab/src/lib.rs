@@ -14,6 +14,8 @@
 //!   UDP underlay only), with LAN namespaces behind one end that it routes (and masquerades).
 //! - [`Sink`] / [`Sender`]: TCP traffic; [`UdpEcho`], [`udp_ping`],
 //!   [`UdpCounter`], [`udp_blast`]: UDP measurement probes.
+//! - [`child`]: waiting for child processes with a deadline; [`skip`]: the one rule for a test
+//!   that cannot run on this machine; [`serial`]: one test at a time on this machine.
 //!
 //! Safety of the surroundings: every address the lab configures or sends to
 //! is in 198.18.0.0/15 (RFC 2544 benchmarking space) or, for IPv6,
@@ -57,6 +59,7 @@
 mod addr;
 mod attach;
 mod cgroup;
+pub mod child;
 mod cmd;
 mod error;
 mod forwarder;
@@ -67,6 +70,8 @@ mod nft_loss;
 mod probe;
 pub mod relay;
 mod rng;
+pub mod serial;
+pub mod skip;
 mod sys;
 mod topology;
 mod traffic;

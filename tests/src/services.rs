@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use cctrace_lab::Netns;
 
 /// A directory of the test's own, removed on drop.
@@ -109,7 +110,7 @@ fn keygen(path: &Path) -> Result<()> {
     let out = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(path)
-        .output()
+        .output_within(CHILD_DEADLINE)
         .context("ssh-keygen (apt-get install openssh-client)")?;
     if !out.status.success() {
         bail!("ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));

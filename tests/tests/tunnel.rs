@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use cctrace_lab::{list_namespaces, LanSpec, WireGuardLab};
 use cctrace_tests::services::{alive, at, Nginx, Pull, Sshd};
 use cctrace_tests::{
@@ -304,7 +305,12 @@ fn through_the_tunnel() -> Result<()> {
     // The recording carries the tunnel facts: its report names the tunnel.
     let page = recording.with_extension("html");
     let _page_removed = RemoveOnDrop(page.clone());
-    let out = std::process::Command::new(cctrace_bin()).arg("report").arg(&recording).arg("-o").arg(&page).output()?;
+    let out = std::process::Command::new(cctrace_bin())
+        .arg("report")
+        .arg(&recording)
+        .arg("-o")
+        .arg(&page)
+        .output_within(CHILD_DEADLINE)?;
     assert!(out.status.success(), "cctrace report: {}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(&page)?;
     assert!(
