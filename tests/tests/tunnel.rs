@@ -300,7 +300,7 @@ fn through_the_tunnel() -> Result<()> {
     // it follows their sockets' order.
     let home_fix = format!(": ip netns exec {} sysctl -w {CC}=bbr", home.name());
     let home_line = |a: &&str| a.ends_with(&home_fix) && (a.starts_with("for sshd ") || a.starts_with("for nginx "));
-    assert!(advice.iter().any(|a| home_line(&a)), "{advice:?}");
+    assert!(advice.iter().any(home_line), "{advice:?}");
     let senders_ns: Vec<&str> = senders.iter().map(|s| s.ns_name.as_str()).collect();
     for a in &advice {
         assert!(senders_ns.iter().any(|ns| a.contains(&format!("ip netns exec {ns} "))), "a sender's fix: {a}");
