@@ -10,6 +10,8 @@
 //!   TUN devices that adds, per direction, delay, random or bursty loss, a
 //!   token-bucket [`Policer`], a rate-limited queue and per-packet jitter
 //!   that reorders; IPv4, and IPv6 on request ([`EmulatedPathSpec::ipv6`]).
+//! - [`WireGuardLab`]: a wireguard-go tunnel across an emulated path (loss and delay on its
+//!   UDP underlay only), with LAN namespaces behind one end that it routes (and masquerades).
 //! - [`Sink`] / [`Sender`]: TCP traffic; [`UdpEcho`], [`udp_ping`],
 //!   [`UdpCounter`], [`udp_blast`]: UDP measurement probes.
 //! - [`child`]: waiting for child processes with a deadline; [`skip`]: the one rule for a test
@@ -74,6 +76,7 @@ mod sys;
 mod topology;
 mod traffic;
 mod tun;
+mod wireguard;
 
 pub use addr::{ensure_lab_addr, ensure_lab_ip, is_lab_addr, is_lab_addr_v6, is_lab_ip};
 pub use attach::AttachedNetns;
@@ -86,3 +89,4 @@ pub use netns::{check_privileges, cleanup_stale, list_namespaces, Netns, NetnsGu
 pub use probe::{udp_blast, udp_ping, BlastOptions, PingOptions, PingReport, UdpCounter, UdpCounterStats, UdpEcho};
 pub use topology::{EmulatedPath, EmulatedPathSpec, Topology, VethOptions, VethPair};
 pub use traffic::{SendMode, Sender, SenderOptions, SenderReport, Sink, SinkConnection, SinkOptions, MAX_DURATION};
+pub use wireguard::{Lan, LanSpec, WireGuardLab, WireGuardSpec, WIREGUARD_MTU};

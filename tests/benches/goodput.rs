@@ -11,7 +11,10 @@
 //! - `jitter`: 0-3 ms of uniform per-packet jitter (reordering), no random loss;
 //! - `jitter-short`: 0-8 ms of jitter on a 10 ms, 100 Mbit/s path (1 MB queue): reordering the
 //!   kernel's RACK (which waits a quarter of min_rtt) takes for loss until DSACK tells it;
-//! - `ack-loss`: 2 % loss on the ACK direction only.
+//! - `ack-loss`: 2 % loss on the ACK direction only;
+//! - `wireguard`: through a wireguard-go tunnel on both ends of a 30 ms, 40 Mbit/s path with
+//!   2 % loss on its UDP underlay (`cctrace_tests::tunnel_wan`, tests/tunnel.rs's path): the
+//!   truth the live fix through a tunnel is held to, with the CPU wireguard-go took at each end.
 //!
 //! Each flow sets its algorithm per socket (TCP_CONGESTION), runs on a fresh path, and is
 //! reported with the kernel's own view of the sender at close (TCP_INFO, the counters
@@ -23,12 +26,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cctrace_lab::{
-    DirectionStats, EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SendMode, Sender, SenderOptions, SenderReport,
-    Sink, SinkOptions,
-};
+use cctrace_lab::{DirectionStats, EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SenderReport};
+use cctrace_tests::{bulk_transfer, tunnel_wan, TUNNEL_WAN_LOSS, TUNNEL_WAN_RATE_BPS};
 
-const PORT: u16 = 5201;
 const RTT_MS: f64 = 30.0;
 const LINE_BPS: u64 = 200_000_000;
 const POLICED_BPS: u64 = 20_000_000;
@@ -129,17 +129,48 @@ fn scenarios(loss: f64, tight_bucket: Option<u64>) -> Vec<Scenario> {
 
 fn bulk(spec: &EmulatedPathSpec, cc: &'static str, secs: u64) -> Result<Run> {
     let path = EmulatedPath::create(spec.clone()).context("building the emulated path")?;
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let sender = Sender::start(
-        path.sender(),
-        path.receiver_addr(),
-        PORT,
-        SenderOptions::new(cc, SendMode::Bulk, Duration::from_secs(secs)),
-    )?;
-    let report = sender.wait()?;
-    anyhow::ensure!(report.congestion == cc, "socket ran {} instead of {cc}", report.congestion);
+    let report = bulk_transfer(path.sender(), path.receiver(), path.receiver_addr(), cc, Duration::from_secs(secs))?;
     let stats = path.stats();
     Ok(Run { cc, report, forward: stats.forward, reverse: stats.reverse })
+}
+
+/// A process's CPU time so far (user and system), seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    // SAFETY: sysconf has no preconditions.
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// CUBIC and BBR through a fresh wireguard-go tunnel each, no tracer: goodput, and the share of
+/// a core wireguard-go took at each end.
+fn wireguard(secs: u64) -> Result<()> {
+    println!(
+        "wireguard: through wireguard-go on both ends, {}% loss on the underlay, {} Mbit/s bottleneck",
+        TUNNEL_WAN_LOSS * 100.0,
+        TUNNEL_WAN_RATE_BPS / 1e6
+    );
+    let mut goodput = Vec::new();
+    for cc in ["cubic", "bbr"] {
+        let lab = tunnel_wan(TUNNEL_WAN_LOSS, Vec::new()).context("building the tunnel")?;
+        let cpu = [lab.server_pid(), lab.client_pid()].map(cpu_secs);
+        let report = bulk_transfer(lab.server(), lab.client(), lab.client_inner_addr(), cc, Duration::from_secs(secs))?;
+        let used = [lab.server_pid(), lab.client_pid()].map(cpu_secs);
+        let share = |i: usize| 100.0 * (used[i] - cpu[i]) / report.elapsed.as_secs_f64();
+        println!(
+            "  {cc:>5}: goodput {:>6.1} Mbit/s; retrans {} ({:.3}% of segments); wireguard-go took {:.0}% of a core \
+             sending, {:.0}% receiving",
+            report.goodput_bps / 1e6,
+            report.total_retrans,
+            retrans_share(&report) * 100.0,
+            share(0),
+            share(1)
+        );
+        goodput.push(report.goodput_bps);
+    }
+    println!("  ratio bbr/cubic: {:.2}x", goodput[1] / goodput[0].max(1.0));
+    Ok(())
 }
 
 fn mathis_bps(p: f64) -> f64 {
@@ -198,8 +229,8 @@ fn main() -> Result<()> {
     }
     let all = scenarios(loss, tight_bucket);
     if let Some(name) = &only {
-        if !all.iter().any(|s| s.name == name.as_str()) {
-            let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+        if name != "wireguard" && !all.iter().any(|s| s.name == name.as_str()) {
+            let names: Vec<&str> = all.iter().map(|s| s.name).chain(["wireguard"]).collect();
             anyhow::bail!("unknown path {name:?}; one of {names:?}");
         }
     }
@@ -237,6 +268,9 @@ fn main() -> Result<()> {
             }
             println!("  Mathis bound at the configured {}% loss: {:.1} Mbit/s", loss * 100.0, mathis_bps(loss) / 1e6);
         }
+    }
+    if only.as_deref().is_none_or(|o| o == "wireguard") {
+        wireguard(secs)?;
     }
     Ok(())
 }

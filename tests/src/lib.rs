@@ -14,6 +14,7 @@ use serde_json::Value;
 
 pub mod runtimes;
 pub mod serve;
+pub mod services;
 
 /// Tests that load eBPF programs or build labs run one at a time, across processes too: they
 /// count programs with bpftool, change host-wide sysctls and measure timing-sensitive things on
@@ -216,6 +217,16 @@ impl Drop for Tracer {
     }
 }
 
+/// Removes a file on drop: a state file a failed test may have left (a passing test leaves
+/// none), a test's log or recording.
+pub struct RemoveOnDrop(pub PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// The bottleneck rate of [`demo_wan`].
 pub const DEMO_WAN_RATE_BPS: f64 = 200e6;
 
@@ -229,6 +240,44 @@ pub fn demo_wan(loss: f64) -> Result<cctrace_lab::EmulatedPath> {
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
     EmulatedPath::create(spec)
+}
+
+/// The tunnel labs' underlay bottleneck: what wireguard-go carries on a 2-core machine with
+/// room to spare (at this rate each end took about a quarter of a core, measured).
+pub const TUNNEL_WAN_RATE_BPS: f64 = 40e6;
+/// Random loss on the underlay's data direction.
+pub const TUNNEL_WAN_LOSS: f64 = 0.02;
+
+/// wireguard-go on both ends of a 30 ms path with `loss` on the data direction (the underlay:
+/// the tunnel's UDP, never the TCP inside it) and a [`TUNNEL_WAN_RATE_BPS`] bottleneck with a
+/// quarter-BDP queue; `lans` behind the server end.
+pub fn tunnel_wan(loss: f64, lans: Vec<cctrace_lab::LanSpec>) -> Result<cctrace_lab::WireGuardLab> {
+    use cctrace_lab::{EmulatedPathSpec, PathSpec, WireGuardLab, WireGuardSpec};
+    let rate = TUNNEL_WAN_RATE_BPS as u64;
+    let queue = (rate / 8 * 30 / 1000 / 4) as usize;
+    let mut underlay =
+        EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
+    underlay.reverse = PathSpec::delay(Duration::from_millis(15));
+    WireGuardLab::create(WireGuardSpec { underlay, lans })
+}
+
+/// A bulk transfer of `duration` from namespace `from` to a sink at `to` in `to_ns`, with
+/// congestion control `cc` set on the socket: the sender's report (the kernel's view at close).
+pub fn bulk_transfer(
+    from: &cctrace_lab::Netns,
+    to_ns: &cctrace_lab::Netns,
+    to: impl Into<std::net::IpAddr>,
+    cc: &str,
+    duration: Duration,
+) -> Result<cctrace_lab::SenderReport> {
+    use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions};
+    const PORT: u16 = 5201;
+    let to = to.into();
+    let _sink = Sink::start(to_ns, to, PORT, SinkOptions::default())?;
+    let sender = Sender::start(from, to, PORT, SenderOptions::new(cc, SendMode::Bulk, duration))?;
+    let report = sender.wait()?;
+    anyhow::ensure!(report.congestion == cc, "the socket ran {} instead of {cc}", report.congestion);
+    Ok(report)
 }
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use cctrace_lab::{Cgroup, Netns, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
-use cctrace_tests::{cctrace_bin, demo_wan, require_kernel, run_cctrace, serial, ss_in, Tracer};
+use cctrace_tests::{cctrace_bin, demo_wan, require_kernel, run_cctrace, serial, ss_in, RemoveOnDrop, Tracer};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -20,16 +20,6 @@ const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 
 fn state_file(netns: u64) -> PathBuf {
     PathBuf::from(format!("/run/cctrace/fix-netns-{netns}.json"))
-}
-
-/// Removes a file on drop: a state file a failed test may have left (a passing test leaves
-/// none), the test's log.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// A host sysctl changed for the test, written back exactly as it was on drop.

@@ -7,6 +7,9 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 
+mod netlink;
+pub mod tunnels;
+
 /// Inode of the network namespace a `/proc/.../ns/net` link points to.
 pub fn netns_inode(path: &str) -> Option<u32> {
     // readlink gives "net:[4026531840]".
@@ -68,35 +71,50 @@ pub fn allowed_congestion_controls() -> Vec<String> {
 /// Each network namespace's default congestion control (`net.ipv4.tcp_congestion_control`,
 /// what new connections in it get), by inode, for namespaces opened by `paths` (see
 /// [`netns_paths`]). Namespaces that cannot be entered (gone, no privilege) are left out.
-///
-/// `/proc/sys/net` shows the namespace of the thread that opens it, so a short-lived thread
-/// enters each namespace in turn (`setns` moves only the calling thread) and reads it there;
-/// the rest of the process never leaves its own namespace.
 pub fn netns_default_cc(paths: &[(u32, PathBuf)]) -> HashMap<u32, String> {
+    in_each_netns(paths, |ino| {
+        let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").ok()?;
+        let cc = cc.trim();
+        (!cc.is_empty()).then(|| (ino, cc.to_string()))
+    })
+    .into_iter()
+    .collect()
+}
+
+/// Run `read` inside each namespace of `paths` (given its inode) and collect what it returned.
+///
+/// `/proc/sys/net`, like a netlink socket, belongs to the namespace of the thread that opens
+/// it, so a short-lived thread enters each namespace in turn (`setns` moves only the calling
+/// thread) and reads it there; the rest of the process never leaves its own namespace. A
+/// namespace that cannot be entered (gone, no privilege) is left out.
+pub(crate) fn in_each_netns<T: Send + 'static>(
+    paths: &[(u32, PathBuf)],
+    read: impl Fn(u32) -> Option<T> + Send + 'static,
+) -> Vec<T> {
     let paths = paths.to_vec();
-    let reader = std::thread::Builder::new().name("cct-netns-cc".into()).spawn(move || {
-        let mut out = HashMap::new();
+    let reader = std::thread::Builder::new().name("cct-netns-read".into()).spawn(move || {
+        let mut out = Vec::new();
         for (ino, path) in paths {
-            let Ok(ns) = std::fs::File::open(&path) else { continue };
-            // Entered by the descriptor: a namespace whose path now leads elsewhere (a pid
-            // reused) is caught by comparing the inode of what was opened.
-            if ns.metadata().map(|m| m.ino()).ok() != Some(u64::from(ino)) {
-                continue;
-            }
-            // SAFETY: a valid descriptor of a network namespace; affects only this thread.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                continue;
-            }
-            if let Ok(cc) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control") {
-                let cc = cc.trim();
-                if !cc.is_empty() {
-                    out.insert(ino, cc.to_string());
-                }
+            if enter_netns(ino, &path) {
+                out.extend(read(ino));
             }
         }
         out
     });
     reader.ok().and_then(|t| t.join().ok()).unwrap_or_default()
+}
+
+/// Move the calling thread into network namespace `ino`, opened by `path`; whether it got
+/// there.
+pub(crate) fn enter_netns(ino: u32, path: &std::path::Path) -> bool {
+    let Ok(ns) = std::fs::File::open(path) else { return false };
+    // Entered by the descriptor: a namespace whose path now leads elsewhere (a pid reused) is
+    // caught by comparing the inode of what was opened.
+    if ns.metadata().map(|m| m.ino()).ok() != Some(u64::from(ino)) {
+        return false;
+    }
+    // SAFETY: a valid descriptor of a network namespace; affects only the calling thread.
+    unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) == 0 }
 }
 
 /// Everything [`Environment`] holds, read now. Cgroups come from the process-wide resolver
@@ -118,6 +136,7 @@ pub fn environment() -> Environment {
         netns_names: named_netns(),
         netns_cc: netns_default_cc(&paths),
         cgroups,
+        tunnels: tunnels::tunnel_facts(&paths),
     }
 }
 

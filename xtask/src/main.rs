@@ -61,6 +61,14 @@ const APT_PACKAGES: &[&str] = &[
     "podman",
     "lxc",
     "nginx",
+    // tests/tests/tunnel.rs: a real WireGuard tunnel (wireguard-go, the engine Tailscale is built
+    // on, configured with `wg`), sshd serving a bulk pull to ssh and nginx a file to curl
+    // through it.
+    "wireguard-go",
+    "wireguard-tools",
+    "openssh-server",
+    "openssh-client",
+    "curl",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
@@ -82,9 +90,10 @@ const APT_PACKAGES: &[&str] = &[
     // The kernel matrix's UDP flow (guest_init.sh): a sender and receiver of datagrams.
     "socat",
 ];
-/// Packages whose service the install must not leave running or enabled: the tests start their
-/// own instances (on a loopback port, inside containers), with their own config and data.
-const NO_SERVICE: &[&str] = &["prometheus", "nginx"];
+/// Packages whose service the install must not leave running or enabled, with the service's
+/// name: the tests start their own instances (on a loopback port, inside containers or lab
+/// namespaces), with their own config and data.
+const NO_SERVICE: &[(&str, &str)] = &[("prometheus", "prometheus"), ("nginx", "nginx"), ("openssh-server", "ssh")];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
 /// Rotel, the OpenTelemetry collector tests/tests/otlp.rs starts: PyPI ships it as a wheel with
 /// its binary, installed into a virtual environment of its own under target/tools/rotel.
@@ -234,7 +243,7 @@ fn setup_apt() -> Result<()> {
     // The package also enabled its service for the next boot (a systemd unit, or sysvinit
     // links): undo that for the services this setup installed, not for ones the user had.
     let systemd = std::path::Path::new("/run/systemd/system").exists();
-    for unit in NO_SERVICE.iter().filter(|p| missing.contains(p)) {
+    for (_, unit) in NO_SERVICE.iter().filter(|(p, _)| missing.contains(p)) {
         let _ = if systemd {
             run(Command::new("systemctl").args(["disable", "--now", &format!("{unit}.service")]))
         } else {

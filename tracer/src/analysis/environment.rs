@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::container::CgroupInfo;
+use crate::analysis::tunnel::facts::TunnelFacts;
 
 /// Maps with number keys, which JSON writes as strings: read back from strings also where serde
 /// buffers the input first (inside a recording's internally tagged `Entry`), which would
@@ -51,4 +52,8 @@ pub struct Environment {
     /// `tcp_allowed_congestion_control` (what a non-initial namespace may choose).
     pub available_cc: Vec<String>,
     pub allowed_cc: Vec<String>,
+    /// TUN devices and who holds them, the namespaces that forward, and the flows they
+    /// forward into a tunnel (see [`crate::analysis::tunnel`]).
+    #[serde(default)]
+    pub tunnels: TunnelFacts,
 }

@@ -7,11 +7,13 @@
 //! without root, and nothing here imports a layer above it; its modules import each other
 //! without a cycle. (`tracer/tests/purity.rs` checks both.)
 //!
-//! At the bottom, importing only each other: [`environment`] (host facts handed in), [`units`]
+//! At the bottom, importing only each other: [`environment`] (host facts handed in, the tunnels'
+//! among them: [`tunnel::facts`]), [`units`]
 //! (how a rate, a share, a size is written), [`event`], [`route`] and [`loss_signals`] (decoded samples),
 //! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock). On them:
 //! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix_commands`] (the fix's
-//! commands), [`udp`] (heavy UDP flows), [`diagnosis`] (why each flow is as fast as it is),
+//! commands), [`udp`] (heavy UDP flows), [`tunnel`] (the tunnel a flow crosses the path in),
+//! [`diagnosis`] (why each flow is as fast as it is),
 //! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`),
 //! [`fix_plan`] (`cctrace fix`'s plan and state) and [`schema`] (the JSON records).
 
@@ -29,6 +31,7 @@ pub mod model;
 pub mod route;
 pub mod schema;
 pub mod time;
+pub mod tunnel;
 pub mod udp;
 pub mod units;
 
@@ -39,7 +42,12 @@ use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
+use crate::analysis::tunnel::{RouteQuery, Tunnel, TunnelRoute};
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
+
+/// Follows flows into the tunnels of other namespaces (a side effect injected by the caller):
+/// the routes found for the queries, with the host facts just read.
+pub type RouteReader = fn(&Environment, &[RouteQuery]) -> Vec<TunnelRoute>;
 
 const EVALUATE_EVERY_NS: u64 = 1_000_000_000;
 /// Namespaces and processes come and go: host facts are re-read this often when a reader is set.
@@ -63,6 +71,9 @@ pub struct Analysis {
     pub udp: UdpTable,
     udp_verdicts: HashMap<u64, UdpVerdict>,
     relays: HashMap<u64, RelayedBy>,
+    /// The tunnel of each flow that crosses the path in one, and who follows flows into them.
+    tunnels: HashMap<u64, Tunnel>,
+    route_reader: Option<RouteReader>,
 }
 
 /// A UDP flow must move this much either way over the last readings to count as a relay's.
@@ -86,12 +97,21 @@ impl Analysis {
             udp: UdpTable::default(),
             udp_verdicts: HashMap::new(),
             relays: HashMap::new(),
+            tunnels: HashMap::new(),
+            route_reader: None,
         }
     }
 
     /// Re-read host facts with `refresh` every few seconds of `tick` time.
     pub fn with_env_refresh(mut self, refresh: Option<fn() -> Environment>) -> Self {
         self.env_refresh = refresh;
+        self
+    }
+
+    /// Follow flows into the tunnels of other namespaces with `reader` whenever the host facts
+    /// are read again.
+    pub fn with_route_reader(mut self, reader: Option<RouteReader>) -> Self {
+        self.route_reader = reader;
         self
     }
 
@@ -104,6 +124,7 @@ impl Analysis {
         self.udp = UdpTable::default();
         self.udp_verdicts.clear();
         self.relays.clear();
+        self.tunnels.clear();
         self.last_evaluation_ns = 0;
         self.last_tick_ns = 0;
         self.env_read_ns = 0;
@@ -173,7 +194,11 @@ impl Analysis {
             if self.env_read_ns == 0 {
                 self.env_read_ns = now_ns;
             } else if now_ns.saturating_sub(self.env_read_ns) >= ENV_REFRESH_NS {
-                let env = refresh();
+                let mut env = refresh();
+                if let Some(read) = self.route_reader {
+                    let queries = tunnel::route_queries(&self.table, &env.tunnels, &self.env.tunnels.routes);
+                    env.tunnels.routes = if queries.is_empty() { Vec::new() } else { read(&env, &queries) };
+                }
                 if env != self.env {
                     self.env = env;
                     self.env_generation += 1;
@@ -188,7 +213,6 @@ impl Analysis {
         self.diagnoser.evaluate_changes(&self.table, &changes, &self.env, now_ns);
         self.diagnoser.cite_decisions(&self.table, &self.decisions);
         self.udp.expire(now_ns);
-        self.udp_verdicts = self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
         // A hop found relayed stays so while it lives: the relay pausing does not make the
         // flow's own verdict the whole story.
         let found = udp::find_relays(&self.table, &self.udp, RELAY_MIN_BPS);
@@ -197,7 +221,27 @@ impl Analysis {
         }
         self.relays.extend(found);
         self.diagnoser.note_relays(&self.relays);
+        let mut found = tunnel::find_tunnels(&self.table, &self.env, &self.udp);
+        // A closed flow keeps the tunnel it had, as it keeps its verdict.
+        for (cookie, t) in &self.tunnels {
+            if self.table.get(*cookie).is_some_and(Flow::is_closed) {
+                found.entry(*cookie).or_insert_with(|| t.clone());
+            }
+        }
+        let before = std::mem::replace(&mut self.tunnels, found);
+        self.diagnoser.note_tunnels(&self.tunnels, &before);
+        self.judge_udp();
         true
+    }
+
+    /// Every heavy UDP flow's verdict: a tunnel process's flow carrying some of the TCP flows
+    /// gets the tunnel's (they decide its rate), any other its owner's.
+    fn judge_udp(&mut self) {
+        let mut verdicts: HashMap<u64, UdpVerdict> =
+            self.udp.flows().into_iter().map(|f| (f.cookie(), udp::judge(f, &self.env))).collect();
+        let diagnoser = &self.diagnoser;
+        verdicts.extend(tunnel::tunnel_verdicts(&self.table, &self.tunnels, &self.udp, |c| diagnoser.verdict(c)));
+        self.udp_verdicts = verdicts;
     }
 
     pub fn verdict(&self, flow: &Flow) -> Option<&Verdict> {

@@ -17,6 +17,7 @@ use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::model::Flow;
 use crate::analysis::time::WallClock;
+use crate::analysis::tunnel::Tunnel;
 use crate::analysis::udp::{AppProto, Process, RelayedBy, UdpFlow, UdpVerdict};
 
 /// One line of output, tagged by `"type"`.
@@ -264,6 +265,10 @@ pub struct FlowRecord {
     pub dev: Option<String>,
     #[serde(default)]
     pub mtu: Option<u32>,
+    /// The tunnel the flow crosses the path in: its TUN device, the process holding it, the
+    /// namespace that forwards the flow into it (if not the flow's own) and its UDP flow.
+    #[serde(default)]
+    pub tunnel: Option<Tunnel>,
 }
 
 impl FlowRecord {
@@ -287,6 +292,7 @@ impl FlowRecord {
             relayed_by: verdict.and_then(|v| v.relayed_by.clone()),
             dev: flow.latest.route.map(|r| r.dev.to_string()),
             mtu: flow.latest.route.map(|r| r.mtu()),
+            tunnel: verdict.and_then(|v| v.tunnel.clone()),
         }
     }
 }
@@ -370,11 +376,15 @@ pub struct UdpRecord {
     /// Bits per second over the last readings.
     pub tx_bps: u64,
     pub rx_bps: u64,
-    /// `userspace`: the owning process's congestion control decides, not the kernel's.
+    /// `userspace`: the owning process's congestion control decides, not the kernel's;
+    /// `tunnel`: a tunnel process's flow, whose carried TCP flows decide.
     pub limited_by: LimitedBy,
     pub verdict: String,
     /// What to do, in order (configuration lines or commands).
     pub advice: Vec<String>,
+    /// A tunnel's flow: the TCP flows (cookies) it carries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carries: Vec<u64>,
 }
 
 impl UdpRecord {
@@ -405,9 +415,14 @@ impl UdpRecord {
             rx_packets: s.rx_packets,
             tx_bps: flow.tx_bps.round() as u64,
             rx_bps: flow.rx_bps.round() as u64,
-            limited_by: if verdict.is_some() { LimitedBy::Userspace } else { LimitedBy::Unknown },
+            limited_by: match verdict {
+                Some(v) if v.tunnel => LimitedBy::Tunnel,
+                Some(_) => LimitedBy::Userspace,
+                None => LimitedBy::Unknown,
+            },
             verdict: verdict.map_or_else(|| LimitedBy::Unknown.describe().to_string(), |v| v.text.clone()),
             advice: verdict.map(|v| v.advice.clone()).unwrap_or_default(),
+            carries: verdict.map(|v| v.carries.clone()).unwrap_or_default(),
         }
     }
 }

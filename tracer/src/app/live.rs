@@ -262,7 +262,8 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     let demo_description: Option<String> = None;
 
     let mut analysis = Analysis::new(TableConfig::default(), diagnosis_config(cli), env)
-        .with_env_refresh(Some(crate::host::environment));
+        .with_env_refresh(Some(crate::host::environment))
+        .with_route_reader(Some(crate::host::tunnels::read_routes));
     let pipeline_opts = PipelineOptions {
         tick: Duration::from_millis(cli.interval),
         duration: cli.duration,

@@ -115,24 +115,44 @@ impl Anonymizer {
     /// `--tun=userspace-networking`, which name software, not the user's data. Routes keep
     /// their device names, which say what kind of path a flow takes.
     fn sockets(&mut self, r: &mut crate::analysis::udp::SocketReadings) {
-        const KEPT: [&str; 3] = ["tailscaled", "--tun=userspace-networking", "-tun=userspace-networking"];
-        let keep_or_rename = |this: &mut Self, s: &str| {
-            if KEPT.contains(&s.rsplit('/').next().unwrap_or(s)) {
-                s.rsplit('/').next().unwrap_or(s).to_string()
-            } else {
-                this.name("proc", s)
-            }
-        };
         for u in &mut r.udp {
             u.local = self.addr(u.local);
             u.remote = self.addr(u.remote);
             if let Some(o) = u.owner.as_mut() {
-                o.comm = keep_or_rename(self, &o.comm);
-                o.cmdline = o.cmdline.iter().map(|a| keep_or_rename(self, a)).collect();
+                o.comm = self.process_word(&o.comm);
+                o.cmdline = o.cmdline.iter().map(|a| self.process_word(a)).collect();
                 for (local, remote) in &mut o.tcp {
                     (*local, *remote) = (self.addr(*local), self.addr(*remote));
                 }
             }
+        }
+    }
+
+    /// A process name or argument: renamed, but for what a verdict rests on (tailscaled and its
+    /// `--tun=userspace-networking`, which name software, not the user's data).
+    fn process_word(&mut self, s: &str) -> String {
+        const KEPT: [&str; 3] = ["tailscaled", "--tun=userspace-networking", "-tun=userspace-networking"];
+        let base = s.rsplit('/').next().unwrap_or(s);
+        if KEPT.contains(&base) {
+            base.to_string()
+        } else {
+            self.name("proc", s)
+        }
+    }
+
+    /// Tunnel facts lose their holders' names and every address; devices keep their names, as
+    /// routes do.
+    fn tunnels(&mut self, t: &mut crate::analysis::tunnel::TunnelFacts) {
+        for h in t.devices.iter_mut().flat_map(|d| d.holders.iter_mut()) {
+            h.comm = self.process_word(&h.comm);
+        }
+        for r in &mut t.routing {
+            r.addrs = r.addrs.iter().map(|a| self.ip(*a)).collect();
+        }
+        for r in &mut t.routes {
+            (r.local, r.remote) = (self.addr(r.local), self.addr(r.remote));
+            r.via.addr = self.ip(r.via.addr);
+            r.via.name = r.via.name.as_ref().map(|n| self.name("netns", n));
         }
     }
 
@@ -218,6 +238,7 @@ impl Anonymizer {
         let mut names: Vec<(u32, String)> = env.netns_names.drain().collect();
         names.sort_unstable();
         env.netns_names = names.into_iter().map(|(k, v)| (k, self.name("netns", &v))).collect();
+        self.tunnels(&mut env.tunnels);
     }
 
     /// A filter term as `Header::filters` has it (`container=NAME`, `cgroup=PATH`, `netns=NAME`).
@@ -325,6 +346,49 @@ mod tests {
         };
         assert_eq!(id(&a).len(), 64);
         assert_ne!(id(&a), id(&b));
+    }
+
+    #[test]
+    fn tunnel_facts_lose_their_holders_and_addresses_and_keep_their_devices() {
+        use crate::analysis::tunnel::{Forwarded, NetnsRouting, TunDevice, TunHolder, TunnelRoute};
+        let mut env = Environment::default();
+        env.netns_names.insert(9, "router".into());
+        let holder = TunHolder { pid: 812, comm: "wireguard-go".into() };
+        env.tunnels.devices.push(TunDevice {
+            netns: 9,
+            ifindex: 7,
+            name: "wg0".into(),
+            mtu: 1420,
+            holders: vec![holder],
+        });
+        env.tunnels.routing.push(NetnsRouting {
+            netns: 9,
+            addrs: vec!["198.18.9.1".parse().expect("ip")],
+            forwarding: true,
+        });
+        env.tunnels.routes.push(TunnelRoute {
+            netns: 5,
+            local: "198.18.9.2:80".parse().expect("addr"),
+            remote: "198.18.9.1:40000".parse().expect("addr"),
+            tun_netns: 9,
+            tun_ifindex: 7,
+            via: Forwarded {
+                netns: 9,
+                name: Some("router".into()),
+                addr: "198.18.9.1".parse().expect("ip"),
+                masquerade: true,
+            },
+        });
+        let mut a = Anonymizer::default();
+        a.env(&mut env);
+        let json = serde_json::to_string(&env).expect("json");
+        for original in ["wireguard-go", "198.18.9", "router"] {
+            assert!(!json.contains(original), "{original} left in {json}");
+        }
+        let t = &env.tunnels;
+        assert_eq!((t.devices[0].name.as_str(), t.devices[0].holders[0].pid), ("wg0", 812), "devices and pids stay");
+        assert_eq!(t.routing[0].addrs[0], t.routes[0].via.addr, "one pseudonym per address");
+        assert_eq!(t.routes[0].via.name, env.netns_names.get(&9).cloned(), "the namespace's pseudonym");
     }
 
     #[test]

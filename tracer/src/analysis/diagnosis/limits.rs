@@ -40,6 +40,8 @@ pub enum LimitedBy {
     /// A process's own congestion control (QUIC, a userspace VPN's TCP stack) decides the rate,
     /// not the kernel's: heavy UDP flows.
     Userspace,
+    /// A tunnel process's UDP flow: the kernel's TCP flows it carries decide the rate.
+    Tunnel,
 }
 
 impl LimitedBy {
@@ -70,6 +72,7 @@ impl LimitedBy {
             Self::Path => "path",
             Self::Policer => "policer",
             Self::Userspace => "userspace",
+            Self::Tunnel => "tunnel",
         }
     }
 
@@ -86,6 +89,7 @@ impl LimitedBy {
             Self::Path => "network-path-limited: the flow fills the bottleneck (its RTT rises with its window)",
             Self::Policer => "policed: a token-bucket policer drops what the flow sends above one rate",
             Self::Userspace => "userspace congestion control: the owning process, not the kernel, sets the rate",
+            Self::Tunnel => "tunnel: the kernel's TCP flows it carries set the rate, and their fix applies",
         }
     }
 }

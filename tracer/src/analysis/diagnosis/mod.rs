@@ -61,6 +61,7 @@ use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix_commands;
 use crate::analysis::model::{Flow, FlowTable, TableChanges};
+use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
 
 /// Per-flow memory of the diagnoser: snapshots, the verdict shown and its hysteresis.
@@ -315,6 +316,21 @@ impl Diagnoser {
         }
     }
 
+    /// Mark the verdicts of flows that cross the path in a tunnel: its note ends the text (a
+    /// flagged flow's says its losses are in the tunnel's underlay and the fix applies to it).
+    /// A flow no longer in one loses the note.
+    pub fn note_tunnels(&mut self, tunnels: &HashMap<u64, Tunnel>, before: &HashMap<u64, Tunnel>) {
+        if tunnels.is_empty() && before.is_empty() {
+            return;
+        }
+        self.generation += 1;
+        let gone = before.keys().filter(|c| !tunnels.contains_key(c));
+        for cookie in tunnels.keys().chain(gone) {
+            let Some(v) = self.flows.get_mut(cookie).and_then(|m| m.shown.as_mut()) else { continue };
+            words::note_tunnel(v, tunnels.get(cookie));
+        }
+    }
+
     pub fn flagged(&self) -> impl Iterator<Item = u64> + '_ {
         self.flows.iter().filter(|(_, m)| m.hysteresis.flagged()).map(|(c, _)| *c)
     }
@@ -385,6 +401,7 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
         evidence: Some(Box::new(ev)),
         fix: if flagged { fix_commands::fix_commands(flow, env) } else { Vec::new() },
         relayed_by: None,
+        tunnel: None,
     }
 }
 
@@ -393,7 +410,7 @@ mod tests {
     use tracer_common::NS_PER_SEC;
 
     use super::*;
-    use crate::analysis::diagnosis::test_feed::{bulk, run_in, test_env};
+    use crate::analysis::diagnosis::test_feed::{bulk, run_feed, run_in, test_env};
     use crate::analysis::event::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;
@@ -463,6 +480,54 @@ mod tests {
         }
         assert!(judged > 100, "the bulk flows got real verdicts ({judged})");
         assert!(full.flagged().count() > 0, "and some were flagged");
+    }
+
+    #[test]
+    fn a_tunnels_note_ends_a_flagged_verdict_once_and_goes_with_the_tunnel() {
+        use crate::analysis::diagnosis::test_feed::episodic;
+        use crate::analysis::tunnel::{TunHolder, TunnelUdp};
+        let feed = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (mut d, _) = run_feed(30, feed);
+        let plain = d.verdict(1).expect("verdict").clone();
+        assert!(plain.flagged, "{}", plain.text);
+        let udp = TunnelUdp {
+            cookie: 9,
+            src: "198.19.0.1".into(),
+            sport: 51820,
+            dst: "198.19.1.1".into(),
+            dport: 51820,
+            tx_bps: 40_000_000,
+            rx_bps: 1_000_000,
+            app_proto: None,
+        };
+        let process = TunHolder { pid: 812, comm: "wireguard-go".into() };
+        let t = Tunnel { dev: "wg0".into(), mtu: 1420, netns: 1, process, via: None, udp };
+        let tunnels = HashMap::from([(1, t.clone())]);
+        d.note_tunnels(&tunnels, &HashMap::new());
+        let noted = d.verdict(1).expect("verdict").clone();
+        assert_eq!(noted.tunnel.as_ref(), Some(&t));
+        assert!(noted.text.starts_with(&plain.text) && noted.text.contains("tunnel's underlay"), "{}", noted.text);
+        // New rates: the same words, the new numbers.
+        let faster = Tunnel { udp: TunnelUdp { tx_bps: 80_000_000, ..t.udp.clone() }, ..t.clone() };
+        d.note_tunnels(&HashMap::from([(1, faster.clone())]), &tunnels);
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!((v.text.as_str(), v.tunnel.as_ref()), (noted.text.as_str(), Some(&faster)));
+        // Another device: one note, the new one.
+        let other = Tunnel { dev: "wg1".into(), ..faster.clone() };
+        d.note_tunnels(&HashMap::from([(1, other)]), &HashMap::from([(1, faster.clone())]));
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.text.matches("Through tunnel").count(), 1, "{}", v.text);
+        assert!(v.text.contains("Through tunnel wg1"), "{}", v.text);
+        // Out of the tunnel: the verdict as it was.
+        d.note_tunnels(&HashMap::new(), &HashMap::from([(1, faster.clone())]));
+        assert_eq!(d.verdict(1).expect("verdict"), &plain);
+        // A flow not flagged knows its tunnel, and its words stay its own.
+        let (mut calm, _) = run_feed(30, episodic("bbr", 16_000_000, 7, 0, 0));
+        let before = calm.verdict(1).expect("verdict").clone();
+        assert!(!before.flagged, "{}", before.text);
+        calm.note_tunnels(&HashMap::from([(1, faster.clone())]), &HashMap::new());
+        let v = calm.verdict(1).expect("verdict");
+        assert_eq!((v.text.as_str(), v.tunnel.as_ref()), (before.text.as_str(), Some(&faster)));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::diagnosis::limits::LimitedBy;
 pub use crate::analysis::diagnosis::policer::PolicerSign;
 use crate::analysis::diagnosis::response::ResponseModel;
+use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
 
 /// The numbers a flag rests on.
@@ -153,6 +154,8 @@ pub struct Verdict {
     /// The flow's peer on this host belongs to a process that carries the traffic on over UDP
     /// with its own congestion control.
     pub relayed_by: Option<RelayedBy>,
+    /// The tunnel the flow crosses the path in (its note ends the text).
+    pub tunnel: Option<Tunnel>,
 }
 
 impl Verdict {
@@ -164,6 +167,7 @@ impl Verdict {
             evidence: None,
             fix: Vec::new(),
             relayed_by: None,
+            tunnel: None,
         }
     }
 }

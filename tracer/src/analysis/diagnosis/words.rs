@@ -7,9 +7,10 @@ use std::fmt::Write as _;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::{is_loss_based, ResponseModel};
-use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, PolicerEvidence};
+use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, PolicerEvidence, Verdict};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
+use crate::analysis::tunnel::place::{tunnel_note, Tunnel};
 use crate::analysis::udp::RelayedBy;
 use crate::analysis::units::{pct, rate, rate_about};
 
@@ -140,6 +141,30 @@ pub(super) fn note_relay(text: &mut String, old: Option<&RelayedBy>, new: &Relay
         }
     }
     *text = format!("{} {}", new.note(), text);
+}
+
+/// Set `v`'s tunnel (none: no tunnel) and, for a flagged flow, end its text with the tunnel's
+/// note in place of the note it ends with (a closed or resting flow keeps its verdict, and with
+/// it an older note). Another flow's tunnel is in its record and the detail view, not its words.
+pub(super) fn note_tunnel(v: &mut Verdict, tunnel: Option<&Tunnel>) {
+    let mss = v.evidence.as_ref().map_or(0, |e| e.mss);
+    let same_words = match (&v.tunnel, tunnel) {
+        (Some(old), Some(new)) => old.same_place(new),
+        (None, None) => true,
+        _ => false,
+    };
+    if v.flagged && !same_words {
+        if let Some(old) = &v.tunnel {
+            let note = tunnel_note(old, mss);
+            if v.text.ends_with(&note) {
+                v.text.truncate(v.text.len() - note.len());
+            }
+        }
+        if let Some(t) = tunnel {
+            v.text.push_str(&tunnel_note(t, mss));
+        }
+    }
+    v.tunnel = tunnel.cloned();
 }
 
 fn flow_name(flow: &Flow) -> String {

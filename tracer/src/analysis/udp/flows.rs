@@ -148,8 +148,12 @@ impl UdpFlow {
             self.app_proto = self.shapes.protocol();
         }
         let owner = s.owner.clone().or_else(|| self.latest.owner.clone());
+        // An unconnected socket's peer is known from what it sends: a reading taken after it
+        // last received says none, and the peer it sent to stands.
+        let remote = if s.remote.ip().is_unspecified() && s.remote.port() == 0 { self.latest.remote } else { s.remote };
         self.latest = s.clone();
         self.latest.owner = owner;
+        self.latest.remote = remote;
         self.samples += 1;
     }
 
@@ -224,5 +228,14 @@ impl UdpTable {
             .values()
             .filter(|f| f.latest.owner.as_ref().is_some_and(|o| o.pid == pid) && f.tx_bps >= min_bps)
             .max_by(|a, b| a.tx_bps.total_cmp(&b.tx_bps))
+    }
+
+    /// The busiest flow of process `pid` that moves at least `min_bps` either way: a tunnel's
+    /// underlay sends at one end and receives at the other.
+    pub fn busiest_of_pid(&self, pid: u32, min_bps: f64) -> Option<&UdpFlow> {
+        self.flows
+            .values()
+            .filter(|f| f.latest.owner.as_ref().is_some_and(|o| o.pid == pid) && f.tx_bps.max(f.rx_bps) >= min_bps)
+            .max_by(|a, b| a.tx_bps.max(a.rx_bps).total_cmp(&b.tx_bps.max(b.rx_bps)))
     }
 }

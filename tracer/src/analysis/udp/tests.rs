@@ -219,3 +219,39 @@ fn a_loopback_hop_to_a_process_with_heavy_udp_is_relayed_by_it() {
     });
     assert!(find_relays(&only_service, &udp, 1e6).is_empty());
 }
+
+#[test]
+fn an_unconnected_sockets_peer_stands_through_readings_that_name_none() {
+    let mut t = UdpTable::default();
+    let mut s = UdpSample::fixture(5, 1_000_000_000, 0);
+    t.ingest(&s);
+    // The latest call was a receive on an unconnected socket: no peer in the reading.
+    s.ts_ns += 1_000_000_000;
+    s.remote = "0.0.0.0:0".parse().expect("addr");
+    t.ingest(&s);
+    assert_eq!(t.get(5).map(|f| f.latest.remote), "198.18.0.2:41641".parse().ok());
+    s.ts_ns += 1_000_000_000;
+    s.remote = "198.18.0.3:51820".parse().expect("addr");
+    t.ingest(&s);
+    assert_eq!(t.get(5).map(|f| f.latest.remote), "198.18.0.3:51820".parse().ok());
+}
+
+#[test]
+fn a_wireguard_engine_with_a_tun_device_is_not_told_to_get_one() {
+    let engine = Process {
+        pid: 812,
+        comm: "wireguard-go".into(),
+        cmdline: vec!["wireguard-go".into()],
+        tun_open: true,
+        tcp: Vec::new(),
+    };
+    let mut s = sample(1, 0, Some(engine));
+    s.first_tx = head(&WG_DATA, 1440);
+    s.last_tx = head(&WG_DATA, 1440);
+    let mut t = UdpTable::default();
+    t.ingest(&s);
+    let v = judge(t.get(9).expect("flow"), &Environment::default());
+    assert!(v.tunnel && v.carries.is_empty());
+    assert!(v.text.contains("holds a TUN device") && !v.text.contains("userspace congestion control"), "{}", v.text);
+    assert!(!v.advice.iter().any(|a| a.contains("give it a kernel TUN device")), "{:?}", v.advice);
+}

@@ -17,6 +17,20 @@ pub struct UdpVerdict {
     pub text: String,
     /// Commands or configuration lines, in the order to apply them.
     pub advice: Vec<String>,
+    /// A tunnel engine's flow (a process holding a TUN device): the kernel's TCP flows inside
+    /// decide its rate, not a congestion control of the process's own.
+    #[serde(default)]
+    pub tunnel: bool,
+    /// The TCP flows (cookies) a tunnel's flow carries.
+    #[serde(default)]
+    pub carries: Vec<u64>,
+}
+
+impl UdpVerdict {
+    /// The owning process's congestion control decides.
+    fn userspace(text: String, advice: Vec<String>) -> Self {
+        Self { text, advice, tunnel: false, carries: Vec::new() }
+    }
 }
 
 /// Name a process for a sentence: `tailscaled (pid 812)`.
@@ -41,23 +55,34 @@ pub fn judge(flow: &UdpFlow, env: &Environment) -> UdpVerdict {
     // A socket without a file is the kernel's own: kernel WireGuard (wg0, tailscale0 in kernel
     // mode) carries the kernel's TCP, which cctrace sees on the tunnel device and can fix.
     if owner.is_none() && flow.latest.inode == 0 && flow.app_proto == Some(AppProto::WireGuard) {
-        return UdpVerdict {
-            text: format!(
+        return UdpVerdict::userspace(
+            format!(
                 "kernel WireGuard ({rates}): the tunnel's own UDP. The TCP flows inside it are the kernel's: \
                  they are listed with the tunnel as their device, and their verdicts and fixes apply."
             ),
-            advice: vec!["look at the TCP flows whose device is the WireGuard interface".to_string()],
-        };
+            vec!["look at the TCP flows whose device is the WireGuard interface".to_string()],
+        );
+    }
+    // A WireGuard engine with a TUN device (wireguard-go, tailscaled in TUN mode): what it
+    // carries is the kernel's TCP. (Once such flows are traced it gets the tunnel's verdict.)
+    if flow.app_proto == Some(AppProto::WireGuard) && owner.is_some_and(|o| o.tun_open) {
+        let text = format!(
+            "tunnel: WireGuard ({rates}) owned by {who}, which holds a TUN device: the TCP flows inside the \
+             tunnel are the kernel's, on that device, and their verdicts and fixes apply; WireGuard itself runs \
+             no congestion control. None of them is traced now."
+        );
+        let advice = vec![format!("look at the TCP flows whose device is {who}'s TUN device")];
+        return UdpVerdict { tunnel: true, ..UdpVerdict::userspace(text, advice) };
     }
     match flow.app_proto {
-        Some(AppProto::Quic) => UdpVerdict {
-            text: format!(
+        Some(AppProto::Quic) => UdpVerdict::userspace(
+            format!(
                 "userspace congestion control: QUIC ({rates}) owned by {who}. QUIC runs its congestion \
                  control inside {who}, not in the kernel: net.ipv4.tcp_congestion_control and BBR on this \
                  host do not apply to it. On a lossy path a loss-based QUIC sender (quic-go's, used by \
                  Caddy, is NewReno-like) is held back just as CUBIC is."
             ),
-            advice: vec![
+            vec![
                 format!(
                     "set the QUIC congestion control in {who}'s configuration if it offers one (BBR where available)"
                 ),
@@ -65,25 +90,25 @@ pub fn judge(flow: &UdpFlow, env: &Environment) -> UdpVerdict {
                  (Caddy: `servers { protocols h1 h2 }` in the global options; nginx: drop `listen ... quic`)"
                     .to_string(),
             ],
-        },
-        Some(AppProto::WireGuard) => UdpVerdict {
-            text: format!(
+        ),
+        Some(AppProto::WireGuard) => UdpVerdict::userspace(
+            format!(
                 "userspace congestion control: WireGuard ({rates}) owned by {who}. The TCP flows inside the \
                  tunnel keep their own congestion control: look for them on this host's tunnel device or at \
                  the other end; WireGuard itself does none."
             ),
-            advice: vec![format!(
+            vec![format!(
                 "if {who} terminates TCP itself (a userspace VPN stack), give it a kernel TUN device so the \
                  kernel's TCP, and its BBR, carry the traffic"
             )],
-        },
-        None => UdpVerdict {
-            text: format!(
+        ),
+        None => UdpVerdict::userspace(
+            format!(
                 "userspace congestion control: plain UDP ({rates}) owned by {who}. Whatever paces or backs \
                  off this flow runs inside {who}; the kernel's TCP settings do not apply to it."
             ),
-            advice: vec![format!("see {who}'s own rate or congestion-control settings")],
-        },
+            vec![format!("see {who}'s own rate or congestion-control settings")],
+        ),
     }
 }
 
@@ -118,7 +143,7 @@ fn tailscaled_userspace(who: &str, rates: &str, container: Option<&Container>) -
         }
     }
     advice.push("then start tailscaled without --tun=userspace-networking".to_string());
-    UdpVerdict { text, advice }
+    UdpVerdict::userspace(text, advice)
 }
 
 fn tun_lxc_lines() -> [String; 2] {

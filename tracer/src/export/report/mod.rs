@@ -183,6 +183,9 @@ fn flow_section(f: &FlowTrack, session: &Session) -> String {
         rate(f.mean_throughput_bps()),
         rate(f.max_throughput_bps()),
     );
+    if let Some(t) = f.verdict.as_ref().and_then(|v| v.tunnel.as_ref()) {
+        let _ = write!(out, r#"<p class="tunnel">tunnel {}</p>"#, escape(&t.describe_with_rates()));
+    }
     if let Some(v) = &f.verdict {
         out.push_str(&verdict_block(v, if flagged { "Verdict" } else { "Verdict at the end" }));
     }
@@ -523,6 +526,61 @@ mod tests {
         assert!(html.contains("id=\"udp-4242\"") && html.contains("wireguard"));
         assert!(html.contains("lxc.cgroup2.devices.allow: c 10:200 rwm"), "the TUN advice");
         assert!(html.contains("tailscaled&lt;b&gt;") && !html.contains("tailscaled<b>"), "escaped");
+    }
+
+    #[test]
+    fn a_flow_through_a_tunnel_names_it_above_its_verdict() {
+        use crate::analysis::route::{DeviceName, Route};
+        use crate::analysis::tunnel::{TunDevice, TunHolder};
+        use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
+        let netns = fixture::entries()
+            .iter()
+            .find_map(|e| match e {
+                Entry::Samples { samples } => samples.iter().find(|s| s.cookie == fixture::CUBIC).map(|s| s.netns),
+                _ => None,
+            })
+            .expect("the CUBIC flow");
+        let engine =
+            Process { pid: 812, comm: "wireguard-go".into(), cmdline: Vec::new(), tun_open: true, tcp: Vec::new() };
+        let wg = Head { bytes: [4, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
+        let mut entries = Vec::new();
+        for mut e in fixture::entries() {
+            match &mut e {
+                Entry::Host { env } => env.tunnels.devices.push(TunDevice {
+                    netns,
+                    ifindex: 7,
+                    name: "wg0".into(),
+                    mtu: 1420,
+                    holders: vec![TunHolder { pid: 812, comm: "wireguard-go".into() }],
+                }),
+                Entry::Samples { samples } => {
+                    for s in samples.iter_mut().filter(|s| s.cookie == fixture::CUBIC) {
+                        s.route = Some(Route { dev: DeviceName::new("wg0"), ifindex: 7, dev_mtu: 1420, pmtu: 1420 });
+                    }
+                }
+                Entry::Tick { now_ns, .. } => {
+                    let reading = UdpSample {
+                        netns,
+                        first_tx: wg,
+                        last_tx: wg,
+                        owner: Some(engine.clone()),
+                        ..UdpSample::fixture(4242, *now_ns, *now_ns / 100)
+                    };
+                    entries.push(Entry::Sockets { readings: SocketReadings { udp: vec![reading] } });
+                }
+                _ => {}
+            }
+            entries.push(e);
+        }
+        let html = render(entries, DiagnosisConfig::default());
+        assert!(
+            html.contains("<p class=\"tunnel\">tunnel wg0 (MTU 1420) of wireguard-go (pid 812), over UDP"),
+            "{html}"
+        );
+        assert!(
+            html.contains("the losses are in the tunnel&#39;s underlay, outside this host"),
+            "the verdict says where"
+        );
     }
 
     #[test]

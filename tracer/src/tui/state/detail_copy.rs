@@ -6,6 +6,7 @@ use crate::analysis::diagnosis::Verdict;
 use crate::analysis::environment::Environment;
 use crate::analysis::model::Flow;
 use crate::analysis::route::Route;
+use crate::analysis::tunnel::Tunnel;
 
 /// What the detail view shows of where its flow lives: copied with the flow.
 #[derive(Clone, Debug, Default)]
@@ -18,10 +19,12 @@ pub(crate) struct Whereabouts {
     pub allowed_cc: Vec<String>,
     /// The device its packets leave by and the path MTU, once known.
     pub route: Option<Route>,
+    /// The tunnel it crosses the path in, as its verdict names it.
+    pub tunnel: Option<Tunnel>,
 }
 
 impl Whereabouts {
-    pub(crate) fn of(flow: &Flow, env: &Environment) -> Self {
+    pub(crate) fn of(flow: &Flow, env: &Environment, verdict: Option<&Verdict>) -> Self {
         let s = &flow.latest;
         Self {
             cgroup: env.cgroups.get(&s.cgroup_id).cloned(),
@@ -30,6 +33,7 @@ impl Whereabouts {
             available_cc: env.available_cc.clone(),
             allowed_cc: env.allowed_cc.clone(),
             route: s.route,
+            tunnel: verdict.and_then(|v| v.tunnel.clone()),
         }
     }
 }

@@ -66,6 +66,9 @@ pub(crate) struct UdpRow {
     pub rx_bps: f64,
     /// tailscaled in userspace-networking mode: the TUN advice applies.
     pub userspace_vpn: bool,
+    /// A tunnel engine's flow: how many of the kernel's TCP flows it carries (they decide its
+    /// rate); `None` for any other.
+    pub carried: Option<usize>,
     /// The TCP hops this process relays: (local, remote, the hop's process), listed with it.
     pub relays: Vec<(SocketAddr, SocketAddr, Option<String>)>,
 }
@@ -91,6 +94,7 @@ impl UdpRow {
             tx_bps: flow.tx_bps,
             rx_bps: flow.rx_bps,
             userspace_vpn: s.owner.as_ref().is_some_and(Process::is_tailscaled_userspace),
+            carried: analysis.udp_verdict(flow).filter(|v| v.tunnel).map(|v| v.carries.len()),
             relays,
         }
     }

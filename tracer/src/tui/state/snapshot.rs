@@ -75,7 +75,7 @@ impl AppState {
             Some(f) => {
                 self.detail = Some(Box::new(DetailFlow {
                     verdict: analysis.verdict(f).cloned(),
-                    whereabouts: Whereabouts::of(f, &analysis.env),
+                    whereabouts: Whereabouts::of(f, &analysis.env, analysis.verdict(f)),
                     decisions: {
                         let all: Vec<_> = analysis.decisions.of(cookie).collect();
                         let skip = all.len().saturating_sub(DETAIL_DECISIONS);

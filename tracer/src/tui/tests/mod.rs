@@ -519,6 +519,14 @@ fn replay_keys_move_the_playback_and_live_keys_do_not() {
     assert_eq!(handle_key(&mut replay, key(KeyCode::Enter)), Action::Playback(PlaybackCommand::SeekTo(90)));
 }
 
+/// What a terminal of `width` x `height` shows of `state`, a line of text per row.
+fn screen_text(state: &AppState, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+    terminal.draw(|f| super::view::draw(f, state)).expect("draw");
+    let buf = terminal.backend().buffer().clone();
+    (0..height).map(|y| (0..width).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
+}
+
 #[test]
 fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_strip() {
     use crate::analysis::event::Owner;
@@ -566,12 +574,7 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
         assert_eq!(row.relayed_by.as_deref(), Some("tailscaled"));
     }
     press(&mut scene, KeyCode::Char('a'));
-    let screen = |state: &AppState| {
-        let mut terminal = Terminal::new(TestBackend::new(140, 30)).expect("terminal");
-        terminal.draw(|f| super::view::draw(f, state)).expect("draw");
-        let buf = terminal.backend().buffer().clone();
-        (0..30).map(|y| (0..140).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
-    };
+    let screen = |state: &AppState| screen_text(state, 140, 30);
     let text = screen(&scene);
     assert!(text.contains("UDP: 1 heavy"), "{text}");
     assert!(text.contains("wireguard tailscaled (pid 812)") && text.contains("give it a TUN device"), "{text}");
@@ -579,4 +582,55 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
     assert!(text.contains("↪tailscaled"), "the hop's limited column names its relay: {text}");
     press(&mut scene, KeyCode::Char('U'));
     assert!(!screen(&scene).contains("UDP: 1 heavy"), "U hides the strip");
+}
+
+#[test]
+fn a_tunnel_flow_shows_its_tunnel_in_the_detail_view_and_its_engine_is_not_blamed_in_the_udp_strip() {
+    use crate::analysis::environment::Environment;
+    use crate::analysis::event::Owner;
+    use crate::analysis::model::tests::sample;
+    use crate::analysis::route::{DeviceName, Route};
+    use crate::analysis::tunnel::{TunDevice, TunHolder, TunnelFacts};
+    use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
+    let netns = sample(1, 0).netns;
+    let holder = TunHolder { pid: 812, comm: "wireguard-go".into() };
+    let device = TunDevice { netns, ifindex: 7, name: "wg0".into(), mtu: 1420, holders: vec![holder] };
+    let env = Environment { tunnels: TunnelFacts { devices: vec![device], ..TunnelFacts::default() }, ..feed::env() };
+    let mut scene = super::feed::Scene::on_host(env);
+    let wg = Head { bytes: [4, 0, 0, 0, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0], len: 1440 };
+    let engine = Process {
+        pid: 812,
+        comm: "wireguard-go".into(),
+        cmdline: vec!["wireguard-go".into(), "wg0".into()],
+        tun_open: true,
+        tcp: Vec::new(),
+    };
+    for tick in 0..=50u64 {
+        let mut s = sample(1, feed::ts_ns(tick) / 1_000_000);
+        s.owner = Some(Owner { pid: 90, comm: "sshd".into() });
+        s.bytes_acked = tick * 400_000;
+        s.route = Some(Route { dev: DeviceName::new("wg0"), ifindex: 7, dev_mtu: 1420, pmtu: 1420 });
+        scene.ingest(&[s]);
+        if tick % 10 == 0 {
+            let reading = UdpSample {
+                first_tx: wg,
+                last_tx: wg,
+                owner: Some(engine.clone()),
+                ..UdpSample::fixture(77, feed::ts_ns(tick), tick * 420_000)
+            };
+            scene.analysis.ingest_sockets(&SocketReadings { udp: vec![reading] });
+            scene.tick(feed::ts_ns(tick), SourceCounters::default());
+        }
+    }
+    assert_eq!(scene.udp_rows.len(), 1);
+    assert_eq!(scene.udp_rows[0].carried, Some(1));
+    let screen = |state: &AppState| screen_text(state, 160, 40);
+    press(&mut scene, KeyCode::Char('a'));
+    let table = screen(&scene);
+    assert!(table.contains("a tunnel: the 1 TCP flow it carries decides, and its fix applies"), "{table}");
+    assert!(!table.contains("its own congestion control decides"), "{table}");
+    press(&mut scene, KeyCode::Enter);
+    scene.refresh();
+    let detail = screen(&scene);
+    assert!(detail.contains("tunnel wg0 (MTU 1420) of wireguard-go (pid 812), over UDP 198.18.0.1:41641"), "{detail}");
 }

@@ -43,18 +43,24 @@ fn udp_lines(state: &AppState, width: usize) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for row in &state.udp_rows {
         // What to do first, the endpoints last: a narrow terminal cuts the least useful part.
+        let says = if row.userspace_vpn {
+            "its own TCP stack crosses the path: give it a TUN device".to_string()
+        } else if let Some(n) = row.carried {
+            match n {
+                0 => "a tunnel: the kernel's TCP flows inside decide, and their fix applies".to_string(),
+                1 => "a tunnel: the 1 TCP flow it carries decides, and its fix applies".to_string(),
+                n => format!("a tunnel: the {n} TCP flows it carries decide, and their fix applies"),
+            }
+        } else {
+            "its own congestion control decides".to_string()
+        };
         let mut text = format!(
-            "{:<9} {} ({}) out {} in {}: {} · {} → {}",
+            "{:<9} {} ({}) out {} in {}: {says} · {} → {}",
             row.carries,
             row.owner,
             row.origin.name,
             format::rate(row.tx_bps),
             format::rate(row.rx_bps),
-            if row.userspace_vpn {
-                "its own TCP stack crosses the path: give it a TUN device"
-            } else {
-                "its own congestion control decides"
-            },
             row.local,
             row.remote,
         );

@@ -203,6 +203,12 @@ fn where_lines(flow: &Flow, w: &Whereabouts, width: u16) -> Vec<Line<'static>> {
         format!("available {}, allowed in namespaces {}", list(&w.available_cc), list(&w.allowed_cc)),
     ));
     pack(cc, width, &mut lines);
+    if let Some(t) = &w.tunnel {
+        for (i, l) in format::wrap(&t.describe_with_rates(), room.max(1)).into_iter().enumerate() {
+            let key = if i == 0 { "tunnel " } else { "       " };
+            lines.push(Line::from(vec![Span::styled(key, dim()), Span::raw(l)]));
+        }
+    }
 
     if let Some(hint) = bbr_hint(w) {
         for l in format::wrap(&hint, usize::from(width).max(1)) {
