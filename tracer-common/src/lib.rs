@@ -11,7 +11,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 4;
+pub const WIRE_VERSION: u16 = 5;
 
 /// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
@@ -92,7 +92,23 @@ pub mod flag {
     pub const OWNER_KNOWN: u8 = 1 << 2;
     /// The cookie came from `skc_cookie` read in a classic tracepoint, not from the helper.
     pub const CLASSIC_HOOK: u8 = 1 << 3;
+    /// `SOCK_NOSPACE` in the socket's `struct socket` flags: a writer found the send buffer
+    /// full and waits for room (set by `tcp_sendmsg` and `tcp_poll`, cleared when a third of
+    /// the buffer is free again). Read with periodic samples only.
+    pub const WRITER_BLOCKED: u8 = 1 << 4;
 }
+
+/// Bits of [`FlowSample::userlocks`] (`sk_userlocks`, `include/net/sock.h`): the application
+/// set the buffer itself (`SO_SNDBUF` / `SO_RCVBUF`), which turns the kernel's autotuning of
+/// it off.
+pub mod userlock {
+    pub const SNDBUF: u8 = 1;
+    pub const RCVBUF: u8 = 2;
+}
+
+/// `SOCK_NOSPACE`: its bit number in `struct socket`'s `flags` (`include/linux/net.h`, the
+/// same since 2.6).
+pub const SOCK_NOSPACE_BIT: u32 = 2;
 
 /// The kernel hooks cctrace attaches. One enum names each hook for both sides: its
 /// [`HookId::bit`] in [`Config::hooks`] and its [`HookId::index`] into
@@ -264,9 +280,14 @@ pub struct FlowSample {
     pub total_rto_recoveries: u32,
     /// Cuts the kernel undid on leaving Recovery or Loss (see [`FlowState::undo_events`]).
     pub undo_events: u32,
+    /// `sk_rcvbuf`, bytes.
+    pub rcvbuf: u32,
+    /// `sk_userlocks` ([`userlock`] bits): which buffers the application fixed itself.
+    pub userlocks: u8,
+    pub _pad: [u8; 3],
 }
 
-pub const FLOW_SAMPLE_SIZE: usize = 304;
+pub const FLOW_SAMPLE_SIZE: usize = 312;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
@@ -366,9 +387,15 @@ pub struct Offsets {
     pub total_rto: u32,
     pub total_rto_recoveries: u32,
     pub undo_marker: u32,
+    /// The buffers: `sock.sk_rcvbuf`, `sock.sk_userlocks` (a 4-bit field before Linux 6.x made
+    /// it a byte), and `sock.sk_socket` -> `socket.flags` for `SOCK_NOSPACE`.
+    pub sk_rcvbuf: u32,
+    pub sk_userlocks: BitField,
+    pub sk_socket: u32,
+    pub socket_flags: u32,
 }
 
-pub const OFFSETS_SIZE: usize = 256;
+pub const OFFSETS_SIZE: usize = 276;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -436,6 +463,10 @@ impl Offsets {
             total_rto: ABSENT,
             total_rto_recoveries: ABSENT,
             undo_marker: ABSENT,
+            sk_rcvbuf: ABSENT,
+            sk_userlocks: NONE,
+            sk_socket: ABSENT,
+            socket_flags: ABSENT,
         }
     }
 }

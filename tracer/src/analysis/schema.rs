@@ -117,6 +117,17 @@ pub struct SocketFields {
     pub busy: u64,
     pub rwnd_limited: u64,
     pub sndbuf_limited: u64,
+    /// Bytes: the receive buffer. Whether the application set the send / receive buffer itself
+    /// (`SO_SNDBUF` / `SO_RCVBUF`, which stops the kernel's autotuning of it), and whether a
+    /// writer waits for room in the send buffer.
+    #[serde(default)]
+    pub rcvbuf: u32,
+    #[serde(default)]
+    pub sndbuf_locked: bool,
+    #[serde(default)]
+    pub rcvbuf_locked: bool,
+    #[serde(default)]
+    pub writer_blocked: bool,
     /// `dsack_dups`, `reord_seen`, `reordering`, `total_rto`, `total_rto_recoveries`,
     /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
     #[serde(flatten)]
@@ -170,6 +181,10 @@ impl SocketFields {
             busy: s.busy_us / 1000,
             rwnd_limited: s.rwnd_limited_us / 1000,
             sndbuf_limited: s.sndbuf_limited_us / 1000,
+            rcvbuf: s.rcvbuf,
+            sndbuf_locked: s.sndbuf_locked,
+            rcvbuf_locked: s.rcvbuf_locked,
+            writer_blocked: s.writer_blocked,
             signals: s.signals,
         }
     }

@@ -246,6 +246,9 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         (&mut o.total_rto, want("tcp_sock", "total_rto", 2, false)),
         (&mut o.total_rto_recoveries, want("tcp_sock", "total_rto_recoveries", 2, false)),
         (&mut o.undo_marker, want("tcp_sock", "undo_marker", 4, false)),
+        (&mut o.sk_rcvbuf, want("sock", "sk_rcvbuf", 4, false)),
+        (&mut o.sk_socket, want("sock", "sk_socket", 8, false)),
+        (&mut o.socket_flags, want("socket", "flags", 8, false)),
     ];
     for (dst, w) in plain {
         match btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w)) {
@@ -269,11 +272,14 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         Err(e) => missing.push(MissingField { strukt: "kernfs_node", path: "parent", why: e.to_string() }),
     }
 
-    let bits: [(&mut BitField, Want); 4] = [
+    // `sk_userlocks` is a byte since Linux 6.x and a 4-bit field before (5.10: `u8 sk_padding:1,
+    // sk_kern_sock:1, sk_no_check_tx:1, sk_no_check_rx:1, sk_userlocks:4`): read as either.
+    let bits: [(&mut BitField, Want); 5] = [
         (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
         (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
         (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
         (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
+        (&mut o.sk_userlocks, want("sock", "sk_userlocks", 0, false)),
     ];
     for (dst, w) in bits {
         match btf.field(w.strukt, w.path).and_then(|loc| bit_field(&loc, &w)) {
@@ -306,6 +312,8 @@ mod tests {
         assert!(r.offsets.skc_family < r.offsets.snd_cwnd);
         assert!(r.offsets.icsk_ca_state.mask >= 0x1f, "{:?}", r.offsets.icsk_ca_state);
         assert_eq!(r.offsets.rate_app_limited.mask, 1);
+        // A byte on 6.18, four bits on 5.10: either way the two lock bits are inside the mask.
+        assert!(r.offsets.sk_userlocks.mask >= 0x3, "{:?}", r.offsets.sk_userlocks);
     }
 
     #[test]

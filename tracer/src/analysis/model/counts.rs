@@ -17,6 +17,8 @@ pub struct SampleCounts {
     /// Samples with the send buffer under 60 % full: the application is not keeping it
     /// stocked, so it, not the network, sets the pace. (Backlogged senders sit at 70-100 %.)
     pub sndbuf_low: u64,
+    /// Samples with a writer waiting for room in the send buffer (`SOCK_NOSPACE`).
+    pub writer_blocked: u64,
 }
 
 impl SampleCounts {
@@ -32,5 +34,6 @@ impl SampleCounts {
         self.no_backlog += u64::from(!cwnd_full && s.notsent_bytes == 0);
         self.app_limited += u64::from(s.app_limited);
         self.sndbuf_low += u64::from(s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6);
+        self.writer_blocked += u64::from(s.writer_blocked);
     }
 }

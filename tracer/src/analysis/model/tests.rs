@@ -52,6 +52,10 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         busy_us: 0,
         rwnd_limited_us: 0,
         sndbuf_limited_us: 0,
+        rcvbuf: 131072,
+        sndbuf_locked: false,
+        rcvbuf_locked: false,
+        writer_blocked: false,
         route: None,
         signals: Default::default(),
     }
