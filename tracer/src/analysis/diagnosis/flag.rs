@@ -62,6 +62,11 @@ pub(super) fn decided_by(
     }
 }
 
+/// Why a policed flow is not flagged: it gets most of what the policer passes. This one clears
+/// a flag at once (see `hysteresis`): it holds whatever the flow was called before.
+pub(super) const GETS_POLICED_RATE: &str =
+    "it already gets most of the policed rate: another algorithm cannot get past the policer";
+
 /// The flag condition; returns why not, for the verdict text.
 pub(super) fn flag_condition(
     flow: &Flow,
@@ -83,7 +88,7 @@ pub(super) fn flag_condition(
     // showed: a new class waits for its confirmations, the flag must not run ahead of it).
     if let Some(p) = lv.policing {
         if w.goodput_bps >= cfg.policer_flag_below * p.rate_bps {
-            return Err("it already gets most of the policed rate: another algorithm cannot get past the policer");
+            return Err(GETS_POLICED_RATE);
         }
     }
     if limited == LimitedBy::Policer && lv.policing.is_none() {

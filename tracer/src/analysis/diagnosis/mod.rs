@@ -47,7 +47,7 @@ use crate::analysis::decisions::DecisionLog;
 pub use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::deep::deep_evidence;
 use crate::analysis::diagnosis::evidence::evidence_of;
-use crate::analysis::diagnosis::flag::flag_condition;
+use crate::analysis::diagnosis::flag::{flag_condition, GETS_POLICED_RATE};
 use crate::analysis::diagnosis::hysteresis::Hysteresis;
 use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
@@ -368,7 +368,11 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
 
     let ev = evidence_of(flow, &w, &lv, cfg, limited);
     let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
-    let flagged = mem.hysteresis.flag(condition.is_ok(), cfg);
+    let flagged = if condition == Err(GETS_POLICED_RATE) {
+        mem.hysteresis.unflag_now(cfg)
+    } else {
+        mem.hysteresis.flag(condition.is_ok(), cfg)
+    };
 
     // The last verdict's text makes room for this one.
     let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
