@@ -123,13 +123,21 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
     if w.rwnd_share >= cfg.stall_share {
         return LimitedBy::ReceiveWindow;
     }
+    // A sender held by its send buffer has everything it queued in flight and nothing left to
+    // send, so the kernel marks its rate samples application-limited too: what tells it from an
+    // application that keeps up is its writer, waiting for room (and the kernel's own chrono,
+    // which runs only while the window has room and the writer waits).
+    if w.sndbuf_bound_share >= cfg.sndbuf_bound_share || w.sndbuf_share >= cfg.stall_share {
+        return LimitedBy::SendBuffer;
+    }
     // The kernel marks delivery-rate samples application-limited only while packets in flight
     // are below cwnd and nothing is left to send: a stream that keeps up with its application.
     // A sender that never fills its send buffer is paced by its application, even when loss
-    // recovery keeps its small cwnd full.
-    if w.app_limited_share >= cfg.app_limited_share
+    // recovery keeps its small cwnd full. One whose writer waits for room had more to send.
+    if (w.app_limited_share >= cfg.app_limited_share
         || w.no_backlog_share >= cfg.no_backlog_share
-        || w.sndbuf_low_share >= cfg.sndbuf_low_share
+        || w.sndbuf_low_share >= cfg.sndbuf_low_share)
+        && w.writer_blocked_share < cfg.writer_waiting_share
     {
         return LimitedBy::Application;
     }
@@ -145,9 +153,6 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
     // A full cwnd is the root cause even when the application then blocks on its send buffer.
     if w.cwnd_full_share >= cfg.cwnd_full_share {
         return backlogged(LimitedBy::CongestionWindow);
-    }
-    if w.sndbuf_share >= cfg.stall_share {
-        return LimitedBy::SendBuffer;
     }
     // The write queue ran dry much of the time. (Chrono "busy" runs until the retransmit queue
     // empties too, so on a lossy long path this alone would miss streams that keep up.)
@@ -238,6 +243,59 @@ mod tests {
         let v = d.verdict(1).expect("verdict");
         assert_eq!(v.limited_by, LimitedBy::Application);
         assert!(!v.flagged);
+    }
+
+    /// A bulk sender on a 200 ms path as measured with the kernel's default 4 MiB `tcp_wmem`
+    /// max: its writer always waits for room; `held` says whether what it queued is all in
+    /// flight with room in the congestion window (BBR held by its buffer) or queued behind a
+    /// full window (CUBIC).
+    fn long_path_bulk(held: bool) -> impl Fn(u64, &mut crate::analysis::event::Sample) {
+        move |tick, s| {
+            s.bytes_acked = 105_000_000 / 8 * tick / 10;
+            s.bytes_sent = s.bytes_acked;
+            s.busy_us = tick * 100_000;
+            // The kernel's chrono catches little of it (7-25 % with iperf3).
+            s.sndbuf_limited_us = tick * 10_000;
+            s.min_rtt_us = 200_000;
+            s.srtt_us = 205_000;
+            s.mss = 1448;
+            s.sndbuf = 4_194_304;
+            s.writer_blocked = true;
+            if held {
+                // All of it in flight: the rate samples say application-limited.
+                s.app_limited = true;
+                s.cwnd_limited = false;
+                s.snd_cwnd = 6700;
+                s.packets_out = 2300 + (tick % 5) as u32 * 100;
+                s.wmem_queued = 3_300_000 + (tick % 3) as u32 * 300_000;
+                s.notsent_bytes = if tick % 4 == 0 { 600_000 } else { 280 };
+            } else {
+                s.cwnd_limited = true;
+                s.snd_cwnd = 300;
+                s.packets_out = 300;
+                s.wmem_queued = 3_500_000;
+                s.notsent_bytes = 3_000_000;
+            }
+        }
+    }
+
+    #[test]
+    fn a_sender_held_by_its_send_buffer_is_sndbuf_limited_not_application_limited() {
+        let (d, _) = run("bbr", 10, long_path_bulk(true));
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::SendBuffer, "{}", v.text);
+        let e = v.evidence.as_ref().expect("evidence");
+        assert!(e.app_limited_share > 0.9, "the kernel's rate samples say application: {e:?}");
+        // The same writer behind a full congestion window is held by its window.
+        let (d, _) = run("cubic", 10, long_path_bulk(false));
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::CongestionWindow);
+        // Without the writer (a kernel or a recording without SOCK_NOSPACE), the kernel's
+        // chrono alone decides, as before.
+        let (d, _) = run("bbr", 10, |tick, s| {
+            long_path_bulk(true)(tick, s);
+            s.writer_blocked = false;
+        });
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Application);
     }
 
     #[test]

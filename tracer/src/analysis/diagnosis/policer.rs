@@ -556,8 +556,8 @@ mod tests {
         // a deep bucket: cycles of 1.2 s at 19.3 Mbit/s, ten segments per loss, one in four
         // cycles delivering 24 Mbit/s (the bucket refilled meanwhile), as measured behind a
         // 20 Mbit/s policer.
-        let mut cycles: Vec<(u64, f64, u64, f64)> = (0..40).map(|i| (5, 6.0 + (i % 5) as f64, 1, 9.0)).collect();
-        cycles.extend((0..40).map(|i| if i % 4 == 3 { (12, 24.0, 10, 30.0) } else { (12, 19.3, 10, 22.0) }));
+        let mut cycles: Vec<(u64, f64, u64, f64)> = (0..40u32).map(|i| (5, 6.0 + f64::from(i % 5), 1, 9.0)).collect();
+        cycles.extend((0..40u32).map(|i| if i % 4 == 3 { (12, 24.0, 10, 30.0) } else { (12, 19.3, 10, 22.0) }));
         let (d, seen) = run_feed(70, cycles_feed(cycles));
         let text = d.verdict(1).map(|v| v.text.clone()).unwrap_or_default();
         let trail = || format!("{seen:?} {text}");
