@@ -465,6 +465,10 @@ pub struct ActionRecord {
     pub switched: Vec<SwitchedFlow>,
     /// What cctrace said while doing it, a line each.
     pub messages: Vec<String>,
+    /// Buffer sysctls set, each `net.ipv4.tcp_wmem: 4096 16384 4194304 -> 4096 16384 33554432
+    /// in ip netns cct-1` (an undo's the other way).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sysctls: Vec<String>,
 }
 
 impl ActionRecord {
@@ -482,8 +486,12 @@ impl ActionRecord {
         };
         let n = self.switched.len();
         let to = self.switched.first().map_or(self.cc.as_str(), |s| s.to.as_str());
+        let buffers = match self.sysctls.len() {
+            0 => String::new(),
+            n => format!(", {n} buffer limit{} set", if n == 1 { "" } else { "s" }),
+        };
         format!(
-            "{what} of {}: {default}, {n} connection{} switched to {to}",
+            "{what} of {}: {default}, {n} connection{} switched to {to}{buffers}",
             self.target,
             if n == 1 { "" } else { "s" }
         )

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use crate::analysis::environment::{BufferLimits, Environment};
 use crate::analysis::fix_plan::{State, Target, STATE_DIR};
 use crate::kernel::listing::enter_netns;
 
@@ -60,6 +61,30 @@ pub(super) fn read_default() -> Result<String, i32> {
 
 pub(super) fn write_default(cc: &str) -> Result<(), i32> {
     std::fs::write(DEFAULT_CC, cc).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Write `net.ipv4.KEY` of the calling thread's namespace (a buffer triple).
+pub(super) fn write_buffer_sysctl(key: &str, limits: BufferLimits) -> Result<(), i32> {
+    std::fs::write(format!("/proc/sys/net/ipv4/{key}"), limits.sysctl_value())
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// A path that leads into network namespace `netns`, as a fix target: its `ip netns` name, or
+/// a process living in it.
+pub(super) fn target_into(netns: u32, env: &Environment) -> Option<Target> {
+    let path = crate::host::path_into_netns(env, netns)?;
+    let named = env.netns_names.get(&netns);
+    Some(Target {
+        netns,
+        reached: match named {
+            Some(name) => format!("ip netns {name}"),
+            None => format!("network namespace {netns} ({path})"),
+        },
+        path,
+        host: netns == env.host_netns,
+        ip_netns: named.is_some(),
+        runtime_sysctl: None,
+    })
 }
 
 /// Run `f` on a thread inside the target namespace (entered by its path, checked by inode, so

@@ -44,6 +44,15 @@ impl Undo {
                 state.switched.len()
             ));
         }
+        for s in &state.sysctls {
+            plan.push(format!(
+                "  set net.ipv4.{} of {} back to {} (it was raised to {})",
+                s.key,
+                s.target.reached,
+                s.from.sysctl_value(),
+                s.to.sysctl_value()
+            ));
+        }
         for f in &state.files {
             plan.push(format!("  remove {f} (written by cctrace fix --persist)"));
         }
@@ -98,6 +107,29 @@ pub(super) fn carry_out_undo(
         log::info!("default congestion control of {} set back from {} to {prev}", target.reached, state.cc);
         say(format!("default congestion control of {} set back to {prev}", target.reached));
     }
+    let mut sysctls = Vec::new();
+    for s in &state.sysctls {
+        in_netns(&s.target, || write_buffer_sysctl(&s.key, s.from))
+            .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, prev, &s.target, &env.allowed_cc)))?
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "restoring net.ipv4.{} of {}: {}",
+                    s.key,
+                    s.target.reached,
+                    std::io::Error::from_raw_os_error(e)
+                )
+            })?;
+        let line = format!("net.ipv4.{} of {} set back to {}", s.key, s.target.reached, s.from.sysctl_value());
+        log::info!("{line}");
+        say(line);
+        sysctls.push(format!(
+            "net.ipv4.{}: {} -> {} in {}",
+            s.key,
+            s.to.sysctl_value(),
+            s.from.sysctl_value(),
+            s.target.reached
+        ));
+    }
     let mut switched = Vec::new();
     if !state.switched.is_empty() {
         let cookies: Vec<(u64, String)> = state.switched.iter().map(|s| (s.cookie, s.old_cc.clone())).collect();
@@ -151,6 +183,7 @@ pub(super) fn carry_out_undo(
         default_after: prev.to_string(),
         switched,
         messages,
+        sysctls,
     })
 }
 

@@ -55,6 +55,46 @@ fn sized(need_bps: f64, rtt_s: f64, share: f64, cfg: &DiagnosisConfig, env: &Env
     want.min(cap_bytes(cfg, env)).min(u64::from(u32::MAX >> 1)) as u32
 }
 
+/// Which buffer: the send buffer (what a full one keeps in flight) or the receive buffer (what
+/// the kernel offers of it as window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Send,
+    Receive,
+}
+
+impl Side {
+    fn share(self, cfg: &DiagnosisConfig) -> f64 {
+        match self {
+            Side::Send => cfg.sndbuf_carried_share,
+            Side::Receive => cfg.rcvbuf_window_share,
+        }
+    }
+}
+
+/// The rate a `side` buffer of `buffer` bytes allows at `rtt_s` (for the fix's plan).
+pub fn buffer_rate(side: Side, buffer: u32, rtt_s: f64, cfg: &DiagnosisConfig) -> f64 {
+    rate_of(f64::from(buffer), side.share(cfg), rtt_s)
+}
+
+/// The `side` buffer maximum a flow that needs `need_bps` at `rtt_s` should have (for the
+/// fix's plan; the same sizing as the verdicts').
+pub fn buffer_size_for(side: Side, need_bps: f64, rtt_s: f64, cfg: &DiagnosisConfig, env: &Environment) -> u32 {
+    sized(need_bps, rtt_s, side.share(cfg), cfg, env)
+}
+
+/// How [`buffer_size_for`] sizes, in words, for the plan.
+pub fn sizing_words(side: Side, need_bps: f64, rtt_s: f64, cfg: &DiagnosisConfig, env: &Environment) -> String {
+    format!(
+        "{:.0}x {} at min_rtt {:.0} ms, for a buffer {} of which carries data, rounded up to a power of two (at most {})",
+        cfg.buffer_headroom,
+        rate(need_bps),
+        rtt_s * 1e3,
+        pct(side.share(cfg)),
+        bytes(cap_bytes(cfg, env)),
+    )
+}
+
 /// The largest maximum the fix sets: the configured cap, and a quarter of the host's TCP
 /// memory pressure level (one socket at the maximum then cannot push the host into it).
 fn cap_bytes(cfg: &DiagnosisConfig, env: &Environment) -> u64 {
@@ -130,17 +170,8 @@ pub(super) fn buffer_evidence(
         loss_based && limited != LimitedBy::SendBuffer && at_limit && sndbuf_limit.is_some_and(|l| want_sndbuf > l);
     let mut sizing = String::new();
     if let Some(l) = raise_wmem.or(raise_rmem) {
-        let share = if raise_wmem.is_some() { cfg.sndbuf_carried_share } else { cfg.rcvbuf_window_share };
-        let _ = write!(
-            sizing,
-            "{}: {:.0}x {} at min_rtt {:.0} ms, for a buffer {} of which carries data, rounded up to a power of two (at most {})",
-            bytes(u64::from(l.max)),
-            cfg.buffer_headroom,
-            rate(need),
-            min_rtt_s * 1e3,
-            pct(share),
-            bytes(cap_bytes(cfg, env)),
-        );
+        let side = if raise_wmem.is_some() { Side::Send } else { Side::Receive };
+        let _ = write!(sizing, "{}: {}", bytes(u64::from(l.max)), sizing_words(side, need, min_rtt_s, cfg, env));
     }
     Some(BufferEvidence {
         sndbuf: s.sndbuf,
