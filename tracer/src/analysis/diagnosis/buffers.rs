@@ -181,7 +181,12 @@ pub(super) fn buffer_evidence(
         in_flight_bytes: w.mean_in_flight,
         writer_blocked_share: w.writer_blocked_share,
         sndbuf_bound_share: w.sndbuf_bound_share,
-        sndbuf_allows_bps: rate_of(w.mean_sndbuf, cfg.sndbuf_carried_share, srtt_s),
+        // Held by it, the flow itself shows what its buffer carries per round trip.
+        sndbuf_allows_bps: if limited == LimitedBy::SendBuffer && w.mean_in_flight > 0.0 {
+            w.mean_in_flight * 8.0 / srtt_s
+        } else {
+            rate_of(w.mean_sndbuf, cfg.sndbuf_carried_share, srtt_s)
+        },
         path_shown_bps: path_shown,
         snd_wnd: w.mean_snd_wnd,
         max_snd_wnd: flow.max_snd_wnd,
@@ -250,13 +255,15 @@ pub(super) fn write_sndbuf(text: &mut String, flow: &Flow, w: &Window, b: &Buffe
     }
     let _ = write!(
         text,
-        ", kept {} in flight per {srtt_ms:.0} ms round trip: a buffer that size allows about {} at this RTT. \
+        ", kept {} in flight per {srtt_ms:.0} ms round trip: {}, what a buffer that size allows at this RTT. \
          In {} of samples the writer waited for room while the congestion window had more.",
         bytes(b.in_flight_bytes as u64),
         rate(b.sndbuf_allows_bps),
         pct(b.sndbuf_bound_share),
     );
-    if b.path_shown_bps > 0.0 {
+    // (Held by its buffer, its rate samples are application-limited and do not count as what
+    // the path showed: only more than it gets is worth saying.)
+    if b.path_shown_bps > w.goodput_bps {
         let _ = write!(text, " The path delivered {} to this flow without queueing.", rate(b.path_shown_bps));
     }
     match (b.sndbuf_set_by, b.raise_wmem) {
@@ -299,19 +306,29 @@ fn write_app_sndbuf(text: &mut String, sndbuf: u32, b: &BufferEvidence, env: &En
 /// an unscaled window, and the receiver: on this host (its namespace, its buffer and what set
 /// it) or elsewhere.
 pub(super) fn write_rwnd(text: &mut String, flow: &Flow, w: &Window, b: &BufferEvidence, env: &Environment) {
+    let min_rtt_s = w.min_rtt_us / 1e6;
+    let carries = rate_of(b.snd_wnd, 1.0, min_rtt_s);
     let _ = write!(
         text,
-        "{} ({} over {:.0} s): the peer advertised {} (at most {} so far) against a bandwidth-delay product of {} \
-         ({} at min_rtt {:.0} ms).",
+        "{} ({} over {:.0} s): the peer advertised {} (at most {} so far), which carries at most {} at min_rtt {:.0} ms",
         LimitedBy::ReceiveWindow.describe(),
         rate(w.goodput_bps),
         w.secs,
         bytes(b.snd_wnd as u64),
         bytes(u64::from(b.max_snd_wnd)),
-        bytes(b.bdp_bytes as u64),
-        rate(w.goodput_bps.max(b.path_shown_bps)),
-        w.min_rtt_us / 1e3,
+        rate(carries),
+        min_rtt_s * 1e3,
     );
+    // The bandwidth-delay product is known only as far as the path showed more than the window.
+    if b.path_shown_bps > 1.2 * carries {
+        let _ = write!(
+            text,
+            ", against a bandwidth-delay product of {} at the {} the path delivered without queueing",
+            bytes(b.bdp_bytes as u64),
+            rate(b.path_shown_bps)
+        );
+    }
+    text.push('.');
     if b.window_scaling_off {
         text.push_str(
             " The window never passed 64 KiB: window scaling is off at the receiver (net.ipv4.tcp_window_scaling), \
@@ -427,7 +444,6 @@ mod tests {
         s.mss = 1448;
         s.sndbuf = 4_194_304;
         s.writer_blocked = true;
-        s.app_limited = tick.is_multiple_of(2);
         s.cwnd_limited = false;
         s.snd_cwnd = 6700;
         s.packets_out = 1900;
@@ -435,6 +451,8 @@ mod tests {
         s.notsent_bytes = 0;
         s.snd_wnd = 18_000_000;
         s.delivery_rate_bps = 120_000_000;
+        // Its rate samples are application-limited, except now and then.
+        s.app_limited = !tick.is_multiple_of(2);
     }
 
     fn last(d: &Diagnoser) -> Verdict {
@@ -450,12 +468,12 @@ mod tests {
         let b = v.evidence.as_ref().and_then(|e| e.buffers.clone()).expect("buffer evidence");
         assert_eq!((b.sndbuf, b.sndbuf_set_by, b.tcp_wmem), (4_194_304, SetBy::Autotuning, Some(DEFAULT_WMEM)));
         assert!((b.in_flight_bytes - 1900.0 * 1448.0).abs() < 1.0, "{b:?}");
-        // 4 MiB keeping 60 % in flight per 208 ms: 96.8 Mbit/s.
-        assert!((b.sndbuf_allows_bps / 1e6 - 96.8).abs() < 0.5, "{b:?}");
+        // Held by it, what it keeps in flight per round trip: 1900 segments per 208 ms.
+        assert!((b.sndbuf_allows_bps / 1e6 - 105.8).abs() < 0.5, "{b:?}");
         assert_eq!(b.raise_wmem, Some(DEFAULT_WMEM.with_max(32 << 20)), "{b:?}");
         for words in [
             "grown by autotuning to the namespace's tcp_wmem max (4.0 MiB)",
-            "allows about 96.8 Mbit/s at this RTT",
+            "kept 2.6 MiB in flight per 208 ms round trip: 105.8 Mbit/s, what a buffer that size allows at this RTT",
             "The path delivered 120.0 Mbit/s to this flow without queueing",
             "Raise the namespace's tcp_wmem max to 32.0 MiB (32.0 MiB: 4x 120.0 Mbit/s at min_rtt 200 ms, for a buffer 60.00% of which",
         ] {
@@ -584,7 +602,7 @@ mod tests {
         assert_eq!(v.limited_by, LimitedBy::ReceiveWindow, "{}", v.text);
         assert!(!v.flagged);
         for words in [
-            "the peer advertised 488.3 KiB",
+            "the peer advertised 488.3 KiB (at most 488.3 KiB so far), which carries at most 20.0 Mbit/s at min_rtt 200 ms.",
             "The receiver is on this host, in ip netns rcv: its receive buffer is 1.0 MiB",
             "grown by autotuning to that namespace's tcp_rmem max (1.0 MiB): raise it to 4.0 MiB",
         ] {
