@@ -140,7 +140,7 @@ fn ss_sndbuf(ns: &cctrace_lab::Netns, port: u16) -> Result<Option<u64>> {
         if !line.starts_with(char::is_whitespace) {
             this = line.split_whitespace().nth(3).and_then(|a| a.rsplit(':').next()) == Some(&port.to_string());
         } else if this {
-            let tb = line.split(|c| c == ',' || c == '(' || c == ')').find_map(|w| w.strip_prefix("tb"));
+            let tb = line.split([',', '(', ')']).find_map(|w| w.strip_prefix("tb"));
             return Ok(tb.and_then(|v| v.parse().ok()));
         }
     }
@@ -233,8 +233,11 @@ fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> R
         fixed_at.elapsed().saturating_sub(Duration::from_secs(16)),
         series.iter().map(|p| (p.1 / 1e6).round()).collect::<Vec<_>>()
     );
+    // The truth's factor compares 20 s runs with BBR's start-up in each, which pulls the default
+    // buffer's average below the rate a flow held by it keeps (measured here 111.5 against the
+    // truth's 89.2, and 1.72x against 1.92x): 0.75 of the factor, and 0.8 of the truth's rate.
     anyhow::ensure!(
-        after >= 0.8 * TRUTH_BBR_RAISED_FACTOR * before,
+        after >= 0.75 * TRUTH_BBR_RAISED_FACTOR * before && after >= 0.8 * TRUTH_BBR_RAISED_BPS,
         "{:.1} -> {:.1} Mbit/s",
         before / 1e6,
         after / 1e6

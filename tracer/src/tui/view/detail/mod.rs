@@ -298,7 +298,7 @@ mod tests {
         env.netns_wmem.insert(s.netns, BufferLimits { min: 4096, default: 16384, max: 4_194_304 });
         env.netns_rmem.insert(s.netns, BufferLimits { min: 4096, default: 131_072, max: 6_291_456 });
         let text =
-            |w: &Whereabouts| where_lines(flow, w, 120).iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n");
+            |w: &Whereabouts| where_lines(flow, w, 120).iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
         let shown = text(&Whereabouts::of(flow, &env));
         assert!(shown.contains("dev tun-snd mtu 1500 qdisc fq"), "{shown}");
         assert!(shown.contains("buffers tcp_wmem max 4.0 MiB, tcp_rmem max 6.0 MiB"), "{shown}");
