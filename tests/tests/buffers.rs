@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
-use cctrace_tests::{require_kernel, run_cctrace, serial, ss_in, Tracer};
+use cctrace_tests::{flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Tracer};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -63,15 +63,6 @@ fn bulk(path: &EmulatedPath, cc: &str, secs: u64, sndbuf: Option<usize>) -> Resu
 /// A sysctl triple as three numbers (the kernel writes tabs).
 fn triple(ns: &cctrace_lab::Netns, key: &str) -> Result<String> {
     Ok(ns.sysctl_get(key)?.split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-/// The flow lines of the socket with local port `port` in `netns`.
-fn lines_of(lines: &[Value], netns: u64, port: u16) -> Vec<Value> {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port)
-        .cloned()
-        .collect()
 }
 
 /// Seconds from the flow's first flow line to its first line matching `pred`.

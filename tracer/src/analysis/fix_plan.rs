@@ -170,6 +170,11 @@ impl SysctlStep {
     pub fn setting(&self, limits: BufferLimits) -> String {
         format!("net.ipv4.{}={}", self.key, limits.sysctl_value())
     }
+
+    /// The change from `from` to `to`, as an action record lists it.
+    pub fn record(&self, from: BufferLimits, to: BufferLimits) -> String {
+        format!("net.ipv4.{}: {} -> {} in {}", self.key, from.sysctl_value(), to.sysctl_value(), self.target.reached)
+    }
 }
 
 /// A connection that moved this much is one the buffers are sized for.

@@ -159,16 +159,7 @@ pub(super) fn carry_out_fix(
     write_state(&state_path, &state)?;
     let mut sysctls = Vec::new();
     for step in &plan.buffers {
-        in_netns(&step.target, || write_buffer_sysctl(&step.key, step.to))
-            .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, cc, &step.target, &env.allowed_cc)))?
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "setting net.ipv4.{} of {}: {}",
-                    step.key,
-                    step.target.reached,
-                    std::io::Error::from_raw_os_error(e)
-                )
-            })?;
+        set_buffer_sysctl(&step.target, &step.key, step.to, env)?;
         let line = format!(
             "net.ipv4.{} of {} set from {} to {}",
             step.key,
@@ -178,13 +169,7 @@ pub(super) fn carry_out_fix(
         );
         log::info!("{line}");
         say(line);
-        sysctls.push(format!(
-            "net.ipv4.{}: {} -> {} in {}",
-            step.key,
-            step.from.sysctl_value(),
-            step.to.sysctl_value(),
-            step.target.reached
-        ));
+        sysctls.push(step.record(step.from, step.to));
         state.sysctls.push(step.clone());
         write_state(&state_path, &state)?;
     }

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::{BufferLimits, Environment};
-use crate::analysis::fix_plan::{State, Target, STATE_DIR};
+use crate::analysis::fix_plan::{refusal, State, Step, Target, STATE_DIR};
 use crate::kernel::listing::enter_netns;
 
 pub(super) const DEFAULT_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
@@ -63,10 +63,23 @@ pub(super) fn write_default(cc: &str) -> Result<(), i32> {
     std::fs::write(DEFAULT_CC, cc).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// Write `net.ipv4.KEY` of the calling thread's namespace (a buffer triple).
-pub(super) fn write_buffer_sysctl(key: &str, limits: BufferLimits) -> Result<(), i32> {
-    std::fs::write(format!("/proc/sys/net/ipv4/{key}"), limits.sysctl_value())
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+/// Set `net.ipv4.KEY` (a buffer triple) of `target`'s namespace to `limits`; the error is the
+/// one line to show.
+pub(super) fn set_buffer_sysctl(target: &Target, key: &str, limits: BufferLimits, env: &Environment) -> Result<()> {
+    let write = || {
+        std::fs::write(format!("/proc/sys/net/ipv4/{key}"), limits.sysctl_value())
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+    };
+    in_netns(target, write).map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, "", target, &env.allowed_cc)))?.map_err(
+        |e| {
+            anyhow::anyhow!(
+                "setting net.ipv4.{key} of {} to {}: {}",
+                target.reached,
+                limits.sysctl_value(),
+                std::io::Error::from_raw_os_error(e)
+            )
+        },
+    )
 }
 
 /// A path that leads into network namespace `netns`, as a fix target: its `ip netns` name, or

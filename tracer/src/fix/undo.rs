@@ -109,26 +109,11 @@ pub(super) fn carry_out_undo(
     }
     let mut sysctls = Vec::new();
     for s in &state.sysctls {
-        in_netns(&s.target, || write_buffer_sysctl(&s.key, s.from))
-            .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, prev, &s.target, &env.allowed_cc)))?
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "restoring net.ipv4.{} of {}: {}",
-                    s.key,
-                    s.target.reached,
-                    std::io::Error::from_raw_os_error(e)
-                )
-            })?;
+        set_buffer_sysctl(&s.target, &s.key, s.from, env)?;
         let line = format!("net.ipv4.{} of {} set back to {}", s.key, s.target.reached, s.from.sysctl_value());
         log::info!("{line}");
         say(line);
-        sysctls.push(format!(
-            "net.ipv4.{}: {} -> {} in {}",
-            s.key,
-            s.to.sysctl_value(),
-            s.from.sysctl_value(),
-            s.target.reached
-        ));
+        sysctls.push(s.record(s.to, s.from));
     }
     let mut switched = Vec::new();
     if !state.switched.is_empty() {

@@ -334,4 +334,19 @@ mod tests {
         let byte = FieldLoc { bit_offset: 16, bitfield_bits: None, size: 1 };
         assert_eq!(bit_field(&byte, &w).expect("byte").mask, 0xff);
     }
+
+    #[test]
+    fn sk_userlocks_reads_as_a_byte_on_6_18_and_as_four_bits_on_5_10() {
+        let w = want("sock", "sk_userlocks", 0, false);
+        // 6.18 (this machine's BTF): `u8 sk_userlocks`, bit offset 1944.
+        let byte = bit_field(&FieldLoc { bit_offset: 1944, bitfield_bits: None, size: 1 }, &w).expect("byte");
+        assert_eq!((byte.byte_offset, byte.shift, byte.mask), (243, 0, 0xff));
+        // Debian 11's 5.10 BTF: `u8 sk_padding:1, sk_kern_sock:1, sk_no_check_tx:1,
+        // sk_no_check_rx:1, sk_userlocks:4`, the lock bits at bit offset 4292.
+        let bits = bit_field(&FieldLoc { bit_offset: 4292, bitfield_bits: Some(4), size: 1 }, &w).expect("bits");
+        assert_eq!((bits.byte_offset, bits.shift, bits.mask), (536, 4, 0xf));
+        // That byte with SOCK_SNDBUF_LOCK set and the three flags below it: the lock reads 1.
+        let raw: u8 = 0b0001_0111;
+        assert_eq!((raw >> bits.shift) & bits.mask, u8::from(tracer_common::userlock::SNDBUF));
+    }
 }

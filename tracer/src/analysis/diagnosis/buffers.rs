@@ -417,7 +417,7 @@ pub(super) fn write_next_limit(text: &mut String, b: &BufferEvidence, min_rtt_s:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::diagnosis::test_feed::{run_in, test_env};
+    use crate::analysis::diagnosis::test_feed::{held_by_sndbuf, run_in, test_env};
     use crate::analysis::diagnosis::{Diagnoser, Verdict};
     use crate::analysis::environment::BufferLimits;
     use crate::analysis::event::Sample;
@@ -431,28 +431,6 @@ mod tests {
         env.netns_wmem.insert(4026531840, DEFAULT_WMEM);
         env.core_wmem_max = 212_992;
         env
-    }
-
-    /// BBR on a 200 ms path held by its 4 MiB send buffer, as measured: the writer waits in
-    /// every sample, everything queued is in flight, the congestion window has room.
-    fn held_by_sndbuf(tick: u64, s: &mut Sample) {
-        s.bytes_acked = 105_000_000 / 8 * tick / 10;
-        s.bytes_sent = s.bytes_acked;
-        s.busy_us = tick * 100_000;
-        s.min_rtt_us = 200_000;
-        s.srtt_us = 208_000;
-        s.mss = 1448;
-        s.sndbuf = 4_194_304;
-        s.writer_blocked = true;
-        s.cwnd_limited = false;
-        s.snd_cwnd = 6700;
-        s.packets_out = 1900;
-        s.wmem_queued = 3_400_000;
-        s.notsent_bytes = 0;
-        s.snd_wnd = 18_000_000;
-        s.delivery_rate_bps = 120_000_000;
-        // Its rate samples are application-limited, except now and then.
-        s.app_limited = !tick.is_multiple_of(2);
     }
 
     fn last(d: &Diagnoser) -> Verdict {

@@ -165,7 +165,7 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::diagnosis::test_feed::{bulk, episodic, run, run_feed};
+    use crate::analysis::diagnosis::test_feed::{bulk, episodic, held_by_sndbuf, run, run_feed};
 
     #[test]
     fn queue_before_each_loss_is_the_path_not_a_flag() {
@@ -245,54 +245,29 @@ mod tests {
         assert!(!v.flagged);
     }
 
-    /// A bulk sender on a 200 ms path as measured with the kernel's default 4 MiB `tcp_wmem`
-    /// max: its writer always waits for room; `held` says whether what it queued is all in
-    /// flight with room in the congestion window (BBR held by its buffer) or queued behind a
-    /// full window (CUBIC).
-    fn long_path_bulk(held: bool) -> impl Fn(u64, &mut crate::analysis::event::Sample) {
-        move |tick, s| {
-            s.bytes_acked = 105_000_000 / 8 * tick / 10;
-            s.bytes_sent = s.bytes_acked;
-            s.busy_us = tick * 100_000;
-            // The kernel's chrono catches little of it (7-25 % with iperf3).
-            s.sndbuf_limited_us = tick * 10_000;
-            s.min_rtt_us = 200_000;
-            s.srtt_us = 205_000;
-            s.mss = 1448;
-            s.sndbuf = 4_194_304;
-            s.writer_blocked = true;
-            if held {
-                // All of it in flight: the rate samples say application-limited.
-                s.app_limited = true;
-                s.cwnd_limited = false;
-                s.snd_cwnd = 6700;
-                s.packets_out = 2300 + (tick % 5) as u32 * 100;
-                s.wmem_queued = 3_300_000 + (tick % 3) as u32 * 300_000;
-                s.notsent_bytes = if tick % 4 == 0 { 600_000 } else { 280 };
-            } else {
-                s.cwnd_limited = true;
-                s.snd_cwnd = 300;
-                s.packets_out = 300;
-                s.wmem_queued = 3_500_000;
-                s.notsent_bytes = 3_000_000;
-            }
-        }
-    }
-
     #[test]
     fn a_sender_held_by_its_send_buffer_is_sndbuf_limited_not_application_limited() {
-        let (d, _) = run("bbr", 10, long_path_bulk(true));
+        let (d, _) = run("bbr", 10, |tick, s| {
+            held_by_sndbuf(tick, s);
+            // Its rate samples all application-limited, the kernel's chrono catching little.
+            s.app_limited = true;
+            s.sndbuf_limited_us = tick * 10_000;
+        });
         let v = d.verdict(1).expect("verdict");
         assert_eq!(v.limited_by, LimitedBy::SendBuffer, "{}", v.text);
         let e = v.evidence.as_ref().expect("evidence");
         assert!(e.app_limited_share > 0.9, "the kernel's rate samples say application: {e:?}");
         // The same writer behind a full congestion window is held by its window.
-        let (d, _) = run("cubic", 10, long_path_bulk(false));
+        let (d, _) = run("cubic", 10, |tick, s| {
+            held_by_sndbuf(tick, s);
+            (s.cwnd_limited, s.snd_cwnd, s.packets_out) = (true, 300, 300);
+            (s.wmem_queued, s.notsent_bytes) = (3_500_000, 3_000_000);
+        });
         assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::CongestionWindow);
         // Without the writer (a kernel or a recording without SOCK_NOSPACE), the kernel's
         // chrono alone decides, as before.
         let (d, _) = run("bbr", 10, |tick, s| {
-            long_path_bulk(true)(tick, s);
+            held_by_sndbuf(tick, s);
             s.writer_blocked = false;
         });
         assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Application);

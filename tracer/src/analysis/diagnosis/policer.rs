@@ -434,7 +434,7 @@ mod tests {
         lost: u64,
         peak_mbps: impl Fn(u64) -> f64,
     ) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
-        use crate::analysis::event::{CaState, SampleReason};
+        use crate::analysis::diagnosis::test_feed::loss_after;
         use crate::analysis::model::tests::sample;
         move |tick| {
             let mut s = sample(1, tick * 100);
@@ -466,20 +466,7 @@ mod tests {
                 _ => (false, 0),
             };
             if loses {
-                let mut l = s.clone();
-                l.ts_ns += 5_000_000;
-                l.reason = SampleReason::CaState;
-                l.ca_state = CaState::Recovery;
-                out.push(l.clone());
-                l.ts_ns += 1_000_000;
-                l.reason = SampleReason::Retransmit;
-                l.total_retrans += n as u32;
-                l.bytes_retrans += n * 1448;
-                l.bytes_sent += n * 1448;
-                out.push(l.clone());
-                l.ts_ns += 40_000_000;
-                l.ca_state = CaState::Open;
-                out.push(l);
+                out.extend(loss_after(&s, n));
             }
             out
         }
@@ -490,7 +477,7 @@ mod tests {
     /// over it, segments its loss takes, delivery rate before the loss in Mbit/s)`, the
     /// loss at the cycle's end.
     fn cycles_feed(cycles: Vec<(u64, f64, u64, f64)>) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
-        use crate::analysis::event::{CaState, SampleReason};
+        use crate::analysis::diagnosis::test_feed::loss_after;
         use crate::analysis::model::tests::sample;
         // Where each cycle ends (its loss), and the bytes delivered by then.
         let mut ends = Vec::new();
@@ -529,20 +516,7 @@ mod tests {
             s.cwnd_limited = true;
             let mut out = vec![s.clone()];
             if let Some(e) = ends.iter().find(|e| e.0 + e.3 == tick + 1) {
-                let mut l = s.clone();
-                l.ts_ns += 5_000_000;
-                l.reason = SampleReason::CaState;
-                l.ca_state = CaState::Recovery;
-                out.push(l.clone());
-                l.ts_ns += 1_000_000;
-                l.reason = SampleReason::Retransmit;
-                l.total_retrans += e.4 as u32;
-                l.bytes_retrans += e.4 * 1448;
-                l.bytes_sent += e.4 * 1448;
-                out.push(l.clone());
-                l.ts_ns += 40_000_000;
-                l.ca_state = CaState::Open;
-                out.push(l);
+                out.extend(loss_after(&s, e.4));
             }
             out
         }
