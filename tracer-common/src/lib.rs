@@ -96,6 +96,10 @@ pub mod flag {
     /// full and waits for room (set by `tcp_sendmsg` and `tcp_poll`, cleared when a third of
     /// the buffer is free again). Read with periodic samples only.
     pub const WRITER_BLOCKED: u8 = 1 << 4;
+    /// An established connection that negotiated no window scaling (`tcp_sock.rx_opt`'s
+    /// `wscale_ok` clear): the peer's window can never pass 64 KiB. Never set where the kernel's
+    /// BTF lacks the field.
+    pub const WINDOW_UNSCALED: u8 = 1 << 5;
 }
 
 /// Bits of [`FlowSample::userlocks`] (`sk_userlocks`, `include/net/sock.h`): the application
@@ -393,9 +397,11 @@ pub struct Offsets {
     pub sk_userlocks: BitField,
     pub sk_socket: u32,
     pub socket_flags: u32,
+    /// `tcp_sock.rx_opt.wscale_ok`: window scaling negotiated.
+    pub wscale_ok: BitField,
 }
 
-pub const OFFSETS_SIZE: usize = 276;
+pub const OFFSETS_SIZE: usize = 284;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -467,6 +473,7 @@ impl Offsets {
             sk_userlocks: NONE,
             sk_socket: ABSENT,
             socket_flags: ABSENT,
+            wscale_ok: NONE,
         }
     }
 }

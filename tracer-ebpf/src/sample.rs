@@ -5,8 +5,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::bpf_jiffies64, macros::map, maps::PerCpuArray};
 use tracer_common::{
-    family, flag, reason, record_kind, BitField, FlowSample, FlowState, RecordHeader, ABSENT, FLOW_SAMPLE_SIZE,
-    SOCK_COPY_MAX, SOCK_NOSPACE_BIT, WIRE_VERSION,
+    family, flag, reason, record_kind, tcp_state, BitField, FlowSample, FlowState, RecordHeader, ABSENT,
+    FLOW_SAMPLE_SIZE, SOCK_COPY_MAX, SOCK_NOSPACE_BIT, WIRE_VERSION,
 };
 
 use crate::flow_key;
@@ -61,6 +61,10 @@ pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now:
         s.wmem_queued = sk.get(global!(OFFSETS.sk_wmem_queued));
         s.rcvbuf = sk.get(global!(OFFSETS.sk_rcvbuf));
         s.userlocks = sk.bits(global!(OFFSETS.sk_userlocks));
+        let wscale = global!(OFFSETS.wscale_ok);
+        if wscale.byte_offset != ABSENT && s.tcp_state == tcp_state::ESTABLISHED && sk.bits(wscale) == 0 {
+            s.flags |= flag::WINDOW_UNSCALED;
+        }
 
         let ops = sk.ptr(global!(OFFSETS.icsk_ca_ops));
         read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);

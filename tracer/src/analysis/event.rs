@@ -202,6 +202,9 @@ pub struct Sample {
     /// A writer waits for room in the send buffer (`SOCK_NOSPACE`; periodic samples only).
     #[serde(default)]
     pub writer_blocked: bool,
+    /// The connection negotiated no window scaling: the peer's window stays under 64 KiB.
+    #[serde(default)]
+    pub window_unscaled: bool,
     /// The socket's cached route when the sample was taken (none before the first send and
     /// after close).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -408,6 +411,7 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         sndbuf_locked: raw.userlocks & userlock::SNDBUF != 0,
         rcvbuf_locked: raw.userlocks & userlock::RCVBUF != 0,
         writer_blocked: raw.flags & flag::WRITER_BLOCKED != 0,
+        window_unscaled: raw.flags & flag::WINDOW_UNSCALED != 0,
         route: Route::from_raw(raw.route_ifindex, raw.route_dev_mtu, raw.route_pmtu, raw.route_dev),
         signals: LossSignals::from_raw(raw),
     })
@@ -525,7 +529,7 @@ mod tests {
         assert_eq!(s.rwnd_limited_us, 80_000);
         assert_eq!(s.sndbuf_limited_us, 120_000);
         assert_eq!(s.owner, None);
-        assert!(!s.sndbuf_locked && !s.rcvbuf_locked && !s.writer_blocked);
+        assert!(!s.sndbuf_locked && !s.rcvbuf_locked && !s.writer_blocked && !s.window_unscaled);
     }
 
     #[test]
@@ -533,10 +537,10 @@ mod tests {
         let mut raw = sample();
         raw.rcvbuf = 212_992;
         raw.userlocks = userlock::SNDBUF;
-        raw.flags = flag::WRITER_BLOCKED;
+        raw.flags = flag::WRITER_BLOCKED | flag::WINDOW_UNSCALED;
         let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
         assert_eq!(s.rcvbuf, 212_992);
-        assert!(s.sndbuf_locked && !s.rcvbuf_locked && s.writer_blocked);
+        assert!(s.sndbuf_locked && !s.rcvbuf_locked && s.writer_blocked && s.window_unscaled);
         raw.userlocks = userlock::RCVBUF | 4; // SOCK_BINDADDR_LOCK beside it
         let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
         assert!(!s.sndbuf_locked && s.rcvbuf_locked);

@@ -128,6 +128,9 @@ pub struct SocketFields {
     pub rcvbuf_locked: bool,
     #[serde(default)]
     pub writer_blocked: bool,
+    /// The connection negotiated no window scaling (its window stays under 64 KiB).
+    #[serde(default)]
+    pub window_unscaled: bool,
     /// `dsack_dups`, `reord_seen`, `reordering`, `total_rto`, `total_rto_recoveries`,
     /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
     #[serde(flatten)]
@@ -185,6 +188,7 @@ impl SocketFields {
             sndbuf_locked: s.sndbuf_locked,
             rcvbuf_locked: s.rcvbuf_locked,
             writer_blocked: s.writer_blocked,
+            window_unscaled: s.window_unscaled,
             signals: s.signals,
         }
     }

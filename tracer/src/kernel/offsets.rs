@@ -274,12 +274,13 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
 
     // `sk_userlocks` is a byte since Linux 6.x and a 4-bit field before (5.10: `u8 sk_padding:1,
     // sk_kern_sock:1, sk_no_check_tx:1, sk_no_check_rx:1, sk_userlocks:4`): read as either.
-    let bits: [(&mut BitField, Want); 5] = [
+    let bits: [(&mut BitField, Want); 6] = [
         (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
         (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
         (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
         (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
         (&mut o.sk_userlocks, want("sock", "sk_userlocks", 0, false)),
+        (&mut o.wscale_ok, want("tcp_sock", "rx_opt.wscale_ok", 0, false)),
     ];
     for (dst, w) in bits {
         match btf.field(w.strukt, w.path).and_then(|loc| bit_field(&loc, &w)) {
@@ -314,6 +315,7 @@ mod tests {
         assert_eq!(r.offsets.rate_app_limited.mask, 1);
         // A byte on 6.18, four bits on 5.10: either way the two lock bits are inside the mask.
         assert!(r.offsets.sk_userlocks.mask >= 0x3, "{:?}", r.offsets.sk_userlocks);
+        assert_eq!(r.offsets.wscale_ok.mask, 1, "{:?}", r.offsets.wscale_ok);
     }
 
     #[test]

@@ -191,7 +191,8 @@ pub(super) fn buffer_evidence(
         snd_wnd: w.mean_snd_wnd,
         max_snd_wnd: flow.max_snd_wnd,
         bdp_bytes: w.goodput_bps.max(path_shown) * min_rtt_s / 8.0,
-        window_scaling_off: limited == LimitedBy::ReceiveWindow && flow.max_snd_wnd <= UNSCALED_WINDOW,
+        // The kernel's own word (a window that never passed 64 KiB may be a small buffer's).
+        window_scaling_off: limited == LimitedBy::ReceiveWindow && s.window_unscaled,
         receiver,
         bbr_sndbuf_bps: if loss_based { bbr_sndbuf_bps } else { None },
         next_limit_sndbuf,
@@ -603,20 +604,27 @@ mod tests {
 
     #[test]
     fn a_remote_receiver_gets_words_and_an_unscaled_window_is_named() {
-        let (d, _) = run_in(&test_env(), "bbr", 12, |tick, s| {
-            s.bytes_acked = 2_600_000 / 8 * tick / 10;
-            s.bytes_sent = s.bytes_acked;
-            s.busy_us = tick * 100_000;
-            s.rwnd_limited_us = tick * 90_000;
-            s.min_rtt_us = 200_000;
-            s.srtt_us = 200_000;
-            s.snd_wnd = 65_535;
-        });
-        let v = last(&d);
+        let windowed = |unscaled: bool| {
+            run_in(&test_env(), "bbr", 12, move |tick, s| {
+                s.bytes_acked = 2_600_000 / 8 * tick / 10;
+                s.bytes_sent = s.bytes_acked;
+                s.busy_us = tick * 100_000;
+                s.rwnd_limited_us = tick * 90_000;
+                s.min_rtt_us = 200_000;
+                s.srtt_us = 200_000;
+                s.snd_wnd = 65_535;
+                s.window_unscaled = unscaled;
+            })
+            .0
+        };
+        let v = last(&windowed(true));
         assert_eq!(v.limited_by, LimitedBy::ReceiveWindow, "{}", v.text);
         assert!(v.text.contains("window scaling is off at the receiver"), "{}", v.text);
         assert!(v.text.contains("The receiver, 198.18.0.2, is not a socket cctrace sees on this host"), "{}", v.text);
         assert!(v.fix.is_empty());
+        // A scaled window held under 64 KiB by a small buffer is not called unscaled.
+        let v = last(&windowed(false));
+        assert!(!v.text.contains("window scaling"), "{}", v.text);
     }
 
     #[test]

@@ -412,8 +412,14 @@ fn judge<'t>(
     let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
     text.clear();
     match (limited, ev.buffers.as_ref()) {
-        (LimitedBy::SendBuffer, Some(b)) => buffers::write_sndbuf(&mut text, flow, &w, b, env),
-        (LimitedBy::ReceiveWindow, Some(b)) => buffers::write_rwnd(&mut text, flow, &w, b, env),
+        (LimitedBy::SendBuffer, Some(b)) => {
+            buffers::write_sndbuf(&mut text, flow, &w, b, env);
+            reordering::write_note(&mut text, &ev);
+        }
+        (LimitedBy::ReceiveWindow, Some(b)) => {
+            buffers::write_rwnd(&mut text, flow, &w, b, env);
+            reordering::write_note(&mut text, &ev);
+        }
         _ if flagged => {
             words::write_flagged(&mut text, flow, &ev);
             if let Some(b) = &ev.buffers {

@@ -56,6 +56,7 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         sndbuf_locked: false,
         rcvbuf_locked: false,
         writer_blocked: false,
+        window_unscaled: false,
         route: None,
         signals: Default::default(),
     }
