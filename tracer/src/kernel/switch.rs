@@ -24,6 +24,9 @@ const LISTING: &str = "cct_iter_tcp";
 /// snapshot asks for it). Dropping it unloads them.
 pub struct Switcher {
     ebpf: Ebpf,
+    /// The kernel's BTF as aya reads it, kept for the listing's program (reading it again cost
+    /// as much as loading both programs).
+    btf: Btf,
     listing_loaded: bool,
 }
 
@@ -50,21 +53,20 @@ impl Switcher {
             .try_into()
             .map_err(|e| anyhow!("{PROGRAM}: {}", error_chain(&e)))?;
         prog.load("tcp", &btf).map_err(|e| anyhow!("loading {PROGRAM}: {}", error_chain(&e)))?;
-        Ok(Self { ebpf, listing_loaded: false })
+        Ok(Self { ebpf, btf, listing_loaded: false })
     }
 
     /// One sample of every TCP socket of each namespace of `namespaces` (inode, path) that can
     /// be entered, as the start-up listing takes them: what the fix sizes buffers from.
     pub fn snapshot(&mut self, namespaces: &[(u32, std::path::PathBuf)]) -> Result<Vec<Sample>> {
         if !self.listing_loaded {
-            let btf = Btf::from_sys_fs().context("kernel BTF (needed by iter/tcp)")?;
             let prog: &mut Iter = self
                 .ebpf
                 .program_mut(LISTING)
                 .ok_or_else(|| anyhow!("program {LISTING} missing from the eBPF object"))?
                 .try_into()
                 .map_err(|e| anyhow!("{LISTING}: {}", error_chain(&e)))?;
-            prog.load("tcp", &btf).map_err(|e| anyhow!("loading {LISTING}: {}", error_chain(&e)))?;
+            prog.load("tcp", &self.btf).map_err(|e| anyhow!("loading {LISTING}: {}", error_chain(&e)))?;
             self.listing_loaded = true;
         }
         let ctx = DecodeContext { hz: super::hz::kernel_hz().unwrap_or(250) };
