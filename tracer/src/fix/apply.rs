@@ -83,10 +83,18 @@ fn buffers_of(
     env: &Environment,
     switcher: &mut LazySwitcher,
 ) -> (Vec<SysctlStep>, Vec<String>) {
-    let samples = match switcher.get().and_then(|s| s.snapshot(&crate::host::netns_paths())) {
+    let started = std::time::Instant::now();
+    let namespaces = crate::host::netns_paths();
+    let samples = match switcher.get().and_then(|s| s.snapshot(&namespaces)) {
         Ok(samples) => samples,
         Err(e) => return (Vec::new(), vec![format!("buffers not examined: {e:#}")]),
     };
+    log::info!(
+        "buffers: {} sockets of {} network namespaces read in {:?}",
+        samples.len(),
+        namespaces.len(),
+        started.elapsed()
+    );
     let (mut steps, mut notes) = buffer_steps(target, &samples, env, &|netns| target_into(netns, env));
     steps.retain(|s| {
         let keep = !s.target.host || target.host || host_allowed;
