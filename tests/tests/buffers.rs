@@ -16,6 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 use cctrace_tests::{flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Tracer};
 use serde_json::Value;
@@ -116,7 +117,8 @@ fn run_printed(fix: &[String], rollback: bool) -> Result<()> {
     };
     anyhow::ensure!(!lines.is_empty(), "nothing to run in {fix:#?}");
     for line in lines {
-        let out = Command::new("/bin/sh").arg("-c").arg(&line).output().context("running /bin/sh")?;
+        let out =
+            Command::new("/bin/sh").arg("-c").arg(&line).output_within(CHILD_DEADLINE).context("running /bin/sh")?;
         anyhow::ensure!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(())
@@ -124,7 +126,7 @@ fn run_printed(fix: &[String], rollback: bool) -> Result<()> {
 
 /// `ss -tmi`'s send buffer (`skmem`'s `tb`) of the socket with local port `port` in `ns`.
 fn ss_sndbuf(ns: &cctrace_lab::Netns, port: u16) -> Result<Option<u64>> {
-    let out = Command::new("ip").args(["netns", "exec", ns.name(), "ss", "-tmniH"]).output()?;
+    let out = Command::new("ip").args(["netns", "exec", ns.name(), "ss", "-tmniH"]).output_within(CHILD_DEADLINE)?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut this = false;
     for line in text.lines() {
@@ -211,7 +213,7 @@ fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> R
     anyhow::ensure!(out.contains("raise net.ipv4.tcp_wmem's max from 4.0 MiB to"), "{out}");
     let raised = triple(bbr_ns, WMEM)?;
     anyhow::ensure!(raised != KERNEL_WMEM && raised.starts_with("4096 16384 "), "{raised}");
-    let series = goodput_series(&bbr_sink, 16.0);
+    let series = goodput_series(&bbr_sink, 10.0);
     let grown = ss_sndbuf(bbr_ns, bbr_port)?;
     let after = series[series.len() - 6..].iter().map(|p| p.1).sum::<f64>() / 6.0;
     let to_90 = reached(&series, 0.9, 6);
@@ -221,7 +223,7 @@ fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> R
         before / 1e6,
         after / 1e6,
         after / before,
-        fixed_at.elapsed().saturating_sub(Duration::from_secs(16)),
+        fixed_at.elapsed().saturating_sub(Duration::from_secs(10)),
         series.iter().map(|p| (p.1 / 1e6).round()).collect::<Vec<_>>()
     );
     // The truth's factor compares 20 s runs with BBR's start-up in each, which pulls the default

@@ -217,6 +217,7 @@ mod tests {
             default_before: "bbr".into(),
             default_after: "cubic".into(),
             switched: Vec::new(),
+            sysctls: Vec::new(),
             messages: Vec::new(),
         };
         let mut inner = FeedSource::new((0..3).map(feed::batch).collect());

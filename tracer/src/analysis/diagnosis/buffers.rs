@@ -168,11 +168,12 @@ pub(super) fn buffer_evidence(
     // of what the flow needs: the fix raises the namespace's maximum, or names the application.
     let next_limit_sndbuf =
         loss_based && limited != LimitedBy::SendBuffer && at_limit && sndbuf_limit.is_some_and(|l| want_sndbuf > l);
-    let mut sizing = String::new();
-    if let Some(l) = raise_wmem.or(raise_rmem) {
-        let side = if raise_wmem.is_some() { Side::Send } else { Side::Receive };
-        let _ = write!(sizing, "{}: {}", bytes(u64::from(l.max)), sizing_words(side, need, min_rtt_s, cfg, env));
-    }
+    // How the raised maximum is sized, in words (its size is said beside it).
+    let sizing = match (raise_wmem, raise_rmem) {
+        (Some(_), _) => sizing_words(Side::Send, need, min_rtt_s, cfg, env),
+        (None, Some(_)) => sizing_words(Side::Receive, need, min_rtt_s, cfg, env),
+        (None, None) => String::new(),
+    };
     Some(BufferEvidence {
         sndbuf: s.sndbuf,
         sndbuf_set_by: set_by,
@@ -297,8 +298,11 @@ fn write_app_sndbuf(text: &mut String, sndbuf: u32, b: &BufferEvidence, env: &En
     if env.core_wmem_max > 0 && u64::from(sndbuf) >= 2 * u64::from(env.core_wmem_max) {
         let _ = write!(
             text,
-            " It got the most net.core.wmem_max ({}) lets it ask for: raising that host-wide limit is needed too.",
-            bytes(u64::from(env.core_wmem_max))
+            " It got the most net.core.wmem_max ({}) lets it ask for: that host-wide limit must be raised too, to at \
+             least {} (`sysctl -w net.core.wmem_max={}`; it binds every namespace, so cctrace leaves it to you).",
+            bytes(u64::from(env.core_wmem_max)),
+            bytes(need.div_ceil(2)),
+            need.div_ceil(2)
         );
     }
 }
@@ -354,7 +358,14 @@ pub(super) fn write_rwnd(text: &mut String, flow: &Flow, w: &Window, b: &BufferE
                         bytes(need)
                     );
                     if r.core_rmem_max.is_some_and(|m| u64::from(r.rcvbuf) >= 2 * u64::from(m)) {
-                        text.push_str(" It got the most net.core.rmem_max lets it ask for: raising that host-wide limit is needed too.");
+                        let _ = write!(
+                            text,
+                            " It got the most net.core.rmem_max lets it ask for: that host-wide limit must be raised too, \
+                             to at least {} (`sysctl -w net.core.rmem_max={}`; it binds every namespace, so cctrace \
+                             leaves it to you).",
+                            bytes(need.div_ceil(2)),
+                            need.div_ceil(2)
+                        );
                     }
                 }
                 (SetBy::Autotuning, Some(l), Some(now)) => {
@@ -454,7 +465,7 @@ mod tests {
             "grown by autotuning to the namespace's tcp_wmem max (4.0 MiB)",
             "kept 2.6 MiB in flight per 208 ms round trip: 105.8 Mbit/s, what a buffer that size allows at this RTT",
             "The path delivered 120.0 Mbit/s to this flow without queueing",
-            "Raise the namespace's tcp_wmem max to 32.0 MiB (32.0 MiB: 4x 120.0 Mbit/s at min_rtt 200 ms, for a buffer 60.00% of which",
+            "Raise the namespace's tcp_wmem max to 32.0 MiB (4x 120.0 Mbit/s at min_rtt 200 ms, for a buffer 60.00% of which",
         ] {
             assert!(v.text.contains(words), "{words:?} in {}", v.text);
         }
