@@ -383,6 +383,6 @@ mod tests {
         assert_eq!((bits.byte_offset, bits.shift, bits.mask), (536, 4, 0xf));
         // That byte with SOCK_SNDBUF_LOCK set and the three flags below it: the lock reads 1.
         let raw: u8 = 0b0001_0111;
-        assert_eq!((raw >> bits.shift) & bits.mask, u8::from(tracer_common::userlock::SNDBUF));
+        assert_eq!((raw >> bits.shift) & bits.mask, tracer_common::userlock::SNDBUF);
     }
 }
