@@ -206,6 +206,17 @@ fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> R
 
     // The BBR flow fixed live: the namespace's maximum raised, the same connection grows into it.
     let before = sink_rate(&bbr_sink, Duration::from_secs(4));
+    // Held by its buffer, every rate sample is application-limited: from its first `sndbuf`
+    // line to the fix (about 10 evaluations), the flow is never called application or idle.
+    let held_lines = lines_of(&tracer.lines(), bbr_ns.inode(), bbr_port);
+    let since: Vec<&str> =
+        held_lines.iter().skip_while(|v| !is_sndbuf(v)).filter_map(|v| v["limited_by"].as_str()).collect();
+    println!("BBR held, each evaluation from the first sndbuf: {since:?}");
+    anyhow::ensure!(
+        since.len() >= 5 && !since.iter().any(|l| matches!(*l, "application" | "idle")),
+        "misread while held by its buffer:{}",
+        trail(&held_lines)
+    );
     let (code, out, err) = run_cctrace(&["fix", "--netns", bbr_ns.name(), "--live", "--yes"])?;
     let fixed_at = Instant::now();
     println!("{out}{err}");
