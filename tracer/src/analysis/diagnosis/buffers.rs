@@ -503,9 +503,15 @@ mod tests {
             "The application fixed it: set SO_SNDBUF to at least",
             "cctrace changes nothing for it",
             "It got the most net.core.wmem_max (208.0 KiB) lets it ask for",
+            "it binds every namespace, so cctrace leaves it to you",
         ] {
             assert!(v.text.contains(words), "{words:?} in {}", v.text);
         }
+        // Asked for half of what it should get (the kernel doubles SO_SNDBUF), as a command.
+        let b = v.evidence.as_ref().and_then(|e| e.buffers.as_ref()).expect("buffers");
+        let half = u64::from(b.want_sndbuf).div_ceil(2);
+        assert!(half > 212_992, "{half}");
+        assert!(v.text.contains(&format!("`sysctl -w net.core.wmem_max={half}`")), "{}", v.text);
     }
 
     #[test]
