@@ -15,13 +15,17 @@
 //! - `wireguard`: through a wireguard-go tunnel on both ends of a 30 ms, 40 Mbit/s path with
 //!   2 % loss on its UDP underlay (`cctrace_tests::tunnel_wan`, tests/tunnel.rs's path): the
 //!   truth the live fix through a tunnel is held to, with the CPU wireguard-go took at each end.
+//! - `long-fat`: 200 ms RTT, 200 Mbit/s (queue BDP/4), the receiver's buffers raised (the lab's
+//!   32 MiB `tcp_rmem` max): CUBIC and BBR with the kernel's default send buffer (`tcp_wmem` max
+//!   4 MiB) and with a raised one (64 MiB), without loss and with `--long-loss-pct` (0.05) random
+//!   loss: the truth behind the `sndbuf` verdict and the buffer fix.
 //!
 //! Each flow sets its algorithm per socket (TCP_CONGESTION), runs on a fresh path, and is
 //! reported with the kernel's own view of the sender at close (TCP_INFO, the counters
 //! `ss -tni` prints) and the emulator's drop and reordering counters.
 //!
 //! `cargo xtask bench` (or `cargo bench -p cctrace-tests --bench goodput -- [--secs N]
-//! [--loss-pct P] [--tight-bucket BYTES] [--only NAME]`).
+//! [--loss-pct P] [--long-loss-pct P] [--tight-bucket BYTES] [--only NAME]`).
 
 use std::time::Duration;
 
@@ -128,7 +132,15 @@ fn scenarios(loss: f64, tight_bucket: Option<u64>) -> Vec<Scenario> {
 }
 
 fn bulk(spec: &EmulatedPathSpec, cc: &'static str, secs: u64) -> Result<Run> {
+    bulk_with_wmem(spec, cc, secs, None)
+}
+
+/// [`bulk`] with the sender's namespace's `net.ipv4.tcp_wmem` set to `wmem` first.
+fn bulk_with_wmem(spec: &EmulatedPathSpec, cc: &'static str, secs: u64, wmem: Option<&str>) -> Result<Run> {
     let path = EmulatedPath::create(spec.clone()).context("building the emulated path")?;
+    if let Some(wmem) = wmem {
+        path.sender().sysctl_set("net.ipv4.tcp_wmem", wmem)?;
+    }
     let report = bulk_transfer(path.sender(), path.receiver(), path.receiver_addr(), cc, Duration::from_secs(secs))?;
     let stats = path.stats();
     Ok(Run { cc, report, forward: stats.forward, reverse: stats.reverse })
@@ -212,6 +224,58 @@ fn retrans_share(k: &SenderReport) -> f64 {
     }
 }
 
+/// The long fat path: 200 ms RTT, 200 Mbit/s, a quarter-BDP queue.
+const LONG_RTT_MS: f64 = 200.0;
+/// The kernel's default `tcp_wmem` (a new namespace copies the host's; the lab raises it).
+const DEFAULT_WMEM: &str = "4096 16384 4194304";
+/// A raised maximum, as the second user of the README raised theirs.
+const RAISED_WMEM: &str = "4096 16384 67108864";
+
+/// The truth table of the long fat path: each algorithm with the default and a raised send
+/// buffer, without loss and with `loss`.
+fn long_fat(secs: u64, loss: f64) -> Result<()> {
+    let one_way = Duration::from_secs_f64(LONG_RTT_MS / 2000.0);
+    let queue = (LINE_BPS as f64 / 8.0 * LONG_RTT_MS / 1000.0 / 4.0) as usize;
+    println!(
+        "long-fat: {LONG_RTT_MS} ms RTT, {} Mbit/s (queue BDP/4), receiver tcp_rmem max 32 MiB; sender tcp_wmem \
+         {DEFAULT_WMEM:?} (the kernel's default) or {RAISED_WMEM:?}",
+        LINE_BPS / 1_000_000
+    );
+    for loss in [0.0, loss] {
+        let forward = PathSpec::delay(one_way).with_rate(LINE_BPS, queue);
+        let forward = if loss > 0.0 { forward.with_loss(loss) } else { forward };
+        let mut spec = EmulatedPathSpec::new(forward);
+        spec.reverse = PathSpec::delay(one_way);
+        println!("  {}% random loss:", loss * 100.0);
+        let mut got = Vec::new();
+        for (cc, wmem, label) in [
+            ("cubic", DEFAULT_WMEM, "default"),
+            ("bbr", DEFAULT_WMEM, "default"),
+            ("bbr", RAISED_WMEM, "raised"),
+            ("cubic", RAISED_WMEM, "raised"),
+        ] {
+            let r = bulk_with_wmem(&spec, cc, secs, Some(wmem))?;
+            println!(
+                "    {cc:>5}, {label:>7} tcp_wmem: goodput {:>6.1} Mbit/s; retrans {} ({:.3}% of segments), \
+                 emulator random drops {}, queue drops {}",
+                r.report.goodput_bps / 1e6,
+                r.report.total_retrans,
+                retrans_share(&r.report) * 100.0,
+                r.forward.dropped_loss,
+                r.forward.dropped_queue
+            );
+            got.push(r.report.goodput_bps);
+        }
+        println!(
+            "    bbr raised / bbr default {:.2}x; bbr raised / cubic default {:.2}x; bbr default / cubic default {:.2}x",
+            got[2] / got[1].max(1.0),
+            got[2] / got[0].max(1.0),
+            got[1] / got[0].max(1.0)
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     // `cargo bench` passes --bench; accept and ignore unknown flags.
     let args: Vec<String> = std::env::args().collect();
@@ -219,6 +283,7 @@ fn main() -> Result<()> {
     let secs = arg("--secs").and_then(|v| v.parse().ok()).unwrap_or(20u64);
     let loss = arg("--loss-pct").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.1) / 100.0;
     let only = arg("--only").cloned();
+    let long_loss = arg("--long-loss-pct").and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.05) / 100.0;
     let tight_bucket = match arg("--tight-bucket") {
         Some(v) => Some(v.parse::<u64>().with_context(|| format!("--tight-bucket {v:?}: expected bytes"))?),
         None => None,
@@ -228,9 +293,12 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let all = scenarios(loss, tight_bucket);
+    if only.as_deref() == Some("long-fat") {
+        return long_fat(secs, long_loss);
+    }
     if let Some(name) = &only {
         if name != "wireguard" && !all.iter().any(|s| s.name == name.as_str()) {
-            let names: Vec<&str> = all.iter().map(|s| s.name).chain(["wireguard"]).collect();
+            let names: Vec<&str> = all.iter().map(|s| s.name).chain(["wireguard", "long-fat"]).collect();
             anyhow::bail!("unknown path {name:?}; one of {names:?}");
         }
     }
@@ -271,6 +339,9 @@ fn main() -> Result<()> {
     }
     if only.as_deref().is_none_or(|o| o == "wireguard") {
         wireguard(secs)?;
+    }
+    if only.is_none() {
+        long_fat(secs, long_loss)?;
     }
     Ok(())
 }

@@ -227,6 +227,15 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// The flow lines of the socket with local port `port` in network namespace `netns`.
+pub fn flow_lines(lines: &[Value], netns: u64, port: u16) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port)
+        .cloned()
+        .collect()
+}
+
 /// The bottleneck rate of [`demo_wan`].
 pub const DEMO_WAN_RATE_BPS: f64 = 200e6;
 

@@ -8,7 +8,9 @@ use anyhow::{Context, Result};
 use cctrace_lab::{
     EmulatedPath, EmulatedPathSpec, GilbertElliott, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
 };
-use cctrace_tests::{demo_wan as wan, monotonic_ns, require_kernel, serial, Tracer, DEMO_WAN_RATE_BPS};
+use cctrace_tests::{
+    demo_wan as wan, flow_lines as lines_of, monotonic_ns, require_kernel, serial, Tracer, DEMO_WAN_RATE_BPS,
+};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -21,15 +23,6 @@ fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) ->
         port,
         SenderOptions { nodelay: true, ..SenderOptions::new(cc, mode, Duration::from_secs(secs)) },
     )
-}
-
-/// Flow lines of the sender-side socket with local port `port`.
-fn lines_of(lines: &[Value], netns: u64, port: u16) -> Vec<Value> {
-    lines
-        .iter()
-        .filter(|v| v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["sport"] == port)
-        .cloned()
-        .collect()
 }
 
 struct Outcome {

@@ -11,7 +11,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 5;
+pub const WIRE_VERSION: u16 = 6;
 
 /// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
@@ -92,7 +92,27 @@ pub mod flag {
     pub const OWNER_KNOWN: u8 = 1 << 2;
     /// The cookie came from `skc_cookie` read in a classic tracepoint, not from the helper.
     pub const CLASSIC_HOOK: u8 = 1 << 3;
+    /// `SOCK_NOSPACE` in the socket's `struct socket` flags: a writer found the send buffer
+    /// full and waits for room (set by `tcp_sendmsg` and `tcp_poll`, cleared when a third of
+    /// the buffer is free again). Read with periodic samples only.
+    pub const WRITER_BLOCKED: u8 = 1 << 4;
+    /// An established connection that negotiated no window scaling (`tcp_sock.rx_opt`'s
+    /// `wscale_ok` clear): the peer's window can never pass 64 KiB. Never set where the kernel's
+    /// BTF lacks the field.
+    pub const WINDOW_UNSCALED: u8 = 1 << 5;
 }
+
+/// Bits of [`FlowSample::userlocks`] (`sk_userlocks`, `include/net/sock.h`): the application
+/// set the buffer itself (`SO_SNDBUF` / `SO_RCVBUF`), which turns the kernel's autotuning of
+/// it off.
+pub mod userlock {
+    pub const SNDBUF: u8 = 1;
+    pub const RCVBUF: u8 = 2;
+}
+
+/// `SOCK_NOSPACE`: its bit number in `struct socket`'s `flags` (`include/linux/net.h`, the
+/// same since 2.6).
+pub const SOCK_NOSPACE_BIT: u32 = 2;
 
 /// The kernel hooks cctrace attaches. One enum names each hook for both sides: its
 /// [`HookId::bit`] in [`Config::hooks`] and its [`HookId::index`] into
@@ -266,15 +286,19 @@ pub struct FlowSample {
     pub total_rto_recoveries: u32,
     /// Cuts the kernel undid on leaving Recovery or Loss (see [`FlowState::undo_events`]).
     pub undo_events: u32,
+    /// `sk_rcvbuf`, bytes.
+    pub rcvbuf: u32,
     /// `tcp_sock.rack.rtt_us`: the RTT of the most recently sent segment the peer acknowledged
     /// (RACK's reference), µs; 0 where the kernel lacks the field. Unlike srtt, which moves an
     /// eighth per ACK, it is the path's RTT at that instant: at the loss that ends slow start it
     /// holds the full queue of a drop-tail bottleneck and next to none behind a policer.
     pub rack_rtt_us: u32,
-    pub _pad_end: [u8; 4],
+    /// `sk_userlocks` ([`userlock`] bits): which buffers the application fixed itself.
+    pub userlocks: u8,
+    pub _pad: [u8; 7],
 }
 
-pub const FLOW_SAMPLE_SIZE: usize = 312;
+pub const FLOW_SAMPLE_SIZE: usize = 320;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
@@ -374,11 +398,19 @@ pub struct Offsets {
     pub total_rto: u32,
     pub total_rto_recoveries: u32,
     pub undo_marker: u32,
+    /// The buffers: `sock.sk_rcvbuf`, `sock.sk_userlocks` (a 4-bit field before Linux 6.x made
+    /// it a byte), and `sock.sk_socket` -> `socket.flags` for `SOCK_NOSPACE`.
+    pub sk_rcvbuf: u32,
+    pub sk_userlocks: BitField,
+    pub sk_socket: u32,
+    pub socket_flags: u32,
+    /// `tcp_sock.rx_opt.wscale_ok`: window scaling negotiated.
+    pub wscale_ok: BitField,
     /// `tcp_sock.rack.rtt_us` ([`FlowSample::rack_rtt_us`]).
     pub rack_rtt_us: u32,
 }
 
-pub const OFFSETS_SIZE: usize = 260;
+pub const OFFSETS_SIZE: usize = 288;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -446,6 +478,11 @@ impl Offsets {
             total_rto: ABSENT,
             total_rto_recoveries: ABSENT,
             undo_marker: ABSENT,
+            sk_rcvbuf: ABSENT,
+            sk_userlocks: NONE,
+            sk_socket: ABSENT,
+            socket_flags: ABSENT,
+            wscale_ok: NONE,
             rack_rtt_us: ABSENT,
         }
     }

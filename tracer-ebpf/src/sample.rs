@@ -5,8 +5,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::bpf_jiffies64, macros::map, maps::PerCpuArray};
 use tracer_common::{
-    family, flag, reason, record_kind, BitField, FlowSample, FlowState, RecordHeader, ABSENT, FLOW_SAMPLE_SIZE,
-    SOCK_COPY_MAX, WIRE_VERSION,
+    family, flag, reason, record_kind, tcp_state, BitField, FlowSample, FlowState, RecordHeader, ABSENT,
+    FLOW_SAMPLE_SIZE, SOCK_COPY_MAX, SOCK_NOSPACE_BIT, WIRE_VERSION,
 };
 
 use crate::flow_key;
@@ -59,6 +59,12 @@ pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now:
         s.pacing_rate = sk.get(global!(OFFSETS.sk_pacing_rate));
         s.sndbuf = sk.get(global!(OFFSETS.sk_sndbuf));
         s.wmem_queued = sk.get(global!(OFFSETS.sk_wmem_queued));
+        s.rcvbuf = sk.get(global!(OFFSETS.sk_rcvbuf));
+        s.userlocks = sk.bits(global!(OFFSETS.sk_userlocks));
+        let wscale = global!(OFFSETS.wscale_ok);
+        if wscale.byte_offset != ABSENT && s.tcp_state == tcp_state::ESTABLISHED && sk.bits(wscale) == 0 {
+            s.flags |= flag::WINDOW_UNSCALED;
+        }
 
         let ops = sk.ptr(global!(OFFSETS.icsk_ca_ops));
         read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);
@@ -115,6 +121,12 @@ pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now:
         // cost, and the flow keeps the route its last sample had.
         let periodic = hit.reason == reason::PERIODIC || hit.reason == reason::SNAPSHOT;
         let dst = if periodic { sk.ptr(global!(OFFSETS.sk_dst_cache)) } else { core::ptr::null() };
+        // A writer waiting for room in the send buffer: in `struct socket`, one more read, so
+        // also only once an interval.
+        let socket = if periodic { sk.ptr(global!(OFFSETS.sk_socket)) } else { core::ptr::null() };
+        if !socket.is_null() && read::<u64>(socket, global!(OFFSETS.socket_flags)) & (1 << SOCK_NOSPACE_BIT) != 0 {
+            s.flags |= flag::WRITER_BLOCKED;
+        }
         if !dst.is_null() {
             let dev = read_ptr(dst, global!(OFFSETS.dst_dev));
             s.route_ifindex = read(dev, global!(OFFSETS.netdev_ifindex));

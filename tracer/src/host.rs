@@ -1,7 +1,7 @@
 //! Facts about the host that verdicts and headers need, read from /proc and /sys.
 //! Kept apart from the pure diagnosis so that one stays testable.
 
-use crate::analysis::environment::Environment;
+use crate::analysis::environment::{BufferLimits, Environment};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt as _;
@@ -68,6 +68,35 @@ pub fn allowed_congestion_controls() -> Vec<String> {
     sysctl_words("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 }
 
+/// What cctrace reads inside each network namespace: its default congestion control
+/// (`net.ipv4.tcp_congestion_control`, what new connections there get), its buffer limits
+/// (`tcp_wmem`, `tcp_rmem`) and the root qdisc of each of its devices.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetnsFacts {
+    pub cc: Option<String>,
+    pub wmem: Option<BufferLimits>,
+    pub rmem: Option<BufferLimits>,
+    pub qdiscs: HashMap<u32, String>,
+}
+
+/// Each network namespace's [`NetnsFacts`], by inode, for namespaces opened by `paths` (see
+/// [`netns_paths`] and [`in_each_netns`]).
+pub fn netns_facts(paths: &[(u32, PathBuf)]) -> HashMap<u32, NetnsFacts> {
+    in_each_netns(paths, |ino| {
+        let read = |key: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}")).ok();
+        let cc = read("tcp_congestion_control").map(|c| c.trim().to_string()).filter(|c| !c.is_empty());
+        let facts = NetnsFacts {
+            cc,
+            wmem: read("tcp_wmem").as_deref().and_then(BufferLimits::parse),
+            rmem: read("tcp_rmem").as_deref().and_then(BufferLimits::parse),
+            qdiscs: netlink::Rtnl::open().and_then(|mut r| r.root_qdiscs()).unwrap_or_default(),
+        };
+        Some((ino, facts))
+    })
+    .into_iter()
+    .collect()
+}
+
 /// Each network namespace's default congestion control (`net.ipv4.tcp_congestion_control`,
 /// what new connections in it get), by inode, for namespaces opened by `paths` (see
 /// [`netns_paths`]). Namespaces that cannot be entered (gone, no privilege) are left out.
@@ -117,6 +146,11 @@ pub(crate) fn enter_netns(ino: u32, path: &std::path::Path) -> bool {
     unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) == 0 }
 }
 
+/// The host-wide sysctl at `key_path` as a number (0 when unreadable).
+fn sysctl_number<T: std::str::FromStr + Default>(key_path: &str) -> T {
+    std::fs::read_to_string(key_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or_default()
+}
+
 /// Everything [`Environment`] holds, read now. Cgroups come from the process-wide resolver
 /// ([`crate::cgroups::with_system_resolver`]): this is called through a plain `fn`, and the
 /// resolver's cache (names already read, when it last walked) must outlive the call.
@@ -127,6 +161,12 @@ pub fn environment() -> Environment {
         r.refresh(std::time::Instant::now());
         r.all().clone()
     });
+    let facts = netns_facts(&paths);
+    let each = |f: fn(&NetnsFacts) -> Option<BufferLimits>| -> HashMap<u32, BufferLimits> {
+        facts.iter().filter_map(|(ino, n)| Some((*ino, f(n)?))).collect()
+    };
+    let tcp_mem = sysctl_words("/proc/sys/net/ipv4/tcp_mem");
+    let page = |i: usize| tcp_mem.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
     Environment {
         bbr_available: available_cc.iter().any(|c| c == "bbr"),
         available_cc,
@@ -134,7 +174,13 @@ pub fn environment() -> Environment {
         host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
         netns_pids: netns_pids(),
         netns_names: named_netns(),
-        netns_cc: netns_default_cc(&paths),
+        netns_wmem: each(|n| n.wmem),
+        netns_rmem: each(|n| n.rmem),
+        core_wmem_max: sysctl_number("/proc/sys/net/core/wmem_max"),
+        core_rmem_max: sysctl_number("/proc/sys/net/core/rmem_max"),
+        tcp_mem_pages: [page(0), page(1), page(2)],
+        qdiscs: facts.iter().map(|(ino, n)| (*ino, n.qdiscs.clone())).collect(),
+        netns_cc: facts.into_iter().filter_map(|(ino, n)| Some((ino, n.cc?))).collect(),
         cgroups,
         tunnels: tunnels::tunnel_facts(&paths),
     }
@@ -223,6 +269,32 @@ mod tests {
         // A path that now leads to another namespace than its inode says is not read.
         let wrong = netns_default_cc(&[(host, std::path::Path::new("/run/netns").join(&ns.0))]);
         assert!(wrong.is_empty(), "{wrong:?}");
+    }
+
+    #[test]
+    fn each_namespace_buffers_and_root_qdiscs_are_read_inside_it() {
+        let Some(ns) = TestNetns::add(format!("cct-test-b{}", std::process::id())) else {
+            crate::test_support::skip("cannot create a network namespace (not root?)");
+            return;
+        };
+        assert!(ns.exec(&["sysctl", "-q", "-w", "net.ipv4.tcp_wmem=4096 16384 8388608"]));
+        assert!(ns.exec(&["ip", "link", "add", "cct-d0", "type", "veth", "peer", "name", "cct-d1"]));
+        // (fq is not built into every kernel, this machine's among them; tbf is.)
+        let tbf =
+            ["tc", "qdisc", "add", "dev", "cct-d0", "root", "tbf", "rate", "1mbit", "burst", "10k", "latency", "10ms"];
+        assert!(ns.exec(&tbf));
+        let ino = named_netns().into_iter().find(|(_, n)| *n == ns.0).map(|(i, _)| i).expect("listed");
+        let facts = netns_facts(&[(ino, std::path::Path::new("/run/netns").join(&ns.0))]);
+        let f = facts.get(&ino).expect("read");
+        assert_eq!(f.wmem, Some(BufferLimits { min: 4096, default: 16384, max: 8388608 }));
+        assert!(f.rmem.is_some_and(|r| r.max > 0), "{f:?}");
+        // The device's index, as the kernel numbers it there.
+        let out = Command::new("ip").args(["netns", "exec", &ns.0, "cat", "/sys/class/net/cct-d0/ifindex"]).output();
+        let index: u32 =
+            out.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).expect("ifindex");
+        assert_eq!(f.qdiscs.get(&index).map(String::as_str), Some("tbf"), "{f:?}");
+        let here = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").expect("sysctl");
+        assert_ne!(BufferLimits::parse(&here), f.wmem, "this thread stayed in its own namespace");
     }
 
     #[test]

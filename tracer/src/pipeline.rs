@@ -262,7 +262,7 @@ pub async fn run<F: FrontEnd>(
                         front.on_sockets(analysis, &readings).await?
                     }
                     Some(SourceItem::Host(env)) => {
-                        analysis.set_env(env);
+                        analysis.set_env(*env);
                         Control::Continue
                     }
                     Some(SourceItem::Action(action)) => front.on_action(analysis, &action).await?,

@@ -209,6 +209,7 @@ mod tests {
                 default_after: "bbr".into(),
                 switched: Vec::new(),
                 messages: Vec::new(),
+                sysctls: Vec::new(),
             });
             Ok(Control::Continue)
         }

@@ -28,7 +28,7 @@ pub enum SourceItem {
         counters: SourceCounters,
     },
     /// Host facts from here on.
-    Host(Environment),
+    Host(Box<Environment>),
     /// Something cctrace did to the host, at this point of the recording.
     Action(ActionRecord),
     /// Everything so far is void: the source starts again from its beginning (a replay seeking
@@ -217,6 +217,7 @@ mod tests {
             default_before: "bbr".into(),
             default_after: "cubic".into(),
             switched: Vec::new(),
+            sysctls: Vec::new(),
             messages: Vec::new(),
         };
         let mut inner = FeedSource::new((0..3).map(feed::batch).collect());

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use tracer::analysis::container::{CgroupInfo, Container, Runtime};
+use tracer::analysis::environment::BufferLimits;
 use tracer::analysis::environment::Environment;
 use tracer::analysis::event::{decode, raw_bytes, raw_sample_template, DecodeContext};
-use tracer::analysis::fix_commands::{fix_commands, shell_quote};
+use tracer::analysis::fix_commands::{fix_commands, shell_quote, FixNeeds};
 use tracer::analysis::model::{FlowTable, TableConfig};
 
 const NETNS: u32 = 4026532561;
@@ -65,6 +66,10 @@ fn fix_for(netns: u32, env: &Environment) -> Vec<String> {
 }
 
 fn fix_in(netns: u32, cgroup_id: u64, env: &Environment) -> Vec<String> {
+    fix_with(netns, cgroup_id, env, &FixNeeds { cc: true, ..FixNeeds::default() })
+}
+
+fn fix_with(netns: u32, cgroup_id: u64, env: &Environment, needs: &FixNeeds) -> Vec<String> {
     let mut raw = raw_sample_template();
     raw.cookie = 1;
     raw.ts_ns = 1_000_000_000;
@@ -74,7 +79,7 @@ fn fix_in(netns: u32, cgroup_id: u64, env: &Environment) -> Vec<String> {
     let sample = decode(&raw_bytes(&raw), &DecodeContext { hz: 250 }).expect("decode");
     let mut table = FlowTable::new(TableConfig::default());
     table.ingest(&sample);
-    fix_commands(table.get(1).expect("flow"), env)
+    fix_commands(table.get(1).expect("flow"), env, needs)
 }
 
 /// Shell functions standing in for the commands the fix runs: each prints its arguments, one
@@ -260,5 +265,81 @@ fn the_fix_for_a_proxmox_container_runs_through_pct() {
         sh(&format!("{path}{set}")),
         ("[pct][exec][101][--][sysctl][-w][net.ipv4.tcp_congestion_control=bbr]\n".to_string(), true)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_buffer_fix_for_a_hostile_name_sets_exactly_the_triple_and_rolls_back_to_the_one_read() {
+    let dir = scratch("buffers");
+    let before = BufferLimits { min: 4096, default: 16384, max: 4_194_304 };
+    let raised = before.with_max(33_554_432);
+    let rmem = BufferLimits { min: 4096, default: 131_072, max: 1_048_576 };
+    const RECEIVER: u32 = 4026532777;
+    for name in hostile_names(&dir).into_iter().filter(|n| !n.chars().any(char::is_control)) {
+        let env = Environment {
+            host_netns: 4026531840,
+            netns_names: HashMap::from([(NETNS, name.clone()), (RECEIVER, format!("r{name}"))]),
+            netns_wmem: HashMap::from([(NETNS, before)]),
+            netns_rmem: HashMap::from([(RECEIVER, rmem)]),
+            ..Environment::default()
+        };
+        let needs = FixNeeds { cc: false, wmem: Some(raised), rmem: Some((RECEIVER, rmem.with_max(8_388_608))) };
+        let fix = fix_with(NETNS, 0, &env, &needs);
+        for line in &fix {
+            assert!(!line.contains('\n'), "{line:?}");
+            if line.starts_with('#') {
+                assert_eq!(sh(&format!("{STUBS}{line}")), (String::new(), true), "{line}");
+            }
+        }
+        let run = |line: &str| sh(&format!("{STUBS}{line}"));
+        let commands: Vec<&String> = fix.iter().filter(|c| !c.starts_with('#')).collect();
+        assert_eq!(commands.len(), 2, "{fix:#?}");
+        assert_eq!(
+            run(commands[0]),
+            (format!("[ip][netns][exec][{name}][sysctl][-w][net.ipv4.tcp_wmem=4096 16384 33554432]\n"), true)
+        );
+        assert_eq!(
+            run(commands[1]),
+            (format!("[ip][netns][exec][r{name}][sysctl][-w][net.ipv4.tcp_rmem=4096 131072 8388608]\n"), true)
+        );
+        let rollbacks: Vec<&str> = fix.iter().filter_map(|c| c.strip_prefix("# roll back: ")).collect();
+        assert_eq!(
+            run(rollbacks[0]),
+            (format!("[ip][netns][exec][{name}][sysctl][-w][net.ipv4.tcp_wmem=4096 16384 4194304]\n"), true)
+        );
+        assert_eq!(
+            run(rollbacks[1]),
+            (format!("[ip][netns][exec][r{name}][sysctl][-w][net.ipv4.tcp_rmem=4096 131072 1048576]\n"), true)
+        );
+    }
+    let created: Vec<_> = std::fs::read_dir(&dir).expect("scratch").flatten().map(|e| e.file_name()).collect();
+    assert!(created.is_empty(), "the fix ran commands hidden in a name: {created:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_persisted_buffer_fix_on_the_host_writes_its_own_file_once_and_the_roll_back_removes_it() {
+    let dir = scratch("persist");
+    let before = BufferLimits { min: 4096, default: 16384, max: 4_194_304 };
+    let env = Environment {
+        host_netns: 4026531840,
+        netns_wmem: HashMap::from([(4026531840, before)]),
+        ..Environment::default()
+    };
+    let needs = FixNeeds { wmem: Some(before.with_max(33_554_432)), ..FixNeeds::default() };
+    let fix = fix_with(4026531840, 0, &env, &needs);
+    // The persisting and roll-back lines name /etc/sysctl.d: run them against the scratch dir.
+    let here = |line: &str| line.replace("/etc/sysctl.d", &dir.display().to_string());
+    let persist = fix.iter().find_map(|c| c.strip_prefix("# persist: ")).expect("persist");
+    for _ in 0..2 {
+        assert_eq!(sh(&here(persist)), (String::new(), true), "{persist}");
+    }
+    let file = dir.join("90-cctrace-tcp_wmem.conf");
+    assert_eq!(std::fs::read_to_string(&file).expect("written"), "net.ipv4.tcp_wmem=4096 16384 33554432\n");
+    let rollback = fix.iter().find_map(|c| c.strip_prefix("# roll back: ")).expect("roll back");
+    let (out, ok) = sh(&format!("{STUBS}{}", here(rollback)).replace("; rm -f", "; command rm -f"));
+    assert!(ok, "{rollback}");
+    assert_eq!(out, "[sysctl][-w][net.ipv4.tcp_wmem=4096 16384 4194304]\n");
+    assert!(!file.exists(), "the roll back removes what the fix wrote");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,4 +56,103 @@ pub struct Environment {
     /// forward into a tunnel (see [`crate::analysis::tunnel`]).
     #[serde(default)]
     pub tunnels: TunnelFacts,
+    /// `net.ipv4.tcp_wmem` and `tcp_rmem` (min, default, max bytes) as each network namespace
+    /// sees them (per namespace since Linux 4.15: a new one copies the host's), for the
+    /// namespaces `netns_cc` covers: how far autotuning may grow a socket's buffers there.
+    #[serde(default, deserialize_with = "string_keys")]
+    pub netns_wmem: HashMap<u32, BufferLimits>,
+    #[serde(default, deserialize_with = "string_keys")]
+    pub netns_rmem: HashMap<u32, BufferLimits>,
+    /// The host-wide caps on what an application may set with `SO_SNDBUF` / `SO_RCVBUF`
+    /// (`net.core.wmem_max`, `rmem_max`; the kernel doubles the value asked, up to twice
+    /// these), 0 when unknown.
+    #[serde(default)]
+    pub core_wmem_max: u32,
+    #[serde(default)]
+    pub core_rmem_max: u32,
+    /// The host's `net.ipv4.tcp_mem` (pages: low, pressure, high), for every namespace.
+    #[serde(default)]
+    pub tcp_mem_pages: [u64; 3],
+    /// The root qdisc of each device, by namespace and interface index (`fq`, `fq_codel`,
+    /// `noqueue`, ...): what paces or queues a flow where it leaves the host.
+    #[serde(default, deserialize_with = "nested_string_keys")]
+    pub qdiscs: HashMap<u32, HashMap<u32, String>>,
+}
+
+/// A `tcp_wmem` / `tcp_rmem` triple: min, default and max bytes of a socket's buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferLimits {
+    pub min: u32,
+    pub default: u32,
+    pub max: u32,
+}
+
+impl BufferLimits {
+    /// From the sysctl's text (`"4096\t16384\t4194304"`).
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split_whitespace().map(|w| w.parse::<u32>().ok());
+        let (min, default, max) = (words.next()??, words.next()??, words.next()??);
+        words.next().is_none().then_some(Self { min, default, max })
+    }
+
+    /// As the sysctl is written: three numbers separated by spaces.
+    pub fn sysctl_value(&self) -> String {
+        format!("{} {} {}", self.min, self.default, self.max)
+    }
+
+    /// The same with another maximum.
+    pub fn with_max(self, max: u32) -> Self {
+        Self { max, ..self }
+    }
+}
+
+impl Environment {
+    /// The root qdisc of device `ifindex` in namespace `netns`, when read.
+    pub fn qdisc(&self, netns: u32, ifindex: u32) -> Option<&str> {
+        self.qdiscs.get(&netns)?.get(&ifindex).map(String::as_str)
+    }
+}
+
+/// [`string_keys`] one level down.
+fn nested_string_keys<'de, D>(d: D) -> Result<HashMap<u32, HashMap<u32, String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let map = HashMap::<String, HashMap<String, String>>::deserialize(d)?;
+    let key = |k: String| k.parse::<u32>().map_err(|_| serde::de::Error::custom(format!("{k:?} is not a number")));
+    map.into_iter()
+        .map(|(k, inner)| {
+            let inner = inner.into_iter().map(|(i, v)| Ok((key(i)?, v))).collect::<Result<_, _>>()?;
+            Ok((key(k)?, inner))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_limits_read_as_the_kernel_writes_them() {
+        let l = BufferLimits::parse("4096\t16384\t4194304\n").expect("parses");
+        assert_eq!(l, BufferLimits { min: 4096, default: 16384, max: 4194304 });
+        assert_eq!(l.with_max(67108864).sysctl_value(), "4096 16384 67108864");
+        assert_eq!(BufferLimits::parse("4096 16384"), None);
+        assert_eq!(BufferLimits::parse("4096 16384 x"), None);
+        assert_eq!(BufferLimits::parse("1 2 3 4"), None);
+    }
+
+    #[test]
+    fn the_new_facts_read_back_from_a_recording_and_are_absent_in_an_old_one() {
+        let mut env = Environment::default();
+        env.netns_wmem.insert(7, BufferLimits { min: 4096, default: 16384, max: 4194304 });
+        env.qdiscs.entry(7).or_default().insert(2, "fq".into());
+        env.core_wmem_max = 212_992;
+        let back: Environment = serde_json::from_str(&serde_json::to_string(&env).expect("json")).expect("reads");
+        assert_eq!(back, env);
+        assert_eq!(back.qdisc(7, 2), Some("fq"));
+        let old = r#"{"bbr_available":true,"host_netns":1,"netns_pids":{},"netns_names":{},"cgroups":{},"netns_cc":{},"available_cc":[],"allowed_cc":[]}"#;
+        let old: Environment = serde_json::from_str(old).expect("an older recording's facts");
+        assert!(old.netns_wmem.is_empty() && old.qdiscs.is_empty());
+    }
 }

@@ -11,7 +11,9 @@ use tracer_common::family::AF_INET6;
 
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::route::Route;
-use tracer_common::{flag, reason, record_kind, tcp_state, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION};
+use tracer_common::{
+    flag, reason, record_kind, tcp_state, userlock, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION,
+};
 
 /// TCP state machine states (`include/net/tcp_states.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -188,6 +190,21 @@ pub struct Sample {
     pub busy_us: u64,
     pub rwnd_limited_us: u64,
     pub sndbuf_limited_us: u64,
+    /// `sk_rcvbuf`, bytes (0 in recordings made before cctrace read it).
+    #[serde(default)]
+    pub rcvbuf: u32,
+    /// The application set its send / receive buffer itself (`SO_SNDBUF` / `SO_RCVBUF`: the
+    /// socket's `sk_userlocks`), which turns the kernel's autotuning of that buffer off.
+    #[serde(default)]
+    pub sndbuf_locked: bool,
+    #[serde(default)]
+    pub rcvbuf_locked: bool,
+    /// A writer waits for room in the send buffer (`SOCK_NOSPACE`; periodic samples only).
+    #[serde(default)]
+    pub writer_blocked: bool,
+    /// The connection negotiated no window scaling: the peer's window stays under 64 KiB.
+    #[serde(default)]
+    pub window_unscaled: bool,
     /// The socket's cached route when the sample was taken (none before the first send and
     /// after close).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -395,6 +412,11 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         busy_us,
         rwnd_limited_us,
         sndbuf_limited_us,
+        rcvbuf: raw.rcvbuf,
+        sndbuf_locked: raw.userlocks & userlock::SNDBUF != 0,
+        rcvbuf_locked: raw.userlocks & userlock::RCVBUF != 0,
+        writer_blocked: raw.flags & flag::WRITER_BLOCKED != 0,
+        window_unscaled: raw.flags & flag::WINDOW_UNSCALED != 0,
         route: Route::from_raw(raw.route_ifindex, raw.route_dev_mtu, raw.route_pmtu, raw.route_dev),
         signals: LossSignals::from_raw(raw),
         rack_rtt_us: raw.rack_rtt_us,
@@ -460,8 +482,10 @@ pub fn raw_sample_template() -> FlowSample {
         total_rto: 0,
         total_rto_recoveries: 0,
         undo_events: 0,
+        rcvbuf: 0,
         rack_rtt_us: 0,
-        _pad_end: [0; 4],
+        userlocks: 0,
+        _pad: [0; 7],
     }
 }
 
@@ -510,6 +534,21 @@ mod tests {
         assert_eq!(s.rwnd_limited_us, 80_000);
         assert_eq!(s.sndbuf_limited_us, 120_000);
         assert_eq!(s.owner, None);
+        assert!(!s.sndbuf_locked && !s.rcvbuf_locked && !s.writer_blocked && !s.window_unscaled);
+    }
+
+    #[test]
+    fn decodes_the_buffer_locks_and_a_blocked_writer() {
+        let mut raw = sample();
+        raw.rcvbuf = 212_992;
+        raw.userlocks = userlock::SNDBUF;
+        raw.flags = flag::WRITER_BLOCKED | flag::WINDOW_UNSCALED;
+        let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
+        assert_eq!(s.rcvbuf, 212_992);
+        assert!(s.sndbuf_locked && !s.rcvbuf_locked && s.writer_blocked && s.window_unscaled);
+        raw.userlocks = userlock::RCVBUF | 4; // SOCK_BINDADDR_LOCK beside it
+        let s = decode(&raw_bytes(&raw), &CTX).expect("decodes");
+        assert!(!s.sndbuf_locked && s.rcvbuf_locked);
     }
 
     #[test]

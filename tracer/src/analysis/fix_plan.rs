@@ -3,13 +3,17 @@
 //! facts, asks for confirmation and acts, implementing [`FixControl`] for the front ends that
 //! are handed one; the core never calls it.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 use tracer_common::{SwitchRecord, CC_NAME_LEN, SWITCH_RECORD_SIZE};
 
-use crate::analysis::diagnosis::is_loss_based;
-use crate::analysis::environment::Environment;
-use crate::analysis::fix_commands::{MODULES_FILE, SYSCTL_FILE};
+use crate::analysis::diagnosis::{buffer_rate, buffer_size_for, is_loss_based, sizing_words, DiagnosisConfig, Side};
+use crate::analysis::environment::{BufferLimits, Environment};
+use crate::analysis::event::{Sample, TcpState};
+use crate::analysis::fix_commands::{buffer_sysctl_file, netns_words, MODULES_FILE, SYSCTL_FILE};
 use crate::analysis::schema::ActionRecord;
+use crate::analysis::units::bytes;
 
 /// The Linux errno values the kernel answers with (the pure core does not link libc).
 pub mod errno {
@@ -138,6 +142,146 @@ pub struct Plan {
     /// loss-based (their names, for the plan's line).
     pub left_alone: Vec<String>,
     pub persist: Persist,
+    /// Buffer maxima raised with it (see [`buffer_steps`]), and what is left alone and why.
+    pub buffers: Vec<SysctlStep>,
+    pub buffer_notes: Vec<String>,
+}
+
+/// One buffer maximum the fix raises.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SysctlStep {
+    /// Where: the fix's own namespace, or a receiving namespace of this host.
+    pub target: Target,
+    /// One of [`BUFFER_KEYS`].
+    pub key: String,
+    pub from: BufferLimits,
+    pub to: BufferLimits,
+    /// How the maximum was sized, and for which connections.
+    pub why: String,
+}
+
+/// The sysctls (`net.ipv4.KEY`) the fix may raise: each namespace's own.
+pub const BUFFER_KEYS: [&str; 2] = ["tcp_wmem", "tcp_rmem"];
+
+impl SysctlStep {
+    /// `net.ipv4.KEY=min default max`, as `sysctl -w` and the persisted file take it.
+    pub fn setting(&self, limits: BufferLimits) -> String {
+        format!("net.ipv4.{}={}", self.key, limits.sysctl_value())
+    }
+
+    /// The change from `from` to `to`, as an action record lists it.
+    pub fn record(&self, from: BufferLimits, to: BufferLimits) -> String {
+        format!("net.ipv4.{}: {} -> {} in {}", self.key, from.sysctl_value(), to.sysctl_value(), self.target.reached)
+    }
+}
+
+/// A connection that moved this much is one the buffers are sized for.
+const BULK_BYTES: u64 = 1 << 20;
+
+/// What the fix of `target` raises, from one sample of every socket of the host (`samples`):
+/// the namespace's `tcp_wmem` max for its senders whose send buffer reached it, and the
+/// `tcp_rmem` max of the namespace of each receiving end on this host whose buffer reached it
+/// while its sender was held by the window (a receiver in `target`, or the receiver of a
+/// sender in `target`; `target_of` leads into another namespace). Sized as the verdicts size
+/// them (see [`buffer_size_for`]). Applications that set their own buffer are named in the
+/// notes, not changed.
+pub fn buffer_steps(
+    target: &Target,
+    samples: &[Sample],
+    env: &Environment,
+    target_of: &dyn Fn(u32) -> Option<Target>,
+) -> (Vec<SysctlStep>, Vec<String>) {
+    let cfg = DiagnosisConfig::default();
+    let bulk = |s: &&Sample| s.tcp_state == TcpState::Established && s.min_rtt_us > 0;
+    let conn = |s: &Sample| format!(":{} -> :{} (cookie {})", s.local.port(), s.remote.port(), s.cookie);
+    let rtt = |s: &Sample| f64::from(s.min_rtt_us) / 1e6;
+    let mut steps = Vec::new();
+    let mut notes = Vec::new();
+    // (size, sizing words, connections) per namespace and key.
+    let mut want: HashMap<(u32, &str), (u32, String, Vec<String>)> = HashMap::new();
+    let mut ask = |netns: u32, key: &'static str, size: u32, words: String, who: String| {
+        let e = want.entry((netns, key)).or_insert((0, String::new(), Vec::new()));
+        if size > e.0 {
+            (e.0, e.1) = (size, words);
+        }
+        e.2.push(who);
+    };
+    let senders = samples.iter().filter(bulk).filter(|s| s.bytes_acked >= BULK_BYTES);
+    for s in senders.clone().filter(|s| s.netns == target.netns) {
+        let Some(wmem) = env.netns_wmem.get(&s.netns) else { continue };
+        if s.sndbuf_locked {
+            if s.writer_blocked {
+                notes.push(format!(
+                    "connection {} set its own send buffer ({}, SO_SNDBUF): left alone; the application must ask for \
+                     more, or leave SO_SNDBUF unset so autotuning can grow it",
+                    conn(s),
+                    bytes(u64::from(s.sndbuf))
+                ));
+            }
+            continue;
+        }
+        if s.sndbuf < wmem.max {
+            continue;
+        }
+        let need = (s.delivery_rate_bps as f64).max(buffer_rate(Side::Send, wmem.max, rtt(s), &cfg));
+        let size = buffer_size_for(Side::Send, need, rtt(s), &cfg, env);
+        if size > wmem.max {
+            ask(s.netns, "tcp_wmem", size, sizing_words(Side::Send, need, rtt(s), &cfg, env), conn(s));
+        }
+    }
+    // Held by the window over most of its busy time.
+    let windowed = |p: &&Sample| p.busy_us > 0 && p.rwnd_limited_us.saturating_mul(10) >= p.busy_us.saturating_mul(3);
+    for p in senders.filter(windowed) {
+        let receiver = samples.iter().find(|r| r.local == p.remote && r.remote == p.local && r.cookie != p.cookie);
+        let Some(r) = receiver.filter(|r| r.netns == target.netns || p.netns == target.netns) else {
+            if p.netns == target.netns {
+                notes.push(format!(
+                    "connection {} is held by its peer's receive window, and the receiver is not on this host: \
+                     raise its receive buffer there",
+                    conn(p)
+                ));
+            }
+            continue;
+        };
+        if r.rcvbuf_locked {
+            notes.push(format!(
+                "the receiving end of connection {}, in {}, set its own receive buffer ({}, SO_RCVBUF): left alone; \
+                 the application must ask for more, or leave SO_RCVBUF unset",
+                conn(p),
+                netns_words(r.netns, env),
+                bytes(u64::from(r.rcvbuf))
+            ));
+            continue;
+        }
+        let Some(rmem) = env.netns_rmem.get(&r.netns).filter(|l| r.rcvbuf >= l.max) else { continue };
+        let need = (p.delivery_rate_bps as f64).max(buffer_rate(Side::Receive, rmem.max, rtt(p), &cfg));
+        let size = buffer_size_for(Side::Receive, need, rtt(p), &cfg, env);
+        if size > rmem.max {
+            ask(r.netns, "tcp_rmem", size, sizing_words(Side::Receive, need, rtt(p), &cfg, env), conn(p));
+        }
+    }
+    let mut wanted: Vec<_> = want.into_iter().collect();
+    wanted.sort_by_key(|((netns, key), _)| (*netns != target.netns, *netns, *key != "tcp_wmem"));
+    for ((netns, key), (size, words, who)) in wanted {
+        let limits = if key == "tcp_wmem" { env.netns_wmem.get(&netns) } else { env.netns_rmem.get(&netns) };
+        let Some(from) = limits.copied() else { continue };
+        let place = if netns == target.netns { Some(target.clone()) } else { target_of(netns) };
+        let Some(place) = place else {
+            notes.push(format!(
+                "{} needs a larger net.ipv4.{key} max, but no path leads into it",
+                netns_words(netns, env)
+            ));
+            continue;
+        };
+        let why = format!(
+            "sized {words}; for {} connection{} ({})",
+            who.len(),
+            if who.len() == 1 { "" } else { "s" },
+            who.join(", ")
+        );
+        steps.push(SysctlStep { target: place, key: key.to_string(), from, to: from.with_max(size), why });
+    }
+    (steps, notes)
 }
 
 /// How many connections the plan names one by one before summing up the rest.
@@ -207,7 +351,33 @@ impl Plan {
             to_switch,
             left_alone,
             persist,
+            buffers: Vec::new(),
+            buffer_notes: Vec::new(),
         }
+    }
+
+    /// The plan with `steps` raising buffer maxima too (persisted where the congestion control
+    /// is: the host's own files, when asked), and `notes` on what is left alone.
+    pub fn with_buffers(mut self, steps: Vec<SysctlStep>, notes: Vec<String>, existing: &dyn Fn(&str) -> bool) -> Self {
+        match &mut self.persist {
+            Persist::HostFiles(files) => {
+                for step in steps.iter().filter(|s| s.target.host) {
+                    let file = buffer_sysctl_file(&step.key);
+                    if !existing(&file) {
+                        files.push((file, format!("{}\n", step.setting(step.to))));
+                    }
+                }
+            }
+            Persist::Nothing(why) => {
+                for step in steps.iter().filter(|s| s.target.netns == self.target.netns) {
+                    why.push_str(&format!(" (and --sysctl '{}')", step.setting(step.to)));
+                }
+            }
+            Persist::No => {}
+        }
+        self.buffers = steps;
+        self.buffer_notes = notes;
+        self
     }
 
     /// Exactly what will happen, one step a line, and how to undo it (the command line's plan).
@@ -252,6 +422,25 @@ impl Plan {
             if self.to_switch.len() > LISTED_CONNECTIONS {
                 out.push(format!("    and {} more", self.to_switch.len() - LISTED_CONNECTIONS));
             }
+        }
+        for b in &self.buffers {
+            let r#where = if b.target.netns == t.netns {
+                String::new()
+            } else {
+                format!(" in {} (the receiving end)", b.target.reached)
+            };
+            out.push(format!(
+                "  raise net.ipv4.{}'s max{where} from {} to {} ({} -> {}): {}; running connections grow into it",
+                b.key,
+                bytes(u64::from(b.from.max)),
+                bytes(u64::from(b.to.max)),
+                b.from.sysctl_value(),
+                b.to.sysctl_value(),
+                b.why
+            ));
+        }
+        for note in &self.buffer_notes {
+            out.push(format!("  {note}"));
         }
         if self.live && !self.left_alone.is_empty() {
             let mut names = self.left_alone.clone();
@@ -316,6 +505,9 @@ pub struct State {
     pub switched: Vec<SwitchedCookie>,
     /// Files `--persist` created (undo removes these and nothing else).
     pub files: Vec<String>,
+    /// Buffer maxima raised, each with the exact triple undo puts back.
+    #[serde(default)]
+    pub sysctls: Vec<SysctlStep>,
 }
 
 pub const STATE_VERSION: u32 = 1;
@@ -331,8 +523,13 @@ impl State {
             return Err(format!("state version {} (this cctrace writes {STATE_VERSION})", state.version));
         }
         // Only files the fix itself writes are ever removed, whatever the file says.
-        if let Some(f) = state.files.iter().find(|f| f.as_str() != SYSCTL_FILE && f.as_str() != MODULES_FILE) {
+        let own =
+            |f: &str| f == SYSCTL_FILE || f == MODULES_FILE || BUFFER_KEYS.iter().any(|k| f == buffer_sysctl_file(k));
+        if let Some(f) = state.files.iter().find(|f| !own(f)) {
             return Err(format!("names a file cctrace does not write: {f}"));
+        }
+        if let Some(s) = state.sysctls.iter().find(|s| !BUFFER_KEYS.contains(&s.key.as_str())) {
+            return Err(format!("names a sysctl cctrace does not set: {}", s.key));
         }
         if !valid_cc_name(&state.previous_default) || state.switched.iter().any(|s| !valid_cc_name(&s.old_cc)) {
             return Err("names an invalid congestion control".into());
@@ -458,6 +655,114 @@ mod tests {
         assert!(plan.lines().iter().any(|l| l.contains("add --live")));
     }
 
+    /// One sample of a connection, as the fix's snapshot reads it.
+    fn socket(cookie: u64, netns: u32, local: &str, remote: &str, f: impl Fn(&mut Sample)) -> Sample {
+        let mut s = crate::analysis::model::tests::sample(cookie, 1000);
+        s.netns = netns;
+        s.local = local.parse().expect("addr");
+        s.remote = remote.parse().expect("addr");
+        s.min_rtt_us = 200_000;
+        s.bytes_acked = 0;
+        s.bytes_received = 0;
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn the_plan_raises_the_maxima_that_bind_and_names_the_applications_it_leaves_alone() {
+        let wmem = BufferLimits { min: 4096, default: 16384, max: 4_194_304 };
+        let rmem = BufferLimits { min: 4096, default: 131_072, max: 1_048_576 };
+        let (us, them) = (4026532000, 4026532111);
+        let mut env = Environment::default();
+        env.netns_wmem.insert(us, wmem);
+        env.netns_rmem.insert(them, rmem);
+        env.netns_names.insert(them, "rcv".into());
+        let bulk = |s: &mut Sample| {
+            s.bytes_acked = 50 << 20;
+            s.busy_us = 10_000_000;
+            s.delivery_rate_bps = 100_000_000;
+        };
+        let samples = vec![
+            // Held by its send buffer at the namespace's max: raise it.
+            socket(1, us, "198.18.0.1:40000", "198.19.0.2:5201", |s| {
+                bulk(s);
+                s.sndbuf = wmem.max;
+            }),
+            // Below the max: the max is not what holds it.
+            socket(2, us, "198.18.0.1:40001", "198.19.0.2:5201", |s| {
+                bulk(s);
+                s.sndbuf = 1 << 20;
+            }),
+            // Its own SO_SNDBUF, waiting for room: named, left alone.
+            socket(3, us, "198.18.0.1:40002", "198.19.0.2:5201", |s| {
+                bulk(s);
+                s.sndbuf = 425_984;
+                s.sndbuf_locked = true;
+                s.writer_blocked = true;
+            }),
+            // Held by the window of a receiver in another namespace of this host...
+            socket(4, us, "198.18.0.1:40003", "198.18.0.2:5202", |s| {
+                bulk(s);
+                s.sndbuf = 1 << 20;
+                s.rwnd_limited_us = 8_000_000;
+                s.delivery_rate_bps = 40_000_000;
+            }),
+            // ...whose autotuned buffer reached its namespace's tcp_rmem max.
+            socket(5, them, "198.18.0.2:5202", "198.18.0.1:40003", |s| {
+                s.bytes_received = 50 << 20;
+                s.rcvbuf = rmem.max;
+            }),
+        ];
+        let other = |netns: u32| {
+            (netns == them).then(|| Target {
+                netns,
+                path: "/run/netns/rcv".into(),
+                reached: "ip netns rcv".into(),
+                host: false,
+                ip_netns: true,
+                runtime_sysctl: None,
+            })
+        };
+        let t = Target { netns: us, ..target(false) };
+        let (steps, notes) = buffer_steps(&t, &samples, &env, &other);
+        assert_eq!(steps.len(), 2, "{steps:#?}");
+        assert_eq!((steps[0].key.as_str(), steps[0].target.netns), ("tcp_wmem", us));
+        // It reached the max: sized for four times what the max allows at 200 ms, 16 MiB.
+        assert_eq!((steps[0].from, steps[0].to), (wmem, wmem.with_max(16 << 20)), "{:#?}", steps[0]);
+        assert!(steps[0].why.contains("for 1 connection (:40000 -> :5201 (cookie 1))"), "{}", steps[0].why);
+        assert_eq!((steps[1].key.as_str(), steps[1].target.reached.as_str()), ("tcp_rmem", "ip netns rcv"));
+        // 40 Mbit/s needed at 200 ms, half of a receive buffer offered: 4x -> 8 MiB.
+        assert_eq!(steps[1].to, rmem.with_max(8 << 20), "{:#?}", steps[1]);
+        assert_eq!(notes.len(), 1, "{notes:#?}");
+        assert!(
+            notes[0].contains("(cookie 3) set its own send buffer (416.0 KiB, SO_SNDBUF): left alone"),
+            "{notes:#?}"
+        );
+        let plan =
+            Plan::new(t, "bbr", "bbr", &[], false, &[], false, &|_| false).with_buffers(steps, notes, &|_| false);
+        let lines = plan.lines();
+        assert!(
+            lines.iter().any(|l| l.starts_with("  raise net.ipv4.tcp_wmem's max from 4.0 MiB to 16.0 MiB (4096 16384 4194304 -> 4096 16384 16777216): sized 4x")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("tcp_rmem's max in ip netns rcv (the receiving end) from 1.0 MiB to 8.0 MiB")),
+            "{lines:#?}"
+        );
+        // Autotuning short of the max (a buffer that never needed more): nothing to raise.
+        let roomy: Vec<Sample> = samples[..2]
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.sndbuf = 1 << 20;
+                s
+            })
+            .collect();
+        assert!(buffer_steps(&Target { netns: us, ..target(false) }, &roomy, &env, &other).0.is_empty());
+    }
+
     #[test]
     fn persisting_writes_only_absent_host_files_and_explains_the_rest() {
         let plan = Plan::new(target(true), "bbr", "cubic", &[], false, &[], true, &|p| p == SYSCTL_FILE);
@@ -480,15 +785,28 @@ mod tests {
             previous_default: "reno".into(),
             default_changed: true,
             switched: vec![SwitchedCookie { cookie: 42, old_cc: "cubic".into() }],
-            files: vec![SYSCTL_FILE.into()],
+            files: vec![SYSCTL_FILE.into(), buffer_sysctl_file("tcp_wmem")],
+            sysctls: vec![SysctlStep {
+                target: target(false),
+                key: "tcp_wmem".into(),
+                from: BufferLimits { min: 4096, default: 16384, max: 4_194_304 },
+                to: BufferLimits { min: 4096, default: 16384, max: 33_554_432 },
+                why: String::new(),
+            }],
         };
         assert_eq!(State::from_json(&state.to_json()), Ok(state.clone()));
         let mut bad = state.clone();
         bad.files = vec!["/etc/passwd".into()];
         assert!(State::from_json(&bad.to_json()).unwrap_err().contains("/etc/passwd"));
+        let mut bad = state.clone();
+        bad.sysctls[0].key = "../../kernel/core_pattern".into();
+        assert!(State::from_json(&bad.to_json()).unwrap_err().contains("does not set"));
         let mut bad = state;
         bad.switched[0].old_cc = "x; rm".into();
         assert!(State::from_json(&bad.to_json()).is_err());
+        // A state written before buffers were fixed reads back with none.
+        let old = r#"{"version":1,"target":{"netns":1,"path":"/x","reached":"x","host":false,"ip_netns":true,"runtime_sysctl":null},"cc":"bbr","previous_default":"reno","default_changed":true,"switched":[],"files":[]}"#;
+        assert!(State::from_json(old).expect("reads").sysctls.is_empty());
     }
 
     #[test]

@@ -118,6 +118,20 @@ pub struct SocketFields {
     pub busy: u64,
     pub rwnd_limited: u64,
     pub sndbuf_limited: u64,
+    /// Bytes: the receive buffer. Whether the application set the send / receive buffer itself
+    /// (`SO_SNDBUF` / `SO_RCVBUF`, which stops the kernel's autotuning of it), and whether a
+    /// writer waits for room in the send buffer.
+    #[serde(default)]
+    pub rcvbuf: u32,
+    #[serde(default)]
+    pub sndbuf_locked: bool,
+    #[serde(default)]
+    pub rcvbuf_locked: bool,
+    #[serde(default)]
+    pub writer_blocked: bool,
+    /// The connection negotiated no window scaling (its window stays under 64 KiB).
+    #[serde(default)]
+    pub window_unscaled: bool,
     /// `dsack_dups`, `reord_seen`, `reordering`, `total_rto`, `total_rto_recoveries`,
     /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
     #[serde(flatten)]
@@ -171,6 +185,11 @@ impl SocketFields {
             busy: s.busy_us / 1000,
             rwnd_limited: s.rwnd_limited_us / 1000,
             sndbuf_limited: s.sndbuf_limited_us / 1000,
+            rcvbuf: s.rcvbuf,
+            sndbuf_locked: s.sndbuf_locked,
+            rcvbuf_locked: s.rcvbuf_locked,
+            writer_blocked: s.writer_blocked,
+            window_unscaled: s.window_unscaled,
             signals: s.signals,
         }
     }
@@ -465,6 +484,10 @@ pub struct ActionRecord {
     pub switched: Vec<SwitchedFlow>,
     /// What cctrace said while doing it, a line each.
     pub messages: Vec<String>,
+    /// Buffer sysctls set, each `net.ipv4.tcp_wmem: 4096 16384 4194304 -> 4096 16384 33554432
+    /// in ip netns cct-1` (an undo's the other way).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sysctls: Vec<String>,
 }
 
 impl ActionRecord {
@@ -482,8 +505,12 @@ impl ActionRecord {
         };
         let n = self.switched.len();
         let to = self.switched.first().map_or(self.cc.as_str(), |s| s.to.as_str());
+        let buffers = match self.sysctls.len() {
+            0 => String::new(),
+            n => format!(", {n} buffer limit{} set", if n == 1 { "" } else { "s" }),
+        };
         format!(
-            "{what} of {}: {default}, {n} connection{} switched to {to}",
+            "{what} of {}: {default}, {n} connection{} switched to {to}{buffers}",
             self.target,
             if n == 1 { "" } else { "s" }
         )

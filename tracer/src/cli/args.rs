@@ -194,8 +194,9 @@ pub enum Command {
         output: Option<std::path::PathBuf>,
     },
     /// Switch one network namespace (--netns NAME|PATH|INODE or --container NAME) to BBR: its
-    /// default for new connections, with --live its running connections too. Shows the plan
-    /// and asks first; --undo restores what it changed.
+    /// default for new connections, with --live its running connections too; and raise the
+    /// tcp_wmem / tcp_rmem maxima its connections reached (running ones grow into them). Shows
+    /// the plan and asks first; --undo restores what it changed.
     Fix {
         /// The congestion control to switch to.
         #[arg(long, default_value = "bbr", value_name = "NAME")]
@@ -210,7 +211,8 @@ pub enum Command {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
-        /// Allow changing the host's own (initial) network namespace.
+        /// Allow changing the host's own (initial) network namespace (also as the receiving end
+        /// whose tcp_rmem the fix raises).
         #[arg(long)]
         host_namespace: bool,
         /// Restore what the last fix of this namespace changed.

@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::Environment;
 use crate::analysis::fix_plan::{
-    refusal, socket_refusal, state_file_name, valid_cc_name, Persist, Plan, State, Step, SwitchedCookie, Target,
-    STATE_DIR, STATE_VERSION,
+    buffer_steps, refusal, socket_refusal, state_file_name, valid_cc_name, Persist, Plan, State, Step, SwitchedCookie,
+    SysctlStep, Target, STATE_DIR, STATE_VERSION,
 };
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 use crate::kernel::switch::Switcher;
@@ -42,6 +42,7 @@ pub(super) fn prepare_fix(
     cc: &str,
     live: bool,
     persist: bool,
+    host_allowed: bool,
     env: &Environment,
     switcher: &mut LazySwitcher,
 ) -> Result<Plan> {
@@ -67,9 +68,46 @@ pub(super) fn prepare_fix(
             anyhow::anyhow!("reading {DEFAULT_CC} in {}: {}", target.reached, std::io::Error::from_raw_os_error(e))
         })?;
     let established = if live { switcher.get()?.list(target.netns, Path::new(&target.path))? } else { Vec::new() };
-    Ok(Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &|p| {
-        Path::new(p).exists()
-    }))
+    let exists = |p: &str| Path::new(p).exists();
+    let plan = Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &exists);
+    let (steps, notes) = buffers_of(target, host_allowed, env, switcher);
+    Ok(plan.with_buffers(steps, notes, &exists))
+}
+
+/// The buffer maxima a fix of `target` raises, from one sample of every socket of the host (the
+/// start-up listing's walk); a receiving end in the host's own namespace only with
+/// `host_allowed`. When the sockets cannot be walked, no step, and a note saying why.
+fn buffers_of(
+    target: &Target,
+    host_allowed: bool,
+    env: &Environment,
+    switcher: &mut LazySwitcher,
+) -> (Vec<SysctlStep>, Vec<String>) {
+    let started = std::time::Instant::now();
+    let namespaces = crate::host::netns_paths();
+    let samples = match switcher.get().and_then(|s| s.snapshot(&namespaces)) {
+        Ok(samples) => samples,
+        Err(e) => return (Vec::new(), vec![format!("buffers not examined: {e:#}")]),
+    };
+    log::info!(
+        "buffers: {} sockets of {} network namespaces read in {:?}",
+        samples.len(),
+        namespaces.len(),
+        started.elapsed()
+    );
+    let (mut steps, mut notes) = buffer_steps(target, &samples, env, &|netns| target_into(netns, env));
+    steps.retain(|s| {
+        let keep = !s.target.host || target.host || host_allowed;
+        if !keep {
+            notes.push(format!(
+                "the receiving end is in the host's own namespace: its net.ipv4.{} max is every host connection's; \
+                 add --host-namespace to raise it to {}",
+                s.key, s.to.max
+            ));
+        }
+        keep
+    });
+    (steps, notes)
 }
 
 /// Carry out a confirmed `plan`, saying each step to `say` (and the log); what was done.
@@ -123,9 +161,26 @@ pub(super) fn carry_out_fix(
         default_changed,
         switched: Vec::new(),
         files: Vec::new(),
+        sysctls: Vec::new(),
     };
     // Kept from the first change on, so an error below still leaves something to undo.
     write_state(&state_path, &state)?;
+    let mut sysctls = Vec::new();
+    for step in &plan.buffers {
+        set_buffer_sysctl(&step.target, &step.key, step.to, env)?;
+        let line = format!(
+            "net.ipv4.{} of {} set from {} to {}",
+            step.key,
+            step.target.reached,
+            step.from.sysctl_value(),
+            step.to.sysctl_value()
+        );
+        log::info!("{line}");
+        say(line);
+        sysctls.push(step.record(step.from, step.to));
+        state.sysctls.push(step.clone());
+        write_state(&state_path, &state)?;
+    }
 
     let mut failed = 0;
     let mut switched = Vec::new();
@@ -194,11 +249,15 @@ pub(super) fn carry_out_fix(
         }
     }
     say(format!(
-        "{} fixed ({} connection{} switched{}); undo with cctrace fix --undo",
+        "{} fixed ({} connection{} switched{}{}); undo with cctrace fix --undo",
         target.reached,
         state.switched.len(),
         if state.switched.len() == 1 { "" } else { "s" },
-        if failed > 0 { format!(", {failed} could not be") } else { String::new() }
+        if failed > 0 { format!(", {failed} could not be") } else { String::new() },
+        match state.sysctls.len() {
+            0 => String::new(),
+            n => format!(", {n} buffer limit{} raised", if n == 1 { "" } else { "s" }),
+        }
     ));
     Ok(ActionRecord {
         ts_ns,
@@ -210,5 +269,6 @@ pub(super) fn carry_out_fix(
         default_after: cc.to_string(),
         switched,
         messages,
+        sysctls,
     })
 }

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::analysis::fix_plan::{State, Target, STATE_DIR};
+use crate::analysis::environment::{BufferLimits, Environment};
+use crate::analysis::fix_plan::{refusal, State, Step, Target, STATE_DIR};
 use crate::kernel::listing::enter_netns;
 
 pub(super) const DEFAULT_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
@@ -60,6 +61,43 @@ pub(super) fn read_default() -> Result<String, i32> {
 
 pub(super) fn write_default(cc: &str) -> Result<(), i32> {
     std::fs::write(DEFAULT_CC, cc).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Set `net.ipv4.KEY` (a buffer triple) of `target`'s namespace to `limits`; the error is the
+/// one line to show.
+pub(super) fn set_buffer_sysctl(target: &Target, key: &str, limits: BufferLimits, env: &Environment) -> Result<()> {
+    let write = || {
+        std::fs::write(format!("/proc/sys/net/ipv4/{key}"), limits.sysctl_value())
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+    };
+    in_netns(target, write).map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, "", target, &env.allowed_cc)))?.map_err(
+        |e| {
+            anyhow::anyhow!(
+                "setting net.ipv4.{key} of {} to {}: {}",
+                target.reached,
+                limits.sysctl_value(),
+                std::io::Error::from_raw_os_error(e)
+            )
+        },
+    )
+}
+
+/// A path that leads into network namespace `netns`, as a fix target: its `ip netns` name, or
+/// a process living in it.
+pub(super) fn target_into(netns: u32, env: &Environment) -> Option<Target> {
+    let path = crate::host::path_into_netns(env, netns)?;
+    let named = env.netns_names.get(&netns);
+    Some(Target {
+        netns,
+        reached: match named {
+            Some(name) => format!("ip netns {name}"),
+            None => format!("network namespace {netns} ({path})"),
+        },
+        path,
+        host: netns == env.host_netns,
+        ip_netns: named.is_some(),
+        runtime_sysctl: None,
+    })
 }
 
 /// Run `f` on a thread inside the target namespace (entered by its path, checked by inode, so

@@ -148,6 +148,7 @@ mod tests {
             default_before: "cubic".into(),
             default_after: "bbr".into(),
             switched: Vec::new(),
+            sysctls: Vec::new(),
             messages: vec!["switched".into()],
         }
     }

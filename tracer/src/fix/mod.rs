@@ -70,7 +70,7 @@ pub fn run(args: &FixArgs) -> Result<()> {
         log::info!("undo of the fix of {} (inode {}) confirmed: {:?}", target.reached, target.netns, undo.lines());
         carry_out_undo(&undo, &env, &mut switcher, &mut say).inspect(journal::append)?;
     } else {
-        let plan = prepare_fix(&target, &args.cc, args.live, args.persist, &env, &mut switcher)?;
+        let plan = prepare_fix(&target, &args.cc, args.live, args.persist, args.host_namespace, &env, &mut switcher)?;
         for line in plan.lines() {
             println!("{line}");
         }
@@ -100,7 +100,9 @@ impl FixControl for HostFixer {
         let env = crate::host::environment();
         let args = FixArgs { netns: vec![netns.to_string()], cc: cc.to_string(), ..FixArgs::default() };
         let target = resolve_target(&args, &env).map_err(|e| format!("{e:#}"))?;
-        prepare_fix(&target, cc, true, false, &env, &mut self.switcher).map_err(|e| format!("{e:#}"))
+        // A receiving end in the host's own namespace needs its own confirmation, which the
+        // panel asks only for a fix of the host's namespace itself.
+        prepare_fix(&target, cc, true, false, false, &env, &mut self.switcher).map_err(|e| format!("{e:#}"))
     }
 
     fn apply(&mut self, _shown: &Environment, plan: &Plan) -> Result<ActionRecord, String> {

@@ -44,6 +44,15 @@ impl Undo {
                 state.switched.len()
             ));
         }
+        for s in &state.sysctls {
+            plan.push(format!(
+                "  set net.ipv4.{} of {} back to {} (it was raised to {})",
+                s.key,
+                s.target.reached,
+                s.from.sysctl_value(),
+                s.to.sysctl_value()
+            ));
+        }
         for f in &state.files {
             plan.push(format!("  remove {f} (written by cctrace fix --persist)"));
         }
@@ -98,6 +107,14 @@ pub(super) fn carry_out_undo(
         log::info!("default congestion control of {} set back from {} to {prev}", target.reached, state.cc);
         say(format!("default congestion control of {} set back to {prev}", target.reached));
     }
+    let mut sysctls = Vec::new();
+    for s in &state.sysctls {
+        set_buffer_sysctl(&s.target, &s.key, s.from, env)?;
+        let line = format!("net.ipv4.{} of {} set back to {}", s.key, s.target.reached, s.from.sysctl_value());
+        log::info!("{line}");
+        say(line);
+        sysctls.push(s.record(s.to, s.from));
+    }
     let mut switched = Vec::new();
     if !state.switched.is_empty() {
         let cookies: Vec<(u64, String)> = state.switched.iter().map(|s| (s.cookie, s.old_cc.clone())).collect();
@@ -151,6 +168,7 @@ pub(super) fn carry_out_undo(
         default_after: prev.to_string(),
         switched,
         messages,
+        sysctls,
     })
 }
 

@@ -1,7 +1,8 @@
-//! The few rtnetlink questions the tunnel facts ask, of the network namespace of the thread
-//! that opens the socket: its links, its addresses, and how it routes to one address (the
-//! kernel's own lookup, policy rules included, as `ip route get` asks it).
+//! The few rtnetlink questions the host facts ask, of the network namespace of the thread
+//! that opens the socket: its links, its addresses, how it routes to one address (the kernel's
+//! own lookup, policy rules included, as `ip route get` asks it), and its devices' root qdiscs.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd as _;
 
@@ -9,6 +10,7 @@ use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_A
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
 use netlink_sys::{Socket, SocketAddr};
@@ -98,6 +100,26 @@ impl Rtnl {
             .into_iter()
             .filter_map(|m| match m {
                 RouteNetlinkMessage::NewLink(l) => Some(link_of(&l)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The root qdisc of every device, by interface index (`fq`, `fq_codel`, `noqueue`, ...),
+    /// as `tc qdisc show` asks for them.
+    pub(super) fn root_qdiscs(&mut self) -> std::io::Result<HashMap<u32, String>> {
+        let answers =
+            self.ask(RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()), NLM_F_REQUEST | NLM_F_DUMP)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewQueueDiscipline(tc) if tc.header.parent == TcHandle::ROOT => {
+                    let kind = tc.attributes.into_iter().find_map(|a| match a {
+                        TcAttribute::Kind(k) => Some(k),
+                        _ => None,
+                    })?;
+                    Some((u32::try_from(tc.header.index).ok()?, kind))
+                }
                 _ => None,
             })
             .collect())

@@ -265,6 +265,9 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         (&mut o.total_rto, want("tcp_sock", "total_rto", 2, false)),
         (&mut o.total_rto_recoveries, want("tcp_sock", "total_rto_recoveries", 2, false)),
         (&mut o.undo_marker, want("tcp_sock", "undo_marker", 4, false)),
+        (&mut o.sk_rcvbuf, want("sock", "sk_rcvbuf", 4, false)),
+        (&mut o.sk_socket, want("sock", "sk_socket", 8, false)),
+        (&mut o.socket_flags, want("socket", "flags", 8, false)),
         (&mut o.rack_rtt_us, want("tcp_sock", "rack.rtt_us", 4, false)),
     ];
     for (dst, w) in plain {
@@ -289,11 +292,15 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         Err(e) => missing.push(MissingField { strukt: "kernfs_node", path: "parent", why: e.to_string() }),
     }
 
-    let bits: [(&mut BitField, Want); 4] = [
+    // `sk_userlocks` is a byte since Linux 6.x and a 4-bit field before (5.10: `u8 sk_padding:1,
+    // sk_kern_sock:1, sk_no_check_tx:1, sk_no_check_rx:1, sk_userlocks:4`): read as either.
+    let bits: [(&mut BitField, Want); 6] = [
         (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
         (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
         (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
         (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
+        (&mut o.sk_userlocks, want("sock", "sk_userlocks", 0, false)),
+        (&mut o.wscale_ok, want("tcp_sock", "rx_opt.wscale_ok", 0, false)),
     ];
     for (dst, w) in bits {
         match btf.field(w.strukt, w.path).and_then(|loc| bit_field(&loc, &w)) {
@@ -326,6 +333,9 @@ mod tests {
         assert!(r.offsets.skc_family < r.offsets.snd_cwnd);
         assert!(r.offsets.icsk_ca_state.mask >= 0x1f, "{:?}", r.offsets.icsk_ca_state);
         assert_eq!(r.offsets.rate_app_limited.mask, 1);
+        // A byte on 6.18, four bits on 5.10: either way the two lock bits are inside the mask.
+        assert!(r.offsets.sk_userlocks.mask >= 0x3, "{:?}", r.offsets.sk_userlocks);
+        assert_eq!(r.offsets.wscale_ok.mask, 1, "{:?}", r.offsets.wscale_ok);
     }
 
     #[test]
@@ -360,5 +370,20 @@ mod tests {
         assert!(bit_field(&straddle, &w).is_err());
         let byte = FieldLoc { bit_offset: 16, bitfield_bits: None, size: 1 };
         assert_eq!(bit_field(&byte, &w).expect("byte").mask, 0xff);
+    }
+
+    #[test]
+    fn sk_userlocks_reads_as_a_byte_on_6_18_and_as_four_bits_on_5_10() {
+        let w = want("sock", "sk_userlocks", 0, false);
+        // 6.18 (this machine's BTF): `u8 sk_userlocks`, bit offset 1944.
+        let byte = bit_field(&FieldLoc { bit_offset: 1944, bitfield_bits: None, size: 1 }, &w).expect("byte");
+        assert_eq!((byte.byte_offset, byte.shift, byte.mask), (243, 0, 0xff));
+        // Debian 11's 5.10 BTF: `u8 sk_padding:1, sk_kern_sock:1, sk_no_check_tx:1,
+        // sk_no_check_rx:1, sk_userlocks:4`, the lock bits at bit offset 4292.
+        let bits = bit_field(&FieldLoc { bit_offset: 4292, bitfield_bits: Some(4), size: 1 }, &w).expect("bits");
+        assert_eq!((bits.byte_offset, bits.shift, bits.mask), (536, 4, 0xf));
+        // That byte with SOCK_SNDBUF_LOCK set and the three flags below it: the lock reads 1.
+        let raw: u8 = 0b0001_0111;
+        assert_eq!((raw >> bits.shift) & bits.mask, tracer_common::userlock::SNDBUF);
     }
 }

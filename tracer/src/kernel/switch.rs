@@ -13,13 +13,21 @@ use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES, SWITC
 
 use super::listing::{enter_netns, read_iter_in};
 use super::{caps, error_chain, offsets, raise_memlock, EBPF_OBJECT, EBPF_UNAVAILABLE};
+use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::analysis::fix_plan::{cc_bytes, decode_switch_records, Switched};
 
 const PROGRAM: &str = "cct_iter_switch";
+/// The start-up listing's program: one sample of every TCP socket of a namespace.
+const LISTING: &str = "cct_iter_tcp";
 
-/// The eBPF object loaded with only `cct_iter_switch` in the kernel. Dropping it unloads it.
+/// The eBPF object loaded with only `cct_iter_switch` in the kernel (and `cct_iter_tcp` once a
+/// snapshot asks for it). Dropping it unloads them.
 pub struct Switcher {
     ebpf: Ebpf,
+    /// The kernel's BTF as aya reads it, kept for the listing's program (reading it again cost
+    /// as much as loading both programs).
+    btf: Btf,
+    listing_loaded: bool,
 }
 
 impl Switcher {
@@ -45,7 +53,32 @@ impl Switcher {
             .try_into()
             .map_err(|e| anyhow!("{PROGRAM}: {}", error_chain(&e)))?;
         prog.load("tcp", &btf).map_err(|e| anyhow!("loading {PROGRAM}: {}", error_chain(&e)))?;
-        Ok(Self { ebpf })
+        Ok(Self { ebpf, btf, listing_loaded: false })
+    }
+
+    /// One sample of every TCP socket of each namespace of `namespaces` (inode, path) that can
+    /// be entered, as the start-up listing takes them: what the fix sizes buffers from.
+    pub fn snapshot(&mut self, namespaces: &[(u32, std::path::PathBuf)]) -> Result<Vec<Sample>> {
+        if !self.listing_loaded {
+            let prog: &mut Iter = self
+                .ebpf
+                .program_mut(LISTING)
+                .ok_or_else(|| anyhow!("program {LISTING} missing from the eBPF object"))?
+                .try_into()
+                .map_err(|e| anyhow!("{LISTING}: {}", error_chain(&e)))?;
+            prog.load("tcp", &self.btf).map_err(|e| anyhow!("loading {LISTING}: {}", error_chain(&e)))?;
+            self.listing_loaded = true;
+        }
+        let ctx = DecodeContext { hz: super::hz::kernel_hz().unwrap_or(250) };
+        let prog: &mut Iter =
+            self.ebpf.program_mut(LISTING).context("program missing")?.try_into().map_err(|e| anyhow!("{e}"))?;
+        let mut out = Vec::new();
+        for (netns, path) in namespaces {
+            // A namespace gone or not enterable has nothing to size for.
+            let Ok(bytes) = read_iter_in(prog, *netns, path, enter_netns) else { continue };
+            out.extend(bytes.chunks_exact(tracer_common::FLOW_SAMPLE_SIZE).filter_map(|r| decode(r, &ctx).ok()));
+        }
+        Ok(out)
     }
 
     fn set_config(&mut self, mode: u32) -> Result<()> {

@@ -103,6 +103,7 @@ pub(crate) fn entries() -> Vec<Entry> {
                 default_after: "bbr".into(),
                 switched: vec![SwitchedFlow { cookie: 1, from: "cubic".into(), to: "bbr".into() }],
                 messages: vec![format!("applied the fix to {EVIL_CONTAINER} in {EVIL_NETNS}")],
+                sysctls: Vec::new(),
             }));
         }
     }

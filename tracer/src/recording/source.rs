@@ -36,7 +36,7 @@ impl EntryFeed {
                 self.counters = counters;
                 SourceItem::Tick { now_ns, counters }
             }
-            Entry::Host { env } => SourceItem::Host(env),
+            Entry::Host { env } => SourceItem::Host(Box::new(env)),
             Entry::Sockets { readings } => SourceItem::Sockets(readings),
             Entry::End { summary, .. } => {
                 self.counters = summary.counters();

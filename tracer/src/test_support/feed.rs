@@ -188,6 +188,7 @@ impl FixControl for FakeFixer {
             default_after: plan.cc.clone(),
             switched,
             messages: vec![format!("{} fixed", plan.target.reached)],
+            sysctls: Vec::new(),
         })
     }
 
@@ -213,6 +214,7 @@ impl FixControl for FakeFixer {
                 .map(|c| SwitchedFlow { cookie: c.cookie, from: plan.cc.clone(), to: c.cc.clone() })
                 .collect(),
             messages: Vec::new(),
+            sysctls: Vec::new(),
         })
     }
 }

@@ -30,6 +30,41 @@ pub struct DiagnosisConfig {
     pub app_limited_share: f64,
     /// Share of samples with a send buffer under 60 % full that makes a flow application-limited.
     pub sndbuf_low_share: f64,
+    /// Share of samples held by the send buffer (the writer waits for room, the buffer is
+    /// full, nearly all of it in flight, the congestion window has room: see
+    /// [`crate::analysis::model::SampleCounts::sndbuf_bound`]) that makes a flow
+    /// send-buffer-limited. Asked before the application: with nothing left unsent, the
+    /// kernel marks such a flow's rate samples application-limited. Measured on the 200 ms,
+    /// 200 Mbit/s path with the kernel's default 4 MiB `tcp_wmem` max: BBR under iperf3 and
+    /// under the lab's sender 0.43-1.0 of the samples of each window; CUBIC there 0 (its
+    /// congestion window is full), a paced stream 0 (its writer never waits).
+    pub sndbuf_bound_share: f64,
+    /// A writer waiting for room in the send buffer in at least this share of samples had
+    /// more to send: the flow is not application-limited, whatever its rate samples say
+    /// (measured: 1.0 for every bulk sender, CUBIC or BBR, iperf3 or the lab's; 0 for paced
+    /// streams).
+    pub writer_waiting_share: f64,
+    /// What a full send buffer keeps in flight per round trip for a BBR sender held by it, as
+    /// a share of the buffer: the rate a buffer allows is `buffer x share / RTT`. Measured on
+    /// the 200 ms path: 4 MiB gave 100-110 Mbit/s (0.60-0.66 of the buffer per min_rtt; the
+    /// writer is woken only when a third is free, and part of the buffer is per-packet
+    /// overhead).
+    pub sndbuf_carried_share: f64,
+    /// The share of a receive buffer the kernel offers as window (`tcp_adv_win_scale` 1 gives
+    /// half; Linux 6.x measures the ratio per socket, from the payload of what it received).
+    pub rcvbuf_window_share: f64,
+    /// A loss-based flow's next limit is its send buffer when the path carried at least this
+    /// share of what the namespace's `tcp_wmem` max lets BBR carry at its RTT without a queue:
+    /// the buffer, not the path, is then what would hold BBR.
+    pub buffer_reached_share: f64,
+    /// The fix sizes a buffer maximum for this many times the rate the path has shown (or the
+    /// buffer allowed, when the flow reached it): the path's ceiling above that is unknown,
+    /// and autotuning grows a socket's buffer only as far as its window needs, so a higher
+    /// maximum costs memory only for the flows that use it.
+    pub buffer_headroom: f64,
+    /// The largest maximum the fix sets (256 MiB): one socket may grow to it, so it is kept
+    /// under a quarter of the host's TCP memory pressure level as well.
+    pub buffer_cap_bytes: u64,
     /// Loss episodes (see [`crate::analysis::model::LossEpisode`]) are judged over this many
     /// seconds: at 0.05 % loss on 80 ms a CUBIC flow loses about once every 3 s, so a five-second
     /// horizon would see 0-2; thirty see about ten, enough for the share of clean episodes to mean
@@ -143,6 +178,13 @@ impl Default for DiagnosisConfig {
             no_backlog_share: 0.6,
             app_limited_share: 0.4,
             sndbuf_low_share: 0.5,
+            sndbuf_bound_share: 0.3,
+            writer_waiting_share: 0.5,
+            sndbuf_carried_share: 0.6,
+            rcvbuf_window_share: 0.5,
+            buffer_reached_share: 0.8,
+            buffer_headroom: 4.0,
+            buffer_cap_bytes: 256 << 20,
             loss_horizon_secs: 30.0,
             min_loss_episodes: 2,
             queue_ratio: DEFAULT_QUEUE_RATIO,

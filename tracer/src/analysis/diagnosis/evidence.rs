@@ -1,6 +1,7 @@
 //! The numbers a verdict rests on, gathered from the window and the loss episodes: what the
 //! flow's loss response allows, what the path showed it can carry, and the signals in words.
 
+use crate::analysis::diagnosis::buffers::{buffer_evidence, buffers_allow};
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::flag::decided_by;
 use crate::analysis::diagnosis::limits::{standing_queue, LimitedBy};
@@ -9,15 +10,19 @@ use crate::analysis::diagnosis::reordering::{note_of, spurious_share};
 use crate::analysis::diagnosis::response::{mathis_bps, response_of};
 use crate::analysis::diagnosis::verdict::{Evidence, PolicerEvidence};
 use crate::analysis::diagnosis::window::Window;
+use crate::analysis::environment::Environment;
 use crate::analysis::model::Flow;
 
-/// The numbers behind a flow's verdict, from its window and loss episodes.
+/// The numbers behind a flow's verdict, from its window and loss episodes (and its buffers,
+/// with the host's limits from `env` and the receiving socket `peer` when it is on this host).
 pub(super) fn evidence_of(
     flow: &Flow,
     w: &Window,
     lv: &LossView,
     cfg: &DiagnosisConfig,
     limited: LimitedBy,
+    env: &Environment,
+    peer: Option<&Flow>,
 ) -> Evidence {
     let s = &flow.latest;
     let mss = s.mss;
@@ -35,6 +40,10 @@ pub(super) fn evidence_of(
             (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)
         }
     };
+    // Nothing said to be available passes what the buffers the fix leaves in place allow.
+    let buffers = buffer_evidence(flow, w, lv, cfg, env, peer, limited);
+    let allow = buffers.as_ref().map_or(f64::INFINITY, |b| buffers_allow(b, w.min_rtt_us / 1e6, cfg));
+    let available_bps = available_bps.map(|a| a.min(allow - w.goodput_bps)).filter(|a| *a > 0.0);
     let policer = lv.policing.map(|p| PolicerEvidence {
         rate_bps: p.rate_bps,
         sign: p.sign,
@@ -86,5 +95,6 @@ pub(super) fn evidence_of(
         reordering: s.signals.reordering,
         note: note_of(lv, cfg),
         deep: None,
+        buffers,
     }
 }

@@ -7,7 +7,7 @@ use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::policer;
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::diagnosis::verdict::{Evidence, LossNote};
+use crate::analysis::diagnosis::verdict::{Evidence, LossNote, SetBy};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
 use crate::analysis::units::rate;
@@ -62,6 +62,11 @@ pub(super) fn decided_by(
     }
 }
 
+/// Why a policed flow is not flagged: it gets most of what the policer passes. This one clears
+/// a flag at once (see `hysteresis`): it holds whatever the flow was called before.
+pub(super) const GETS_POLICED_RATE: &str =
+    "it already gets most of the policed rate: another algorithm cannot get past the policer";
+
 /// The flag condition; returns why not, for the verdict text.
 pub(super) fn flag_condition(
     flow: &Flow,
@@ -72,6 +77,9 @@ pub(super) fn flag_condition(
     cfg: &DiagnosisConfig,
 ) -> Result<(), &'static str> {
     let total = flow.latest.bytes_acked + flow.latest.bytes_received;
+    if limited == LimitedBy::SendBuffer {
+        return send_buffer_condition(total, w, ev, cfg);
+    }
     if !is_loss_based(&flow.latest.cc) {
         return Err("congestion control is not loss-based");
     }
@@ -83,7 +91,7 @@ pub(super) fn flag_condition(
     // showed: a new class waits for its confirmations, the flag must not run ahead of it).
     if let Some(p) = lv.policing {
         if w.goodput_bps >= cfg.policer_flag_below * p.rate_bps {
-            return Err("it already gets most of the policed rate: another algorithm cannot get past the policer");
+            return Err(GETS_POLICED_RATE);
         }
     }
     if limited == LimitedBy::Policer && lv.policing.is_none() {
@@ -121,6 +129,23 @@ pub(super) fn flag_condition(
         return Err("goodput is above what its loss response allows: the losses do not hold it back");
     }
     Ok(())
+}
+
+/// A heavy flow held by its send buffer is flagged when the fix can raise that buffer: its
+/// autotuning reached the namespace's `tcp_wmem` max, short of what the flow needs. One whose
+/// application set the buffer itself is named in the verdict, not flagged: nothing cctrace
+/// may change would help it.
+fn send_buffer_condition(total: u64, w: &Window, ev: &Evidence, cfg: &DiagnosisConfig) -> Result<(), &'static str> {
+    if !cfg.is_heavy(total, w.goodput_bps, false) {
+        return Err("not a heavy flow");
+    }
+    match ev.buffers.as_ref() {
+        Some(b) if b.raise_wmem.is_some() => Ok(()),
+        Some(b) if b.sndbuf_set_by == SetBy::Application => {
+            Err("the application set its own send buffer (SO_SNDBUF): cctrace changes nothing for it")
+        }
+        _ => Err("its send buffer has not reached the namespace's maximum"),
+    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,16 @@ impl Hysteresis {
         self.flagged
     }
 
+    /// Clear the flag now, without waiting for `release` windows: for a reason that holds
+    /// whatever the flow was called before (it gets most of a policer's rate), where a window
+    /// that still looks like the earlier class must not start the wait again.
+    pub(super) fn unflag_now(&mut self, cfg: &DiagnosisConfig) -> bool {
+        self.flag_runs = 0;
+        self.unflag_runs = self.unflag_runs.max(cfg.release);
+        self.flagged = false;
+        false
+    }
+
     pub(super) fn flagged(&self) -> bool {
         self.flagged
     }

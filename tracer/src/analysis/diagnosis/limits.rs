@@ -127,13 +127,21 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
     if w.rwnd_share >= cfg.stall_share {
         return LimitedBy::ReceiveWindow;
     }
+    // A sender held by its send buffer has everything it queued in flight and nothing left to
+    // send, so the kernel marks its rate samples application-limited too: what tells it from an
+    // application that keeps up is its writer, waiting for room (and the kernel's own chrono,
+    // which runs only while the window has room and the writer waits).
+    if w.sndbuf_bound_share >= cfg.sndbuf_bound_share || w.sndbuf_share >= cfg.stall_share {
+        return LimitedBy::SendBuffer;
+    }
     // The kernel marks delivery-rate samples application-limited only while packets in flight
     // are below cwnd and nothing is left to send: a stream that keeps up with its application.
     // A sender that never fills its send buffer is paced by its application, even when loss
-    // recovery keeps its small cwnd full.
-    if w.app_limited_share >= cfg.app_limited_share
+    // recovery keeps its small cwnd full. One whose writer waits for room had more to send.
+    if (w.app_limited_share >= cfg.app_limited_share
         || w.no_backlog_share >= cfg.no_backlog_share
-        || w.sndbuf_low_share >= cfg.sndbuf_low_share
+        || w.sndbuf_low_share >= cfg.sndbuf_low_share)
+        && w.writer_blocked_share < cfg.writer_waiting_share
     {
         return LimitedBy::Application;
     }
@@ -150,9 +158,6 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
     if w.cwnd_full_share >= cfg.cwnd_full_share {
         return backlogged(LimitedBy::CongestionWindow);
     }
-    if w.sndbuf_share >= cfg.stall_share {
-        return LimitedBy::SendBuffer;
-    }
     // The write queue ran dry much of the time. (Chrono "busy" runs until the retransmit queue
     // empties too, so on a lossy long path this alone would miss streams that keep up.)
     if w.busy_share + w.rwnd_share + w.sndbuf_share < cfg.min_busy_share {
@@ -164,7 +169,7 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::diagnosis::test_feed::{bulk, episodic, run, run_feed};
+    use crate::analysis::diagnosis::test_feed::{bulk, episodic, held_by_sndbuf, run, run_feed};
 
     #[test]
     fn queue_before_each_loss_is_the_path_not_a_flag() {
@@ -242,6 +247,34 @@ mod tests {
         let v = d.verdict(1).expect("verdict");
         assert_eq!(v.limited_by, LimitedBy::Application);
         assert!(!v.flagged);
+    }
+
+    #[test]
+    fn a_sender_held_by_its_send_buffer_is_sndbuf_limited_not_application_limited() {
+        let (d, _) = run("bbr", 10, |tick, s| {
+            held_by_sndbuf(tick, s);
+            // Its rate samples all application-limited, the kernel's chrono catching little.
+            s.app_limited = true;
+            s.sndbuf_limited_us = tick * 10_000;
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_eq!(v.limited_by, LimitedBy::SendBuffer, "{}", v.text);
+        let e = v.evidence.as_ref().expect("evidence");
+        assert!(e.app_limited_share > 0.9, "the kernel's rate samples say application: {e:?}");
+        // The same writer behind a full congestion window is held by its window.
+        let (d, _) = run("cubic", 10, |tick, s| {
+            held_by_sndbuf(tick, s);
+            (s.cwnd_limited, s.snd_cwnd, s.packets_out) = (true, 300, 300);
+            (s.wmem_queued, s.notsent_bytes) = (3_500_000, 3_000_000);
+        });
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::CongestionWindow);
+        // Without the writer (a kernel or a recording without SOCK_NOSPACE), the kernel's
+        // chrono alone decides, as before.
+        let (d, _) = run("bbr", 10, |tick, s| {
+            held_by_sndbuf(tick, s);
+            s.writer_blocked = false;
+        });
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Application);
     }
 
     #[test]

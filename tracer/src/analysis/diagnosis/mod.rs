@@ -17,6 +17,8 @@
 //! - `hysteresis`: when a verdict may change; `evidence`: the numbers it rests on;
 //! - `deep`: what a deep-traced algorithm decided; `words`: the verdict's text;
 //! - `reordering`: whether the flow's retransmissions were mostly spurious (a note, no flag);
+//! - `buffers`: what the send and receive buffers allow, what BBR would meet next, and the
+//!   maxima the fix sets;
 //! - `config`: the thresholds; `verdict`: the types the front ends see.
 //!
 //! A new kind of loss (a policer, reordering, spurious retransmissions) is counted in `losses`
@@ -24,6 +26,7 @@
 //! (does it hold the flow back, or excuse it?), carried in `verdict::Evidence` by `evidence`,
 //! and worded in `words` and `flag::decided_by`.
 
+mod buffers;
 mod config;
 mod deep;
 mod evidence;
@@ -42,12 +45,14 @@ mod window;
 mod words;
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
 
 use crate::analysis::decisions::DecisionLog;
+pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
 pub use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::deep::deep_evidence;
 use crate::analysis::diagnosis::evidence::evidence_of;
-use crate::analysis::diagnosis::flag::flag_condition;
+use crate::analysis::diagnosis::flag::{flag_condition, GETS_POLICED_RATE};
 use crate::analysis::diagnosis::hysteresis::Hysteresis;
 use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
@@ -55,7 +60,7 @@ use crate::analysis::diagnosis::losses::loss_view;
 use crate::analysis::diagnosis::policer::{carried, Policing};
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
-    DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, Verdict,
+    BufferEvidence, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy, Verdict,
 };
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
@@ -121,6 +126,9 @@ pub struct Diagnoser {
     judge_all: bool,
     /// A buffer for the restless flows' cookies during an evaluation.
     to_judge: Vec<u64>,
+    /// Open flows by (local, remote) address, to find the receiving end of a flow held by its
+    /// peer's window on this host: made at most once an evaluation, when one is.
+    peers: Option<HashMap<(SocketAddr, SocketAddr), u64>>,
     /// Judge every flow every time (tests compare the two ways).
     #[cfg(test)]
     never_settle: bool,
@@ -133,6 +141,7 @@ impl Diagnoser {
 
     /// Count an evaluation at `now_ns` with `env`: a change of the host facts wakes every flow.
     fn begin_evaluation(&mut self, env: &Environment, now_ns: u64) {
+        self.peers = None;
         self.evaluation_times.push_back(now_ns);
         while self.evaluation_times.len() > self.cfg.window + 2 {
             self.evaluation_times.pop_front();
@@ -171,7 +180,7 @@ impl Diagnoser {
             self.departed = Some(table.departed());
         }
         for flow in table.flows() {
-            self.judge_flow(flow, env, now_ns);
+            self.judge_flow(table, flow, env, now_ns);
         }
         self.restless.retain(|cookie| table.get(*cookie).is_some());
         self.judge_all = false;
@@ -192,7 +201,7 @@ impl Diagnoser {
         let born = changes.born.iter().filter_map(|c| table.get(*c));
         if std::mem::take(&mut self.judge_all) {
             for flow in table.open_flows().chain(born.filter(|f| f.is_closed())) {
-                self.judge_flow(flow, env, now_ns);
+                self.judge_flow(table, flow, env, now_ns);
             }
             return;
         }
@@ -202,14 +211,14 @@ impl Diagnoser {
         to_judge.extend(changes.updated.iter().copied().filter(|c| !self.restless.contains(c)));
         to_judge.extend(born.map(Flow::cookie));
         for flow in to_judge.drain(..).filter_map(|c| table.get(c)) {
-            self.judge_flow(flow, env, now_ns);
+            self.judge_flow(table, flow, env, now_ns);
         }
         self.to_judge = to_judge;
     }
 
     /// Judge `flow`, and keep it among the restless flows unless it is at rest or closed.
-    fn judge_flow(&mut self, flow: &Flow, env: &Environment, now_ns: u64) {
-        if self.judge_one(flow, env, now_ns) || flow.is_closed() {
+    fn judge_flow(&mut self, table: &FlowTable, flow: &Flow, env: &Environment, now_ns: u64) {
+        if self.judge_one(table, flow, env, now_ns) || flow.is_closed() {
             self.restless.remove(&flow.cookie());
         } else {
             self.restless.insert(flow.cookie());
@@ -217,7 +226,7 @@ impl Diagnoser {
     }
 
     /// Judge `flow` unless it is at rest; whether it is at rest.
-    fn judge_one(&mut self, flow: &Flow, env: &Environment, now_ns: u64) -> bool {
+    fn judge_one(&mut self, table: &FlowTable, flow: &Flow, env: &Environment, now_ns: u64) -> bool {
         #[cfg(test)]
         let may_rest = !self.never_settle;
         #[cfg(not(test))]
@@ -246,7 +255,9 @@ impl Diagnoser {
         // A flow that may be at rest keeps its last verdict and hysteresis to compare with.
         let at_rest = may_rest && may_settle(&self.cfg, flow, mem, now_ns);
         let before = at_rest.then(|| (mem.shown.clone(), mem.hysteresis.clone(), mem.policing));
-        let verdict = judge(flow, mem, &self.cfg, env, now_ns);
+        let peers = &mut self.peers;
+        let mut peer_of = |f: &Flow| peer(table, peers, f);
+        let verdict = judge(flow, mem, &self.cfg, env, now_ns, &mut peer_of);
         if let Some((shown, hysteresis, policing)) = before {
             if shown.as_ref() == Some(&verdict)
                 && policing == mem.policing
@@ -366,9 +377,30 @@ fn catch_up(mem: &mut FlowMemory, evaluation_times: &VecDeque<u64>, now_ns: u64,
     }
 }
 
+/// The other end of `flow` when it is an open socket of this host (its addresses swapped),
+/// from an index of the open flows made the first time an evaluation asks.
+fn peer<'t>(
+    table: &'t FlowTable,
+    index: &mut Option<HashMap<(SocketAddr, SocketAddr), u64>>,
+    flow: &Flow,
+) -> Option<&'t Flow> {
+    let index = index
+        .get_or_insert_with(|| table.open_flows().map(|f| ((f.latest.local, f.latest.remote), f.cookie())).collect());
+    let cookie = *index.get(&(flow.latest.remote, flow.latest.local))?;
+    table.get(cookie).filter(|p| p.cookie() != flow.cookie())
+}
+
 /// One flow's verdict from its snapshots: its window and loss episodes, its class and flag
-/// through the hysteresis, the evidence, the words and the fix.
-fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environment, now_ns: u64) -> Verdict {
+/// through the hysteresis, the evidence, the words and the fix. `peer_of` finds the receiving
+/// socket of a flow on this host.
+fn judge<'t>(
+    flow: &Flow,
+    mem: &mut FlowMemory,
+    cfg: &DiagnosisConfig,
+    env: &Environment,
+    now_ns: u64,
+    peer_of: &mut dyn FnMut(&Flow) -> Option<&'t Flow>,
+) -> Verdict {
     let observed = flow.age_secs();
     let Some(w) = window_of(&mem.snapshots) else { return Verdict::unknown(observed) };
     if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
@@ -382,27 +414,54 @@ fn judge(flow: &Flow, mem: &mut FlowMemory, cfg: &DiagnosisConfig, env: &Environ
     let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
     let limited = mem.hysteresis.limited_by(previous, raw, cfg);
 
-    let ev = evidence_of(flow, &w, &lv, cfg, limited);
+    // Only a flow held by its peer's window needs the receiving end.
+    let peer = if limited == LimitedBy::ReceiveWindow { peer_of(flow) } else { None };
+    let ev = evidence_of(flow, &w, &lv, cfg, limited, env, peer);
     let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
-    let flagged = mem.hysteresis.flag(condition.is_ok(), cfg);
+    let flagged = if condition == Err(GETS_POLICED_RATE) {
+        mem.hysteresis.unflag_now(cfg)
+    } else {
+        mem.hysteresis.flag(condition.is_ok(), cfg)
+    };
 
     // The last verdict's text makes room for this one.
     let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
     text.clear();
-    if flagged {
-        words::write_flagged(&mut text, flow, &ev);
-    } else {
-        words::write_unflagged(&mut text, flow, &w, &lv, &ev, limited, condition);
+    match (limited, ev.buffers.as_ref()) {
+        (LimitedBy::SendBuffer, Some(b)) => {
+            buffers::write_sndbuf(&mut text, flow, &w, b, env);
+            reordering::write_note(&mut text, &ev);
+        }
+        (LimitedBy::ReceiveWindow, Some(b)) => {
+            buffers::write_rwnd(&mut text, flow, &w, b, env);
+            reordering::write_note(&mut text, &ev);
+        }
+        _ if flagged => {
+            words::write_flagged(&mut text, flow, &ev);
+            if let Some(b) = &ev.buffers {
+                buffers::write_next_limit(&mut text, b, w.min_rtt_us / 1e6);
+            }
+        }
+        _ => words::write_unflagged(&mut text, flow, &w, &lv, &ev, limited, condition),
     }
-    Verdict {
-        limited_by: limited,
-        flagged,
-        text,
-        evidence: Some(Box::new(ev)),
-        fix: if flagged { fix_commands::fix_commands(flow, env) } else { Vec::new() },
-        relayed_by: None,
-        tunnel: None,
+    let fix = fix_of(flow, env, &ev, limited, flagged);
+    Verdict { limited_by: limited, flagged, text, evidence: Some(Box::new(ev)), fix, relayed_by: None, tunnel: None }
+}
+
+/// The fix's commands: switching a flagged loss-based flow's namespace to BBR, and raising the
+/// buffer maxima the evidence found short (this namespace's `tcp_wmem`, a receiving
+/// namespace's `tcp_rmem`), together.
+fn fix_of(flow: &Flow, env: &Environment, ev: &Evidence, limited: LimitedBy, flagged: bool) -> Vec<String> {
+    let b = ev.buffers.as_ref();
+    let needs = fix_commands::FixNeeds {
+        cc: flagged && limited != LimitedBy::SendBuffer,
+        wmem: b.and_then(|b| b.raise_wmem).filter(|_| flagged || limited == LimitedBy::SendBuffer),
+        rmem: b.and_then(|b| Some((b.receiver.as_ref()?.netns, b.raise_rmem?))),
+    };
+    if needs.is_empty() {
+        return Vec::new();
     }
+    fix_commands::fix_commands(flow, env, &needs)
 }
 
 #[cfg(test)]

@@ -46,6 +46,10 @@ pub(super) struct Policing {
     pub(super) judged: usize,
     /// Median segments lost per judged loss.
     pub(super) burst_segments: f64,
+    /// The most the flow had delivered without a queue when the policer was first read: a
+    /// plateau is carried while nothing delivered since goes past both it and its rate (a
+    /// deep bucket's first drain runs at the line rate, before the plateau shows).
+    pub(super) best_clean_when_seen: f64,
 }
 
 /// One episode as the policer reading needs it: when, what the flow had delivered by then,
@@ -157,6 +161,7 @@ fn plateau_of(cycles: &[Cycle], min_cycles: usize, cfg: &DiagnosisConfig) -> Opt
         at_ceiling: at,
         judged: cycles.len(),
         burst_segments,
+        best_clean_when_seen: 0.0,
     })
 }
 
@@ -188,32 +193,42 @@ fn capped_start(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisCo
         at_ceiling: judged.iter().filter(|e| agree(e.delivery_before_bps, rate_bps, cfg)).count(),
         judged: judged.len(),
         burst_segments: median(judged.iter().map(|e| e.lost_segments).collect()),
+        best_clean_when_seen: best_clean_bps,
     })
 }
 
 /// The policer's rate, when the episodes (oldest first, slow-start overshoots included) show
 /// one. `best_clean_bps` is the highest delivery rate the flow ever had without a queue.
 pub(super) fn policing(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisConfig) -> Option<Policing> {
-    capped_start(episodes, best_clean_bps, cfg).or_else(|| plateau(episodes, cfg))
+    capped_start(episodes, best_clean_bps, cfg)
+        .or_else(|| plateau(episodes, cfg).map(|p| Policing { best_clean_when_seen: best_clean_bps, ..p }))
 }
 
 /// What the flow showed of a policer before, still holding now. A capped start is seen once
 /// (its overshoot leaves the episode memory) and holds while the flow never went far past it
 /// (the most it delivered, its rate, may still creep up); a plateau while nothing delivered
-/// went past it.
+/// since it was first seen went past it. (Its loss cycles may stop agreeing for a while: one
+/// cycle in four running on a refilled bucket was measured behind a deep bucket, and a plateau
+/// judged only on the latest cycles came and went, with the flag's release restarted each
+/// time it went.)
 pub(super) fn carried(
     now: Option<Policing>,
     before: Option<Policing>,
     best_clean_bps: f64,
     cfg: &DiagnosisConfig,
 ) -> Option<Policing> {
-    now.or_else(|| {
+    let first_seen = |p: Policing| match before {
+        Some(b) if b.sign == p.sign => Policing { best_clean_when_seen: b.best_clean_when_seen, ..p },
+        _ => p,
+    };
+    now.map(first_seen).or_else(|| {
         let p = before?;
         match p.sign {
             PolicerSign::CappedStart => (best_clean_bps <= p.rate_bps * cfg.policer_start_overshoot)
                 .then_some(Policing { rate_bps: p.rate_bps.max(best_clean_bps), ..p }),
             PolicerSign::Plateau => {
-                (best_clean_bps <= p.rate_bps * (1.0 + cfg.policer_rate_tolerance) + 4_000.0).then_some(p)
+                let ceiling = p.rate_bps * (1.0 + cfg.policer_rate_tolerance) + 4_000.0;
+                (best_clean_bps <= ceiling.max(p.best_clean_when_seen)).then_some(p)
             }
         }
     })
@@ -380,8 +395,14 @@ mod tests {
 
     #[test]
     fn a_policer_seen_once_holds_until_the_flow_goes_past_it() {
-        let p =
-            Policing { rate_bps: 18e6, sign: PolicerSign::CappedStart, at_ceiling: 2, judged: 9, burst_segments: 1.0 };
+        let p = Policing {
+            rate_bps: 18e6,
+            sign: PolicerSign::CappedStart,
+            at_ceiling: 2,
+            judged: 9,
+            burst_segments: 1.0,
+            best_clean_when_seen: 18e6,
+        };
         assert_eq!(carried(None, Some(p), 17e6, &cfg()), Some(p));
         // A capped start's rate is the most the flow delivered: it may creep up, not triple.
         assert_eq!(carried(None, Some(p), 20e6, &cfg()).map(|p| p.rate_bps), Some(20e6));
@@ -389,6 +410,14 @@ mod tests {
         let plateau = Policing { sign: PolicerSign::Plateau, ..p };
         assert_eq!(carried(None, Some(plateau), 18.5e6, &cfg()), Some(plateau));
         assert_eq!(carried(None, Some(plateau), 25e6, &cfg()), None);
+        // A deep bucket's first drain ran at the line rate before the plateau showed: only a
+        // rate past both that and the plateau since lets it go.
+        let drained = Policing { best_clean_when_seen: 150e6, ..plateau };
+        assert_eq!(carried(None, Some(drained), 150e6, &cfg()), Some(drained));
+        assert_eq!(carried(None, Some(drained), 160e6, &cfg()), None);
+        // Seen again, it keeps the rate the flow had when it was first seen.
+        let again = Policing { best_clean_when_seen: 160e6, rate_bps: 19.2e6, ..plateau };
+        assert_eq!(carried(Some(again), Some(drained), 160e6, &cfg()).map(|p| p.best_clean_when_seen), Some(150e6));
         let now = Policing { rate_bps: 19e6, ..p };
         assert_eq!(carried(Some(now), Some(p), 25e6, &cfg()), Some(now));
     }
@@ -405,7 +434,7 @@ mod tests {
         lost: u64,
         peak_mbps: impl Fn(u64) -> f64,
     ) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
-        use crate::analysis::event::{CaState, SampleReason};
+        use crate::analysis::diagnosis::test_feed::loss_after;
         use crate::analysis::model::tests::sample;
         move |tick| {
             let mut s = sample(1, tick * 100);
@@ -437,23 +466,90 @@ mod tests {
                 _ => (false, 0),
             };
             if loses {
-                let mut l = s.clone();
-                l.ts_ns += 5_000_000;
-                l.reason = SampleReason::CaState;
-                l.ca_state = CaState::Recovery;
-                out.push(l.clone());
-                l.ts_ns += 1_000_000;
-                l.reason = SampleReason::Retransmit;
-                l.total_retrans += n as u32;
-                l.bytes_retrans += n * 1448;
-                l.bytes_sent += n * 1448;
-                out.push(l.clone());
-                l.ts_ns += 40_000_000;
-                l.ca_state = CaState::Open;
-                out.push(l);
+                out.extend(loss_after(&s, n));
             }
             out
         }
+    }
+
+    /// A CUBIC flow on a 30 ms path, one sample per 100 ms: slow start for the first second
+    /// at 100 Mbit/s without a queue, then loss cycles, each `(ticks long, Mbit/s delivered
+    /// over it, segments its loss takes, delivery rate before the loss in Mbit/s)`, the
+    /// loss at the cycle's end.
+    fn cycles_feed(cycles: Vec<(u64, f64, u64, f64)>) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+        use crate::analysis::diagnosis::test_feed::loss_after;
+        use crate::analysis::model::tests::sample;
+        // Where each cycle ends (its loss), and the bytes delivered by then.
+        let mut ends = Vec::new();
+        let (mut tick, mut acked) = (10u64, 100_000_000 / 8u64);
+        for &(ticks, mbps, lost, peak) in &cycles {
+            ends.push((tick, acked, mbps, ticks, lost, peak));
+            tick += ticks;
+            acked += (mbps * 1e6 / 8.0 * ticks as f64 / 10.0) as u64;
+        }
+        move |tick| {
+            let mut s = sample(1, tick * 100);
+            s.cc = "cubic".into();
+            // The cycle under way, and the losses before this tick.
+            let done: Vec<_> = ends.iter().filter(|e| e.0 + e.3 <= tick).collect();
+            let current = ends.iter().find(|e| e.0 <= tick && tick < e.0 + e.3);
+            s.bytes_acked = match current {
+                None if tick < 10 => 100_000_000 / 8 * tick / 10,
+                None => done.last().map_or(0, |e| e.1 + (e.2 * 1e6 / 8.0 * e.3 as f64 / 10.0) as u64),
+                Some(e) => e.1 + (e.2 * 1e6 / 8.0 * (tick - e.0) as f64 / 10.0) as u64,
+            };
+            let retrans_segs: u64 = done.iter().map(|e| e.4).sum();
+            s.bytes_retrans = retrans_segs * 1448;
+            s.bytes_sent = s.bytes_acked + s.bytes_retrans;
+            s.total_retrans = retrans_segs as u32;
+            s.busy_us = tick * 100_000;
+            s.srtt_us = 30_500;
+            s.min_rtt_us = 30_000;
+            s.snd_ssthresh = if tick < 10 { u32::MAX >> 1 } else { 40 };
+            s.delivery_rate_bps = match current {
+                None if tick < 10 => 100_000_000,
+                Some(e) => (e.5 * 1e6) as u64,
+                None => 1_000_000,
+            };
+            s.snd_cwnd = 60;
+            s.packets_out = s.snd_cwnd;
+            s.cwnd_limited = true;
+            let mut out = vec![s.clone()];
+            if let Some(e) = ends.iter().find(|e| e.0 + e.3 == tick + 1) {
+                out.extend(loss_after(&s, e.4));
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn a_flow_flagged_before_its_policer_showed_is_unflagged_once_it_gets_most_of_the_rate() {
+        use crate::analysis::diagnosis::test_feed::run_feed;
+        use crate::analysis::diagnosis::LimitedBy;
+        // Random single losses first (flagged: its loss response holds it at 6-10 Mbit/s), then
+        // a deep bucket: cycles of 1.2 s at 19.3 Mbit/s, ten segments per loss, one in four
+        // cycles delivering 24 Mbit/s (the bucket refilled meanwhile), as measured behind a
+        // 20 Mbit/s policer.
+        let mut cycles: Vec<(u64, f64, u64, f64)> = (0..40u32).map(|i| (5, 6.0 + f64::from(i % 5), 1, 9.0)).collect();
+        cycles.extend((0..40u32).map(|i| if i % 4 == 3 { (12, 24.0, 10, 30.0) } else { (12, 19.3, 10, 22.0) }));
+        let (d, seen) = run_feed(70, cycles_feed(cycles));
+        let text = d.verdict(1).map(|v| v.text.clone()).unwrap_or_default();
+        let trail = || format!("{seen:?} {text}");
+        // Flagged while the losses looked random.
+        let first_flag = seen.iter().position(|(f, _)| *f).unwrap_or_else(|| panic!("never flagged: {}", trail()));
+        assert!(first_flag < 20, "{}", trail());
+        assert_eq!(seen[first_flag].1, LimitedBy::CongestionWindow, "{}", trail());
+        // Once the verdict says policer, the flow gets most of the policed rate: never flagged
+        // from then on, whatever it was called before.
+        let policed = seen.iter().position(|(_, l)| *l == LimitedBy::Policer).unwrap_or_else(|| panic!("{}", trail()));
+        assert!(seen[policed..].iter().all(|(f, _)| !f), "flagged after the policer showed: {}", trail());
+        assert!(
+            seen[policed..].iter().filter(|(_, l)| *l == LimitedBy::Policer).count() * 10 >= (seen.len() - policed) * 9,
+            "{}",
+            trail()
+        );
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.text.contains("already gets most of the policed rate"), "{}", v.text);
     }
 
     #[test]

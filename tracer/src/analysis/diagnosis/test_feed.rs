@@ -131,3 +131,44 @@ pub(super) fn episodic(
         out
     }
 }
+
+/// BBR on a 200 ms path held by its 4 MiB send buffer, as measured: the writer waits in every
+/// sample, everything queued is in flight, the congestion window has room, its rate samples
+/// mostly application-limited.
+pub(super) fn held_by_sndbuf(tick: u64, s: &mut Sample) {
+    s.bytes_acked = 105_000_000 / 8 * tick / 10;
+    s.bytes_sent = s.bytes_acked;
+    s.busy_us = tick * 100_000;
+    s.min_rtt_us = 200_000;
+    s.srtt_us = 208_000;
+    s.mss = 1448;
+    s.sndbuf = 4_194_304;
+    s.writer_blocked = true;
+    s.cwnd_limited = false;
+    s.snd_cwnd = 6700;
+    s.packets_out = 1900;
+    s.wmem_queued = 3_400_000;
+    s.notsent_bytes = 0;
+    s.snd_wnd = 18_000_000;
+    s.delivery_rate_bps = 120_000_000;
+    s.app_limited = !tick.is_multiple_of(2);
+}
+
+/// The samples of a loss of `lost` segments just after `s`: into Recovery, the retransmission,
+/// back to Open 40 ms later.
+pub(super) fn loss_after(s: &Sample, lost: u64) -> [Sample; 3] {
+    let mut l = s.clone();
+    l.ts_ns += 5_000_000;
+    l.reason = SampleReason::CaState;
+    l.ca_state = CaState::Recovery;
+    let into = l.clone();
+    l.ts_ns += 1_000_000;
+    l.reason = SampleReason::Retransmit;
+    l.total_retrans += lost as u32;
+    l.bytes_retrans += lost * 1448;
+    l.bytes_sent += lost * 1448;
+    let retransmitted = l.clone();
+    l.ts_ns += 40_000_000;
+    l.ca_state = CaState::Open;
+    [into, retransmitted, l]
+}

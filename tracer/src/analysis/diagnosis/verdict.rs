@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::diagnosis::limits::LimitedBy;
 pub use crate::analysis::diagnosis::policer::PolicerSign;
 use crate::analysis::diagnosis::response::ResponseModel;
+use crate::analysis::environment::BufferLimits;
 use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
 
@@ -93,6 +94,89 @@ pub struct Evidence {
     /// What the flow's own congestion control decided, when it runs on a deep-mode twin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deep: Option<DeepEvidence>,
+    /// The send and receive buffers, for a flow held by one (`sndbuf`, `rwnd`) and for a
+    /// loss-based flow whose next limit they may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffers: Option<BufferEvidence>,
+}
+
+/// Who set a socket buffer's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetBy {
+    /// The kernel's autotuning, up to the namespace's `tcp_wmem` / `tcp_rmem` max.
+    Autotuning,
+    /// The application (`SO_SNDBUF` / `SO_RCVBUF`), which turns autotuning off for it.
+    Application,
+}
+
+/// What a flow's buffers allow, and what the fix would set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BufferEvidence {
+    /// The send buffer now (bytes) and who set it.
+    pub sndbuf: u32,
+    pub sndbuf_set_by: SetBy,
+    /// The flow's namespace's `net.ipv4.tcp_wmem` (null when not read).
+    pub tcp_wmem: Option<BufferLimits>,
+    /// The host's `net.core.wmem_max`: half the most `SO_SNDBUF` can set (the kernel doubles
+    /// what it is asked). Null when not read.
+    pub core_wmem_max: Option<u32>,
+    /// Over the window: mean bytes in flight, and the shares of samples with the writer
+    /// waiting for room and with the flow held by its send buffer.
+    pub in_flight_bytes: f64,
+    pub writer_blocked_share: f64,
+    pub sndbuf_bound_share: f64,
+    /// The rate the send buffer allows at the flow's srtt, bits/s (buffer x the share a full
+    /// buffer keeps in flight / srtt).
+    pub sndbuf_allows_bps: f64,
+    /// The most the path delivered to this flow without queueing (three samples), bits/s.
+    pub path_shown_bps: f64,
+    /// The peer's advertised window (mean over the window, and the largest so far), and the
+    /// bandwidth-delay product at min_rtt of the larger of the goodput and what the path
+    /// showed, bytes.
+    pub snd_wnd: f64,
+    pub max_snd_wnd: u32,
+    pub bdp_bytes: f64,
+    /// The advertised window never passed 64 KiB on a flow it holds: not scaled.
+    pub window_scaling_off: bool,
+    /// The receiving socket, when it is on this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<ReceiverEvidence>,
+    /// For a loss-based flow: what its send buffer limit (the namespace's `tcp_wmem` max, or
+    /// its own `SO_SNDBUF`) lets BBR carry at min_rtt, bits/s, and whether that is the limit
+    /// BBR would meet next (then the fix raises it in the same step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bbr_sndbuf_bps: Option<f64>,
+    #[serde(default)]
+    pub next_limit_sndbuf: bool,
+    /// What the fix sets, when it raises a buffer: this namespace's `tcp_wmem`, the receiving
+    /// namespace's `tcp_rmem`; and how the maxima were sized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raise_wmem: Option<BufferLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raise_rmem: Option<BufferLimits>,
+    /// The send and receive buffer the flow should be able to grow to (bytes): what the
+    /// maxima are raised to, and what an application that sets its own should set.
+    #[serde(default)]
+    pub want_sndbuf: u32,
+    #[serde(default)]
+    pub want_rcvbuf: u32,
+    #[serde(default)]
+    pub sizing: String,
+}
+
+/// The receiving end of a flow, when it is a socket of this host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReceiverEvidence {
+    /// Its network namespace (inode).
+    pub netns: u32,
+    /// Its receive buffer now (bytes) and who set it.
+    pub rcvbuf: u32,
+    pub rcvbuf_set_by: SetBy,
+    /// That namespace's `net.ipv4.tcp_rmem`, and the host's `net.core.rmem_max` (null when
+    /// not read).
+    pub tcp_rmem: Option<BufferLimits>,
+    pub core_rmem_max: Option<u32>,
 }
 
 /// A note on a flow's losses that is not a verdict on what limits it.

@@ -22,6 +22,9 @@ pub(super) struct Snapshot {
     pub(super) srtt_us: u32,
     pub(super) min_rtt_us: u32,
     pub(super) cwnd: u32,
+    pub(super) sndbuf: u32,
+    pub(super) in_flight: u64,
+    pub(super) snd_wnd: u32,
     pub(super) counts: SampleCounts,
 }
 
@@ -46,6 +49,9 @@ impl Snapshot {
             srtt_us: s.srtt_us,
             min_rtt_us: s.min_rtt_us,
             cwnd: s.snd_cwnd,
+            sndbuf: s.sndbuf,
+            in_flight: u64::from(s.packets_out) * u64::from(s.mss),
+            snd_wnd: s.snd_wnd,
             counts: flow.counts,
         }
     }
@@ -74,6 +80,15 @@ pub(super) struct Window {
     pub(super) app_limited_share: f64,
     /// Share of samples with the send buffer under 60 % full.
     pub(super) sndbuf_low_share: f64,
+    /// Share of samples with a writer waiting for room in the send buffer, and of those held
+    /// by it (see [`SampleCounts::sndbuf_bound`]).
+    pub(super) writer_blocked_share: f64,
+    pub(super) sndbuf_bound_share: f64,
+    /// Mean send buffer, bytes in flight (segments out x mss) and peer's window over the
+    /// window's snapshots, bytes.
+    pub(super) mean_sndbuf: f64,
+    pub(super) mean_in_flight: f64,
+    pub(super) mean_snd_wnd: f64,
     /// Share of the window's intervals (between snapshots) with at least one retransmission:
     /// random loss shows up in nearly every interval, a congestion episode in one or two.
     pub(super) lossy_interval_share: f64,
@@ -118,6 +133,11 @@ pub(super) fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
         no_backlog_share: count_share(first.counts.no_backlog, last.counts.no_backlog),
         app_limited_share: count_share(first.counts.app_limited, last.counts.app_limited),
         sndbuf_low_share: count_share(first.counts.sndbuf_low, last.counts.sndbuf_low),
+        writer_blocked_share: count_share(first.counts.writer_blocked, last.counts.writer_blocked),
+        sndbuf_bound_share: count_share(first.counts.sndbuf_bound, last.counts.sndbuf_bound),
+        mean_sndbuf: mean(&|s| f64::from(s.sndbuf)),
+        mean_in_flight: mean(&|s| s.in_flight as f64),
+        mean_snd_wnd: mean(&|s| f64::from(s.snd_wnd)),
         lossy_interval_share: {
             let intervals = snaps.len().saturating_sub(1).max(1) as f64;
             let lossy =

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 
 use crate::analysis::container::{printable, Container, Runtime};
-use crate::analysis::environment::Environment;
+use crate::analysis::environment::{BufferLimits, Environment};
 use crate::analysis::model::Flow;
 
 /// The algorithm the fix moves a namespace and its connections to.
@@ -62,6 +62,17 @@ fn reach(netns: u32, env: &Environment) -> Reach {
     match env.netns_pids.get(&netns) {
         Some(&pid) => Reach::Process(pid),
         None => Reach::Unreachable,
+    }
+}
+
+/// A network namespace as a verdict names it: `ip netns NAME`, the host's own, or its inode
+/// with a process living in it.
+pub fn netns_words(netns: u32, env: &Environment) -> String {
+    match reach(netns, env) {
+        Reach::Host => "the host's own network namespace".to_string(),
+        Reach::Named(name) => format!("ip netns {}", printable(&shell_quote(&name))),
+        Reach::Process(pid) => format!("network namespace {netns} (process {pid} lives in it)"),
+        Reach::Unreachable => format!("network namespace {netns}"),
     }
 }
 
@@ -133,22 +144,80 @@ fn cc_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// Commands that switch the flow's network namespace to BBR, persist it, and roll it back, for
-/// where the sender lives (the host, a named namespace, a Docker/Podman container, a Kubernetes
-/// pod, a Proxmox or LXC container), with what must come first when the kernel would refuse
-/// (bbr not loaded: ENOENT; not allowed in a non-initial namespace: EPERM). For a namespace
-/// cctrace cannot reach, one comment saying why and how to find it, and no command.
-pub fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
+/// What the fix changes for a flow: its namespace's default congestion control (to BBR), its
+/// namespace's `tcp_wmem` (the new triple), a receiving namespace's `tcp_rmem` (the
+/// namespace and the new triple).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FixNeeds {
+    pub cc: bool,
+    pub wmem: Option<BufferLimits>,
+    pub rmem: Option<(u32, BufferLimits)>,
+}
+
+impl FixNeeds {
+    pub fn is_empty(&self) -> bool {
+        !self.cc && self.wmem.is_none() && self.rmem.is_none()
+    }
+}
+
+/// Commands that apply what `needs` says to the flow's network namespace (and a receiving
+/// namespace of this host), persist it and roll it back, for where the sender lives (the host,
+/// a named namespace, a Docker/Podman container, a Kubernetes pod, a Proxmox or LXC
+/// container), with what must come first when the kernel would refuse (bbr not loaded:
+/// ENOENT; not allowed in a non-initial namespace: EPERM). For a namespace cctrace cannot
+/// reach, one comment saying why and how to find it, and no command.
+pub fn fix_commands(flow: &Flow, env: &Environment, needs: &FixNeeds) -> Vec<String> {
     let s = &flow.latest;
     let container = env.cgroups.get(&s.cgroup_id).and_then(|i| i.container.as_ref());
     let place = place(s.netns, container, env);
-    if let Place::Plain(Reach::Unreachable, c) = &place {
-        return vec![unreachable_note(s.netns, *c)];
-    }
-    let host = matches!(place, Place::Plain(Reach::Host, _));
-    let prefix = enter(&place);
     let mut cmds = Vec::new();
+    if needs.cc || needs.wmem.is_some() {
+        if let Place::Plain(Reach::Unreachable, c) = &place {
+            cmds.push(unreachable_note(s.netns, *c));
+        } else {
+            if needs.cc {
+                cc_commands(&mut cmds, flow, env, &place, container);
+            }
+            if let Some(wmem) = needs.wmem {
+                let current = env.netns_wmem.get(&s.netns).copied();
+                sysctl_commands(&mut cmds, &place, "tcp_wmem", wmem, current);
+            }
+        }
+    }
+    if let Some((netns, rmem)) = needs.rmem {
+        // The receiving namespace's own place: its name or a process in it (its container is
+        // not known from the sender's flow).
+        match place_of_netns(netns, env) {
+            Place::Plain(Reach::Unreachable, _) => cmds.push(format!(
+                "# no command for the receiver's network namespace {netns}: no ip netns name and no process cctrace can \
+                 see; raise net.ipv4.tcp_rmem's max there to {}",
+                rmem.max
+            )),
+            receiver => {
+                cmds.push(format!("# the receiving end is on this host, in {}:", netns_words(netns, env)));
+                sysctl_commands(&mut cmds, &receiver, "tcp_rmem", rmem, env.netns_rmem.get(&netns).copied());
+            }
+        }
+    }
+    cmds
+}
 
+/// How to reach a namespace known only by its inode.
+fn place_of_netns(netns: u32, env: &Environment) -> Place<'static> {
+    Place::Plain(reach(netns, env), None)
+}
+
+/// Switch the namespace's default to BBR, persist it, roll it back.
+fn cc_commands(
+    cmds: &mut Vec<String>,
+    flow: &Flow,
+    env: &Environment,
+    place: &Place<'_>,
+    container: Option<&Container>,
+) {
+    let s = &flow.latest;
+    let host = matches!(place, Place::Plain(Reach::Host, _));
+    let prefix = enter(place);
     if let Some(c) = container.filter(|_| host) {
         if c.runtime != Runtime::Systemd {
             cmds.push(format!(
@@ -192,49 +261,115 @@ pub fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
         );
     }
     cmds.push(format!("{prefix}{SET_BBR}"));
+    let persisted = persist(place, "net.ipv4.tcp_congestion_control=bbr", SYSCTL_FILE, Some("tcp_bbr"));
+    cmds.extend(persisted.lines);
+    // What to restore: the namespace's default as read, else the flow's own algorithm, else
+    // the kernel's default.
+    let previous = match default {
+        Some(cc) if cc != "bbr" => cc.as_str(),
+        _ if !s.cc.is_empty() && !s.cc.chars().any(char::is_control) => s.cc.as_str(),
+        _ => "cubic",
+    };
+    let restore = format!("net.ipv4.tcp_congestion_control={previous}");
+    cmds.push(format!("# roll back: {prefix}sysctl -w {}{}", shell_quote(&restore), persisted.rollback_rm));
+    cmds.extend(persisted.rollback_note);
+    cmds.push("# the default applies to new connections: restart the stream to pick it up".to_string());
+}
 
+/// Set the namespace's `net.ipv4.KEY` (`tcp_wmem` or `tcp_rmem`) to `to`, persist it, and roll
+/// it back to exactly `current` (the triple read from the namespace).
+fn sysctl_commands(
+    cmds: &mut Vec<String>,
+    place: &Place<'_>,
+    key: &str,
+    to: BufferLimits,
+    current: Option<BufferLimits>,
+) {
+    let prefix = enter(place);
+    let setting = format!("net.ipv4.{key}={}", to.sysctl_value());
+    let why = current.map_or(String::new(), |c| format!("   # the max from {} to {} bytes", c.max, to.max));
+    cmds.push(format!("{prefix}sysctl -w {}{why}", shell_quote(&setting)));
+    let persisted = persist(place, &setting, &buffer_sysctl_file(key), None);
+    cmds.extend(persisted.lines);
+    match current {
+        Some(c) => {
+            let restore = format!("net.ipv4.{key}={}", c.sysctl_value());
+            cmds.push(format!("# roll back: {prefix}sysctl -w {}{}", shell_quote(&restore), persisted.rollback_rm));
+        }
+        None => cmds.push(format!("# roll back: set net.ipv4.{key} back to what it was{}", persisted.rollback_rm)),
+    }
+    cmds.extend(persisted.rollback_note);
+    if key == "tcp_wmem" {
+        cmds.push("# running connections grow into the new maximum: no restart needed".to_string());
+    }
+}
+
+/// The file the persisted buffer fix writes on the host (one per sysctl, so either rolls back
+/// alone).
+pub fn buffer_sysctl_file(key: &str) -> String {
+    format!("/etc/sysctl.d/90-cctrace-{key}.conf")
+}
+
+/// How a setting is made to last where the namespace lives, and what rolls that back.
+struct Persisted {
+    lines: Vec<String>,
+    /// Appended to the roll-back command (`; rm -f ...`).
+    rollback_rm: String,
+    /// A roll-back step that runs elsewhere (inside a container).
+    rollback_note: Option<String>,
+}
+
+/// Persist `setting` (`key=value`) for `place`: the host's `file` in /etc/sysctl.d, a
+/// container's own, the runtime's option, the pod spec, LXC's config; `module`, the kernel
+/// module it needs, is the host's to load at boot.
+fn persist(place: &Place<'_>, setting: &str, file: &str, module: Option<&str>) -> Persisted {
+    let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
+    let prefix = enter(place);
     // Written only when absent (never over a file that is there), so rolling back may delete them.
-    let write_sysctl = format!("test -e {SYSCTL_FILE} || echo net.ipv4.tcp_congestion_control=bbr > {SYSCTL_FILE}");
-    let write_modules = format!("test -e {MODULES_FILE} || echo tcp_bbr > {MODULES_FILE}");
-    let mut rollback_rm = String::new();
-    let mut rollback_note = None;
-    match &place {
+    let write_sysctl = format!("test -e {file} || echo {} > {file}", shell_quote(setting));
+    let write_module = module.map(|m| format!("test -e {MODULES_FILE} || echo {m} > {MODULES_FILE}"));
+    let on_host = write_module.as_ref().map(|w| format!("# and on the host, whose kernel it shares: {w}"));
+    let mut out = Persisted { lines: Vec::new(), rollback_rm: String::new(), rollback_note: None };
+    match place {
         Place::Plain(Reach::Host, _) => {
-            cmds.push(format!("# persist: {write_modules}; {write_sysctl}"));
-            rollback_rm = format!("; rm -f {SYSCTL_FILE} {MODULES_FILE}");
+            let both = write_module.as_ref().map_or(write_sysctl.clone(), |m| format!("{m}; {write_sysctl}"));
+            out.lines.push(format!("# persist: {both}"));
+            let modules = module.map_or(String::new(), |_| format!(" {MODULES_FILE}"));
+            out.rollback_rm = format!("; rm -f {file}{modules}");
         }
         // A service's private namespace is made each time the unit starts, and its /etc is the
         // host's: files there would switch the host.
-        Place::Plain(Reach::Process(_), Some(c)) if c.runtime == Runtime::Systemd => cmds.push(format!(
+        Place::Plain(Reach::Process(_), Some(c)) if c.runtime == Runtime::Systemd => out.lines.push(format!(
             "# persist: {} gets a new namespace each time it starts: set the sysctl where it is created \
              (an ExecStartPre= in a drop-in for it)",
             printable(&shell_quote(&c.id))
         )),
-        // The file goes in the container's /etc, the module is the host's. The roll back below
-        // runs on the host, so it must not delete the host's files: it names the container's.
+        // The file goes in the container's /etc, the module is the host's. The roll back runs
+        // on the host, so it must not delete the host's files: it names the container's.
         Place::Plain(Reach::Process(_), _) => {
-            cmds.push(format!("# persist (inside that container, in its own /etc): {write_sysctl}"));
-            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
-            rollback_note = Some(format!("# and inside that container: rm -f {SYSCTL_FILE}"));
+            out.lines.push(format!("# persist (inside that container, in its own /etc): {write_sysctl}"));
+            out.lines.extend(on_host);
+            out.rollback_note = Some(format!("# and inside that container: rm -f {file}"));
         }
         // A namespace from `ip netns add` does not survive a reboot, and files in the host's
         // /etc would switch the host instead.
-        Place::Plain(..) => cmds.push(
+        Place::Plain(..) => out.lines.push(
             "# persist: a namespace made by ip netns add does not survive a reboot: set the sysctl where it is created"
                 .to_string(),
         ),
         Place::Engine(_, c) => {
             // /etc/sysctl.d in an image is not applied when a container starts: only the
             // runtime sets sysctls in a new container's namespace.
+            let quoted = shell_quote(setting);
             let (run, also) = match c.runtime {
-                Runtime::Podman => ("podman run", " (quadlet: Sysctl=net.ipv4.tcp_congestion_control=bbr)"),
-                Runtime::Docker => ("docker run", " (compose: sysctls: [net.ipv4.tcp_congestion_control=bbr])"),
-                _ => ("nerdctl run", ""),
+                Runtime::Podman => ("podman run", format!(" (quadlet: Sysctl={quoted})")),
+                Runtime::Docker => ("docker run", format!(" (compose: sysctls: [{quoted}])")),
+                _ => ("nerdctl run", String::new()),
             };
             let which = c.name.as_deref().unwrap_or(c.short_id());
-            cmds.push(format!(
-                "# persist: recreate {} with {run} --sysctl net.ipv4.tcp_congestion_control=bbr …{also}; \
-                 /etc/sysctl.d in the image is not applied when it starts",
+            out.lines.push(format!(
+                "# persist: recreate {} with {run} --sysctl {quoted} …{also}; /etc/sysctl.d in the image is not \
+                 applied when it starts",
                 printable(&shell_quote(which))
             ));
         }
@@ -245,54 +380,43 @@ pub fn fix_commands(flow: &Flow, env: &Environment) -> Vec<String> {
                     if p.namespace.is_empty() { String::new() } else { format!(" -n {}", shell_quote(&p.namespace)) };
                 format!(" of {}{ns}", shell_quote(&p.name))
             });
-            cmds.push(format!(
-                "# persist: in the pod spec{}: securityContext: {{sysctls: [{{name: net.ipv4.tcp_congestion_control, \
-                 value: bbr}}]}} (the change above lasts until the pod is recreated)",
+            let value = if value.contains(' ') { format!("\"{value}\"") } else { value.to_string() };
+            out.lines.push(format!(
+                "# persist: in the pod spec{}: securityContext: {{sysctls: [{{name: {key}, value: {value}}}]}} \
+                 (the change above lasts until the pod is recreated)",
                 printable(&of)
             ));
-            cmds.push(
+            out.lines.push(format!(
                 "# the kubelet must allow this unsafe sysctl, or the pod is rejected (SysctlForbidden): \
-                 --allowed-unsafe-sysctls=net.ipv4.tcp_congestion_control (allowedUnsafeSysctls in its config)"
-                    .to_string(),
-            );
+                 --allowed-unsafe-sysctls={key} (allowedUnsafeSysctls in its config)"
+            ));
         }
         Place::Proxmox(_) => {
             // The container's own /etc is applied by its init at boot; the module is the host's.
-            cmds.push(format!("# persist (in the container): {prefix}sh -c {}", shell_quote(&write_sysctl)));
-            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
-            rollback_rm = format!("; {prefix}rm -f {SYSCTL_FILE}");
+            out.lines.push(format!("# persist (in the container): {prefix}sh -c {}", shell_quote(&write_sysctl)));
+            out.lines.extend(on_host);
+            out.rollback_rm = format!("; {prefix}rm -f {file}");
         }
         Place::Lxc { name, lxc_path } => {
             // LXC sets `lxc.sysctl.*` in the container's namespace each time it starts, whatever
             // its init is (a busybox container has no /etc/sysctl.d, nor anything to apply it).
             let config = format!("{}/{name}/config", lxc_path.unwrap_or(crate::analysis::container::LXC_DEFAULT_PATH));
-            let line = "lxc.sysctl.net.ipv4.tcp_congestion_control = bbr";
-            cmds.push(format!(
-                "# persist (LXC sets it at every start): grep -qs '^lxc.sysctl.net.ipv4.tcp_congestion_control' {0} || echo {1} >> {0}",
+            let line = format!("lxc.sysctl.{key} = {value}");
+            out.lines.push(format!(
+                "# persist (LXC sets it at every start): grep -qs '^lxc.sysctl.{key}' {0} || echo {1} >> {0}",
                 shell_quote(&config),
-                shell_quote(line)
+                shell_quote(&line)
             ));
-            cmds.push(format!("# and on the host, whose kernel it shares: {write_modules}"));
-            rollback_rm = format!("; sed -i '/^lxc.sysctl.net.ipv4.tcp_congestion_control/d' {}", shell_quote(&config));
-            cmds.push(format!(
-                "# LXD/Incus: lxc config set {0} linux.sysctl.net.ipv4.tcp_congestion_control=bbr (incus alike), \
-                 and lxc exec {0} -- in place of lxc-attach",
-                shell_quote(name)
+            out.lines.extend(on_host);
+            out.rollback_rm = format!("; sed -i '/^lxc.sysctl.{key}/d' {}", shell_quote(&config));
+            out.lines.push(format!(
+                "# LXD/Incus: lxc config set {0} {1} (incus alike), and lxc exec {0} -- in place of lxc-attach",
+                shell_quote(name),
+                shell_quote(&format!("linux.sysctl.{setting}"))
             ));
         }
     }
-    // What to restore: the namespace's default as read, else the flow's own algorithm, else
-    // the kernel's default.
-    let previous = match default {
-        Some(cc) if cc != "bbr" => cc.as_str(),
-        _ if !s.cc.is_empty() && !s.cc.chars().any(char::is_control) => s.cc.as_str(),
-        _ => "cubic",
-    };
-    let restore = format!("net.ipv4.tcp_congestion_control={previous}");
-    cmds.push(format!("# roll back: {prefix}sysctl -w {}{rollback_rm}", shell_quote(&restore)));
-    cmds.extend(rollback_note);
-    cmds.push("# the default applies to new connections: restart the stream to pick it up".to_string());
-    cmds
+    out
 }
 
 /// Why there is no command for a namespace cctrace cannot reach, as a comment (nothing in it

@@ -30,7 +30,7 @@ fn fix_in(netns: u32, cgroup_id: u64, cc: &str, env: &Environment) -> Vec<String
     s.cgroup_id = cgroup_id;
     s.cc = cc.into();
     table.ingest(&s);
-    fix_commands(table.get(1).expect("flow"), env)
+    fix_commands(table.get(1).expect("flow"), env, &FixNeeds { cc: true, ..FixNeeds::default() })
 }
 
 const ID: &str = "3f4e1b2c5d6a7980a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718";

@@ -17,6 +17,14 @@ pub struct SampleCounts {
     /// Samples with the send buffer under 60 % full: the application is not keeping it
     /// stocked, so it, not the network, sets the pace. (Backlogged senders sit at 70-100 %.)
     pub sndbuf_low: u64,
+    /// Samples with a writer waiting for room in the send buffer (`SOCK_NOSPACE`).
+    pub writer_blocked: u64,
+    /// Samples held by the send buffer: the writer waits for room, the buffer is at least 60 %
+    /// full, at most half of what it holds is unsent, and the congestion window has room. The
+    /// kernel's own condition for its send-buffer chrono, sampled: the chrono starts only when
+    /// a transmit finds nothing left to send and stops whenever the writer is woken, so it
+    /// ran for 7-25 % of the time of a BBR sender held by its buffer in every sample.
+    pub sndbuf_bound: u64,
 }
 
 impl SampleCounts {
@@ -31,6 +39,10 @@ impl SampleCounts {
         self.cwnd_full += u64::from(cwnd_full);
         self.no_backlog += u64::from(!cwnd_full && s.notsent_bytes == 0);
         self.app_limited += u64::from(s.app_limited);
-        self.sndbuf_low += u64::from(s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6);
+        let sndbuf_low = s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6;
+        self.sndbuf_low += u64::from(sndbuf_low);
+        self.writer_blocked += u64::from(s.writer_blocked);
+        let in_flight = s.notsent_bytes.saturating_mul(2) < s.wmem_queued;
+        self.sndbuf_bound += u64::from(s.writer_blocked && !cwnd_full && s.sndbuf > 0 && !sndbuf_low && in_flight);
     }
 }

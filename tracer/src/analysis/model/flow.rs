@@ -27,6 +27,9 @@ pub struct Flow {
     pub samples: u64,
     /// Set when the kernel reported the socket closed.
     pub closed_at_ns: Option<u64>,
+    /// The largest receive window the peer advertised (bytes): one that never passed 64 KiB on
+    /// a flow held by it means the window was never scaled.
+    pub max_snd_wnd: u32,
     /// Time spent in each CA state, indexed by `CaState::index()`.
     pub ca_time_ns: [u64; 5],
     pub rates: Rates,
@@ -59,6 +62,7 @@ impl Flow {
             text_generation,
             samples: 1,
             closed_at_ns: sample.is_closing().then_some(sample.ts_ns),
+            max_snd_wnd: sample.snd_wnd,
             ca_time_ns: [0; 5],
             rates: Rates::default(),
             counts,
@@ -116,6 +120,7 @@ impl Flow {
         self.samples += 1;
         self.counts.add(sample);
         self.last_seen_ns = sample.ts_ns;
+        self.max_snd_wnd = self.max_snd_wnd.max(sample.snd_wnd);
         if sample.is_closing() && self.closed_at_ns.is_none() {
             self.closed_at_ns = Some(sample.ts_ns);
         }

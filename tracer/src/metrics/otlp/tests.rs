@@ -80,6 +80,7 @@ fn a_fix_is_told_with_the_flows_it_switched() {
         default_before: "cubic".into(),
         default_after: "bbr".into(),
         switched: vec![SwitchedFlow { cookie: feed::CUBIC, from: "cubic".into(), to: "bbr".into() }],
+        sysctls: Vec::new(),
         messages: vec!["switched connection :40000 -> :5201 (cookie 101) from cubic to bbr".into()],
     };
     let undo = ActionRecord { action: ActionKind::Undo, switched: Vec::new(), ..fix.clone() };

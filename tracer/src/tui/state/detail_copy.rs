@@ -17,10 +17,15 @@ pub(crate) struct Whereabouts {
     pub host_netns: bool,
     pub available_cc: Vec<String>,
     pub allowed_cc: Vec<String>,
-    /// The device its packets leave by and the path MTU, once known.
+    /// The device its packets leave by and the path MTU, once known, and that device's root
+    /// qdisc (`fq`, `fq_codel`, `noqueue`, ...).
     pub route: Option<Route>,
     /// The tunnel it crosses the path in, as its verdict names it.
     pub tunnel: Option<Tunnel>,
+    pub qdisc: Option<String>,
+    /// The namespace's `tcp_wmem` and `tcp_rmem` maxima: how far autotuning may grow buffers.
+    pub wmem_max: Option<u32>,
+    pub rmem_max: Option<u32>,
 }
 
 impl Whereabouts {
@@ -34,6 +39,9 @@ impl Whereabouts {
             allowed_cc: env.allowed_cc.clone(),
             route: s.route,
             tunnel: verdict.and_then(|v| v.tunnel.clone()),
+            qdisc: s.route.and_then(|r| env.qdisc(s.netns, r.ifindex)).map(String::from),
+            wmem_max: env.netns_wmem.get(&s.netns).map(|l| l.max),
+            rmem_max: env.netns_rmem.get(&s.netns).map(|l| l.max),
         }
     }
 }

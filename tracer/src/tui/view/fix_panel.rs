@@ -60,10 +60,20 @@ pub(super) fn render(panel: &FixPanel, area: Rect, buf: &mut Buffer) {
         .wrap(Wrap { trim: false })
         .block(
             Block::bordered()
-                .title(format!(" fix: switch to {} · confirm ", panel.plan.cc))
+                .title(format!(" fix: {} · confirm ", what(&panel.plan)))
                 .border_style(Style::new().fg(Color::Yellow)),
         )
         .render(popup, buf);
+}
+
+/// What the plan does, for the panel's title.
+fn what(plan: &crate::analysis::fix_plan::Plan) -> String {
+    let switches = plan.current_default != plan.cc || !plan.to_switch.is_empty();
+    match (switches, plan.buffers.is_empty()) {
+        (_, true) => format!("switch to {}", plan.cc),
+        (false, false) => "raise buffer limits".to_string(),
+        (true, false) => format!("switch to {}, raise buffer limits", plan.cc),
+    }
 }
 
 /// Before and after the latest fix that switched a flow (its history's points `step_ns` apart):
@@ -100,4 +110,36 @@ pub(super) fn before_after_lines(compared: Option<FixComparison<'_>>, step_ns: u
     out.push(row("retransmitted", &|w| format!("{:.1} seg/s", w.retrans_per_sec), String::new()));
     out.push(Line::raw(""));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::what;
+    use crate::analysis::environment::BufferLimits;
+    use crate::analysis::fix_plan::{Plan, SysctlStep, Target};
+
+    #[test]
+    fn the_title_says_what_the_plan_changes() {
+        let target = Target {
+            netns: 7,
+            path: "/run/netns/x".into(),
+            reached: "ip netns x".into(),
+            host: false,
+            ip_netns: true,
+            runtime_sysctl: None,
+        };
+        let plan = |default: &str| Plan::new(target.clone(), "bbr", default, &[], false, &[], false, &|_| false);
+        assert_eq!(what(&plan("cubic")), "switch to bbr");
+        let wmem = BufferLimits { min: 4096, default: 16384, max: 4 << 20 };
+        let step = SysctlStep {
+            target: target.clone(),
+            key: "tcp_wmem".into(),
+            from: wmem,
+            to: wmem.with_max(16 << 20),
+            why: String::new(),
+        };
+        let with = |p: Plan| p.with_buffers(vec![step.clone()], Vec::new(), &|_| false);
+        assert_eq!(what(&with(plan("bbr"))), "raise buffer limits");
+        assert_eq!(what(&with(plan("cubic"))), "switch to bbr, raise buffer limits");
+    }
 }

@@ -196,7 +196,12 @@ fn where_lines(flow: &Flow, w: &Whereabouts, width: u16) -> Vec<Line<'static>> {
     let list = |l: &[String]| if l.is_empty() { "unknown".to_string() } else { l.join(" ") };
     let mut cc = vec![kv("netns", format!("{}{host}, default cc {default}", s.netns))];
     if let Some(r) = &w.route {
-        cc.push(kv("dev", format!("{} mtu {}", r.dev, r.mtu())));
+        let qdisc = w.qdisc.as_deref().map_or(String::new(), |q| format!(" qdisc {q}"));
+        cc.push(kv("dev", format!("{} mtu {}{qdisc}", r.dev, r.mtu())));
+    }
+    if let (Some(wmem), Some(rmem)) = (w.wmem_max, w.rmem_max) {
+        let max = |b: u32| crate::analysis::units::bytes(u64::from(b)).to_string();
+        cc.push(kv("buffers", format!("tcp_wmem max {}, tcp_rmem max {}", max(wmem), max(rmem))));
     }
     cc.push(kv(
         "host cc:",
@@ -282,5 +287,32 @@ mod tests {
         let calm = LossSignals { reord_seen: Some(0), reordering: Some(3), total_rto: Some(1), ..live };
         let shown: Vec<String> = loss_signals(&calm).into_iter().map(|(k, v)| format!("{k} {v}")).collect();
         assert_eq!(shown, ["dsack_dups 7", "rto 1", "undone 3"]);
+    }
+
+    #[test]
+    fn where_a_flow_leaves_shows_the_devices_root_qdisc_and_the_namespaces_buffers() {
+        use crate::analysis::environment::{BufferLimits, Environment};
+        use crate::analysis::model::{FlowTable, TableConfig};
+        use crate::analysis::route::Route;
+        let mut s = crate::analysis::model::tests::sample(1, 0);
+        s.route = Route::from_raw(3, 1500, 1500, *b"tun-snd\0\0\0\0\0\0\0\0\0");
+        let mut table = FlowTable::new(TableConfig::default());
+        table.ingest(&s);
+        let flow = table.get(1).expect("flow");
+        let mut env = Environment::default();
+        env.qdiscs.entry(s.netns).or_default().insert(3, "fq".into());
+        env.netns_wmem.insert(s.netns, BufferLimits { min: 4096, default: 16384, max: 4_194_304 });
+        env.netns_rmem.insert(s.netns, BufferLimits { min: 4096, default: 131_072, max: 6_291_456 });
+        let text =
+            |w: &Whereabouts| where_lines(flow, w, 120).iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        let shown = text(&Whereabouts::of(flow, &env, None));
+        assert!(shown.contains("dev tun-snd mtu 1500 qdisc fq"), "{shown}");
+        assert!(shown.contains("buffers tcp_wmem max 4.0 MiB, tcp_rmem max 6.0 MiB"), "{shown}");
+        // Not read (a recording made before): the device alone.
+        let shown = text(&Whereabouts::of(flow, &Environment::default(), None));
+        assert!(
+            shown.contains("dev tun-snd mtu 1500") && !shown.contains("qdisc") && !shown.contains("buffers"),
+            "{shown}"
+        );
     }
 }
