@@ -178,7 +178,7 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<BtfTracePointLinkI
         .ok_or(AttachError::ProgramMissing(h.btf_prog))?
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load(h.event, btf).map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
+    prog.load(h.event, btf).map_err(|e| load_error(h.btf_prog, &e))?;
     prog.attach().map_err(|e| {
         let _ = prog.unload();
         AttachError::Attach(short(&error_chain(&e)))
@@ -204,11 +204,19 @@ fn attach_classic(
         .ok_or(AttachError::ProgramMissing(h.classic_prog))?
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load().map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
+    prog.load().map_err(|e| load_error(h.classic_prog, &e))?;
     prog.attach(h.group, h.event).map_err(|e| {
         let _ = prog.unload();
         AttachError::Attach(short(&error_chain(&e)))
     })
+}
+
+/// A program the kernel refused: its first line for the start-up note, the whole of it (the
+/// verifier's log, where the reason is) for the log.
+pub(super) fn load_error(program: &str, e: &dyn std::error::Error) -> AttachError {
+    let whole = error_chain(e);
+    log::info!("loading {program} failed: {whole}");
+    AttachError::Load(short(&whole))
 }
 
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {

@@ -125,7 +125,11 @@ fn attach_one(
         .ok_or(UdpError::ProgramMissing(name))?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| UdpError::Program(name, e.to_string()))?;
-    prog.load().map_err(|e| UdpError::Program(name, super::error_chain(&e)))?;
+    prog.load().map_err(|e| {
+        let whole = super::error_chain(&e);
+        log::info!("loading {name} failed: {whole}");
+        UdpError::Program(name, super::attach::short(&whole))
+    })?;
     // Attached as a link (kernels since 5.7), which always runs beside the root's other programs
     // (systemd's, another cctrace's); a link takes no multi flag (the kernel refuses one).
     prog.attach(root, kind, CgroupAttachMode::Single).map_err(|e| UdpError::Program(name, super::error_chain(&e)))?;
