@@ -60,9 +60,14 @@ pub struct SkbConfig {
     pub inode_ino: u32,
     pub skc_net: u32,
     pub net_ns_inum: u32,
+    /// Nonzero: the egress program notes the sending process (`bpf_get_current_pid_tgid`, which
+    /// `cgroup_skb` programs may call only on newer kernels: 5.10's refuse the program) as the
+    /// hint its owner lookup starts from.
+    pub egress_pid: u32,
+    pub _pad: u32,
 }
 
-pub const SKB_CONFIG_SIZE: usize = 40;
+pub const SKB_CONFIG_SIZE: usize = 48;
 const _: () = assert!(core::mem::size_of::<SkbConfig>() == SKB_CONFIG_SIZE);
 
 impl SkbConfig {
@@ -76,6 +81,8 @@ impl SkbConfig {
             inode_ino: crate::ABSENT,
             skc_net: crate::ABSENT,
             net_ns_inum: crate::ABSENT,
+            egress_pid: 0,
+            _pad: 0,
         }
     }
 }

@@ -242,15 +242,18 @@ impl KernelSource {
             .ok()
             .filter(|&n| n <= tracer_common::SOCK_COPY_MAX)
             .map_or(0, |n| n as u32);
+        // Tracing programs may ask for a socket's cookie through the helper this function
+        // implements (Linux 5.12); before it, every program keys flows by socket address.
+        let cookies_in_tracing = btf_resolver.has_function("bpf_get_socket_ptr_cookie");
         drop(btf_resolver);
         let known_hz = hz::kernel_hz();
         let hz = known_hz.unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
         // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
         let kernel_btf = Btf::from_sys_fs().ok();
-        // Classic tracepoints cannot ask for socket cookies: when they are the hooks in use,
+        // Classic tracepoints cannot ask for socket cookies, nor can BTF ones before 5.12: then
         // every program keys flows by socket address instead (see tracer-ebpf's flow_key).
-        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none();
+        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none() || !cookies_in_tracing;
         let config = Config {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
             // Every hook that attaches runs; the bits let one be switched off without a detach.

@@ -53,8 +53,17 @@ pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64)
         inode_ino: at("inode", "i_ino"),
         skc_net: offsets.skc_net,
         net_ns_inum: offsets.net_ns_inum,
+        egress_pid: u32::from(cgroup_skb_knows_the_process()),
         ..SkbConfig::default_config()
     }
+}
+
+/// Whether `cgroup_skb` programs may call `bpf_get_current_pid_tgid` (5.10's may not), asked of
+/// the kernel with a two-instruction program; a probe that cannot run says no.
+fn cgroup_skb_knows_the_process() -> bool {
+    use aya::programs::ProgramType;
+    use aya::sys::{is_helper_supported, BpfHelper};
+    is_helper_supported(ProgramType::CgroupSkb, BpfHelper::BPF_FUNC_get_current_pid_tgid).unwrap_or(false)
 }
 
 /// Where the per-syscall programs find the caller's buffer: `struct pt_regs` offsets and syscall
