@@ -225,7 +225,7 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     // lock (the test binaries take none).
     let doc_args: Vec<&str> = ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
     record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
-    record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[]));
+    record("kernel matrix", &mut || crate::kernels::run(root, &gates.suite_binary(), &[], None));
     // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
     // more) and checked the same way: static, packaged, booted with busybox only.
     match gates.wait(Gate::TracerTestsDone, parent) {

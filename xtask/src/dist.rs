@@ -35,8 +35,8 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// `ldd` and `file` then describe as dynamic.
 const STATIC_RUSTFLAGS: &str = "-C target-feature=+crt-static -C relocation-model=static";
 const CARGO_DEB_VERSION: &str = "3.8";
-/// The matrix kernel the dist guest boots: Debian 12's 6.1, the oldest of the matrix.
-const GUEST_KERNEL: &str = kernels::DEBIAN_KERNELS[0];
+/// The matrix kernel the dist guest boots: Debian 11's 5.10, the oldest of the matrix.
+const GUEST_KERNEL: &kernels::DebianKernel = &kernels::DEBIAN_KERNELS[0];
 const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The Cargo profile a dist is built with.

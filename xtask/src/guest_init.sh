@@ -81,7 +81,7 @@ run_mode() { # MODE, cctrace arguments...
     # Under TCG a tracepoint switched on and off ten times a second can stop the guest: qemu
     # does not always see the kernel's code patch in time (a 6.12 guest hit the stale
     # breakpoint in tcp_rcv_established once), so tcp_probe stays attached here.
-    cctrace --json --events --interval 500 --probe-always-attached "$@" >"$out" 2>"$err" &
+    cctrace --json --events --interval 500 --probe-always-attached --log-file "/tmp/log-$mode.txt" "$@" >"$out" 2>"$err" &
     tracer=$!
     i=0
     while ! grep -q 'tracing TCP' "$err" 2>/dev/null && kill -0 "$tracer" 2>/dev/null && [ "$i" -lt 900 ]; do
@@ -126,7 +126,10 @@ run_mode() { # MODE, cctrace arguments...
     echo "loopback=$loop_server lossy=$lossy_server" | section "pids $mode"
     section "stderr $mode" <"$err"
     section "jsonl $mode" <"$out"
-    rm -f "$out" "$err"
+    # What the start-up notes shorten (a refusing verifier's whole log), for whoever reads the
+    # results file after a failure.
+    section "log $mode" <"/tmp/log-$mode.txt"
+    rm -f "$out" "$err" "/tmp/log-$mode.txt"
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after $mode"
     kill "$idle_server" "$idle_client" 2>/dev/null
     /usr/sbin/ip netns del "snd$mode" 2>/dev/null

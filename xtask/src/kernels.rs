@@ -18,8 +18,33 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-/// Debian meta packages naming the newest image of each kernel series in the matrix.
-pub(crate) const DEBIAN_KERNELS: &[&str] = &["linux-image-cloud-amd64", "linux-image-6.12-cloud-amd64"];
+/// One kernel series of the matrix: the Debian release whose package lists carry it, and the
+/// meta package there that names its newest image.
+pub(crate) struct DebianKernel {
+    pub(crate) release: &'static str,
+    pub(crate) meta: &'static str,
+}
+
+/// The kernels of the matrix, oldest first: Debian 11's 5.10, Debian 12's 6.1 and its 6.12.
+/// A row more is one line more here.
+pub(crate) const DEBIAN_KERNELS: &[DebianKernel] = &[
+    DebianKernel { release: "bullseye", meta: "linux-image-cloud-amd64" },
+    DebianKernel { release: "bookworm", meta: "linux-image-cloud-amd64" },
+    DebianKernel { release: "bookworm", meta: "linux-image-6.12-cloud-amd64" },
+];
+const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+
+/// The sources of a Debian release as its own hosts have them: the release, its updates and its
+/// security suite (where the newest kernel of a series usually is).
+fn debian_sources(release: &str) -> String {
+    let line = |url: &str, suite: &str| format!("deb [signed-by={DEBIAN_KEYRING}] {url} {suite} main\n");
+    [
+        line("http://deb.debian.org/debian", release),
+        line("http://deb.debian.org/debian", &format!("{release}-updates")),
+        line("http://deb.debian.org/debian-security", &format!("{release}-security")),
+    ]
+    .concat()
+}
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
 /// path, nf_tables and numgen for its random loss).
 const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen"];
@@ -55,17 +80,17 @@ struct ModeResult {
     checks: Vec<(String, Result<(), String>)>,
 }
 
-/// Boot every kernel of the matrix with `cctrace` (a built binary under `root`'s target
-/// directory) in its initramfs and check what it traced.
-pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Result<()> {
+/// Boot every kernel of the matrix (or those whose label contains `only`) with `cctrace` (a
+/// built binary under `root`'s target directory) in its initramfs and check what it traced.
+pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf], only: Option<&str>) -> Result<()> {
     let work = root.join("target/kernels");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     if !cctrace.is_file() {
         bail!("{} is missing: build cctrace first (cargo xtask kernels does)", cctrace.display());
     }
     let mut kernels = Vec::new();
-    for meta in DEBIAN_KERNELS {
-        kernels.push(debian_kernel(&work, meta)?);
+    for k in DEBIAN_KERNELS {
+        kernels.push(debian_kernel(&work, k)?);
     }
     let mut notes = Vec::new();
     match host_kernel() {
@@ -79,6 +104,12 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Resu
         kernels.push(Kernel { label: image.display().to_string(), image: image.clone(), modules: None });
     }
 
+    if let Some(only) = only {
+        kernels.retain(|k| k.label.contains(only));
+        if kernels.is_empty() {
+            bail!("--only {only}: no kernel of the matrix has it in its release");
+        }
+    }
     let common = common_root(&work, cctrace)?;
     let mut results = Vec::new();
     for k in &kernels {
@@ -109,30 +140,83 @@ pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
 }
 
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.
-pub(crate) fn debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
-    download_debian_kernel(work, meta).or_else(|_| {
+pub(crate) fn debian_kernel(work: &Path, kernel: &DebianKernel) -> Result<Kernel> {
+    let apt = PrivateApt::new(work, kernel.release)?;
+    download_debian_kernel(work, &apt, kernel.meta).or_else(|_| {
         // Stale package lists name a version the mirror no longer has.
-        sh(Command::new("apt-get").args(["update", "-qq"]))?;
-        download_debian_kernel(work, meta)
+        apt.update()?;
+        download_debian_kernel(work, &apt, kernel.meta)
     })
 }
 
-fn download_debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
-    let depends = sh(Command::new("apt-cache").args(["depends", meta]))?;
+/// apt pointed at one Debian release through settings of its own under
+/// target/kernels/apt/RELEASE (sources, package lists, cache): the machine's own sources, lists
+/// and cache stay as they are, and a release the machine does not run (bullseye beside
+/// bookworm) is as easy as its own.
+struct PrivateApt {
+    dir: PathBuf,
+}
+
+impl PrivateApt {
+    fn new(work: &Path, release: &str) -> Result<Self> {
+        let dir = work.join("apt").join(release);
+        for sub in ["lists/partial", "cache/archives/partial"] {
+            std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("creating {}", dir.join(sub).display()))?;
+        }
+        std::fs::write(dir.join("sources.list"), debian_sources(release))?;
+        std::fs::write(dir.join("status"), "")?;
+        let apt = Self { dir };
+        if !apt.has_lists()? {
+            apt.update()?;
+        }
+        Ok(apt)
+    }
+
+    fn has_lists(&self) -> Result<bool> {
+        Ok(std::fs::read_dir(self.dir.join("lists"))?
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
+    }
+
+    /// `program` (apt-get, apt-cache) with this release's settings in place of the machine's.
+    fn command(&self, program: &str) -> Command {
+        let at = |name: &str| self.dir.join(name).display().to_string();
+        let mut cmd = Command::new(program);
+        for (key, value) in [
+            ("Dir::Etc::sourcelist", at("sources.list")),
+            ("Dir::Etc::sourceparts", "-".to_string()),
+            ("Dir::State::Lists", at("lists")),
+            ("Dir::State::status", at("status")),
+            ("Dir::Cache", at("cache")),
+            // Downloads land in directories of root's; apt's own user could not write there.
+            ("APT::Sandbox::User", "root".to_string()),
+        ] {
+            cmd.arg("-o").arg(format!("{key}={value}"));
+        }
+        cmd
+    }
+
+    fn update(&self) -> Result<()> {
+        sh(self.command("apt-get").args(["update", "-qq"])).map(drop)
+    }
+}
+
+fn download_debian_kernel(work: &Path, apt: &PrivateApt, meta: &str) -> Result<Kernel> {
+    let depends = sh(apt.command("apt-cache").args(["depends", meta]))?;
     let Some(package) = depends
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .find(|p| p.starts_with("linux-image-"))
         .map(str::to_string)
     else {
-        bail!("apt-cache depends {meta} names no linux-image package (is the bookworm package list there?)");
+        bail!("apt-cache depends {meta} names no linux-image package ({})", apt.dir.display());
     };
     let unpacked = work.join("unpacked").join(&package);
     if !unpacked.join("boot").is_dir() {
         let debs = work.join("debs");
         std::fs::create_dir_all(&debs)?;
         eprintln!("xtask: downloading {package}");
-        sh(Command::new("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
+        sh(apt.command("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
             .with_context(|| format!("downloading {package} with apt-get"))?;
         let deb = std::fs::read_dir(&debs)?
             .filter_map(|e| e.ok().map(|e| e.path()))

@@ -100,6 +100,9 @@ enum Task {
         /// Check the debug build (what `cargo xtask test` checks) instead of the release build.
         #[arg(long)]
         debug: bool,
+        /// Boot only the kernels whose release contains this (`5.10`, `6.12`).
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Build what users install into target/dist: the static cctrace (no shared library, the
     /// eBPF programs and deep mode built in), cctrace_VERSION_amd64.deb and SHA256SUMS, and
@@ -357,14 +360,15 @@ fn main() -> ExitCode {
             say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
             Ok(())
         }),
-        Task::Kernels { images, debug } => setup().and_then(|()| {
+        Task::Kernels { images, debug, only } => setup().and_then(|()| {
             let profile = if debug { "debug" } else { "release" };
             let mut build = vec!["build", "-p", "tracer"];
             if !debug {
                 build.push("--release");
             }
             run(&mut cargo(&build))?;
-            kernels::run(&workspace_root(), &workspace_root().join("target").join(profile).join("cctrace"), &images)
+            let cctrace = workspace_root().join("target").join(profile).join("cctrace");
+            kernels::run(&workspace_root(), &cctrace, &images, only.as_deref())
         }),
         Task::Dist { profile, no_boot } => setup().and_then(|()| {
             let root = workspace_root();
