@@ -66,10 +66,17 @@ pub(super) fn prepare_fix(
         .map_err(|e| {
             anyhow::anyhow!("reading {DEFAULT_CC} in {}: {}", target.reached, std::io::Error::from_raw_os_error(e))
         })?;
-    let established = if live { switcher.get()?.list(target.netns, Path::new(&target.path))? } else { Vec::new() };
-    Ok(Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &|p| {
+    let (established, switch_note) = if live {
+        let switcher = switcher.get()?;
+        (switcher.list(target.netns, Path::new(&target.path))?, switcher.note())
+    } else {
+        (Vec::new(), None)
+    };
+    let mut plan = Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &|p| {
         Path::new(p).exists()
-    }))
+    });
+    plan.switch_note = switch_note;
+    Ok(plan)
 }
 
 /// Carry out a confirmed `plan`, saying each step to `say` (and the log); what was done.

@@ -11,6 +11,7 @@ mod counters;
 pub mod deep;
 pub mod filter;
 pub mod fs_kind;
+mod held_sockets;
 pub mod hook_cost;
 pub mod hz;
 pub mod listing;
@@ -118,6 +119,8 @@ pub enum AttachError {
     Load(String),
     #[error("attach: {0}")]
     Attach(String),
+    #[error("attach: perf_event_open refused: {0}")]
+    PerfRefused(String),
 }
 
 /// A hook that is off: why each flavour tried failed, and what is lost without it.
@@ -282,7 +285,7 @@ impl KernelSource {
             .override_global("SKB_CONFIG", &udp_config, true)
             .override_global("UDP_SYSCALL_CONFIG", &udp_syscall_config, true)
             .load(EBPF_OBJECT)
-            .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
+            .map_err(|e| object_load_failed(&e))?;
 
         // The filter is in force before any program runs, the start-up listing included.
         let mut filter = filter::KernelFilter::take(&mut ebpf, &resolved.offsets)?;
@@ -477,6 +480,24 @@ fn wait_for_running_programs() {
     let waited = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long) } == 0;
     if !waited {
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Why the eBPF object did not load, in one line; when map creation was refused under a
+/// finite locked-memory limit, that limit and how to lift it (kernels before 5.11 charge maps to
+/// RLIMIT_MEMLOCK, which cctrace cannot raise without CAP_SYS_RESOURCE: a systemd unit's
+/// dynamic user on Debian 11, say).
+fn object_load_failed(e: &aya::EbpfError) -> anyhow::Error {
+    let chain = error_chain(e);
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
+    match limit {
+        Some(bytes) if chain.contains("failed to create map") && chain.contains("(os error 1)") => anyhow!(
+            "creating the eBPF maps was refused: kernels before 5.11 charge them to the locked-memory limit, \
+             {} KiB here, which cctrace cannot raise without CAP_SYS_RESOURCE; lift it (LimitMEMLOCK=infinity in a \
+             systemd unit, ulimit -l unlimited in a shell) or run cctrace as root",
+            bytes / 1024
+        ),
+        _ => anyhow!("loading the eBPF object into the kernel failed: {chain}"),
     }
 }
 
