@@ -24,6 +24,10 @@ section() { # NAME, content on stdin
     cat >>"$OUT"
     echo "@@END $1" >"$OUT"
 }
+# When each stage ended (seconds since boot), for the host to say where a guest's time went.
+stage() { # NAME
+    echo "$1 $(cut -d ' ' -f 1 /proc/uptime)" >>/tmp/stages
+}
 
 for m in $(cat /etc/matrix-modules); do
     insmod "/lib/matrix-modules/$m" 2>&1 | section "insmod $m"
@@ -59,8 +63,8 @@ tcp_wait() { # PATTERN [NETNS]
 listening() { # PORT [NETNS]
     tcp_wait ":$(printf '%04X' "$1") [0-9A-F]+:0000 0A " "$2"
 }
-connected() { # PORT: a connection to PORT is established
-    tcp_wait " [0-9A-F]+:$(printf '%04X' "$1") 01 "
+connected() { # PORT [NETNS]: a connection to PORT is established
+    tcp_wait " [0-9A-F]+:$(printf '%04X' "$1") 01 " "$2"
 }
 
 run_mode() { # MODE, cctrace arguments...
@@ -136,7 +140,83 @@ run_mode() { # MODE, cctrace arguments...
     /usr/sbin/ip netns del "rcv$mode" 2>/dev/null
 }
 
+# cctrace fix --live: an idle connection of a namespace of its own, on the kernel's default
+# CUBIC, switched to BBR and back (--undo); ss, the kernel's own view, says what each end runs.
+fix_live() {
+    /usr/sbin/ip netns add fx && /usr/sbin/ip -n fx link set lo up || return
+    /usr/sbin/ip netns exec fx nc -l -p 5010 </tmp/hold >/dev/null &
+    listening 5010 fx
+    /usr/sbin/ip netns exec fx nc 127.0.0.1 5010 </tmp/hold >/dev/null &
+    connected 5010 fx
+    # A namespace other than the first may default only to what the host allows.
+    echo "reno cubic bbr" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
+    ss_fx() { /usr/sbin/ip netns exec fx ss -tinH state established; }
+    ss_fx | section "ss before fix"
+    { cctrace fix --netns fx --cc bbr --live --yes; echo "exit $?"; } 2>&1 | section "fix"
+    ss_fx | section "ss after fix"
+    { cctrace fix --undo --netns fx --yes; echo "exit $?"; } 2>&1 | section "fix undo"
+    ss_fx | section "ss after undo"
+}
+
+# cctrace --deep on fx: it runs, or one line says what the kernel lacks and tracing goes on
+# (fx's idle connection is listed all the same).
+deep_mode() {
+    cctrace --json --events --deep --netns fx --duration 1 >/tmp/deep.jsonl 2>/tmp/deep.txt
+    echo $? | section "deep exit"
+    section "deep stderr" </tmp/deep.txt
+    section "deep jsonl" </tmp/deep.jsonl
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after deep"
+}
+
+# The packaged systemd unit on a host that locks perf events down (kernel.perf_event_paranoid=3:
+# Debian's kernels then refuse perf_event_open to anything without CAP_SYS_ADMIN): cctrace
+# serve as an unprivileged user with exactly the unit's capabilities, its locked-memory limit
+# and no new privileges, serving the metrics of a flow; and the classic hooks, which need perf
+# events, as that user. (setpriv by path: this busybox runs its own applet, which has no
+# --reuid, before any on PATH.)
+UNIT_CAPS=+bpf,+perfmon,+dac_read_search
+AS_UNIT="/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all,$UNIT_CAPS --ambient-caps=-all,$UNIT_CAPS --bounding-set=-all,$UNIT_CAPS --no-new-privs"
+unit_service() {
+    echo 3 >/proc/sys/kernel/perf_event_paranoid
+    cat /proc/sys/kernel/perf_event_paranoid | section "perf_event_paranoid"
+    # LimitMEMLOCK=infinity
+    ulimit -l unlimited
+    $AS_UNIT cctrace serve --listen 127.0.0.1:9617 >/dev/null 2>/tmp/serve.txt &
+    serve=$!
+    i=0
+    while ! grep -q 'tracing TCP' /tmp/serve.txt && kill -0 "$serve" 2>/dev/null && [ "$i" -lt 900 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    head -c "$UNIT_BYTES" /dev/zero | nc -l -p 5020 &
+    listening 5020
+    nc 127.0.0.1 5020 </tmp/hold >/dev/null
+    sleep 2
+    wget -q -O - http://127.0.0.1:9617/metrics 2>&1 | section "unit metrics"
+    kill -TERM "$serve"
+    wait "$serve"
+    echo $? | section "unit exit"
+    section "unit stderr" </tmp/serve.txt
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after unit"
+    $AS_UNIT cctrace --hooks classic --json --duration 1 >/dev/null 2>/tmp/classic.txt
+    echo $? | section "unit classic exit"
+    section "unit classic stderr" </tmp/classic.txt
+}
+
+stage boot
 run_mode tp_btf
+stage tp_btf
 run_mode classic --hooks classic
+stage classic
+fix_live >/tmp/fix.txt 2>&1
+section "fix setup" </tmp/fix.txt
+stage fix
+deep_mode
+stage deep
+UNIT_BYTES=5000000
+echo "$UNIT_BYTES" | section "unit bytes"
+unit_service
+stage unit
+section stages </tmp/stages
 echo done | section end
 poweroff -f

@@ -46,10 +46,12 @@ fn debian_sources(release: &str) -> String {
     .concat()
 }
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
-/// path, nf_tables and numgen for its random loss).
-const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen"];
-/// Host tools copied into the guest with their libraries.
-const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool"];
+/// path, nf_tables and numgen for its random loss, BBR for `fix --live`, and tcp_diag, without
+/// which ss shows no socket's congestion control).
+const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen", "tcp_bbr", "tcp_diag"];
+/// Host tools copied into the guest with their libraries (ss reads what a socket runs, setpriv
+/// runs cctrace as the systemd unit would).
+const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool", "/usr/bin/ss", "/usr/bin/setpriv"];
 /// Hook modes the guest runs, by the section names it writes.
 const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
@@ -71,6 +73,8 @@ struct GuestResult {
     modes: Vec<ModeResult>,
     /// Why the guest could not be checked at all.
     failure: Option<String>,
+    /// How long each stage of the guest took (`boot 9 s, tp_btf 31 s, ...`).
+    stages: String,
 }
 
 struct ModeResult {
@@ -116,7 +120,7 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf], only: O
         let started = Instant::now();
         eprintln!("xtask: booting {} under qemu (TCG)", k.label);
         let result = boot_and_check(&work, &common, k);
-        eprintln!("xtask: {} done in {:.0} s", k.label, started.elapsed().as_secs_f64());
+        eprintln!("xtask: {} done in {:.0} s ({})", k.label, started.elapsed().as_secs_f64(), result.stages);
         results.push(result);
     }
     let (table, failed) = render(&results);
@@ -174,7 +178,7 @@ impl PrivateApt {
 
     fn has_lists(&self) -> Result<bool> {
         Ok(std::fs::read_dir(self.dir.join("lists"))?
-            .filter_map(|e| e.ok())
+            .filter_map(Result::ok)
             .any(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
     }
 
@@ -399,6 +403,7 @@ fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
         btf: "?".into(),
         modes: Vec::new(),
         failure: None,
+        stages: String::new(),
     };
     match boot(work, common, k) {
         Ok(sections) => check_guest(&sections, &mut result),
@@ -427,8 +432,12 @@ pub(crate) fn run_guest(
     let console = work.join(format!("{name}.console.log"));
     let results = work.join(format!("{name}.results.log"));
     let _ = std::fs::remove_file(&results);
+    // One emulator thread for both vCPUs: with a thread each, a vCPU could run a stale
+    // translation of code the kernel had just patched on the other (a static key, a tracepoint)
+    // and hit the patch's int3 after the patch was done (a 6.12 guest panicked in
+    // ip_local_deliver so). In turns, every vCPU sees a patch once it is made.
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1536"])
+        .args(["-machine", "q35", "-accel", "tcg,thread=single", "-cpu", "max", "-smp", "2", "-m", "1536"])
         .args(["-nographic", "-no-reboot", "-monitor", "none"])
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
@@ -489,11 +498,29 @@ fn check_guest(sections: &BTreeMap<String, String>, result: &mut GuestResult) {
     let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
     result.release = get("kernel");
     result.btf = get("btf");
+    result.stages = stage_times(&get("stages"));
     let default_cc = get("default_cc");
     let bytes: u64 = get("bytes").parse().unwrap_or(0);
     for mode in MODES {
         result.modes.push(check_mode(sections, mode, &default_cc, bytes));
     }
+    // What concerns the kernel rather than a hook mode runs with the default hooks.
+    if let Some(default_hooks) = result.modes.first_mut() {
+        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections));
+    }
+}
+
+/// `boot 9.1\ntp_btf 40.3\n...` (when each stage ended, in seconds since boot) as how long each
+/// took: `boot 9 s, tp_btf 31 s, ...`.
+fn stage_times(stages: &str) -> String {
+    let mut last = 0.0;
+    let mut out = Vec::new();
+    for (name, end) in stages.lines().filter_map(|l| l.split_once(' ')) {
+        let Ok(end) = end.trim().parse::<f64>() else { continue };
+        out.push(format!("{name} {:.0} s", end - last));
+        last = end;
+    }
+    out.join(", ")
 }
 
 /// The last value of every flow's fields, by local port, from the samples and flow records.
@@ -753,6 +780,12 @@ mod tests {
         assert_eq!(s["kernel"], "6.1.0\n");
         assert_eq!(s["jsonl tp_btf"], "{}\n{}\n");
         assert!(!s.contains_key("cut"));
+    }
+
+    #[test]
+    fn stage_ends_become_durations() {
+        assert_eq!(stage_times("boot 9.4\ntp_btf 40.1\nclassic 70.9\n"), "boot 9 s, tp_btf 31 s, classic 31 s");
+        assert_eq!(stage_times(""), "");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod beside;
 mod dist;
+mod guest_checks;
 mod kernels;
 mod suite;
 
