@@ -141,7 +141,13 @@ fn attach_one(
     })?;
     // Attached as a link (kernels since 5.7), which always runs beside the root's other programs
     // (systemd's, another cctrace's); a link takes no multi flag (the kernel refuses one).
-    prog.attach(root, kind, CgroupAttachMode::Single).map_err(|e| UdpError::Program(name, super::error_chain(&e)))?;
+    prog.attach(root, kind, CgroupAttachMode::Single).map_err(|e| {
+        let whole = super::error_chain(&e);
+        // A service with the unit's capabilities gets here on kernels before 6.3.
+        let hint =
+            if whole.contains("(os error 1)") { ": attaching at the cgroup root needs CAP_NET_ADMIN" } else { "" };
+        UdpError::Program(name, format!("{whole}{hint}"))
+    })?;
     Ok(())
 }
 
