@@ -432,10 +432,9 @@ pub(crate) fn run_guest(
     let console = work.join(format!("{name}.console.log"));
     let results = work.join(format!("{name}.results.log"));
     let _ = std::fs::remove_file(&results);
-    // One emulator thread for both vCPUs: with a thread each, a vCPU could run a stale
-    // translation of code the kernel had just patched on the other (a static key, a tracepoint)
-    // and hit the patch's int3 after the patch was done (a 6.12 guest panicked in
-    // ip_local_deliver so). In turns, every vCPU sees a patch once it is made.
+    // One emulator thread for both vCPUs: with a thread each, a 6.12 guest panicked on the int3
+    // of a kernel-text patch (a static key) in ip_local_deliver, by all signs a vCPU running a
+    // translation of code the other had just patched. Taking turns, each sees a patch once made.
     let mut child = Command::new("qemu-system-x86_64")
         .args(["-machine", "q35", "-accel", "tcg,thread=single", "-cpu", "max", "-smp", "2", "-m", "1536"])
         .args(["-nographic", "-no-reboot", "-monitor", "none"])
