@@ -165,6 +165,13 @@ deep_mode() {
     echo $? | section "deep exit"
     section "deep stderr" </tmp/deep.txt
     section "deep jsonl" </tmp/deep.jsonl
+    # The kernel frees unregistered twins after a grace period of its own, seconds under
+    # emulation: what is still loaded 30 s on was left behind.
+    i=0
+    while bpftool prog show | grep -q cct_ && [ "$i" -lt 300 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after deep"
 }
 
