@@ -60,10 +60,9 @@ pub struct SkbConfig {
     pub inode_ino: u32,
     pub skc_net: u32,
     pub net_ns_inum: u32,
-    /// Nonzero: the egress program notes the sending process (`bpf_get_current_pid_tgid`, which
-    /// `cgroup_skb` programs may call only on newer kernels: 5.10's refuse the program) as the
-    /// hint its owner lookup starts from.
-    pub egress_pid: u32,
+    /// 1 when the kernel lets `cgroup_skb` programs call `bpf_get_current_pid_tgid` (not 5.10's or 6.1's):
+    /// the egress program then names the sending process as a hint for the owner lookup.
+    pub sender_pid: u32,
     pub _pad: u32,
 }
 
@@ -81,7 +80,7 @@ impl SkbConfig {
             inode_ino: crate::ABSENT,
             skc_net: crate::ABSENT,
             net_ns_inum: crate::ABSENT,
-            egress_pid: 0,
+            sender_pid: 0,
             _pad: 0,
         }
     }

@@ -89,11 +89,12 @@ fn account(ctx: &SkBuffContext, egress: bool) {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: context field reads.
     let (len, segs, gso_size) = unsafe { ((*skb).len, (*skb).gso_segs.max(1), (*skb).gso_size) };
-    // Egress runs in the sender's context; ingress in whatever softirq took the packet. The
-    // setting is read-only data, so where it is 0 the verifier never sees the helper call.
-    // SAFETY: the static is always valid for reads.
-    let pid_helper = unsafe { core::ptr::read_volatile(&SKB_CONFIG.egress_pid) } != 0;
-    let pid = if egress && pid_helper { (bpf_get_current_pid_tgid() >> 32) as u32 } else { 0 };
+    // Egress runs in the sender's context; ingress in whatever softirq took the packet. Where the
+    // kernel refuses the helper here (5.10, 6.1), userspace leaves `sender_pid` 0 and the verifier,
+    // which knows the read-only value, never reaches the call.
+    // SAFETY: rodata global, read volatile as `global!` (in `read`) does.
+    let sender_pid = unsafe { core::ptr::read_volatile(&SKB_CONFIG.sender_pid) };
+    let pid = if egress && sender_pid != 0 { (bpf_get_current_pid_tgid() >> 32) as u32 } else { 0 };
     let traffic = Traffic { cookie, now, egress, bytes: u64::from(len), packets: u64::from(segs), pid };
     // SAFETY: a helper taking the context.
     let fresh = || new_socket(sock_address(full), now, unsafe { bpf_skb_cgroup_id(skb) });

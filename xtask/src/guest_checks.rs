@@ -18,15 +18,52 @@ const FIX_PORT: &str = ":5010";
 /// Flags `ss -i` prints before a socket's congestion control.
 const SS_FLAGS: &[&str] = &["ts", "sack", "ecn", "ecnseen", "fastopen"];
 
-/// Every kernel-wide check, from the guest's sections.
-pub(crate) fn kernel_wide(sections: &BTreeMap<String, String>) -> Vec<Check> {
+/// A kernel-wide stage of the guest's init, by the name `checks=` on its command line gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// `fix --live` and `--undo` on an idle connection.
+    Fix,
+    /// `--deep` on that connection's namespace (the init opens it when `Fix` is not asked).
+    Deep,
+    /// `cctrace serve` and the classic hooks as the packaged unit's user.
+    Unit,
+}
+
+impl Stage {
+    pub(crate) const ALL: &'static [Stage] = &[Stage::Fix, Stage::Deep, Stage::Unit];
+
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Fix => "fix",
+            Stage::Deep => "deep",
+            Stage::Unit => "unit",
+        }
+    }
+
+    /// The kernel command line's word asking the init for `stages` (`checks=none` for none).
+    pub(crate) fn command_line(stages: &[Stage]) -> String {
+        let names: Vec<&str> = stages.iter().map(|s| s.name()).collect();
+        format!("checks={}", if names.is_empty() { "none".to_string() } else { names.join(",") })
+    }
+}
+
+/// The checks of the kernel-wide `stages` the guest was asked to run, from its sections.
+pub(crate) fn kernel_wide(sections: &BTreeMap<String, String>, stages: &[Stage]) -> Vec<Check> {
     let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
-    vec![
-        ("fix --live switches, --undo switches back (ss)".to_string(), fix_live(&get)),
-        ("deep mode runs, or one line says why and tracing goes on".to_string(), deep_mode(&get)),
-        ("packaged unit's user and caps, perf_event_paranoid=3".to_string(), unit_service(&get)),
-        ("classic hooks as the unit's user: attach or one line why".to_string(), unit_classic(&get)),
-    ]
+    let check = |name: &str, outcome: Result<(), String>| (name.to_string(), outcome);
+    let mut checks = Vec::new();
+    for stage in stages {
+        let judged = match stage {
+            Stage::Fix => vec![check("fix --live switches, --undo switches back (ss)", fix_live(&get))],
+            Stage::Deep => vec![check("deep mode runs, or one line says why and tracing goes on", deep_mode(&get))],
+            Stage::Unit => vec![
+                check("packaged unit's user and caps, perf_event_paranoid=3", unit_service(&get)),
+                check("classic hooks as the unit's user: attach or one line why", unit_classic(&get)),
+            ],
+        };
+        checks.extend(judged);
+    }
+    checks
 }
 
 /// The congestion control of each connection `ss -tinH` lists with `port` at either end.
@@ -57,7 +94,7 @@ fn all_on(ss: &str, cc: &str, when: &str) -> Result<(), String> {
 fn fix_live(get: &dyn Fn(&str) -> String) -> Result<(), String> {
     let (fix, undo) = (get("fix"), get("fix undo"));
     if fix.is_empty() {
-        return Err(format!("fix did not run: {}", get("fix setup")));
+        return Err(format!("fix did not run: {} {}", get("fx setup"), get("fix setup")));
     }
     all_on(&get("ss before fix"), "cubic", "before the fix")?;
     if !fix.ends_with("exit 0") {
@@ -170,6 +207,20 @@ mod tests {
     fn metrics_are_summed_over_their_series_only() {
         let text = "# TYPE cctrace_sent_bytes counter\ncctrace_sent_bytes_total{netns=\"1\"} 3000\ncctrace_sent_bytes_total{netns=\"2\"} 2000\ncctrace_sent_bytes_total_other 9\n";
         assert_eq!(metric_sum(text, "cctrace_sent_bytes_total"), 5000.0);
+    }
+
+    #[test]
+    fn the_command_line_names_the_stages_asked_or_none() {
+        assert_eq!(Stage::command_line(Stage::ALL), "checks=fix,deep,unit");
+        assert_eq!(Stage::command_line(&[Stage::Unit]), "checks=unit");
+        assert_eq!(Stage::command_line(&[]), "checks=none");
+    }
+
+    #[test]
+    fn only_the_stages_asked_are_judged() {
+        let checks = kernel_wide(&BTreeMap::new(), &[Stage::Unit]);
+        assert_eq!(checks.len(), 2);
+        assert!(checks.iter().all(|(name, outcome)| name.contains("unit") && outcome.is_err()), "{checks:?}");
     }
 
     fn sections(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

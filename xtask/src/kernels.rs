@@ -18,40 +18,47 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-/// One kernel series of the matrix: the Debian release whose package lists carry it, and the
-/// meta package there that names its newest image.
+use crate::arch::Arch;
+use crate::foreign::ForeignApt;
+use crate::guest_checks::Stage;
+
+/// One kernel series of the matrix: the Debian release whose package lists carry it (`None`:
+/// this machine's own), the meta package there that names its newest image, and the
+/// kernel-wide stages the suite's matrix runs on it (`cargo xtask kernels` runs all of them).
 pub(crate) struct DebianKernel {
-    pub(crate) release: &'static str,
+    pub(crate) release: Option<&'static str>,
     pub(crate) meta: &'static str,
+    pub(crate) in_suite: &'static [Stage],
 }
 
-/// The kernels of the matrix, oldest first: Debian 11's 5.10, Debian 12's 6.1 and its 6.12.
-/// A row more is one line more here.
+/// The kernels of the matrix, oldest first: Debian 11's 5.10 (from the bullseye suites through a
+/// private apt configuration), Debian 12's 6.1 and its 6.12. A row more is one line more here.
+/// The suite runs each kernel-wide stage where its path differs, to keep within its time:
+/// `fix --live` and deep mode before 5.15 (5.10: no `bpf_setsockopt` from `iter/tcp`) and on
+/// 6.1; the packaged unit under `perf_event_paranoid=3` on 6.12.
 pub(crate) const DEBIAN_KERNELS: &[DebianKernel] = &[
-    DebianKernel { release: "bullseye", meta: "linux-image-cloud-amd64" },
-    DebianKernel { release: "bookworm", meta: "linux-image-cloud-amd64" },
-    DebianKernel { release: "bookworm", meta: "linux-image-6.12-cloud-amd64" },
+    DebianKernel { release: Some("bullseye"), meta: "linux-image-cloud-amd64", in_suite: &[Stage::Fix, Stage::Deep] },
+    DebianKernel { release: None, meta: "linux-image-cloud-amd64", in_suite: &[Stage::Fix, Stage::Deep] },
+    DebianKernel { release: None, meta: "linux-image-6.12-cloud-amd64", in_suite: &[Stage::Unit] },
 ];
-const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 
-/// The sources of a Debian release as its own hosts have them: the release, its updates and its
-/// security suite (where the newest kernel of a series usually is).
-fn debian_sources(release: &str) -> String {
-    let line = |url: &str, suite: &str| format!("deb [signed-by={DEBIAN_KEYRING}] {url} {suite} main\n");
-    [
-        line("http://deb.debian.org/debian", release),
-        line("http://deb.debian.org/debian", &format!("{release}-updates")),
-        line("http://deb.debian.org/debian-security", &format!("{release}-security")),
-    ]
-    .concat()
+/// Which kernel-wide stages a run of the matrix asks each guest for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// All of them on every kernel (`cargo xtask kernels`).
+    Every,
+    /// Each kernel's [`DebianKernel::in_suite`] (the suite's matrix, beside its tests).
+    Suite,
 }
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
 /// path, nf_tables and numgen for its random loss, BBR for `fix --live`, and tcp_diag, without
 /// which ss shows no socket's congestion control).
 const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen", "tcp_bbr", "tcp_diag"];
-/// Host tools copied into the guest with their libraries (ss reads what a socket runs, setpriv
-/// runs cctrace as the systemd unit would).
-const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool", "/usr/bin/ss", "/usr/bin/setpriv"];
+/// Host tools copied into the guest with their libraries: those the hook modes' flows need.
+pub(crate) const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool", "/usr/bin/socat"];
+/// And those of the kernel-wide stages (ss reads what a socket runs, setpriv runs cctrace as the
+/// systemd unit would).
+const STAGE_TOOLS: &[&str] = &["/usr/bin/ss", "/usr/bin/setpriv"];
 /// Hook modes the guest runs, by the section names it writes.
 const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
@@ -63,10 +70,16 @@ pub(crate) struct Kernel {
     label: String,
     pub(crate) image: PathBuf,
     modules: Option<PathBuf>,
+    /// The architecture it boots on.
+    pub(crate) arch: Arch,
+    /// Added to its command line (`bytes=N`: the guest's flows' size, for a slow emulator).
+    pub(crate) append: String,
+    /// The kernel-wide stages its guest runs after both hook modes.
+    pub(crate) stages: &'static [Stage],
 }
 
 /// What one guest showed: per hook mode, the checks and what start-up said about the hooks.
-struct GuestResult {
+pub(crate) struct GuestResult {
     label: String,
     release: String,
     btf: String,
@@ -86,7 +99,13 @@ struct ModeResult {
 
 /// Boot every kernel of the matrix (or those whose label contains `only`) with `cctrace` (a
 /// built binary under `root`'s target directory) in its initramfs and check what it traced.
-pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf], only: Option<&str>) -> Result<()> {
+pub(crate) fn run(
+    root: &Path,
+    cctrace: &Path,
+    extra_images: &[PathBuf],
+    only: Option<&str>,
+    scope: Scope,
+) -> Result<()> {
     let work = root.join("target/kernels");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     if !cctrace.is_file() {
@@ -94,7 +113,11 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf], only: O
     }
     let mut kernels = Vec::new();
     for k in DEBIAN_KERNELS {
-        kernels.push(debian_kernel(&work, k)?);
+        let mut kernel = debian_kernel(root, &work, k)?;
+        if scope == Scope::Suite {
+            kernel.stages = k.in_suite;
+        }
+        kernels.push(kernel);
     }
     let mut notes = Vec::new();
     match host_kernel() {
@@ -105,7 +128,14 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf], only: O
         if !image.is_file() {
             bail!("--kernel {}: no such file", image.display());
         }
-        kernels.push(Kernel { label: image.display().to_string(), image: image.clone(), modules: None });
+        kernels.push(Kernel {
+            label: image.display().to_string(),
+            image: image.clone(),
+            modules: None,
+            arch: Arch::X86_64,
+            append: String::new(),
+            stages: Stage::ALL,
+        });
     }
 
     if let Some(only) = only {
@@ -144,83 +174,49 @@ pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
 }
 
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.
-pub(crate) fn debian_kernel(work: &Path, kernel: &DebianKernel) -> Result<Kernel> {
-    let apt = PrivateApt::new(work, kernel.release)?;
-    download_debian_kernel(work, &apt, kernel.meta).or_else(|_| {
+pub(crate) fn debian_kernel(root: &Path, work: &Path, kernel: &DebianKernel) -> Result<Kernel> {
+    match kernel.release {
+        None => debian_kernel_from(work, kernel.meta, None),
+        Some(release) => {
+            let apt = ForeignApt::for_release(root, Arch::host(), release)?;
+            debian_kernel_from(work, kernel.meta, Some(&apt))
+        }
+    }
+}
+
+/// The same from the packages of a private apt configuration (`apt`: another architecture or
+/// release), or the host's (`None`).
+pub(crate) fn debian_kernel_from(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> Result<Kernel> {
+    if let Some(apt) = apt {
+        apt.update(false)?;
+    }
+    download_debian_kernel(work, meta, apt).or_else(|_| {
         // Stale package lists name a version the mirror no longer has.
-        apt.update()?;
-        download_debian_kernel(work, &apt, kernel.meta)
+        match apt {
+            Some(apt) => apt.update(true)?,
+            None => drop(sh(Command::new("apt-get").args(["update", "-qq"]))?),
+        }
+        download_debian_kernel(work, meta, apt)
     })
 }
 
-/// apt pointed at one Debian release through settings of its own under
-/// target/kernels/apt/RELEASE (sources, package lists, cache): the machine's own sources, lists
-/// and cache stay as they are, and a release the machine does not run (bullseye beside
-/// bookworm) is as easy as its own.
-struct PrivateApt {
-    dir: PathBuf,
-}
-
-impl PrivateApt {
-    fn new(work: &Path, release: &str) -> Result<Self> {
-        let dir = work.join("apt").join(release);
-        for sub in ["lists/partial", "cache/archives/partial"] {
-            std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("creating {}", dir.join(sub).display()))?;
-        }
-        std::fs::write(dir.join("sources.list"), debian_sources(release))?;
-        std::fs::write(dir.join("status"), "")?;
-        let apt = Self { dir };
-        if !apt.has_lists()? {
-            apt.update()?;
-        }
-        Ok(apt)
-    }
-
-    fn has_lists(&self) -> Result<bool> {
-        Ok(std::fs::read_dir(self.dir.join("lists"))?
-            .filter_map(Result::ok)
-            .any(|e| e.file_name().to_string_lossy().ends_with("_Packages")))
-    }
-
-    /// `program` (apt-get, apt-cache) with this release's settings in place of the machine's.
-    fn command(&self, program: &str) -> Command {
-        let at = |name: &str| self.dir.join(name).display().to_string();
-        let mut cmd = Command::new(program);
-        for (key, value) in [
-            ("Dir::Etc::sourcelist", at("sources.list")),
-            ("Dir::Etc::sourceparts", "-".to_string()),
-            ("Dir::State::Lists", at("lists")),
-            ("Dir::State::status", at("status")),
-            ("Dir::Cache", at("cache")),
-            // Downloads land in directories of root's; apt's own user could not write there.
-            ("APT::Sandbox::User", "root".to_string()),
-        ] {
-            cmd.arg("-o").arg(format!("{key}={value}"));
-        }
-        cmd
-    }
-
-    fn update(&self) -> Result<()> {
-        sh(self.command("apt-get").args(["update", "-qq"])).map(drop)
-    }
-}
-
-fn download_debian_kernel(work: &Path, apt: &PrivateApt, meta: &str) -> Result<Kernel> {
-    let depends = sh(apt.command("apt-cache").args(["depends", meta]))?;
+fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> Result<Kernel> {
+    let apt_command = |program: &str| apt.map_or_else(|| Command::new(program), |a| a.command(program));
+    let depends = sh(apt_command("apt-cache").args(["depends", meta]))?;
     let Some(package) = depends
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .find(|p| p.starts_with("linux-image-"))
         .map(str::to_string)
     else {
-        bail!("apt-cache depends {meta} names no linux-image package ({})", apt.dir.display());
+        bail!("apt-cache depends {meta} names no linux-image package (are the package lists there?)");
     };
     let unpacked = work.join("unpacked").join(&package);
     if !unpacked.join("boot").is_dir() {
         let debs = work.join("debs");
         std::fs::create_dir_all(&debs)?;
         eprintln!("xtask: downloading {package}");
-        sh(apt.command("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
+        sh(apt_command("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
             .with_context(|| format!("downloading {package} with apt-get"))?;
         let deb = std::fs::read_dir(&debs)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -238,7 +234,8 @@ fn download_debian_kernel(work: &Path, apt: &PrivateApt, meta: &str) -> Result<K
         .with_context(|| format!("{package} holds no /boot/vmlinuz-*"))?;
     let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.filter_map(|e| e.ok().map(|e| e.path())).next();
     let label = package.trim_start_matches("linux-image-").to_string();
-    Ok(Kernel { label, image, modules })
+    let arch = apt.map_or_else(Arch::host, ForeignApt::arch);
+    Ok(Kernel { label, image, modules, arch, append: String::new(), stages: Stage::ALL })
 }
 
 /// The running kernel's image, when /boot has it.
@@ -252,16 +249,33 @@ fn host_kernel() -> Result<Kernel, String> {
         ));
     }
     let modules = Path::new("/lib/modules").join(&release);
-    Ok(Kernel { label: format!("host {release}"), image, modules: modules.is_dir().then_some(modules) })
+    Ok(Kernel {
+        label: format!("host {release}"),
+        image,
+        modules: modules.is_dir().then_some(modules),
+        arch: Arch::host(),
+        append: String::new(),
+        stages: Stage::ALL,
+    })
 }
 
-/// The part of the initramfs every kernel shares: busybox, cctrace, the tools and libraries.
-fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
+/// The directories, init and nft rules of every guest's initramfs, in a fresh `work`/initramfs-common.
+pub(crate) fn guest_skeleton(work: &Path) -> Result<PathBuf> {
     let root = work.join("initramfs-common");
     let _ = std::fs::remove_dir_all(&root);
     for dir in ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "lib/matrix-modules"] {
         std::fs::create_dir_all(root.join(dir))?;
     }
+    let init = root.join("init");
+    std::fs::write(&init, include_str!("guest_init.sh"))?;
+    set_executable(&init)?;
+    std::fs::write(root.join("etc/matrix-loss.nft"), LOSS_RULES)?;
+    Ok(root)
+}
+
+/// The part of the initramfs every kernel shares: busybox, cctrace, the tools and libraries.
+fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
+    let root = guest_skeleton(work)?;
     copy(Path::new("/bin/busybox"), &root.join("bin/busybox"))
         .context("busybox-static is needed for the guest (apt-get install busybox-static)")?;
     // cctrace goes in without its debug information: a debug build's is most of its 120 MB,
@@ -271,7 +285,7 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
         .context("objcopy (binutils) strips cctrace for the guest")?;
     let mut libraries: BTreeSet<PathBuf> = shared_libraries(cctrace)?.into_iter().collect();
     let mut binaries = Vec::new();
-    for tool in GUEST_TOOLS {
+    for tool in GUEST_TOOLS.iter().chain(STAGE_TOOLS) {
         binaries.push((PathBuf::from(tool), root.join(tool.trim_start_matches('/'))));
     }
     for (from, to) in &binaries {
@@ -281,10 +295,6 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
     for lib in &libraries {
         copy(lib, &root.join(lib.strip_prefix("/").unwrap_or(lib)))?;
     }
-    let init = root.join("init");
-    std::fs::write(&init, include_str!("guest_init.sh"))?;
-    set_executable(&init)?;
-    std::fs::write(root.join("etc/matrix-loss.nft"), LOSS_RULES)?;
     Ok(root)
 }
 
@@ -315,7 +325,7 @@ fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Modules to load, dependencies first, from the kernel's modules.dep (built-in ones need none).
-fn module_load_order(modules: &Path) -> Result<Vec<PathBuf>> {
+fn module_load_order(modules: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>> {
     if !modules.join("modules.dep").is_file() {
         // A package's modules come without the index the installer's depmod writes.
         let (Some(version), Some(base)) =
@@ -345,7 +355,7 @@ fn module_load_order(modules: &Path) -> Result<Vec<PathBuf>> {
         order.push(m.to_string());
     }
     let (mut seen, mut order) = (BTreeSet::new(), Vec::new());
-    for wanted in GUEST_MODULES {
+    for wanted in wanted {
         if let Some(path) = by_name.get(*wanted) {
             visit(path, &deps, &mut seen, &mut order);
         }
@@ -360,7 +370,8 @@ fn initramfs(work: &Path, common: &Path, k: &Kernel, name: &str) -> Result<PathB
     std::fs::create_dir_all(&modules_dir)?;
     let mut list = String::new();
     if let Some(modules) = &k.modules {
-        for (i, module) in module_load_order(modules)?.iter().enumerate() {
+        let wanted: Vec<&str> = k.arch.guest_plumbing_modules().iter().chain(GUEST_MODULES).copied().collect();
+        for (i, module) in module_load_order(modules, &wanted)?.iter().enumerate() {
             let file = format!("{i:02}.ko");
             let target = modules_dir.join(&file);
             let name = module.to_string_lossy();
@@ -396,7 +407,7 @@ pub(crate) fn pack_cpio(root: &Path, cpio: &Path) -> Result<()> {
     Ok(())
 }
 
-fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
+pub(crate) fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
     let mut result = GuestResult {
         label: k.label.clone(),
         release: String::new(),
@@ -406,7 +417,7 @@ fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
         stages: String::new(),
     };
     match boot(work, common, k) {
-        Ok(sections) => check_guest(&sections, &mut result),
+        Ok(sections) => check_guest(&sections, k.stages, &mut result),
         Err(e) => result.failure = Some(format!("{e:#}")),
     }
     result
@@ -416,41 +427,31 @@ fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
 fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, String>> {
     let name: String = k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
     let initrd = initramfs(work, common, k, &name)?;
-    run_guest(work, &k.image, &initrd, &name, GUEST_TIMEOUT)
+    let append = format!("{} {}", k.append, Stage::command_line(k.stages));
+    run_guest(k.arch, work, &k.image, &initrd, &name, &append, GUEST_TIMEOUT)
 }
 
 /// Boot `image` with `initrd` under qemu (TCG) until its init powers off, and return the
 /// sections the init wrote to the second serial port (`@@BEGIN name` ... `@@END name`), which
 /// must include `end`. The console goes to `work/NAME.console.log`.
 pub(crate) fn run_guest(
+    arch: Arch,
     work: &Path,
     image: &Path,
     initrd: &Path,
     name: &str,
+    append: &str,
     timeout: Duration,
 ) -> Result<BTreeMap<String, String>> {
     let console = work.join(format!("{name}.console.log"));
     let results = work.join(format!("{name}.results.log"));
     let _ = std::fs::remove_file(&results);
-    // One emulator thread for both vCPUs: with a thread each, a 6.12 guest panicked on the int3
-    // of a kernel-text patch (a static key) in ip_local_deliver, by all signs a vCPU running a
-    // translation of code the other had just patched. Taking turns, each sees a patch once made.
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(["-machine", "q35", "-accel", "tcg,thread=single", "-cpu", "max", "-smp", "2", "-m", "1536"])
-        .args(["-nographic", "-no-reboot", "-monitor", "none"])
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", results.display()))
-        .arg("-kernel")
-        .arg(image)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 rdinit=/init quiet"])
+    let mut child = arch
+        .qemu(&console, &results, image, initrd, append)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
-        .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+        .with_context(|| format!("starting qemu for {} (apt-get install {})", arch.debian(), arch.qemu_package()))?;
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
@@ -493,7 +494,7 @@ fn parse_sections(text: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn check_guest(sections: &BTreeMap<String, String>, result: &mut GuestResult) {
+fn check_guest(sections: &BTreeMap<String, String>, stages: &[Stage], result: &mut GuestResult) {
     let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
     result.release = get("kernel");
     result.btf = get("btf");
@@ -505,7 +506,7 @@ fn check_guest(sections: &BTreeMap<String, String>, result: &mut GuestResult) {
     }
     // What concerns the kernel rather than a hook mode runs with the default hooks.
     if let Some(default_hooks) = result.modes.first_mut() {
-        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections));
+        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages));
     }
 }
 
@@ -688,6 +689,7 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         "idle flow listed at start-up (iter/tcp)",
         if idle_listed { Ok(()) } else { Err("no snapshot sample of the idle connection on port 5003".into()) },
     );
+    check("UDP flow counted and classified", udp_flow(&lines, &get("udp")));
     // bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
     // after" to mean anything.
     let (during, after) = (get("programs during"), get("programs after"));
@@ -702,6 +704,40 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         },
     );
     ModeResult { mode: mode.to_string(), attached, disabled, checks }
+}
+
+/// The guest's UDP flow, from its sender's last record: the datagrams the kernel counted as sent
+/// (Udp OutDatagrams), each with 28 bytes of IPv4 and UDP header, socat as its owner, and QUIC
+/// as what it carries (its datagrams' first bytes, read from the sender's own buffer where UDP
+/// is counted per syscall, from the packets before Linux 6.3). `said` is the guest's
+/// `sent=N datagram=BYTES client=PID`.
+fn udp_flow(lines: &[Value], said: &str) -> Result<(), String> {
+    let facts: BTreeMap<&str, u64> = said
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
+    let (Some(&sent), Some(&datagram), Some(&client)) = (facts.get("sent"), facts.get("datagram"), facts.get("client"))
+    else {
+        return Err(format!("the guest ran no UDP flow: {:?}", said.trim()));
+    };
+    let Some(record) = lines.iter().rev().find(|v| {
+        v["type"] == "flow" && v["proto"] == "udp" && v["dport"] == 5004 && v["tx_packets"].as_u64() > Some(0)
+    }) else {
+        return Err("no UDP record of the sender (to port 5004)".into());
+    };
+    let n = |k: &str| record.get(k).and_then(Value::as_u64).unwrap_or(0);
+    if n("tx_packets") != sent {
+        Err(format!("tx_packets {}, the kernel sent {sent} datagrams", n("tx_packets")))
+    } else if n("tx_bytes") != sent * (datagram + 28) {
+        Err(format!("tx_bytes {}, {sent} datagrams of {datagram} bytes are {}", n("tx_bytes"), sent * (datagram + 28)))
+    } else if record["app_proto"] != "quic" {
+        Err(format!("app_proto {}, the datagrams are QUIC long headers", record["app_proto"]))
+    } else if record["owner"]["pid"].as_u64() != Some(client) || record["owner"]["comm"] != "socat" {
+        Err(format!("owner {}, the sender is socat {client}", record["owner"]))
+    } else {
+        Ok(())
+    }
 }
 
 /// `tcp:tcp_probe: disabled (classic tracepoint: ...; what is lost)` in a few words for the table:
@@ -729,7 +765,7 @@ fn short_disabled(line: &str) -> String {
 }
 
 /// The table, and whether any check failed.
-fn render(results: &[GuestResult]) -> (String, bool) {
+pub(crate) fn render(results: &[GuestResult]) -> (String, bool) {
     let mut out = String::new();
     let mut failed = false;
     let _ = writeln!(out, "| kernel | BTF | hooks | attached | disabled (why) | checks passed |");
@@ -808,6 +844,22 @@ mod tests {
         assert_eq!(f["retrans"], 3);
         assert_eq!(f["owner"]["pid"], 7);
         assert!(last_by_port(&lines, 1).is_none());
+    }
+
+    #[test]
+    fn the_udp_flow_must_count_what_the_kernel_sent_and_be_quic_owned_by_its_sender() {
+        let record = |packets: u64, bytes: u64, proto: &str, pid: u64| -> Vec<Value> {
+            vec![serde_json::json!({"type": "flow", "proto": "udp", "dport": 5004, "tx_packets": packets,
+                "tx_bytes": bytes, "app_proto": proto, "owner": {"comm": "socat", "pid": pid}})]
+        };
+        let said = "sent=2048 datagram=1024 client=77";
+        assert_eq!(udp_flow(&record(2048, 2048 * 1052, "quic", 77), said), Ok(()));
+        assert!(udp_flow(&record(2047, 2047 * 1052, "quic", 77), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1024, "quic", 77), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1052, "null", 77), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1052, "quic", 78), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1052, "quic", 77), "").is_err());
+        assert!(udp_flow(&[], said).is_err());
     }
 
     #[test]
