@@ -1,8 +1,9 @@
 //! Debian packages of another architecture (arm64's libraries, busybox, tools and kernel) or
-//! release (bullseye's 5.10 kernel), fetched through a private apt configuration under target/: its own package lists, status
-//! file and cache, the host's mirrors and keys. The machine's own sources, architectures and
-//! dpkg database are left as they are (no `dpkg --add-architecture`); nothing is installed,
-//! the packages are unpacked into directories of the build's.
+//! release (bullseye's 5.10 kernel), fetched through a private apt configuration under
+//! target/: its own package lists, status file and cache, the host's mirrors and keys. The
+//! machine's own sources, architectures and dpkg database are left as they are (no `dpkg
+//! --add-architecture`); nothing is installed, the packages are unpacked into directories of
+//! the build's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,20 +92,18 @@ impl ForeignApt {
 
     /// Fetch the package lists unless fresh ones are there (or `force`).
     pub(crate) fn update(&self, force: bool) -> Result<()> {
-        let lists = self.dir.join("lists");
-        let newest = std::fs::read_dir(&lists)?
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
-            .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-            .max();
-        let fresh = newest.is_some_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age < LISTS_FRESH));
+        // When they were last fetched, from a file of ours: apt gives the lists the mirror's
+        // own dates, days old for a release as settled as bullseye, which read as stale forever.
+        let stamp = self.dir.join("lists-fetched");
+        let fetched = std::fs::metadata(&stamp).and_then(|m| m.modified()).ok();
+        let fresh = fetched.is_some_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age < LISTS_FRESH));
         if fresh && !force {
             return Ok(());
         }
         crate::say(&format!("fetching Debian's {} package lists (a private apt configuration)", self.label));
         sh(self.command("apt-get").args(["update", "-qq"]))
-            .with_context(|| format!("apt-get update for {} (is a Debian mirror reachable?)", self.label))
-            .map(drop)
+            .with_context(|| format!("apt-get update for {} (is a Debian mirror reachable?)", self.label))?;
+        std::fs::write(&stamp, "").with_context(|| format!("writing {}", stamp.display()))
     }
 
     /// Download `packages` (without their dependencies) into `into`; their .deb files.

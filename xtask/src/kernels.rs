@@ -1,13 +1,15 @@
 //! `cargo xtask kernels`: boot cctrace on the kernels users run and check that it traces them
 //! correctly, not just that it starts.
 //!
-//! Each kernel (Debian's 6.1 and 6.12 cloud images from the package registry, the host's own
-//! image when /boot has it, and any image given with `--kernel`) boots under qemu with software
-//! emulation (TCG) and an initramfs holding busybox, the cctrace binary, iproute2, nft and
-//! bpftool with their libraries, and the modules the checks need. Its init
-//! (`guest_init.sh`) runs a bulk loopback flow and a lossy flow between two namespaces under
-//! each hook mode while cctrace traces them, and writes cctrace's output next to the kernel's
-//! own counters to a second serial port. The checks run here, on the host, against that.
+//! Each kernel (Debian's 5.10, 6.1 and 6.12 cloud images from the package registry, the host's
+//! own image when /boot has it, and any image given with `--kernel`) boots under qemu with
+//! software emulation (TCG) and an initramfs holding busybox, the cctrace binary, iproute2, nft,
+//! bpftool, socat and setpriv with their libraries, and the modules the checks need. Its init
+//! (`guest_init.sh`) runs a bulk loopback flow, a lossy flow between two namespaces and a UDP
+//! flow under each hook mode while cctrace traces them, then the kernel-wide stages (`fix
+//! --live`, deep mode, the packaged unit's user), and writes cctrace's output next to the
+//! kernel's own counters to a second serial port. The checks run here, on the host, against
+//! that.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -145,14 +147,33 @@ pub(crate) fn run(
         }
     }
     let common = common_root(&work, cctrace)?;
-    let mut results = Vec::new();
-    for k in &kernels {
-        let started = Instant::now();
-        eprintln!("xtask: booting {} under qemu (TCG)", k.label);
-        let result = boot_and_check(&work, &common, k);
-        eprintln!("xtask: {} done in {:.0} s ({})", k.label, started.elapsed().as_secs_f64(), result.stages);
-        results.push(result);
-    }
+    // Each initramfs is packed from the one common tree, one after another; the guests then
+    // boot side by side. Each is one emulator thread (see `Arch::qemu`), and most of a guest's
+    // time is spent waiting on its own flows' timers: side by side, the matrix takes little
+    // more than its slowest guest on two cores.
+    let initrds: Vec<Result<PathBuf>> = kernels.iter().map(|k| initramfs(&work, &common, k, &guest_name(k))).collect();
+    let started = Instant::now();
+    let results: Vec<GuestResult> = std::thread::scope(|scope| {
+        let guests: Vec<_> = kernels
+            .iter()
+            .zip(initrds)
+            .map(|(k, initrd)| {
+                let work = &work;
+                scope.spawn(move || {
+                    eprintln!("xtask: booting {} under qemu (TCG)", k.label);
+                    let result = check_booted(work, k, initrd);
+                    eprintln!(
+                        "xtask: {} done in {:.0} s ({})",
+                        k.label,
+                        started.elapsed().as_secs_f64(),
+                        result.stages
+                    );
+                    result
+                })
+            })
+            .collect();
+        guests.into_iter().map(|g| g.join().expect("a guest's thread panicked")).collect()
+    });
     let (table, failed) = render(&results);
     println!("{table}");
     for n in &notes {
@@ -408,6 +429,11 @@ pub(crate) fn pack_cpio(root: &Path, cpio: &Path) -> Result<()> {
 }
 
 pub(crate) fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
+    check_booted(work, k, initramfs(work, common, k, &guest_name(k)))
+}
+
+/// Boot the kernel with `initrd` (or say why there is none) and check what its init wrote.
+fn check_booted(work: &Path, k: &Kernel, initrd: Result<PathBuf>) -> GuestResult {
     let mut result = GuestResult {
         label: k.label.clone(),
         release: String::new(),
@@ -416,19 +442,20 @@ pub(crate) fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestRes
         failure: None,
         stages: String::new(),
     };
-    match boot(work, common, k) {
+    let append = format!("{} {}", k.append, Stage::command_line(k.stages));
+    let booted =
+        initrd.and_then(|initrd| run_guest(k.arch, work, &k.image, &initrd, &guest_name(k), &append, GUEST_TIMEOUT));
+    match booted {
         Ok(sections) => check_guest(&sections, k.stages, &mut result),
         Err(e) => result.failure = Some(format!("{e:#}")),
     }
     result
 }
 
-/// Boot the kernel and return the sections its init wrote.
-fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, String>> {
-    let name: String = k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
-    let initrd = initramfs(work, common, k, &name)?;
-    let append = format!("{} {}", k.append, Stage::command_line(k.stages));
-    run_guest(k.arch, work, &k.image, &initrd, &name, &append, GUEST_TIMEOUT)
+/// The kernel's label as a file name (its initramfs, console and results under the work
+/// directory).
+fn guest_name(k: &Kernel) -> String {
+    k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect()
 }
 
 /// Boot `image` with `initrd` under qemu (TCG) until its init powers off, and return the
