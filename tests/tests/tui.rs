@@ -205,7 +205,10 @@ fn demo_in_tmux_f_switches_the_flagged_flow_live_shows_before_after_and_u_undoes
     // f: the panel lists what will happen; nothing changes before Enter.
     let asked = Instant::now();
     tmux.keys(&["f"])?;
-    let panel = tmux.wait_for("the confirmation panel", Duration::from_secs(10), |s| s.contains("confirm"))?;
+    // Its last line drawn, not only its title: tmux may be caught halfway through a frame.
+    let panel = tmux.wait_for("the confirmation panel", Duration::from_secs(10), |s| {
+        s.contains("confirm") && flowing(s).contains("nothing changes before Enter")
+    })?;
     let reaction = asked.elapsed();
     let text = flowing(&panel);
     assert!(text.contains(&format!(":{port} -> :5201")), "the panel names the flow's connection: {panel}");

@@ -530,7 +530,8 @@ pub struct Config {
     /// Nonzero: flows are keyed by their socket's address, each given a flow id of its own when
     /// first seen, instead of by socket cookie. Classic tracepoints cannot ask for a cookie, and
     /// `skc_cookie` stays 0 until something does, so they key this way whenever they are the
-    /// hooks in use (`--hooks classic`, or no kernel BTF).
+    /// hooks in use (`--hooks classic`, or no kernel BTF); so do the BTF programs where the
+    /// kernel lets tracing programs take no cookie (`bpf_get_socket_cookie`, Linux 5.12).
     pub key_by_socket: u32,
     /// Bytes of a `struct tcp_sock` (from BTF), copied in one read when a sample is written
     /// rather than read field by field; 0: field by field.

@@ -60,7 +60,7 @@ pub struct SkbConfig {
     pub inode_ino: u32,
     pub skc_net: u32,
     pub net_ns_inum: u32,
-    /// 1 when the kernel lets `cgroup_skb` programs call `bpf_get_current_pid_tgid` (not 6.1's):
+    /// 1 when the kernel lets `cgroup_skb` programs call `bpf_get_current_pid_tgid` (not 5.10's or 6.1's):
     /// the egress program then names the sending process as a hint for the owner lookup.
     pub sender_pid: u32,
     pub _pad: u32,

@@ -90,7 +90,7 @@ fn account(ctx: &SkBuffContext, egress: bool) {
     // SAFETY: context field reads.
     let (len, segs, gso_size) = unsafe { ((*skb).len, (*skb).gso_segs.max(1), (*skb).gso_size) };
     // Egress runs in the sender's context; ingress in whatever softirq took the packet. Where the
-    // kernel refuses the helper here (6.1), userspace leaves `sender_pid` 0 and the verifier,
+    // kernel refuses the helper here (5.10, 6.1), userspace leaves `sender_pid` 0 and the verifier,
     // which knows the read-only value, never reaches the call.
     // SAFETY: rodata global, read volatile as `global!` (in `read`) does.
     let sender_pid = unsafe { core::ptr::read_volatile(&SKB_CONFIG.sender_pid) };

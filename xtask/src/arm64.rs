@@ -48,6 +48,9 @@ pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str]) -> Result<()> {
     for meta in metas {
         let mut kernel = kernels::debian_kernel_from(&work, meta, Some(&apt))?;
         kernel.append = format!("bytes={FLOW_BYTES}");
+        // The hook modes' flows only: fix --live, deep mode and the unit's user are checked on
+        // the x86-64 rows (this guest is the slowest, and its packages hold no ss or setpriv).
+        kernel.stages = &[];
         let started = Instant::now();
         crate::say(&format!("booting {} under qemu-system-aarch64 (TCG)", kernel.image.display()));
         results.push(kernels::boot_and_check(&work, &common, &kernel));

@@ -36,8 +36,8 @@ use crate::kernels;
 /// `ldd` and `file` then describe as dynamic.
 const STATIC_RUSTFLAGS: &str = "-C target-feature=+crt-static -C relocation-model=static";
 const CARGO_DEB_VERSION: &str = "3.8";
-/// The matrix kernel the dist guest boots: Debian 12's 6.1, the oldest of the matrix.
-const GUEST_KERNEL: &str = kernels::DEBIAN_KERNELS[0];
+/// The matrix kernel the dist guest boots: Debian 11's 5.10, the oldest of the matrix.
+const GUEST_KERNEL: &kernels::DebianKernel = &kernels::DEBIAN_KERNELS[0];
 const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The Cargo profile a dist is built with.
@@ -472,7 +472,7 @@ fn check_completions(scratch: &Path) -> Result<()> {
 fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
     let kernels_dir = root.join("target/kernels");
     std::fs::create_dir_all(&kernels_dir)?;
-    let kernel = kernels::debian_kernel(&kernels_dir, GUEST_KERNEL)?;
+    let kernel = kernels::debian_kernel(root, &kernels_dir, GUEST_KERNEL)?;
     let tree = work.join("initramfs");
     let _ = std::fs::remove_dir_all(&tree);
     for dir in ["bin", "usr/bin", "proc", "sys", "dev", "tmp"] {

@@ -1,8 +1,9 @@
-//! Debian packages of another architecture (arm64's libraries, busybox, tools and kernel),
-//! fetched through a private apt configuration under target/: its own package lists, status
-//! file and cache, the host's mirrors and keys. The machine's own sources, architectures and
-//! dpkg database are left as they are (no `dpkg --add-architecture`); nothing is installed,
-//! the packages are unpacked into directories of the build's.
+//! Debian packages of another architecture (arm64's libraries, busybox, tools and kernel) or
+//! release (bullseye's 5.10 kernel), fetched through a private apt configuration under
+//! target/: its own package lists, status file and cache, the host's mirrors and keys. The
+//! machine's own sources, architectures and dpkg database are left as they are (no `dpkg
+//! --add-architecture`); nothing is installed, the packages are unpacked into directories of
+//! the build's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,17 +21,33 @@ const LISTS_FRESH: Duration = Duration::from_secs(24 * 3600);
 pub(crate) struct ForeignApt {
     dir: PathBuf,
     arch: Arch,
+    /// What its package lists are of, for messages (`arm64`, `amd64 bullseye`).
+    label: String,
 }
 
 impl ForeignApt {
     /// The configuration under `root`/target/apt-ARCH, its sources those of this machine.
     pub(crate) fn new(root: &Path, arch: Arch) -> Result<Self> {
-        let dir = root.join("target").join(format!("apt-{}", arch.debian()));
+        let sources = host_sources()?;
+        ensure!(!sources.is_empty(), "this machine's apt configuration names no Debian source (deb) to fetch from");
+        Self::with_sources(root, arch.debian().to_string(), arch, &sources)
+    }
+
+    /// The configuration under `root`/target/apt-ARCH-RELEASE for another Debian release
+    /// (bullseye's 5.10 beside a bookworm host): this machine's sources of its own release, that
+    /// release's name put in their suites (`bookworm-security` becomes `bullseye-security`).
+    pub(crate) fn for_release(root: &Path, arch: Arch, release: &str) -> Result<Self> {
+        let own = host_release()?;
+        let sources: Vec<Source> = host_sources()?.into_iter().filter_map(|s| s.for_release(&own, release)).collect();
+        ensure!(!sources.is_empty(), "this machine's apt configuration names no {own} source to fetch {release} from");
+        Self::with_sources(root, format!("{} {release}", arch.debian()), arch, &sources)
+    }
+
+    fn with_sources(root: &Path, label: String, arch: Arch, sources: &[Source]) -> Result<Self> {
+        let dir = root.join("target").join(format!("apt-{}", label.replace(' ', "-")));
         for sub in ["lists/partial", "cache/archives/partial", "sources.list.d"] {
             std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("creating {}", dir.join(sub).display()))?;
         }
-        let sources = host_sources()?;
-        ensure!(!sources.is_empty(), "this machine's apt configuration names no Debian source (deb) to fetch from");
         let list: String = sources.iter().map(|s| s.line(arch.debian()) + "\n").collect();
         std::fs::write(dir.join("sources.list"), list)?;
         // An empty dpkg database: dependencies are resolved as for an empty root, never against
@@ -38,7 +55,7 @@ impl ForeignApt {
         if !dir.join("status").exists() {
             std::fs::write(dir.join("status"), "")?;
         }
-        Ok(Self { dir, arch })
+        Ok(Self { dir, arch, label })
     }
 
     /// The architecture whose packages this configuration fetches.
@@ -75,20 +92,18 @@ impl ForeignApt {
 
     /// Fetch the package lists unless fresh ones are there (or `force`).
     pub(crate) fn update(&self, force: bool) -> Result<()> {
-        let lists = self.dir.join("lists");
-        let newest = std::fs::read_dir(&lists)?
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
-            .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-            .max();
-        let fresh = newest.is_some_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age < LISTS_FRESH));
+        // When they were last fetched, from a file of ours: apt gives the lists the mirror's
+        // own dates, days old for a release as settled as bullseye, which read as stale forever.
+        let stamp = self.dir.join("lists-fetched");
+        let fetched = std::fs::metadata(&stamp).and_then(|m| m.modified()).ok();
+        let fresh = fetched.is_some_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age < LISTS_FRESH));
         if fresh && !force {
             return Ok(());
         }
-        crate::say(&format!("fetching Debian's {} package lists (a private apt configuration)", self.arch.debian()));
+        crate::say(&format!("fetching Debian's {} package lists (a private apt configuration)", self.label));
         sh(self.command("apt-get").args(["update", "-qq"]))
-            .with_context(|| format!("apt-get update for {} (is a Debian mirror reachable?)", self.arch.debian()))
-            .map(drop)
+            .with_context(|| format!("apt-get update for {} (is a Debian mirror reachable?)", self.label))?;
+        std::fs::write(&stamp, "").with_context(|| format!("writing {}", stamp.display()))
     }
 
     /// Download `packages` (without their dependencies) into `into`; their .deb files.
@@ -177,11 +192,28 @@ struct Source {
 }
 
 impl Source {
+    /// This source with `release` in place of `own` in its suite, when the suite is `own`'s
+    /// (`own`, `own-updates`, `own-security`); other sources have no such counterpart.
+    fn for_release(self, own: &str, release: &str) -> Option<Source> {
+        let rest = self.suite.strip_prefix(own).filter(|rest| rest.is_empty() || rest.starts_with('-'))?;
+        Some(Source { suite: format!("{release}{rest}"), ..self })
+    }
+
     fn line(&self, arch: &str) -> String {
         let options: Vec<String> =
             std::iter::once(format!("arch={arch}")).chain(self.options.iter().cloned()).collect();
         format!("deb [{}] {} {} {}", options.join(" "), self.uri, self.suite, self.components.join(" "))
     }
+}
+
+/// This machine's Debian release by its code name (`VERSION_CODENAME` in /etc/os-release).
+fn host_release() -> Result<String> {
+    let text = std::fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+        .context("/etc/os-release names no VERSION_CODENAME")
 }
 
 /// The host's `deb` sources: /etc/apt/sources.list, sources.list.d/*.list (one line each) and
@@ -283,6 +315,26 @@ mod tests {
         assert_eq!(s.line("arm64"), "deb [arch=arm64 signed-by=/k.gpg] http://m.invalid/debian bookworm main contrib");
         assert_eq!(one_line_source("deb-src http://m.invalid/debian bookworm main"), None);
         assert_eq!(one_line_source("# deb http://m.invalid/debian bookworm main"), None);
+    }
+
+    #[test]
+    fn another_release_takes_the_suites_of_this_ones_sources_only() {
+        let text = "Types: deb\nURIs: http://m.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n\
+                    Types: deb\nURIs: http://m.invalid/debian-security\nSuites: bookworm-security\nComponents: main\n\n\
+                    Types: deb\nURIs: http://other.invalid\nSuites: bookworm2 stable\nComponents: main\n";
+        let lines: Vec<String> = deb822_sources(text)
+            .into_iter()
+            .filter_map(|s| s.for_release("bookworm", "bullseye"))
+            .map(|s| s.line("amd64"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "deb [arch=amd64] http://m.invalid/debian bullseye main",
+                "deb [arch=amd64] http://m.invalid/debian bullseye-updates main",
+                "deb [arch=amd64] http://m.invalid/debian-security bullseye-security main",
+            ]
+        );
     }
 
     #[test]

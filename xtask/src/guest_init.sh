@@ -26,6 +26,10 @@ section() { # NAME, content on stdin
     cat >>"$OUT"
     echo "@@END $1" >"$OUT"
 }
+# When each stage ended (seconds since boot), for the host to say where a guest's time went.
+stage() { # NAME
+    echo "$1 $(cut -d ' ' -f 1 /proc/uptime)" >>/tmp/stages
+}
 
 for m in $(cat /etc/matrix-modules); do
     insmod "/lib/matrix-modules/$m" >"/tmp/insmod-$m" 2>&1
@@ -71,8 +75,8 @@ tcp_wait() { # PATTERN [NETNS]
 listening() { # PORT [NETNS]
     tcp_wait ":$(printf '%04X' "$1") [0-9A-F]+:0000 0A " "$2"
 }
-connected() { # PORT: a connection to PORT is established
-    tcp_wait " [0-9A-F]+:$(printf '%04X' "$1") 01 "
+connected() { # PORT [NETNS]: a connection to PORT is established
+    tcp_wait " [0-9A-F]+:$(printf '%04X' "$1") 01 " "$2"
 }
 udp_bound() { # PORT: a UDP socket is bound to PORT
     i=0
@@ -116,7 +120,7 @@ run_mode() { # MODE, cctrace arguments...
     # Under TCG a tracepoint switched on and off ten times a second can stop the guest: qemu
     # does not always see the kernel's code patch in time (a 6.12 guest hit the stale
     # breakpoint in tcp_rcv_established once), so tcp_probe stays attached here.
-    cctrace --json --events --interval 500 --probe-always-attached "$@" >"$out" 2>"$err" &
+    cctrace --json --events --interval 500 --probe-always-attached --log-file "/tmp/log-$mode.txt" "$@" >"$out" 2>"$err" &
     tracer=$!
     i=0
     while ! grep -q 'tracing TCP' "$err" 2>/dev/null && kill -0 "$tracer" 2>/dev/null && [ "$i" -lt 900 ]; do
@@ -180,14 +184,122 @@ run_mode() { # MODE, cctrace arguments...
     echo "loopback=$loop_server lossy=$lossy_server" | section "pids $mode"
     section "stderr $mode" <"$err"
     section "jsonl $mode" <"$out"
-    rm -f "$out" "$err"
+    # What the start-up notes shorten (a refusing verifier's whole log), for whoever reads the
+    # results file after a failure.
+    section "log $mode" <"/tmp/log-$mode.txt"
+    rm -f "$out" "$err" "/tmp/log-$mode.txt"
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after $mode"
     kill "$idle_server" "$idle_client" "$udp_client" "$udp_server" 2>/dev/null
     /usr/sbin/ip netns del "snd$mode" 2>/dev/null
     /usr/sbin/ip netns del "rcv$mode" 2>/dev/null
 }
 
+# The kernel-wide stages this guest runs (`checks=fix,deep,unit` on the kernel command line,
+# `checks=none` for none; all of them when it says nothing).
+CHECKS=",${checks:-fix,deep,unit},"
+asked() { # STAGE
+    case "$CHECKS" in *",$1,"*) return 0 ;; esac
+    return 1
+}
+
+# An idle connection of a namespace of its own (fx), on the kernel's default CUBIC.
+fx_connection() {
+    /usr/sbin/ip netns add fx && /usr/sbin/ip -n fx link set lo up || return
+    /usr/sbin/ip netns exec fx nc -l -p 5010 </tmp/hold >/dev/null &
+    listening 5010 fx
+    /usr/sbin/ip netns exec fx nc 127.0.0.1 5010 </tmp/hold >/dev/null &
+    connected 5010 fx
+}
+
+# cctrace fix --live: fx's connection switched to BBR and back (--undo); ss, the kernel's own
+# view, says what each end runs.
+fix_live() {
+    # A namespace other than the first may default only to what the host allows.
+    echo "reno cubic bbr" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
+    ss_fx() { /usr/sbin/ip netns exec fx ss -tinH state established; }
+    ss_fx | section "ss before fix"
+    { cctrace fix --netns fx --cc bbr --live --yes; echo "exit $?"; } 2>&1 | section "fix"
+    ss_fx | section "ss after fix"
+    { cctrace fix --undo --netns fx --yes; echo "exit $?"; } 2>&1 | section "fix undo"
+    ss_fx | section "ss after undo"
+}
+
+# cctrace --deep on fx: it runs, or one line says what the kernel lacks and tracing goes on
+# (fx's idle connection is listed all the same).
+deep_mode() {
+    cctrace --json --events --deep --netns fx --duration 1 >/tmp/deep.jsonl 2>/tmp/deep.txt
+    echo $? | section "deep exit"
+    section "deep stderr" </tmp/deep.txt
+    section "deep jsonl" </tmp/deep.jsonl
+    # The kernel frees unregistered twins after a grace period of its own, seconds under
+    # emulation: what is still loaded 30 s on was left behind.
+    i=0
+    while bpftool prog show | grep -q cct_ && [ "$i" -lt 300 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after deep"
+}
+
+# The packaged systemd unit on a host that locks perf events down (kernel.perf_event_paranoid=3:
+# Debian's kernels then refuse perf_event_open to anything without CAP_SYS_ADMIN): cctrace
+# serve as an unprivileged user with exactly the unit's capabilities, its locked-memory limit
+# and no new privileges, serving the metrics of a flow; and the classic hooks, which need perf
+# events, as that user. (setpriv by path: this busybox runs its own applet, which has no
+# --reuid, before any on PATH.)
+UNIT_CAPS=+bpf,+perfmon,+dac_read_search
+AS_UNIT="/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all,$UNIT_CAPS --ambient-caps=-all,$UNIT_CAPS --bounding-set=-all,$UNIT_CAPS --no-new-privs"
+unit_service() {
+    echo 3 >/proc/sys/kernel/perf_event_paranoid
+    cat /proc/sys/kernel/perf_event_paranoid | section "perf_event_paranoid"
+    # LimitMEMLOCK=infinity
+    ulimit -l unlimited
+    $AS_UNIT cctrace serve --listen 127.0.0.1:9617 >/dev/null 2>/tmp/serve.txt &
+    serve=$!
+    i=0
+    while ! grep -q 'tracing TCP' /tmp/serve.txt && kill -0 "$serve" 2>/dev/null && [ "$i" -lt 900 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    head -c "$UNIT_BYTES" /dev/zero | nc -l -p 5020 &
+    listening 5020
+    nc 127.0.0.1 5020 </tmp/hold >/dev/null
+    sleep 2
+    wget -q -O - http://127.0.0.1:9617/metrics 2>&1 | section "unit metrics"
+    kill -TERM "$serve"
+    wait "$serve"
+    echo $? | section "unit exit"
+    section "unit stderr" </tmp/serve.txt
+    { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after unit"
+    $AS_UNIT cctrace --hooks classic --json --duration 1 >/dev/null 2>/tmp/classic.txt
+    echo $? | section "unit classic exit"
+    section "unit classic stderr" </tmp/classic.txt
+}
+
+stage boot
 run_mode tp_btf
+stage tp_btf
 run_mode classic --hooks classic
+stage classic
+if asked fix || asked deep; then
+    fx_connection >/tmp/fx.txt 2>&1
+    section "fx setup" </tmp/fx.txt
+fi
+if asked fix; then
+    fix_live >/tmp/fix.txt 2>&1
+    section "fix setup" </tmp/fix.txt
+    stage fix
+fi
+if asked deep; then
+    deep_mode
+    stage deep
+fi
+if asked unit; then
+    UNIT_BYTES=5000000
+    echo "$UNIT_BYTES" | section "unit bytes"
+    unit_service
+    stage unit
+fi
+section stages </tmp/stages
 echo done | section end
 poweroff -f

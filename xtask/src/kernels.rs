@@ -1,13 +1,15 @@
 //! `cargo xtask kernels`: boot cctrace on the kernels users run and check that it traces them
 //! correctly, not just that it starts.
 //!
-//! Each kernel (Debian's 6.1 and 6.12 cloud images from the package registry, the host's own
-//! image when /boot has it, and any image given with `--kernel`) boots under qemu with software
-//! emulation (TCG) and an initramfs holding busybox, the cctrace binary, iproute2, nft and
-//! bpftool with their libraries, and the modules the checks need. Its init
-//! (`guest_init.sh`) runs a bulk loopback flow and a lossy flow between two namespaces under
-//! each hook mode while cctrace traces them, and writes cctrace's output next to the kernel's
-//! own counters to a second serial port. The checks run here, on the host, against that.
+//! Each kernel (Debian's 5.10, 6.1 and 6.12 cloud images from the package registry, the host's
+//! own image when /boot has it, and any image given with `--kernel`) boots under qemu with
+//! software emulation (TCG) and an initramfs holding busybox, the cctrace binary, iproute2, nft,
+//! bpftool, socat and setpriv with their libraries, and the modules the checks need. Its init
+//! (`guest_init.sh`) runs a bulk loopback flow, a lossy flow between two namespaces and a UDP
+//! flow under each hook mode while cctrace traces them, then the kernel-wide stages (`fix
+//! --live`, deep mode, the packaged unit's user), and writes cctrace's output next to the
+//! kernel's own counters to a second serial port. The checks run here, on the host, against
+//! that.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -20,14 +22,46 @@ use serde_json::Value;
 
 use crate::arch::Arch;
 use crate::foreign::ForeignApt;
+use crate::guest_checks::Stage;
 
-/// Debian meta packages naming the newest image of each kernel series in the matrix.
-pub(crate) const DEBIAN_KERNELS: &[&str] = &["linux-image-cloud-amd64", "linux-image-6.12-cloud-amd64"];
+/// One kernel series of the matrix: the Debian release whose package lists carry it (`None`:
+/// this machine's own), the meta package there that names its newest image, and the
+/// kernel-wide stages the suite's matrix runs on it (`cargo xtask kernels` runs all of them).
+pub(crate) struct DebianKernel {
+    pub(crate) release: Option<&'static str>,
+    pub(crate) meta: &'static str,
+    pub(crate) in_suite: &'static [Stage],
+}
+
+/// The kernels of the matrix, oldest first: Debian 11's 5.10 (from the bullseye suites through a
+/// private apt configuration), Debian 12's 6.1 and its 6.12. A row more is one line more here.
+/// The suite runs each kernel-wide stage where its path is new, to keep within its time:
+/// `fix --live` and deep mode before 5.15 (5.10: no `bpf_setsockopt` from `iter/tcp`, no
+/// struct_ops links), the packaged unit under `perf_event_paranoid=3` on 6.12 (the host's own
+/// tests cover `fix --live` and deep mode through `iter/tcp` and struct_ops links).
+pub(crate) const DEBIAN_KERNELS: &[DebianKernel] = &[
+    DebianKernel { release: Some("bullseye"), meta: "linux-image-cloud-amd64", in_suite: &[Stage::Fix, Stage::Deep] },
+    DebianKernel { release: None, meta: "linux-image-cloud-amd64", in_suite: &[] },
+    DebianKernel { release: None, meta: "linux-image-6.12-cloud-amd64", in_suite: &[Stage::Unit] },
+];
+
+/// Which kernel-wide stages a run of the matrix asks each guest for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// All of them on every kernel (`cargo xtask kernels`).
+    Every,
+    /// Each kernel's [`DebianKernel::in_suite`] (the suite's matrix, beside its tests).
+    Suite,
+}
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
-/// path, nf_tables and numgen for its random loss).
-const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen"];
-/// Host tools copied into the guest with their libraries.
+/// path, nf_tables and numgen for its random loss, BBR for `fix --live`, and tcp_diag, without
+/// which ss shows no socket's congestion control).
+const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen", "tcp_bbr", "tcp_diag"];
+/// Host tools copied into the guest with their libraries: those the hook modes' flows need.
 pub(crate) const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool", "/usr/bin/socat"];
+/// And those of the kernel-wide stages (ss reads what a socket runs, setpriv runs cctrace as the
+/// systemd unit would).
+const STAGE_TOOLS: &[&str] = &["/usr/bin/ss", "/usr/bin/setpriv"];
 /// Hook modes the guest runs, by the section names it writes.
 const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
@@ -43,6 +77,8 @@ pub(crate) struct Kernel {
     pub(crate) arch: Arch,
     /// Added to its command line (`bytes=N`: the guest's flows' size, for a slow emulator).
     pub(crate) append: String,
+    /// The kernel-wide stages its guest runs after both hook modes.
+    pub(crate) stages: &'static [Stage],
 }
 
 /// What one guest showed: per hook mode, the checks and what start-up said about the hooks.
@@ -53,6 +89,8 @@ pub(crate) struct GuestResult {
     modes: Vec<ModeResult>,
     /// Why the guest could not be checked at all.
     failure: Option<String>,
+    /// How long each stage of the guest took (`boot 9 s, tp_btf 31 s, ...`).
+    stages: String,
 }
 
 struct ModeResult {
@@ -62,17 +100,27 @@ struct ModeResult {
     checks: Vec<(String, Result<(), String>)>,
 }
 
-/// Boot every kernel of the matrix with `cctrace` (a built binary under `root`'s target
-/// directory) in its initramfs and check what it traced.
-pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Result<()> {
+/// Boot every kernel of the matrix (or those whose label contains `only`) with `cctrace` (a
+/// built binary under `root`'s target directory) in its initramfs and check what it traced.
+pub(crate) fn run(
+    root: &Path,
+    cctrace: &Path,
+    extra_images: &[PathBuf],
+    only: Option<&str>,
+    scope: Scope,
+) -> Result<()> {
     let work = root.join("target/kernels");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     if !cctrace.is_file() {
         bail!("{} is missing: build cctrace first (cargo xtask kernels does)", cctrace.display());
     }
     let mut kernels = Vec::new();
-    for meta in DEBIAN_KERNELS {
-        kernels.push(debian_kernel(&work, meta)?);
+    for k in DEBIAN_KERNELS {
+        let mut kernel = debian_kernel(root, &work, k)?;
+        if scope == Scope::Suite {
+            kernel.stages = k.in_suite;
+        }
+        kernels.push(kernel);
     }
     let mut notes = Vec::new();
     match host_kernel() {
@@ -89,21 +137,70 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Resu
             modules: None,
             arch: Arch::X86_64,
             append: String::new(),
+            stages: Stage::ALL,
         });
     }
 
-    let common = common_root(&work, cctrace)?;
-    let mut results = Vec::new();
-    for k in &kernels {
-        let started = Instant::now();
-        eprintln!("xtask: booting {} under qemu (TCG)", k.label);
-        let result = boot_and_check(&work, &common, k);
-        eprintln!("xtask: {} done in {:.0} s", k.label, started.elapsed().as_secs_f64());
-        results.push(result);
+    if let Some(only) = only {
+        kernels.retain(|k| k.label.contains(only));
+        if kernels.is_empty() {
+            bail!("--only {only}: no kernel of the matrix has it in its release");
+        }
     }
-    let (table, failed) = render(&results);
+    let common = common_root(&work, cctrace)?;
+    // Each initramfs is packed from the one common tree, one after another; the guests then
+    // boot side by side on their own. Each is one emulator thread (see `Arch::qemu`), and most
+    // of a guest's time is spent waiting on its own flows' timers: side by side, the matrix
+    // takes little more than its slowest guest on two otherwise idle cores (121 s against 424 s
+    // one after another). Beside the suite's tests, at idle priority, the guests share what the
+    // tests leave: side by side there they took 311 s against 359 s and each ran 2.5 times
+    // slower, slow enough that 5.10's classic row once missed the owner of its accepted
+    // connection. So the suite boots them one after another.
+    let initrds: Vec<Result<PathBuf>> = kernels.iter().map(|k| initramfs(&work, &common, k, &guest_name(k))).collect();
+    let started = Instant::now();
+    if scope == Scope::Suite {
+        let results: Vec<GuestResult> = kernels
+            .iter()
+            .zip(initrds)
+            .map(|(k, initrd)| {
+                let started = Instant::now();
+                eprintln!("xtask: booting {} under qemu (TCG)", k.label);
+                let result = check_booted(&work, k, initrd);
+                eprintln!("xtask: {} done in {:.0} s ({})", k.label, started.elapsed().as_secs_f64(), result.stages);
+                result
+            })
+            .collect();
+        return report(&results, &notes);
+    }
+    let results: Vec<GuestResult> = std::thread::scope(|scope| {
+        let guests: Vec<_> = kernels
+            .iter()
+            .zip(initrds)
+            .map(|(k, initrd)| {
+                let work = &work;
+                scope.spawn(move || {
+                    eprintln!("xtask: booting {} under qemu (TCG)", k.label);
+                    let result = check_booted(work, k, initrd);
+                    eprintln!(
+                        "xtask: {} done in {:.0} s ({})",
+                        k.label,
+                        started.elapsed().as_secs_f64(),
+                        result.stages
+                    );
+                    result
+                })
+            })
+            .collect();
+        guests.into_iter().map(|g| g.join().expect("a guest's thread panicked")).collect()
+    });
+    report(&results, &notes)
+}
+
+/// Print the matrix's table and notes; an error when a check failed.
+fn report(results: &[GuestResult], notes: &[String]) -> Result<()> {
+    let (table, failed) = render(results);
     println!("{table}");
-    for n in &notes {
+    for n in notes {
         println!("note: {n}");
     }
     if failed {
@@ -122,12 +219,22 @@ pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
 }
 
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.
-pub(crate) fn debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
-    debian_kernel_from(work, meta, None)
+pub(crate) fn debian_kernel(root: &Path, work: &Path, kernel: &DebianKernel) -> Result<Kernel> {
+    match kernel.release {
+        None => debian_kernel_from(work, kernel.meta, None),
+        Some(release) => {
+            let apt = ForeignApt::for_release(root, Arch::host(), release)?;
+            debian_kernel_from(work, kernel.meta, Some(&apt))
+        }
+    }
 }
 
-/// The same from another architecture's packages (`apt`), or the host's (`None`).
+/// The same from the packages of a private apt configuration (`apt`: another architecture or
+/// release), or the host's (`None`).
 pub(crate) fn debian_kernel_from(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> Result<Kernel> {
+    if let Some(apt) = apt {
+        apt.update(false)?;
+    }
     download_debian_kernel(work, meta, apt).or_else(|_| {
         // Stale package lists name a version the mirror no longer has.
         match apt {
@@ -147,7 +254,7 @@ fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> 
         .find(|p| p.starts_with("linux-image-"))
         .map(str::to_string)
     else {
-        bail!("apt-cache depends {meta} names no linux-image package (is the bookworm package list there?)");
+        bail!("apt-cache depends {meta} names no linux-image package (are the package lists there?)");
     };
     let unpacked = work.join("unpacked").join(&package);
     if !unpacked.join("boot").is_dir() {
@@ -173,7 +280,7 @@ fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> 
     let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.filter_map(|e| e.ok().map(|e| e.path())).next();
     let label = package.trim_start_matches("linux-image-").to_string();
     let arch = apt.map_or_else(Arch::host, ForeignApt::arch);
-    Ok(Kernel { label, image, modules, arch, append: String::new() })
+    Ok(Kernel { label, image, modules, arch, append: String::new(), stages: Stage::ALL })
 }
 
 /// The running kernel's image, when /boot has it.
@@ -193,6 +300,7 @@ fn host_kernel() -> Result<Kernel, String> {
         modules: modules.is_dir().then_some(modules),
         arch: Arch::host(),
         append: String::new(),
+        stages: Stage::ALL,
     })
 }
 
@@ -222,7 +330,7 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
         .context("objcopy (binutils) strips cctrace for the guest")?;
     let mut libraries: BTreeSet<PathBuf> = shared_libraries(cctrace)?.into_iter().collect();
     let mut binaries = Vec::new();
-    for tool in GUEST_TOOLS {
+    for tool in GUEST_TOOLS.iter().chain(STAGE_TOOLS) {
         binaries.push((PathBuf::from(tool), root.join(tool.trim_start_matches('/'))));
     }
     for (from, to) in &binaries {
@@ -345,25 +453,33 @@ pub(crate) fn pack_cpio(root: &Path, cpio: &Path) -> Result<()> {
 }
 
 pub(crate) fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
+    check_booted(work, k, initramfs(work, common, k, &guest_name(k)))
+}
+
+/// Boot the kernel with `initrd` (or say why there is none) and check what its init wrote.
+fn check_booted(work: &Path, k: &Kernel, initrd: Result<PathBuf>) -> GuestResult {
     let mut result = GuestResult {
         label: k.label.clone(),
         release: String::new(),
         btf: "?".into(),
         modes: Vec::new(),
         failure: None,
+        stages: String::new(),
     };
-    match boot(work, common, k) {
-        Ok(sections) => check_guest(&sections, &mut result),
+    let append = format!("{} {}", k.append, Stage::command_line(k.stages));
+    let booted =
+        initrd.and_then(|initrd| run_guest(k.arch, work, &k.image, &initrd, &guest_name(k), &append, GUEST_TIMEOUT));
+    match booted {
+        Ok(sections) => check_guest(&sections, k.stages, &mut result),
         Err(e) => result.failure = Some(format!("{e:#}")),
     }
     result
 }
 
-/// Boot the kernel and return the sections its init wrote.
-fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, String>> {
-    let name: String = k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
-    let initrd = initramfs(work, common, k, &name)?;
-    run_guest(k.arch, work, &k.image, &initrd, &name, &k.append, GUEST_TIMEOUT)
+/// The kernel's label as a file name (its initramfs, console and results under the work
+/// directory).
+fn guest_name(k: &Kernel) -> String {
+    k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect()
 }
 
 /// Boot `image` with `initrd` under qemu (TCG) until its init powers off, and return the
@@ -429,15 +545,33 @@ fn parse_sections(text: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn check_guest(sections: &BTreeMap<String, String>, result: &mut GuestResult) {
+fn check_guest(sections: &BTreeMap<String, String>, stages: &[Stage], result: &mut GuestResult) {
     let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
     result.release = get("kernel");
     result.btf = get("btf");
+    result.stages = stage_times(&get("stages"));
     let default_cc = get("default_cc");
     let bytes: u64 = get("bytes").parse().unwrap_or(0);
     for mode in MODES {
         result.modes.push(check_mode(sections, mode, &default_cc, bytes));
     }
+    // What concerns the kernel rather than a hook mode runs with the default hooks.
+    if let Some(default_hooks) = result.modes.first_mut() {
+        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages));
+    }
+}
+
+/// `boot 9.1\ntp_btf 40.3\n...` (when each stage ended, in seconds since boot) as how long each
+/// took: `boot 9 s, tp_btf 31 s, ...`.
+fn stage_times(stages: &str) -> String {
+    let mut last = 0.0;
+    let mut out = Vec::new();
+    for (name, end) in stages.lines().filter_map(|l| l.split_once(' ')) {
+        let Ok(end) = end.trim().parse::<f64>() else { continue };
+        out.push(format!("{name} {:.0} s", end - last));
+        last = end;
+    }
+    out.join(", ")
 }
 
 /// The last value of every flow's fields, by local port, from the samples and flow records.
@@ -732,6 +866,12 @@ mod tests {
         assert_eq!(s["kernel"], "6.1.0\n");
         assert_eq!(s["jsonl tp_btf"], "{}\n{}\n");
         assert!(!s.contains_key("cut"));
+    }
+
+    #[test]
+    fn stage_ends_become_durations() {
+        assert_eq!(stage_times("boot 9.4\ntp_btf 40.1\nclassic 70.9\n"), "boot 9 s, tp_btf 31 s, classic 31 s");
+        assert_eq!(stage_times(""), "");
     }
 
     #[test]

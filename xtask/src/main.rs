@@ -16,6 +16,7 @@ mod beside;
 mod cross;
 mod dist;
 mod foreign;
+mod guest_checks;
 mod kernels;
 mod suite;
 
@@ -130,6 +131,9 @@ enum Task {
         /// Check the debug build (what `cargo xtask test` checks) instead of the release build.
         #[arg(long)]
         debug: bool,
+        /// Boot only the kernels whose release contains this (`5.10`, `6.12`).
+        #[arg(long)]
+        only: Option<String>,
         /// `aarch64-unknown-linux-gnu`: cross-build cctrace and boot Debian's arm64 kernel
         /// (qemu-system-aarch64) instead of the x86-64 matrix.
         #[arg(long, value_parser = Arch::from_target, default_value = "x86_64-unknown-linux-gnu")]
@@ -443,19 +447,23 @@ fn main() -> ExitCode {
         Task::Kernels { images, target: Arch::Aarch64, .. } if !images.is_empty() => {
             Err(anyhow::anyhow!("--kernel boots x86-64 images; the arm64 row boots Debian's arm64 kernels"))
         }
+        Task::Kernels { only: Some(_), target: Arch::Aarch64, .. } => {
+            Err(anyhow::anyhow!("--only picks among the x86-64 matrix's kernels; the arm64 row boots one"))
+        }
         Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| {
             let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
             let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
             step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS))
         }),
-        Task::Kernels { images, debug, target: Arch::X86_64 } => setup().and_then(|()| {
+        Task::Kernels { images, debug, only, target: Arch::X86_64 } => setup().and_then(|()| {
             let profile = if debug { "debug" } else { "release" };
             let mut build = vec!["build", "-p", "tracer"];
             if !debug {
                 build.push("--release");
             }
             run(&mut cargo(&build))?;
-            kernels::run(&workspace_root(), &workspace_root().join("target").join(profile).join("cctrace"), &images)
+            let cctrace = workspace_root().join("target").join(profile).join("cctrace");
+            kernels::run(&workspace_root(), &cctrace, &images, only.as_deref(), kernels::Scope::Every)
         }),
         Task::Dist { profile, no_boot, target } => setup().and_then(|()| {
             let root = workspace_root();

@@ -67,10 +67,42 @@ pub struct Switched {
     pub cookie: u64,
     pub old_cc: String,
     pub new_cc: String,
-    /// 0, or the negative errno `bpf_setsockopt` returned.
+    /// 0, or the negative errno `bpf_setsockopt` (or `setsockopt`) returned.
     pub result: i32,
     pub sport: u16,
     pub dport: u16,
+}
+
+/// An established connection the live switch could not reach where it switches through the
+/// processes holding the sockets (`iter/tcp` without `bpf_setsockopt`), and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreached {
+    pub sport: u16,
+    pub dport: u16,
+    pub why: String,
+}
+
+/// How many unreached connections the line names before counting the rest.
+const LISTED_UNREACHED: usize = 4;
+
+/// The one line a plan says where connections are switched through the processes holding them:
+/// why (`iter/tcp` could not be used) and which connections that way cannot reach.
+pub fn held_switch_line(why: &str, unreached: &[Unreached]) -> String {
+    let way = format!("connections are switched through the processes holding them (pidfd_getfd), as {why}");
+    if unreached.is_empty() {
+        return way;
+    }
+    let mut named: Vec<String> =
+        unreached.iter().take(LISTED_UNREACHED).map(|u| format!(":{} -> :{} {}", u.sport, u.dport, u.why)).collect();
+    if unreached.len() > LISTED_UNREACHED {
+        named.push(format!("{} more", unreached.len() - LISTED_UNREACHED));
+    }
+    format!(
+        "{} established connection{} cannot be switched ({}): {way}",
+        unreached.len(),
+        if unreached.len() == 1 { "" } else { "s" },
+        named.join(", ")
+    )
 }
 
 /// The records `cct_iter_switch` wrote, back to back; a cut-off tail is ignored.
@@ -141,6 +173,9 @@ pub struct Plan {
     /// Established connections left alone: already on `cc`, or on an algorithm that is not
     /// loss-based (their names, for the plan's line).
     pub left_alone: Vec<String>,
+    /// How the live switch reaches connections when not from `iter/tcp`, and which it cannot
+    /// ([`held_switch_line`]).
+    pub switch_note: Option<String>,
     pub persist: Persist,
     /// Buffer maxima raised with it (see [`buffer_steps`]), and what is left alone and why.
     pub buffers: Vec<SysctlStep>,
@@ -350,6 +385,7 @@ impl Plan {
             live,
             to_switch,
             left_alone,
+            switch_note: None,
             persist,
             buffers: Vec::new(),
             buffer_notes: Vec::new(),
@@ -422,6 +458,9 @@ impl Plan {
             if self.to_switch.len() > LISTED_CONNECTIONS {
                 out.push(format!("    and {} more", self.to_switch.len() - LISTED_CONNECTIONS));
             }
+        }
+        if let Some(note) = self.switch_note.as_ref().filter(|_| self.live) {
+            out.push(format!("  {note}"));
         }
         for b in &self.buffers {
             let r#where = if b.target.netns == t.netns {
@@ -761,6 +800,27 @@ mod tests {
             })
             .collect();
         assert!(buffer_steps(&Target { netns: us, ..target(false) }, &roomy, &env, &other).0.is_empty());
+    }
+
+    #[test]
+    fn the_plan_says_in_one_line_how_connections_are_reached_and_which_cannot_be() {
+        let why = "this kernel's iter/tcp cannot call bpf_setsockopt (Linux 5.15)";
+        assert_eq!(
+            held_switch_line(why, &[]),
+            format!("connections are switched through the processes holding them (pidfd_getfd), as {why}")
+        );
+        let unreached = |sport| Unreached { sport, dport: 80, why: "held by no process".into() };
+        let one = held_switch_line(why, &[unreached(5011)]);
+        assert!(one.starts_with("1 established connection cannot be switched (:5011 -> :80 held by no process): "));
+        let many: Vec<Unreached> = (1..=6).map(unreached).collect();
+        let line = held_switch_line(why, &many);
+        assert!(line.contains("6 established connections") && line.contains(":4 -> :80 held by no process, 2 more)"));
+        assert!(!line.contains(":5 -> ") && !line.contains('\n'), "{line}");
+        let mut plan = Plan::new(target(false), "bbr", "cubic", &[], true, &[], false, &|_| false);
+        plan.switch_note = Some(one.clone());
+        assert!(plan.lines().contains(&format!("  {one}")), "{:#?}", plan.lines());
+        plan.live = false;
+        assert!(!plan.lines().contains(&format!("  {one}")), "said only when switching live");
     }
 
     #[test]

@@ -41,7 +41,6 @@ fn deep_namespaces(
     resolved: &ResolvedFilter,
     env: &crate::analysis::environment::Environment,
 ) -> Result<Vec<crate::kernel::deep::session::DeepNamespace>> {
-    crate::kernel::deep::check_support()?;
     if resolved.netns.is_empty() {
         anyhow::bail!("--deep needs --netns: it moves the flows of the named network namespaces onto its twins");
     }
@@ -57,6 +56,29 @@ fn deep_namespaces(
             Ok(crate::kernel::deep::session::DeepNamespace { netns, path })
         })
         .collect()
+}
+
+/// Register the twins and move the namespaces' flows onto them; where the kernel (or another
+/// run) does not allow it, one line says why and tracing goes on without them.
+fn start_deep(source: &mut KernelSource, namespaces: Vec<crate::kernel::deep::session::DeepNamespace>) -> Result<()> {
+    use crate::kernel::deep::session::{restored_line, DeepSession};
+    let started =
+        crate::kernel::deep::check_support().map_err(anyhow::Error::from).and_then(|()| DeepSession::start(namespaces));
+    let (session, moved) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("cctrace: deep mode off, tracing goes on: {e:#}");
+            return Ok(());
+        }
+    };
+    if session.restored_at_start > 0 {
+        eprintln!("cctrace: {}", restored_line(session.restored_at_start));
+    }
+    eprintln!(
+        "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; {} flows moved onto them",
+        moved.switched
+    );
+    source.attach_deep(session)
 }
 
 fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
@@ -236,15 +258,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     }
     let serving = metrics.as_ref().and_then(crate::metrics::MetricsService::local_addr);
     if let Some(namespaces) = deep_namespaces {
-        let (session, moved) = crate::kernel::deep::session::DeepSession::start(namespaces)?;
-        if session.restored_at_start > 0 {
-            eprintln!("cctrace: {}", crate::kernel::deep::session::restored_line(session.restored_at_start));
-        }
-        eprintln!(
-            "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; {} flows moved onto them",
-            moved.switched
-        );
-        source.attach_deep(session)?;
+        start_deep(&mut source, namespaces)?;
     }
     let live_filter = source.take_filter().map(|k| LiveFilter::new(k, spec.clone(), host_paths));
     // The demo lab exists only while this function runs: its Drop removes the namespaces on

@@ -67,9 +67,15 @@ pub(super) fn prepare_fix(
         .map_err(|e| {
             anyhow::anyhow!("reading {DEFAULT_CC} in {}: {}", target.reached, std::io::Error::from_raw_os_error(e))
         })?;
-    let established = if live { switcher.get()?.list(target.netns, Path::new(&target.path))? } else { Vec::new() };
+    let (established, switch_note) = if live {
+        let switcher = switcher.get()?;
+        (switcher.list(target.netns, Path::new(&target.path))?, switcher.note())
+    } else {
+        (Vec::new(), None)
+    };
     let exists = |p: &str| Path::new(p).exists();
-    let plan = Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &exists);
+    let mut plan = Plan::new(target.clone(), cc, &current, &env.available_cc, live, &established, persist, &exists);
+    plan.switch_note = switch_note;
     let (steps, notes) = buffers_of(target, host_allowed, env, switcher);
     Ok(plan.with_buffers(steps, notes, &exists))
 }

@@ -138,6 +138,14 @@ pub(super) fn attach_hooks(
         reports.push(HookReport { name, status });
     }
     if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
+        // One setting refusing every classic hook is the one thing to change.
+        let perf = reports.iter().find_map(|r| match &r.status {
+            HookStatus::Disabled(HookDisabled { classic: Some(e @ AttachError::PerfRefused(_)), .. }) => Some(e),
+            _ => None,
+        });
+        if let Some(e) = perf {
+            bail!("no TCP tracepoint could be attached: classic tracepoints: {e}");
+        }
         let why: Vec<String> = reports.iter().map(HookReport::line).collect();
         bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
     }
@@ -178,7 +186,7 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<BtfTracePointLinkI
         .ok_or(AttachError::ProgramMissing(h.btf_prog))?
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load(h.event, btf).map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
+    prog.load(h.event, btf).map_err(|e| load_error(h.btf_prog, &e))?;
     prog.attach().map_err(|e| {
         let _ = prog.unload();
         AttachError::Attach(short(&error_chain(&e)))
@@ -204,11 +212,43 @@ fn attach_classic(
         .ok_or(AttachError::ProgramMissing(h.classic_prog))?
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load().map_err(|e| AttachError::Load(short(&error_chain(&e))))?;
+    prog.load().map_err(|e| load_error(h.classic_prog, &e))?;
     prog.attach(h.group, h.event).map_err(|e| {
         let _ = prog.unload();
-        AttachError::Attach(short(&error_chain(&e)))
+        perf_refusal(&e, perf_event_paranoid())
+            .map_or_else(|| AttachError::Attach(short(&error_chain(&e))), AttachError::PerfRefused)
     })
+}
+
+fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok()?.trim().parse().ok()
+}
+
+/// A classic tracepoint's `perf_event_open` the kernel refused for want of privilege: which
+/// setting refused it and what to change. Debian's kernels take `kernel.perf_event_paranoid=3`
+/// (their default, and Proxmox VE's) to refuse it to anything without CAP_SYS_ADMIN, CAP_PERFMON
+/// or not; BTF tracepoints attach without a perf event.
+fn perf_refusal(e: &aya::programs::ProgramError, paranoid: Option<i32>) -> Option<String> {
+    let aya::programs::ProgramError::SyscallError(aya::sys::SyscallError { call, io_error }) = e else { return None };
+    let errno = io_error.raw_os_error()?;
+    if !call.starts_with("perf_event_open") || !matches!(errno, libc::EACCES | libc::EPERM) {
+        return None;
+    }
+    let errno = super::listing::Errno(errno);
+    Some(match paranoid {
+        Some(level) if level >= 3 => format!(
+            "{errno}: kernel.perf_event_paranoid={level} lets only CAP_SYS_ADMIN open perf events (set it to 2, or give cctrace CAP_SYS_ADMIN)"
+        ),
+        _ => format!("{errno}: opening a tracepoint's perf event needs CAP_PERFMON"),
+    })
+}
+
+/// A program the kernel refused: its first line for the start-up note, the whole of it (the
+/// verifier's log, where the reason is) for the log.
+pub(super) fn load_error(program: &str, e: &dyn std::error::Error) -> AttachError {
+    let whole = error_chain(e);
+    log::info!("loading {program} failed: {whole}");
+    AttachError::Load(short(&whole))
 }
 
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
@@ -220,4 +260,29 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
         cur = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(call: &'static str, errno: i32) -> aya::programs::ProgramError {
+        aya::programs::ProgramError::SyscallError(aya::sys::SyscallError {
+            call,
+            io_error: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    #[test]
+    fn a_refused_perf_event_names_the_setting_and_what_to_change() {
+        let locked = perf_refusal(&refused("perf_event_open_trace_point", libc::EACCES), Some(3)).unwrap();
+        assert_eq!(
+            locked,
+            "Permission denied: kernel.perf_event_paranoid=3 lets only CAP_SYS_ADMIN open perf events (set it to 2, or give cctrace CAP_SYS_ADMIN)"
+        );
+        let plain = perf_refusal(&refused("perf_event_open_trace_point", libc::EPERM), Some(2)).unwrap();
+        assert!(plain.ends_with("needs CAP_PERFMON"), "{plain}");
+        assert_eq!(perf_refusal(&refused("perf_event_open_trace_point", libc::ENOENT), Some(3)), None);
+        assert_eq!(perf_refusal(&refused("bpf_link_create", libc::EPERM), Some(3)), None);
+    }
 }

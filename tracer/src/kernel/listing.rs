@@ -137,7 +137,11 @@ pub(super) fn start_listing(ebpf: &mut Ebpf, btf: &Btf, ctx: DecodeContext) -> R
         .ok_or(ListingError::ProgramMissing)?
         .try_into()
         .map_err(|e| ListingError::Load(short(&error_chain(&e))))?;
-    prog.load("tcp", btf).map_err(|e| ListingError::Load(short(&error_chain(&e))))?;
+    prog.load("tcp", btf).map_err(|e| {
+        let whole = error_chain(&e);
+        log::info!("loading cct_iter_tcp failed: {whole}");
+        ListingError::Load(short(&whole))
+    })?;
     let (report, iterators) =
         walk_each(&crate::host::netns_paths(), |netns, path| create_iter_in(prog, netns, path, enter_netns));
     let _ = prog.unload();

@@ -11,6 +11,7 @@ mod counters;
 pub mod deep;
 pub mod filter;
 pub mod fs_kind;
+mod held_sockets;
 pub mod hook_cost;
 pub mod hz;
 pub mod listing;
@@ -118,6 +119,8 @@ pub enum AttachError {
     Load(String),
     #[error("attach: {0}")]
     Attach(String),
+    #[error("attach: perf_event_open refused: {0}")]
+    PerfRefused(String),
 }
 
 /// A hook that is off: why each flavour tried failed, and what is lost without it.
@@ -245,15 +248,18 @@ impl KernelSource {
             .ok()
             .filter(|&n| n <= tracer_common::SOCK_COPY_MAX)
             .map_or(0, |n| n as u32);
+        // Tracing programs may ask for a socket's cookie through the helper this function
+        // implements (Linux 5.12); before it, every program keys flows by socket address.
+        let cookies_in_tracing = btf_resolver.has_function("bpf_get_socket_ptr_cookie");
         drop(btf_resolver);
         let known_hz = hz::kernel_hz();
         let hz = known_hz.unwrap_or(250);
         let (classic, _tracefs_err) = classic_offsets();
         // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
         let kernel_btf = Btf::from_sys_fs().ok();
-        // Classic tracepoints cannot ask for socket cookies: when they are the hooks in use,
+        // Classic tracepoints cannot ask for socket cookies, nor can BTF ones before 5.12: then
         // every program keys flows by socket address instead (see tracer-ebpf's flow_key).
-        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none();
+        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none() || !cookies_in_tracing;
         let config = Config {
             sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
             // Every hook that attaches runs; the bits let one be switched off without a detach.
@@ -286,7 +292,7 @@ impl KernelSource {
             .override_global("SKB_CONFIG", &udp_config, true)
             .override_global("UDP_SYSCALL_CONFIG", &udp_syscall_config, true)
             .load(EBPF_OBJECT)
-            .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;
+            .map_err(|e| object_load_failed(&e))?;
 
         // The filter is in force before any program runs, the start-up listing included.
         let mut filter = filter::KernelFilter::take(&mut ebpf, &resolved.offsets)?;
@@ -485,6 +491,24 @@ fn wait_for_running_programs() {
     let waited = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long) } == 0;
     if !waited {
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Why the eBPF object did not load, in one line; when map creation was refused under a
+/// finite locked-memory limit, that limit and how to lift it (kernels before 5.11 charge maps to
+/// RLIMIT_MEMLOCK, which cctrace cannot raise without CAP_SYS_RESOURCE: a systemd unit's
+/// dynamic user on Debian 11, say).
+fn object_load_failed(e: &aya::EbpfError) -> anyhow::Error {
+    let chain = error_chain(e);
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
+    match limit {
+        Some(bytes) if chain.contains("failed to create map") && chain.contains("(os error 1)") => anyhow!(
+            "creating the eBPF maps was refused: kernels before 5.11 charge them to the locked-memory limit, \
+             {} KiB here, which cctrace cannot raise without CAP_SYS_RESOURCE; lift it (LimitMEMLOCK=infinity in a \
+             systemd unit, ulimit -l unlimited in a shell) or run cctrace as root",
+            bytes / 1024
+        ),
+        _ => anyhow!("loading the eBPF object into the kernel failed: {chain}"),
     }
 }
 

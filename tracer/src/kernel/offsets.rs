@@ -49,6 +49,12 @@ impl BtfResolver {
             .ok_or_else(|| anyhow!("BTF: struct {name} not found"))
     }
 
+    /// Whether the kernel has a function named `name` (BTF lists the functions it was built
+    /// with, helpers included, so this tells which kernel features exist before anything loads).
+    pub fn has_function(&self, name: &str) -> bool {
+        self.btf.resolve_types_by_name(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+    }
+
     /// Size in bytes of struct `name`.
     pub fn struct_size(&self, name: &str) -> Result<usize> {
         Ok(self.find_struct(name)?.size())

@@ -58,7 +58,7 @@ pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64)
     }
 }
 
-/// Whether `cgroup_skb` programs may call `bpf_get_current_pid_tgid` on this kernel (6.1's may
+/// Whether `cgroup_skb` programs may call `bpf_get_current_pid_tgid` on this kernel (5.10's and 6.1's may
 /// not, and refused the per-packet programs whole when they did): libbpf loads a probe program.
 fn cgroup_skb_knows_the_sender() -> bool {
     // SAFETY: a probe that loads and closes a program of its own; no pointer is passed (the
@@ -173,10 +173,20 @@ fn attach_one(
         .ok_or(UdpError::ProgramMissing(name))?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| UdpError::Program(name, e.to_string()))?;
-    prog.load().map_err(|e| UdpError::Program(name, super::error_chain(&e)))?;
+    prog.load().map_err(|e| {
+        let whole = super::error_chain(&e);
+        log::info!("loading {name} failed: {whole}");
+        UdpError::Program(name, super::attach::short(&whole))
+    })?;
     // Attached as a link (kernels since 5.7), which always runs beside the root's other programs
     // (systemd's, another cctrace's); a link takes no multi flag (the kernel refuses one).
-    prog.attach(root, kind, CgroupAttachMode::Single).map_err(|e| UdpError::Program(name, super::error_chain(&e)))?;
+    prog.attach(root, kind, CgroupAttachMode::Single).map_err(|e| {
+        let whole = super::error_chain(&e);
+        // A service with the unit's capabilities gets here on kernels before 6.3.
+        let hint =
+            if whole.contains("(os error 1)") { ": attaching at the cgroup root needs CAP_NET_ADMIN" } else { "" };
+        UdpError::Program(name, format!("{whole}{hint}"))
+    })?;
     Ok(())
 }
 

@@ -63,7 +63,7 @@ pub fn tcp_connections(pid: u32, targets: &[String]) -> Vec<(SocketAddr, SocketA
 /// The established sockets of a `/proc/net/tcp` or `tcp6` table: (local, remote, inode).
 /// Addresses are printed as the kernel holds them in memory (32-bit words in host order),
 /// ports in plain hex.
-fn parse_tcp_table(text: &str) -> impl Iterator<Item = (SocketAddr, SocketAddr, u64)> + '_ {
+pub(super) fn parse_tcp_table(text: &str) -> impl Iterator<Item = (SocketAddr, SocketAddr, u64)> + '_ {
     const ESTABLISHED: &str = "01";
     text.lines().skip(1).filter_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();

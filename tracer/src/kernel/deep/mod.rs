@@ -67,6 +67,8 @@ pub enum DeepError {
     NoBtf(String),
     #[error("--deep needs struct_ops support for tcp_congestion_ops (CONFIG_BPF_JIT, CONFIG_BPF_SYSCALL); this kernel's BTF has no bpf_struct_ops_tcp_congestion_ops")]
     NoStructOps,
+    #[error("--deep registers its twins through struct_ops links (Linux 6.4), which this kernel lacks (its BTF has no bpf_struct_ops_link_create)")]
+    NoStructOpsLinks,
     #[error("--deep needs the kernel's {algo} as kfuncs, and this kernel lacks {missing} (is tcp_{algo} built in or loaded?)", algo = .0.original(), missing = .1.join(", "))]
     NoKfuncs(TwinAlgo, Vec<&'static str>),
     #[error("{0} is registered already: another cctrace --deep runs")]
@@ -81,12 +83,23 @@ pub fn check_support() -> Result<(), DeepError> {
         return Err(DeepError::NotBuilt(DEEP_UNAVAILABLE));
     }
     let btf = btf_rs::Btf::from_file(KERNEL_BTF).map_err(|e| DeepError::NoBtf(e.to_string()))?;
-    if btf.resolve_ids_by_name("bpf_struct_ops_tcp_congestion_ops").map_or(true, |ids| ids.is_empty()) {
+    let named = |btf: &btf_rs::Btf, name: &str| btf.resolve_ids_by_name(name).is_ok_and(|ids| !ids.is_empty());
+    if !named(&btf, "bpf_struct_ops_tcp_congestion_ops") {
         return Err(DeepError::NoStructOps);
     }
+    // A link is what unregisters the twins when cctrace ends, however it ends; the kernel makes
+    // one for a struct_ops map with this function (6.4; the link type itself is older).
+    if !named(&btf, "bpf_struct_ops_link_create") {
+        return Err(DeepError::NoStructOpsLinks);
+    }
     for (algo, names) in KFUNCS {
-        let missing: Vec<&str> =
-            names.iter().copied().filter(|n| btf.resolve_ids_by_name(n).map_or(true, |ids| ids.is_empty())).collect();
+        // An algorithm built as a module has its functions in the module's own BTF once loaded.
+        let module = btf_rs::Btf::from_split_file(format!("/sys/kernel/btf/tcp_{}", algo.original()), &btf).ok();
+        let missing: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !named(&btf, n) && !module.as_ref().is_some_and(|m| named(m, n)))
+            .collect();
         if !missing.is_empty() {
             return Err(DeepError::NoKfuncs(algo, missing));
         }
@@ -191,7 +204,12 @@ mod tests {
             "--deep needs the kernel's cubic as kfuncs, and this kernel lacks cubictcp_init, cubictcp_acked \
              (is tcp_cubic built in or loaded?)"
         );
-        for e in [DeepError::NoStructOps, DeepError::NotBuilt("clang not found"), DeepError::InUse("cct_bbr")] {
+        for e in [
+            DeepError::NoStructOps,
+            DeepError::NoStructOpsLinks,
+            DeepError::NotBuilt("clang not found"),
+            DeepError::InUse("cct_bbr"),
+        ] {
             assert_eq!(e.to_string().lines().count(), 1, "{e}");
         }
     }
