@@ -143,9 +143,9 @@ impl Diagnoser {
         }
     }
 
-    /// Changes whenever a verdict may have changed (an evaluation, a citation, a relay noted,
-    /// everything forgotten): a front end that copies verdicts need not look them up again
-    /// on a frame where it did not.
+    /// Changes whenever a verdict may have changed (an evaluation that judged a flow or lost
+    /// one, a citation, a relay noted, everything forgotten): a front end that copies verdicts
+    /// need not look them up again, nor draw again, on a frame where it did not.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -184,6 +184,14 @@ impl Diagnoser {
     /// memories of removed flows go.
     pub fn evaluate_changes(&mut self, table: &FlowTable, changes: &TableChanges, env: &Environment, now_ns: u64) {
         self.begin_evaluation(env, now_ns);
+        let judges_any = self.judge_all
+            || !self.restless.is_empty()
+            || !changes.born.is_empty()
+            || !changes.updated.is_empty()
+            || !changes.removed.is_empty();
+        if judges_any {
+            self.generation += 1;
+        }
         for cookie in &changes.removed {
             self.flows.remove(cookie);
             self.restless.remove(cookie);
@@ -270,6 +278,9 @@ impl Diagnoser {
     /// Cite what deep-traced flows' algorithms decided in their verdicts' evidence (and, for a
     /// flagged flow, in its text): the loss responses the flag is about, from the algorithm.
     pub fn cite_decisions(&mut self, table: &FlowTable, decisions: &DecisionLog) {
+        if decisions.cookies().next().is_none() {
+            return;
+        }
         self.generation += 1;
         // Deep-traced flows are few; the flows judged may be tens of thousands.
         for cookie in decisions.cookies() {

@@ -138,11 +138,15 @@ impl FlowTable {
     }
 
     /// Drop flows closed for longer than the linger time and flows idle past the timeout, and
-    /// re-pick the flows that keep full history. Meant to run about once per second. The
+    /// re-pick the flows that keep full history when any flow changed. Meant to run about once
+    /// per second. The
     /// expired flows are the front of the eviction order (closed ones by close time, then open
     /// ones by last update), so the work is per flow dropped, not per flow kept.
     pub fn expire(&mut self, now_ns: u64) -> usize {
         let before = self.flows.len();
+        // A flow's rank moves only with its samples: with no flow born, updated or gone since
+        // the last expire, the flows that keep full history stay the same.
+        let mut changed = self.changes != TableChanges::default();
         if std::mem::replace(&mut self.changes_untaken, true) {
             self.changes = TableChanges::default();
             self.changes_epoch += 1;
@@ -172,8 +176,11 @@ impl FlowTable {
                 _ => self.remove(cookie),
             }
         }
-        self.rank_history();
         let expired = before - self.flows.len();
+        changed |= expired > 0;
+        if changed {
+            self.rank_history();
+        }
         self.departed += expired as u64;
         expired
     }
