@@ -247,6 +247,12 @@ impl Diagnoser {
         if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
             return mem.settled.is_some();
         }
+        if mem.snapshots.len() < self.cfg.window + 1 && mem.snapshots.len() == mem.snapshots.capacity() {
+            // Grown one snapshot at a time up to the window (a few times in a flow's life):
+            // most flows are judged once or twice (connections listed at start-up, short ones
+            // under churn), and room for four of 120 bytes was most of what they kept here.
+            mem.snapshots.reserve_exact(1);
+        }
         mem.snapshots.push_back(snap);
         while mem.snapshots.len() > self.cfg.window + 1 {
             mem.snapshots.pop_front();
@@ -265,9 +271,6 @@ impl Diagnoser {
                     last_seen_ns: flow.last_seen_ns,
                     env_epoch: self.env_epoch,
                 });
-                // A flow at rest keeps its window as it is, often for good (an idle connection
-                // listed at start-up settles with two snapshots in room for four).
-                mem.snapshots.shrink_to_fit();
             }
         }
         mem.shown = Some(verdict);
