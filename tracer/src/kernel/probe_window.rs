@@ -254,6 +254,32 @@ impl CycleCost {
     }
 }
 
+/// What a closing window does with the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Closing {
+    Detach,
+    /// This window alone did not pay (held open for a thin flow, or one of the long ones):
+    /// attached until the next.
+    KeepUntilNext,
+    /// Short windows would not pay at this run rate either: attached, and nothing wakes the
+    /// reader for windows until the run rate says they pay.
+    StopWindows,
+}
+
+impl CycleCost {
+    /// A window that made `runs` in `open_ns` closes with `closed_ns` to the next one, windows
+    /// opening every `interval_ns`.
+    pub(super) fn on_close(&self, runs: u64, open_ns: u64, closed_ns: u64, interval_ns: u64) -> Closing {
+        if detach_pays(runs, open_ns, closed_ns, self.total_ns()) {
+            Closing::Detach
+        } else if self.windows_pay(runs, open_ns, interval_ns) {
+            Closing::KeepUntilNext
+        } else {
+            Closing::StopWindows
+        }
+    }
+}
+
 /// `tcp:tcp_probe`'s program: attached only in the plan's windows while that costs the host
 /// less than keeping it attached, and attached otherwise.
 ///
@@ -372,17 +398,23 @@ impl ProbeWindow {
                 let open_ns = now_ns.saturating_sub(opened_ns);
                 let closed_ns = plan.next_step_ns().saturating_sub(now_ns);
                 let runs = probe_runs();
-                if detach_pays(runs.saturating_sub(runs_then), open_ns, closed_ns, self.cost.total_ns()) {
-                    let started = crate::clock::thread_cpu_ns();
-                    detach(ebpf, self.link.take());
-                    self.cycle_so_far += crate::clock::thread_cpu_ns().saturating_sub(started);
-                    self.detached = true;
-                } else {
-                    // Attached until the run rate says otherwise: no window wakes the reader.
-                    self.kept += 1;
-                    self.windowing = false;
-                    self.cycle_so_far = 0;
-                    self.mark = (runs, now_ns);
+                match self.cost.on_close(runs.saturating_sub(runs_then), open_ns, closed_ns, plan.interval_ns) {
+                    Closing::Detach => {
+                        let started = crate::clock::thread_cpu_ns();
+                        detach(ebpf, self.link.take());
+                        self.cycle_so_far += crate::clock::thread_cpu_ns().saturating_sub(started);
+                        self.detached = true;
+                    }
+                    Closing::KeepUntilNext => {
+                        self.kept += 1;
+                        self.cycle_so_far = 0;
+                    }
+                    Closing::StopWindows => {
+                        self.kept += 1;
+                        self.cycle_so_far = 0;
+                        self.windowing = false;
+                        self.mark = (runs, now_ns);
+                    }
                 }
             }
             Action::Stay => {}
@@ -544,6 +576,19 @@ mod tests {
         many.measured(400_000);
         assert!(!many.windows_pay(200_000, SEC, 100 * MS));
         assert!(many.windows_pay(2_000_000, SEC, 100 * MS));
+    }
+
+    #[test]
+    fn a_long_window_keeps_the_program_attached_until_the_next_and_a_thin_stream_stops_windows() {
+        let mut cost = CycleCost::new(2);
+        cost.measured(400_000);
+        // 200,000 runs a second: a 5 ms window's runs pay for a detach over the 95 ms left.
+        assert_eq!(cost.on_close(1_000, 5 * MS, 95 * MS, 100 * MS), Closing::Detach);
+        // The same rate in a window held open 75 ms (a thin flow, or every twentieth): too
+        // little left to save, yet short windows still pay at this rate.
+        assert_eq!(cost.on_close(15_000, 75 * MS, 25 * MS, 100 * MS), Closing::KeepUntilNext);
+        // 20,000 runs a second: no window pays.
+        assert_eq!(cost.on_close(100, 5 * MS, 95 * MS, 100 * MS), Closing::StopWindows);
     }
 
     #[test]
