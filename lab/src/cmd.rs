@@ -3,20 +3,16 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::child::{collect_within, describe};
 use crate::error::LabError;
 
-/// Renders a command line for error messages.
-fn describe(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&arg.to_string_lossy());
-    }
-    s
-}
+/// The networking tools answer in milliseconds; one that has not in this long is stuck (a
+/// namespace being torn down under it, a lock held elsewhere) and is killed.
+const TOOL_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Runs `cmd` to completion and returns its stdout; a non-zero exit is an
 /// error carrying stderr.
@@ -40,7 +36,7 @@ pub(crate) fn run_with_stdin(cmd: &mut Command, input: Option<&str>) -> Result<S
         let mut stdin = child.stdin.take().context("child stdin missing")?;
         stdin.write_all(input.as_bytes()).with_context(|| format!("writing stdin of `{command}`"))?;
     }
-    let out = child.wait_with_output().with_context(|| format!("waiting for `{command}`"))?;
+    let out = collect_within(&mut child, TOOL_DEADLINE, &format!("`{command}`"))?;
     if !out.status.success() {
         return Err(LabError::CommandFailed {
             command,

@@ -12,6 +12,8 @@
 //!   that reorders; IPv4, and IPv6 on request ([`EmulatedPathSpec::ipv6`]).
 //! - [`Sink`] / [`Sender`]: TCP traffic; [`UdpEcho`], [`udp_ping`],
 //!   [`UdpCounter`], [`udp_blast`]: UDP measurement probes.
+//! - [`child`]: waiting for child processes with a deadline; [`skip`]: the one rule for a test
+//!   that cannot run on this machine; [`serial`]: one test at a time on this machine.
 //!
 //! Safety of the surroundings: every address the lab configures or sends to
 //! is in 198.18.0.0/15 (RFC 2544 benchmarking space) or, for IPv6,
@@ -55,6 +57,7 @@
 mod addr;
 mod attach;
 mod cgroup;
+pub mod child;
 mod cmd;
 mod error;
 mod forwarder;
@@ -65,6 +68,8 @@ mod nft_loss;
 mod probe;
 pub mod relay;
 mod rng;
+pub mod serial;
+pub mod skip;
 mod sys;
 mod topology;
 mod traffic;

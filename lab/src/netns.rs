@@ -157,6 +157,22 @@ impl Netns {
     }
 
     /// `ip netns exec NAME program`; add arguments to the returned command.
+    /// Wait until something in this namespace listens on TCP `port` (`ss -tlnH`), for at
+    /// most `timeout`: the readiness of a server started as a separate process.
+    pub fn wait_listening(&self, port: u16, timeout: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let out = cmd::run(self.command("ss").args(["-tlnH", &format!("sport = :{port}")]))?;
+            if !out.trim().is_empty() {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("nothing listens on TCP port {port} in {} after {timeout:?}", self.name());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", self.name(), program]);

@@ -4,6 +4,7 @@
 
 mod common;
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -17,7 +18,7 @@ const ONE_WAY: Duration = Duration::from_millis(15);
 
 /// Absolute values of SNMP counters in `ns` from `nstat` (per namespace).
 fn nstat(ns: &Netns, names: &[&str]) -> Result<Vec<u64>> {
-    let out = ns.command("nstat").args(["-asz"]).args(names).output().context("running nstat")?;
+    let out = ns.command("nstat").args(["-asz"]).args(names).output_within(CHILD_DEADLINE).context("running nstat")?;
     ensure!(out.status.success(), "nstat failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     names
@@ -202,7 +203,10 @@ fn ack_path_loss_is_expressible_and_costs_no_data_retransmissions() -> Result<()
 
 /// `ss -tnHi` of the connection from local port `port` in `ns`: its RTT in ms.
 fn ss_rtt_ms(ns: &Netns, port: u16) -> Result<f64> {
-    let out = ns.command("ss").args(["-6tnHi", "state", "established", &format!("sport = :{port}")]).output()?;
+    let out = ns
+        .command("ss")
+        .args(["-6tnHi", "state", "established", &format!("sport = :{port}")])
+        .output_within(CHILD_DEADLINE)?;
     ensure!(out.status.success(), "ss failed");
     let text = String::from_utf8_lossy(&out.stdout);
     for field in text.split_whitespace() {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
@@ -25,10 +26,10 @@ fn namespace_identity_and_lifecycle() -> Result<()> {
     ensure!(std::fs::metadata(ns.path())?.ino() == ns.inode());
 
     // A process started through command() lives in the namespace.
-    let out = ns.command("readlink").arg("/proc/self/ns/net").output()?;
+    let out = ns.command("readlink").arg("/proc/self/ns/net").output_within(CHILD_DEADLINE)?;
     let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     ensure!(link == format!("net:[{}]", ns.inode()), "{link} vs {}", ns.inode());
-    let out = ns.command("ip").args(["-o", "link", "show", "lo"]).output()?;
+    let out = ns.command("ip").args(["-o", "link", "show", "lo"]).output_within(CHILD_DEADLINE)?;
     ensure!(String::from_utf8_lossy(&out.stdout).contains("UP"), "lo not up");
 
     ensure!(list_namespaces()?.contains(&name));
@@ -45,7 +46,7 @@ fn sysctl_is_per_namespace() -> Result<()> {
     let ns = Netns::create("sysctl")?;
     ns.sysctl_set(key, "bbr")?;
     ensure!(ns.sysctl_get(key)? == "bbr");
-    let out = ns.command("cat").arg("/proc/sys/net/ipv4/tcp_congestion_control").output()?;
+    let out = ns.command("cat").arg("/proc/sys/net/ipv4/tcp_congestion_control").output_within(CHILD_DEADLINE)?;
     ensure!(String::from_utf8_lossy(&out.stdout).trim() == "bbr");
     let host_after = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")?;
     ensure!(host_before == host_after, "host sysctl changed");
@@ -86,14 +87,14 @@ fn stale_namespaces_of_dead_processes_are_removed() -> Result<()> {
     let dead = child.id();
     child.wait()?;
     let stale = format!("cct-{dead}-0-stale");
-    let status = Command::new("ip").args(["netns", "add", &stale]).status()?;
+    let status = Command::new("ip").args(["netns", "add", &stale]).status_within(CHILD_DEADLINE)?;
     ensure!(status.success(), "could not create {stale}");
 
     let removed = cleanup_stale().context("cleanup_stale")?;
     let listed = list_namespaces()?;
     if listed.contains(&stale) {
         // Do not leave our fixture behind even when failing.
-        let _ = Command::new("ip").args(["netns", "del", &stale]).status();
+        let _ = Command::new("ip").args(["netns", "del", &stale]).status_within(CHILD_DEADLINE);
         bail!("{stale} not removed (removed: {removed:?})");
     }
     ensure!(removed.contains(&stale));

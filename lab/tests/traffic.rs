@@ -4,6 +4,7 @@
 
 mod common;
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,8 @@ use common::{lab, mbps};
 /// `ss -tnHi` socket lines (state first; the indented `-i` detail lines
 /// are dropped) in `ns` for connections with local port `port`.
 fn ss_lines(ns: &Netns, port: u16) -> Result<Vec<String>> {
-    let out = ns.command("ss").args(["-tnHi", "state", "all", &format!("sport = :{port}")]).output()?;
+    let out =
+        ns.command("ss").args(["-tnHi", "state", "all", &format!("sport = :{port}")]).output_within(CHILD_DEADLINE)?;
     ensure!(out.status.success(), "ss failed");
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -1,34 +1,32 @@
 //! Harness for cctrace's integration tests: run the real binary, read its JSON Lines, and read
 //! the kernel's own view (`ss -tni`, `nstat`) inside lab network namespaces.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 pub mod runtimes;
+pub mod serve;
 
-/// Tests that load eBPF programs or build labs run one at a time: they count programs with
-/// bpftool and measure timing-sensitive things on a 2-core machine.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Tests that load eBPF programs or build labs run one at a time, across processes too: they
+/// count programs with bpftool, change host-wide sysctls and measure timing-sensitive things on
+/// a 2-core machine (see `cctrace_lab::serial`).
+pub fn serial() -> cctrace_lab::serial::Serial {
+    cctrace_lab::serial::serial().expect("the machine-wide test lock")
 }
 
 /// Why a test cannot run here, if it cannot. CI runs as root on a BTF kernel, so there every
 /// test runs; elsewhere the skip says exactly what is missing.
 pub fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN) to load eBPF and create namespaces".into());
-    }
-    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("needs kernel BTF at /sys/kernel/btf/vmlinux".into());
+    if let Some(why) = cctrace_lab::skip::missing_root_or_btf() {
+        return Some(why);
     }
     if !cctrace_bin().exists() {
         return Some(format!("{} is not built (cargo build -p tracer)", cctrace_bin().display()));
@@ -42,10 +40,7 @@ pub fn skip_reason() -> Option<String> {
 macro_rules! require_kernel {
     () => {
         if let Some(why) = $crate::skip_reason() {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI must run this test, but: {why}");
-            }
-            eprintln!("skipped: {why}");
+            cctrace_lab::skip::skip(&why);
             return Ok(());
         }
     };
@@ -56,7 +51,7 @@ pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
     let out = Command::new(cctrace_bin())
         .args(args)
         .stdin(std::process::Stdio::null())
-        .output()
+        .output_within(CHILD_DEADLINE)
         .context("running cctrace")?;
     Ok((
         out.status.code().unwrap_or(-1),
@@ -193,7 +188,24 @@ impl Tracer {
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
-        Ok((status.code().unwrap_or(-1), self.lines()))
+        let lines = self.lines();
+        keep_lines(&lines);
+        Ok((status.code().unwrap_or(-1), lines))
+    }
+}
+
+/// With `CCTRACE_TEST_KEEP=DIR`, every stopped tracer's lines are kept in DIR, one JSON Lines
+/// file per run named after the test: what a judgment was made from, to read after a failure.
+pub const KEEP_LINES_ENV: &str = "CCTRACE_TEST_KEEP";
+
+fn keep_lines(lines: &[Value]) {
+    let Some(dir) = std::env::var_os(KEEP_LINES_ENV) else { return };
+    let test = std::thread::current().name().unwrap_or("test").replace("::", "-");
+    let path = PathBuf::from(dir).join(format!("{test}-{}.jsonl", monotonic_ns()));
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    match std::fs::write(&path, text) {
+        Ok(()) => eprintln!("kept the tracer's lines in {}", path.display()),
+        Err(e) => eprintln!("could not keep the tracer's lines in {}: {e}", path.display()),
     }
 }
 
@@ -283,7 +295,10 @@ pub fn parse_ss(text: &str) -> Vec<SsSocket> {
 
 /// `ss -tni` inside a namespace.
 pub fn ss_in(netns: &str) -> Result<Vec<SsSocket>> {
-    let out = Command::new("ip").args(["netns", "exec", netns, "ss", "-tniH"]).output().context("running ss")?;
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "ss", "-tniH"])
+        .output_within(CHILD_DEADLINE)
+        .context("running ss")?;
     if !out.status.success() {
         bail!("ss failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -295,7 +310,7 @@ pub fn nstat_in(netns: &str, counter: &str) -> Result<u64> {
     let out = Command::new("ip")
         .args(["netns", "exec", netns, "nstat", "-azs", counter])
         .env("NSTAT_HISTORY", "/dev/null")
-        .output()
+        .output_within(CHILD_DEADLINE)
         .context("running nstat")?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
@@ -308,7 +323,10 @@ pub fn nstat_in(netns: &str, counter: &str) -> Result<u64> {
 
 /// Names of loaded BPF programs (bpftool prog show).
 pub fn loaded_bpf_programs() -> Result<Vec<String>> {
-    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("running bpftool")?;
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output_within(CHILD_DEADLINE)
+        .context("running bpftool")?;
     let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
     Ok(v.as_array()
         .map(|a| a.iter().filter_map(|p| p["name"].as_str().map(String::from)).collect())
@@ -346,7 +364,10 @@ pub fn bpf_held_by(pid: u32) -> Result<HeldBpf> {
 /// IDs of every loaded BPF program and link (bpftool prog/link show).
 pub fn bpf_ids() -> Result<HeldBpf> {
     let ids = |what: &str| -> Result<Vec<u32>> {
-        let out = Command::new("bpftool").args(["-j", what, "show"]).output().context("running bpftool")?;
+        let out = Command::new("bpftool")
+            .args(["-j", what, "show"])
+            .output_within(CHILD_DEADLINE)
+            .context("running bpftool")?;
         let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
         Ok(v.as_array()
             .map(|a| a.iter().filter_map(|p| p["id"].as_u64().and_then(|i| u32::try_from(i).ok())).collect())
@@ -357,7 +378,10 @@ pub fn bpf_ids() -> Result<HeldBpf> {
 
 /// Number of BPF links (bpftool link show).
 pub fn bpf_link_count() -> Result<usize> {
-    let out = Command::new("bpftool").args(["-j", "link", "show"]).output().context("running bpftool")?;
+    let out = Command::new("bpftool")
+        .args(["-j", "link", "show"])
+        .output_within(CHILD_DEADLINE)
+        .context("running bpftool")?;
     let v: Value = serde_json::from_slice(&out.stdout).context("parsing bpftool output")?;
     Ok(v.as_array().map(Vec::len).unwrap_or(0))
 }

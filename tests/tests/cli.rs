@@ -1,6 +1,7 @@
 //! The command line as a user meets it: bad numbers, a closed or stalled stdout, signals. Each
 //! ends cleanly: one line on stderr, the right exit status, every program detached.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -87,7 +88,7 @@ fn bad_numbers_are_one_line_errors_and_nothing_is_loaded() -> Result<()> {
         &["demo", "--json", "--loss-pct", "80"],
         &["demo", "--json", "--rtt-ms", "inf"],
     ] {
-        let out = Command::new(cctrace_bin()).args(args).output()?;
+        let out = Command::new(cctrace_bin()).args(args).output_within(CHILD_DEADLINE)?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, got {stderr:?}");
@@ -154,7 +155,8 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
     // kernel's own count (FIONREAD). A pipe is full when its page slots are, which can leave
     // up to a page of its capacity unused: full is within a page, and no longer growing.
     let capacity = pipe_size(&stdout)?;
-    let page = 4096;
+    // SAFETY: sysconf reads a value and touches no memory of ours.
+    let page = i32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = -1;
     loop {

@@ -2,6 +2,7 @@
 //! filter by container, cgroup and namespace, on real cgroups with runtime-shaped names, real
 //! senders in their own network namespaces, and the runtimes' metadata files as fixtures.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -146,8 +147,12 @@ fn check_filter(fixtures: &Fixtures, filter: &[&str], kept: &Tenant, all: &[&Ten
     tracer.wait_for(&format!("{}'s flow under {filter:?}", kept.name), Duration::from_secs(20), |lines| {
         flows(lines).any(|v| kept.owns(v))
     })?;
-    // Every other tenant sends all the time: a few more intervals give each many chances to leak.
-    std::thread::sleep(Duration::from_secs(2));
+    // Every other tenant sends all the time: two more of the kept tenant's interval lines (the
+    // tracer's own clock) give each of the others two intervals' chances to leak.
+    let seen = tracer.count(|v| v["type"] == "flow" && kept.owns(v));
+    tracer.wait_for("two more intervals of the kept flow", Duration::from_secs(20), |lines| {
+        flows(lines).filter(|v| kept.owns(v)).count() >= seen + 2
+    })?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let kept_cgroup = kept.cgroup.id()?;
@@ -241,7 +246,7 @@ fn an_unknown_container_is_one_line_with_the_closest_names() -> Result<()> {
         .args(["--json", "--duration", "1"])
         .args(fixtures.args())
         .args(["--container", "jellyfn"])
-        .output()?;
+        .output_within(CHILD_DEADLINE)?;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err.lines().collect();

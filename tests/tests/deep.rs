@@ -3,6 +3,7 @@
 //! path in the same test), their decision events line up with what the kernel's own
 //! tracepoints saw, and every exit path, SIGKILL included, leaves nothing of the twins behind.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -269,7 +270,8 @@ fn twins_gone() -> Result<Vec<String>> {
     let available = std::fs::read_to_string(AVAILABLE)?;
     left.extend(available.split_whitespace().filter(|a| a.starts_with("cct_")).map(|a| format!("available: {a}")));
     let bpftool = |args: &[&str]| -> Result<Vec<Value>> {
-        let out = Command::new("bpftool").arg("-j").args(args).output().context("running bpftool")?;
+        let out =
+            Command::new("bpftool").arg("-j").args(args).output_within(CHILD_DEADLINE).context("running bpftool")?;
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Array(Vec::new()));
         Ok(v.as_array().cloned().unwrap_or_default())
     };
@@ -517,7 +519,7 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
                 .arg("--json")
                 .args(deep)
                 .args(["--netns", ns.name(), "--duration", "1"])
-                .output()?;
+                .output_within(CHILD_DEADLINE)?;
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{err}");
             assert!(err.contains("moved 2 flows a killed cctrace --deep had left on its twins back"), "{err}");
@@ -540,7 +542,11 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
 fn deep_without_a_namespace_or_on_the_host_is_one_line_of_error() -> Result<()> {
     require_kernel!();
     for args in [vec!["--deep"], vec!["--deep", "--netns", "/proc/self/ns/net"]] {
-        let out = Command::new(cctrace_bin()).arg("--json").args(&args).args(["--duration", "1"]).output()?;
+        let out = Command::new(cctrace_bin())
+            .arg("--json")
+            .args(&args)
+            .args(["--duration", "1"])
+            .output_within(CHILD_DEADLINE)?;
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
         assert_eq!(err.lines().count(), 1, "{err}");

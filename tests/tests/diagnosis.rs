@@ -1,5 +1,6 @@
 //! Acceptance of the diagnosis on the emulated WAN path: the real cctrace judging real flows.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -268,7 +269,9 @@ fn lossy_wan_scenario() -> Result<f64> {
     for (name, s) in flows {
         reports.insert(name, s.wait()?);
     }
-    std::thread::sleep(Duration::from_secs(1));
+    let netns_of = |name: &str| if name.starts_with("bbr") { bbr_path.sender().inode() } else { path.sender().inode() };
+    let closed: Vec<(u64, u16)> = ports.iter().map(|(name, port)| (netns_of(name), *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let late = late_share(&[&path, &bbr_path]);
@@ -348,7 +351,7 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     let t0 = monotonic_ns();
     bulk.wait()?;
     windowed.wait()?;
-    std::thread::sleep(Duration::from_secs(1));
+    wait_all_closed(&tracer, &[(path.sender().inode(), bulk_port), (path.sender().inode(), windowed_port)])?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     let netns = path.sender().inode();
@@ -368,7 +371,7 @@ fn demo_flags_its_cubic_flows_and_cleans_up_on_sigterm() -> Result<()> {
     let tracer = Tracer::start(&["demo"])?;
     let prefix = format!("cct-{}-", tracer.pid());
     let namespaces = || -> Result<Vec<String>> {
-        let out = std::process::Command::new("ip").args(["netns", "list"]).output()?;
+        let out = std::process::Command::new("ip").args(["netns", "list"]).output_within(CHILD_DEADLINE)?;
         Ok(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(&prefix)).map(String::from).collect())
     };
     // A sender and a receiver namespace for each algorithm's copy of the path.
@@ -425,6 +428,15 @@ fn bottleneck(rate_bps: u64, bdp_share: f64) -> Result<EmulatedPath> {
     let mut spec = EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_rate(rate_bps, queue));
     spec.reverse = PathSpec::delay(Duration::from_millis(15));
     EmulatedPath::create(spec)
+}
+
+/// Wait until the tracer has said each flow (netns, local port) closed: its last judgments are
+/// in, and stopping the tracer now loses none of them.
+fn wait_all_closed(tracer: &Tracer, flows: &[(u64, u16)]) -> Result<()> {
+    for &(netns, port) in flows {
+        tracer.wait_closed(netns, port, Duration::from_secs(15))?;
+    }
+    Ok(())
 }
 
 /// One bulk flow of a scenario and what cctrace said about it.
@@ -488,9 +500,17 @@ fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64)
         let port = s.local_port();
         done.push((i, cc, port, s.wait()?));
     }
-    std::thread::sleep(Duration::from_secs(1));
+    let closed: Vec<(u64, u16)> = done.iter().map(|(i, _, port, _)| (paths[*i].1.sender().inode(), *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
+    if let Ok(dir) = std::env::var("CCT_DUMP") {
+        let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+        std::fs::write(format!("{dir}/lines-{}.jsonl", monotonic_ns()), text)?;
+        for (name, p) in paths {
+            println!("DUMP {name}: overload drops {:?}, fwd {:?}", p.overload_drops()?, p.stats().forward);
+        }
+    }
     drop(sinks);
     done.into_iter()
         .map(|(i, cc, port, report)| {
@@ -602,7 +622,8 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
             runs.push((name, loss, path.sender().inode(), port, report.goodput_bps));
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
+    let closed: Vec<(u64, u16)> = runs.iter().map(|(_, _, netns, port, _)| (*netns, *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     for (name, loss, netns, port, goodput_bps) in runs {

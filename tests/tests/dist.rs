@@ -3,6 +3,7 @@
 //! installs, in a form the shells and man accept. (The static build, the package and the boot
 //! with busybox only are checked by `cargo xtask dist`, which the suite runs.)
 
+use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -10,7 +11,10 @@ use anyhow::{ensure, Context, Result};
 use cctrace_tests::cctrace_bin;
 
 fn cctrace(args: &[&str]) -> Result<std::process::Output> {
-    Command::new(cctrace_bin()).args(args).output().with_context(|| format!("running cctrace {}", args.join(" ")))
+    Command::new(cctrace_bin())
+        .args(args)
+        .output_within(CHILD_DEADLINE)
+        .with_context(|| format!("running cctrace {}", args.join(" ")))
 }
 
 fn stdout_of(args: &[&str]) -> Result<String> {
@@ -30,7 +34,7 @@ fn version_names_the_commit_and_what_is_built_in() -> Result<()> {
     let text = stdout_of(&["--version"])?;
     let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default();
     assert!(text.starts_with(&format!("cctrace {}\n", env!("CARGO_PKG_VERSION"))), "{text}");
-    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output();
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output_within(CHILD_DEADLINE);
     match head {
         Ok(head) if head.status.success() => {
             let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
@@ -39,6 +43,8 @@ fn version_names_the_commit_and_what_is_built_in() -> Result<()> {
         // A source tree without git (a release tarball) says so instead of naming a commit.
         _ => assert!(field("commit:").starts_with("unknown"), "{text}"),
     }
+    // The architecture it was built for: the tests run on the machine that built it.
+    assert_eq!(field("architecture:"), std::env::consts::ARCH, "{text}");
     if std::env::var("CCTRACE_REQUIRE_EBPF").is_ok_and(|v| v == "1") {
         // The suite builds with the whole toolchain: nothing may be missing.
         assert_eq!(field("eBPF programs:"), "built in", "{text}");
@@ -57,7 +63,11 @@ fn shell_accepts(shell: &str, args: &[&str], script: &str, file_name: &str) -> R
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(file_name);
     std::fs::write(&path, script)?;
-    let out = Command::new(shell).args(args).arg(&path).output().with_context(|| format!("running {shell}"));
+    let out = Command::new(shell)
+        .args(args)
+        .arg(&path)
+        .output_within(CHILD_DEADLINE)
+        .with_context(|| format!("running {shell}"));
     let _ = std::fs::remove_dir_all(&dir);
     let out = out?;
     ensure!(out.status.success(), "{shell} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
@@ -74,12 +84,10 @@ fn completions_parse_in_their_shells_and_complete_the_subcommands() -> Result<()
     // Loaded, it registers a completion function for cctrace.
     let registered = shell_accepts("bash", &["-c", "source \"$0\" && complete -p cctrace"], &bash, "cctrace")?;
     assert!(registered.contains("cctrace"), "{registered}");
-    let ci = std::env::var("CI").is_ok();
     for (shell, args, file) in [("zsh", &["-n"][..], "_cctrace"), ("fish", &["--no-execute"][..], "cctrace.fish")] {
         let script = stdout_of(&["completions", shell])?;
-        if Command::new(shell).arg("--version").stdout(Stdio::null()).status().is_err() {
-            assert!(!ci, "{shell} is a set-up package (cargo xtask setup): missing under CI");
-            eprintln!("skipped: {shell} is not installed");
+        if Command::new(shell).arg("--version").stdout(Stdio::null()).status_within(CHILD_DEADLINE).is_err() {
+            cctrace_lab::skip::skip(&format!("{shell} is not installed (a set-up package: cargo xtask setup)"));
             continue;
         }
         shell_accepts(shell, args, &script, file)?;
@@ -111,7 +119,7 @@ fn the_man_page_renders_and_documents_the_command_line() -> Result<()> {
         .spawn()
         .context("running man (man-db)")?;
     man.stdin.take().context("stdin")?.write_all(page.as_bytes())?;
-    let out = man.wait_with_output()?;
+    let out = collect_within(&mut man, CHILD_DEADLINE, "man")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let warnings = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "man -l: {warnings}");

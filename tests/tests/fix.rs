@@ -2,6 +2,7 @@
 //! while it runs (same socket), the namespace's default follows, nothing else changes, and
 //! `--undo` puts everything back. The kernel's refusals come back as one specific line.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -248,7 +249,7 @@ fn a_read_only_proc_sys_is_refused_with_its_reason_and_nothing_changes() -> Resu
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .stdin(std::process::Stdio::null())
-        .output()
+        .output_within(CHILD_DEADLINE)
         .context("running unshare")?;
     let (code, err) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned());
     println!("{}{err}", String::from_utf8_lossy(&out.stdout));
@@ -286,7 +287,7 @@ fn persisting_on_the_host_writes_only_its_own_files_and_undo_removes_only_those(
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &script])
         .stdin(std::process::Stdio::null())
-        .output()
+        .output_within(CHILD_DEADLINE)
         .context("running unshare")?;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{stdout}{stderr}");

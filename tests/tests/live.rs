@@ -1,6 +1,7 @@
 //! End-to-end: the real `cctrace --json` against real TCP traffic in lab network namespaces,
 //! checked against the kernel's own view (`ss -tni`, `nstat`).
 
+use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -350,7 +351,7 @@ fn unprivileged_start_names_the_missing_capabilities() -> Result<()> {
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(cctrace_tests::cctrace_bin())
         .args(["--json", "--duration", "1"])
-        .output()
+        .output_within(CHILD_DEADLINE)
         .context("running setpriv")?;
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -493,7 +494,15 @@ fn idle_flows_that_exist_at_start_are_listed_at_once() -> Result<()> {
         Ok(())
     })?;
     let client_port = client_rx.recv_timeout(Duration::from_secs(5)).context("client did not connect")?;
-    std::thread::sleep(Duration::from_millis(300));
+    // Idle means its hello is acknowledged: ss shows no unacked segment on the socket.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ss_in(lab.sender().name())?
+        .iter()
+        .any(|s| s.local_port() == Some(client_port) && s.fields.contains_key("unacked"))
+    {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the client's hello was not acknowledged in 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let tracer = Tracer::start(&["--interval", "200"])?;
     let netns = lab.sender().inode();
@@ -521,7 +530,10 @@ fn idle_flows_that_exist_at_start_are_listed_at_once() -> Result<()> {
 /// The runs of `name` among the programs process `pid` holds (statistics must be on).
 fn runs_of_program(pid: u32, name: &str) -> Result<u64> {
     let held = bpf_held_by(pid)?;
-    let out = std::process::Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool")?;
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output_within(CHILD_DEADLINE)
+        .context("bpftool")?;
     let all: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
     let program = all
         .as_array()
@@ -536,31 +548,57 @@ fn runs_of_program(pid: u32, name: &str) -> Result<u64> {
 /// Counts every `tcp:tcp_probe` the kernel fires while it runs: bpftrace, attached throughout.
 struct ProbeCounter(std::process::Child);
 
+/// bpftrace attaches in well under a second here (0.09 s to its first line, measured); this
+/// bounds a start that never attaches, not a slow one.
+const BPFTRACE_ATTACH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long bpftrace may take to print its maps and exit after SIGINT: a few milliseconds.
+const BPFTRACE_EXIT_DEADLINE: Duration = Duration::from_secs(10);
+
 impl ProbeCounter {
     fn start() -> Result<Self> {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new("bpftrace")
+        let child = std::process::Command::new("bpftrace")
             .args(["-e", "tracepoint:tcp:tcp_probe { @fired = count(); }"])
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .context("running bpftrace (apt-get install bpftrace)")?;
-        // bpftrace says "Attaching 1 probe..." once its program is attached.
-        let out = child.stdout.as_mut().context("bpftrace's stdout")?;
-        let mut line = String::new();
-        std::io::BufReader::new(out).read_line(&mut line)?;
-        anyhow::ensure!(line.contains("Attaching"), "bpftrace did not attach: {line:?}");
-        Ok(Self(child))
+        let mut counter = Self(child);
+        // bpftrace prints "Attaching 1 probe..." before it attaches: a signal sent then can be
+        // lost. The kernel's own list of perf-event attachments names its pid once it is on.
+        let deadline = std::time::Instant::now() + BPFTRACE_ATTACH_DEADLINE;
+        while !counter.attached()? {
+            if let Some(status) = counter.0.try_wait()? {
+                anyhow::bail!("bpftrace exited before attaching ({status})");
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "bpftrace did not attach to tcp:tcp_probe within {BPFTRACE_ATTACH_DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(counter)
+    }
+
+    /// Whether `bpftool perf show` lists this bpftrace's program on `tcp_probe`.
+    fn attached(&self) -> Result<bool> {
+        let out = std::process::Command::new("bpftool")
+            .args(["-j", "perf", "show"])
+            .output_within(Duration::from_secs(30))?;
+        let listed: Value = serde_json::from_slice(&out.stdout).context("bpftool perf show's JSON")?;
+        Ok(listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["pid"].as_u64() == Some(u64::from(self.0.id())) && a["tracepoint"] == "tcp_probe"))
     }
 
     /// Stop counting: how many times the tracepoint fired.
     fn stop(mut self) -> Result<u64> {
-        use std::io::Read;
         // SAFETY: kill sends a signal to the child we started; no memory is involved.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let mut text = String::new();
-        self.0.stdout.take().context("bpftrace's stdout")?.read_to_string(&mut text)?;
-        self.0.wait()?;
+        let out = collect_within(&mut self.0, BPFTRACE_EXIT_DEADLINE, "bpftrace after SIGINT")?;
+        let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
             .find_map(|l| l.strip_prefix("@fired: "))
             .and_then(|n| n.trim().parse().ok())

@@ -4,16 +4,18 @@
 //! `promtool check metrics`, the shipped rules and dashboard name only exposed metrics, and
 //! SIGTERM during scrapes ends in errors, not hangs, with nothing left attached.
 
+use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
-use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, demo_wan, nstat_in, require_kernel, serial, BpfStats};
+use cctrace_tests::serve::{free_port, http_get, ContainerOnLossyPath, Serve, TempDir};
+use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, nstat_in, require_kernel, serial, BpfStats};
 use serde_json::Value;
 
 const PORT: u16 = 5201;
@@ -39,20 +41,6 @@ fn which(tool: &str) -> Result<()> {
     Ok(())
 }
 
-/// A plain HTTP/1.0 GET (the server closes after answering): status and body.
-fn http_get(addr: SocketAddr, path_and_query: &str, accept: &str, timeout: Duration) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("connecting to {addr}"))?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    write!(stream, "GET {path_and_query} HTTP/1.0\r\nHost: {addr}\r\nAccept: {accept}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).with_context(|| format!("reading the answer to GET {path_and_query}"))?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").context("no header end in the answer")?;
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no status")?;
-    Ok((status, body.to_string()))
-}
-
 /// Query-string encoding of a PromQL expression.
 fn encode(q: &str) -> String {
     q.bytes()
@@ -61,72 +49,6 @@ fn encode(q: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// A port free right now on loopback.
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// `cctrace serve` on a port of its own choosing.
-struct Serve {
-    child: Child,
-    addr: SocketAddr,
-    stderr: PathBuf,
-}
-
-impl Serve {
-    fn start(dir: &Path, extra: &[String]) -> Result<Serve> {
-        Self::start_under(dir, &[], extra)
-    }
-
-    /// Started by `wrapper` (a command line that runs the rest, such as `setpriv ...`).
-    fn start_under(dir: &Path, wrapper: &[String], extra: &[String]) -> Result<Serve> {
-        let stderr = dir.join("serve.stderr");
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(cctrace_bin());
-                c
-            }
-            None => Command::new(cctrace_bin()),
-        };
-        let child = command
-            .args(["serve", "--listen", "127.0.0.1:0", "--docker-root"])
-            .arg(dir.join("docker"))
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr)?)
-            .spawn()
-            .context("starting cctrace serve")?;
-        let mut serve = Serve { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)), stderr };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = serve.stderr_text();
-            if let Some(addr) = text.lines().find_map(|l| {
-                l.strip_prefix("cctrace: serving metrics at http://").and_then(|r| r.strip_suffix("/metrics"))
-            }) {
-                serve.addr = addr.parse().context("the address it serves at")?;
-                return Ok(serve);
-            }
-            if let Some(status) = serve.child.try_wait()? {
-                bail!("cctrace serve exited at start-up ({status}): {text}");
-            }
-            ensure!(Instant::now() < deadline, "cctrace serve did not start within 30 s: {text}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn stderr_text(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A Prometheus server with its own config and data directory, scraping `target` every second.
@@ -216,24 +138,6 @@ impl Drop for Prometheus {
     }
 }
 
-/// A directory removed at the end.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> Result<TempDir> {
-        let dir = std::env::temp_dir().join(format!("cct-{what}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Metric names an exposition declares (`# TYPE name type`).
 fn exposed_names(exposition: &str) -> BTreeSet<String> {
     exposition
@@ -262,16 +166,8 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     require_kernel!();
     let _serial = serial();
     let dir = TempDir::new("metrics")?;
-    let docker = dir.0.join("docker/containers").join(DOCKER_ID);
-    std::fs::create_dir_all(&docker)?;
-    std::fs::write(
-        docker.join("config.v2.json"),
-        format!(r#"{{"ID":"{DOCKER_ID}","Name":"/{CONTAINER}","State":{{"Pid":1}}}}"#),
-    )?;
-    let top = Cgroup::top()?;
-    let mut cgroup = top.child(&format!("system.slice/docker-{DOCKER_ID}.scope"))?;
-    let path = demo_wan(0.02)?;
-    cgroup.spawn_resident(path.sender())?;
+    let lab = ContainerOnLossyPath::create(&dir.0, DOCKER_ID, CONTAINER, 0.02)?;
+    let path = &lab.path;
     let netns = path.sender().inode();
     // The kernel's BPF run statistics, for as long as this fd is open (closed on any exit): the
     // hooks' cost series appear only while the kernel measures.
@@ -281,19 +177,8 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     ensure!(!held.programs.is_empty(), "cctrace serve holds no BPF programs");
     let prometheus = Prometheus::start(&dir.0, serve.addr)?;
 
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let secs = 40;
     let started = Instant::now();
-    let sender = Sender::start(
-        path.sender(),
-        path.receiver_addr(),
-        PORT,
-        SenderOptions {
-            socket_cgroup: Some(cgroup.path().to_path_buf()),
-            nodelay: true,
-            ..SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(secs))
-        },
-    )?;
+    let (_sink, sender) = lab.cubic_bulk(PORT, Duration::from_secs(40))?;
     let flow = format!("{}->{}:{PORT}", sender.local_addr(), path.receiver_addr());
 
     // The flagged flow, under its container, namespace and cc, through PromQL.
@@ -457,7 +342,7 @@ fn check_metrics_with_promtool(exposition: &str) -> Result<()> {
         .stderr(Stdio::piped())
         .spawn()?;
     child.stdin.take().context("stdin")?.write_all(exposition.as_bytes())?;
-    let out = child.wait_with_output()?;
+    let out = collect_within(&mut child, CHILD_DEADLINE, "child")?;
     ensure!(
         out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
         "promtool check metrics: {}{}\n{exposition}",
@@ -471,7 +356,7 @@ fn check_metrics_with_promtool(exposition: &str) -> Result<()> {
 fn the_shipped_alert_rules_pass_promtool_and_their_unit_tests() -> Result<()> {
     let rules = deploy_dir().join("prometheus");
     for args in [["check", "rules", "cctrace-rules.yml"], ["test", "rules", "cctrace-rules.test.yml"]] {
-        let out = promtool()?.args(args).current_dir(&rules).output()?;
+        let out = promtool()?.args(args).current_dir(&rules).output_within(CHILD_DEADLINE)?;
         ensure!(
             out.status.success(),
             "promtool {}: {}{}",
@@ -503,7 +388,7 @@ fn the_dashboard_is_valid_json_over_prometheus_queries() -> Result<()> {
 #[test]
 fn a_non_loopback_address_or_a_taken_port_is_one_line_before_anything_is_loaded() -> Result<()> {
     let run = |args: &[&str]| -> Result<(i32, String)> {
-        let out = Command::new(cctrace_bin()).args(args).stdin(Stdio::null()).output()?;
+        let out = Command::new(cctrace_bin()).args(args).stdin(Stdio::null()).output_within(CHILD_DEADLINE)?;
         Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned()))
     };
     let (code, err) = run(&["serve", "--listen", "0.0.0.0:0"])?;

@@ -2,6 +2,7 @@
 //! then `cctrace replay --json` prints what the live run printed; the file is private, never
 //! overwrites, survives being cut in half, and `zstdcat` reads it.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,7 +40,7 @@ struct Run {
 }
 
 fn cctrace(args: &[&str]) -> Result<Run> {
-    let out = Command::new(cctrace_bin()).args(args).output().context("running cctrace")?;
+    let out = Command::new(cctrace_bin()).args(args).output_within(CHILD_DEADLINE).context("running cctrace")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let lines = text
         .lines()
@@ -136,7 +137,10 @@ fn the_demo_recorded_replays_line_for_line() -> Result<()> {
     println!("half the file ({} bytes) replays {} of {} samples", bytes.len() / 2, some.len(), all.len());
 
     // zstdcat shows JSON Lines, the header first.
-    let out = Command::new("zstdcat").arg(&file).output().context("running zstdcat (apt-get install zstd)")?;
+    let out = Command::new("zstdcat")
+        .arg(&file)
+        .output_within(CHILD_DEADLINE)
+        .context("running zstdcat (apt-get install zstd)")?;
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout)?;
     let first: Value = serde_json::from_str(text.lines().next().context("a line")?)?;
@@ -216,7 +220,7 @@ fn an_anonymized_recording_holds_no_address_process_or_container_of_the_host() -
         .map(|v| v["src"].as_str().unwrap_or_default().to_string())
         .collect();
     assert!(!live_ports.is_empty(), "the demo's senders ran: {}", run.stderr);
-    let out = Command::new("zstdcat").arg(&file).output().context("running zstdcat")?;
+    let out = Command::new("zstdcat").arg(&file).output_within(CHILD_DEADLINE).context("running zstdcat")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let header: Value = serde_json::from_str(text.lines().next().context("a header")?)?;
     assert_eq!(header["anonymized"], true);

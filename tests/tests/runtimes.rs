@@ -9,6 +9,7 @@
 //! A runtime that is not installed or refuses to run here is skipped with the reason; under
 //! `CI=true` that fails the test instead.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::process::Command;
@@ -24,9 +25,7 @@ use serde_json::Value;
 
 const CC: &str = "net.ipv4.tcp_congestion_control";
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+use cctrace_lab::skip::in_ci;
 
 /// An HTTP download of nginx's large file from the receiver side of the path, counting bytes.
 struct Download {
@@ -131,7 +130,7 @@ impl Tenant {
 
     /// The congestion control `ss -tni` shows for nginx's connection, in the container's netns.
     fn ss_cc(&self) -> Result<Option<String>> {
-        let out = self.link.command("ss").args(["-tniH"]).output().context("running ss")?;
+        let out = self.link.command("ss").args(["-tniH"]).output_within(CHILD_DEADLINE).context("running ss")?;
         if !out.status.success() {
             bail!("ss failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -143,7 +142,7 @@ impl Tenant {
     }
 
     fn netns_default(&self) -> Result<String> {
-        let out = self.link.command("sysctl").args(["-n", CC]).output()?;
+        let out = self.link.command("sysctl").args(["-n", CC]).output_within(CHILD_DEADLINE)?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 }
@@ -238,7 +237,7 @@ fn check_fix_advice(v: &Value, t: &Tenant) -> Result<()> {
             // persisting line its config, and the roll back undoes both.
             let config = std::path::Path::new(&lxcpath).join(name).join("config");
             let sh = |script: &str| -> Result<()> {
-                let out = Command::new("sh").arg("-c").arg(script).output()?;
+                let out = Command::new("sh").arg("-c").arg(script).output_within(CHILD_DEADLINE)?;
                 anyhow::ensure!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
                 Ok(())
             };
@@ -328,13 +327,13 @@ fn docker_podman_and_lxc_containers_are_named_filtered_flagged_and_fixed() -> Re
     let path = demo_wan(0.02)?; // CUBIC crawls on it, BBR does not
     let containers = start_runtimes(&ws)?;
     if containers.is_empty() {
-        eprintln!("skipped: no container runtime runs here");
+        cctrace_lab::skip::skip("no container runtime runs here");
         return Ok(());
     }
     let mut tenants = Vec::new();
     for (slot, container) in containers.into_iter().enumerate() {
         let link = path.attach(container.pid()?, u8::try_from(slot)?)?;
-        let set = link.command("sysctl").args(["-w", &format!("{CC}=cubic")]).output()?;
+        let set = link.command("sysctl").args(["-w", &format!("{CC}=cubic")]).output_within(CHILD_DEADLINE)?;
         assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
         let download = Download::start(path.receiver(), link.addr())
             .with_context(|| format!("downloading from {} {}", container.runtime(), container.name()))?;

@@ -1,6 +1,7 @@
 //! Scale: a host with many existing sockets is listed in full at start-up, none lost, checked
 //! against `ss` in every namespace. (Speed and memory targets are in `cargo xtask bench`.)
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::{HashMap, HashSet};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -48,7 +49,8 @@ fn connections_in(ns: &Netns, connections: usize) -> Result<Vec<TcpStream>> {
 
 /// Established TCP sockets in `ns` as `ss` sees them: (local port, peer port) pairs.
 fn ss_established(ns: &Netns) -> Result<HashSet<(u16, u16)>> {
-    let out = ns.command("ss").args(["-tnH", "state", "established"]).output().context("running ss")?;
+    let out =
+        ns.command("ss").args(["-tnH", "state", "established"]).output_within(CHILD_DEADLINE).context("running ss")?;
     if !out.status.success() {
         bail!("ss failed: {}", String::from_utf8_lossy(&out.stderr));
     }

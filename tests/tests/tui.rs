@@ -1,5 +1,6 @@
 //! The real binary's terminal UI in tmux, against the emulated lossy path of `cctrace demo`.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ impl Tmux {
         let status = Command::new("tmux")
             .args(["new-session", "-d", "-s", &name, "-x", &cols.to_string(), "-y", &rows.to_string(), command])
             .env("TERM", "xterm-256color")
-            .status()
+            .status_within(CHILD_DEADLINE)
             .context("running tmux (apt-get install tmux)")?;
         if !status.success() {
             bail!("tmux new-session failed");
@@ -26,12 +27,12 @@ impl Tmux {
     }
 
     fn screen(&self) -> Result<String> {
-        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output()?;
+        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output_within(CHILD_DEADLINE)?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     fn keys(&self, keys: &[&str]) -> Result<()> {
-        Command::new("tmux").args(["send-keys", "-t", &self.name]).args(keys).status()?;
+        Command::new("tmux").args(["send-keys", "-t", &self.name]).args(keys).status_within(CHILD_DEADLINE)?;
         Ok(())
     }
 
@@ -52,7 +53,7 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).status();
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).status_within(CHILD_DEADLINE);
     }
 }
 
@@ -131,7 +132,7 @@ fn demo_in_tmux_flags_cubic_opens_detail_and_quits_cleanly() -> Result<()> {
         .find_map(|l| l.trim().strip_prefix("CCTRACE_PID="))
         .and_then(|p| p.trim().parse::<u32>().ok())
         .with_context(|| format!("the shell's pid line: {after}"))?;
-    let list = Command::new("ip").args(["netns", "list"]).output()?;
+    let list = Command::new("ip").args(["netns", "list"]).output_within(CHILD_DEADLINE)?;
     let list = String::from_utf8_lossy(&list.stdout);
     let prefix = format!("cct-{pid}-");
     assert!(!list.lines().any(|l| l.starts_with(&prefix)), "the demo's namespaces left: {list}");
@@ -148,7 +149,7 @@ fn number_after(screen: &str, prefix: &str) -> Option<f64> {
 /// The algorithm `ss -tni` shows for the connection from `local`, in whichever of the lab's
 /// namespaces holds it (with that namespace's name).
 fn cc_of(local: &str) -> Result<Option<(String, String)>> {
-    let list = Command::new("ip").args(["netns", "list"]).output()?;
+    let list = Command::new("ip").args(["netns", "list"]).output_within(CHILD_DEADLINE)?;
     for ns in String::from_utf8_lossy(&list.stdout).lines().filter_map(|l| l.split_whitespace().next()) {
         let Ok(sockets) = cctrace_tests::ss_in(ns) else { continue };
         if let Some(s) = sockets.iter().find(|s| s.local == local) {
@@ -202,12 +203,16 @@ fn demo_in_tmux_f_switches_the_flagged_flow_live_shows_before_after_and_u_undoes
     assert_eq!(cc, "cubic", "the demo's bulk flow starts on cubic");
 
     // f: the panel lists what will happen; nothing changes before Enter.
+    let asked = Instant::now();
     tmux.keys(&["f"])?;
     let panel = tmux.wait_for("the confirmation panel", Duration::from_secs(10), |s| s.contains("confirm"))?;
+    let reaction = asked.elapsed();
     let text = flowing(&panel);
     assert!(text.contains(&format!(":{port} -> :5201")), "the panel names the flow's connection: {panel}");
     assert!(text.contains("[x] switch the"), "switching now is ticked for a flagged flow: {panel}");
-    std::thread::sleep(Duration::from_millis(500));
+    // A switch started by `f` alone would be under way by now: give it twice the time the UI took
+    // to show the panel (at least a frame's 200 ms), then look.
+    std::thread::sleep((reaction * 2).max(Duration::from_millis(200)));
     assert_eq!(cc_of(&local)?.map(|(_, cc)| cc).as_deref(), Some("cubic"), "nothing changed before Enter");
     tmux.keys(&["Enter"])?;
     wait_cc(&local, "bbr", Duration::from_secs(5))?;
@@ -237,7 +242,7 @@ fn demo_in_tmux_f_switches_the_flagged_flow_live_shows_before_after_and_u_undoes
     assert!(after.contains("CCTRACE_EXIT=0"), "{after}");
 
     // Both actions are in the recording, in order, naming the switched connection.
-    let out = Command::new(cctrace_bin()).args(["replay", "--json"]).arg(&recording).output()?;
+    let out = Command::new(cctrace_bin()).args(["replay", "--json"]).arg(&recording).output_within(CHILD_DEADLINE)?;
     let actions: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())

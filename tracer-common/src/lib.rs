@@ -170,6 +170,7 @@ pub mod counter {
 /// Every record begins with this.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 pub struct RecordHeader {
     pub version: u16,
     pub kind: u16,
@@ -182,6 +183,7 @@ pub struct RecordHeader {
 /// Units are the kernel's: microseconds for RTTs, bytes, segments; `chrono_*` in jiffies.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 pub struct FlowSample {
     pub header: RecordHeader,
     /// `bpf_ktime_get_ns()` at the hook (CLOCK_MONOTONIC).
@@ -642,6 +644,7 @@ pub const SWITCH_MAX_COOKIES: u32 = 16_384;
 /// these back to back from the iterator's file.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
 pub struct SwitchRecord {
     pub cookie: u64,
     /// NUL-padded algorithm before the switch.

@@ -60,9 +60,13 @@ pub struct SkbConfig {
     pub inode_ino: u32,
     pub skc_net: u32,
     pub net_ns_inum: u32,
+    /// 1 when the kernel lets `cgroup_skb` programs call `bpf_get_current_pid_tgid` (not 6.1's):
+    /// the egress program then names the sending process as a hint for the owner lookup.
+    pub sender_pid: u32,
+    pub _pad: u32,
 }
 
-pub const SKB_CONFIG_SIZE: usize = 40;
+pub const SKB_CONFIG_SIZE: usize = 48;
 const _: () = assert!(core::mem::size_of::<SkbConfig>() == SKB_CONFIG_SIZE);
 
 impl SkbConfig {
@@ -76,6 +80,8 @@ impl SkbConfig {
             inode_ino: crate::ABSENT,
             skc_net: crate::ABSENT,
             net_ns_inum: crate::ABSENT,
+            sender_pid: 0,
+            _pad: 0,
         }
     }
 }

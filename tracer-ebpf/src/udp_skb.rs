@@ -19,7 +19,7 @@ use aya_ebpf::{
 use tracer_common::family;
 use tracer_common::udp::{UdpSocketState, IPPROTO_UDP, UDP_HEAD_LEN};
 
-use crate::udp::{new_socket, store_head, tally, Traffic};
+use crate::udp::{new_socket, store_head, tally, Traffic, SKB_CONFIG};
 
 const ALLOW: i32 = 1;
 const ETH_P_IP: u32 = 0x0800;
@@ -89,8 +89,12 @@ fn account(ctx: &SkBuffContext, egress: bool) {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: context field reads.
     let (len, segs, gso_size) = unsafe { ((*skb).len, (*skb).gso_segs.max(1), (*skb).gso_size) };
-    // Egress runs in the sender's context; ingress in whatever softirq took the packet.
-    let pid = if egress { (bpf_get_current_pid_tgid() >> 32) as u32 } else { 0 };
+    // Egress runs in the sender's context; ingress in whatever softirq took the packet. Where the
+    // kernel refuses the helper here (6.1), userspace leaves `sender_pid` 0 and the verifier,
+    // which knows the read-only value, never reaches the call.
+    // SAFETY: rodata global, read volatile as `global!` (in `read`) does.
+    let sender_pid = unsafe { core::ptr::read_volatile(&SKB_CONFIG.sender_pid) };
+    let pid = if egress && sender_pid != 0 { (bpf_get_current_pid_tgid() >> 32) as u32 } else { 0 };
     let traffic = Traffic { cookie, now, egress, bytes: u64::from(len), packets: u64::from(segs), pid };
     // SAFETY: a helper taking the context.
     let fresh = || new_socket(sock_address(full), now, unsafe { bpf_skb_cgroup_id(skb) });

@@ -128,6 +128,14 @@ pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// The kernel's page size in bytes: 4 KiB on x86-64, 4, 16 or 64 KiB on arm64 (a Raspberry Pi 5
+/// kernel uses 16 KiB). A BPF ring buffer must be a whole number of pages.
+pub fn page_size() -> u32 {
+    // SAFETY: sysconf reads a value and touches no memory of ours.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
+}
+
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
 }
@@ -157,6 +165,13 @@ mod tests {
     use std::process::Command;
 
     use super::*;
+
+    #[test]
+    fn the_page_size_is_the_kernels() {
+        let getconf = Command::new("getconf").arg("PAGESIZE").output().expect("getconf (libc-bin)");
+        let said: u32 = String::from_utf8_lossy(&getconf.stdout).trim().parse().expect("a number");
+        assert_eq!(page_size(), said);
+    }
 
     /// A namespace made with `ip netns add`, deleted on drop (also when the test fails).
     struct TestNetns(String);

@@ -111,6 +111,71 @@ pub trait EventSource: Send {
     }
 }
 
+/// Reads actions other processes took on the host since it was last called (the fix journal).
+pub type ActionPoll = Box<dyn FnMut() -> Vec<ActionRecord> + Send>;
+
+/// A live source with the actions other processes take on the host merged in, as
+/// [`SourceItem::Action`]s like a recording's: `poll` is asked once per `every`.
+pub struct WithHostActions<'a> {
+    inner: &'a mut dyn EventSource,
+    poll: ActionPoll,
+    every: tokio::time::Interval,
+    pending: std::collections::VecDeque<ActionRecord>,
+}
+
+impl<'a> WithHostActions<'a> {
+    /// Must be made inside the runtime (it starts a timer).
+    pub fn new(inner: &'a mut dyn EventSource, poll: ActionPoll, every: std::time::Duration) -> Self {
+        let mut every = tokio::time::interval(every);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { inner, poll, every, pending: std::collections::VecDeque::new() }
+    }
+}
+
+impl EventSource for WithHostActions<'_> {
+    fn next_batch(&mut self) -> BoxFuture<'_, anyhow::Result<Option<Vec<Sample>>>> {
+        self.inner.next_batch()
+    }
+
+    /// An action polled, else the inner source's next item. Cancel-safe: the timer and the
+    /// inner source are, and polled actions wait in `pending`.
+    fn next_item(&mut self) -> BoxFuture<'_, anyhow::Result<Option<SourceItem>>> {
+        Box::pin(async move {
+            loop {
+                if let Some(action) = self.pending.pop_front() {
+                    return Ok(Some(SourceItem::Action(action)));
+                }
+                let Self { inner, poll, every, pending } = &mut *self;
+                tokio::select! {
+                    biased;
+                    _ = every.tick() => pending.extend(poll()),
+                    item = inner.next_item() => return item,
+                }
+            }
+        })
+    }
+
+    fn counters(&self) -> SourceCounters {
+        self.inner.counters()
+    }
+
+    fn playback(&self) -> Option<Playback> {
+        self.inner.playback()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn stop_producing(&mut self) -> anyhow::Result<()> {
+        self.inner.stop_producing()
+    }
+
+    fn drained(&self) -> bool {
+        self.inner.drained()
+    }
+}
+
 /// A finite, in-memory feed: deterministic input for tests and snapshots.
 pub struct FeedSource {
     batches: std::collections::VecDeque<Vec<Sample>>,
@@ -148,5 +213,47 @@ impl EventSource for FeedSource {
 
     fn describe(&self) -> String {
         "test feed".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::schema::ActionKind;
+    use crate::test_support::feed;
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn actions_polled_from_the_host_come_between_the_sources_items() {
+        let action = ActionRecord {
+            ts_ns: 5,
+            action: ActionKind::Undo,
+            netns: 4026532001,
+            target: "ip netns cct-1".into(),
+            cc: "bbr".into(),
+            default_before: "bbr".into(),
+            default_after: "cubic".into(),
+            switched: Vec::new(),
+            messages: Vec::new(),
+        };
+        let mut inner = FeedSource::new((0..3).map(feed::batch).collect());
+        let mut polls = 0;
+        let once = action.clone();
+        let poll: ActionPoll = Box::new(move || {
+            polls += 1;
+            if polls == 1 {
+                vec![once.clone()]
+            } else {
+                Vec::new()
+            }
+        });
+        let mut source = WithHostActions::new(&mut inner, poll, std::time::Duration::from_secs(1));
+        let mut items = Vec::new();
+        while let Some(item) = source.next_item().await.expect("reads") {
+            items.push(item);
+        }
+        assert_eq!(items.len(), 4, "{items:?}");
+        assert_eq!(items[0], SourceItem::Action(action), "the first poll is at once");
+        assert!(items[1..].iter().all(|i| matches!(i, SourceItem::Batch(_))));
+        assert_eq!(source.counters().received, (0..3).map(|t| feed::batch(t).len() as u64).sum::<u64>());
     }
 }

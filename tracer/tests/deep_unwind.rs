@@ -3,27 +3,19 @@
 //! unregisters the twins, as a clean exit does. The binary's other exit paths are tested in
 //! tests/tests/deep.rs.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::process::Command;
 use std::time::Duration;
 
 use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
 use tracer::kernel::deep::session::{DeepNamespace, DeepSession};
 
-fn skip_reason() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root to load eBPF programs and create network namespaces");
-    }
-    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("needs kernel BTF at /sys/kernel/btf/vmlinux");
-    }
-    None
-}
-
 /// The algorithm `ss -tni` shows for the established socket from local port `port`.
 fn ss_cc(netns: &str, port: u16) -> String {
-    let out =
-        Command::new("ip").args(["netns", "exec", netns, "ss", "-tniH", "state", "established"]).output().expect("ss");
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "ss", "-tniH", "state", "established"])
+        .output_within(CHILD_DEADLINE)
+        .expect("ss");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
@@ -37,9 +29,8 @@ fn ss_cc(netns: &str, port: u16) -> String {
 
 #[test]
 fn a_panic_through_a_deep_session_puts_flows_back_and_unregisters_the_twins() {
-    if let Some(why) = skip_reason() {
-        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "CI must run this test, but: {why}");
-        eprintln!("skipped: {why}");
+    if let Some(why) = cctrace_lab::skip::missing_root_or_btf() {
+        cctrace_lab::skip::skip(&why);
         return;
     }
     let lab = VethPair::create(VethOptions::default()).expect("lab");

@@ -2,14 +2,15 @@
 //!
 //! - every relative link leads to a file that exists, and every `#anchor` to a heading of that
 //!   file (GitHub's slugs), and the README links every page of `docs/`;
-//! - every long flag and every subcommand of the command line is documented somewhere in them.
+//! - every long flag and every subcommand of the command line is documented somewhere in them;
+//! - every default the docs state for a flag is the binary's, and every default is stated.
 //!
 //! The command line is read from the built `cctrace` itself: clap renders its `--help` from the
-//! one definition, for the top level and, recursively, for every subcommand it lists. (The
-//! `Cli` type is private to the binary's `main.rs`, so a test cannot call `CommandFactory` on it;
-//! the help it prints is that same definition, hidden flags and commands left out.) Runs
-//! without root and without the eBPF object.
+//! one definition (`tracer::cli::Cli`), for the top level and, recursively, for every
+//! subcommand it lists: what users read, hidden flags and commands left out. Runs without root
+//! and without the eBPF object.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -220,7 +221,7 @@ fn help(path: &[String]) -> String {
         .arg("--help")
         .env("NO_COLOR", "1")
         .env("COLUMNS", "200")
-        .output()
+        .output_within(CHILD_DEADLINE)
         .expect("cctrace runs");
     assert!(
         output.status.success(),
@@ -280,6 +281,163 @@ fn command_tree() -> BTreeMap<Vec<String>, BTreeSet<String>> {
         tree.insert(path, flags);
     }
     tree
+}
+
+/// The defaults one help page gives (`[default: X]` under an option), by long flag.
+fn defaults_in_help(text: &str) -> BTreeMap<String, String> {
+    let mut defaults = BTreeMap::new();
+    let mut flag: Option<String> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let first = line.split_whitespace().next().unwrap_or("");
+        if !line.is_empty() && !line.starts_with(' ') {
+            flag = None;
+        } else if indent <= 6 && first.starts_with('-') {
+            flag = line
+                .split_whitespace()
+                .map(|w| w.trim_end_matches(','))
+                .find(|w| w.starts_with("--"))
+                .map(|w| w.chars().take_while(|&c| c.is_ascii_alphanumeric() || c == '-').collect());
+        }
+        if let (Some(f), Some(value)) = (&flag, line.trim().strip_prefix("[default: ")) {
+            defaults.insert(f.clone(), value.trim_end_matches(']').to_string());
+        }
+    }
+    defaults
+}
+
+/// What the docs claim a flag's default is, each claim with where it is made: a synopsis
+/// `[--flag VALUE]` whose value is not a placeholder (placeholders are upper case or a choice
+/// `a|b`); `(default X)` or `(defaults X, Y)` right after the flags it is about
+/// (`` `--a`, `--b` (defaults X, Y) ``); and `` `X` (the default) `` in a bullet about the flag.
+fn claimed_defaults(docs: &[(String, String)], flag: &str) -> Vec<(String, String)> {
+    let mut claims = Vec::new();
+    for (file, text) in docs {
+        for (number, line) in text.lines().enumerate() {
+            for (i, _) in line.match_indices(&format!("[{flag} ")) {
+                let value: String = line[i + flag.len() + 2..].chars().take_while(|&c| c != ']' && c != ' ').collect();
+                let placeholder = value.contains('|') || value.chars().any(|c| c.is_ascii_uppercase());
+                if !placeholder && !value.is_empty() {
+                    claims.push((format!("{file}:{}", number + 1), value));
+                }
+            }
+        }
+        for (number, block) in prose_blocks(text) {
+            let at = format!("{file}:{number}");
+            claims.extend(after_flags(&block, flag).into_iter().map(|v| (at.clone(), v)));
+            let about_flag = block.strip_prefix("- `").is_some_and(|b| b.split([' ', '`']).next() == Some(flag));
+            if let Some((before, _)) = block.split_once("` (the default)").filter(|_| about_flag) {
+                claims.push((at.clone(), before.rsplit('`').next().unwrap_or("").to_string()));
+            }
+        }
+    }
+    claims
+}
+
+/// Bullets and paragraphs outside code blocks, each joined into one line, with the number of
+/// its first line.
+fn prose_blocks(text: &str) -> Vec<(usize, String)> {
+    let mut blocks: Vec<(usize, String)> = Vec::new();
+    let mut open = false;
+    for (number, line) in prose_lines(text) {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('|') {
+            open = false;
+            continue;
+        }
+        match blocks.last_mut() {
+            Some((_, block)) if open && !trimmed.starts_with("- ") => {
+                block.push(' ');
+                block.push_str(trimmed);
+            }
+            _ => blocks.push((number, trimmed.to_string())),
+        }
+        open = true;
+    }
+    blocks
+}
+
+/// The defaults `(default X)` / `(defaults X, Y)` give `flag` where it is one of the code spans
+/// right before them.
+fn after_flags(block: &str, flag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for opener in [" (default ", " (defaults "] {
+        for (at, _) in block.match_indices(opener) {
+            // The code spans just before, separated by ", ": `--a MS`, `--b`.
+            let spans: Vec<&str> = block[..at].rsplit(", ").map_while(|s| s.strip_suffix('`')).collect();
+            let flags: Vec<&str> =
+                spans.iter().rev().filter_map(|s| s.rsplit('`').next()?.split_whitespace().next()).collect();
+            let Some(position) = flags.iter().position(|f| *f == flag) else { continue };
+            let rest = &block[at + opener.len()..];
+            let values: Vec<&str> = rest.split([')', ';', ':']).next().unwrap_or("").split(", ").collect();
+            if let Some(value) = values.get(position).and_then(|v| v.trim_matches('`').split_whitespace().next()) {
+                found.push(value.trim_matches('`').to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Two defaults are the same value: equal as numbers (`1` and `1.0`), else as words.
+fn same_default(a: &str, b: &str) -> bool {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+#[test]
+fn documented_defaults_are_the_binary_s_and_every_default_is_documented() {
+    let docs: Vec<(String, String)> = doc_files().iter().map(|f| (shown(f), read(f))).collect();
+    let mut defaults = BTreeMap::new();
+    let mut pending = vec![Vec::new()];
+    while let Some(path) = pending.pop() {
+        let text = help(&path);
+        defaults.extend(defaults_in_help(&text));
+        for sub in parse_help(&text).1 {
+            let mut child = path.clone();
+            child.push(sub);
+            pending.push(child);
+        }
+    }
+    // The help must have been understood: these defaults exist today.
+    for expected in ["--interval", "--sample-ms", "--hooks", "--cc", "--rtt-ms"] {
+        assert!(defaults.contains_key(expected), "no default for {expected} found in cctrace --help: {defaults:?}");
+    }
+    let mut wrong = Vec::new();
+    for (flag, default) in &defaults {
+        let claims = claimed_defaults(&docs, flag);
+        if claims.is_empty() {
+            wrong.push(format!("{flag}: default {default} is stated nowhere in README.md or docs/"));
+        }
+        for (at, claimed) in claims.iter().filter(|(_, claimed)| !same_default(claimed, default)) {
+            wrong.push(format!("{at}: says {flag} defaults to {claimed}; the binary's default is {default}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{} defaults wrong or missing in the docs:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+#[test]
+fn the_defaults_reader_reads_each_form() {
+    let docs = vec![(
+        "usage.md".to_string(),
+        "cctrace demo [--rtt-ms 30] [--hooks auto|btf|classic] [--interval MS]\n\n\
+         - `--interval MS` (default 1000, 10 to 3600000): one object per interval.\n\
+         - `--heavy-mb`, `--heavy-mbps` (defaults 0.5 MB, 1 Mbit/s): heavy.\n\
+         - `--hooks auto|btf|classic`: tracepoints;\n  `auto` (the default) takes BTF.\n\n\
+         Prose: `--scenario vpn` (default `kernel`: the kernel's TCP) builds it.\n"
+            .to_string(),
+    )];
+    let values = |flag: &str| -> Vec<String> { claimed_defaults(&docs, flag).into_iter().map(|(_, v)| v).collect() };
+    assert_eq!(values("--rtt-ms"), ["30"]);
+    assert_eq!(values("--interval"), ["1000"]);
+    assert_eq!(values("--heavy-mbps"), ["1"]);
+    assert_eq!(values("--heavy-mb"), ["0.5"]);
+    assert_eq!(values("--hooks"), ["auto"]);
+    assert_eq!(values("--scenario"), ["kernel"]);
+    assert!(same_default("1.0", "1") && !same_default("bbr", "cubic"));
+    let help = "Options:\n      --interval <MS>\n          Report interval\n          \n          [default: 1000]\n\n      --json\n          JSON\n";
+    assert_eq!(defaults_in_help(help), BTreeMap::from([("--interval".to_string(), "1000".to_string())]));
 }
 
 /// Whether `needle` occurs in `text` as a whole word: not inside a longer flag or name.

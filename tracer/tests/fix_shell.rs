@@ -1,6 +1,7 @@
 //! The fix commands through a real `/bin/sh`: a hostile namespace name must reach the command
 //! as one unchanged argument and run nothing, and the comment lines must run nothing at all.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -23,7 +24,7 @@ fn scratch(tag: &str) -> PathBuf {
 
 /// Run `script` with `/bin/sh -c`; stdout, and whether it succeeded.
 fn sh(script: &str) -> (String, bool) {
-    let out = Command::new("/bin/sh").arg("-c").arg(script).output().expect("running /bin/sh");
+    let out = Command::new("/bin/sh").arg("-c").arg(script).output_within(CHILD_DEADLINE).expect("running /bin/sh");
     (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.success())
 }
 

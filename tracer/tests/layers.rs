@@ -2,8 +2,9 @@
 //!
 //! Each top-level module of `tracer/src` belongs to one layer; a file may import its own layer
 //! and the layers below it, never one above. `docs/architecture.md` draws the same table. This
-//! reads every source file (recursively), finds each `crate::MODULE` path outside comments and
-//! fails on any that points up, naming the file, the line and both layers.
+//! parses every source file (recursively) with `syn`, finds each path that starts at `crate::`
+//! (in `use` trees however rustfmt wraps them, in types and expressions; never in comments or
+//! strings) and fails on any that points up, naming the file, the line and both layers.
 //!
 //! Test-only code is held to the same rule: a `#[cfg(test)]` module that needs a fixture from
 //! a higher layer shows that the fixture sits too high.
@@ -78,29 +79,76 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     (!matches!(name, "lib" | "main")).then(|| name.to_string())
 }
 
-/// Every `crate::MODULE` a line of code names, outside `//` comments and string literals.
-fn imported_modules(line: &str) -> Vec<String> {
-    let code = line.split("//").next().unwrap_or("");
-    let mut found = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
-        let name: String = after.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-        if !name.is_empty() {
-            found.push(name);
+/// The top-level modules a file's `crate::` paths name, with the line of each.
+fn imported_modules(source: &str) -> Vec<(usize, String)> {
+    let file = syn::parse_file(source).unwrap_or_else(|e| panic!("parsing: {e}"));
+    let mut reader = CratePaths::default();
+    syn::visit::visit_file(&mut reader, &file);
+    reader.found
+}
+
+/// Collects the first segment after `crate` of every path and `use` tree it visits.
+#[derive(Default)]
+struct CratePaths {
+    found: Vec<(usize, String)>,
+}
+
+impl<'ast> syn::visit::Visit<'ast> for CratePaths {
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let mut segments = path.segments.iter();
+        if let (Some(first), Some(second)) = (segments.next(), segments.next()) {
+            if first.ident == "crate" {
+                self.found.push((second.ident.span().start().line, second.ident.to_string()));
+            }
         }
-        rest = after;
+        syn::visit::visit_path(self, path);
     }
-    // `use crate::{a, b::c}` names several.
-    if let Some(group) = code.split("crate::{").nth(1) {
-        for part in group.split(',') {
-            let name: String = part.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            if !name.is_empty() {
-                found.push(name);
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        if let syn::UseTree::Path(p) = &item.tree {
+            if p.ident == "crate" {
+                self.found.extend(top_names(&p.tree));
             }
         }
     }
+
+    /// A macro's arguments are tokens to syn (`format!`, `matches!`, ...): read `crate :: name`
+    /// sequences in them, however deep.
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.found.extend(crate_paths_in(mac.tokens.clone()));
+    }
+}
+
+/// `crate::NAME` sequences in a token stream, with the line of each name.
+fn crate_paths_in(tokens: proc_macro2::TokenStream) -> Vec<(usize, String)> {
+    use proc_macro2::TokenTree;
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    let mut found = Vec::new();
+    for (i, tree) in trees.iter().enumerate() {
+        match tree {
+            TokenTree::Group(g) => found.extend(crate_paths_in(g.stream())),
+            TokenTree::Ident(id) if id == "crate" => {
+                if let [TokenTree::Punct(a), TokenTree::Punct(b), TokenTree::Ident(name), ..] = &trees[i + 1..] {
+                    if a.as_char() == ':' && b.as_char() == ':' {
+                        found.push((name.span().start().line, name.to_string()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
     found
+}
+
+/// The first names of a `use crate::...` tree: `{a, b::c}` names `a` and `b`.
+fn top_names(tree: &syn::UseTree) -> Vec<(usize, String)> {
+    match tree {
+        syn::UseTree::Path(p) => vec![(p.ident.span().start().line, p.ident.to_string())],
+        syn::UseTree::Name(n) => vec![(n.ident.span().start().line, n.ident.to_string())],
+        syn::UseTree::Rename(r) => vec![(r.ident.span().start().line, r.ident.to_string())],
+        syn::UseTree::Group(g) => g.items.iter().flat_map(top_names).collect(),
+        syn::UseTree::Glob(_) => Vec::new(),
+    }
 }
 
 #[test]
@@ -119,8 +167,10 @@ fn every_import_points_to_the_same_or_a_lower_layer() {
             continue;
         };
         let text = std::fs::read_to_string(file).expect("readable source");
-        for (n, line) in text.lines().enumerate() {
-            for target in imported_modules(line) {
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, target) in imported_modules(&text) {
+            let line = lines.get(n.saturating_sub(1)).copied().unwrap_or_default();
+            {
                 let Some(theirs) = layer_of(&target) else {
                     unlisted.insert(target);
                     continue;
@@ -132,7 +182,7 @@ fn every_import_points_to_the_same_or_a_lower_layer() {
                     upward.push(format!(
                         "{}:{}: {} ({}) imports {} ({}): {}",
                         file.strip_prefix(&src).unwrap_or(file).display(),
-                        n + 1,
+                        n,
                         module,
                         LAYERS[own].0,
                         target,
@@ -193,10 +243,17 @@ fn a_cycle_between_modules_is_found_and_a_tree_is_not() {
 
 #[test]
 fn the_reader_finds_paths_in_use_lines_groups_and_expressions() {
-    assert_eq!(imported_modules("use crate::kernel::switch::Switcher;"), ["kernel"]);
-    assert_eq!(imported_modules("use crate::{host, tui::State};"), ["host", "tui"]);
-    assert_eq!(imported_modules("    let env = crate::host::environment(); // crate::tui"), ["host"]);
-    assert!(imported_modules("// use crate::tui;").is_empty());
+    let names = |src: &str| -> Vec<String> { imported_modules(src).into_iter().map(|(_, m)| m).collect() };
+    assert_eq!(names("use crate::kernel::switch::Switcher;"), ["kernel"]);
+    assert_eq!(names("use crate::{host, tui::State};"), ["host", "tui"]);
+    // Wrapped as rustfmt wraps a long group: each name on a line of its own, and at its line.
+    let wrapped = "use crate::{\n    analysis::Flow,\n    tui::{\n        State,\n    },\n};\n";
+    assert_eq!(imported_modules(wrapped), [(2, "analysis".to_string()), (3, "tui".to_string())]);
+    assert_eq!(names("fn f() { let env = crate::host::environment(); } // crate::tui"), ["host"]);
+    assert_eq!(names("fn f() { let s = \"crate::tui\"; }"), Vec::<String>::new());
+    assert_eq!(names("fn f() -> crate::kernel::Offsets { todo!() }"), ["kernel"]);
+    assert_eq!(names("fn f() { assert!(crate::tui::ok(), \"{}\", 1); }"), ["tui"]);
+    assert!(names("// use crate::tui;").is_empty());
     assert_eq!(layer_of("analysis"), Some(0));
     let (tui, recording) = (layer_of("tui").unwrap(), layer_of("recording").unwrap());
     assert!(may_import(tui, recording) && !may_import(recording, tui));

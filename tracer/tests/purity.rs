@@ -1,7 +1,8 @@
 //! The pure core (`tracer/src/analysis`, every file below it) must stay free of the kernel
 //! loader, the async runtime, the terminal and the host, and of the project's own layers above
-//! it, so that it runs on recordings and test feeds without root. This reads its sources and
-//! fails on any path into those, and on any import cycle among the core's own modules.
+//! it, so that it runs on recordings and test feeds without root, and of `unsafe` code. This
+//! reads its sources and fails on any path into those, and on any import cycle among the core's
+//! own modules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,51 @@ const FORBIDDEN: &[&str] = &[
     "std::time::SystemTime",
     "std::thread",
 ];
+
+/// `unsafe` blocks, functions, impls and traits in a source file, by line. The core reads the
+/// kernel's records with checked casts (bytemuck): it needs none.
+fn unsafe_code(text: &str) -> Vec<usize> {
+    #[derive(Default)]
+    struct Finder(Vec<usize>);
+    impl<'ast> syn::visit::Visit<'ast> for Finder {
+        fn visit_expr_unsafe(&mut self, e: &'ast syn::ExprUnsafe) {
+            self.0.push(e.unsafe_token.span.start().line);
+            syn::visit::visit_expr_unsafe(self, e);
+        }
+        fn visit_signature(&mut self, sig: &'ast syn::Signature) {
+            self.0.extend(sig.unsafety.as_ref().map(|u| u.span.start().line));
+            syn::visit::visit_signature(self, sig);
+        }
+        fn visit_item_impl(&mut self, item: &'ast syn::ItemImpl) {
+            self.0.extend(item.unsafety.as_ref().map(|u| u.span.start().line));
+            syn::visit::visit_item_impl(self, item);
+        }
+        fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
+            self.0.extend(item.unsafety.as_ref().map(|u| u.span.start().line));
+            syn::visit::visit_item_trait(self, item);
+        }
+    }
+    let file = syn::parse_file(text).unwrap_or_else(|e| panic!("parsing: {e}"));
+    let mut finder = Finder::default();
+    syn::visit::visit_file(&mut finder, &file);
+    finder.0
+}
+
+#[test]
+fn the_core_has_no_unsafe_code_and_the_finder_sees_each_kind() {
+    for path in sources(&core_dir()) {
+        let text = std::fs::read_to_string(&path).expect("readable source");
+        let lines = unsafe_code(&text);
+        assert!(
+            lines.is_empty(),
+            "{}: unsafe code on lines {lines:?}: the pure core reads bytes with bytemuck",
+            path.display()
+        );
+    }
+    let sample =
+        "fn a() { let _ = \"unsafe { }\"; }\nunsafe fn b() {}\nfn c() { unsafe { b() } }\nunsafe impl Send for X {}\n";
+    assert_eq!(unsafe_code(sample), [2, 3, 4]);
+}
 
 /// The core's own root: every `crate::` path must stay below it.
 const CORE: &str = "crate::analysis";

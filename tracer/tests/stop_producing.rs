@@ -8,17 +8,6 @@ use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOption
 use tracer::kernel::{KernelOptions, KernelSource};
 use tracer::source::EventSource;
 
-fn skip_reason() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root to load eBPF programs and create network namespaces");
-    }
-    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("needs kernel BTF at /sys/kernel/btf/vmlinux");
-    }
-    None
-}
-
 /// Read batches until none comes for the rest of `how_long`.
 async fn read_for(source: &mut dyn EventSource, how_long: Duration) {
     let until = tokio::time::Instant::now() + how_long;
@@ -27,9 +16,8 @@ async fn read_for(source: &mut dyn EventSource, how_long: Duration) {
 
 #[tokio::test]
 async fn after_stop_producing_received_and_lost_add_up_to_emitted_under_traffic() {
-    if let Some(why) = skip_reason() {
-        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "CI must run this test, but: {why}");
-        eprintln!("skipped: {why}");
+    if let Some(why) = cctrace_lab::skip::missing_root_or_btf() {
+        cctrace_lab::skip::skip(&why);
         return;
     }
     let lab = VethPair::create(VethOptions::default()).expect("lab");

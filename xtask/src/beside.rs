@@ -1,6 +1,6 @@
 //! The suite's checks that need no test binary to wait for them: lints, the doc tests, the
-//! kernel matrix and the dist check. They run in a second process, at idle priority (SCHED_IDLE), while the test
-//! binaries run one after another.
+//! kernel matrix, the dist check, and arm64's cross build and guest. They run in a second
+//! process, at idle priority (SCHED_IDLE), while the test binaries run one after another.
 //!
 //! Why this pays on a 2-core machine: most test binaries wait on emulated paths (the diagnosis
 //! tests use under half a core on average) and leave a core idle for minutes, while these steps
@@ -230,11 +230,25 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     // more) and checked the same way: static, packaged, booted with busybox only.
     match gates.wait(Gate::TracerTestsDone, parent) {
         Ok(()) => record("dist", &mut || {
-            let artifacts = crate::dist::build(root, crate::dist::Profile::Check)?;
+            let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host())?;
             crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
         }),
         Err(e) => record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
+    // arm64: the same dist cross-built (its own target directory, everything for aarch64 from
+    // nothing: the longest build of the run, at idle priority) and checked, then booted as the
+    // kernel matrix's arm64 row. After the host's dist, whose package the arm64 one must match.
+    let mut arm64_binary = None;
+    record("cross build (aarch64)", &mut || {
+        let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::Aarch64)?;
+        crate::dist::check(root, crate::dist::Profile::Check, &artifacts, false)?;
+        arm64_binary = Some(artifacts.binary);
+        Ok(())
+    });
+    record("arm64 guest", &mut || match &arm64_binary {
+        Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS),
+        None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
+    });
     crate::say(&format!("checks beside the suite: {:.0} s", started.elapsed().as_secs_f64()));
     if !failed.is_empty() {
         bail!("failed beside the suite: {}", failed.join(", "));

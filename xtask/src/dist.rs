@@ -1,10 +1,13 @@
 //! `cargo xtask dist`: what a user installs, built and checked as a user would meet it.
 //!
 //! The binary is linked fully statically against glibc (`+crt-static`, non-PIE): no shared
-//! library, no dynamic loader, so it runs on any x86-64 Linux whatever its libc (Debian 11's
-//! glibc 2.31 as newer ones) and without /usr/lib. libelf and zlib, which deep mode's libbpf
-//! needs, come from Debian's static archives. Beside it the Debian package (cargo-deb) and
-//! SHA256SUMS.
+//! library, no dynamic loader, so it runs on any x86-64 (or arm64) Linux whatever its libc
+//! (Debian 11's glibc 2.31 as newer ones) and without /usr/lib. libelf and zlib, which deep
+//! mode's libbpf needs, come from Debian's static archives. Beside it the Debian package
+//! (cargo-deb) and SHA256SUMS. `--target aarch64-unknown-linux-gnu` cross-builds the same for
+//! arm64 (see cross.rs) into target/dist-aarch64; what the checks run of that binary here
+//! (`--version`, the man page and completions it writes) runs under qemu's user-mode emulation,
+//! and its boot is the arm64 row of the kernel matrix.
 //!
 //! Static glibc cannot use NSS (it would dlopen the host's libnss_*.so). cctrace looks up no
 //! user or group names (owners come from /proc) and resolves no host names: every address it
@@ -26,11 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
+use crate::arch::Arch;
 use crate::kernels;
 
-/// The one target the dist binary is built for; naming it keeps the static flags off build
-/// scripts and proc macros, which cargo builds for the host without them.
-const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Static glibc, and a non-PIE executable: a static PIE still carries a dynamic section, which
 /// `ldd` and `file` then describe as dynamic.
 const STATIC_RUSTFLAGS: &str = "-C target-feature=+crt-static -C relocation-model=static";
@@ -57,17 +58,23 @@ impl Profile {
         }
     }
 
-    /// Where the artifacts go: target/dist for users, target/dist-check for the suite.
-    fn out_dir(self, root: &Path) -> PathBuf {
-        root.join("target").join(match self {
+    /// Where the artifacts go: target/dist for users, target/dist-check for the suite; another
+    /// architecture's beside them (target/dist-aarch64).
+    fn out_dir(self, root: &Path, arch: Arch) -> PathBuf {
+        let name = match self {
             Self::Release => "dist",
             Self::Check => "dist-check",
-        })
+        };
+        match arch {
+            Arch::X86_64 => root.join("target").join(name),
+            other => root.join("target").join(format!("{name}-{}", other.rust_name())),
+        }
     }
 }
 
 /// What `build` made.
 pub(crate) struct Artifacts {
+    pub(crate) arch: Arch,
     pub(crate) binary: PathBuf,
     pub(crate) deb: PathBuf,
     pub(crate) sums: PathBuf,
@@ -94,38 +101,45 @@ pub(crate) fn setup_cargo_deb() -> Result<()> {
     .context("could not install cargo-deb from crates.io")
 }
 
-/// Build the static binary, the package and SHA256SUMS into target/dist (or target/dist-check).
-pub(crate) fn build(root: &Path, profile: Profile) -> Result<Artifacts> {
+/// Build the static binary, the package and SHA256SUMS for `arch` into target/dist (or
+/// target/dist-check; target/dist-aarch64 for arm64).
+pub(crate) fn build(root: &Path, profile: Profile, arch: Arch) -> Result<Artifacts> {
     setup_cargo_deb()?;
     let cargo_profile = profile.cargo_profile();
-    let built_dir = match profile {
-        // Everything optimised, for the target only, so build scripts and proc macros (built
-        // for the host) keep their usual flags.
-        Profile::Release => {
-            let mut cargo = crate::cargo(&[
-                "build",
-                "-p",
-                "tracer",
-                "--bin",
-                "cctrace",
-                "--target",
-                TARGET,
-                "--profile",
-                cargo_profile,
-            ]);
-            cargo.env(format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")), STATIC_RUSTFLAGS);
-            crate::run(&mut cargo).context("building the static cctrace")?;
-            root.join("target").join(TARGET).join(cargo_profile)
-        }
+    let target = arch.target();
+    let built_dir = if profile == Profile::Check && arch == Arch::host() {
         // The suite's debug build, linked again statically: only the binary's own crate is
         // compiled with the static flags (the link is what they change), so this reuses every
         // library and the eBPF object the tests were built with, seconds instead of minutes.
-        Profile::Check => {
-            let mut cargo = crate::cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"]);
-            cargo.args(STATIC_RUSTFLAGS.split_whitespace()).args(["-C", "strip=symbols"]);
-            crate::run(&mut cargo).context("linking the debug build statically")?;
-            root.join("target").join("debug")
+        let mut cargo = crate::cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"]);
+        cargo.args(STATIC_RUSTFLAGS.split_whitespace()).args(["-C", "strip=symbols"]);
+        crate::run(&mut cargo).context("linking the debug build statically")?;
+        root.join("target").join("debug")
+    } else {
+        // Everything for the target only, so build scripts and proc macros (built for the host)
+        // keep their usual flags: optimised for users, unoptimised for the suite's check of
+        // another architecture (whose symbols go, as the host's check build's do).
+        let mut cargo = crate::cargo(&[
+            "rustc",
+            "-p",
+            "tracer",
+            "--bin",
+            "cctrace",
+            "--target",
+            target,
+            "--profile",
+            cargo_profile,
+        ]);
+        if profile == Profile::Check {
+            cargo.args(["--", "-C", "strip=symbols"]);
         }
+        cargo.env(format!("CARGO_TARGET_{}_RUSTFLAGS", target.to_uppercase().replace('-', "_")), STATIC_RUSTFLAGS);
+        crate::cross::configure(&mut cargo, root, arch)?;
+        crate::run(&mut cargo).with_context(|| format!("building the static cctrace for {target}"))?;
+        root.join("target").join(target).join(match profile {
+            Profile::Release => cargo_profile,
+            Profile::Check => "debug",
+        })
     };
     let built = built_dir.join("cctrace");
     check_static(&built)?;
@@ -141,7 +155,7 @@ pub(crate) fn build(root: &Path, profile: Profile) -> Result<Artifacts> {
         ("cctrace.fish", &["completions", "fish"]),
     ];
     for (file, args) in generated {
-        let text = kernels::sh(Command::new(&built).args(args))?;
+        let text = kernels::sh(arch.run_here(&built).args(args))?;
         ensure!(!text.trim().is_empty(), "cctrace {} printed nothing", args.join(" "));
         std::fs::write(assets.join(file), text)?;
     }
@@ -153,14 +167,14 @@ pub(crate) fn build(root: &Path, profile: Profile) -> Result<Artifacts> {
         packaged_unit(&std::fs::read_to_string(root.join("tracer/deploy/cctrace.service"))?)?,
     )?;
 
-    let out = profile.out_dir(root);
+    let out = profile.out_dir(root, arch);
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     let binary = out.join("cctrace");
     std::fs::copy(&built, &binary)?;
     let mut deb = crate::cargo(&["deb", "-p", "tracer", "--no-build", "--no-strip", "--profile", cargo_profile]);
-    if profile == Profile::Release {
-        deb.args(["--target", TARGET]);
+    if profile == Profile::Release || arch != Arch::host() {
+        deb.args(["--target", target]);
     }
     deb.arg("--output").arg(&out);
     if profile == Profile::Check {
@@ -168,17 +182,16 @@ pub(crate) fn build(root: &Path, profile: Profile) -> Result<Artifacts> {
     }
     crate::run(&mut deb).context("cargo deb")?;
     let version = env!("CARGO_PKG_VERSION");
-    let deb = out.join(format!("cctrace_{version}_amd64.deb"));
+    let deb_name = format!("cctrace_{version}_{}.deb", arch.debian());
+    let deb = out.join(&deb_name);
     ensure!(deb.is_file(), "cargo deb left no {}", deb.display());
     let sums = out.join("SHA256SUMS");
-    let listing = kernels::sh(
-        Command::new("sha256sum").args(["cctrace", &format!("cctrace_{version}_amd64.deb")]).current_dir(&out),
-    )?;
+    let listing = kernels::sh(Command::new("sha256sum").args(["cctrace", &deb_name]).current_dir(&out))?;
     std::fs::write(&sums, listing)?;
     for path in [&binary, &deb, &sums] {
         crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
     }
-    Ok(Artifacts { binary, deb, sums })
+    Ok(Artifacts { arch, binary, deb, sums })
 }
 
 /// The unit of tracer/deploy for the package: the binary where the package puts it, and the
@@ -227,8 +240,9 @@ pub(crate) fn check_static(binary: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `--version` must name a commit and say the eBPF programs and deep mode are built in.
-fn check_version_text(text: &str) -> Result<()> {
+/// `--version` must name a commit and the architecture, and say the eBPF programs and deep mode
+/// are built in.
+fn check_version_text(text: &str, arch: Arch) -> Result<()> {
     let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
     ensure!(
         text.starts_with(&format!("cctrace {}", env!("CARGO_PKG_VERSION"))),
@@ -237,6 +251,11 @@ fn check_version_text(text: &str) -> Result<()> {
     ensure!(
         field("commit:").is_some_and(|c| c.len() >= 7 && c.chars().all(|ch| ch.is_ascii_hexdigit())),
         "--version names no commit: {text}"
+    );
+    ensure!(
+        field("architecture:") == Some(arch.rust_name()),
+        "--version does not name the architecture {}: {text}",
+        arch.rust_name()
     );
     ensure!(field("eBPF programs:") == Some("built in"), "--version: the eBPF programs are not built in: {text}");
     ensure!(field("deep mode:") == Some("built in"), "--version: deep mode is not built in: {text}");
@@ -279,13 +298,13 @@ const PACKAGE_FILES: &[(&str, u32)] = &[
 
 /// Install the package into a scratch root with dpkg, check where everything landed, and
 /// remove it again. Returns the scratch root.
-fn check_package(work: &Path, deb: &Path, binary: &Path) -> Result<PathBuf> {
+fn check_package(work: &Path, deb: &Path, binary: &Path, arch: Arch) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     // cargo-deb writes the Depends field even when it is empty.
     let control = kernels::sh(Command::new("dpkg-deb").arg("--field").arg(deb))?;
     let field = |name: &str| control.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))).map(str::trim);
     ensure!(field("Package") == Some("cctrace"), "package name: {control}");
-    ensure!(field("Architecture") == Some("amd64"), "architecture: {control}");
+    ensure!(field("Architecture") == Some(arch.debian()), "architecture: {control}");
     ensure!(field("Version") == Some(env!("CARGO_PKG_VERSION")), "version: {control}");
     ensure!(
         field("Depends").is_none_or(str::is_empty) && field("Pre-Depends").is_none(),
@@ -309,6 +328,12 @@ fn check_package(work: &Path, deb: &Path, binary: &Path) -> Result<PathBuf> {
         cmd.arg(format!("--root={}", scratch.display())).arg("--log=/dev/null").args(args);
         cmd
     };
+    if arch != Arch::host() {
+        // The scratch root's dpkg is this machine's, whose own architecture it takes as native:
+        // the other one is added to the scratch root's database (never to the machine's), as
+        // it is native on the hosts the package is for.
+        kernels::sh(&mut dpkg(&["--add-architecture", arch.debian()]))?;
+    }
     kernels::sh(dpkg(&["--install"]).arg(deb)).context("dpkg --install into a scratch root")?;
     let status = kernels::sh(&mut dpkg(&["--status", "cctrace"]))?;
     ensure!(status.contains("Status: install ok installed"), "dpkg --status after install: {status}");
@@ -334,6 +359,60 @@ fn check_package(work: &Path, deb: &Path, binary: &Path) -> Result<PathBuf> {
     // Nothing enabled: no wants symlink anywhere under /etc.
     ensure!(!scratch.join("etc/systemd").exists(), "installing created /etc/systemd in the scratch root");
     Ok(scratch)
+}
+
+/// Another architecture's package holds what the host's does, file for file, but the binary:
+/// the same paths and modes, the same man page (but for the architecture its version block
+/// names), completions, unit, rules and dashboard. Compared with the host's package of the same
+/// profile when that one was built from the same commit.
+fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &Artifacts) -> Result<()> {
+    let host_dir = profile.out_dir(root, Arch::host());
+    let host_deb = host_dir.join(format!("cctrace_{}_{}.deb", env!("CARGO_PKG_VERSION"), Arch::host().debian()));
+    let commit = |text: &str| text.lines().find(|l| l.starts_with("commit:")).map(str::to_string);
+    let theirs = kernels::sh(artifacts.arch.run_here(&artifacts.binary).arg("--version"))?;
+    let ours = kernels::sh(Command::new(host_dir.join("cctrace")).arg("--version")).unwrap_or_default();
+    if !host_deb.is_file() || commit(&ours) != commit(&theirs) {
+        crate::say(&format!(
+            "no {} package of this commit in {} to compare with",
+            Arch::host().debian(),
+            host_dir.display()
+        ));
+        return Ok(());
+    }
+    let unpack = |deb: &Path, name: &str| -> Result<(PathBuf, String)> {
+        let dir = work.join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        kernels::sh(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&dir))?;
+        let listing = kernels::sh(Command::new("find").arg(".").args(["-printf", "%p %m %y\n"]).current_dir(&dir))?;
+        let mut lines: Vec<&str> = listing.lines().collect();
+        lines.sort_unstable();
+        Ok((dir, lines.join("\n")))
+    };
+    let (host_tree, host_listing) = unpack(&host_deb, "host-package")?;
+    let (tree, listing) = unpack(&artifacts.deb, "package-contents")?;
+    ensure!(
+        listing == host_listing,
+        "the packages' files differ:\n{listing}\nand {}:\n{host_listing}",
+        host_deb.display()
+    );
+    // The man page's version block names the architecture the binary was built for, as
+    // `--version` does: the one line allowed to differ.
+    let text = |path: &Path, arch: Arch| -> Result<String> {
+        let raw = if path.extension().is_some_and(|x| x == "gz") {
+            kernels::sh(Command::new("zcat").arg(path))?
+        } else {
+            String::from_utf8_lossy(&std::fs::read(path)?).into_owned()
+        };
+        Ok(raw.replace(&format!("architecture: {}", arch.rust_name()), "architecture: ARCH"))
+    };
+    for (file, _) in PACKAGE_FILES.iter().filter(|(f, _)| *f != "usr/bin/cctrace") {
+        ensure!(
+            text(&tree.join(file), artifacts.arch)? == text(&host_tree.join(file), Arch::host())?,
+            "/{file} differs from the {} package's",
+            Arch::host().debian()
+        );
+    }
+    Ok(())
 }
 
 /// Remove the package from the scratch root: dpkg must leave none of its files.
@@ -410,7 +489,7 @@ fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
     kernels::pack_cpio(&tree, &cpio)?;
     let started = Instant::now();
     crate::say(&format!("booting {} with busybox and the dist cctrace only (qemu TCG)", kernel.image.display()));
-    let sections = kernels::run_guest(work, &kernel.image, &cpio, "dist-guest", GUEST_TIMEOUT)?;
+    let sections = kernels::run_guest(kernel.arch, work, &kernel.image, &cpio, "dist-guest", "", GUEST_TIMEOUT)?;
     crate::say(&format!("dist guest done in {:.0} s", started.elapsed().as_secs_f64()));
     check_guest_sections(&sections)
 }
@@ -422,7 +501,7 @@ fn check_guest_sections(sections: &BTreeMap<String, String>) -> Result<()> {
         files.iter().all(|f| ["/init", "/bin/busybox", "/usr/bin/cctrace"].contains(&f.as_str())),
         "the guest holds more than busybox and cctrace: {files:?}"
     );
-    check_version_text(&get("version")).context("cctrace --version in the guest")?;
+    check_version_text(&get("version"), Arch::X86_64).context("cctrace --version in the guest")?;
     let stderr = get("stderr");
     ensure!(
         get("exit") == "0",
@@ -450,9 +529,14 @@ fn check_guest_sections(sections: &BTreeMap<String, String>) -> Result<()> {
     Ok(())
 }
 
-/// Every check of a built dist. `boot` adds the qemu guest (20 to 30 s of emulation here).
+/// Every check of a built dist. `boot` adds the qemu guest (20 to 30 s of emulation here; for
+/// arm64, the kernel matrix's arm64 row, minutes).
 pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: bool) -> Result<()> {
-    let work = root.join("target").join(format!("{}-work", profile.cargo_profile()));
+    let arch = artifacts.arch;
+    let work = root.join("target").join(match arch {
+        Arch::X86_64 => format!("{}-work", profile.cargo_profile()),
+        other => format!("{}-work-{}", profile.cargo_profile(), other.rust_name()),
+    });
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let timed = |what: &str, f: &mut dyn FnMut() -> Result<()>| {
@@ -462,8 +546,17 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         result
     };
     timed("static", &mut || check_static(&artifacts.binary))?;
-    timed("version", &mut || check_version_text(&kernels::sh(Command::new(&artifacts.binary).arg("--version"))?))?;
-    timed("chroot", &mut || check_alone_in_chroot(&work, &artifacts.binary))?;
+    timed("version", &mut || {
+        check_version_text(&kernels::sh(arch.run_here(&artifacts.binary).arg("--version"))?, arch)
+    })?;
+    if arch == Arch::host() {
+        timed("chroot", &mut || check_alone_in_chroot(&work, &artifacts.binary))?;
+    } else {
+        // This machine cannot exec it in a chroot (no binfmt handler is registered for it): the
+        // static checks above (no interpreter, no dynamic section: nothing it could load) and
+        // the arm64 guest, which runs it, stand for it.
+        crate::say(&format!("dist check chroot: not on this {} machine", Arch::host().rust_name()));
+    }
     timed("sums", &mut || {
         kernels::sh(
             Command::new("sha256sum")
@@ -474,14 +567,22 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
     })?;
     let mut scratch = PathBuf::new();
     timed("package", &mut || {
-        scratch = check_package(&work, &artifacts.deb, &artifacts.binary)?;
+        scratch = check_package(&work, &artifacts.deb, &artifacts.binary, arch)?;
         Ok(())
     })?;
     timed("man page", &mut || check_man_page(&scratch.join("usr/share/man/man1/cctrace.1.gz")))?;
     timed("completions", &mut || check_completions(&scratch))?;
     timed("removal", &mut || check_removal(&scratch))?;
+    if arch != Arch::host() {
+        timed("same package as the host's", &mut || same_as_host_package(root, profile, &work, artifacts))?;
+    }
     if boot {
-        timed("guest", &mut || check_guest(root, &work, &artifacts.binary))?;
+        match arch {
+            Arch::X86_64 => timed("guest", &mut || check_guest(root, &work, &artifacts.binary))?,
+            Arch::Aarch64 => {
+                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, crate::arm64::SUITE_KERNELS))?;
+            }
+        }
     }
     Ok(())
 }
@@ -566,16 +667,18 @@ mod tests {
     fn version_text_must_say_everything_is_built_in() {
         let v = env!("CARGO_PKG_VERSION");
         let good = format!(
-            "cctrace {v}\ncommit: 7e82f81abcd1\neBPF programs: built in\ndeep mode: built in\nlinked: static (x)\n"
+            "cctrace {v}\ncommit: 7e82f81abcd1\narchitecture: x86_64\neBPF programs: built in\ndeep mode: built in\nlinked: static (x)\n"
         );
-        check_version_text(&good).unwrap();
+        check_version_text(&good, Arch::X86_64).unwrap();
+        assert!(check_version_text(&good, Arch::Aarch64).is_err(), "an x86-64 build passed for arm64");
+        check_version_text(&good.replace("x86_64", "aarch64"), Arch::Aarch64).unwrap();
         for (from, to) in [
             ("deep mode: built in", "deep mode: not built in (clang not found)"),
             ("eBPF programs: built in", "eBPF programs: not built in (no bpf-linker)"),
             ("linked: static (x)", "linked: dynamic (y)"),
             ("commit: 7e82f81abcd1", "commit: unknown (not built from a git checkout)"),
         ] {
-            assert!(check_version_text(&good.replace(from, to)).is_err(), "accepted without {from:?}");
+            assert!(check_version_text(&good.replace(from, to), Arch::X86_64).is_err(), "accepted without {from:?}");
         }
     }
 
@@ -619,7 +722,7 @@ mod tests {
         s.insert(
             "version".into(),
             format!(
-                "cctrace {v}\ncommit: 7e82f81abcd1\neBPF programs: built in\ndeep mode: built in\nlinked: static\n"
+                "cctrace {v}\ncommit: 7e82f81abcd1\narchitecture: x86_64\neBPF programs: built in\ndeep mode: built in\nlinked: static\n"
             ),
         );
         check_guest_sections(&s).unwrap();

@@ -18,7 +18,9 @@ mount -t debugfs debugfs /sys/kernel/debug
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 ip link set lo up
 
-OUT=/dev/ttyS1
+# The results port: the second serial port, or what the kernel command line names (arm64's
+# virtio console, `results=/dev/hvc0`; the kernel hands unknown parameters to init as variables).
+OUT=${results:-/dev/ttyS1}
 section() { # NAME, content on stdin
     echo "@@BEGIN $1" >"$OUT"
     cat >>"$OUT"
@@ -26,13 +28,23 @@ section() { # NAME, content on stdin
 }
 
 for m in $(cat /etc/matrix-modules); do
-    insmod "/lib/matrix-modules/$m" 2>&1 | section "insmod $m"
+    insmod "/lib/matrix-modules/$m" >"/tmp/insmod-$m" 2>&1
+done
+# The results port may be a device one of those modules made: wait for it (up to 10 s).
+i=0
+while [ ! -e "$OUT" ] && [ "$i" -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+for m in $(cat /etc/matrix-modules); do
+    section "insmod $m" <"/tmp/insmod-$m"
 done
 uname -r | section kernel
 if [ -e /sys/kernel/btf/vmlinux ]; then echo yes; else echo no; fi | section btf
 cat /proc/sys/net/ipv4/tcp_congestion_control | section default_cc
 
-BYTES=30000000
+# Each flow's size: the kernel command line may make it smaller (`bytes=`, for a slower emulator).
+BYTES=${bytes:-30000000}
 head -c "$BYTES" /dev/zero >/tmp/blob
 echo "$BYTES" | section bytes
 # Clients read from a FIFO nobody writes, so they close only when the server has sent all.
@@ -62,6 +74,29 @@ listening() { # PORT [NETNS]
 connected() { # PORT: a connection to PORT is established
     tcp_wait " [0-9A-F]+:$(printf '%04X' "$1") 01 "
 }
+udp_bound() { # PORT: a UDP socket is bound to PORT
+    i=0
+    while [ "$i" -lt 100 ]; do
+        grep -qE ":$(printf '%04X' "$1") 00000000:0000 07 " /proc/net/udp && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+udp_sent() { # the kernel's count of UDP datagrams sent (Udp OutDatagrams)
+    awk '/^Udp:/ { if (n++) { for (i = 1; i <= NF; i++) if (name[i] == "OutDatagrams") print $i } else for (i = 1; i <= NF; i++) name[i] = $i }' /proc/net/snmp
+}
+
+# The UDP flow's datagrams: 1024 bytes each, each starting as a QUIC long header (version 1, an
+# 8-byte connection id), 2048 of them.
+UDP_DATAGRAM=1024
+{ printf '\303\000\000\000\001\010'; head -c $((UDP_DATAGRAM - 6)) /dev/zero; } >/tmp/quic
+i=0
+while [ "$i" -lt 11 ]; do
+    cat /tmp/quic /tmp/quic >/tmp/quic2
+    mv /tmp/quic2 /tmp/quic
+    i=$((i + 1))
+done
 
 run_mode() { # MODE, cctrace arguments...
     mode=$1
@@ -118,6 +153,25 @@ run_mode() { # MODE, cctrace arguments...
         /usr/sbin/ip netns exec "snd$mode" cat /proc/net/snmp | section "snmp $mode"
     fi >/tmp/lossy.txt 2>&1
     section "lossy setup $mode" </tmp/lossy.txt
+
+    # A UDP flow on loopback: socat sends the file a datagram per read (`sendto` to a peer it
+    # names: no connected socket) and stays, its socket open, until cctrace is stopped; the
+    # heavy UDP sockets are read once a second, so wait for the count the kernel gives (up to
+    # 60 s: at idle priority beside the suite's tests the emulator may get little of a core).
+    udp_before=$(udp_sent)
+    socat -u UDP-RECV:5004 /dev/null &
+    udp_server=$!
+    udp_bound 5004
+    socat -u -b "$UDP_DATAGRAM" FILE:/tmp/quic,ignoreeof UDP-SENDTO:127.0.0.1:5004 &
+    udp_client=$!
+    i=0
+    while [ "$i" -lt 600 ]; do
+        udp_after=$(udp_sent)
+        [ "$((udp_after - udp_before))" -ge 2048 ] && grep -q "\"tx_packets\":$((udp_after - udp_before))[,}]" "$out" && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "sent=$((udp_after - udp_before)) datagram=$UDP_DATAGRAM client=$udp_client" | section "udp $mode"
     sleep 1
 
     kill -INT "$tracer"
@@ -128,7 +182,7 @@ run_mode() { # MODE, cctrace arguments...
     section "jsonl $mode" <"$out"
     rm -f "$out" "$err"
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs after $mode"
-    kill "$idle_server" "$idle_client" 2>/dev/null
+    kill "$idle_server" "$idle_client" "$udp_client" "$udp_server" 2>/dev/null
     /usr/sbin/ip netns del "snd$mode" 2>/dev/null
     /usr/sbin/ip netns del "rcv$mode" 2>/dev/null
 }

@@ -18,13 +18,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use crate::arch::Arch;
+use crate::foreign::ForeignApt;
+
 /// Debian meta packages naming the newest image of each kernel series in the matrix.
 pub(crate) const DEBIAN_KERNELS: &[&str] = &["linux-image-cloud-amd64", "linux-image-6.12-cloud-amd64"];
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
 /// path, nf_tables and numgen for its random loss).
 const GUEST_MODULES: &[&str] = &["veth", "nf_tables", "nft_numgen"];
 /// Host tools copied into the guest with their libraries.
-const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool"];
+pub(crate) const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/bpftool", "/usr/bin/socat"];
 /// Hook modes the guest runs, by the section names it writes.
 const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
@@ -36,10 +39,14 @@ pub(crate) struct Kernel {
     label: String,
     pub(crate) image: PathBuf,
     modules: Option<PathBuf>,
+    /// The architecture it boots on.
+    pub(crate) arch: Arch,
+    /// Added to its command line (`bytes=N`: the guest's flows' size, for a slow emulator).
+    pub(crate) append: String,
 }
 
 /// What one guest showed: per hook mode, the checks and what start-up said about the hooks.
-struct GuestResult {
+pub(crate) struct GuestResult {
     label: String,
     release: String,
     btf: String,
@@ -76,7 +83,13 @@ pub(crate) fn run(root: &Path, cctrace: &Path, extra_images: &[PathBuf]) -> Resu
         if !image.is_file() {
             bail!("--kernel {}: no such file", image.display());
         }
-        kernels.push(Kernel { label: image.display().to_string(), image: image.clone(), modules: None });
+        kernels.push(Kernel {
+            label: image.display().to_string(),
+            image: image.clone(),
+            modules: None,
+            arch: Arch::X86_64,
+            append: String::new(),
+        });
     }
 
     let common = common_root(&work, cctrace)?;
@@ -110,15 +123,24 @@ pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
 
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.
 pub(crate) fn debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
-    download_debian_kernel(work, meta).or_else(|_| {
+    debian_kernel_from(work, meta, None)
+}
+
+/// The same from another architecture's packages (`apt`), or the host's (`None`).
+pub(crate) fn debian_kernel_from(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> Result<Kernel> {
+    download_debian_kernel(work, meta, apt).or_else(|_| {
         // Stale package lists name a version the mirror no longer has.
-        sh(Command::new("apt-get").args(["update", "-qq"]))?;
-        download_debian_kernel(work, meta)
+        match apt {
+            Some(apt) => apt.update(true)?,
+            None => drop(sh(Command::new("apt-get").args(["update", "-qq"]))?),
+        }
+        download_debian_kernel(work, meta, apt)
     })
 }
 
-fn download_debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
-    let depends = sh(Command::new("apt-cache").args(["depends", meta]))?;
+fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> Result<Kernel> {
+    let apt_command = |program: &str| apt.map_or_else(|| Command::new(program), |a| a.command(program));
+    let depends = sh(apt_command("apt-cache").args(["depends", meta]))?;
     let Some(package) = depends
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
@@ -132,7 +154,7 @@ fn download_debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
         let debs = work.join("debs");
         std::fs::create_dir_all(&debs)?;
         eprintln!("xtask: downloading {package}");
-        sh(Command::new("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
+        sh(apt_command("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
             .with_context(|| format!("downloading {package} with apt-get"))?;
         let deb = std::fs::read_dir(&debs)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -150,7 +172,8 @@ fn download_debian_kernel(work: &Path, meta: &str) -> Result<Kernel> {
         .with_context(|| format!("{package} holds no /boot/vmlinuz-*"))?;
     let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.filter_map(|e| e.ok().map(|e| e.path())).next();
     let label = package.trim_start_matches("linux-image-").to_string();
-    Ok(Kernel { label, image, modules })
+    let arch = apt.map_or_else(Arch::host, ForeignApt::arch);
+    Ok(Kernel { label, image, modules, arch, append: String::new() })
 }
 
 /// The running kernel's image, when /boot has it.
@@ -164,16 +187,32 @@ fn host_kernel() -> Result<Kernel, String> {
         ));
     }
     let modules = Path::new("/lib/modules").join(&release);
-    Ok(Kernel { label: format!("host {release}"), image, modules: modules.is_dir().then_some(modules) })
+    Ok(Kernel {
+        label: format!("host {release}"),
+        image,
+        modules: modules.is_dir().then_some(modules),
+        arch: Arch::host(),
+        append: String::new(),
+    })
 }
 
-/// The part of the initramfs every kernel shares: busybox, cctrace, the tools and libraries.
-fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
+/// The directories, init and nft rules of every guest's initramfs, in a fresh `work`/initramfs-common.
+pub(crate) fn guest_skeleton(work: &Path) -> Result<PathBuf> {
     let root = work.join("initramfs-common");
     let _ = std::fs::remove_dir_all(&root);
     for dir in ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "lib/matrix-modules"] {
         std::fs::create_dir_all(root.join(dir))?;
     }
+    let init = root.join("init");
+    std::fs::write(&init, include_str!("guest_init.sh"))?;
+    set_executable(&init)?;
+    std::fs::write(root.join("etc/matrix-loss.nft"), LOSS_RULES)?;
+    Ok(root)
+}
+
+/// The part of the initramfs every kernel shares: busybox, cctrace, the tools and libraries.
+fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
+    let root = guest_skeleton(work)?;
     copy(Path::new("/bin/busybox"), &root.join("bin/busybox"))
         .context("busybox-static is needed for the guest (apt-get install busybox-static)")?;
     // cctrace goes in without its debug information: a debug build's is most of its 120 MB,
@@ -193,10 +232,6 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
     for lib in &libraries {
         copy(lib, &root.join(lib.strip_prefix("/").unwrap_or(lib)))?;
     }
-    let init = root.join("init");
-    std::fs::write(&init, include_str!("guest_init.sh"))?;
-    set_executable(&init)?;
-    std::fs::write(root.join("etc/matrix-loss.nft"), LOSS_RULES)?;
     Ok(root)
 }
 
@@ -227,7 +262,7 @@ fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Modules to load, dependencies first, from the kernel's modules.dep (built-in ones need none).
-fn module_load_order(modules: &Path) -> Result<Vec<PathBuf>> {
+fn module_load_order(modules: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>> {
     if !modules.join("modules.dep").is_file() {
         // A package's modules come without the index the installer's depmod writes.
         let (Some(version), Some(base)) =
@@ -257,7 +292,7 @@ fn module_load_order(modules: &Path) -> Result<Vec<PathBuf>> {
         order.push(m.to_string());
     }
     let (mut seen, mut order) = (BTreeSet::new(), Vec::new());
-    for wanted in GUEST_MODULES {
+    for wanted in wanted {
         if let Some(path) = by_name.get(*wanted) {
             visit(path, &deps, &mut seen, &mut order);
         }
@@ -272,7 +307,8 @@ fn initramfs(work: &Path, common: &Path, k: &Kernel, name: &str) -> Result<PathB
     std::fs::create_dir_all(&modules_dir)?;
     let mut list = String::new();
     if let Some(modules) = &k.modules {
-        for (i, module) in module_load_order(modules)?.iter().enumerate() {
+        let wanted: Vec<&str> = k.arch.guest_plumbing_modules().iter().chain(GUEST_MODULES).copied().collect();
+        for (i, module) in module_load_order(modules, &wanted)?.iter().enumerate() {
             let file = format!("{i:02}.ko");
             let target = modules_dir.join(&file);
             let name = module.to_string_lossy();
@@ -308,7 +344,7 @@ pub(crate) fn pack_cpio(root: &Path, cpio: &Path) -> Result<()> {
     Ok(())
 }
 
-fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
+pub(crate) fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
     let mut result = GuestResult {
         label: k.label.clone(),
         release: String::new(),
@@ -327,38 +363,30 @@ fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
 fn boot(work: &Path, common: &Path, k: &Kernel) -> Result<BTreeMap<String, String>> {
     let name: String = k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
     let initrd = initramfs(work, common, k, &name)?;
-    run_guest(work, &k.image, &initrd, &name, GUEST_TIMEOUT)
+    run_guest(k.arch, work, &k.image, &initrd, &name, &k.append, GUEST_TIMEOUT)
 }
 
 /// Boot `image` with `initrd` under qemu (TCG) until its init powers off, and return the
 /// sections the init wrote to the second serial port (`@@BEGIN name` ... `@@END name`), which
 /// must include `end`. The console goes to `work/NAME.console.log`.
 pub(crate) fn run_guest(
+    arch: Arch,
     work: &Path,
     image: &Path,
     initrd: &Path,
     name: &str,
+    append: &str,
     timeout: Duration,
 ) -> Result<BTreeMap<String, String>> {
     let console = work.join(format!("{name}.console.log"));
     let results = work.join(format!("{name}.results.log"));
     let _ = std::fs::remove_file(&results);
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(["-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1536"])
-        .args(["-nographic", "-no-reboot", "-monitor", "none"])
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", results.display()))
-        .arg("-kernel")
-        .arg(image)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 rdinit=/init quiet"])
+    let mut child = arch
+        .qemu(&console, &results, image, initrd, append)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
-        .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+        .with_context(|| format!("starting qemu for {} (apt-get install {})", arch.debian(), arch.qemu_package()))?;
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
@@ -578,6 +606,7 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         "idle flow listed at start-up (iter/tcp)",
         if idle_listed { Ok(()) } else { Err("no snapshot sample of the idle connection on port 5003".into()) },
     );
+    check("UDP flow counted and classified", udp_flow(&lines, &get("udp")));
     // bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
     // after" to mean anything.
     let (during, after) = (get("programs during"), get("programs after"));
@@ -592,6 +621,40 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         },
     );
     ModeResult { mode: mode.to_string(), attached, disabled, checks }
+}
+
+/// The guest's UDP flow, from its sender's last record: the datagrams the kernel counted as sent
+/// (Udp OutDatagrams), each with 28 bytes of IPv4 and UDP header, socat as its owner, and QUIC
+/// as what it carries (its datagrams' first bytes, read from the sender's own buffer where UDP
+/// is counted per syscall, from the packets before Linux 6.3). `said` is the guest's
+/// `sent=N datagram=BYTES client=PID`.
+fn udp_flow(lines: &[Value], said: &str) -> Result<(), String> {
+    let facts: BTreeMap<&str, u64> = said
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        .collect();
+    let (Some(&sent), Some(&datagram), Some(&client)) = (facts.get("sent"), facts.get("datagram"), facts.get("client"))
+    else {
+        return Err(format!("the guest ran no UDP flow: {:?}", said.trim()));
+    };
+    let Some(record) = lines.iter().rev().find(|v| {
+        v["type"] == "flow" && v["proto"] == "udp" && v["dport"] == 5004 && v["tx_packets"].as_u64() > Some(0)
+    }) else {
+        return Err("no UDP record of the sender (to port 5004)".into());
+    };
+    let n = |k: &str| record.get(k).and_then(Value::as_u64).unwrap_or(0);
+    if n("tx_packets") != sent {
+        Err(format!("tx_packets {}, the kernel sent {sent} datagrams", n("tx_packets")))
+    } else if n("tx_bytes") != sent * (datagram + 28) {
+        Err(format!("tx_bytes {}, {sent} datagrams of {datagram} bytes are {}", n("tx_bytes"), sent * (datagram + 28)))
+    } else if record["app_proto"] != "quic" {
+        Err(format!("app_proto {}, the datagrams are QUIC long headers", record["app_proto"]))
+    } else if record["owner"]["pid"].as_u64() != Some(client) || record["owner"]["comm"] != "socat" {
+        Err(format!("owner {}, the sender is socat {client}", record["owner"]))
+    } else {
+        Ok(())
+    }
 }
 
 /// `tcp:tcp_probe: disabled (classic tracepoint: ...; what is lost)` in a few words for the table:
@@ -619,7 +682,7 @@ fn short_disabled(line: &str) -> String {
 }
 
 /// The table, and whether any check failed.
-fn render(results: &[GuestResult]) -> (String, bool) {
+pub(crate) fn render(results: &[GuestResult]) -> (String, bool) {
     let mut out = String::new();
     let mut failed = false;
     let _ = writeln!(out, "| kernel | BTF | hooks | attached | disabled (why) | checks passed |");
@@ -692,6 +755,22 @@ mod tests {
         assert_eq!(f["retrans"], 3);
         assert_eq!(f["owner"]["pid"], 7);
         assert!(last_by_port(&lines, 1).is_none());
+    }
+
+    #[test]
+    fn the_udp_flow_must_count_what_the_kernel_sent_and_be_quic_owned_by_its_sender() {
+        let record = |packets: u64, bytes: u64, proto: &str, pid: u64| -> Vec<Value> {
+            vec![serde_json::json!({"type": "flow", "proto": "udp", "dport": 5004, "tx_packets": packets,
+                "tx_bytes": bytes, "app_proto": proto, "owner": {"comm": "socat", "pid": pid}})]
+        };
+        let said = "sent=2048 datagram=1024 client=77";
+        assert_eq!(udp_flow(&record(2048, 2048 * 1052, "quic", 77), said), Ok(()));
+        assert!(udp_flow(&record(2047, 2047 * 1052, "quic", 77), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1024, "quic", 77), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1052, "null", 77), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1052, "quic", 78), said).is_err());
+        assert!(udp_flow(&record(2048, 2048 * 1052, "quic", 77), "").is_err());
+        assert!(udp_flow(&[], said).is_err());
     }
 
     #[test]

@@ -10,10 +10,16 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod arch;
+mod arm64;
 mod beside;
+mod cross;
 mod dist;
+mod foreign;
 mod kernels;
 mod suite;
+
+use arch::Arch;
 
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
@@ -65,11 +71,26 @@ const APT_PACKAGES: &[&str] = &[
     "man-db",
     "zsh",
     "fish",
+    // cargo xtask dist --target aarch64-unknown-linux-gnu: Debian's cross gcc and static glibc
+    // for arm64 (the arm64 libelf and zlib come through a private apt configuration: see
+    // foreign.rs); qemu-user runs the arm64 binary here for what the package holds beside it.
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user",
+    // The kernel matrix's arm64 row (arm64.rs).
+    "qemu-system-arm",
+    // The kernel matrix's UDP flow (guest_init.sh): a sender and receiver of datagrams.
+    "socat",
 ];
 /// Packages whose service the install must not leave running or enabled: the tests start their
 /// own instances (on a loopback port, inside containers), with their own config and data.
 const NO_SERVICE: &[&str] = &["prometheus", "nginx"];
 const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
+/// Rotel, the OpenTelemetry collector tests/tests/otlp.rs starts: PyPI ships it as a wheel with
+/// its binary, installed into a virtual environment of its own under target/tools/rotel.
+const ROTEL: &str = "rotel==0.0.1a15";
+/// Rust targets besides the host's that `cargo xtask dist --target` builds for.
+const RUST_TARGETS: &[Arch] = &[Arch::Aarch64];
 const BPF_LINKER_VERSION: &str = "0.13";
 
 #[derive(Parser)]
@@ -100,6 +121,10 @@ enum Task {
         /// Check the debug build (what `cargo xtask test` checks) instead of the release build.
         #[arg(long)]
         debug: bool,
+        /// `aarch64-unknown-linux-gnu`: cross-build cctrace and boot Debian's arm64 kernel
+        /// (qemu-system-aarch64) instead of the x86-64 matrix.
+        #[arg(long, value_parser = Arch::from_target, default_value = "x86_64-unknown-linux-gnu")]
+        target: Arch,
     },
     /// Build what users install into target/dist: the static cctrace (no shared library, the
     /// eBPF programs and deep mode built in), cctrace_VERSION_amd64.deb and SHA256SUMS, and
@@ -108,9 +133,13 @@ enum Task {
         /// `release` for users; `check` is the cheap unoptimised build the suite checks.
         #[arg(long, value_enum, default_value = "release")]
         profile: dist::Profile,
-        /// Skip the qemu boot (20 to 30 s of emulation here).
+        /// Skip the qemu boot (20 to 30 s of emulation here; minutes for arm64).
         #[arg(long)]
         no_boot: bool,
+        /// The Rust target to build for: x86_64-unknown-linux-gnu (amd64) or
+        /// aarch64-unknown-linux-gnu (arm64, cross-built).
+        #[arg(long, value_parser = Arch::from_target, default_value = "x86_64-unknown-linux-gnu")]
+        target: Arch,
     },
     /// The checks `test` runs beside its test binaries (lints, kernel matrix, dist), at idle
     /// priority; started by `test`, not by hand.
@@ -282,6 +311,19 @@ fn setup_bpf_linker() -> Result<()> {
     .context("could not build bpf-linker (needs llvm-22-dev from Debian)")
 }
 
+/// The Rust standard library for each cross target (rustup, from the Rust project's servers).
+fn setup_rust_targets() -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
+    for arch in RUST_TARGETS {
+        if !installed.lines().any(|l| l.trim() == arch.target()) {
+            say(&format!("adding the Rust target {}", arch.target()));
+            run(Command::new("rustup").args(["target", "add", arch.target()]))
+                .with_context(|| format!("could not add the Rust target {}", arch.target()))?;
+        }
+    }
+    Ok(())
+}
+
 fn setup_kernel_mounts() {
     // tracefs for classic tracepoints; harmless if already mounted or impossible.
     if !Path::new("/sys/kernel/tracing/events").is_dir() && is_root() {
@@ -289,10 +331,42 @@ fn setup_kernel_mounts() {
     }
 }
 
+/// Where the tests find the collector: a link to the binary the wheel installed.
+fn rotel_agent() -> PathBuf {
+    workspace_root().join("target/tools/rotel/rotel-agent")
+}
+
+fn setup_rotel() -> Result<()> {
+    let agent = rotel_agent();
+    if succeeds(Command::new(&agent).arg("--version")) {
+        return Ok(());
+    }
+    say(&format!("installing {ROTEL} (an OpenTelemetry collector, for the OTLP tests) from PyPI"));
+    let dir = agent.parent().context("the tools directory")?.to_path_buf();
+    let venv = dir.join("venv");
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).context("python3 -m venv (Debian: python3-venv)")?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "-q", "--disable-pip-version-check", "--pre", ROTEL]))
+        .with_context(|| format!("pip install {ROTEL}"))?;
+    let binary = output(
+        Command::new(venv.join("bin/python"))
+            .args(["-c", "import os, rotel; print(os.path.join(os.path.dirname(rotel.__file__), 'rotel-agent'))"]),
+    )
+    .context("the rotel package names no binary")?;
+    let _ = std::fs::remove_file(&agent);
+    std::os::unix::fs::symlink(binary.trim(), &agent).with_context(|| format!("linking {}", agent.display()))?;
+    if !succeeds(Command::new(&agent).arg("--version")) {
+        bail!("{} does not run", agent.display());
+    }
+    Ok(())
+}
+
 fn setup() -> Result<()> {
     setup_apt()?;
     setup_rust_src()?;
     setup_bpf_linker()?;
+    setup_rotel()?;
+    setup_rust_targets()?;
     setup_kernel_mounts();
     Ok(())
 }
@@ -380,7 +454,15 @@ fn main() -> ExitCode {
             say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
             Ok(())
         }),
-        Task::Kernels { images, debug } => setup().and_then(|()| {
+        Task::Kernels { images, target: Arch::Aarch64, .. } if !images.is_empty() => {
+            Err(anyhow::anyhow!("--kernel boots x86-64 images; the arm64 row boots Debian's arm64 kernels"))
+        }
+        Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| {
+            let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
+            let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
+            step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS))
+        }),
+        Task::Kernels { images, debug, target: Arch::X86_64 } => setup().and_then(|()| {
             let profile = if debug { "debug" } else { "release" };
             let mut build = vec!["build", "-p", "tracer"];
             if !debug {
@@ -389,11 +471,11 @@ fn main() -> ExitCode {
             run(&mut cargo(&build))?;
             kernels::run(&workspace_root(), &workspace_root().join("target").join(profile).join("cctrace"), &images)
         }),
-        Task::Dist { profile, no_boot } => setup().and_then(|()| {
+        Task::Dist { profile, no_boot, target } => setup().and_then(|()| {
             let root = workspace_root();
             let mut built = None;
             step("dist build", || {
-                built = Some(dist::build(&root, profile)?);
+                built = Some(dist::build(&root, profile, target)?);
                 Ok(())
             })?;
             let artifacts = built.context("the dist build made nothing")?;
@@ -407,7 +489,7 @@ fn main() -> ExitCode {
             // What users install (the static release build) next to the debug build.
             run(&mut cargo(&["build", "-p", "tracer"]))?;
             let root = workspace_root();
-            let artifacts = dist::build(&root, dist::Profile::Release)?;
+            let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
             dist::bench_report(&[
                 ("debug (target/debug)", &root.join("target/debug/cctrace")),
                 ("release (target/release)", &root.join("target/release/cctrace")),

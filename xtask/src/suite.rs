@@ -39,7 +39,19 @@ struct Outcome {
     output: String,
     success: bool,
     took: Duration,
+    /// Tests that returned early because this machine cannot run them (`cctrace_lab::skip`):
+    /// libtest counts them as passed.
+    skipped_at_run_time: u64,
 }
+
+/// The longest any test binary may run. The slowest takes about 3 minutes on a loaded 2-core
+/// machine (deep mode, 107-193 s measured); one still running after this is stuck (a child
+/// process that never ends, a lost signal), and is stopped so the suite ends and says which
+/// tests had not finished, instead of waiting for CI's own limit.
+const BINARY_DEADLINE: Duration = Duration::from_secs(12 * 60);
+
+/// The variable the skip rule (`cctrace_lab::skip`) reads: a file to append each skip to.
+const SKIP_LOG_ENV: &str = "CCTRACE_SKIP_LOG";
 
 /// Build every test binary of `cargo test <args>` without running them, run them one after
 /// another, and close with one line counting their tests. (The doc tests, which cargo compiles
@@ -68,7 +80,7 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
         let outcome = run_one(binary, &suite_binary);
         println!("     Running {} ({:.0} s)", outcome.label, outcome.took.as_secs_f64());
         print!("{}", outcome.output);
-        tally.add(Tally::of(&outcome.output));
+        tally.add(Tally::of(&outcome.output).with_skips(outcome.skipped_at_run_time));
         if !outcome.success {
             failures.push(outcome.label);
         }
@@ -169,51 +181,141 @@ fn test_binary(msg: &Value) -> Option<TestBinary> {
 fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
     let start = Instant::now();
     eprintln!("xtask: started {}", binary.label);
-    let result = Command::new(&binary.executable)
-        .args(&binary.args)
-        .current_dir(&binary.package_dir)
-        .env("PATH", super::tool_path())
-        .env("CARGO_MANIFEST_DIR", &binary.package_dir)
-        .env("CARGO_PKG_NAME", &binary.package_name)
-        .env("CCTRACE_BIN", cctrace)
+    let skip_log = std::env::temp_dir().join(format!("cctrace-skips-{}-{}", std::process::id(), binary.target));
+    let _ = std::fs::remove_file(&skip_log);
+    let (success, output) = match run_within(binary, cctrace, &skip_log, BINARY_DEADLINE) {
+        Ok(done) => done,
+        Err(e) => (false, format!("could not run {}: {e:#}\n", binary.executable.display())),
+    };
+    let skips = std::fs::read_to_string(&skip_log).unwrap_or_default();
+    let _ = std::fs::remove_file(&skip_log);
+    Outcome {
+        label: binary.label.clone(),
+        output,
+        success,
+        took: start.elapsed(),
+        skipped_at_run_time: skips.lines().count() as u64,
+    }
+}
+
+/// Run one test binary, with its stdout and stderr joined; after `deadline` it is killed with
+/// every process under it, and the output says which tests had not finished. (It stays in the
+/// suite's process group, so a Ctrl-C of the suite reaches it too.)
+fn run_within(binary: &TestBinary, cctrace: &Path, skip_log: &Path, deadline: Duration) -> Result<(bool, String)> {
+    let mut child = test_command(binary, cctrace)
+        .env(SKIP_LOG_ENV, skip_log)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .and_then(|mut child| {
-            let mut stderr = child.stderr.take().expect("piped");
-            let err_reader = std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = stderr.read_to_string(&mut text);
-                text
-            });
-            let mut output = String::new();
-            if let Some(mut stdout) = child.stdout.take() {
-                stdout.read_to_string(&mut output)?;
+        .context("starting it")?;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
             }
-            let status = child.wait()?;
-            let stderr_text = err_reader.join().unwrap_or_default();
-            if !stderr_text.is_empty() {
-                output.push_str(&stderr_text);
-                if !output.ends_with('\n') {
-                    output.push('\n');
-                }
-            }
-            Ok((status.success(), output))
-        });
-    let (success, output) = match result {
-        Ok(done) => done,
-        Err(e) => (false, format!("could not run {}: {e}\n", binary.executable.display())),
+            text
+        })
     };
-    Outcome { label: binary.label.clone(), output, success, took: start.elapsed() }
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let until = Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() >= until {
+            kill_tree(child.id());
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut output = stdout.join().unwrap_or_default();
+    let stderr_text = stderr.join().unwrap_or_default();
+    if !stderr_text.is_empty() {
+        output.push_str(&stderr_text);
+        if !output.ends_with('\n') {
+            output.push('\n');
+        }
+    }
+    match status {
+        Some(status) => Ok((status.success(), output)),
+        None => {
+            let listed = list_tests(binary, cctrace);
+            let unfinished = unfinished_tests(&listed, &output);
+            output.push_str(&format!(
+                "xtask: {} was still running after {:.0} s and was stopped; tests not finished: {}\n",
+                binary.label,
+                deadline.as_secs_f64(),
+                if unfinished.is_empty() { "(unknown)".to_string() } else { unfinished.join(", ") }
+            ));
+            Ok((false, output))
+        }
+    }
 }
 
-/// Passed, failed and ignored tests.
+/// SIGKILL `pid` and every process under it (children first found, then killed top down, so
+/// none is re-parented out of reach in between).
+fn kill_tree(pid: u32) {
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        tree.extend(children_of(tree[i]));
+        i += 1;
+    }
+    let pids: Vec<String> = tree.iter().map(u32::to_string).collect();
+    let _ = Command::new("kill").arg("-KILL").arg("--").args(&pids).status();
+}
+
+/// The processes whose parent is `pid` (from /proc/PID/stat: the field after the command).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            ppid == Some(pid)
+        })
+        .collect()
+}
+
+/// The command that runs a test binary as cargo would, with the suite's cctrace.
+fn test_command(binary: &TestBinary, cctrace: &Path) -> Command {
+    let mut cmd = Command::new(&binary.executable);
+    cmd.args(&binary.args)
+        .current_dir(&binary.package_dir)
+        .env("PATH", super::tool_path())
+        .env("CARGO_MANIFEST_DIR", &binary.package_dir)
+        .env("CARGO_PKG_NAME", &binary.package_name)
+        .env("CCTRACE_BIN", cctrace);
+    cmd
+}
+
+/// The names of a binary's tests (`--list --format terse`: `name: test` lines).
+fn list_tests(binary: &TestBinary, cctrace: &Path) -> Vec<String> {
+    let out = test_command(binary, cctrace).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect()
+}
+
+/// The listed tests libtest did not report a result for (`test NAME ... ok|FAILED|ignored`).
+fn unfinished_tests(listed: &[String], output: &str) -> Vec<String> {
+    let reported: std::collections::HashSet<&str> =
+        output.lines().filter_map(|l| l.strip_prefix("test ")?.split_once(" ... ").map(|(name, _)| name)).collect();
+    listed.iter().filter(|t| !reported.contains(t.as_str())).cloned().collect()
+}
+
+/// Passed, failed and skipped tests: ignored ones, and those that returned early because this
+/// machine cannot run them (which libtest counts as passed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Tally {
     pub(crate) passed: u64,
     pub(crate) failed: u64,
     pub(crate) ignored: u64,
+    pub(crate) skipped_at_run_time: u64,
 }
 
 impl Tally {
@@ -236,16 +338,35 @@ impl Tally {
         tally
     }
 
+    /// Move `skips` tests that returned early from passed to skipped.
+    pub(crate) fn with_skips(mut self, skips: u64) -> Self {
+        let moved = skips.min(self.passed);
+        self.passed -= moved;
+        self.skipped_at_run_time += moved;
+        self
+    }
+
     pub(crate) fn add(&mut self, other: Tally) {
         self.passed += other.passed;
         self.failed += other.failed;
         self.ignored += other.ignored;
+        self.skipped_at_run_time += other.skipped_at_run_time;
     }
 }
 
 impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} passed, {} failed, {} skipped", self.passed, self.failed, self.ignored)
+        write!(
+            f,
+            "{} passed, {} failed, {} skipped",
+            self.passed,
+            self.failed,
+            self.ignored + self.skipped_at_run_time
+        )?;
+        if self.skipped_at_run_time > 0 {
+            write!(f, " ({} of them at run time: this machine cannot run them)", self.skipped_at_run_time)?;
+        }
+        Ok(())
     }
 }
 
@@ -257,7 +378,25 @@ mod tests {
     fn counts_every_result_line() {
         let out = "running 2 tests\ntest a ... ok\ntest result: ok. 2 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s\n\
                    test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1s\n";
-        assert_eq!(Tally::of(out), Tally { passed: 5, failed: 2, ignored: 1 });
+        assert_eq!(Tally::of(out), Tally { passed: 5, failed: 2, ignored: 1, skipped_at_run_time: 0 });
+    }
+
+    #[test]
+    fn tests_that_skipped_at_run_time_count_as_skipped_not_passed() {
+        let out = "test result: ok. 4 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 1s\n";
+        let tally = Tally::of(out).with_skips(2);
+        assert_eq!(tally, Tally { passed: 2, failed: 0, ignored: 1, skipped_at_run_time: 2 });
+        assert_eq!(
+            tally.to_string(),
+            "2 passed, 0 failed, 3 skipped (2 of them at run time: this machine cannot run them)"
+        );
+    }
+
+    #[test]
+    fn unfinished_tests_are_the_listed_ones_without_a_result() {
+        let listed = vec!["a".to_string(), "b::c".to_string(), "d".to_string()];
+        let out = "running 3 tests\ntest a ... ok\ntest d ... FAILED\n";
+        assert_eq!(unfinished_tests(&listed, out), vec!["b::c".to_string()]);
     }
 
     #[test]

@@ -2,33 +2,22 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::sync::{Mutex, MutexGuard};
+use cctrace_lab::serial::Serial;
 
-/// Tests that create namespaces and push traffic run one at a time: on two
-/// cores, parallel bulk flows would distort each other's timing.
-static LAB_LOCK: Mutex<()> = Mutex::new(());
-
-/// Whether this is a CI run (`CI=true`), where every test must run.
-pub(crate) fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Returns the lab lock, or `None` (after saying why) when the process may
-/// not create namespaces, in which case the test returns early. In CI
-/// (`CI=true`) that is a failure: a skipped test would pass without checking
-/// anything.
-pub(crate) fn lab() -> Option<MutexGuard<'static, ()>> {
+/// Returns the lab lock, or `None` (after saying why) when the process may not create
+/// namespaces, in which case the test returns early; under `CI=true` that is a failure. Tests
+/// that create namespaces and push traffic run one at a time (on two cores, parallel bulk flows
+/// would distort each other's timing): the guard is the machine-wide test lock.
+pub(crate) fn lab() -> Option<Serial> {
     if let Err(e) = cctrace_lab::check_privileges() {
         let detail = match e {
             cctrace_lab::LabError::NotPrivileged(d) => d,
             other => other.to_string(),
         };
-        let why = format!("needs root (CAP_NET_ADMIN) to create network namespaces ({detail})");
-        assert!(!in_ci(), "CI must run this test, but: {why}");
-        println!("skipped: {why}");
+        cctrace_lab::skip::skip(&format!("needs root (CAP_NET_ADMIN) to create network namespaces ({detail})"));
         return None;
     }
-    Some(LAB_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    Some(cctrace_lab::serial::serial().expect("the machine-wide test lock"))
 }
 
 /// Half-width of the two-sided binomial interval at z standard deviations.

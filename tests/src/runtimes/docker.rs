@@ -1,5 +1,6 @@
 //! Docker: the host's dockerd when one answers, else one started with state of its own.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::fs;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,7 +59,7 @@ impl Docker {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .status()
+                .status_within(CHILD_DEADLINE)
                 .is_ok_and(|s| s.success())
         };
         let (host, daemon) = if answers(system) {

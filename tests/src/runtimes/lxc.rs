@@ -1,5 +1,6 @@
 //! LXC from the busybox template, under the workspace's own lxcpath.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -50,14 +51,14 @@ impl Lxc {
         }
         // nginx daemonizes: its output (and the pipes it would hold open) go to a file.
         let nginx_log = c.lxcpath.join("nginx.log");
-        let attached = fs::File::create(&nginx_log).and_then(|out| {
+        let attached = fs::File::create(&nginx_log).map_err(anyhow::Error::from).and_then(|out| {
             let err = out.try_clone()?;
             c.lxc("lxc-attach")
                 .args(["--", "/usr/sbin/nginx", "-c", "/etc/nginx.conf"])
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err)
-                .status()
+                .status_within(CHILD_DEADLINE)
         });
         match attached {
             Ok(s) if s.success() => {}

@@ -9,6 +9,7 @@
 //! Everything a runtime starts or creates is undone on drop: containers, images, the daemon
 //! this started (never one it found), the state directories.
 
+use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -254,7 +255,7 @@ pub(crate) fn remove_workspace(dir: &Path) {
         mounts.lines().filter_map(|l| l.split_whitespace().nth(4)).filter(|m| m.starts_with(&prefix)).collect();
     below.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for m in below {
-        let _ = Command::new("umount").args(["-l", m]).status();
+        let _ = Command::new("umount").args(["-l", m]).status_within(CHILD_DEADLINE);
     }
     if let Err(e) = fs::remove_dir_all(dir) {
         eprintln!("removing {}: {e}", dir.display());
@@ -264,7 +265,7 @@ pub(crate) fn remove_workspace(dir: &Path) {
 /// Run `cmd`; its stdout, or an error with its stderr.
 pub fn run(cmd: &mut Command) -> Result<String> {
     let shown = format!("{cmd:?}");
-    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {shown}"))?;
+    let out = cmd.stdin(Stdio::null()).output_within(CHILD_DEADLINE).with_context(|| format!("running {shown}"))?;
     if !out.status.success() {
         bail!("{shown} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     }

@@ -292,8 +292,7 @@ pub fn decode(bytes: &[u8], ctx: &DecodeContext) -> Result<Sample, DecodeError> 
     if bytes.len() < header_len {
         return Err(DecodeError::TooShort(bytes.len()));
     }
-    // SAFETY: length checked above; RecordHeader is plain old data, read unaligned.
-    let header: RecordHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let header: RecordHeader = bytemuck::pod_read_unaligned(&bytes[..header_len]);
     if header.version != WIRE_VERSION {
         return Err(DecodeError::Version(header.version));
     }
@@ -303,9 +302,7 @@ pub fn decode(bytes: &[u8], ctx: &DecodeContext) -> Result<Sample, DecodeError> 
     if header.size as usize != FLOW_SAMPLE_SIZE || bytes.len() < FLOW_SAMPLE_SIZE {
         return Err(DecodeError::Length { declared: header.size, actual: bytes.len() });
     }
-    // SAFETY: at least FLOW_SAMPLE_SIZE bytes are present and FlowSample is plain old data
-    // (integers and byte arrays only), so any bit pattern is a valid value.
-    let raw: FlowSample = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let raw: FlowSample = bytemuck::pod_read_unaligned(&bytes[..FLOW_SAMPLE_SIZE]);
     from_raw(&raw, ctx)
 }
 
@@ -459,9 +456,7 @@ pub fn raw_sample_template() -> FlowSample {
 
 /// The bytes of a raw record, as the ring buffer would carry them.
 pub fn raw_bytes(raw: &FlowSample) -> Vec<u8> {
-    // SAFETY: FlowSample is repr(C) plain old data with explicit padding: all bytes initialised.
-    let slice = unsafe { std::slice::from_raw_parts((raw as *const FlowSample).cast::<u8>(), FLOW_SAMPLE_SIZE) };
-    slice.to_vec()
+    bytemuck::bytes_of(raw).to_vec()
 }
 
 #[cfg(test)]

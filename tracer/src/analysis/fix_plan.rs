@@ -74,9 +74,7 @@ pub fn decode_switch_records(bytes: &[u8]) -> Vec<Switched> {
     bytes
         .chunks_exact(SWITCH_RECORD_SIZE)
         .map(|chunk| {
-            // SAFETY: SwitchRecord is repr(C) of integers and byte arrays (every bit pattern is
-            // valid) and the chunk holds exactly its size; read_unaligned needs no alignment.
-            let r: SwitchRecord = unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) };
+            let r: SwitchRecord = bytemuck::pod_read_unaligned(chunk);
             Switched {
                 cookie: r.cookie,
                 old_cc: cc_str(&r.old_cc),
@@ -522,8 +520,7 @@ mod tests {
             sport: 40000,
             dport: 5201,
         };
-        // SAFETY: a plain repr(C) struct viewed as its bytes.
-        let bytes = unsafe { std::slice::from_raw_parts((&raw const rec).cast::<u8>(), SWITCH_RECORD_SIZE) };
+        let bytes = bytemuck::bytes_of(&rec);
         let mut two = bytes.to_vec();
         two.extend_from_slice(bytes);
         two.extend_from_slice(&bytes[..5]);

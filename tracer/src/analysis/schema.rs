@@ -1,6 +1,6 @@
 //! The one definition of what cctrace prints and records: JSON Lines records for samples, flows
 //! and the run's summary. `--json` prints them, and recordings and exports use the same names.
-//! Names and units are the ones `ss -tni` users know (see the README's table).
+//! Names and units are the ones `ss -tni` users know (the table in docs/json.md#flow-records).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -24,7 +24,17 @@ use crate::pipeline::{self, PipelineOptions};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::recording::{NewFile, RecordWriter, Recorder};
 use crate::signals::Shutdown;
-use crate::source::EventSource;
+use crate::source::{ActionPoll, EventSource, WithHostActions};
+
+/// How often the host's fix journal is read for actions other cctrace processes took.
+const HOST_ACTIONS_EVERY: Duration = Duration::from_secs(1);
+
+/// The actions other cctrace processes take on the host from now on (`cctrace fix`, another
+/// terminal UI's `f` and `u`), read from the fix journal.
+fn host_actions() -> ActionPoll {
+    let mut journal = crate::fix::journal::Tail::from_now();
+    Box::new(move || journal.poll())
+}
 
 /// The namespaces `--deep` works in: those `--netns` names, never the host's own.
 fn deep_namespaces(
@@ -79,7 +89,44 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
     if let Some(why) = &source.info().udp_per_packet {
         eprintln!("cctrace: UDP accounted on every packet (cgroup_skb at the cgroup root), not per syscall: {why}");
     }
+    if let Some(why) = &source.info().udp_unclassified {
+        eprintln!("cctrace: UDP flows counted but not classified as QUIC or WireGuard: {why}");
+    }
     Ok(source)
+}
+
+/// The OTLP export `--otlp` asks for, checked (a bad endpoint, header or CA file is one error
+/// line); `on_stderr` when nothing owns the terminal, so a collector going away is said there.
+fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<crate::metrics::OtlpExport>> {
+    let Some(endpoint) = &cli.otlp else { return Ok(None) };
+    let settings = crate::metrics::OtlpSettings {
+        endpoint: endpoint.clone(),
+        headers: cli
+            .otlp_header
+            .iter()
+            .cloned()
+            .chain(
+                std::env::var(crate::metrics::otlp::HEADERS_VARIABLE)
+                    .map(|v| crate::metrics::otlp::headers_from_env(&v))
+                    .unwrap_or_default(),
+            )
+            .collect(),
+        ca_file: cli.otlp_ca_file.clone(),
+        interval: cli.otlp_interval,
+        queue_requests: cli.otlp_queue,
+    };
+    let host =
+        crate::metrics::otlp::encode::Host { name: crate::host::hostname(), kernel: crate::host::kernel_release() };
+    fn in_log(line: &str) {
+        log::warn!("{line}");
+    }
+    fn on_stderr_too(line: &str) {
+        log::warn!("{line}");
+        eprintln!("cctrace: {line}");
+    }
+    let clock = crate::analysis::time::WallClock::from_start(start.0, start.1);
+    let say = if on_stderr { on_stderr_too } else { in_log };
+    crate::metrics::OtlpExport::start(&settings, &host, clock, start.0, say).map(Some)
 }
 
 /// A recording's header: this host, the run's start, its settings, filter and hooks.
@@ -115,7 +162,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     };
     let headless = matches!(cli.command, Some(Command::Record { .. } | Command::Serve));
     let listen = match cli.command {
-        Some(Command::Serve) => Some(cli.listen.unwrap_or(DEFAULT_LISTEN)),
+        Some(Command::Serve) if cli.otlp.is_none() => Some(cli.listen.unwrap_or(DEFAULT_LISTEN)),
         _ => cli.listen,
     };
     if let Some(addr) = listen {
@@ -150,12 +197,19 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     let spec = filter_spec(cli);
     let host_paths = HostPaths { cgroup_root: cgroup2_mount() };
     let resolved = resolve(&spec, &env, &host_paths)?;
-    // The port is taken before anything is attached: a port in use fails fast.
+    // The port is taken and the collector's address checked before anything is attached: a
+    // port in use or a bad endpoint fails fast.
+    let json = !headless && (cli.json || !std::io::stdout().is_terminal());
+    let otlp = otlp_export(cli, start, json || headless)?;
+    let otlp_status = otlp.as_ref().map(crate::metrics::OtlpExport::status);
     let metrics_config = crate::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
     let mut metrics = match listen {
         Some(addr) => Some(crate::metrics::MetricsService::start(addr, metrics_config, Vec::new()).await?),
-        None => None,
+        None => otlp.is_some().then(|| crate::metrics::MetricsService::without_server(metrics_config, Vec::new())),
     };
+    if let (Some(m), Some(otlp)) = (&mut metrics, otlp) {
+        m.set_otlp(otlp);
+    }
     // Attach first so the demo's connections are seen from their first packet.
     let deep_namespaces = if cli.deep {
         Some(deep_namespaces(&resolved, &env)?)
@@ -214,7 +268,6 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         duration: cli.duration,
         ..PipelineOptions::default()
     };
-    let json = !headless && (cli.json || !std::io::stdout().is_terminal());
     let tick = if json || headless { pipeline_opts.tick } else { crate::tui::TuiOptions::default().frame_interval };
     let recorder = match new_file {
         Some(file) => {
@@ -246,20 +299,31 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         if let Some(addr) = serving {
             eprintln!("cctrace: serving metrics at http://{addr}/metrics");
         }
+        if let Some(otlp) = &cli.otlp {
+            eprintln!(
+                "cctrace: exporting to the OTLP collector at {otlp}: metrics every {} s, events as they happen",
+                cli.otlp_interval.as_secs()
+            );
+        }
         let filter = live_filter.context("the filter maps are missing")?;
         let clock = crate::clock::monotonic_now_ns;
         let extras = Extras { job: Some(FilterUpkeep(filter)), recorder, metrics };
         let summary = if headless {
             let mut front = stack(Headless, extras);
+            let mut source = WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         } else {
             let out = LineWriter::spawn(Box::new(std::io::stdout()));
             let json = JsonOutput::new(out, crate::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
             let mut front = stack(json, extras);
+            let mut source = WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY);
             pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
         };
         if let Some(r) = &recording {
             eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
+        }
+        if let Some(o) = &otlp_status {
+            eprintln!("{}", o.line());
         }
         summary.map(drop)
     } else {
@@ -267,6 +331,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         let mut described = source.describe();
         if let Some(addr) = serving {
             described.push_str(&format!(" · metrics on http://{addr}/metrics"));
+        }
+        if let Some(otlp) = &cli.otlp {
+            described.push_str(&format!(" · OTLP to {otlp}"));
         }
         if let Some(d) = &demo_description {
             described.push_str(&format!(" · {d}"));
@@ -282,7 +349,7 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         // `f` and `u` change the host through the same code as `cctrace fix`.
         let fixer = Some(Box::<crate::fix::HostFixer>::default() as crate::tui::FixControlBox);
         let summary = crate::tui::run(
-            &mut source,
+            &mut WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY),
             &mut analysis,
             header,
             &opts,
@@ -299,6 +366,9 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
         }
         if let Some(r) = &recording {
             eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
+        }
+        if let Some(o) = &otlp_status {
+            eprintln!("{}", o.line());
         }
         summary.map(drop)
     };

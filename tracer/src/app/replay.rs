@@ -25,8 +25,8 @@ pub(super) async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
     if !filter_spec(cli).is_empty() || cli.record.is_some() {
         anyhow::bail!("a replay takes no --cgroup, --container, --netns or --record: they apply while recording");
     }
-    if cli.listen.is_some() {
-        anyhow::bail!("a replay takes no --listen: metrics are served while tracing live (cctrace serve)");
+    if cli.listen.is_some() || cli.otlp.is_some() {
+        anyhow::bail!("a replay takes no --listen or --otlp: metrics are exported while tracing live (cctrace serve)");
     }
     let mut shutdown = Shutdown::install()?;
     let mut source = RecordingSource::open(file)?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 
-use super::values::{bounded_f64, duration_secs, ring_kib};
+use super::values::{bounded_f64, duration_secs, otlp_interval, ring_kib};
 use crate::kernel::HookMode;
 
 #[derive(Parser, Debug)]
@@ -101,6 +101,30 @@ pub struct Cli {
     /// terminal UI or JSON; `cctrace serve` listens on 127.0.0.1:9617 without it.
     #[arg(long, global = true, value_name = "ADDR", help_heading = "Metrics")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Push the metrics, and flagged flows and fixes as events, to an OpenTelemetry collector
+    /// over OTLP/HTTP (protobuf): its base URL, e.g. http://collector:4318 (/v1/metrics and
+    /// /v1/logs are added). `cctrace serve --otlp URL` serves no Prometheus endpoint unless
+    /// --listen is given too.
+    #[arg(long, global = true, value_name = "URL", help_heading = "Metrics")]
+    pub otlp: Option<String>,
+    /// Seconds between two metric exports to the collector, 1 to 3600 (events go out as they
+    /// happen).
+    #[arg(long, global = true, value_name = "S", value_parser = otlp_interval, requires = "otlp",
+          default_value = "15", help_heading = "Metrics")]
+    pub otlp_interval: Duration,
+    /// A header sent with every export (an API key, a tenant): KEY=VALUE. Repeatable. A secret
+    /// is better kept out of the command line, in OTEL_EXPORTER_OTLP_HEADERS (key=value,...).
+    #[arg(long, global = true, value_name = "KEY=VALUE", requires = "otlp", help_heading = "Metrics")]
+    pub otlp_header: Vec<String>,
+    /// Trust only the CA certificates in this PEM file for an https:// collector (default:
+    /// the system's roots).
+    #[arg(long, global = true, value_name = "PEM", requires = "otlp", help_heading = "Metrics")]
+    pub otlp_ca_file: Option<std::path::PathBuf>,
+    /// Requests the OTLP queue holds while the collector is away (the tests make it small, to
+    /// see it fill quickly).
+    #[arg(long, global = true, value_name = "N", default_value_t = crate::metrics::otlp::sender::QUEUE_REQUESTS,
+          value_parser = clap::value_parser!(u16).range(1..=4096).map(usize::from), requires = "otlp", hide = true)]
+    pub otlp_queue: usize,
     /// Allow --listen on an address other than loopback (the metrics name this host's
     /// containers and flows).
     #[arg(long, global = true, help_heading = "Metrics")]
@@ -147,8 +171,9 @@ pub enum Command {
         file: std::path::PathBuf,
     },
     /// Serve Prometheus metrics without a terminal (as a service): http://ADDR/metrics in the
-    /// text format or OpenMetrics, and /health; --listen ADDR, default 127.0.0.1:9617. Until
-    /// SIGTERM, Ctrl-C or --duration.
+    /// text format or OpenMetrics, and /health; --listen ADDR, default 127.0.0.1:9617 (none
+    /// with --otlp alone). With --otlp URL, push them and events to an OpenTelemetry collector.
+    /// Until SIGTERM, Ctrl-C or --duration.
     Serve,
     /// Play back a recording: the terminal UI, or with --json exactly the lines the live run
     /// printed (the recorded instants, host facts and thresholds).

@@ -10,7 +10,8 @@ use clap_complete::Shell;
 /// The name users type, and the one completions register for.
 const BIN_NAME: &str = "cctrace";
 
-/// `cctrace --version`: the version, the commit it was built from, and what is built in. The
+/// `cctrace --version`: the version, the commit it was built from, the architecture it was built
+/// for (`x86_64`, `aarch64`: one binary per architecture), and what is built in. The
 /// eBPF and deep-mode lines come from build.rs, which leaves an empty object (and says why) when
 /// the build machine lacked the toolchain for one of them.
 pub fn long_version() -> &'static str {
@@ -32,9 +33,10 @@ pub fn long_version() -> &'static str {
             "dynamic (needs the build host's glibc, libelf and zlib)"
         };
         format!(
-            "{}\ncommit: {}\neBPF programs: {}\ndeep mode: {}\nlinked: {linkage}",
+            "{}\ncommit: {}\narchitecture: {}\neBPF programs: {}\ndeep mode: {}\nlinked: {linkage}",
             env!("CARGO_PKG_VERSION"),
             env!("CCTRACE_COMMIT"),
+            std::env::consts::ARCH,
             built_in(env!("CCTRACE_EBPF_UNAVAILABLE")),
             built_in(env!("CCTRACE_DEEP_UNAVAILABLE")),
         )
@@ -94,6 +96,7 @@ mod tests {
     fn the_long_version_says_what_is_built_in() {
         let text = long_version();
         assert!(text.starts_with(env!("CARGO_PKG_VERSION")), "{text}");
+        assert!(text.contains(&format!("\narchitecture: {}\n", std::env::consts::ARCH)), "{text}");
         for line in ["commit: ", "eBPF programs: ", "deep mode: ", "linked: "] {
             assert!(text.contains(line), "{line} missing from {text}");
         }

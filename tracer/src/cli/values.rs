@@ -15,6 +15,15 @@ pub fn duration_secs(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
 }
 
+/// Seconds between two OTLP metric exports: a whole number from 1 (snapshots are made once a
+/// second) to 3600.
+pub fn otlp_interval(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(secs @ 1..=3600) => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("'{text}' is not a whole number of seconds from 1 to 3600")),
+    }
+}
+
 /// A finite number in `[min, max]`.
 pub fn bounded_f64(min: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
     move |text: &str| {
@@ -27,7 +36,8 @@ pub fn bounded_f64(min: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> +
     }
 }
 
-/// Ring-buffer size in KiB: a power of two from one page (4 KiB) to 1 GiB.
+/// Ring-buffer size in KiB: a power of two from 4 KiB to 1 GiB (and at least one of the kernel's
+/// pages, which loading checks: 16 KiB on some arm64 kernels).
 pub fn ring_kib(text: &str) -> Result<u32, String> {
     let kib: u32 = text.trim().parse().map_err(|_| format!("'{text}' is not a whole number of KiB"))?;
     if (4..=1 << 20).contains(&kib) && kib.is_power_of_two() {
@@ -54,6 +64,10 @@ mod tests {
             assert!(duration_secs(bad).is_err(), "{bad}");
         }
         assert!(duration_secs("315360000").is_ok());
+        assert_eq!(otlp_interval("15"), Ok(Duration::from_secs(15)));
+        for bad in ["0", "3601", "1.5", "-1", "x"] {
+            assert!(otlp_interval(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `cctrace fix`: apply the fix to one network namespace, switch its running flows live, and
 //! undo it. The plan, the state and the messages are built in [`crate::analysis::fix_plan`];
-//! this is the part that reads the host, asks, acts and logs every action.
+//! this is the part that reads the host, asks, acts and logs every action, in the log and in
+//! the host's [`journal`] every running cctrace reads.
 
 use std::path::Path;
 
@@ -15,6 +16,7 @@ use crate::live_filter::HostPaths;
 
 mod apply;
 mod host_io;
+pub mod journal;
 mod undo;
 
 use apply::*;
@@ -66,7 +68,7 @@ pub fn run(args: &FixArgs) -> Result<()> {
         }
         confirm(args.yes)?;
         log::info!("undo of the fix of {} (inode {}) confirmed: {:?}", target.reached, target.netns, undo.lines());
-        carry_out_undo(&undo, &env, &mut switcher, &mut say)?;
+        carry_out_undo(&undo, &env, &mut switcher, &mut say).inspect(journal::append)?;
     } else {
         let plan = prepare_fix(&target, &args.cc, args.live, args.persist, &env, &mut switcher)?;
         for line in plan.lines() {
@@ -79,7 +81,7 @@ pub fn run(args: &FixArgs) -> Result<()> {
             target.netns,
             plan.lines()
         );
-        carry_out_fix(&plan, &env, &mut switcher, &mut say)?;
+        carry_out_fix(&plan, &env, &mut switcher, &mut say).inspect(journal::append)?;
     }
     Ok(())
 }
@@ -109,7 +111,9 @@ impl FixControl for HostFixer {
             plan.lines()
         );
         let env = crate::host::environment();
-        carry_out_fix(plan, &env, &mut self.switcher, &mut |_| {}).map_err(|e| format!("{e:#}"))
+        carry_out_fix(plan, &env, &mut self.switcher, &mut |_| {})
+            .inspect(journal::append)
+            .map_err(|e| format!("{e:#}"))
     }
 
     fn undo(&mut self, _shown: &Environment, netns: u32) -> Result<ActionRecord, String> {
@@ -121,7 +125,9 @@ impl FixControl for HostFixer {
             UndoPrep::Ready(undo) => undo,
         };
         log::info!("undo of the fix of {} (inode {}) asked in the terminal UI", target.reached, target.netns);
-        carry_out_undo(&undo, &env, &mut self.switcher, &mut |_| {}).map_err(|e| format!("{e:#}"))
+        carry_out_undo(&undo, &env, &mut self.switcher, &mut |_| {})
+            .inspect(journal::append)
+            .map_err(|e| format!("{e:#}"))
     }
 }
 

@@ -179,6 +179,9 @@ pub struct KernelInfo {
     pub udp_unavailable: Option<String>,
     /// Why UDP is accounted on every packet (`cgroup_skb`) rather than per syscall, when it is.
     pub udp_per_packet: Option<String>,
+    /// Why UDP counted per syscall is not classified (the caller's buffer cannot be found on
+    /// this architecture or kernel), when it is counted so and is not.
+    pub udp_unclassified: Option<String>,
 }
 
 impl KernelInfo {
@@ -236,7 +239,7 @@ impl KernelSource {
         let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
         let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
         let udp_config = udp::config(&btf_resolver, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
-        let udp_syscall_config = udp::syscall_config(&btf_resolver);
+        let (udp_syscall_config, udp_unclassified) = udp::syscall_config(&btf_resolver);
         // A socket small enough is copied whole when a sample is written: one read, not forty.
         let sock_span = btf_resolver
             .struct_size("tcp_sock")
@@ -268,9 +271,13 @@ impl KernelSource {
         // so older kernels do not fail map creation.
         raise_memlock();
 
-        let page = 4096u32;
+        // The kernel's page, not x86-64's: 16 KiB on a Raspberry Pi 5, 64 KiB on some arm64 servers.
+        let page = crate::host::page_size();
         if opts.ring_bytes < page || !opts.ring_bytes.is_power_of_two() {
-            bail!("the ring buffer size must be a power of two of at least {page} bytes, got {}", opts.ring_bytes);
+            bail!(
+                "the ring buffer size must be a power of two of at least one page ({page} bytes here), got {}",
+                opts.ring_bytes
+            );
         }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", opts.ring_bytes)
@@ -320,6 +327,9 @@ impl KernelSource {
             udp::UdpWay::PerSyscall => None,
             udp::UdpWay::PerPacket(why) => Some(why.clone()),
         });
+        // Per packet, the payload is read from the packet itself: the registers play no part.
+        let per_syscall = udp.as_ref().is_some_and(|u| u.way == udp::UdpWay::PerSyscall);
+        let udp_unclassified = udp_unclassified.filter(|_| per_syscall);
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
@@ -342,6 +352,7 @@ impl KernelSource {
                 snapshot,
                 udp_unavailable,
                 udp_per_packet,
+                udp_unclassified,
             },
             udp,
             udp_read_ns: 0,

@@ -105,24 +105,43 @@ impl BtfResolver {
         Ok(None)
     }
 
-    /// Locate `struct_name.path` (path components separated by dots).
+    /// Locate `struct_name.path` (path components separated by dots; an array member may be
+    /// indexed, as in `user_regs.regs[1]`).
     pub fn field(&self, struct_name: &str, path: &str) -> Result<FieldLoc> {
         let mut current = Type::Struct(self.find_struct(struct_name)?);
         let mut bit_offset = 0u32;
         let mut bits = None;
         for part in path.split('.') {
+            let (name, index) = split_index(part).with_context(|| format!("BTF: {struct_name}.{path}"))?;
             let s = match &current {
                 Type::Struct(s) | Type::Union(s) => s.clone(),
-                _ => bail!("BTF: {struct_name}.{path}: {part} is inside a non-struct"),
+                _ => bail!("BTF: {struct_name}.{path}: {name} is inside a non-struct"),
             };
             let (off, b, t) =
-                self.find_member(&s, part, 0)?.ok_or_else(|| anyhow!("BTF: {struct_name} has no member {path}"))?;
+                self.find_member(&s, name, 0)?.ok_or_else(|| anyhow!("BTF: {struct_name} has no member {path}"))?;
             bit_offset += off;
             bits = b;
             current = t;
+            if let Some(index) = index {
+                let Type::Array(array) = &current else { bail!("BTF: {struct_name}.{path}: {name} is not an array") };
+                if index >= array.len() {
+                    bail!("BTF: {struct_name}.{path}: {name} has {} elements", array.len());
+                }
+                let element = self.concrete(self.btf.resolve_chained_type(array).map_err(|e| anyhow!("BTF: {e}"))?)?;
+                let stride = u32::try_from(self.type_size(&element) * 8 * index)?;
+                bit_offset += stride;
+                current = element;
+            }
         }
         Ok(FieldLoc { bit_offset, bitfield_bits: bits, size: self.type_size(&current) })
     }
+}
+
+/// A path component and its array index: `regs[1]` is `("regs", Some(1))`, `sp` is `("sp", None)`.
+fn split_index(part: &str) -> Result<(&str, Option<usize>)> {
+    let Some((name, rest)) = part.split_once('[') else { return Ok((part, None)) };
+    let index = rest.strip_suffix(']').and_then(|i| i.parse().ok()).ok_or_else(|| anyhow!("bad index in {part}"))?;
+    Ok((name, Some(index)))
 }
 
 /// One field the programs read: struct, path, and the size the program reads it as.
@@ -313,6 +332,21 @@ mod tests {
         let Some(btf) = resolver() else { return };
         let err = btf.field("tcp_sock", "no_such_field").expect_err("absent");
         assert!(err.to_string().contains("tcp_sock has no member no_such_field"), "{err}");
+    }
+
+    #[test]
+    fn array_members_are_indexed_by_their_element_size() {
+        let Some(btf) = resolver() else { return };
+        assert_eq!(split_index("regs[4]").unwrap(), ("regs", Some(4)));
+        assert_eq!(split_index("sp").unwrap(), ("sp", None));
+        assert!(split_index("regs[x]").is_err());
+        // tcp_sock.rtt_min is a minmax: an array of three samples of 8 bytes each.
+        let whole = btf.field("tcp_sock", "rtt_min.s").unwrap();
+        let second = btf.field("tcp_sock", "rtt_min.s[1]").unwrap();
+        assert_eq!(second.bit_offset - whole.bit_offset, 8 * 8);
+        assert_eq!(second.size, 8);
+        assert!(btf.field("tcp_sock", "rtt_min.s[3]").is_err(), "out of bounds");
+        assert!(btf.field("tcp_sock", "snd_cwnd[0]").is_err(), "not an array");
     }
 
     #[test]

@@ -33,8 +33,8 @@ impl Switcher {
         let resolved = offsets::resolve(&resolver).context("resolving kernel struct offsets from BTF")?;
         raise_memlock();
         let mut ebpf = EbpfLoader::new()
-            // The tracing maps are not used here: the smallest ring buffer will do.
-            .map_max_entries("EVENTS", 4096)
+            // The tracing maps are not used here: the smallest ring buffer, one page, will do.
+            .map_max_entries("EVENTS", crate::host::page_size())
             .override_global("OFFSETS", &resolved.offsets, true)
             .load(EBPF_OBJECT)
             .map_err(|e| anyhow!("loading the eBPF object into the kernel failed: {}", error_chain(&e)))?;

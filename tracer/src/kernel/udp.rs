@@ -53,36 +53,84 @@ pub fn config(btf: &BtfResolver, offsets: &Offsets, heavy_bytes_per_window: u64)
         inode_ino: at("inode", "i_ino"),
         skc_net: offsets.skc_net,
         net_ns_inum: offsets.net_ns_inum,
+        sender_pid: u32::from(cgroup_skb_knows_the_sender()),
         ..SkbConfig::default_config()
     }
 }
 
-/// Where the per-syscall programs find the caller's buffer: `struct pt_regs` offsets and syscall
-/// numbers of this architecture (left unresolved elsewhere: datagrams are still counted, their
-/// payload is not sampled), and the socket-wide `UDP_SEGMENT` size.
-pub fn syscall_config(btf: &BtfResolver) -> UdpSyscallConfig {
+/// Whether `cgroup_skb` programs may call `bpf_get_current_pid_tgid` on this kernel (6.1's may
+/// not, and refused the per-packet programs whole when they did): libbpf loads a probe program.
+fn cgroup_skb_knows_the_sender() -> bool {
+    // SAFETY: a probe that loads and closes a program of its own; no pointer is passed (the
+    // options may be NULL).
+    let supported = unsafe {
+        libbpf_sys::libbpf_probe_bpf_helper(
+            libbpf_sys::BPF_PROG_TYPE_CGROUP_SKB,
+            libbpf_sys::BPF_FUNC_get_current_pid_tgid,
+            std::ptr::null(),
+        )
+    };
+    supported == 1
+}
+
+/// The saved user registers that hold the syscall number and arguments 1 (the buffer or
+/// message) and 4 (`sendto`'s destination), as paths into this architecture's `struct pt_regs`:
+/// the syscall convention is the architecture's, the layout is read from the kernel's BTF.
+/// x86-64: the number in `orig_ax`, arguments in di, si, dx, r10, r8. arm64: the number in
+/// `syscallno` (an s32: the program reads 8 bytes and keeps the low 4, little-endian), arguments
+/// in x0-x5 of the `user_pt_regs` at the head of its `pt_regs`.
+#[cfg(target_arch = "x86_64")]
+const SYSCALL_REGISTERS: Option<[&str; 3]> = Some(["orig_ax", "si", "r8"]);
+#[cfg(target_arch = "aarch64")]
+const SYSCALL_REGISTERS: Option<[&str; 3]> = Some(["syscallno", "user_regs.regs[1]", "user_regs.regs[4]"]);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const SYSCALL_REGISTERS: Option<[&str; 3]> = None;
+
+/// The syscalls by [`udp_syscall`] index: numbers both architectures have (arm64 has no
+/// `send`/`recv` of its own either; libc's go through `sendto`/`recvfrom`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn syscall_numbers() -> [u32; udp_syscall::COUNT] {
+    let mut nr = [u32::MAX; udp_syscall::COUNT];
+    nr[udp_syscall::WRITE] = libc::SYS_write as u32;
+    nr[udp_syscall::SENDTO] = libc::SYS_sendto as u32;
+    nr[udp_syscall::WRITEV] = libc::SYS_writev as u32;
+    nr[udp_syscall::SENDMSG] = libc::SYS_sendmsg as u32;
+    nr[udp_syscall::SENDMMSG] = libc::SYS_sendmmsg as u32;
+    nr[udp_syscall::READ] = libc::SYS_read as u32;
+    nr[udp_syscall::RECVFROM] = libc::SYS_recvfrom as u32;
+    nr[udp_syscall::READV] = libc::SYS_readv as u32;
+    nr[udp_syscall::RECVMSG] = libc::SYS_recvmsg as u32;
+    nr[udp_syscall::RECVMMSG] = libc::SYS_recvmmsg as u32;
+    nr
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn syscall_numbers() -> [u32; udp_syscall::COUNT] {
+    [u32::MAX; udp_syscall::COUNT]
+}
+
+/// Where the per-syscall programs find the caller's buffer (`struct pt_regs` offsets and
+/// syscall numbers of this architecture) and the socket-wide `UDP_SEGMENT` size; with the
+/// reason when the buffer cannot be found (datagrams are then counted, their payload not
+/// classified).
+pub fn syscall_config(btf: &BtfResolver) -> (UdpSyscallConfig, Option<String>) {
     let at = |strukt: &str, path: &str| btf.field(strukt, path).map_or(tracer_common::ABSENT, |f| f.bit_offset / 8);
     let mut config = UdpSyscallConfig { udp_gso_size: at("udp_sock", "gso_size"), ..UdpSyscallConfig::unresolved() };
-    #[cfg(target_arch = "x86_64")]
-    {
-        // The x86-64 syscall convention: the number in orig_ax, arguments in di, si, dx, r10, r8.
-        config.regs_nr = at("pt_regs", "orig_ax");
-        config.regs_arg1 = at("pt_regs", "si");
-        config.regs_arg4 = at("pt_regs", "r8");
-        let mut nr = [u32::MAX; udp_syscall::COUNT];
-        nr[udp_syscall::WRITE] = libc::SYS_write as u32;
-        nr[udp_syscall::SENDTO] = libc::SYS_sendto as u32;
-        nr[udp_syscall::WRITEV] = libc::SYS_writev as u32;
-        nr[udp_syscall::SENDMSG] = libc::SYS_sendmsg as u32;
-        nr[udp_syscall::SENDMMSG] = libc::SYS_sendmmsg as u32;
-        nr[udp_syscall::READ] = libc::SYS_read as u32;
-        nr[udp_syscall::RECVFROM] = libc::SYS_recvfrom as u32;
-        nr[udp_syscall::READV] = libc::SYS_readv as u32;
-        nr[udp_syscall::RECVMSG] = libc::SYS_recvmsg as u32;
-        nr[udp_syscall::RECVMMSG] = libc::SYS_recvmmsg as u32;
-        config.nr = nr;
+    let Some([nr, arg1, arg4]) = SYSCALL_REGISTERS else {
+        return (config, Some(format!("no syscall register convention known for {}", std::env::consts::ARCH)));
+    };
+    let registers = [nr, arg1, arg4].map(|path| btf.field("pt_regs", path).map(|f| f.bit_offset / 8));
+    match registers {
+        [Ok(nr), Ok(arg1), Ok(arg4)] => {
+            (config.regs_nr, config.regs_arg1, config.regs_arg4) = (nr, arg1, arg4);
+            config.nr = syscall_numbers();
+            (config, None)
+        }
+        [nr, arg1, arg4] => {
+            let why = [nr, arg1, arg4].into_iter().find_map(Result::err).map(|e| e.to_string()).unwrap_or_default();
+            (config, Some(format!("the kernel's saved syscall registers are not where cctrace looks: {why}")))
+        }
     }
-    config
 }
 
 /// How the attached accounting counts: per syscall, or per packet and why.
@@ -310,6 +358,23 @@ fn sample_of(cookie: u64, s: &UdpSocketState, now_ns: u64, owner: Option<Process
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_architectures_syscall_registers_are_found_in_the_kernels_btf() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            crate::test_support::skip("/sys/kernel/btf/vmlinux is absent (kernel without CONFIG_DEBUG_INFO_BTF)");
+            return;
+        }
+        let btf = BtfResolver::from_sys_fs().expect("BTF parses");
+        let (config, unclassified) = syscall_config(&btf);
+        assert_eq!(unclassified, None);
+        // What arch/*/include/asm/ptrace.h lays out: x86-64's orig_ax, si and r8 are its 16th,
+        // 14th and 10th registers; arm64's x1 and x4 follow x0 at the head, and syscallno comes
+        // after the 31 registers, sp, pc, pstate and orig_x0.
+        let expected = if cfg!(target_arch = "x86_64") { (15 * 8, 13 * 8, 9 * 8) } else { (35 * 8, 8, 4 * 8) };
+        assert_eq!((config.regs_nr, config.regs_arg1, config.regs_arg4), expected);
+        assert_eq!(config.nr[udp_syscall::SENDTO], libc::SYS_sendto as u32);
+    }
 
     #[test]
     fn a_wireguard_device_is_found_by_its_device_type() {

@@ -1,14 +1,18 @@
-//! The Prometheus metrics service (what Prometheus calls an exporter; the after-the-fact files are
-//! `crate::export`): `cctrace serve` (headless), and `--listen` beside any other front
-//! end, fed by the same pipeline.
+//! The metrics service (what Prometheus calls an exporter; the after-the-fact files are
+//! `crate::export`): `cctrace serve` (headless), and `--listen` or `--otlp` beside any other
+//! front end, fed by the same pipeline.
 //!
-//! [`model`] computes what is exposed from the analysis (pure, tested on feeds);
-//! [`exposition`] encodes it with the Prometheus client; [`server`] serves it over HTTP.
+//! [`model`] computes what is exposed from the analysis (pure, tested on feeds); [`families`]
+//! lists it as metric families; [`exposition`] encodes those with the Prometheus client and
+//! [`server`] serves them over HTTP; [`otlp`] pushes the same families, and the events worth
+//! telling at once, to an OpenTelemetry collector.
 //! [`WithMetrics`] wraps a front end the way [`crate::recording::Recording`] does, so the TUI or
 //! JSON output and the exporter see the same samples and ticks.
 
 pub mod exposition;
+pub mod families;
 pub mod model;
+pub mod otlp;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -16,7 +20,7 @@ use std::net::SocketAddr;
 use anyhow::Result;
 
 use crate::analysis::event::Sample;
-use crate::analysis::schema::SummaryRecord;
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::side_job::{Beside, SideJob};
@@ -24,6 +28,7 @@ use crate::source::HookCostReader;
 
 pub use exposition::{Exposition, Format, SharedSnapshot};
 pub use model::{MetricsConfig, MetricsModel, Snapshot};
+pub use otlp::{OtlpExport, OtlpSettings, OtlpStatus};
 pub use server::{check_listen, MetricsServer, ServeError};
 
 /// The snapshot is recomputed at most this often (the analysis judges flows once a second);
@@ -45,7 +50,7 @@ struct SnapshotInputs {
     udp_flows: usize,
 }
 
-/// The exporter's state: the model, what scrapes read, and the HTTP server.
+/// The exporter's state: the model, what scrapes read, the HTTP server, the OTLP export.
 pub struct MetricsService {
     model: MetricsModel,
     shared: SharedSnapshot,
@@ -54,6 +59,7 @@ pub struct MetricsService {
     /// Reads the attached hooks' run statistics.
     hook_costs: Option<HookCostReader>,
     server: Option<MetricsServer>,
+    otlp: Option<OtlpExport>,
     snapshot_at_ns: Option<u64>,
     /// What the last snapshot was made from; `None` once a batch of samples came since.
     snapshot_from: Option<SnapshotInputs>,
@@ -62,17 +68,28 @@ pub struct MetricsService {
 impl MetricsService {
     /// Serve on `addr` (already checked with [`check_listen`]).
     pub async fn start(addr: SocketAddr, cfg: MetricsConfig, hooks: Vec<(String, bool)>) -> Result<Self, ServeError> {
-        let shared = SharedSnapshot::default();
-        let server = MetricsServer::bind(addr, shared.clone()).await?;
-        Ok(Self {
+        let mut service = Self::without_server(cfg, hooks);
+        service.server = Some(MetricsServer::bind(addr, service.shared.clone()).await?);
+        Ok(service)
+    }
+
+    /// No HTTP endpoint (an OTLP export alone).
+    pub fn without_server(cfg: MetricsConfig, hooks: Vec<(String, bool)>) -> Self {
+        Self {
             model: MetricsModel::new(cfg),
-            shared,
+            shared: SharedSnapshot::default(),
             hooks,
             hook_costs: None,
-            server: Some(server),
+            server: None,
+            otlp: None,
             snapshot_at_ns: None,
             snapshot_from: None,
-        })
+        }
+    }
+
+    /// Also push the metrics, and the events, to an OpenTelemetry collector.
+    pub fn set_otlp(&mut self, otlp: OtlpExport) {
+        self.otlp = Some(otlp);
     }
 
     /// The kernel hooks, whether each is attached, and how to read the attached ones' costs
@@ -87,9 +104,15 @@ impl MetricsService {
         self.server.as_ref().map(MetricsServer::local_addr)
     }
 
-    fn publish(&mut self, analysis: &Analysis, counters: crate::source::SourceCounters) {
+    /// A new snapshot for scrapes, and for the OTLP export when its interval is up (or
+    /// `last`, at the end).
+    fn publish(&mut self, analysis: &Analysis, counters: crate::source::SourceCounters, last: bool) {
         let mut snapshot = self.model.snapshot(analysis, counters, &self.hooks);
         snapshot.health.hook_costs = self.hook_costs.as_ref().map(|read| read()).unwrap_or_default();
+        snapshot.health.otlp = self.otlp.as_ref().map(OtlpExport::counts);
+        if let Some(otlp) = &mut self.otlp {
+            otlp.on_snapshot(&snapshot, analysis.last_tick_ns(), last);
+        }
         self.shared.set(snapshot);
         self.snapshot_at_ns = Some(analysis.last_tick_ns());
     }
@@ -121,17 +144,34 @@ impl SideJob for MetricsService {
         let every = if self.snapshot_from == Some(inputs) { UNCHANGED_SNAPSHOT_EVERY_NS } else { SNAPSHOT_EVERY_NS };
         let due = self.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= every);
         if due {
-            self.publish(analysis, status.counters);
+            self.publish(analysis, status.counters, false);
             self.snapshot_from = Some(inputs);
+        }
+        if let Some(otlp) = &mut self.otlp {
+            otlp.on_tick(analysis);
         }
         Ok(())
     }
 
-    /// The final totals, then the server stops: a scrape from here on is refused.
+    fn on_actions(&mut self, actions: &[ActionRecord]) -> Result<()> {
+        if let Some(otlp) = &mut self.otlp {
+            otlp.on_actions(actions);
+        }
+        Ok(())
+    }
+
+    /// The final totals, then the server stops (a scrape from here on is refused) and the
+    /// OTLP export delivers what it still holds.
     async fn finish(&mut self, analysis: &Analysis, summary: &SummaryRecord) -> Result<()> {
-        self.publish(analysis, summary.counters());
+        if let Some(otlp) = &mut self.otlp {
+            otlp.on_tick(analysis);
+        }
+        self.publish(analysis, summary.counters(), true);
         if let Some(server) = self.server.take() {
             server.shutdown().await;
+        }
+        if let Some(otlp) = &mut self.otlp {
+            otlp.finish().await;
         }
         Ok(())
     }

@@ -51,6 +51,7 @@ impl MetricsConfig {
             + self.top_flagged * FLAGGED_SERIES
             + HEALTH_SERIES
             + HOOK_SERIES_MAX * 3
+            + OTLP_SERIES
     }
 }
 
@@ -62,6 +63,8 @@ pub const FLAGGED_SERIES: usize = 5;
 /// Host-wide series: the source's seven counters, flows tracked and evicted, flagged folded,
 /// overflow flows, build info.
 pub const HEALTH_SERIES: usize = 12;
+/// The OTLP export's own series (while it runs): exported and dropped, for metrics and logs.
+pub const OTLP_SERIES: usize = 4;
 /// Hooks cctrace attaches, with room to grow: each has a `cctrace_hook_attached` series and,
 /// when the kernel measures them, two of run statistics.
 pub const HOOK_SERIES_MAX: usize = 16;
@@ -140,6 +143,22 @@ pub struct Health {
     pub hooks: Vec<(String, bool)>,
     /// What each hook's program cost, when the kernel measures it (else empty).
     pub hook_costs: Vec<crate::source::HookCost>,
+    /// What the OTLP export delivered and dropped (`None` when it does not run).
+    pub otlp: Option<ExportCounts>,
+}
+
+/// What an exporter delivered and dropped of one kind of item, since the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Delivery {
+    pub sent: u64,
+    pub dropped: u64,
+}
+
+/// The OTLP export's totals: data points of metrics, log records of events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportCounts {
+    pub metric_points: Delivery,
+    pub log_records: Delivery,
 }
 
 /// Everything one scrape shows.
@@ -167,6 +186,7 @@ impl Snapshot {
             + HEALTH_SERIES
             + self.health.hooks.len()
             + self.health.hook_costs.len() * 2
+            + if self.health.otlp.is_some() { OTLP_SERIES } else { 0 }
     }
 }
 
@@ -366,6 +386,7 @@ impl MetricsModel {
                 flows_evicted: analysis.table.evicted(),
                 hooks: hooks.to_vec(),
                 hook_costs: Vec::new(),
+                otlp: None,
             },
         }
     }

@@ -7,12 +7,9 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 
 /// A test that needs something this machine lacks returns early with `why` on stderr; under
-/// `CI=true` (where root, BTF and cgroup v2 are given) it fails instead, so a skip can never
-/// pass for a check that did not run.
-pub(crate) fn skip(why: &str) {
-    assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "CI must run this test, but: {why}");
-    eprintln!("skipped: {why}");
-}
+/// `CI=true` (where root, BTF and cgroup v2 are given) it fails instead (the one rule, in the
+/// lab crate).
+pub(crate) use cctrace_lab::skip::skip;
 
 /// A writer whose bytes tests can read back.
 #[derive(Clone, Default)]

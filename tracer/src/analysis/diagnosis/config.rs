@@ -30,8 +30,10 @@ pub struct DiagnosisConfig {
     pub app_limited_share: f64,
     /// Share of samples with a send buffer under 60 % full that makes a flow application-limited.
     pub sndbuf_low_share: f64,
-    /// Loss episodes (see [`crate::analysis::model::LossEpisode`]) are judged over this many seconds: at 0.05 %
-    /// loss on 80 ms a CUBIC flow loses about once every 3 s, so a five-second window sees 0-2.
+    /// Loss episodes (see [`crate::analysis::model::LossEpisode`]) are judged over this many
+    /// seconds: at 0.05 % loss on 80 ms a CUBIC flow loses about once every 3 s, so a five-second
+    /// horizon would see 0-2; thirty see about ten, enough for the share of clean episodes to mean
+    /// something.
     pub loss_horizon_secs: f64,
     /// Episodes (after slow start) needed before the loss pattern is judged at all. Two: at
     /// 0.05 % on 80 ms a third comes only ~10 s after slow start, too late to flag within 15 s;

@@ -1,7 +1,8 @@
 use super::*;
-use crate::metrics::model::{GroupTotals, Health};
+use crate::metrics::model::{FlaggedSeries, GroupKey, GroupSeries, GroupTotals, Health};
 
-fn snapshot() -> Snapshot {
+/// A snapshot of one group with a flagged flow (its container name needs escaping).
+pub(crate) fn snapshot() -> Snapshot {
     let key = GroupKey { container: "jelly\"fin\n".into(), netns: 4026531840, cc: "cubic".into() };
     Snapshot {
         groups: vec![GroupSeries {

@@ -1,0 +1,165 @@
+//! Waiting for child processes with a deadline. A test that reads a child's output to its end
+//! hangs for ever when the child never ends (a lost signal, a peer that never closes): every wait
+//! here is bounded, and a child that overstays is killed and reported with what it printed.
+
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// The bound the tests put on a program they run to its end: the longest (the demo with
+/// `--duration 12`, a headless browser) take well under a minute; one still running after this
+/// is stuck, and is killed.
+pub const CHILD_DEADLINE: Duration = Duration::from_secs(120);
+
+/// How often a bounded wait looks at the child: short next to any deadline used here.
+const POLL: Duration = Duration::from_millis(20);
+
+/// How long a child's pipes may stay open after it exited: a grandchild it left running holds
+/// them, and the wait must not become unbounded through it.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
+/// `Command::output` and `Command::status` with a deadline.
+pub trait OutputWithin {
+    /// Run to the end with stdin closed, collecting stdout and stderr. A child still running
+    /// after `timeout` is killed, and the error names the command and what it had printed.
+    fn output_within(&mut self, timeout: Duration) -> Result<Output>;
+
+    /// Run to the end with the standard streams as the command sets them (inherited unless
+    /// set); a child still running after `timeout` is killed.
+    fn status_within(&mut self, timeout: Duration) -> Result<ExitStatus>;
+}
+
+impl OutputWithin for Command {
+    fn output_within(&mut self, timeout: Duration) -> Result<Output> {
+        let shown = describe(self);
+        let mut child = self
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting `{shown}`"))?;
+        collect_within(&mut child, timeout, &shown)
+    }
+
+    fn status_within(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let shown = describe(self);
+        let mut child = self.spawn().with_context(|| format!("starting `{shown}`"))?;
+        wait_within(&mut child, timeout, &format!("`{shown}`"))
+    }
+}
+
+/// Wait for a child whose stdout and stderr are piped (or not captured) and collect them, with a
+/// deadline: killed after `timeout`, and the error says what it printed by then.
+pub fn collect_within(child: &mut Child, timeout: Duration, what: &str) -> Result<Output> {
+    let stdout = child.stdout.take().map(drain);
+    let stderr = child.stderr.take().map(drain);
+    let waited = wait_within(child, timeout, what);
+    // The pipes close once the child is gone (killed on timeout), so the readers end, unless a
+    // grandchild holds them: then what was read so far is all there is.
+    let grace = Instant::now() + PIPE_GRACE;
+    let stdout = stdout.map(|r| collected(&r, grace)).unwrap_or_default();
+    let stderr = stderr.map(|r| collected(&r, grace)).unwrap_or_default();
+    match waited {
+        Ok(status) => Ok(Output { status, stdout, stderr }),
+        Err(e) => Err(e.context(format!("it printed on stdout: {:?}; on stderr: {:?}", tail(&stdout), tail(&stderr)))),
+    }
+}
+
+/// Wait for `child` to exit; after `timeout` kill it (SIGKILL) and fail.
+pub fn wait_within(child: &mut Child, timeout: Duration, what: &str) -> Result<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().with_context(|| format!("waiting for {what}"))? {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} (pid {}) was still running after {timeout:?} and was killed", child.id());
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Read a pipe on a thread of its own, sending each chunk as it comes.
+fn drain(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n @ 1..) = pipe.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Everything a reader sent until its pipe closed, or until `deadline`.
+fn collected(reader: &Receiver<Vec<u8>>, deadline: Instant) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    while let Ok(chunk) = reader.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        bytes.extend_from_slice(&chunk);
+    }
+    bytes
+}
+
+/// The last kilobyte of what a child printed: enough to see where it stopped.
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let start = text.len().saturating_sub(1024);
+    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    text[start..].to_string()
+}
+
+/// A command line for messages.
+pub(crate) fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_that_ends_gives_its_output() {
+        let out =
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]).output_within(Duration::from_secs(10));
+        let out = out.expect("sh ran");
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+    }
+
+    #[test]
+    fn a_child_that_overstays_is_killed_and_reported_with_what_it_printed() {
+        let started = Instant::now();
+        let err = Command::new("sh")
+            .args(["-c", "echo waiting; exec sleep 60"])
+            .output_within(Duration::from_millis(300))
+            .expect_err("sleep 60 cannot finish in 0.3 s");
+        assert!(started.elapsed() < Duration::from_secs(10), "the wait was bounded: {:?}", started.elapsed());
+        let text = format!("{err:#}");
+        assert!(text.contains("was still running after 300ms"), "{text}");
+        assert!(text.contains("waiting"), "says what it printed: {text}");
+    }
+
+    #[test]
+    fn a_grandchild_holding_the_pipes_does_not_hold_the_wait() {
+        let started = Instant::now();
+        let out = Command::new("sh").args(["-c", "sleep 30 & echo $!"]).output_within(Duration::from_secs(10));
+        let out = out.expect("sh ran");
+        let grandchild: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a pid");
+        // SAFETY: kill sends a signal to the sleep this test started; no memory is involved.
+        unsafe { libc::kill(grandchild, libc::SIGKILL) };
+        assert!(started.elapsed() < Duration::from_secs(8), "bounded by the grace: {:?}", started.elapsed());
+    }
+}

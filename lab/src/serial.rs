@@ -1,0 +1,40 @@
+//! One test at a time on this machine. Tests that load eBPF programs or build labs count
+//! programs with bpftool, change host-wide sysctls and measure timing on a 2-core machine: they
+//! must not overlap, whether they share a process (libtest's threads) or not (two test binaries
+//! at once, or a runner that starts a process per test, such as cargo-nextest).
+
+use std::fs::File;
+use std::os::fd::AsRawFd as _;
+use std::sync::{Mutex, MutexGuard};
+
+use anyhow::{Context, Result};
+
+/// The lock file every process's tests share: /run/lock is a tmpfs on every systemd host, so a
+/// lock never outlives a reboot, and the kernel drops it when its holder dies however it ends.
+const LOCK_FILE: &str = "/run/lock/cctrace-tests.lock";
+
+/// Held while one test runs: this process's mutex first (a second `flock` from the same process
+/// on another open file would block against itself), then the machine-wide file lock.
+#[derive(Debug)]
+pub struct Serial {
+    _file: File,
+    _thread: MutexGuard<'static, ()>,
+}
+
+/// Wait until no other test on this machine holds the lock, then hold it until the guard drops.
+pub fn serial() -> Result<Serial> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let thread = LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = std::path::Path::new(LOCK_FILE).parent().unwrap_or(std::path::Path::new("/tmp"));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .with_context(|| format!("opening {LOCK_FILE}"))?;
+    // SAFETY: flock on an fd this File owns for as long as the call runs; no memory involved.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    anyhow::ensure!(locked == 0, "locking {LOCK_FILE}: {}", std::io::Error::last_os_error());
+    Ok(Serial { _file: file, _thread: thread })
+}
