@@ -155,6 +155,10 @@ impl EventSource for WithHostActions<'_> {
         })
     }
 
+    fn take_ready(&mut self) -> Ready {
+        self.inner.take_ready()
+    }
+
     fn counters(&self) -> SourceCounters {
         self.inner.counters()
     }
