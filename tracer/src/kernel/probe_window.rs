@@ -381,9 +381,12 @@ impl ProbeWindow {
                 self.windows += 1;
                 self.mark = (probe_runs(), now_ns);
                 if self.link.is_none() {
-                    let started = crate::clock::thread_cpu_ns();
+                    let (started, from_ns) = (crate::clock::thread_cpu_ns(), crate::clock::monotonic_now_ns());
                     match attach(ebpf, self.classic) {
-                        Some(link) => self.link = Some(link),
+                        Some(link) => {
+                            self.link = Some(link);
+                            log_flip("attached", from_ns);
+                        }
                         None => self.attach_failures += 1,
                     }
                     self.cycle_so_far += crate::clock::thread_cpu_ns().saturating_sub(started);
@@ -400,8 +403,9 @@ impl ProbeWindow {
                 let runs = probe_runs();
                 match self.cost.on_close(runs.saturating_sub(runs_then), open_ns, closed_ns, plan.interval_ns) {
                     Closing::Detach => {
-                        let started = crate::clock::thread_cpu_ns();
+                        let (started, from_ns) = (crate::clock::thread_cpu_ns(), crate::clock::monotonic_now_ns());
                         detach(ebpf, self.link.take());
+                        log_flip("detached", from_ns);
                         self.cycle_so_far += crate::clock::thread_cpu_ns().saturating_sub(started);
                         self.detached = true;
                     }
@@ -432,6 +436,16 @@ impl ProbeWindow {
     pub(super) fn stop(&mut self) {
         self.stopped = true;
     }
+}
+
+/// The log target of every attach and detach: `RUST_LOG=cctrace::probe_window=debug` with
+/// `--log-file` writes when the program was attached, which the live tests hold its run count
+/// against (tests/tests/live.rs).
+const LOG_TARGET: &str = "cctrace::probe_window";
+
+/// `tcp_probe attached|detached FROM TO`: the CLOCK_MONOTONIC ns the system call began and ended.
+fn log_flip(what: &str, from_ns: u64) {
+    log::debug!(target: LOG_TARGET, "tcp_probe {what} {from_ns} {}", crate::clock::monotonic_now_ns());
 }
 
 fn attach(ebpf: &mut Ebpf, classic: bool) -> Option<HookLink> {
