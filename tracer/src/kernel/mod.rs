@@ -72,6 +72,8 @@ pub struct KernelOptions {
     pub udp: bool,
     /// Keep `tcp_probe`'s program attached between sample windows.
     pub probe_always_attached: bool,
+    /// Follow its windows whether or not they pay (tests of the windows).
+    pub probe_windows_always: bool,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
@@ -89,6 +91,7 @@ impl Default for KernelOptions {
             udp_heavy_bytes_per_sec: tracer_common::udp::DEFAULT_UDP_HEAVY_BYTES,
             udp: true,
             probe_always_attached: false,
+            probe_windows_always: false,
         }
     }
 }
@@ -296,12 +299,15 @@ impl KernelSource {
         let aya_btf = kernel_btf;
         let attached = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
         let reports = attached.reports;
-        let probe_window = ProbeWindow::new(
+        let mut probe_window = ProbeWindow::new(
             attached.probe_link,
             config.sample_interval_ns,
             crate::clock::monotonic_now_ns(),
             !opts.probe_always_attached,
         );
+        if opts.probe_windows_always {
+            probe_window.follow_windows_always();
+        }
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let ctx = DecodeContext { hz };
