@@ -13,7 +13,7 @@
 //! `--selfcost-rounds N` (1), `--base BIN` (the binary before a change, measured beside this
 //! one: the process's own cost, the observer, start-up and churn),
 //! `--windows-secs N` (6), `--windows-rounds N` (2),
-//! `--only throughput|selfcost|observer|windows|startup|churn`.
+//! `--only SECTION[,SECTION...]` (throughput, selfcost, observer, windows, startup, churn).
 
 mod bpf_stats;
 mod churn;
@@ -47,7 +47,7 @@ fn main() -> Result<()> {
         bail!("{} is not built: cargo build --release -p tracer", bin.display());
     }
     let only = arg("--only");
-    let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    let wanted = |section: &str| only.as_deref().is_none_or(|o| o.split(',').any(|s| s == section));
     let mut table: Vec<(String, String)> = Vec::new();
     let mut row = |what: &str, value: String| {
         println!("{what:<58} {value}");
