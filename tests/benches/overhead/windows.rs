@@ -14,9 +14,9 @@
 //!   cctrace with its defaults, under cctrace `--probe-always-attached`, and the binary before
 //!   a change when given; with the process's CPU a second and its programs' in-kernel time.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -207,22 +207,8 @@ impl IpiCounter {
             "tracepoint:ipi:ipi_send_cpu /pid == {pid}/ {{ @ipis = count(); }} \
              tracepoint:ipi:ipi_send_cpumask /pid == {pid}/ {{ @ipis = count(); }}"
         );
-        let mut child = Command::new("bpftrace")
-            .args(["-e", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting bpftrace")?;
-        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        let mut lines = BufReader::new(out);
-        let mut first = String::new();
-        lines.read_line(&mut first)?;
-        if !first.starts_with("Attaching") {
-            let _ = child.kill();
-            bail!("bpftrace did not attach to the ipi tracepoints: {first:?}");
-        }
-        child.stdout = Some(lines.into_inner());
+        let (mut child, out) = crate::throughput::spawn_bpftrace(&script).context("counting IPIs")?;
+        child.stdout = Some(out.into_inner());
         Ok(Self(child))
     }
 
