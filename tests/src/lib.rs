@@ -83,9 +83,15 @@ impl Tracer {
     /// Start cctrace with `args` (after `--json --events`) and wait until its programs are
     /// attached (it says so on stderr).
     pub fn start(args: &[&str]) -> Result<Self> {
+        Self::start_env(args, &[])
+    }
+
+    /// [`Tracer::start`] with `env` added to its environment (`RUST_LOG`, say).
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let mut child = Command::new(cctrace_bin())
             .args(["--json", "--events"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

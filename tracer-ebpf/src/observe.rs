@@ -133,9 +133,9 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
 }
 
 /// How a submitted sample wakes the reader. A wake-up is an `irq_work` (in a VM, a self-IPI and
-/// a VM exit) that cost the state hooks most of their 7-10 us per sample; the reader polls the
-/// ring on a short timer anyway, so it is woken only once the ring is half full, when a late
-/// read could lose samples. The ring's size comes from userspace, which set it: one query of
+/// a VM exit) that cost the state hooks most of their 7-10 us per sample; the reader reads the
+/// ring at its ticks anyway, so it is woken only once the ring is half full, when a late read
+/// could lose samples. The ring's size comes from userspace, which set it: one query of
 /// the ring, not two (each is a helper call).
 #[inline(always)]
 fn wakeup_flag() -> u64 {

@@ -156,7 +156,10 @@ fn sysctl_number<T: std::str::FromStr + Default>(key_path: &str) -> T {
 /// resolver's cache (names already read, when it last walked) must outlive the call.
 pub fn environment() -> Environment {
     let available_cc = available_congestion_controls();
-    let paths = netns_paths();
+    // One walk of /proc and of /run/netns for both the paths and the maps (a readlink a
+    // process: most of a refresh's cost).
+    let (pids, names) = (netns_pids(), named_netns());
+    let paths = paths_into(&pids, &names);
     let cgroups = crate::cgroups::with_system_resolver(|r| {
         r.refresh(std::time::Instant::now());
         r.all().clone()
@@ -172,8 +175,8 @@ pub fn environment() -> Environment {
         available_cc,
         allowed_cc: allowed_congestion_controls(),
         host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
-        netns_pids: netns_pids(),
-        netns_names: named_netns(),
+        netns_pids: pids,
+        netns_names: names,
         netns_wmem: each(|n| n.wmem),
         netns_rmem: each(|n| n.rmem),
         core_wmem_max: sysctl_number("/proc/sys/net/core/wmem_max"),
@@ -205,12 +208,17 @@ pub fn kernel_release() -> String {
 /// A path that opens each network namespace on the host, one per namespace (by inode): a
 /// process's `/proc/PID/ns/net`, or `/run/netns/NAME` for namespaces without processes.
 pub fn netns_paths() -> Vec<(u32, PathBuf)> {
+    paths_into(&netns_pids(), &named_netns())
+}
+
+/// [`netns_paths`] from what [`netns_pids`] and [`named_netns`] read.
+fn paths_into(pids: &HashMap<u32, u32>, names: &HashMap<u32, String>) -> Vec<(u32, PathBuf)> {
     let mut seen: HashMap<u32, PathBuf> = HashMap::new();
-    for (ino, pid) in netns_pids() {
-        seen.insert(ino, format!("/proc/{pid}/ns/net").into());
+    for (ino, pid) in pids {
+        seen.insert(*ino, format!("/proc/{pid}/ns/net").into());
     }
-    for (ino, name) in named_netns() {
-        seen.entry(ino).or_insert_with(|| std::path::Path::new("/run/netns").join(name));
+    for (ino, name) in names {
+        seen.entry(*ino).or_insert_with(|| std::path::Path::new("/run/netns").join(name));
     }
     let mut all: Vec<_> = seen.into_iter().collect();
     all.sort_unstable();

@@ -207,6 +207,21 @@ pub async fn run<F: FrontEnd>(
             () = &mut deadline => break,
             control = front.input(&mut *analysis) => control?,
             _ = ticks.tick(), if !opts.scripted => {
+                let ready = source.take_ready();
+                let mut control = Control::Continue;
+                if let Some(readings) = ready.sockets {
+                    analysis.ingest_sockets(&readings);
+                    control = front.on_sockets(analysis, &readings).await?;
+                }
+                // Behind a backlog (or more than a turn's worth) the samples wait their turn.
+                if has_backlog || ready.samples.len() > cap {
+                    backlog.extend(ready.samples);
+                } else if !ready.samples.is_empty() && control == Control::Continue {
+                    control = ingest(analysis, front, &ready.samples, &mut latest_ns, stop, &mut signalled).await?;
+                }
+                if control == Control::Stop || signalled {
+                    break;
+                }
                 // One "now" for the analysis and the front end (a recorder writes it down).
                 let now_ns = now(latest_ns, script_ns);
                 let status = Status {

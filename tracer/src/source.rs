@@ -60,6 +60,14 @@ pub struct HookCost {
 /// Reads the live source's hook costs on demand (a scrape); empty while nothing counts.
 pub type HookCostReader = Box<dyn Fn() -> Vec<HookCost> + Send + Sync>;
 
+/// What a source holds ready at a tick, taken without waiting (see [`EventSource::take_ready`]).
+#[derive(Debug, Default)]
+pub struct Ready {
+    pub samples: Vec<Sample>,
+    /// Readings of heavy UDP sockets, when due.
+    pub sockets: Option<crate::analysis::udp::SocketReadings>,
+}
+
 /// A stream of sample batches.
 pub trait EventSource: Send {
     /// The next batch; `Ok(None)` when the source has ended (a recording, a finite feed).
@@ -70,6 +78,14 @@ pub trait EventSource: Send {
     fn next_item(&mut self) -> BoxFuture<'_, anyhow::Result<Option<SourceItem>>> {
         let batch = self.next_batch();
         Box::pin(async move { Ok(batch.await?.map(SourceItem::Batch)) })
+    }
+    /// What the source holds ready now, taken without waiting: the pipeline takes it just
+    /// before each (unscripted) tick. A source that wakes the pipeline only when its queue
+    /// fills (the live kernel: a wake-up per sample, or a timer to look for them, cost more
+    /// than the samples) hands its samples over here, so the tick judges what was written by
+    /// then without any timer of the source's own. None by default.
+    fn take_ready(&mut self) -> Ready {
+        Ready::default()
     }
     fn counters(&self) -> SourceCounters;
     /// A played-back recording's position; `None` for live and finite sources.
@@ -137,6 +153,10 @@ impl EventSource for WithHostActions<'_> {
                 }
             }
         })
+    }
+
+    fn take_ready(&mut self) -> Ready {
+        self.inner.take_ready()
     }
 
     fn counters(&self) -> SourceCounters {

@@ -163,6 +163,10 @@ enum Task {
     },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
     Bench {
+        /// Also measure the release binary of this commit (built in a worktree of its own under
+        /// target/base) beside this one: the overhead benchmark's "before" figures.
+        #[arg(long, value_name = "COMMIT")]
+        base: Option<String>,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -380,6 +384,25 @@ fn setup() -> Result<()> {
     Ok(())
 }
 
+/// The release binary of `commit`, built in a worktree of its own (`target/base/src`, with
+/// its own target directory): what the overhead benchmark measures as "before".
+fn build_base(commit: &str) -> Result<PathBuf> {
+    let root = workspace_root();
+    let dir = root.join("target/base");
+    let src = dir.join("src");
+    if src.exists() {
+        run(Command::new("git").current_dir(&src).args(["checkout", "--detach", "--quiet", commit]))?;
+    } else {
+        std::fs::create_dir_all(&dir)?;
+        let src_arg = src.to_string_lossy().into_owned();
+        run(Command::new("git").current_dir(&root).args(["worktree", "add", "--detach", &src_arg, commit]))?;
+    }
+    let mut build = cargo(&["build", "--release", "-p", "tracer"]);
+    build.current_dir(&src).env("CARGO_TARGET_DIR", dir.join("target"));
+    run(&mut build)?;
+    Ok(dir.join("target/release/cctrace"))
+}
+
 fn cargo(args: &[&str]) -> Command {
     let mut cmd = Command::new("cargo");
     cmd.current_dir(workspace_root()).args(args).env("CCTRACE_REQUIRE_EBPF", "1");
@@ -476,7 +499,8 @@ fn main() -> ExitCode {
             step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
         }),
         Task::Beside { gates } => beside::run(&workspace_root(), gates),
-        Task::Bench { args } => setup().and_then(|()| {
+        Task::Bench { base, args } => setup().and_then(|()| {
+            let base_bin = base.as_deref().map(build_base).transpose()?;
             // The benches (skb_cost, overhead) run the release binary next to them.
             run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
             // What users install (the static release build) next to the debug build.
@@ -490,6 +514,9 @@ fn main() -> ExitCode {
             ])?;
             let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
             cmd.arg("--").args(args);
+            if let Some(b) = &base_bin {
+                cmd.env("CCTRACE_BASE_BIN", b);
+            }
             run(&mut cmd)
         }),
     };

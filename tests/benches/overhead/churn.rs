@@ -33,14 +33,16 @@ pub(crate) struct Churn {
     pub(crate) kernel: std::collections::BTreeMap<String, crate::bpf_stats::Runs>,
 }
 
-pub(crate) fn run(secs: u64, rate: u64) -> Result<Churn> {
+/// `rate` connections a second for `secs` under the cctrace at `bin`.
+pub(crate) fn run(bin: &std::path::Path, secs: u64, rate: u64) -> Result<Churn> {
     let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
     let churn_ns = Netns::create("churn")?;
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
     let bulk_netns = lab.sender().inode();
     let reported = Arc::new(Mutex::new(Vec::new()));
     let r = reported.clone();
-    let tracer = Cctrace::start(
+    let tracer = Cctrace::start_bin(
+        bin,
         &["--interval", "1000"],
         format!(r#""dport":{PORT},"#),
         Box::new(move |v, at| {

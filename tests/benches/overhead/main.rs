@@ -9,16 +9,22 @@
 //! `cargo xtask bench` or `cargo bench -p cctrace-tests --bench overhead -- [options]`:
 //! `--secs N` (per transfer, 4), `--min-rounds N` (4), `--max-rounds N` (20), `--target-pct P`
 //! (2), `--startup-sockets N` (100000), `--startup-namespaces N` (5), `--churn-secs N` (60),
-//! `--churn-rate N` (5000 connections/s), `--observer-rounds N` (6), `--observer-secs N` (4),
-//! `--only throughput|observer|startup|churn`.
+//! `--churn-rate N` (5000 connections/s), `--observer-rounds N` (4), `--observer-secs N` (4),
+//! `--selfcost-rounds N` (1), `--base BIN` (the binary before a change, measured beside this
+//! one: the process's own cost, the observer, start-up and churn),
+//! `--windows-secs N` (6), `--windows-rounds N` (2),
+//! `--only SECTION[,SECTION...]` (throughput, selfcost, observer, windows, startup, churn).
 
 mod bpf_stats;
 mod churn;
 mod ci;
+mod iperf;
 mod observer;
+mod selfcost;
 mod startup;
 mod throughput;
 mod tracer;
+mod windows;
 
 use std::time::Duration;
 
@@ -41,13 +47,21 @@ fn main() -> Result<()> {
         bail!("{} is not built: cargo build --release -p tracer", bin.display());
     }
     let only = arg("--only");
-    let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    let wanted = |section: &str| only.as_deref().is_none_or(|o| o.split(',').any(|s| s == section));
     let mut table: Vec<(String, String)> = Vec::new();
     let mut row = |what: &str, value: String| {
         println!("{what:<58} {value}");
         table.push((what.to_string(), value));
     };
     println!("cctrace overhead benchmark ({}; {} CPUs; load average {})", bin.display(), cpus(), loadavg());
+    // The binary before a change, measured beside this one where the sections can.
+    let base = arg("--base").or_else(|| std::env::var("CCTRACE_BASE_BIN").ok()).map(std::path::PathBuf::from);
+    if let Some(b) = &base {
+        if !b.exists() {
+            bail!("--base {}: no such binary", b.display());
+        }
+        println!("before: {}", b.display());
+    }
 
     if wanted("throughput") {
         let settings = throughput::Settings {
@@ -105,80 +119,189 @@ fn main() -> Result<()> {
         row("throughput rounds", r.rounds.to_string());
     }
 
-    if wanted("observer") {
-        let (rounds, secs) = (num("--observer-rounds", 6) as usize, num("--observer-secs", 4));
-        eprintln!("observer: share of busy CPU, {rounds} interleaved rounds of {secs} s transfers per size");
-        for size in observer::run(&[0, 1_000, 10_000], secs, rounds)? {
-            let n = size.idle_flows;
-            let pct = |e: &ci::Estimate| format!("{:.2} % ± {:.2} (n={})", e.mean * 100.0, e.half_width * 100.0, e.n);
-            for (o, e) in &size.share {
-                let target = if *o == observer::Observer::Cctrace {
-                    if e.mean <= 0.01 {
-                        "  (target ≤ 1 %: met)"
-                    } else {
-                        "  (target ≤ 1 %: missed)"
-                    }
-                } else {
-                    ""
-                };
-                row(&format!("observer CPU / busy CPU, {n} idle flows, {}", o.label()), format!("{}{target}", pct(e)));
-            }
-            if let Some(k) = &size.cctrace_kernel_share {
-                row(&format!("  of which cctrace's programs in the kernel, {n} idle flows"), pct(k));
-            }
-            for (o, e) in &size.cctrace_over {
-                let below = if e.mean + e.half_width < 1.0 { "below" } else { "NOT clearly below" };
-                row(&format!("cctrace / {}, {n} idle flows", o.label()), format!("{e} ({below})"));
+    if wanted("selfcost") {
+        let rounds = num("--selfcost-rounds", 1) as usize;
+        let mut bins = vec![bin.clone()];
+        bins.extend(base.clone());
+        eprintln!("selfcost: the process's CPU a second, each front end, {rounds} round(s)");
+        let loads = [selfcost::Load::Rest, selfcost::Load::Busy(1), selfcost::Load::Busy(100)];
+        let measured = selfcost::run(&bins, &loads, rounds, Duration::from_secs(8), Duration::from_secs(15))?;
+        for m in &measured {
+            let target = match m.load {
+                selfcost::Load::Rest => Some(1.0),
+                selfcost::Load::Busy(1) => Some(2.0),
+                selfcost::Load::Busy(_) => None,
+            };
+            row(
+                &format!("process CPU ms/s, {}, {}", m.front.label(), m.load.label()),
+                selfcost_figure(&m.ms_per_s, target),
+            );
+        }
+        // What each busy flow beyond the first adds, from the same runs.
+        for front in selfcost::Front::ALL {
+            let of = |load| measured.iter().find(|m| m.front == front && m.load == load);
+            if let (Some(one), Some(many)) = (of(selfcost::Load::Busy(1)), of(selfcost::Load::Busy(100))) {
+                let per_flow: Vec<Vec<f64>> = one
+                    .ms_per_s
+                    .iter()
+                    .zip(&many.ms_per_s)
+                    .map(|(a, b)| a.iter().zip(b).map(|(a, b)| (b - a) / 99.0).collect())
+                    .collect();
+                row(
+                    &format!("process CPU ms/s per busy flow beyond the first, {}", front.label()),
+                    selfcost_figure(&per_flow, Some(0.2)),
+                );
             }
         }
     }
 
-    if wanted("startup") {
-        for (sockets, namespaces) in
-            [(1_000, 1), (num("--startup-sockets", 100_000) as usize, num("--startup-namespaces", 5) as usize)]
-        {
-            eprintln!("start-up: {sockets} sockets in {namespaces} namespaces");
-            let s = startup::run(sockets, namespaces)?;
-            let t = |d: Option<Duration>| d.map_or("never".to_string(), |d| format!("{:.2} s", d.as_secs_f64()));
-            row(
-                &format!("start-up, {} sockets in {} namespaces", s.sockets, s.namespaces),
+    if wanted("observer") {
+        let (rounds, secs) = (num("--observer-rounds", 4) as usize, num("--observer-secs", 4));
+        for what in [observer::Transfer::LabSender, observer::Transfer::Iperf3] {
+            let t = what.label();
+            eprintln!(
+                "observer: share of busy CPU over {t}, {rounds} interleaved rounds of {secs} s transfers per size"
+            );
+            for size in observer::run(&[0, 1_000, 10_000], what, secs, rounds, base.as_deref())? {
+                let n = size.idle_flows;
+                let pct =
+                    |e: &ci::Estimate| format!("{:.2} % ± {:.2} (n={})", e.mean * 100.0, e.half_width * 100.0, e.n);
+                for (o, e) in &size.share {
+                    let target = if *o == observer::Observer::Cctrace {
+                        if e.mean <= 0.01 {
+                            "  (target ≤ 1 %: met)"
+                        } else {
+                            "  (target ≤ 1 %: missed)"
+                        }
+                    } else {
+                        ""
+                    };
+                    row(
+                        &format!("observer CPU / busy CPU, {t}, {n} idle flows, {}", o.label()),
+                        format!("{}{target}", pct(e)),
+                    );
+                }
+                if let Some(k) = &size.cctrace_kernel_share {
+                    row(&format!("  of which cctrace's programs in the kernel, {t}, {n} idle flows"), pct(k));
+                }
+                for (o, e) in &size.cctrace_over {
+                    let below = if e.mean + e.half_width < 1.0 { "below" } else { "NOT clearly below" };
+                    row(&format!("cctrace / {}, {t}, {n} idle flows", o.label()), format!("{e} ({below})"));
+                }
+            }
+        }
+    }
+
+    if wanted("windows") {
+        eprintln!("windows: a tracepoint flip's cost to the other CPUs");
+        match windows::flip_cost(200, 12) {
+            Ok(f) => row(
+                "tcp_probe attached and detached (a window cycle), trivial program",
                 format!(
-                    "{} listed, {} lost; first sample {}, all {}; RSS {} MB (peak {} MB)",
-                    s.listed,
-                    s.lost,
-                    t(s.first),
-                    t(s.all),
-                    s.rss >> 20,
-                    s.peak_rss >> 20
+                    "{:.0} cycles/s: the flipping thread {:.0} us a cycle; a busy other CPU {:.1} more interruptions, {:.0} us a cycle",
+                    f.cycles_per_s, f.own_us, f.interruptions, f.other_cpu_us
+                ),
+            ),
+            Err(e) => row("tcp_probe attached and detached (a window cycle)", format!("not measured: {e:#}")),
+        }
+        let secs = num("--windows-secs", 6);
+        let rounds = num("--windows-rounds", 2) as usize;
+        let mut watchers = vec![
+            windows::Watcher::Untraced,
+            windows::Watcher::Cctrace { bin: bin.clone(), args: vec![], label: "cctrace (defaults)".into() },
+            windows::Watcher::Cctrace {
+                bin: bin.clone(),
+                args: vec!["--probe-always-attached"],
+                label: "cctrace --probe-always-attached".into(),
+            },
+        ];
+        if let Some(b) = &base {
+            watchers.push(windows::Watcher::Cctrace {
+                bin: b.clone(),
+                args: vec![],
+                label: "cctrace before (defaults)".into(),
+            });
+        }
+        eprintln!("windows: function-call interrupts over a transfer, {rounds} rounds of {secs} s");
+        for (what, label, watched) in windows::run(&watchers, secs, rounds)? {
+            let mean =
+                |f: fn(&windows::Watched) -> f64| watched.iter().map(f).sum::<f64>() / watched.len().max(1) as f64;
+            row(
+                &format!("function-call interrupts/s, {}, {label}", what.label()),
+                format!(
+                    "{:.0} on all CPUs; {:.0} sent by the tracer; its process {:.2} ms/s, its programs {:.2} ms/s (statistics on)",
+                    mean(|w| w.call_interrupts_per_s),
+                    mean(|w| w.tracer_ipis_per_s),
+                    mean(|w| w.process_ms_per_s),
+                    mean(|w| w.kernel_ms_per_s)
                 ),
             );
         }
     }
 
+    // This binary, then the one before when given.
+    let mut bins = vec![("", bin.clone())];
+    bins.extend(base.clone().map(|b| (" (before)", b)));
+
+    if wanted("startup") {
+        for (sockets, namespaces) in
+            [(1_000, 1), (num("--startup-sockets", 100_000) as usize, num("--startup-namespaces", 5) as usize)]
+        {
+            for (which, b) in &bins {
+                eprintln!("start-up: {sockets} sockets in {namespaces} namespaces{which}");
+                let s = startup::run(b, sockets, namespaces)?;
+                let t = |d: Option<Duration>| d.map_or("never".to_string(), |d| format!("{:.2} s", d.as_secs_f64()));
+                row(
+                    &format!("start-up, {} sockets in {} namespaces{which}", s.sockets, s.namespaces),
+                    format!(
+                        "{} listed, {} lost; first sample {}, all {}; RSS {} MB (peak {} MB{})",
+                        s.listed,
+                        s.lost,
+                        t(s.first),
+                        t(s.all),
+                        s.rss >> 20,
+                        s.peak_rss >> 20,
+                        if which.is_empty() && s.sockets >= 100_000 {
+                            if s.peak_rss <= 150 << 20 {
+                                "; target ≤ 150 MB: met"
+                            } else {
+                                "; target ≤ 150 MB: missed"
+                            }
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+        }
+    }
+
     if wanted("churn") {
         let (secs, rate) = (num("--churn-secs", 60), num("--churn-rate", 5_000));
-        eprintln!("churn: {rate} connections/s for {secs} s next to a bulk flow");
-        let c = churn::run(secs, rate)?;
-        row(
-            &format!("churn, {} conn/s for {} s next to a bulk flow", c.target_rate, c.secs),
-            format!(
-                "{:.0} conn/s achieved ({} connect errors); cctrace {:.1} % of a core, peak RSS {} MB; bulk flow reported {} times, longest gap {:.2} s (interval 1 s); {} lost; {} flows seen, {} evicted",
-                c.achieved_rate,
-                c.connect_errors,
-                c.cpu_share * 100.0,
-                c.peak_rss >> 20,
-                c.bulk_lines,
-                c.bulk_max_gap.as_secs_f64(),
-                c.lost,
-                c.flows_seen,
-                c.flows_evicted
-            ),
-        );
-        for (name, runs) in c.kernel.iter().filter(|(_, r)| r.count > 0) {
+        for (which, b) in &bins {
+            eprintln!("churn: {rate} connections/s for {secs} s next to a bulk flow{which}");
+            let c = churn::run(b, secs, rate)?;
             row(
-                &format!("in-kernel ns per run during churn, {name}"),
-                format!("{:.0} ({} runs)", runs.ns as f64 / runs.count as f64, runs.count),
+                &format!("churn, {} conn/s for {} s next to a bulk flow{which}", c.target_rate, c.secs),
+                format!(
+                    "{:.0} conn/s achieved ({} connect errors); cctrace {:.1} % of a core, peak RSS {} MB; bulk flow reported {} times, longest gap {:.2} s (interval 1 s); {} lost; {} flows seen, {} evicted",
+                    c.achieved_rate,
+                    c.connect_errors,
+                    c.cpu_share * 100.0,
+                    c.peak_rss >> 20,
+                    c.bulk_lines,
+                    c.bulk_max_gap.as_secs_f64(),
+                    c.lost,
+                    c.flows_seen,
+                    c.flows_evicted
+                ),
             );
+            for (name, runs) in c.kernel.iter().filter(|(_, r)| r.count > 0) {
+                row(
+                    &format!("in-kernel ns per run during churn{which}, {name}"),
+                    format!("{:.0} ({} runs)", runs.ns as f64 / runs.count as f64, runs.count),
+                );
+            }
         }
     }
     println!();
@@ -189,6 +312,21 @@ fn main() -> Result<()> {
     }
     println!("(load average at the end: {})", loadavg());
     Ok(())
+}
+
+/// This binary's mean (and range over the rounds) against a target, then the binary before.
+fn selfcost_figure(values: &[Vec<f64>], target: Option<f64>) -> String {
+    let summary = |v: &[f64]| {
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+        let range = if v.len() > 1 { format!(" ({lo:.2}-{hi:.2})") } else { String::new() };
+        (mean, format!("{mean:.2}{range}"))
+    };
+    let Some((now, text)) = values.first().map(|v| summary(v)) else { return "not measured".into() };
+    let met =
+        target.map_or(String::new(), |t| format!("  (target ≤ {t}: {})", if now <= t { "met" } else { "missed" }));
+    let before = values.get(1).map_or(String::new(), |v| format!("; before: {}", summary(v).1));
+    format!("{text}{before}{met}")
 }
 
 fn cpus() -> usize {

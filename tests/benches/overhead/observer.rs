@@ -1,19 +1,24 @@
 //! The observer's cost as issue 24 defines it: the observer's BPF programs' in-kernel time (the
 //! kernel's run-time statistics, on for this measurement only) plus its processes' user and
 //! system time, over a saturating transfer, divided by all busy CPU of the machine in the same
-//! window. Three observers take turns on the same transfer in interleaved rounds: cctrace with
-//! its defaults, `ss -tni` every 100 ms, and a bpftrace script keeping per-flow maps from every
-//! `tcp_probe`; beside the transfer sit 0, 1,000 or 10,000 idle established flows in the
-//! sender's namespace, which `ss` reads on every poll and cctrace should not pay for.
+//! window. The observers take turns on the same transfer in interleaved rounds: cctrace with
+//! its defaults, `ss -tni` every 100 ms, a bpftrace script keeping per-flow maps from every
+//! `tcp_probe`, and cctrace before a change when given; beside the transfer sit 0, 1,000 or
+//! 10,000 idle established flows in the sender's namespace, which `ss` reads on every poll and
+//! cctrace should not pay for. The transfer is the lab's sender (small writes: many
+//! `tcp_probe` firings) or iperf3 (large writes and TSO segments: few, so that a tracer's cost
+//! a second, not per event, decides; issue 38).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use cctrace_lab::{Sink, SinkOptions, VethOptions, VethPair};
 
 use crate::bpf_stats;
 use crate::ci::Estimate;
+use crate::iperf::Iperf3;
 use crate::startup::{Holder, PER_HOLDER};
 use crate::throughput::{transfer, which, Bpftrace, SsPoller, PORT};
 use crate::tracer::{self, Cctrace};
@@ -28,6 +33,8 @@ const SETTLE: Duration = Duration::from_secs(8);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Observer {
     Cctrace,
+    /// The binary before a change (`--base`), with its defaults.
+    CctraceBefore,
     SsPoll,
     Bpftrace,
 }
@@ -36,8 +43,35 @@ impl Observer {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Observer::Cctrace => "cctrace (defaults)",
+            Observer::CctraceBefore => "cctrace before (--base, defaults)",
             Observer::SsPoll => "ss -tni every 100 ms",
             Observer::Bpftrace => "bpftrace, per-flow maps from tcp_probe",
+        }
+    }
+}
+
+/// The transfer the observers watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transfer {
+    /// The lab's own sender: small writes, so `tcp_probe` fires on many small segments.
+    LabSender,
+    /// iperf3 over the pair with its offloads on: 128 KiB writes and large TSO segments, few
+    /// `tcp_probe` firings per byte.
+    Iperf3,
+}
+
+impl Transfer {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Transfer::LabSender => "the bench's sender",
+            Transfer::Iperf3 => "iperf3",
+        }
+    }
+
+    pub(crate) fn run(self, lab: &VethPair, secs: u64) -> Result<()> {
+        match self {
+            Transfer::LabSender => transfer(lab, secs, None).map(drop),
+            Transfer::Iperf3 => Iperf3::start(lab, 1, None, secs)?.wait(),
         }
     }
 }
@@ -81,13 +115,20 @@ enum Running {
 }
 
 impl Running {
-    fn start(observer: Observer, lab: &VethPair) -> Result<Self> {
-        Ok(match observer {
-            Observer::Cctrace => {
-                Running::Cctrace(Cctrace::start(&[], r#""type":"summary""#.into(), Box::new(|_, _| {}))?)
+    fn start(observer: Observer, lab: &VethPair, before: Option<&Path>) -> Result<Self> {
+        let summary_only = || (r#""type":"summary""#.to_string(), Box::new(|_: &_, _| {}) as tracer::OnLine);
+        Ok(match (observer, before) {
+            (Observer::Cctrace, _) => {
+                let (wanted, on_line) = summary_only();
+                Running::Cctrace(Cctrace::start(&[], wanted, on_line)?)
             }
-            Observer::Bpftrace => Running::Bpftrace(Bpftrace::start()?),
-            Observer::SsPoll => Running::SsPoll(SsPoller::start(lab.sender().name())),
+            (Observer::CctraceBefore, Some(bin)) => {
+                let (wanted, on_line) = summary_only();
+                Running::Cctrace(Cctrace::start_bin(bin, &[], wanted, on_line)?)
+            }
+            (Observer::CctraceBefore, None) => bail!("no binary before the change (--base) to observe with"),
+            (Observer::Bpftrace, _) => Running::Bpftrace(Bpftrace::start()?),
+            (Observer::SsPoll, _) => Running::SsPoll(SsPoller::start(lab.sender().name())),
         })
     }
 
@@ -119,21 +160,35 @@ impl Running {
 }
 
 /// One observer over one transfer: (its share of busy CPU, the in-kernel part of it).
-fn measure(observer: Observer, lab: &VethPair, secs: u64) -> Result<(f64, f64)> {
-    let running = Running::start(observer, lab)?;
+fn measure(observer: Observer, lab: &VethPair, what: Transfer, secs: u64, before: Option<&Path>) -> Result<(f64, f64)> {
+    let running = Running::start(observer, lab, before)?;
     std::thread::sleep(SETTLE);
     let (busy0, (cpu0, bpf0)) = (machine_busy_secs()?, running.cpu()?);
-    transfer(lab, secs, None)?;
+    what.run(lab, secs)?;
     let (busy1, (cpu1, bpf1)) = (machine_busy_secs()?, running.cpu()?);
     running.stop()?;
     let busy = (busy1 - busy0).max(1e-6);
     Ok((((cpu1 - cpu0) + (bpf1 - bpf0)) / busy, (bpf1 - bpf0) / busy))
 }
 
-pub(crate) fn run(sizes: &[usize], secs: u64, rounds: usize) -> Result<Vec<Shares>> {
+/// Each observer's share at each size of `sizes` idle flows, over `what`, in `rounds`
+/// interleaved rounds; the binary `before` a change is one more observer when given.
+pub(crate) fn run(
+    sizes: &[usize],
+    what: Transfer,
+    secs: u64,
+    rounds: usize,
+    before: Option<&Path>,
+) -> Result<Vec<Shares>> {
     let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
+    if what == Transfer::Iperf3 {
+        crate::iperf::offloads_on(&lab)?;
+    }
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
     let mut observers = vec![Observer::Cctrace, Observer::SsPoll];
+    if before.is_some() {
+        observers.push(Observer::CctraceBefore);
+    }
     if which("bpftrace") {
         observers.push(Observer::Bpftrace);
     }
@@ -155,7 +210,7 @@ pub(crate) fn run(sizes: &[usize], secs: u64, rounds: usize) -> Result<Vec<Share
             let mut this = BTreeMap::new();
             for i in 0..observers.len() {
                 let observer = observers[(i + round) % observers.len()];
-                let (share, in_kernel) = measure(observer, &lab, secs)?;
+                let (share, in_kernel) = measure(observer, &lab, what, secs, before)?;
                 if observer == Observer::Cctrace {
                     kernel.push(in_kernel);
                 }

@@ -98,8 +98,9 @@ struct Seen {
     all: Option<Duration>,
 }
 
-/// `sockets` established sockets (rounded to whole connections) over `namespaces` namespaces.
-pub(crate) fn run(sockets: usize, namespaces: usize) -> Result<StartUp> {
+/// `sockets` established sockets (rounded to whole connections) over `namespaces` namespaces,
+/// listed by the cctrace at `bin`.
+pub(crate) fn run(bin: &std::path::Path, sockets: usize, namespaces: usize) -> Result<StartUp> {
     let connections = sockets / 2;
     let per_ns = connections.div_ceil(namespaces);
     let nss = (0..namespaces).map(|i| Netns::create(&format!("bench{i}"))).collect::<Result<Vec<_>>>()?;
@@ -118,7 +119,8 @@ pub(crate) fn run(sockets: usize, namespaces: usize) -> Result<StartUp> {
     let inodes: HashSet<u64> = nss.iter().map(Netns::inode).collect();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let s = seen.clone();
-    let tracer = Cctrace::start(
+    let tracer = Cctrace::start_bin(
+        bin,
         &["--events", "--interval", "1000"],
         r#""reason":"snapshot""#.into(),
         Box::new(move |v, at| {

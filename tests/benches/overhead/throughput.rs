@@ -384,23 +384,32 @@ impl SsPoller {
 /// bpftrace running the script, killed on drop.
 pub(crate) struct Bpftrace(pub(crate) Child);
 
+/// bpftrace running `script`, once it says it attaches; its stdout after that line.
+pub(crate) fn spawn_bpftrace(script: &str) -> Result<(Child, BufReader<std::process::ChildStdout>)> {
+    let mut child = Command::new("bpftrace")
+        .args(["-e", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting bpftrace")?;
+    let mut out = BufReader::new(child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?);
+    // It prints "Attaching N probes..." once attached.
+    let mut first = String::new();
+    out.read_line(&mut first)?;
+    if !first.starts_with("Attaching") {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("bpftrace did not attach: {first:?}");
+    }
+    Ok((child, out))
+}
+
 impl Bpftrace {
     pub(crate) fn start() -> Result<Self> {
-        let mut child = Command::new("bpftrace")
-            .args(["-e", BPFTRACE_SCRIPT])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting bpftrace")?;
-        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let (child, out) = spawn_bpftrace(BPFTRACE_SCRIPT)?;
         let mut me = Self(child);
-        // It prints "Attaching 1 probe..." once attached.
-        let mut lines = BufReader::new(out).lines();
-        match lines.next() {
-            Some(Ok(l)) if l.starts_with("Attaching") => {}
-            other => bail!("bpftrace did not attach: {other:?}"),
-        }
+        let mut lines = out.lines();
         // The maps it prints at exit go nowhere.
         std::thread::spawn(move || for _ in lines.by_ref() {});
         std::thread::sleep(Duration::from_millis(200));

@@ -24,10 +24,14 @@ impl Cctrace {
     /// `cctrace --json ARGS`, waiting until it says it is tracing. Only lines containing
     /// `wanted` (and the summary) are parsed and given to `on_line`: parsing every line of a
     /// busy run would make this reader the bottleneck, and a stalled output stalls cctrace.
-    pub(crate) fn start(args: &[&str], wanted: String, mut on_line: OnLine) -> Result<Self> {
-        let bin = cctrace_tests::cctrace_bin();
+    pub(crate) fn start(args: &[&str], wanted: String, on_line: OnLine) -> Result<Self> {
+        Self::start_bin(&cctrace_tests::cctrace_bin(), args, wanted, on_line)
+    }
+
+    /// [`Cctrace::start`] of binary `bin` (the one before a change, say).
+    pub(crate) fn start_bin(bin: &std::path::Path, args: &[&str], wanted: String, mut on_line: OnLine) -> Result<Self> {
         let started = Instant::now();
-        let mut child = Command::new(&bin)
+        let mut child = Command::new(bin)
             .arg("--json")
             .args(args)
             .stdin(Stdio::null())
@@ -85,6 +89,11 @@ impl Cctrace {
     /// User + system CPU seconds so far.
     pub(crate) fn cpu_secs(&self) -> Result<f64> {
         cpu_secs(self.pid())
+    }
+
+    /// The process's threads' time on a CPU so far, ns (finer than [`Cctrace::cpu_secs`]).
+    pub(crate) fn cpu_ns(&self) -> Result<u64> {
+        crate::selfcost::cpu_ns(self.pid())
     }
 
     /// (resident now, peak resident) in bytes.

@@ -91,6 +91,7 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         udp_heavy_bytes_per_sec: (cli.heavy_mbps * 1e6 / 8.0) as u64,
         udp: !cli.no_udp,
         probe_always_attached: cli.probe_always_attached,
+        probe_windows_always: cli.probe_windows_always,
     };
     let source = KernelSource::start(&opts)?;
     for h in &source.info().hooks {

@@ -54,6 +54,10 @@ pub struct Cli {
     /// on and off ten times a second (each switch patches the kernel's code on every CPU).
     #[arg(long, global = true)]
     pub probe_always_attached: bool,
+    /// Follow `tcp:tcp_probe`'s windows even where the run rate says they do not pay: for the
+    /// live tests of the windows themselves, whose transfer a loaded host slows.
+    #[arg(long, global = true, hide = true, conflicts_with = "probe_always_attached")]
+    pub probe_windows_always: bool,
     /// Trace only flows whose socket belongs to this cgroup v2 or below it: a path below the
     /// cgroup v2 mount (`/system.slice/nginx.service`) or an absolute one. Repeatable.
     #[arg(long, global = true, value_name = "PATH")]

@@ -39,8 +39,8 @@ use crate::kernel::counters::CounterMap;
 use crate::kernel::deep::feed::{read_decisions, DeepCounters, DeepFeed};
 use crate::kernel::listing::{ListingError, ListingReport};
 use crate::kernel::probe_window::ProbeWindow;
-use crate::kernel::ring::{read_samples, Decoding, SampleReader, RING_POLL};
-use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
+use crate::kernel::ring::{read_samples, take_queued, Decoding, SampleReader};
+use crate::source::{BoxFuture, EventSource, Ready, SourceCounters, SourceItem};
 
 /// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -73,12 +73,14 @@ pub struct KernelOptions {
     pub udp: bool,
     /// Keep `tcp_probe`'s program attached between sample windows.
     pub probe_always_attached: bool,
+    /// Follow its windows whether or not they pay (tests of the windows).
+    pub probe_windows_always: bool,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
 
-/// How often the heavy UDP sockets are read.
-const UDP_POLL: Duration = Duration::from_secs(1);
+/// How often the heavy UDP sockets are read (at the first tick this long after the last read).
+const UDP_POLL_NS: u64 = 1_000_000_000;
 
 impl Default for KernelOptions {
     fn default() -> Self {
@@ -90,6 +92,7 @@ impl Default for KernelOptions {
             udp_heavy_bytes_per_sec: tracer_common::udp::DEFAULT_UDP_HEAVY_BYTES,
             udp: true,
             probe_always_attached: false,
+            probe_windows_always: false,
         }
     }
 }
@@ -213,11 +216,12 @@ pub struct KernelSource {
     owners: Option<owners::OwnerLookup>,
     ebpf: Ebpf,
     info: KernelInfo,
-    /// UDP accounting, read once a second (None when it could not attach).
+    /// UDP accounting, read once a second at a tick (None when it could not attach).
     udp: Option<udp::UdpAccounting>,
-    udp_tick: tokio::time::Interval,
-    /// When to read the ring buffer without a wake-up.
-    ring_poll: tokio::time::Interval,
+    /// When the heavy UDP sockets were last read (CLOCK_MONOTONIC ns).
+    udp_read_ns: u64,
+    /// The ring holds more than the last read took: see `ring::SampleReader::more_queued`.
+    more_queued: bool,
     /// The start-up listing's samples while its walk goes on.
     listing: Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>,
     /// Samples of the start-up listing read so far (they never pass through the ring).
@@ -301,12 +305,15 @@ impl KernelSource {
         let aya_btf = kernel_btf;
         let attached = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
         let reports = attached.reports;
-        let probe_window = ProbeWindow::new(
+        let mut probe_window = ProbeWindow::new(
             attached.probe_link,
             config.sample_interval_ns,
             crate::clock::monotonic_now_ns(),
             !opts.probe_always_attached,
         );
+        if opts.probe_windows_always {
+            probe_window.follow_windows_always();
+        }
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let ctx = DecodeContext { hz };
@@ -335,9 +342,6 @@ impl KernelSource {
         // Per packet, the payload is read from the packet itself: the registers play no part.
         let per_syscall = udp.as_ref().is_some_and(|u| u.way == udp::UdpWay::PerSyscall);
         let udp_unclassified = udp_unclassified.filter(|_| per_syscall);
-        let mut udp_tick = tokio::time::interval(UDP_POLL);
-        udp_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
@@ -363,12 +367,8 @@ impl KernelSource {
                 udp_unclassified,
             },
             udp,
-            udp_tick,
-            ring_poll: {
-                let mut poll = tokio::time::interval(RING_POLL);
-                poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                poll
-            },
+            udp_read_ns: 0,
+            more_queued: false,
             listing,
             listed: 0,
             received: 0,
@@ -463,9 +463,16 @@ impl KernelSource {
     }
 
     async fn read_batch(&mut self) -> Result<Vec<Sample>> {
-        let batch = read_samples(SampleReader {
+        let batch = read_samples(self.sample_reader()).await?;
+        self.received += batch.len() as u64;
+        Ok(batch)
+    }
+
+    /// What reading samples needs (see [`ring::SampleReader`]).
+    fn sample_reader(&mut self) -> SampleReader<'_> {
+        SampleReader {
             ring: &mut self.ring,
-            ring_poll: &mut self.ring_poll,
+            more_queued: &mut self.more_queued,
             listing: &mut self.listing,
             listed: &mut self.listed,
             decoding: &mut self.decoding,
@@ -473,10 +480,7 @@ impl KernelSource {
             probe_window: &mut self.probe_window,
             ebpf: &mut self.ebpf,
             counters: &self.counters,
-        })
-        .await?;
-        self.received += batch.len() as u64;
-        Ok(batch)
+        }
     }
 }
 
@@ -523,21 +527,18 @@ impl EventSource for KernelSource {
         Box::pin(async move { self.read_batch().await.map(Some) })
     }
 
-    /// Samples, heavy UDP readings when due, or in deep mode decisions: whichever is ready
-    /// first. Cancel-safe: each reader takes records only in the turn it completes in, and the
-    /// UDP poll is an interval tick.
+    /// Samples, or in deep mode decisions: whichever is ready first. Cancel-safe: each reader
+    /// takes records only in the turn it completes in.
     fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
         Box::pin(async move {
             let Self {
                 ring,
-                ring_poll,
+                more_queued,
                 listing,
                 listed,
                 deep,
                 decoding,
                 received,
-                udp,
-                udp_tick,
                 owners,
                 probe_window,
                 ebpf,
@@ -546,7 +547,7 @@ impl EventSource for KernelSource {
             } = self;
             let samples = read_samples(SampleReader {
                 ring,
-                ring_poll,
+                more_queued,
                 listing,
                 listed,
                 decoding,
@@ -555,15 +556,6 @@ impl EventSource for KernelSource {
                 ebpf,
                 counters,
             });
-            let udp_due = async {
-                match udp.as_mut() {
-                    Some(udp) => {
-                        udp_tick.tick().await;
-                        udp.poll(crate::clock::monotonic_now_ns())
-                    }
-                    None => std::future::pending().await,
-                }
-            };
             let decisions = async {
                 match deep.as_mut() {
                     Some(deep) => read_decisions(deep).await,
@@ -572,7 +564,6 @@ impl EventSource for KernelSource {
             };
             let item = tokio::select! {
                 biased;
-                readings = udp_due => Ok(SourceItem::Sockets(readings)),
                 batch = samples => batch.map(SourceItem::Batch),
                 decisions = decisions => decisions.map(SourceItem::Decisions),
             };
@@ -584,6 +575,24 @@ impl EventSource for KernelSource {
             }
             item.map(Some)
         })
+    }
+
+    /// What the ring holds now, and the heavy UDP sockets once a second.
+    fn take_ready(&mut self) -> Ready {
+        let samples = take_queued(self.sample_reader());
+        self.received += samples.len() as u64;
+        if let Some(deep) = &mut self.deep {
+            deep.rescan_soon_for(&samples);
+        }
+        let now_ns = crate::clock::monotonic_now_ns();
+        let sockets = match &mut self.udp {
+            Some(udp) if now_ns.saturating_sub(self.udp_read_ns) >= UDP_POLL_NS => {
+                self.udp_read_ns = now_ns;
+                Some(udp.poll(now_ns))
+            }
+            _ => None,
+        };
+        Ready { samples, sockets }
     }
 
     fn counters(&self) -> SourceCounters {
@@ -607,6 +616,8 @@ impl EventSource for KernelSource {
             listing.close();
         }
         wait_for_running_programs();
+        // What they wrote is read at once by the final drain, not at a wake-up that never comes.
+        self.more_queued = true;
         // Deep mode ends with the run: flows back to their algorithm, then the twins go.
         if let Some(deep) = &mut self.deep {
             deep.finish()?;

@@ -10,22 +10,27 @@
 //! is busy again is caught); a thin flow holds it open until its next segment, for at most three
 //! quarters of an interval, and every [`LONG_EVERY`]th window stays open that long whatever was
 //! sampled, to find again thin flows that went unsampled for two windows and were let go. The
-//! reader wakes for the window's times, not only on its 20 ms ring timer. Intervals under
+//! reader wakes for the window's times. Intervals under
 //! [`SHORTEST_INTERVAL_NS`] keep the program attached: windows would save little there and cost
 //! two system calls an interval. The kernel lets a periodic sample come an eighth of an interval early (tracer-ebpf's
 //! `observe`), so a flow sampled just after one window opened is due again when the next opens.
 //!
 //! Detaching is not free either: each attach and detach switches the tracepoint on or off in
-//! the kernel's text (about 0.1 ms of CPU for the two here). So the program is detached only when the
-//! runs it would make until the next window cost more than that: the window counts its runs
-//! (a per-CPU counter the program bumps), and a host with a few thousand segments a second,
-//! the story's video stream, keeps it attached.
+//! the kernel's text, which costs this thread about 0.3 ms for the two here and interrupts
+//! every other CPU a dozen times, and each window wakes the reader twice. So the program is
+//! detached only when the runs it would make until the next window cost more than all of that
+//! ([`CycleCost`]): the window counts its runs (a per-CPU counter the program bumps). Otherwise
+//! it stays attached, returning early from its per-flow due check on every run, and no window
+//! wakes the reader until the run rate, looked at once a second, says windows would pay: an
+//! idle host, the story's video stream and an `iperf3` transfer keep it attached, a
+//! saturating transfer of small writes over veth does not (docs/internals.md has the figures).
 //!
 //! What changes: a flow whose segments are further apart than three quarters of an interval is
 //! sampled when a window catches one of them, not at its first segment after the interval. Retransmissions, CA-state and TCP-state changes and
 //! closes come from their own hooks, always attached.
 //!
-//! [`WindowPlan`] decides (pure); [`ProbeWindow`] attaches and detaches the program.
+//! [`WindowPlan`] decides when windows open and close and [`CycleCost`] whether they pay (both
+//! pure); [`ProbeWindow`] attaches and detaches the program.
 
 use std::collections::HashMap;
 
@@ -110,6 +115,12 @@ impl WindowPlan {
         }
     }
 
+    /// Open the next window at `now_ns` (windows start again after the program stayed attached).
+    pub(super) fn resume(&mut self, now_ns: u64) {
+        self.opened_ns = None;
+        self.next_open_ns = now_ns;
+    }
+
     /// Take note of a sample: its flow sampled in this window (and so waited for in the next),
     /// or gone. A flow is waited for only once it has had a periodic sample: under churn, new
     /// connections that close within their first interval would otherwise hold every window
@@ -165,14 +176,122 @@ impl WindowPlan {
 
 /// Whether detaching until the next window saves more than the detach and the attach cost:
 /// `runs` made in the `open_ns` the window was open, at that rate for `closed_ns` more, against
-/// `cycle_ns` for a detach and an attach (0 while not yet measured: detach, and measure).
+/// `cycle_ns` for a detach and an attach (see [`CycleCost`] for what that counts).
 pub(super) fn detach_pays(runs: u64, open_ns: u64, closed_ns: u64, cycle_ns: u64) -> bool {
     let saved_runs = u128::from(runs) * u128::from(closed_ns) / u128::from(open_ns.max(1));
     saved_runs * u128::from(RUN_COST_NS) > u128::from(cycle_ns)
 }
 
-/// `tcp:tcp_probe`'s program, attached while the plan's window is open (and between windows
-/// when detaching would cost more than it saves).
+/// What a detach and an attach cost a busy CPU other than the one doing them. Each patches the
+/// tracepoint into or out of the kernel's text, which interrupts every other online CPU a few
+/// times (x86's text poking serializes each CPU three times a patch: 12 inter-processor
+/// interrupts a cycle, counted with `ipi:ipi_send_cpumask`), and each interruption costs what
+/// that CPU was running the time to take it. Measured on this VM as the time a thread spinning
+/// on the other CPU lost: 17-18 interruptions a cycle of 7-8 us each (each leaves the VM and
+/// enters it again), `cargo xtask bench`'s tracepoint flip row.
+const OTHER_CPU_CYCLE_NS: u64 = 125_000;
+/// This thread's part of a window cycle assumed until one is measured: about what this VM
+/// measured (a detach and an attach 0.3 ms, the window's two wake-ups 0.1 ms).
+const FIRST_CYCLE_GUESS_NS: u64 = 400_000;
+/// While the program stays attached, its run rate is looked at this often (at the reads of
+/// the pipeline's ticks: no wake-up of its own).
+const RATE_CHECK_NS: u64 = 1_000_000_000;
+
+/// What a window cycle costs the host, to weigh against the runs it saves. Pure: the caller
+/// measures this thread's part.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CycleCost {
+    /// This thread's CPU for a detach, an attach and the wake-ups a window asks for (the
+    /// switch back into the thread included), averaged over the cycles measured.
+    own_ns: u64,
+    /// Whether `own_ns` was measured, or is the first guess.
+    measured: bool,
+    /// The other online CPUs' part: [`OTHER_CPU_CYCLE_NS`] each.
+    others_ns: u64,
+}
+
+impl CycleCost {
+    pub(super) fn new(online_cpus: u64) -> Self {
+        Self {
+            own_ns: FIRST_CYCLE_GUESS_NS,
+            measured: false,
+            others_ns: online_cpus.saturating_sub(1) * OTHER_CPU_CYCLE_NS,
+        }
+    }
+
+    pub(super) fn total_ns(&self) -> u64 {
+        self.own_ns + self.others_ns
+    }
+
+    /// A cycle measured: it weighs a quarter of the average (one slow cycle on a busy host
+    /// moves it a little), the first one all of it.
+    pub(super) fn measured(&mut self, own_ns: u64) {
+        self.own_ns = if self.measured { (3 * self.own_ns + own_ns) / 4 } else { own_ns };
+        self.measured = true;
+    }
+
+    /// A cost measured once under load must not keep the program attached for good: this
+    /// thread's part fades while the program stays attached (by a sixteenth a look at the run
+    /// rate), so that a cycle is tried and measured again where the runs come near paying.
+    pub(super) fn fade(&mut self) {
+        self.own_ns -= self.own_ns / 16;
+    }
+
+    /// Whether windows would pay while the program stays attached: it made `runs` in
+    /// `elapsed_ns`, and a window every `interval_ns` would keep it attached
+    /// [`MIN_OPEN_NS`] of each.
+    pub(super) fn windows_pay(&self, runs: u64, elapsed_ns: u64, interval_ns: u64) -> bool {
+        let interval = interval_ns.max(1);
+        let closed_share = u128::from(interval.saturating_sub(MIN_OPEN_NS));
+        let closed_ns = u128::from(elapsed_ns) * closed_share / u128::from(interval);
+        let cycles_ns = u128::from(self.total_ns()) * u128::from(elapsed_ns) / u128::from(interval);
+        detach_pays(
+            runs,
+            elapsed_ns,
+            u64::try_from(closed_ns).unwrap_or(u64::MAX),
+            u64::try_from(cycles_ns).unwrap_or(u64::MAX),
+        )
+    }
+}
+
+/// What a closing window does with the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Closing {
+    Detach,
+    /// This window alone did not pay (held open for a thin flow, or one of the long ones):
+    /// attached until the next.
+    KeepUntilNext,
+    /// Short windows would not pay at this run rate either: attached, and nothing wakes the
+    /// reader for windows until the run rate says they pay.
+    StopWindows,
+}
+
+impl CycleCost {
+    /// A window that made `runs` in `open_ns` closes with `closed_ns` to the next one, windows
+    /// opening every `interval_ns`.
+    pub(super) fn on_close(&self, runs: u64, open_ns: u64, closed_ns: u64, interval_ns: u64) -> Closing {
+        if detach_pays(runs, open_ns, closed_ns, self.total_ns()) {
+            Closing::Detach
+        } else if self.windows_pay(runs, open_ns, interval_ns) {
+            Closing::KeepUntilNext
+        } else {
+            Closing::StopWindows
+        }
+    }
+}
+
+/// `tcp:tcp_probe`'s program: attached only in the plan's windows while that costs the host
+/// less than keeping it attached, and attached otherwise.
+///
+/// A window cycle costs this thread a detach, an attach and the wake-ups the window asks for
+/// (measured from the thread's CPU clock, the switch back into the thread included), and the
+/// other CPUs the text patches' interrupts ([`CycleCost`]). Keeping the program attached costs
+/// every run it makes, [`RUN_COST_NS`] each: the runs a window saves are counted in the
+/// window (a per-CPU counter the program bumps). Windows are followed while a closing window
+/// finds that detaching pays; otherwise the program stays attached, nothing wakes the reader
+/// for windows, and the run rate is looked at once a second (at the pipeline's ticks) to see
+/// whether windows would pay now. A host with a few thousand segments a second (the story's
+/// video stream) or an idle one keeps it attached.
 #[derive(Debug)]
 pub(super) struct ProbeWindow {
     plan: Option<WindowPlan>,
@@ -180,18 +299,24 @@ pub(super) struct ProbeWindow {
     link: Option<HookLink>,
     classic: bool,
     stopped: bool,
-    /// The program's run count and the time when the window opened.
-    opened_at: (u64, u64),
-    /// CPU time of a detach and an attach, averaged over the cycles measured (0: not yet).
-    cycle_ns: u64,
-    /// The last detach's CPU time, until the attach that completes its cycle.
-    detach_ns: Option<u64>,
+    /// Following the plan's windows; otherwise attached until the run rate says windows pay.
+    windowing: bool,
+    /// The program's run count and the time when the window opened (windowing) or when the
+    /// rate was last looked at (attached).
+    mark: (u64, u64),
+    cost: CycleCost,
+    /// This thread's CPU for the current cycle so far (detach, wake-ups, attach).
+    cycle_so_far: u64,
+    /// The current cycle detached the program (it is measured whole at the next attach).
+    detached: bool,
     /// Attaches that failed (the next window tries again).
     pub(super) attach_failures: u64,
     /// Windows opened so far.
     pub(super) windows: u64,
-    /// Windows after which the program stayed attached, detaching not paying.
+    /// Times windows stopped, the program staying attached as detaching did not pay.
     pub(super) kept: u64,
+    /// Windows followed and the program detached at each close, paying or not.
+    always: bool,
 }
 
 impl ProbeWindow {
@@ -200,22 +325,44 @@ impl ProbeWindow {
     pub(super) fn new(link: Option<HookLink>, interval_ns: u64, now_ns: u64, windows: bool) -> Self {
         let classic = matches!(link, Some(HookLink::Classic(_)));
         let plan = link.as_ref().filter(|_| windows).and_then(|_| WindowPlan::new(interval_ns, now_ns));
+        // SAFETY: sysconf reads a constant.
+        let online = u64::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1).max(1);
         Self {
             plan,
             link,
             classic,
             stopped: false,
-            opened_at: (0, now_ns),
-            cycle_ns: 0,
-            detach_ns: None,
+            windowing: false,
+            mark: (0, now_ns),
+            cost: CycleCost::new(online),
+            cycle_so_far: 0,
+            detached: false,
             attach_failures: 0,
             windows: 0,
             kept: 0,
+            always: false,
         }
     }
 
-    /// Take note of `batch` and open or close the window as the plan says at `now_ns`;
-    /// `probe_runs` reads the program's run count.
+    /// Follow the windows and detach at every close whatever the run rate: the windows alone,
+    /// for tests of them on a host too loaded for a transfer to make them pay.
+    pub(super) fn follow_windows_always(&mut self) {
+        self.always = self.plan.is_some();
+        self.windowing = self.always;
+    }
+
+    /// Whether the reader wakes for the windows' times (and charges those wake-ups to them).
+    pub(super) fn windowing(&self) -> bool {
+        self.windowing && !self.stopped
+    }
+
+    /// This thread's CPU for a wake-up the window asked for: part of the cycle's cost.
+    pub(super) fn charge_wake_up(&mut self, cpu_ns: u64) {
+        self.cycle_so_far += cpu_ns;
+    }
+
+    /// Take note of `batch` and open or close the window as the plan says at `now_ns`, or,
+    /// while attached, see whether windows would pay; `probe_runs` reads the program's run count.
     pub(super) fn step(&mut self, ebpf: &mut Ebpf, now_ns: u64, batch: &[Sample], probe_runs: impl Fn() -> u64) {
         let Some(plan) = self.plan.as_mut() else { return };
         for sample in batch {
@@ -224,53 +371,79 @@ impl ProbeWindow {
         if self.stopped {
             return;
         }
+        if !self.windowing {
+            let (runs_then, at) = self.mark;
+            let elapsed = now_ns.saturating_sub(at);
+            if elapsed < RATE_CHECK_NS {
+                return;
+            }
+            let runs = probe_runs();
+            if !self.cost.windows_pay(runs.saturating_sub(runs_then), elapsed, plan.interval_ns) {
+                self.cost.fade();
+                self.mark = (runs, now_ns);
+                return;
+            }
+            self.windowing = true;
+            plan.resume(now_ns);
+        }
         match plan.step(now_ns) {
             Action::Open => {
                 self.windows += 1;
-                self.opened_at = (probe_runs(), now_ns);
-                // At start the program is attached already, and it stays attached between
-                // windows when detaching did not pay.
+                self.mark = (probe_runs(), now_ns);
                 if self.link.is_none() {
-                    let started = crate::clock::thread_cpu_ns();
+                    let (started, from_ns) = (crate::clock::thread_cpu_ns(), crate::clock::monotonic_now_ns());
                     match attach(ebpf, self.classic) {
-                        Some(link) => self.link = Some(link),
+                        Some(link) => {
+                            self.link = Some(link);
+                            log_flip("attached", from_ns);
+                        }
                         None => self.attach_failures += 1,
                     }
-                    let attach_ns = crate::clock::thread_cpu_ns().saturating_sub(started);
-                    if let Some(detach_ns) = self.detach_ns.take() {
-                        self.cycle_ns = average_cycle(self.cycle_ns, detach_ns + attach_ns);
-                    }
+                    self.cycle_so_far += crate::clock::thread_cpu_ns().saturating_sub(started);
                 }
+                if std::mem::take(&mut self.detached) {
+                    self.cost.measured(self.cycle_so_far);
+                }
+                self.cycle_so_far = 0;
             }
             Action::Close => {
-                let (runs_then, opened_ns) = self.opened_at;
+                let (runs_then, opened_ns) = self.mark;
                 let open_ns = now_ns.saturating_sub(opened_ns);
                 let closed_ns = plan.next_step_ns().saturating_sub(now_ns);
-                if detach_pays(probe_runs().saturating_sub(runs_then), open_ns, closed_ns, self.cycle_ns) {
-                    let started = crate::clock::thread_cpu_ns();
-                    detach(ebpf, self.link.take());
-                    // The cycle is measured whole at the next attach.
-                    self.detach_ns = Some(crate::clock::thread_cpu_ns().saturating_sub(started));
+                let runs = probe_runs();
+                let closing = if self.always {
+                    Closing::Detach
                 } else {
-                    self.kept += 1;
-                    // A cost measured once under load must not keep the program attached for
-                    // good: it fades while kept, so that a cycle is tried and measured again
-                    // (about every six seconds at the default interval on a quiet host).
-                    self.cycle_ns -= self.cycle_ns / 16;
+                    self.cost.on_close(runs.saturating_sub(runs_then), open_ns, closed_ns, plan.interval_ns)
+                };
+                match closing {
+                    Closing::Detach => {
+                        let (started, from_ns) = (crate::clock::thread_cpu_ns(), crate::clock::monotonic_now_ns());
+                        detach(ebpf, self.link.take());
+                        log_flip("detached", from_ns);
+                        self.cycle_so_far += crate::clock::thread_cpu_ns().saturating_sub(started);
+                        self.detached = true;
+                    }
+                    Closing::KeepUntilNext => {
+                        self.kept += 1;
+                        self.cycle_so_far = 0;
+                    }
+                    Closing::StopWindows => {
+                        self.kept += 1;
+                        self.cycle_so_far = 0;
+                        self.windowing = false;
+                        self.mark = (runs, now_ns);
+                    }
                 }
             }
             Action::Stay => {}
         }
     }
 
-    /// When the window next wants a step (CLOCK_MONOTONIC ns), if it is being planned. Kept
-    /// attached between windows, nothing waits on the time: the reader's own 20 ms timer steps
-    /// the plan, and the reader wakes no more often than it did before windows.
+    /// When the window next wants a step (CLOCK_MONOTONIC ns), while windows are followed.
+    /// Attached, nothing waits on the time: the pipeline's ticks look at the run rate.
     pub(super) fn next_step_ns(&self) -> Option<u64> {
-        let plan = self.plan.as_ref().filter(|_| !self.stopped)?;
-        if self.link.is_some() && plan.opened_ns.is_none() {
-            return None;
-        }
+        let plan = self.plan.as_ref().filter(|_| self.windowing())?;
         Some(plan.next_step_ns())
     }
 
@@ -280,14 +453,14 @@ impl ProbeWindow {
     }
 }
 
-/// The average of the cycles measured so far (`average`, 0 before the first) with `cycle`, the
-/// last one weighing a quarter: one slow cycle on a busy host moves it a little.
-fn average_cycle(average: u64, cycle: u64) -> u64 {
-    if average == 0 {
-        cycle
-    } else {
-        (3 * average + cycle) / 4
-    }
+/// The log target of every attach and detach: `RUST_LOG=cctrace::probe_window=debug` with
+/// `--log-file` writes when the program was attached, which the live tests hold its run count
+/// against (tests/tests/live.rs).
+const LOG_TARGET: &str = "cctrace::probe_window";
+
+/// `tcp_probe attached|detached FROM TO`: the CLOCK_MONOTONIC ns the system call began and ended.
+fn log_flip(what: &str, from_ns: u64) {
+    log::debug!(target: LOG_TARGET, "tcp_probe {what} {from_ns} {}", crate::clock::monotonic_now_ns());
 }
 
 fn attach(ebpf: &mut Ebpf, classic: bool) -> Option<HookLink> {
@@ -407,9 +580,57 @@ mod tests {
     }
 
     #[test]
-    fn one_slow_cycle_moves_the_average_a_quarter() {
-        assert_eq!(average_cycle(0, 100_000), 100_000, "the first cycle is the average");
-        assert_eq!(average_cycle(100_000, 500_000), 200_000);
+    fn one_slow_cycle_moves_the_average_a_quarter_and_the_first_replaces_the_guess() {
+        let mut cost = CycleCost::new(1);
+        assert_eq!(cost.total_ns(), FIRST_CYCLE_GUESS_NS, "one CPU: no other CPU to interrupt");
+        cost.measured(100_000);
+        assert_eq!(cost.total_ns(), 100_000, "the first cycle measured replaces the guess");
+        cost.measured(500_000);
+        assert_eq!(cost.total_ns(), 200_000);
+    }
+
+    #[test]
+    fn windows_pay_for_a_bulk_transfer_and_not_for_a_video_stream_an_idle_host_or_many_cpus() {
+        let mut cost = CycleCost::new(2);
+        cost.measured(400_000);
+        // 200,000 segments a second (the bench's own sender over veth): windows save 7.6 ms
+        // a second for 5.25 ms of cycles.
+        assert!(cost.windows_pay(200_000, SEC, 100 * MS));
+        // An iperf3 transfer's 78,000: 2.9 ms saved, not enough.
+        assert!(!cost.windows_pay(78_000, SEC, 100 * MS));
+        assert!(!cost.windows_pay(2_000, SEC, 100 * MS), "a video stream");
+        assert!(!cost.windows_pay(0, SEC, 100 * MS), "an idle host");
+        // Each other CPU takes the text patches' interrupts: on 32 CPUs a cycle costs 4.3 ms.
+        let mut many = CycleCost::new(32);
+        many.measured(400_000);
+        assert!(!many.windows_pay(200_000, SEC, 100 * MS));
+        assert!(many.windows_pay(2_000_000, SEC, 100 * MS));
+    }
+
+    #[test]
+    fn a_long_window_keeps_the_program_attached_until_the_next_and_a_thin_stream_stops_windows() {
+        let mut cost = CycleCost::new(2);
+        cost.measured(400_000);
+        // 200,000 runs a second: a 5 ms window's runs pay for a detach over the 95 ms left.
+        assert_eq!(cost.on_close(1_000, 5 * MS, 95 * MS, 100 * MS), Closing::Detach);
+        // The same rate in a window held open 75 ms (a thin flow, or every twentieth): too
+        // little left to save, yet short windows still pay at this rate.
+        assert_eq!(cost.on_close(15_000, 75 * MS, 25 * MS, 100 * MS), Closing::KeepUntilNext);
+        // 20,000 runs a second: no window pays.
+        assert_eq!(cost.on_close(100, 5 * MS, 95 * MS, 100 * MS), Closing::StopWindows);
+    }
+
+    #[test]
+    fn a_cycle_measured_under_load_fades_while_attached_until_it_is_tried_again() {
+        let mut cost = CycleCost::new(2);
+        cost.measured(4_000_000);
+        assert!(!cost.windows_pay(200_000, SEC, 100 * MS), "a slow cycle under load");
+        let checks = (0..100).take_while(|_| {
+            cost.fade();
+            !cost.windows_pay(200_000, SEC, 100 * MS)
+        });
+        assert!(checks.count() < 60, "tried again within a minute of looks at the rate");
+        assert!(cost.total_ns() >= OTHER_CPU_CYCLE_NS, "the other CPU's part does not fade");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Reading the samples: the ring buffer the programs write into, drained in batches on a
-//! wake-up or a short timer and decoded, beside the start-up listing's samples and the owner
-//! scans for flows the kernel side could not name.
+//! Reading the samples: the ring buffer the programs write into, drained in batches and
+//! decoded when the programs wake the reader (the ring half full), at the pipeline's ticks
+//! ([`take_queued`]) and at the probe window's times, beside the start-up listing's samples
+//! and the owner scans for flows the kernel side could not name.
 
 use std::time::Duration;
 
@@ -35,7 +36,9 @@ impl Decoding {
 /// deep-mode readers can wait beside it.
 pub(super) struct SampleReader<'a> {
     pub(super) ring: &'a mut AsyncFd<RingBuf<MapData>>,
-    pub(super) ring_poll: &'a mut tokio::time::Interval,
+    /// The ring holds more than the last read took (a full batch, or the programs were
+    /// detached and what they wrote is to be read): the next read takes it without waiting.
+    pub(super) more_queued: &'a mut bool,
     pub(super) listing: &'a mut Option<tokio::sync::mpsc::Receiver<Vec<Sample>>>,
     pub(super) listed: &'a mut u64,
     pub(super) decoding: &'a mut Decoding,
@@ -47,12 +50,13 @@ pub(super) struct SampleReader<'a> {
 
 /// The next samples (at least one): from the ring first (it is what overflows when not read),
 /// then the start-up listing's. The programs wake the reader only when the ring is half full
-/// (a wake-up per sample was most of a hook's cost), so the ring is also read on a short timer.
-/// With unnamed flows waiting for an owner scan, the reader wakes for it even if no sample
-/// comes. Every read, and every tick without samples, steps `tcp_probe`'s window (see
-/// `probe_window`). Cancel-safe: records are taken only in the turn that returns them.
+/// (a wake-up per sample was most of a hook's cost), and nothing here wakes on a timer to look
+/// for samples: the pipeline takes what the ring holds at each tick ([`take_queued`]). With
+/// unnamed flows waiting for an owner scan, the reader wakes for it; while `tcp_probe`'s
+/// window is being planned, for the window's times (see `probe_window`). Cancel-safe: records
+/// are taken only in the turn that returns them.
 pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
-    let SampleReader { ring, ring_poll, listing, listed, decoding, owners, probe_window, ebpf, counters } = r;
+    let SampleReader { ring, more_queued, listing, listed, decoding, owners, probe_window, ebpf, counters } = r;
     loop {
         let scan_at = owners.as_ref().and_then(owners::OwnerLookup::due_at);
         let scan_due = async {
@@ -62,6 +66,10 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
             }
         };
         let window_at = probe_window.next_step_ns();
+        // A wake-up for the window is part of what a window costs: this thread's CPU from here
+        // to the window's branch is the switch back into it and the runtime's turn.
+        let asleep_cpu_ns = window_at.map(|_| crate::clock::thread_cpu_ns());
+        let mut woke_for_window = None;
         let window_due = async {
             match window_at {
                 Some(at) => {
@@ -73,10 +81,10 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
         };
         let mut batch = tokio::select! {
             biased;
+            () = std::future::ready(()), if *more_queued => drain_queued(ring.get_mut(), more_queued, decoding),
             guard = ring.readable_mut() => {
                 drain_ring(guard.context("waiting on the ring buffer")?, decoding)
             }
-            _ = ring_poll.tick() => drain_unwoken(ring.get_mut(), ring_poll, decoding),
             from_listing = next_listed(listing), if listing.is_some() => match from_listing {
                 Some(batch) => {
                     *listed += batch.len() as u64;
@@ -95,8 +103,14 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
             }
             // The window's own time: what the ring holds is read first, so that a window
             // closes on the samples its first segments produced.
-            () = window_due => drain_unwoken(ring.get_mut(), ring_poll, decoding),
+            () = window_due => {
+                woke_for_window = Some(crate::clock::thread_cpu_ns());
+                drain_queued(ring.get_mut(), more_queued, decoding)
+            }
         };
+        if let (Some(asleep), Some(woke)) = (asleep_cpu_ns, woke_for_window) {
+            probe_window.charge_wake_up(woke.saturating_sub(asleep));
+        }
         let probe_runs = || counters.get(tracer_common::counter::PROBE_RUNS);
         probe_window.step(ebpf, crate::clock::monotonic_now_ns(), &batch, probe_runs);
         if !batch.is_empty() {
@@ -106,6 +120,19 @@ pub(super) async fn read_samples(r: SampleReader<'_>) -> Result<Vec<Sample>> {
             return Ok(batch);
         }
     }
+}
+
+/// What the ring holds now, without waiting (up to a batch; more is read at once by the next
+/// [`read_samples`]), with the probe window stepped on it: the pipeline's tick takes it.
+pub(super) fn take_queued(r: SampleReader<'_>) -> Vec<Sample> {
+    let SampleReader { ring, more_queued, decoding, owners, probe_window, ebpf, counters, .. } = r;
+    let mut batch = drain_queued(ring.get_mut(), more_queued, decoding);
+    let probe_runs = || counters.get(tracer_common::counter::PROBE_RUNS);
+    probe_window.step(ebpf, crate::clock::monotonic_now_ns(), &batch, probe_runs);
+    if let Some(owners) = owners.as_mut() {
+        owners.fill(&mut batch);
+    }
+    batch
 }
 
 /// Up to one batch of what the ring buffer holds; readiness is cleared once it is dry.
@@ -121,27 +148,16 @@ fn drain_ring(
     batch
 }
 
-/// Up to one batch of what the ring buffer holds, read on a timer rather than a wake-up; when a
-/// full batch leaves more waiting, the poll timer fires again at once.
-fn drain_unwoken(
-    ring: &mut RingBuf<MapData>,
-    ring_poll: &mut tokio::time::Interval,
-    decoding: &mut Decoding,
-) -> Vec<Sample> {
+/// Up to one batch of what the ring buffer holds, read without a wake-up; a full batch leaves
+/// `more_queued` set, so the next read comes at once.
+fn drain_queued(ring: &mut RingBuf<MapData>, more_queued: &mut bool, decoding: &mut Decoding) -> Vec<Sample> {
     let batch = drain(ring, decoding);
-    if batch.len() == MAX_BATCH {
-        ring_poll.reset_immediately();
-    }
+    *more_queued = batch.len() == MAX_BATCH;
     batch
 }
 
 /// Samples read from the ring buffer per batch at most.
 const MAX_BATCH: usize = 4096;
-
-/// How often the ring buffer is read without a wake-up: the programs wake the reader only when
-/// it is half full. At the default 8 MiB (32,768 samples) that is 1.6 million samples a second
-/// before a wake-up is needed.
-pub(super) const RING_POLL: Duration = Duration::from_millis(20);
 
 /// Up to [`MAX_BATCH`] samples from `ring`, decoded; what does not decode is counted.
 fn drain(ring: &mut RingBuf<MapData>, decoding: &mut Decoding) -> Vec<Sample> {

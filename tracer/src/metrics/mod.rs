@@ -32,8 +32,23 @@ pub use otlp::{OtlpExport, OtlpSettings, OtlpStatus};
 pub use server::{check_listen, MetricsServer, ServeError};
 
 /// The snapshot is recomputed at most this often (the analysis judges flows once a second);
-/// ticks in between (the TUI draws four frames a second) only count bytes.
+/// ticks in between only count bytes.
 const SNAPSHOT_EVERY_NS: u64 = 1_000_000_000;
+/// While nothing it is made from changes (an idle host), the snapshot is recomputed only this
+/// often: well within `/health`'s [`server::STALE_AFTER`], and the hooks' costs (which move
+/// without samples while the kernel counts runs) stay this fresh.
+const UNCHANGED_SNAPSHOT_EVERY_NS: u64 = 10_000_000_000;
+
+/// What a snapshot is made from, as far as it can change between ticks: the source's
+/// counters, the verdicts, and the flows there are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct SnapshotInputs {
+    counters: crate::source::SourceCounters,
+    verdicts: u64,
+    flows: usize,
+    departed: u64,
+    udp_flows: usize,
+}
 
 /// The exporter's state: the model, what scrapes read, the HTTP server, the OTLP export.
 pub struct MetricsService {
@@ -46,6 +61,8 @@ pub struct MetricsService {
     server: Option<MetricsServer>,
     otlp: Option<OtlpExport>,
     snapshot_at_ns: Option<u64>,
+    /// What the last snapshot was made from; `None` once a batch of samples came since.
+    snapshot_from: Option<SnapshotInputs>,
 }
 
 impl MetricsService {
@@ -66,6 +83,7 @@ impl MetricsService {
             server: None,
             otlp: None,
             snapshot_at_ns: None,
+            snapshot_from: None,
         }
     }
 
@@ -106,13 +124,28 @@ pub type WithMetrics<F> = Beside<F, MetricsService>;
 impl SideJob for MetricsService {
     fn on_batch(&mut self, analysis: &Analysis, batch: &[Sample]) -> Result<()> {
         self.model.observe(&analysis.env, analysis.env_generation(), batch);
+        self.snapshot_from = None;
+        Ok(())
+    }
+
+    fn on_sockets(&mut self, _analysis: &Analysis, _readings: &crate::analysis::udp::SocketReadings) -> Result<()> {
+        self.snapshot_from = None;
         Ok(())
     }
 
     fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<()> {
-        let due = self.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= SNAPSHOT_EVERY_NS);
+        let inputs = SnapshotInputs {
+            counters: status.counters,
+            verdicts: analysis.diagnoser.generation(),
+            flows: analysis.table.len(),
+            departed: analysis.table.departed(),
+            udp_flows: analysis.udp.len(),
+        };
+        let every = if self.snapshot_from == Some(inputs) { UNCHANGED_SNAPSHOT_EVERY_NS } else { SNAPSHOT_EVERY_NS };
+        let due = self.snapshot_at_ns.is_none_or(|at| analysis.last_tick_ns().saturating_sub(at) >= every);
         if due {
             self.publish(analysis, status.counters, false);
+            self.snapshot_from = Some(inputs);
         }
         if let Some(otlp) = &mut self.otlp {
             otlp.on_tick(analysis);

@@ -63,7 +63,10 @@ pub struct TuiOptions {
 
 impl Default for TuiOptions {
     fn default() -> Self {
-        Self { frame_interval: Duration::from_millis(250), show_all: false }
+        // Once a second, as the analysis judges and its rates are measured (four frames a
+        // second drew the same verdicts and rates four times: most of the UI's cost); keys
+        // and resizes draw at once.
+        Self { frame_interval: Duration::from_secs(1), show_all: false }
     }
 }
 
@@ -147,6 +150,23 @@ pub struct TuiFrontEnd<'t, B: Backend, K> {
     /// Moves the playback of a replayed recording.
     player: Option<crate::recording::player::Player>,
     pub state: AppState,
+    /// What the last frame drew from; a tick with nothing new draws no frame.
+    drawn_from: Option<FrameInputs>,
+}
+
+/// Everything outside the keys that a frame shows: while none of it changes (an idle host),
+/// a frame would draw the same screen, so none is drawn.
+#[derive(Clone, Debug, PartialEq)]
+struct FrameInputs {
+    /// Samples, socket readings or decisions arrived, or an action, since the last frame.
+    fed: bool,
+    counters: crate::source::SourceCounters,
+    verdicts: u64,
+    flows: usize,
+    departed: u64,
+    source_ended: bool,
+    playback: Option<crate::source::Playback>,
+    recording: Option<String>,
 }
 
 impl<'t, B, K> TuiFrontEnd<'t, B, K>
@@ -173,7 +193,17 @@ where
             }
             None => state,
         };
-        Self { terminal, keys, keys_open: true, kernel_filter, fixer: None, recording: None, player: None, state }
+        Self {
+            terminal,
+            keys,
+            keys_open: true,
+            kernel_filter,
+            fixer: None,
+            recording: None,
+            player: None,
+            state,
+            drawn_from: None,
+        }
     }
 
     /// Let `f` and `u` apply and undo the fix through `fixer`.
@@ -196,6 +226,13 @@ where
         self
     }
 
+    /// Something arrived that the next frame must show.
+    fn fed(&mut self) {
+        if let Some(drawn) = &mut self.drawn_from {
+            drawn.fed = true;
+        }
+    }
+
     fn draw(&mut self) -> Result<()> {
         let state = &self.state;
         self.terminal.draw(|f| draw(f, state)).context("drawing the terminal")?;
@@ -209,16 +246,52 @@ where
     B::Error: Send + Sync + 'static,
     K: Stream<Item = io::Result<Event>> + Unpin,
 {
+    async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[crate::analysis::event::Sample]) -> Result<Control> {
+        self.fed();
+        Ok(Control::Continue)
+    }
+
+    async fn on_decisions(
+        &mut self,
+        _analysis: &Analysis,
+        _batch: &[crate::analysis::decisions::Decision],
+    ) -> Result<Control> {
+        self.fed();
+        Ok(Control::Continue)
+    }
+
+    async fn on_sockets(
+        &mut self,
+        _analysis: &Analysis,
+        _readings: &crate::analysis::udp::SocketReadings,
+    ) -> Result<Control> {
+        self.fed();
+        Ok(Control::Continue)
+    }
+
     async fn on_tick(&mut self, analysis: &Analysis, status: &Status) -> Result<Control> {
         // Reading ahead to a seek target: nothing worth drawing until it is reached.
         if status.playback.is_some_and(|p| p.catching_up) {
             return Ok(Control::Continue);
         }
-        if let Some(rec) = &self.recording {
-            self.state.header.recording = Some(rec.badge());
+        let recording = self.recording.as_ref().map(crate::recording::RecordingStatus::badge);
+        let inputs = FrameInputs {
+            fed: false,
+            counters: status.counters,
+            verdicts: analysis.diagnoser.generation(),
+            flows: analysis.table.len(),
+            departed: analysis.table.departed(),
+            source_ended: status.source_ended,
+            playback: status.playback,
+            recording: recording.clone(),
+        };
+        if self.drawn_from.as_ref() == Some(&inputs) {
+            return Ok(Control::Continue);
         }
+        self.state.header.recording = recording;
         self.state.sync(analysis, status);
         self.draw()?;
+        self.drawn_from = Some(inputs);
         Ok(Control::Continue)
     }
 
@@ -258,6 +331,7 @@ where
 
     /// A replayed fix: marked on the charts of the flows it switched, as it was live.
     async fn on_action(&mut self, _analysis: &Analysis, action: &ActionRecord) -> Result<Control> {
+        self.fed();
         self.state.action_replayed(action.clone());
         Ok(Control::Continue)
     }
