@@ -59,7 +59,9 @@ fn samples_agree_with_ss() -> Result<()> {
                 trickle_every: Duration::from_millis(20),
                 trickle_bytes: 1000,
             },
-            duration: Duration::from_secs(6),
+            // Longer than three readings take however late the lines come (each waits for
+            // samples half a second past it to be printed); stopped once they are done.
+            duration: Duration::from_secs(30),
             nodelay: true,
             // A modest send buffer: the bulk phase must not leave megabytes queued that would
             // keep cwnd moving into the trickle phase.
@@ -155,6 +157,7 @@ fn samples_agree_with_ss() -> Result<()> {
         checked += 1;
     }
     assert_eq!(checked, 3);
+    sender.stop();
     let report = sender.wait()?;
     assert!(report.bytes_acked > 1_000_000, "the bulk phase moved data: {report:?}");
     let (code, _) = tracer.stop()?;
