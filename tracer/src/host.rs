@@ -124,7 +124,7 @@ pub(crate) fn in_each_netns<T: Send + 'static>(
     let reader = std::thread::Builder::new().name("cct-netns-read".into()).spawn(move || {
         let mut out = Vec::new();
         for (ino, path) in paths {
-            if enter_netns(ino, &path) {
+            if enter_netns(ino, &path).is_ok() {
                 out.extend(read(ino));
             }
         }
@@ -133,17 +133,28 @@ pub(crate) fn in_each_netns<T: Send + 'static>(
     reader.ok().and_then(|t| t.join().ok()).unwrap_or_default()
 }
 
-/// Move the calling thread into network namespace `ino`, opened by `path`; whether it got
-/// there.
-pub(crate) fn enter_netns(ino: u32, path: &std::path::Path) -> bool {
-    let Ok(ns) = std::fs::File::open(path) else { return false };
-    // Entered by the descriptor: a namespace whose path now leads elsewhere (a pid reused) is
-    // caught by comparing the inode of what was opened.
-    if ns.metadata().map(|m| m.ino()).ok() != Some(u64::from(ino)) {
-        return false;
+/// Move the calling thread into network namespace `ino`, opened by `path`. A path that now
+/// leads to another namespace (a pid reused, a name given again) is `ENOENT`: the namespace
+/// asked for is gone.
+pub(crate) fn enter_netns(ino: u32, path: &std::path::Path) -> std::io::Result<()> {
+    let ns = std::fs::File::open(path)?;
+    // Entered by the descriptor: comparing the inode of what was opened catches a path that
+    // now leads elsewhere.
+    if ns.metadata()?.ino() != u64::from(ino) {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
     }
-    // SAFETY: a valid descriptor of a network namespace; affects only the calling thread.
-    unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) == 0 }
+    setns_net(&ns)
+}
+
+/// `setns(fd, CLONE_NEWNET)` on the calling thread: the one place cctrace changes a thread's
+/// network namespace. A thread that entered one stays there, so callers use a thread of their
+/// own.
+pub(crate) fn setns_net(ns: &std::fs::File) -> std::io::Result<()> {
+    // SAFETY: setns on the calling thread only, with an open namespace descriptor it borrows.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The host-wide sysctl at `key_path` as a number (0 when unreadable).

@@ -10,7 +10,6 @@ use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::{BufferLimits, Environment};
 use crate::analysis::fix_plan::{refusal, State, Step, Target, STATE_DIR};
-use crate::kernel::listing::enter_netns;
 
 pub(super) const DEFAULT_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
 
@@ -106,11 +105,8 @@ pub(super) fn in_netns<T: Send>(target: &Target, f: impl FnOnce() -> T + Send) -
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                let ns = File::open(&target.path).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOENT))?;
-                if ns.metadata().map(|m| m.ino()).ok() != Some(u64::from(target.netns)) {
-                    return Err(libc::ENOENT);
-                }
-                enter_netns(&ns).map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
+                crate::host::enter_netns(target.netns, Path::new(&target.path))
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
                 Ok(f())
             })
             .join()

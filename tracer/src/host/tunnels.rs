@@ -147,7 +147,7 @@ impl HostRouting<'_> {
         if self.inside.as_ref().is_none_or(|(n, _)| *n != netns) {
             self.inside = None;
             let path = crate::host::path_into_netns(self.env, netns)?;
-            if !crate::host::enter_netns(netns, std::path::Path::new(&path)) {
+            if crate::host::enter_netns(netns, std::path::Path::new(&path)).is_err() {
                 return None;
             }
             self.inside = Some((netns, Rtnl::open().ok()?));

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 
-use super::listing::{enter_netns, in_namespace, Errno, NetnsWalkError};
+use super::listing::{in_namespace, Errno, NetnsWalkError};
 use super::udp_owner::parse_tcp_table;
 use crate::analysis::fix_plan::{Switched, Unreached};
 
@@ -110,7 +110,7 @@ fn established_in(netns: u32, path: &Path) -> Result<Vec<(SocketAddr, SocketAddr
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                in_namespace(netns, path, enter_netns, || {
+                in_namespace(netns, path, crate::host::setns_net, || {
                     let mut out = Vec::new();
                     for table in ["tcp", "tcp6"] {
                         let text = std::fs::read_to_string(Path::new("/proc/thread-self/net").join(table))

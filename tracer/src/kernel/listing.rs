@@ -143,7 +143,7 @@ pub(super) fn start_listing(ebpf: &mut Ebpf, btf: &Btf, ctx: DecodeContext) -> R
         ListingError::Load(short(&whole))
     })?;
     let (report, iterators) =
-        walk_each(&crate::host::netns_paths(), |netns, path| create_iter_in(prog, netns, path, enter_netns));
+        walk_each(&crate::host::netns_paths(), |netns, path| create_iter_in(prog, netns, path, crate::host::setns_net));
     let _ = prog.unload();
     let (tx, batches) = tokio::sync::mpsc::channel(LISTING_QUEUE);
     let spawned = std::thread::Builder::new()
@@ -207,15 +207,6 @@ fn walk_each<T>(
         }
     }
     (report, walked)
-}
-
-/// `setns(fd, CLONE_NEWNET)` on the calling thread.
-pub(crate) fn enter_netns(ns: &File) -> io::Result<()> {
-    // SAFETY: setns on the calling thread only, with an open namespace fd it borrows.
-    if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(ns), libc::CLONE_NEWNET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Attach the loaded `iter/tcp` program `prog` and create its iterator on a thread inside

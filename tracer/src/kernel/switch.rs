@@ -18,7 +18,8 @@ use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES, SWITC
 
 use super::attach::short;
 use super::held_sockets;
-use super::listing::{enter_netns, read_iter_in};
+use super::listing::read_iter_in;
+use crate::host::setns_net;
 use super::{caps, error_chain, object_load_failed, offsets, raise_memlock, EBPF_OBJECT, EBPF_UNAVAILABLE};
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::analysis::fix_plan::{cc_bytes, decode_switch_records, held_switch_line, Switched, Unreached};
@@ -110,7 +111,7 @@ impl Switcher {
         let mut out = Vec::new();
         for (netns, path) in namespaces {
             // A namespace gone or not enterable has nothing to size for.
-            let Ok(bytes) = read_iter_in(prog, *netns, path, enter_netns) else { continue };
+            let Ok(bytes) = read_iter_in(prog, *netns, path, setns_net) else { continue };
             out.extend(bytes.chunks_exact(tracer_common::FLOW_SAMPLE_SIZE).filter_map(|r| decode(r, &ctx).ok()));
         }
         Ok(out)
@@ -150,7 +151,7 @@ impl Switcher {
                 Self::set_config(ebpf, mode)?;
                 let prog: &mut Iter =
                     ebpf.program_mut(PROGRAM).context("program missing")?.try_into().map_err(|e| anyhow!("{e}"))?;
-                let bytes = read_iter_in(prog, netns, path, enter_netns).with_context(walking)?;
+                let bytes = read_iter_in(prog, netns, path, setns_net).with_context(walking)?;
                 Ok(decode_switch_records(&bytes))
             }
             Way::Held(_) => {
