@@ -56,7 +56,7 @@ impl Default for PipelineOptions {
     fn default() -> Self {
         Self {
             tick: Duration::from_secs(1),
-            max_samples_per_turn: 4096,
+            max_samples_per_turn: crate::source::MAX_BATCH,
             duration: None,
             time_base: TimeBase::Monotonic,
             final_drain: Duration::from_millis(300),

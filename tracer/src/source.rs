@@ -68,6 +68,10 @@ pub struct Ready {
     pub sockets: Option<crate::analysis::udp::SocketReadings>,
 }
 
+/// Records a source hands over per read at most, and the pipeline takes per turn: a busy ring
+/// buffer is read in bounded batches, so ticks and a stop are not held behind one read.
+pub const MAX_BATCH: usize = 4096;
+
 /// A stream of sample batches.
 pub trait EventSource: Send {
     /// The next batch; `Ok(None)` when the source has ended (a recording, a finite feed).

@@ -257,7 +257,7 @@ impl KernelSource {
         let cookies_in_tracing = btf_resolver.has_function("bpf_get_socket_ptr_cookie");
         drop(btf_resolver);
         let known_hz = hz::kernel_hz();
-        let hz = known_hz.unwrap_or(250);
+        let hz = known_hz.unwrap_or(hz::GUESSED_HZ);
         let (classic, _tracefs_err) = classic_offsets();
         // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
         let kernel_btf = Btf::from_sys_fs().ok();

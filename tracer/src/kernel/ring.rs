@@ -13,6 +13,7 @@ use super::counters::CounterMap;
 use super::owners;
 use super::probe_window::ProbeWindow;
 use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::source::MAX_BATCH;
 
 /// Decoding the ring's records: what failed, and how many samples the last read held (the next
 /// batch is allocated at that size once, rather than grown by doubling: growing 4,096 samples a
@@ -155,9 +156,6 @@ fn drain_queued(ring: &mut RingBuf<MapData>, more_queued: &mut bool, decoding: &
     *more_queued = batch.len() == MAX_BATCH;
     batch
 }
-
-/// Samples read from the ring buffer per batch at most.
-const MAX_BATCH: usize = 4096;
 
 /// Up to [`MAX_BATCH`] samples from `ring`, decoded; what does not decode is counted.
 fn drain(ring: &mut RingBuf<MapData>, decoding: &mut Decoding) -> Vec<Sample> {

@@ -19,10 +19,10 @@ use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES, SWITC
 use super::attach::short;
 use super::held_sockets;
 use super::listing::read_iter_in;
-use crate::host::setns_net;
 use super::{caps, error_chain, object_load_failed, offsets, raise_memlock, EBPF_OBJECT, EBPF_UNAVAILABLE};
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::analysis::fix_plan::{cc_bytes, decode_switch_records, held_switch_line, Switched, Unreached};
+use crate::host::setns_net;
 
 const PROGRAM: &str = "cct_iter_switch";
 /// The start-up listing's program: one sample of every TCP socket of a namespace.
@@ -105,7 +105,7 @@ impl Switcher {
             prog.load("tcp", &self.btf).map_err(|e| anyhow!("loading {LISTING}: {}", error_chain(&e)))?;
             self.listing_loaded = true;
         }
-        let ctx = DecodeContext { hz: super::hz::kernel_hz().unwrap_or(250) };
+        let ctx = DecodeContext { hz: super::hz::kernel_hz().unwrap_or(super::hz::GUESSED_HZ) };
         let prog: &mut Iter =
             self.ebpf.program_mut(LISTING).context("program missing")?.try_into().map_err(|e| anyhow!("{e}"))?;
         let mut out = Vec::new();

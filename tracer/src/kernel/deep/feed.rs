@@ -99,7 +99,7 @@ const DEEP_RESCAN_SOON: Duration = Duration::from_millis(100);
 
 /// The next decisions from the twins; between reads, new flows are moved onto them.
 pub(in crate::kernel) async fn read_decisions(deep: &mut DeepFeed) -> Result<Vec<Decision>> {
-    const MAX_BATCH: usize = 4096;
+    use crate::source::MAX_BATCH;
     loop {
         let mut guard = tokio::select! {
             guard = deep.ring.readable_mut() => guard.context("waiting on the decisions ring buffer")?,
