@@ -11,7 +11,7 @@ use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::environment::Environment;
 use crate::analysis::event::Sample;
 use crate::analysis::model::TableConfig;
-use crate::analysis::schema::{ActionKind, ActionRecord, SummaryRecord};
+use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;
 use crate::source::{BoxFuture, EventSource, Ready, SourceCounters, SourceItem};
@@ -137,21 +137,6 @@ fn analysis() -> Analysis {
     Analysis::new(TableConfig::default(), DiagnosisConfig::default(), Environment::default())
 }
 
-fn action() -> ActionRecord {
-    ActionRecord {
-        ts_ns: 5,
-        action: ActionKind::Undo,
-        netns: 4026532001,
-        target: "ip netns cct-1".into(),
-        cc: "bbr".into(),
-        default_before: "bbr".into(),
-        default_after: "cubic".into(),
-        switched: Vec::new(),
-        sysctls: Vec::new(),
-        messages: Vec::new(),
-    }
-}
-
 /// `source` through a front end that stalls as `front` says, stopped after 200 ms: the run
 /// must end (well within the 10 s the test gives it).
 async fn stops_despite(mut source: Items, mut front: Front, scripted: bool) {
@@ -176,7 +161,7 @@ async fn a_front_end_stalled_on_socket_readings_at_a_tick_cannot_hold_a_stop() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_front_end_stalled_on_a_replayed_action_cannot_hold_a_stop() {
-    let items = [SourceItem::Action(action())].into();
+    let items = [SourceItem::Action(feed::undo_action())].into();
     stops_despite(Items { items, ..Items::default() }, Front::stalling(false, true), true).await;
 }
 
