@@ -17,7 +17,6 @@ pub(super) enum DemoOptions {}
 /// The demo's containers and lab while a live run goes on; nothing when no demo was asked for.
 /// Dropping it removes the lab's namespaces, then the containers, on every exit path (end of
 /// --duration, Ctrl-C, SIGTERM, an error).
-#[derive(Default)]
 pub(super) struct Demo<'c> {
     opts: Option<&'c DemoOptions>,
     #[cfg(feature = "demo")]

@@ -289,9 +289,8 @@ pub(super) async fn run(cli: &Cli, what: LiveRun<'_>) -> Result<()> {
             c.received, c.lost, c.decode_errors
         );
     }
-    // The programs detach before the demo's lab goes.
+    // The programs detach before the demo's lab goes (at the end of this function).
     drop(traced);
-    drop(demo);
     result
 }
 
