@@ -11,6 +11,7 @@ mod replay;
 #[cfg(test)]
 mod same_figures_tests;
 mod settings;
+mod show;
 
 use std::future::Future;
 use std::process::ExitCode;
