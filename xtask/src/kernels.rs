@@ -121,9 +121,25 @@ pub(crate) fn run(
     if !cctrace.is_file() {
         bail!("{} is missing: build cctrace first (cargo xtask kernels does)", cctrace.display());
     }
+    let (kernels, notes) = matrix(root, &work, extra_images, only, scope)?;
+    let common = common_root(&work, cctrace)?;
+    let initrds: Vec<Result<PathBuf>> = kernels.iter().map(|k| initramfs(&work, &common, k, &guest_name(k))).collect();
+    let results = boot_all(&work, &kernels, initrds, scope);
+    report(&results, &notes)
+}
+
+/// The kernels to boot: Debian's, the host's own (or a note why not), the images given; those
+/// whose label has `only` in it when given.
+fn matrix(
+    root: &Path,
+    work: &Path,
+    extra_images: &[PathBuf],
+    only: Option<&str>,
+    scope: Scope,
+) -> Result<(Vec<Kernel>, Vec<String>)> {
     let mut kernels = Vec::new();
     for k in DEBIAN_KERNELS {
-        let mut kernel = debian_kernel(root, &work, k)?;
+        let mut kernel = debian_kernel(root, work, k)?;
         if scope == Scope::Suite {
             kernel.stages = k.in_suite;
         }
@@ -147,60 +163,39 @@ pub(crate) fn run(
             stages: Stage::ALL,
         });
     }
-
     if let Some(only) = only {
         kernels.retain(|k| k.label.contains(only));
         if kernels.is_empty() {
             bail!("--only {only}: no kernel of the matrix has it in its release");
         }
     }
-    let common = common_root(&work, cctrace)?;
-    // Each initramfs is packed from the one common tree, one after another; the guests then
-    // boot side by side on their own. Each is one emulator thread (see `Arch::qemu`), and most
-    // of a guest's time is spent waiting on its own flows' timers: side by side, the matrix
-    // takes little more than its slowest guest on two otherwise idle cores (121 s against 424 s
-    // one after another). Beside the suite's tests, at idle priority, the guests share what the
-    // tests leave: side by side there they took 311 s against 359 s and each ran 2.5 times
-    // slower, slow enough that 5.10's classic row once missed the owner of its accepted
-    // connection. So the suite boots them one after another.
-    let initrds: Vec<Result<PathBuf>> = kernels.iter().map(|k| initramfs(&work, &common, k, &guest_name(k))).collect();
+    Ok((kernels, notes))
+}
+
+/// Boot each kernel with its initramfs and check it. Each initramfs is packed from the one
+/// common tree, one after another; the guests then boot side by side on their own. Each is one
+/// emulator thread (see `Arch::qemu`), and most of a guest's time is spent waiting on its own
+/// flows' timers: side by side, the matrix takes little more than its slowest guest on two
+/// otherwise idle cores (121 s against 424 s one after another). Beside the suite's tests, at
+/// idle priority, the guests share what the tests leave: side by side there they took 311 s
+/// against 359 s and each ran 2.5 times slower, slow enough that 5.10's classic row once missed
+/// the owner of its accepted connection. So the suite boots them one after another.
+fn boot_all(work: &Path, kernels: &[Kernel], initrds: Vec<Result<PathBuf>>, scope: Scope) -> Vec<GuestResult> {
     let started = Instant::now();
+    let boot = |k: &Kernel, initrd: Result<PathBuf>, since: Instant| {
+        eprintln!("xtask: booting {} under qemu (TCG)", k.label);
+        let result = check_booted(work, k, initrd);
+        eprintln!("xtask: {} done in {:.0} s ({})", k.label, since.elapsed().as_secs_f64(), result.stages);
+        result
+    };
     if scope == Scope::Suite {
-        let results: Vec<GuestResult> = kernels
-            .iter()
-            .zip(initrds)
-            .map(|(k, initrd)| {
-                let started = Instant::now();
-                eprintln!("xtask: booting {} under qemu (TCG)", k.label);
-                let result = check_booted(&work, k, initrd);
-                eprintln!("xtask: {} done in {:.0} s ({})", k.label, started.elapsed().as_secs_f64(), result.stages);
-                result
-            })
-            .collect();
-        return report(&results, &notes);
+        return kernels.iter().zip(initrds).map(|(k, initrd)| boot(k, initrd, Instant::now())).collect();
     }
-    let results: Vec<GuestResult> = std::thread::scope(|scope| {
-        let guests: Vec<_> = kernels
-            .iter()
-            .zip(initrds)
-            .map(|(k, initrd)| {
-                let work = &work;
-                scope.spawn(move || {
-                    eprintln!("xtask: booting {} under qemu (TCG)", k.label);
-                    let result = check_booted(work, k, initrd);
-                    eprintln!(
-                        "xtask: {} done in {:.0} s ({})",
-                        k.label,
-                        started.elapsed().as_secs_f64(),
-                        result.stages
-                    );
-                    result
-                })
-            })
-            .collect();
+    std::thread::scope(|threads| {
+        let guests: Vec<_> =
+            kernels.iter().zip(initrds).map(|(k, initrd)| threads.spawn(move || boot(k, initrd, started))).collect();
         guests.into_iter().map(|g| g.join().expect("a guest's thread panicked")).collect()
-    });
-    report(&results, &notes)
+    })
 }
 
 /// Print the matrix's table and notes; an error when a check failed.
