@@ -201,15 +201,8 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<BtfTracePointLinkI
 }
 
 fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &Classic) -> Result<TracePointLinkId, AttachError> {
-    if h.classic_prog.is_empty() || classic.offsets.skaddr[h.id.index()] == ABSENT {
-        let name = format!("{}:{}", h.group, h.event);
-        let root = classic.root.as_ref().map_err(|why| AttachError::NoTracefs(why.clone()))?;
-        let exists = tracefs::event_format(root, h.group, h.event).is_ok();
-        return Err(match (exists, h.classic_prog.is_empty()) {
-            (false, _) => AttachError::NoEvent(name),
-            (true, true) => AttachError::BtfOnly(name),
-            (true, false) => AttachError::NoSkaddr(name),
-        });
+    if let Some(why) = no_classic_twin(h, classic) {
+        return Err(why);
     }
     let prog: &mut TracePoint = ebpf
         .program_mut(h.classic_prog)
@@ -221,6 +214,25 @@ fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &Classic) -> Result<TraceP
         let _ = prog.unload();
         perf_refusal(&e, perf_event_paranoid())
             .map_or_else(|| AttachError::Attach(short(&error_chain(&e))), AttachError::PerfRefused)
+    })
+}
+
+/// Why `h` has no classic program to attach, if it has none: tracefs could not be found, the
+/// kernel has no such event, the hook is BTF only, or its record lacks the socket's address.
+fn no_classic_twin(h: &Hook, classic: &Classic) -> Option<AttachError> {
+    if !h.classic_prog.is_empty() && classic.offsets.skaddr[h.id.index()] != ABSENT {
+        return None;
+    }
+    let name = format!("{}:{}", h.group, h.event);
+    let root = match &classic.root {
+        Ok(root) => root,
+        Err(why) => return Some(AttachError::NoTracefs(why.clone())),
+    };
+    let exists = tracefs::event_format(root, h.group, h.event).is_ok();
+    Some(match (exists, h.classic_prog.is_empty()) {
+        (false, _) => AttachError::NoEvent(name),
+        (true, true) => AttachError::BtfOnly(name),
+        (true, false) => AttachError::NoSkaddr(name),
     })
 }
 
@@ -275,6 +287,16 @@ mod tests {
             call,
             io_error: std::io::Error::from_raw_os_error(errno),
         })
+    }
+
+    #[test]
+    fn classic_hooks_without_tracefs_say_why_tracefs_is_missing() {
+        let why = "tracefs is not mounted and could not be mounted at /sys/kernel/tracing";
+        let classic = Classic { offsets: ClassicTracepointOffsets::unresolved(), root: Err(why.into()) };
+        for h in &HOOKS {
+            let e = no_classic_twin(h, &classic).expect("no classic program without tracefs");
+            assert_eq!(e.to_string(), format!("tracefs unavailable: {why}"));
+        }
     }
 
     #[test]
