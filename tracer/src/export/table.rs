@@ -1,8 +1,9 @@
 //! CSV from serde records, so a CSV's columns are the JSON schema's names with no second list
 //! to keep in step: a record's leaves, in field order, named by their path (`owner.comm`,
 //! `container.name`), serialized straight into cells by a serde serializer (the cells read as the
-//! JSON output writes the same values). The header comes from a template record with every optional part present,
-//! so it is the same for every file; a row leaves out what it does not have.
+//! JSON output writes the same values). The header comes from the schema's shape of the record
+//! (`with_every_part`: every optional part present), so it is the same for every file; a row
+//! leaves out what it does not have.
 
 use std::fmt;
 use std::io::Write;
