@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::fix_plan::STATE_DIR;
+use crate::analysis::fix::STATE_DIR;
 use crate::analysis::schema::ActionRecord;
 
 /// The journal's file name, in [`STATE_DIR`].

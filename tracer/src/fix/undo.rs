@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::Environment;
-use crate::analysis::fix_plan::{refusal, socket_refusal, State, Step, Target, STATE_DIR};
+use crate::analysis::fix::{refusal, socket_refusal, State, Step, Target, STATE_DIR};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 
 use super::apply::*;

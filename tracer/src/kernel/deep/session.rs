@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Twins;
 use crate::analysis::decisions::TwinAlgo;
-use crate::analysis::fix_plan::{Switched, STATE_DIR};
+use crate::analysis::fix::{Switched, STATE_DIR};
 use crate::kernel::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;
 

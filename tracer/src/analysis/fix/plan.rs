@@ -11,7 +11,7 @@ use tracer_common::{SwitchRecord, CC_NAME_LEN, SWITCH_RECORD_SIZE};
 use crate::analysis::diagnosis::{buffer_rate, buffer_size_for, is_loss_based, sizing_words, DiagnosisConfig, Side};
 use crate::analysis::environment::{BufferLimits, Environment};
 use crate::analysis::event::{Sample, TcpState};
-use crate::analysis::fix_commands::{buffer_sysctl_file, netns_words, MODULES_FILE, SYSCTL_FILE};
+use crate::analysis::fix::commands::{buffer_sysctl_file, netns_words, MODULES_FILE, SYSCTL_FILE};
 use crate::analysis::schema::ActionRecord;
 use crate::analysis::units::bytes;
 
