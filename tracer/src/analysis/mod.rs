@@ -10,7 +10,7 @@
 //! At the bottom, importing only each other: [`environment`] (host facts handed in, the tunnels'
 //! among them: [`tunnel::facts`]), [`units`]
 //! (how a rate, a share, a size is written), [`event`], [`route`] and [`loss_signals`] (decoded samples),
-//! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock). On them:
+//! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a process). On them:
 //! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`] (the fix's
 //! commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`] (the tunnel a flow crosses the path in),
 //! [`diagnosis`] (why each flow is as fast as it is),
@@ -29,6 +29,7 @@ pub mod loss_signals;
 pub mod model;
 pub mod route;
 pub mod schema;
+pub mod state_dir;
 pub mod time;
 pub mod tunnel;
 pub mod udp;

@@ -11,9 +11,10 @@ use anyhow::{bail, Context, Result};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::{
     buffer_steps, refusal, socket_refusal, state_file_name, valid_cc_name, Persist, Plan, State, Step, SwitchedCookie,
-    SysctlStep, Target, STATE_DIR, STATE_VERSION,
+    SysctlStep, Target, STATE_VERSION,
 };
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
+use crate::analysis::state_dir::STATE_DIR;
 use crate::kernel::switch::Switcher;
 
 use super::host_io::*;

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::{refusal, socket_refusal, State, Step, Target, STATE_DIR};
+use crate::analysis::fix::{refusal, socket_refusal, State, Step, Target};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
+use crate::analysis::state_dir::STATE_DIR;
 
 use super::apply::*;
 use super::host_io::*;

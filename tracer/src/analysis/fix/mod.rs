@@ -10,5 +10,5 @@ mod plan;
 pub use plan::{
     buffer_steps, cc_bytes, decode_switch_records, errno, held_switch_line, refusal, socket_refusal, state_file_name,
     switches_now, valid_cc_name, Connection, FixControl, Persist, Plan, State, Step, Switched, SwitchedCookie,
-    SysctlStep, Target, Unreached, BUFFER_KEYS, STATE_DIR, STATE_VERSION,
+    SysctlStep, Target, Unreached, BUFFER_KEYS, STATE_VERSION,
 };

@@ -13,6 +13,7 @@ use crate::analysis::environment::{BufferLimits, Environment};
 use crate::analysis::event::{Sample, TcpState};
 use crate::analysis::fix::commands::{buffer_sysctl_file, netns_words, MODULES_FILE, SYSCTL_FILE};
 use crate::analysis::schema::ActionRecord;
+use crate::analysis::state_dir::STATE_DIR;
 use crate::analysis::units::bytes;
 
 /// The Linux errno values the kernel answers with (the pure core does not link libc).
@@ -28,9 +29,6 @@ pub mod errno {
     /// The kernel-internal ENOTSUPP, which BPF helpers return as is.
     pub const ENOTSUPP: i32 = 524;
 }
-
-/// Where `cctrace fix` keeps what it changed, one file per network namespace.
-pub const STATE_DIR: &str = "/run/cctrace";
 
 /// The state file of network namespace `netns` (inode), below [`STATE_DIR`].
 pub fn state_file_name(netns: u32) -> String {
