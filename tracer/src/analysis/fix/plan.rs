@@ -157,6 +157,20 @@ impl Plan {
     pub fn steps(&self) -> Vec<String> {
         let t = &self.target;
         let mut out = vec![format!("cctrace fix: network namespace {} ({}, inode {})", t.reached, t.path, t.netns)];
+        out.extend(self.default_lines());
+        out.extend(self.switch_lines());
+        out.extend(self.buffer_lines());
+        out.extend(self.left_alone_line());
+        out.extend(self.persist_lines());
+        if t.host {
+            out.push("  this is the host's own namespace: every connection of the host is affected".into());
+        }
+        out
+    }
+
+    /// The module to load, if any, and the namespace's default from what to what.
+    fn default_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
         if let Some(m) = &self.load_module {
             out.push(format!("  load the kernel module {m} on the host ({} is not loaded)", self.cc));
         }
@@ -168,6 +182,13 @@ impl Plan {
                 self.current_default, self.cc, self.cc
             ));
         }
+        out
+    }
+
+    /// The established connections switched now, each named up to [`LISTED_CONNECTIONS`], and
+    /// how the switch reaches them.
+    fn switch_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
         if !self.live {
             out.push("  established connections keep their algorithm until they close".into());
         } else if self.to_switch.is_empty() {
@@ -189,8 +210,14 @@ impl Plan {
         if let Some(note) = self.switch_note.as_ref().filter(|_| self.live) {
             out.push(format!("  {note}"));
         }
+        out
+    }
+
+    /// Each buffer maximum raised, and the notes on what is left alone.
+    fn buffer_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
         for b in &self.buffers {
-            let r#where = if b.target.netns == t.netns {
+            let r#where = if b.target.netns == self.target.netns {
                 String::new()
             } else {
                 format!(" in {} (the receiving end)", b.target.reached)
@@ -205,37 +232,39 @@ impl Plan {
                 b.why
             ));
         }
-        for note in &self.buffer_notes {
-            out.push(format!("  {note}"));
+        out.extend(self.buffer_notes.iter().map(|note| format!("  {note}")));
+        out
+    }
+
+    /// With `--live`, the connections not switched and their algorithms.
+    fn left_alone_line(&self) -> Option<String> {
+        if !self.live || self.left_alone.is_empty() {
+            return None;
         }
-        if self.live && !self.left_alone.is_empty() {
-            let mut names = self.left_alone.clone();
-            names.sort();
-            names.dedup();
-            out.push(format!(
-                "  {} other connection{} ({}) left as {}",
-                self.left_alone.len(),
-                if self.left_alone.len() == 1 { "" } else { "s" },
-                names.join(", "),
-                if self.left_alone.len() == 1 { "it is" } else { "they are" }
-            ));
-        }
+        let mut names = self.left_alone.clone();
+        names.sort();
+        names.dedup();
+        Some(format!(
+            "  {} other connection{} ({}) left as {}",
+            self.left_alone.len(),
+            if self.left_alone.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            if self.left_alone.len() == 1 { "it is" } else { "they are" }
+        ))
+    }
+
+    /// What `--persist` writes, or why nothing.
+    fn persist_lines(&self) -> Vec<String> {
         match &self.persist {
-            Persist::No => {}
-            Persist::Nothing(why) => out.push(format!("  persist: nothing to write: {why}")),
+            Persist::No => Vec::new(),
+            Persist::Nothing(why) => vec![format!("  persist: nothing to write: {why}")],
             Persist::HostFiles(files) if files.is_empty() => {
-                out.push(format!("  persist: {MODULES_FILE} and {SYSCTL_FILE} exist already: left as they are"));
+                vec![format!("  persist: {MODULES_FILE} and {SYSCTL_FILE} exist already: left as they are")]
             }
             Persist::HostFiles(files) => {
-                for (path, contents) in files {
-                    out.push(format!("  persist: write {path} ({})", contents.trim()));
-                }
+                files.iter().map(|(path, contents)| format!("  persist: write {path} ({})", contents.trim())).collect()
             }
         }
-        if t.host {
-            out.push("  this is the host's own namespace: every connection of the host is affected".into());
-        }
-        out
     }
 }
 
