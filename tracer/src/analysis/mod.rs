@@ -7,13 +7,13 @@
 //! without root, and nothing here imports a layer above it; its modules import each other
 //! without a cycle. (`tracer/tests/purity.rs` checks both.)
 //!
-//! At the bottom, importing only each other: [`environment`] (host facts handed in, the tunnels'
-//! among them: [`tunnel::facts`]), [`units`]
-//! (how a rate, a share, a size is written), [`event`], [`route`] and [`loss_signals`] (decoded samples),
-//! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a process). On them:
-//! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`] (the fix's
-//! commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`] (the tunnel a flow crosses the path in),
-//! [`diagnosis`] (why each flow is as fast as it is),
+//! At the bottom, importing only each other: [`environment`] (host facts handed in, the
+//! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
+//! [`event`], [`route`] and [`loss_signals`] (decoded samples), [`container`] (a cgroup path's
+//! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
+//! process). On them: [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`]
+//! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
+//! (the tunnel a flow crosses the path in), [`diagnosis`] (why each flow is as fast as it is),
 //! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`)
 //! and [`schema`] (the JSON records).
 
