@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::fix_plan::STATE_DIR;
 use crate::analysis::schema::ActionRecord;
+use crate::analysis::state_dir::STATE_DIR;
 
 /// The journal's file name, in [`STATE_DIR`].
 pub const JOURNAL: &str = "actions.jsonl";

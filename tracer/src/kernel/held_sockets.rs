@@ -19,7 +19,7 @@ use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags}
 
 use super::listing::{in_namespace, Errno, NetnsWalkError};
 use super::udp_owner::parse_tcp_table;
-use crate::analysis::fix_plan::{Switched, Unreached};
+use crate::analysis::fix::{Switched, Unreached};
 
 /// An established connection of the namespace with cctrace's own descriptor of its socket.
 struct Reached {

@@ -23,7 +23,7 @@ use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::verdict::{BufferEvidence, ReceiverEvidence, SetBy};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
-use crate::analysis::fix_commands::netns_words;
+use crate::analysis::fix::commands::netns_words;
 use crate::analysis::model::Flow;
 use crate::analysis::units::{bytes, pct, rate};
 

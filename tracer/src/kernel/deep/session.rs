@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Twins;
 use crate::analysis::decisions::TwinAlgo;
-use crate::analysis::fix_plan::{Switched, STATE_DIR};
+use crate::analysis::fix::Switched;
+use crate::analysis::state_dir::STATE_DIR;
 use crate::kernel::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;
 
