@@ -8,7 +8,7 @@ use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterControl, FilterSpec, HostLookup, ResolvedFilter};
 use crate::analysis::Analysis;
 use crate::kernel::filter::KernelFilter;
-use crate::kernel::fs_kind::{cgroup2_dir_id, netns_file_inode};
+use crate::host::fs_kind::{cgroup2_dir_id, netns_file_inode};
 use crate::pipeline::Status;
 use crate::side_job::SideJob;
 use anyhow::Result;

@@ -10,7 +10,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
 use super::counters::CounterMap;
-use super::owners;
+use crate::host::owners;
 use super::probe_window::ProbeWindow;
 use crate::analysis::event::{decode, DecodeContext, Sample};
 use crate::source::MAX_BATCH;

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::Twins;
 use crate::analysis::decisions::TwinAlgo;
 use crate::analysis::fix_plan::{Switched, STATE_DIR};
-use crate::kernel::fs_kind::netns_file_inode;
+use crate::host::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;
 
 /// The state file of the running (or a killed) deep session.
