@@ -113,7 +113,7 @@ mod tests {
    2: 0100007F:1389 0100007F:D0A4 01 00000000:00000000 00:00000000 00000000     0        0 0 1
 ";
         let rows = tcp_table(v4.as_bytes()).expect("parses");
-        let row = |i: usize| (rows[i].local_address, rows[i].remote_address, rows[i].state, rows[i].inode);
+        let row = |i: usize| (rows[i].local_address, rows[i].remote_address, rows[i].state.clone(), rows[i].inode);
         let addr = |a: &str| a.parse::<SocketAddr>().expect("an address");
         assert_eq!(row(0), (addr("127.0.0.1:8096"), addr("0.0.0.0:0"), TcpState::Listen, 111));
         assert_eq!(row(1), (addr("127.0.0.1:51000"), addr("127.0.0.1:8096"), TcpState::Established, 222));
