@@ -2,7 +2,7 @@
 //! that open them, and the one way a thread enters one.
 
 use std::collections::HashMap;
-use std::os::fd::AsRawFd as _;
+use std::os::fd::AsFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
@@ -10,7 +10,7 @@ use super::procs;
 use crate::analysis::environment::Environment;
 
 /// Inode of the network namespace a `/proc/.../ns/net` link points to.
-pub fn netns_inode(path: impl AsRef<Path>) -> Option<u32> {
+pub fn netns_inode<P: AsRef<Path> + ?Sized>(path: &P) -> Option<u32> {
     // readlink gives "net:[4026531840]".
     let link = std::fs::read_link(path).ok()?;
     let s = link.to_string_lossy();
@@ -90,11 +90,8 @@ pub(crate) fn enter_netns(ino: u32, path: &Path) -> std::io::Result<()> {
 /// network namespace. A thread that entered one stays there, so callers use a thread of their
 /// own.
 pub(crate) fn setns_net(ns: &std::fs::File) -> std::io::Result<()> {
-    // SAFETY: setns on the calling thread only, with an open namespace descriptor it borrows.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+    Ok(move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))?)
 }
 
 /// A path that opens each network namespace on the host, one per namespace (by inode): a
@@ -116,4 +113,3 @@ pub(super) fn paths_into(pids: &HashMap<u32, u32>, names: &HashMap<u32, String>)
     all.sort_unstable();
     all
 }
-

@@ -196,7 +196,7 @@ fn socket_rows(proc: &Path, netns: &HashSet<u32>) -> HashMap<FlowKey, TableRow> 
             break;
         }
         let dir = proc.join(pid.to_string());
-        let Some(ns) = crate::host::netns_inode(dir.join("ns/net")) else { continue };
+        let Some(ns) = crate::host::netns_inode(&dir.join("ns/net")) else { continue };
         if !netns.contains(&ns) || !done.insert(ns) {
             continue;
         }

@@ -85,12 +85,10 @@ pub(crate) fn tcp_tables(net: &Path) -> std::io::Result<Vec<TcpNetEntry>> {
 
 /// One TCP socket table's rows, as the kernel prints them (`/proc/net/tcp` or `tcp6`).
 pub(crate) fn tcp_table(text: impl std::io::Read) -> std::io::Result<Vec<TcpNetEntry>> {
-    TcpNetEntries::from_read(text, procfs::current_system_info())
-        .map(|rows| rows.0)
-        .map_err(|e| match e {
-            procfs::ProcError::Io(e, _) => e,
-            other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
-        })
+    TcpNetEntries::from_read(text, procfs::current_system_info()).map(|rows| rows.0).map_err(|e| match e {
+        procfs::ProcError::Io(e, _) => e,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+    })
 }
 
 #[cfg(test)]
@@ -123,7 +121,10 @@ mod tests {
    0: 00000000000000000000000001000000:1FA0 0000000000000000FFFF00000100007F:C738 01 00000000:00000000 00:00000000 00000000 0 0 333 1
 ";
         let rows = tcp_table(v6.as_bytes()).expect("parses");
-        assert_eq!((rows[0].local_address, rows[0].remote_address), (addr("[::1]:8096"), addr("[::ffff:127.0.0.1]:51000")));
+        assert_eq!(
+            (rows[0].local_address, rows[0].remote_address),
+            (addr("[::1]:8096"), addr("[::ffff:127.0.0.1]:51000"))
+        );
     }
 
     #[test]

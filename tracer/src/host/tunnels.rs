@@ -82,7 +82,7 @@ fn tun_holders(netns: &HashSet<u32>) -> HashMap<(u32, String), Vec<TunHolder>> {
     let own = std::process::id();
     let proc = Path::new(procs::PROC);
     for pid in procs::pids(proc) {
-        let Some(ns) = crate::host::netns_inode(proc.join(pid.to_string()).join("ns/net")) else { continue };
+        let Some(ns) = crate::host::netns_inode(&proc.join(pid.to_string()).join("ns/net")) else { continue };
         if pid == own || !netns.contains(&ns) {
             continue;
         }

@@ -18,8 +18,8 @@ use std::path::Path;
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 
 use super::listing::{in_namespace, Errno, NetnsWalkError};
-use crate::host::procs::{self, Holder};
 use crate::analysis::fix_plan::{Switched, Unreached};
+use crate::host::procs::{self, Holder};
 
 /// An established connection of the namespace with cctrace's own descriptor of its socket.
 struct Reached {
