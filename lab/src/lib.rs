@@ -73,6 +73,10 @@ mod rng;
 pub mod serial;
 pub mod skip;
 mod sys;
+
+/// The port a lab's data sink listens on unless a test needs a second one: iperf3's, so a
+/// capture or `ss` listing of a lab reads as the familiar bulk transfer.
+pub const SINK_PORT: u16 = 5201;
 mod topology;
 mod traffic;
 mod tun;

@@ -14,7 +14,7 @@ use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, Se
 use cctrace_tests::Tracer;
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 /// `BPF_ENABLE_STATS` and `BPF_STATS_RUN_TIME` (include/uapi/linux/bpf.h).
 const BPF_ENABLE_STATS: libc::c_long = 32;
 const BPF_STATS_RUN_TIME: u32 = 0;

@@ -138,14 +138,14 @@ fn main() -> Result<()> {
     );
 
     // TCP: a bulk flow, whose packets (or calls) the programs only tell apart from UDP's.
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), 5201, SinkOptions::default())?;
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), cctrace_lab::SINK_PORT, SinkOptions::default())?;
     let egress0 = prog_stats(pid, send_prog)?;
     let me = std::process::id();
     let cpu0 = cpu_ns(me)?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
-        5201,
+        cctrace_lab::SINK_PORT,
         SenderOptions::new("bbr", SendMode::Bulk, Duration::from_secs(secs)),
     )?;
     let report = sender.wait()?;

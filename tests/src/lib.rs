@@ -286,7 +286,7 @@ pub fn bulk_transfer(
     duration: Duration,
 ) -> Result<cctrace_lab::SenderReport> {
     use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions};
-    const PORT: u16 = 5201;
+    const PORT: u16 = cctrace_lab::SINK_PORT;
     let to = to.into();
     let _sink = Sink::start(to_ns, to, PORT, SinkOptions::default())?;
     let sender = Sender::start(from, to, PORT, SenderOptions::new(cc, SendMode::Bulk, duration))?;

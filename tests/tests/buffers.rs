@@ -21,7 +21,7 @@ use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, Se
 use cctrace_tests::{flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Tracer};
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const LINE_BPS: u64 = 200_000_000;
 const WMEM: &str = "net.ipv4.tcp_wmem";
 const RMEM: &str = "net.ipv4.tcp_rmem";

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
 use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, require_kernel, serial, HeldBpf};
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 
 /// What `pid` holds now (programs and links), and which of it is still loaded later.
 fn held(pid: u32) -> Result<HeldBpf> {

@@ -11,7 +11,7 @@ use cctrace_lab::{Cgroup, SendMode, Sender, SenderOptions, Sink, SinkOptions, Ve
 use cctrace_tests::{require_kernel, serial, Tracer};
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const DOCKER_ID: &str = "4f1c2a9be0d7c3b5a6e8f9d0c1b2a3948576f5e4d3c2b1a0f9e8d7c6b5a49382";
 const PODMAN_ID: &str = "9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9";
 const LATE_ID: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";

@@ -14,7 +14,7 @@ use cctrace_lab::{
 use cctrace_tests::{cctrace_bin, require_kernel, serial, ss_in, Tracer};
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const CC: &str = "net.ipv4.tcp_congestion_control";
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 const TWINS: [&str; 3] = ["cct_cubic", "cct_reno", "cct_bbr"];

@@ -13,7 +13,7 @@ use cctrace_tests::{
 };
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const SMALL_RCVBUF_PORT: u16 = 5202;
 
 fn start(path: &EmulatedPath, port: u16, cc: &str, mode: SendMode, secs: u64) -> Result<Sender> {

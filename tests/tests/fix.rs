@@ -13,7 +13,7 @@ use cctrace_lab::{Cgroup, Netns, SendMode, Sender, SenderOptions, Sink, SinkOpti
 use cctrace_tests::{cctrace_bin, demo_wan, require_kernel, run_cctrace, serial, ss_in, RemoveOnDrop, Tracer};
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const CC: &str = "net.ipv4.tcp_congestion_control";
 const HOST_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";

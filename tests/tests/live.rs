@@ -13,7 +13,7 @@ use cctrace_tests::{
 };
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 
 /// Samples of the flow whose local port is `port` in namespace `netns`.
 fn flow_samples(t: &Tracer, netns: u64, port: u16) -> Vec<Value> {

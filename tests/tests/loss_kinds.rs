@@ -78,10 +78,10 @@ fn reordering_and_ack_loss_are_not_flagged_and_spurious_retransmissions_match_th
     // A receive window of about 4 ms at the rate less than the path's BDP keeps CUBIC off the
     // bottleneck's queue: every retransmission on this path is then the jitter's doing.
     let rcvbuf = SinkOptions { rcvbuf: Some(60_000) };
-    let _jitter_sink = Sink::start(jitter.receiver(), jitter.receiver_addr(), 5201, rcvbuf)?;
-    let _ack_sink = Sink::start(acks.receiver(), acks.receiver_addr(), 5201, SinkOptions::default())?;
-    let reordered = cubic(&jitter, 5201)?;
-    let ack_lossy = cubic(&acks, 5201)?;
+    let _jitter_sink = Sink::start(jitter.receiver(), jitter.receiver_addr(), cctrace_lab::SINK_PORT, rcvbuf)?;
+    let _ack_sink = Sink::start(acks.receiver(), acks.receiver_addr(), cctrace_lab::SINK_PORT, SinkOptions::default())?;
+    let reordered = cubic(&jitter, cctrace_lab::SINK_PORT)?;
+    let ack_lossy = cubic(&acks, cctrace_lab::SINK_PORT)?;
     let (jitter_port, ack_port) = (reordered.local_port(), ack_lossy.local_port());
 
     // The kernel's own count, read with ss while the flow runs.

@@ -18,7 +18,7 @@ use cctrace_tests::serve::{free_port, http_get, ContainerOnLossyPath, Serve, Tem
 use cctrace_tests::{bpf_held_by, bpf_ids, cctrace_bin, nstat_in, require_kernel, serial, BpfStats};
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const DOCKER_ID: &str = "7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e";
 const CONTAINER: &str = "mediaserver";
 /// The bound: flagged in Prometheus within this long of the flow's start.

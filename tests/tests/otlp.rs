@@ -17,7 +17,7 @@ use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use cctrace_tests::serve::{free_port, http_get, ContainerOnLossyPath, Serve, TempDir};
 use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial};
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const DOCKER_ID: &str = "0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f0e1f";
 const CONTAINER: &str = "streamer";
 /// The export interval the test asks for: short, so a run sees many exports.
@@ -330,13 +330,13 @@ fn a_collector_gets_the_metrics_the_flag_and_the_fix_and_an_outage_costs_only_co
     ensure!(flag.severity == "WARN", "{flag:#?}");
     for (key, value) in [
         ("container.name", CONTAINER),
-        ("network.peer.port", "5201"),
+        ("network.peer.port", &PORT.to_string()),
         ("network.peer.address", &path.receiver_addr().to_string()),
         ("cctrace.netns", &netns),
         ("cctrace.limited_by", "cwnd"),
         ("cctrace.flagged", "true"),
         ("cctrace.cc", "cubic"),
-        ("server.port", "5201"),
+        ("server.port", &PORT.to_string()),
     ] {
         ensure!(flag.get(key) == Some(value), "{key} is {:?}, not {value}: {flag:#?}", flag.get(key));
     }

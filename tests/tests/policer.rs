@@ -20,7 +20,7 @@ use cctrace_lab::{
 use cctrace_tests::{require_kernel, serial, Tracer};
 use serde_json::Value;
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 const POLICED_BPS: f64 = 20e6;
 const LINE_BPS: u64 = 200_000_000;
 /// Long enough for a deep bucket's plateau to show (three loss cycles of 1-3 s after the

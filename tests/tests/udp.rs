@@ -349,12 +349,12 @@ fn a_bulk_flow_through_a_tun_device_shows_that_device_and_its_mtu() -> Result<()
         .and_then(|m| m.parse().ok())
         .with_context(|| format!("no mtu in {shown}"))?;
     assert_eq!(kernel_mtu, 1420);
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), 5201, SinkOptions::default())?;
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), cctrace_lab::SINK_PORT, SinkOptions::default())?;
     let tracer = Tracer::start(&[])?;
     let sender = Sender::start(
         path.sender(),
         path.receiver_addr(),
-        5201,
+        cctrace_lab::SINK_PORT,
         SenderOptions::new("cubic", SendMode::Bulk, Duration::from_secs(4)),
     )?;
     let port = sender.local_port();

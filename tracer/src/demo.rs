@@ -120,7 +120,7 @@ pub struct DemoLab {
     pub description: String,
 }
 
-const PORT: u16 = 5201;
+const PORT: u16 = cctrace_lab::SINK_PORT;
 
 impl DemoLab {
     pub fn start(opts: &DemoOptions, duration: Duration, containers: &mut DemoContainers) -> Result<Self> {

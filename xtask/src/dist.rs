@@ -30,6 +30,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
 use crate::arch::Arch;
+use crate::guest_ports;
 use crate::kernels;
 
 /// Static glibc, and a non-PIE executable: a static PIE still carries a dynamic section, which
@@ -483,7 +484,7 @@ fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
     kernels::copy(Path::new("/bin/busybox"), &tree.join("bin/busybox"))?;
     kernels::copy(binary, &tree.join("usr/bin/cctrace"))?;
     let init = tree.join("init");
-    std::fs::write(&init, include_str!("dist_init.sh"))?;
+    std::fs::write(&init, guest_ports::with_ports(include_str!("dist_init.sh")))?;
     kernels::set_executable(&init)?;
     let cpio = work.join("guest.cpio");
     kernels::pack_cpio(&tree, &cpio)?;
@@ -514,7 +515,8 @@ fn check_guest_sections(sections: &BTreeMap<String, String>) -> Result<()> {
     ensure!(get("bpffs after").is_empty(), "cctrace left pinned BPF objects: {}", get("bpffs after"));
     let lines: Vec<Value> = get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let bytes: u64 = get("bytes").parse().context("the guest wrote no byte count")?;
-    let flow = kernels::last_by_port(&lines, 5001).context("no sample of the loopback sender (local port 5001)")?;
+    let flow = kernels::last_by_port(&lines, guest_ports::LOOPBACK)
+        .with_context(|| format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK))?;
     let acked = flow.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
     ensure!(acked >= bytes, "the loopback sender acked {acked} bytes, it sent {bytes}");
     let summary = lines

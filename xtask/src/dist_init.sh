@@ -40,9 +40,9 @@ while ! grep -q 'tracing TCP' /tmp/err.txt 2>/dev/null && kill -0 "$tracer" 2>/d
     i=$((i + 1))
 done
 # The sender accepts; the client reads until the server has sent all and closed.
-{ cat /tmp/blob; sleep 1; } | nc -l -p 5001 &
+{ cat /tmp/blob; sleep 1; } | nc -l -p "$LOOPBACK_PORT" &
 sleep 0.5
-nc 127.0.0.1 5001 </tmp/hold >/dev/null
+nc 127.0.0.1 "$LOOPBACK_PORT" </tmp/hold >/dev/null
 sleep 1
 kill -INT "$tracer"
 wait "$tracer"

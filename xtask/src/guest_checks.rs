@@ -8,13 +8,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::guest_ports;
 use crate::kernels::last_by_port;
 
 /// A check's name and outcome (the reason when it failed).
 pub(crate) type Check = (String, Result<(), String>);
 
-/// The port of `fix_live`'s idle connection in namespace fx.
-const FIX_PORT: &str = ":5010";
 /// Flags `ss -i` prints before a socket's congestion control.
 const SS_FLAGS: &[&str] = &["ts", "sack", "ecn", "ecnseen", "fastopen"];
 
@@ -83,11 +82,11 @@ fn ss_algorithms(ss: &str, port: &str) -> Vec<String> {
 }
 
 fn all_on(ss: &str, cc: &str, when: &str) -> Result<(), String> {
-    let found = ss_algorithms(ss, FIX_PORT);
+    let found = ss_algorithms(ss, &format!(":{}", guest_ports::FIX));
     if found.len() == 2 && found.iter().all(|c| c == cc) {
         Ok(())
     } else {
-        Err(format!("{when}: ss shows {found:?} for the two ends of the {FIX_PORT} connection, not {cc}"))
+        Err(format!("{when}: ss shows {found:?} for the two ends of the :{} connection, not {cc}", guest_ports::FIX))
     }
 }
 
@@ -136,8 +135,8 @@ fn deep_mode(get: &dyn Fn(&str) -> String) -> Result<(), String> {
         return Err(format!("tracing did not start: {stderr}"));
     }
     let lines = json_lines(&get("deep jsonl"));
-    if last_by_port(&lines, 5010).is_none()
-        && !lines.iter().any(|v| v.get("dport").and_then(Value::as_u64) == Some(5010))
+    if last_by_port(&lines, guest_ports::FIX).is_none()
+        && !lines.iter().any(|v| v.get("dport").and_then(Value::as_u64) == Some(u64::from(guest_ports::FIX)))
     {
         return Err("fx's idle connection was not listed: tracing did not go on".into());
     }
@@ -197,7 +196,7 @@ mod tests {
 
     #[test]
     fn ss_tells_each_connections_algorithm() {
-        assert_eq!(ss_algorithms(SS, FIX_PORT), ["cubic", "bbr"]);
+        assert_eq!(ss_algorithms(SS, &format!(":{}", guest_ports::FIX)), ["cubic", "bbr"]);
         assert!(all_on(SS, "cubic", "x").is_err(), "one end is on bbr");
         assert!(all_on(&SS.replace("bbr", "cubic"), "cubic", "x").is_ok());
         assert!(all_on("", "cubic", "x").is_err(), "no connection at all");

@@ -107,12 +107,12 @@ run_mode() { # MODE, cctrace arguments...
     shift
     # An idle connection opened before cctrace starts: only the start-up listing (iter/tcp)
     # can show it.
-    nc -l -p 5003 </tmp/hold >/dev/null &
+    nc -l -p "$IDLE_PORT" </tmp/hold >/dev/null &
     idle_server=$!
-    listening 5003
-    nc 127.0.0.1 5003 </tmp/hold >/dev/null &
+    listening "$IDLE_PORT"
+    nc 127.0.0.1 "$IDLE_PORT" </tmp/hold >/dev/null &
     idle_client=$!
-    connected 5003
+    connected "$IDLE_PORT"
     # Files of this mode's own: the shell truncates a redirect only once the child runs, and a
     # wait reading the previous mode's "tracing TCP" went on before this cctrace had attached.
     err=/tmp/err-$mode.txt
@@ -135,10 +135,10 @@ run_mode() { # MODE, cctrace arguments...
     # connection is found by scanning /proc, whose pace follows its cost (slow under
     # emulation, slower still at idle priority beside the suite), and a 30 MB transfer here
     # can end between two scans. ($! of a pipeline is its last process, nc.)
-    { cat /tmp/blob; sleep 5; } | nc -l -p 5001 &
+    { cat /tmp/blob; sleep 5; } | nc -l -p "$LOOPBACK_PORT" &
     loop_server=$!
-    listening 5001
-    nc 127.0.0.1 5001 </tmp/hold >/dev/null
+    listening "$LOOPBACK_PORT"
+    nc 127.0.0.1 "$LOOPBACK_PORT" </tmp/hold >/dev/null
 
     # A lossy flow between two namespaces: 2 % of the data packets dropped on arrival.
     lossy_server=none
@@ -149,10 +149,10 @@ run_mode() { # MODE, cctrace arguments...
         /usr/sbin/ip -n "snd$mode" link set "vs$mode" up && /usr/sbin/ip -n "rcv$mode" link set "vr$mode" up &&
         /usr/sbin/ip -n "snd$mode" link set lo up && /usr/sbin/ip -n "rcv$mode" link set lo up &&
         /usr/sbin/ip netns exec "rcv$mode" nft -f /etc/matrix-loss.nft; then
-        /usr/sbin/ip netns exec "snd$mode" nc -l -p 5002 </tmp/blob &
+        /usr/sbin/ip netns exec "snd$mode" nc -l -p "$LOSSY_PORT" </tmp/blob &
         lossy_server=$!
-        listening 5002 "snd$mode"
-        /usr/sbin/ip netns exec "rcv$mode" nc 198.18.0.1 5002 </tmp/hold >/dev/null
+        listening "$LOSSY_PORT" "snd$mode"
+        /usr/sbin/ip netns exec "rcv$mode" nc 198.18.0.1 "$LOSSY_PORT" </tmp/hold >/dev/null
         sleep 1
         /usr/sbin/ip netns exec "snd$mode" cat /proc/net/snmp | section "snmp $mode"
     fi >/tmp/lossy.txt 2>&1
@@ -163,10 +163,10 @@ run_mode() { # MODE, cctrace arguments...
     # heavy UDP sockets are read once a second, so wait for the count the kernel gives (up to
     # 60 s: at idle priority beside the suite's tests the emulator may get little of a core).
     udp_before=$(udp_sent)
-    socat -u UDP-RECV:5004 /dev/null &
+    socat -u "UDP-RECV:$UDP_PORT" /dev/null &
     udp_server=$!
-    udp_bound 5004
-    socat -u -b "$UDP_DATAGRAM" FILE:/tmp/quic,ignoreeof UDP-SENDTO:127.0.0.1:5004 &
+    udp_bound "$UDP_PORT"
+    socat -u -b "$UDP_DATAGRAM" FILE:/tmp/quic,ignoreeof "UDP-SENDTO:127.0.0.1:$UDP_PORT" &
     udp_client=$!
     i=0
     while [ "$i" -lt 600 ]; do
@@ -205,10 +205,10 @@ asked() { # STAGE
 # An idle connection of a namespace of its own (fx), on the kernel's default CUBIC.
 fx_connection() {
     /usr/sbin/ip netns add fx && /usr/sbin/ip -n fx link set lo up || return
-    /usr/sbin/ip netns exec fx nc -l -p 5010 </tmp/hold >/dev/null &
-    listening 5010 fx
-    /usr/sbin/ip netns exec fx nc 127.0.0.1 5010 </tmp/hold >/dev/null &
-    connected 5010 fx
+    /usr/sbin/ip netns exec fx nc -l -p "$FIX_PORT" </tmp/hold >/dev/null &
+    listening "$FIX_PORT" fx
+    /usr/sbin/ip netns exec fx nc 127.0.0.1 "$FIX_PORT" </tmp/hold >/dev/null &
+    connected "$FIX_PORT" fx
 }
 
 # cctrace fix --live: fx's connection switched to BBR and back (--undo); ss, the kernel's own

@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::arch::Arch;
 use crate::foreign::ForeignApt;
 use crate::guest_checks::Stage;
+use crate::guest_ports;
 
 /// One kernel series of the matrix: the Debian release whose package lists carry it (`None`:
 /// this machine's own), the meta package there that names its newest image, and the
@@ -66,7 +67,13 @@ const STAGE_TOOLS: &[&str] = &["/usr/bin/ss", "/usr/bin/setpriv"];
 const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
-const LOSS_RULES: &str = "table inet matrix_loss {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    tcp sport 5002 numgen random mod 100 < 2 drop\n  }\n}\n";
+/// The lossy flow's nft rules: 2 % of its data dropped at random.
+fn loss_rules() -> String {
+    format!(
+        "table inet matrix_loss {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    tcp sport {} numgen random mod 100 < 2 drop\n  }}\n}}\n",
+        guest_ports::LOSSY
+    )
+}
 
 /// One kernel to boot: its image and, when it has them, its modules.
 pub(crate) struct Kernel {
@@ -312,9 +319,9 @@ pub(crate) fn guest_skeleton(work: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(root.join(dir))?;
     }
     let init = root.join("init");
-    std::fs::write(&init, include_str!("guest_init.sh"))?;
+    std::fs::write(&init, guest_ports::with_ports(include_str!("guest_init.sh")))?;
     set_executable(&init)?;
-    std::fs::write(root.join("etc/matrix-loss.nft"), LOSS_RULES)?;
+    std::fs::write(root.join("etc/matrix-loss.nft"), loss_rules())?;
     Ok(root)
 }
 
@@ -575,11 +582,11 @@ fn stage_times(stages: &str) -> String {
 }
 
 /// The last value of every flow's fields, by local port, from the samples and flow records.
-pub(crate) fn last_by_port(lines: &[Value], port: u64) -> Option<Value> {
+pub(crate) fn last_by_port(lines: &[Value], port: u16) -> Option<Value> {
     let mut merged = serde_json::Map::new();
     for v in lines {
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
-        if !(kind == "sample" || kind == "flow") || v.get("sport").and_then(Value::as_u64) != Some(port) {
+        if !(kind == "sample" || kind == "flow") || v.get("sport").and_then(Value::as_u64) != Some(u64::from(port)) {
             continue;
         }
         if let Some(obj) = v.as_object() {
@@ -639,11 +646,11 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         },
     );
 
-    let loopback = last_by_port(&lines, 5001);
+    let loopback = last_by_port(&lines, guest_ports::LOOPBACK);
     check(
         "bulk flow traced",
         match &loopback {
-            None => Err("no sample of the loopback sender (local port 5001)".into()),
+            None => Err(format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK)),
             Some(f) => {
                 let acked = f.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
                 if acked >= bytes {
@@ -675,7 +682,7 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
     let periodic = lines.iter().any(|v| {
         v.get("type").and_then(Value::as_str) == Some("sample")
             && v.get("reason").and_then(Value::as_str) == Some("periodic")
-            && v.get("sport").and_then(Value::as_u64) == Some(5001)
+            && v.get("sport").and_then(Value::as_u64) == Some(u64::from(guest_ports::LOOPBACK))
     });
     let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
     check(
@@ -699,9 +706,9 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
     let snmp = get("snmp");
     check(
         "retransmissions match the namespace's counters",
-        match (last_by_port(&lines, 5002), snmp_counter(&snmp, "Tcp", "RetransSegs")) {
+        match (last_by_port(&lines, guest_ports::LOSSY), snmp_counter(&snmp, "Tcp", "RetransSegs")) {
             (_, None) => Err(format!("lossy path not built: {}", get("lossy setup").trim())),
-            (None, Some(_)) => Err("no sample of the lossy sender (local port 5002)".into()),
+            (None, Some(_)) => Err(format!("no sample of the lossy sender (local port {})", guest_ports::LOSSY)),
             (Some(f), Some(kernel)) => {
                 let seen = f.get("retrans").and_then(Value::as_u64).unwrap_or(0);
                 if kernel == 0 {
@@ -733,12 +740,16 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
     let idle_listed = lines.iter().any(|v| {
         v.get("type").and_then(Value::as_str) == Some("sample")
             && v.get("reason").and_then(Value::as_str) == Some("snapshot")
-            && (v.get("sport").and_then(Value::as_u64) == Some(5003)
-                || v.get("dport").and_then(Value::as_u64) == Some(5003))
+            && (v.get("sport").and_then(Value::as_u64) == Some(u64::from(guest_ports::IDLE))
+                || v.get("dport").and_then(Value::as_u64) == Some(u64::from(guest_ports::IDLE)))
     });
     check(
         "idle flow listed at start-up (iter/tcp)",
-        if idle_listed { Ok(()) } else { Err("no snapshot sample of the idle connection on port 5003".into()) },
+        if idle_listed {
+            Ok(())
+        } else {
+            Err(format!("no snapshot sample of the idle connection on port {}", guest_ports::IDLE))
+        },
     );
     check("UDP flow counted and classified", udp_flow(&lines, &get("udp")));
     // bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
@@ -773,9 +784,12 @@ fn udp_flow(lines: &[Value], said: &str) -> Result<(), String> {
         return Err(format!("the guest ran no UDP flow: {:?}", said.trim()));
     };
     let Some(record) = lines.iter().rev().find(|v| {
-        v["type"] == "flow" && v["proto"] == "udp" && v["dport"] == 5004 && v["tx_packets"].as_u64() > Some(0)
+        v["type"] == "flow"
+            && v["proto"] == "udp"
+            && v["dport"] == guest_ports::UDP
+            && v["tx_packets"].as_u64() > Some(0)
     }) else {
-        return Err("no UDP record of the sender (to port 5004)".into());
+        return Err(format!("no UDP record of the sender (to port {})", guest_ports::UDP));
     };
     let n = |k: &str| record.get(k).and_then(Value::as_u64).unwrap_or(0);
     if n("tx_packets") != sent {

@@ -17,6 +17,7 @@ mod cross;
 mod dist;
 mod foreign;
 mod guest_checks;
+mod guest_ports;
 mod kernels;
 mod suite;
 

@@ -31,6 +31,21 @@ pub struct LossSignals {
     pub undo_events: Option<u32>,
 }
 
+impl LossSignals {
+    /// Every signal present (as zero): a shape, not a reading.
+    pub fn with_every_part() -> Self {
+        let zero = Some(0);
+        Self {
+            dsack_dups: zero,
+            reord_seen: zero,
+            reordering: zero,
+            total_rto: zero,
+            total_rto_recoveries: zero,
+            undo_events: zero,
+        }
+    }
+}
+
 fn present(v: u32) -> Option<u32> {
     (v != ABSENT).then_some(v)
 }

@@ -9,7 +9,7 @@ use compact_str::{CompactString, ToCompactString};
 use serde::{Deserialize, Serialize};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
-use crate::analysis::container::Container;
+use crate::analysis::container::{Container, Pod, Runtime};
 use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
@@ -60,7 +60,7 @@ impl DecisionRecord {
 }
 
 /// What one socket looked like at one instant: shared by sample and flow records.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SocketFields {
     /// Unix time, seconds.
     pub time: f64,
@@ -209,6 +209,23 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Every optional part present, the values empty: a shape, not a placement.
+    pub fn with_every_part() -> Self {
+        let pod = Pod { namespace: String::new(), name: String::new(), uid: String::new() };
+        Self {
+            cgroup: Some(String::new()),
+            container: Some(Container {
+                runtime: Runtime::Docker,
+                id: String::new(),
+                name: Some(String::new()),
+                pod: Some(pod),
+                // A host path for the fix's command, not a column of the exports.
+                lxc_path: None,
+            }),
+            netns_cc: Some(String::new()),
+        }
+    }
+
     pub fn of(s: &Sample, env: &Environment) -> Self {
         let info = env.cgroups.get(&s.cgroup_id);
         Self {
@@ -236,6 +253,24 @@ pub struct SampleRecord {
 }
 
 impl SampleRecord {
+    /// Every optional part present, the values empty: the shape the CSV export's columns are
+    /// read from (no row is written from it).
+    pub fn with_every_part() -> Self {
+        let owner = Owner { pid: 0, comm: Default::default() };
+        Self {
+            reason: SampleReason::Periodic,
+            old_state: String::new(),
+            socket: SocketFields {
+                owner: Some(owner),
+                ssthresh: Some(0),
+                signals: LossSignals::with_every_part(),
+                ..Default::default()
+            },
+            placement: Placement::with_every_part(),
+            retrans_events: 0,
+        }
+    }
+
     pub fn of(s: &Sample, clock: &WallClock, env: &Environment) -> Self {
         Self {
             placement: Placement::of(s, env),

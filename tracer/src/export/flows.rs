@@ -287,7 +287,7 @@ impl FlowLog {
 }
 
 /// One row of `--summary`: a flow over the whole recording, in the spirit of tcptrace's.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct FlowSummary {
     pub cookie: u64,
     pub src: String,
@@ -338,6 +338,20 @@ fn round3(v: f64) -> f64 {
 }
 
 impl FlowSummary {
+    /// Every optional part present, the values empty: the shape the CSV export's columns are
+    /// read from (no row is written from it).
+    pub fn with_every_part() -> Self {
+        Self {
+            owner: Some(Owner { pid: 0, comm: Default::default() }),
+            placement: Placement::with_every_part(),
+            signals: LossSignals::with_every_part(),
+            min_srtt_ms: Some(0.0),
+            mean_srtt_ms: Some(0.0),
+            min_rtt_ms: Some(0.0),
+            ..Default::default()
+        }
+    }
+
     pub fn of(t: &FlowTrack, clock: &WallClock) -> Self {
         let s = &t.latest;
         Self {

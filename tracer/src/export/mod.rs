@@ -14,10 +14,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::analysis::container::{Container, Pod, Runtime};
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::event::{from_raw, raw_sample_template, DecodeContext, Owner};
-use crate::analysis::schema::{Placement, SampleRecord};
+use crate::analysis::schema::SampleRecord;
 use crate::export::flows::{wall_clock, FlowLog, FlowSummary};
 use crate::export::replay::{new_analysis, replay, Step};
 use crate::export::table::CsvTable;
@@ -49,43 +47,6 @@ pub fn export(
         (_, true) => write_summary(entries, format, diagnosis, out),
         (_, false) => write_rows(entries, format, diagnosis, out),
     }
-}
-
-/// A sample record with every optional part present: the CSV header's source.
-fn sample_template() -> SampleRecord {
-    let mut s = from_raw(&raw_sample_template(), &DecodeContext { hz: 1000 }).expect("the template decodes");
-    s.owner = Some(Owner { pid: 0, comm: Default::default() });
-    s.snd_ssthresh = 0;
-    let mut r = SampleRecord::of(&s, &wall_clock(None), &Default::default());
-    r.placement = placement_template();
-    r
-}
-
-fn placement_template() -> Placement {
-    let pod = Pod { namespace: String::new(), name: String::new(), uid: String::new() };
-    Placement {
-        cgroup: Some(String::new()),
-        container: Some(Container {
-            runtime: Runtime::Docker,
-            id: String::new(),
-            name: Some(String::new()),
-            pod: Some(pod),
-            // A host path for the fix's command, not a column of the exports.
-            lxc_path: None,
-        }),
-        netns_cc: Some(String::new()),
-    }
-}
-
-fn summary_template() -> FlowSummary {
-    let s = from_raw(&raw_sample_template(), &DecodeContext { hz: 1000 }).expect("the template decodes");
-    let mut log = FlowLog::default();
-    log.on_step(&new_analysis(DiagnosisConfig::default()), &Step::Sample(&s));
-    let mut row = FlowSummary::of(&log.flows[0], &wall_clock(None));
-    row.owner = Some(Owner { pid: 0, comm: Default::default() });
-    row.placement = placement_template();
-    (row.min_srtt_ms, row.mean_srtt_ms, row.min_rtt_ms) = (Some(0.0), Some(0.0), Some(0.0));
-    row
 }
 
 /// Where rows go.
@@ -125,7 +86,7 @@ fn write_rows(
 ) -> Result<()> {
     let out = std::io::BufWriter::new(out);
     let mut sink = match format {
-        Format::Csv => Sink::Csv(CsvTable::new(out, &sample_template())?),
+        Format::Csv => Sink::Csv(CsvTable::new(out, &SampleRecord::with_every_part())?),
         _ => Sink::Jsonl(out, Vec::new()),
     };
     let mut clock = wall_clock(None);
@@ -164,7 +125,7 @@ fn write_summary(
     let clock = log.session.clock();
     let rows = log.flows.iter().map(|f| FlowSummary::of(f, &clock));
     if format == Format::Csv {
-        let mut t = CsvTable::new(&mut *out, &summary_template())?;
+        let mut t = CsvTable::new(&mut *out, &FlowSummary::with_every_part())?;
         for row in rows {
             t.row(&row)?;
         }

@@ -1,104 +1,296 @@
 //! CSV from serde records, so a CSV's columns are the JSON schema's names with no second list
 //! to keep in step: a record's leaves, in field order, named by their path (`owner.comm`,
-//! `container.name`). The header comes from a template record with every optional part present,
-//! so it is the same for every file; a row leaves out what it does not have.
+//! `container.name`), serialized straight into cells by a serde serializer (the cells read as the
+//! JSON output writes the same values). The header comes from the schema's shape of the record
+//! (`with_every_part`: every optional part present), so it is the same for every file; a row
+//! leaves out what it does not have.
 
 use std::fmt;
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Serialize;
+use serde::ser::{
+    self, Serialize, SerializeMap, SerializeSeq, SerializeStruct, SerializeStructVariant, SerializeTuple,
+    SerializeTupleStruct, SerializeTupleVariant, Serializer,
+};
 
-/// A JSON value that keeps its keys in the order they were written (serde_json's own map sorts
-/// them unless a crate-wide feature says otherwise).
-#[derive(Debug)]
-enum Node {
-    Null,
-    Bool(bool),
-    Number(String),
-    Str(String),
-    Array(String),
-    Object(Vec<(String, Node)>),
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Node;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_unit<E>(self) -> Result<Node, E> {
-                Ok(Node::Null)
-            }
-            fn visit_none<E>(self) -> Result<Node, E> {
-                Ok(Node::Null)
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-                Ok(Node::Bool(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
-                Ok(Node::Number(v.to_string()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
-                Ok(Node::Number(v.to_string()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
-                // serde_json's shortest round-trip form, as in the JSON output.
-                Ok(Node::Number(serde_json::Number::from_f64(v).map_or_else(String::new, |n| n.to_string())))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-                Ok(Node::Str(v.to_string()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Node, E> {
-                Ok(Node::Str(v))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-                // A list is one cell: its JSON.
-                let mut items = Vec::new();
-                while let Some(v) = seq.next_element::<serde_json::Value>()? {
-                    items.push(v);
-                }
-                serde_json::to_string(&items).map(Node::Array).map_err(de::Error::custom)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-                let mut fields = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, Node>()? {
-                    fields.push((k, v));
-                }
-                Ok(Node::Object(fields))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A record's leaves as (path, cell), in field order. A null object is one leaf, its own path.
+/// A record's leaves as (path, cell), in field order, serialized straight into cells (no JSON
+/// text in between). A null object is one leaf, its own path; a list is one cell, its JSON.
 fn leaves(record: &impl Serialize) -> Result<Vec<(String, String)>> {
-    let json = serde_json::to_string(record).context("encoding a record")?;
-    let node: Node = serde_json::from_str(&json).context("re-reading a record")?;
     let mut out = Vec::new();
-    flatten(String::new(), node, &mut out);
+    record.serialize(Leaf { path: String::new(), out: &mut out }).context("encoding a record")?;
     Ok(out)
 }
 
-fn flatten(path: String, node: Node, out: &mut Vec<(String, String)>) {
-    let cell = match node {
-        Node::Object(fields) => {
-            for (k, v) in fields {
-                let p = if path.is_empty() { k } else { format!("{path}.{k}") };
-                flatten(p, v, out);
+/// Why a record could not be made cells: a shape JSON has no cell for.
+#[derive(Debug)]
+struct Unsupported(String);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+impl ser::Error for Unsupported {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Self(msg.to_string())
+    }
+}
+
+/// The serializer of one value at `path`: a scalar is a cell, a struct or map goes one level
+/// down (`path.key`), a list is one cell holding its JSON.
+struct Leaf<'a> {
+    path: String,
+    out: &'a mut Vec<(String, String)>,
+}
+
+impl<'a> Leaf<'a> {
+    fn cell(self, cell: String) -> Result<(), Unsupported> {
+        self.out.push((self.path, cell));
+        Ok(())
+    }
+
+    fn below(&mut self, key: &str) -> Leaf<'_> {
+        Leaf { path: join(&self.path, key), out: self.out }
+    }
+
+    /// A number as the JSON output writes it (serde_json's shortest round-trip form; a
+    /// non-finite float is null there, an empty cell here).
+    fn number(self, v: &impl Serialize) -> Result<(), Unsupported> {
+        let text = serde_json::to_string(v).map_err(ser::Error::custom)?;
+        self.cell(if text == "null" { String::new() } else { text })
+    }
+}
+
+/// The path of `key` below `path` (a top-level field is its own name).
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// A list: its items gathered as JSON values, written as one cell.
+struct ListCell<'a> {
+    leaf: Leaf<'a>,
+    items: Vec<serde_json::Value>,
+}
+
+impl ListCell<'_> {
+    fn push(&mut self, v: &(impl Serialize + ?Sized)) -> Result<(), Unsupported> {
+        self.items.push(serde_json::to_value(v).map_err(ser::Error::custom)?);
+        Ok(())
+    }
+
+    fn write(self) -> Result<(), Unsupported> {
+        let text = serde_json::to_string(&self.items).map_err(ser::Error::custom)?;
+        self.leaf.cell(text)
+    }
+}
+
+/// Lists, tuples and tuple variants alike: JSON arrays, so one cell each.
+macro_rules! list_cell {
+    ($($tr:ident :: $method:ident),*) => {$(
+        impl $tr for ListCell<'_> {
+            type Ok = ();
+            type Error = Unsupported;
+
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+                self.push(v)
             }
-            return;
+
+            fn end(self) -> Result<(), Unsupported> {
+                self.write()
+            }
         }
-        Node::Null => String::new(),
-        Node::Bool(b) => b.to_string(),
-        Node::Number(n) | Node::Array(n) => n,
-        Node::Str(s) => defuse(s),
-    };
-    out.push((path, cell));
+    )*};
+}
+
+list_cell!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
+
+/// A struct's or map's fields, each one level below.
+struct Fields<'a> {
+    leaf: Leaf<'a>,
+    key: Option<String>,
+}
+
+impl SerializeStruct for Fields<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, v: &T) -> Result<(), Unsupported> {
+        v.serialize(self.leaf.below(key))
+    }
+
+    fn end(self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+}
+
+impl SerializeStructVariant for Fields<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, v: &T) -> Result<(), Unsupported> {
+        v.serialize(self.leaf.below(key))
+    }
+
+    fn end(self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+}
+
+impl SerializeMap for Fields<'_> {
+    type Ok = ();
+    type Error = Unsupported;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Unsupported> {
+        // A JSON object's key is text: a string as it is, a number as serde_json writes it.
+        self.key = Some(match serde_json::to_value(key).map_err(ser::Error::custom)? {
+            serde_json::Value::String(text) => text,
+            serde_json::Value::Number(n) => n.to_string(),
+            other => return Err(Unsupported(format!("a map key that is not text: {other}"))),
+        });
+        Ok(())
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unsupported> {
+        let key = self.key.take().ok_or_else(|| Unsupported("a map value without its key".into()))?;
+        v.serialize(self.leaf.below(&key))
+    }
+
+    fn end(self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+}
+
+impl<'a> Serializer for Leaf<'a> {
+    type Ok = ();
+    type Error = Unsupported;
+    type SerializeSeq = ListCell<'a>;
+    type SerializeTuple = ListCell<'a>;
+    type SerializeTupleStruct = ListCell<'a>;
+    type SerializeTupleVariant = ListCell<'a>;
+    type SerializeMap = Fields<'a>;
+    type SerializeStruct = Fields<'a>;
+    type SerializeStructVariant = Fields<'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Unsupported> {
+        self.cell(v.to_string())
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Unsupported> {
+        self.number(&v)
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Unsupported> {
+        self.number(&v)
+    }
+    fn serialize_char(self, v: char) -> Result<(), Unsupported> {
+        self.cell(defuse(v.to_string()))
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Unsupported> {
+        self.cell(defuse(v.to_string()))
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Unsupported> {
+        let text = serde_json::to_string(v).map_err(ser::Error::custom)?;
+        self.cell(text)
+    }
+    fn serialize_none(self) -> Result<(), Unsupported> {
+        self.cell(String::new())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), Unsupported> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Unsupported> {
+        self.cell(String::new())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Unsupported> {
+        self.cell(String::new())
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result<(), Unsupported> {
+        self.cell(defuse(variant.to_string()))
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Result<(), Unsupported> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        mut self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<(), Unsupported> {
+        // JSON's `{"Variant": value}`.
+        v.serialize(self.below(variant))
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<ListCell<'a>, Unsupported> {
+        Ok(ListCell { leaf: self, items: Vec::with_capacity(len.unwrap_or(0)) })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<ListCell<'a>, Unsupported> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<ListCell<'a>, Unsupported> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<ListCell<'a>, Unsupported> {
+        // JSON's `{"Variant": [...]}`.
+        let leaf = Leaf { path: join(&self.path, variant), out: self.out };
+        Ok(ListCell { leaf, items: Vec::with_capacity(len) })
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Fields<'a>, Unsupported> {
+        Ok(Fields { leaf: self, key: None })
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Fields<'a>, Unsupported> {
+        Ok(Fields { leaf: self, key: None })
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> Result<Fields<'a>, Unsupported> {
+        // JSON's `{"Variant": {...}}`.
+        Ok(Fields { leaf: Leaf { path: join(&self.path, variant), out: self.out }, key: None })
+    }
 }
 
 /// Text from the host opened in a spreadsheet must not run as a formula: a cell that would
@@ -153,6 +345,7 @@ impl<W: Write> CsvTable<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Serialize;
 
     #[derive(Serialize)]
     struct Inner {
@@ -189,5 +382,22 @@ mod tests {
         assert_eq!(lines[1], "0.5,1,x,2,,\"[1,2]\",'=cmd|' /C calc'!A0");
         assert_eq!(lines[2], "0.5,,,2,,\"[1,2]\",\"a,\"\"b\"\"");
         assert_eq!(lines[3], "c\"");
+    }
+
+    #[test]
+    fn cells_carry_the_json_outputs_numbers_exactly() {
+        // Read back from JSON text (serde_json without float_roundtrip) this one came out a unit
+        // in the last place off; the cell is what `--json` writes.
+        #[derive(Serialize)]
+        struct Ratio {
+            r: f64,
+            nan: f64,
+            small: f32,
+        }
+        let rec = Ratio { r: 0.0017473225687250713, nan: f64::NAN, small: 0.1 };
+        let json = serde_json::to_string(&rec).expect("json");
+        assert_eq!(json, r#"{"r":0.0017473225687250713,"nan":null,"small":0.1}"#);
+        let cells: Vec<String> = leaves(&rec).expect("leaves").into_iter().map(|(_, c)| c).collect();
+        assert_eq!(cells, ["0.0017473225687250713", "", "0.1"]);
     }
 }

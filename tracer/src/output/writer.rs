@@ -21,10 +21,18 @@ pub enum WriteOutcome {
     Closed,
 }
 
-/// A failure to write that is an error (a full disk, an I/O error), not a closed pipe.
+/// A failure to write that is an error (a full disk, an I/O error), not a closed pipe. Its
+/// message holds the I/O error's words, so that error is not also its source (an error chain
+/// would print them twice).
 #[derive(Debug, thiserror::Error)]
 #[error("writing output: {0}")]
-pub struct OutputError(#[from] io::Error);
+pub struct OutputError(io::Error);
+
+impl From<io::Error> for OutputError {
+    fn from(e: io::Error) -> Self {
+        Self(e)
+    }
+}
 
 pub struct LineWriter {
     tx: Option<mpsc::Sender<Vec<u8>>>,

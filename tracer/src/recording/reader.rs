@@ -25,8 +25,10 @@ const CHUNK: usize = 128 * 1024;
 /// Why a recording cannot be read (further).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// The message holds the I/O error's words, so it is not also the error's source (an error
+    /// chain would print them twice).
     #[error("reading the recording: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// Not a cctrace recording, or one of a newer format.
     #[error("not a cctrace recording: {0}")]
     NotARecording(String),
@@ -34,6 +36,12 @@ pub enum ReadError {
     /// is in, `line` the number (from 1) of the line being read.
     #[error("damaged recording: {what} (zstd frame at byte {offset}, line {line})")]
     Damaged { offset: u64, line: u64, what: String },
+}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Reads [`Entry`]s from a recording: the [`Header`] first, then the rest in order.

@@ -9,10 +9,11 @@ use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::window::Window;
 
 /// What limits a flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitedBy {
     /// Not enough observations yet.
+    #[default]
     Unknown,
     /// Nothing moved in the window.
     Idle,

@@ -1,9 +1,8 @@
 //! The report's charts: inline SVG drawn here (throughput, cwnd/ssthresh, srtt/min_rtt and
 //! retransmissions over the session), with no script and nothing fetched.
 
-use std::fmt::Write as _;
-
-use super::{at, escape, si};
+use super::html::{html, Html, Raw};
+use super::{at, si};
 use crate::export::flows::{FlowTrack, Session};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -37,38 +36,31 @@ const TOP: f64 = 34.0;
 const BOTTOM: f64 = 24.0;
 
 /// One chart: x in seconds from 0 to `x_max`, y from 0 to a round number above the data.
-fn chart(title: &str, series: &[Series<'_>], x_max: f64, fmt_y: fn(f64) -> String) -> String {
+fn chart(title: &str, series: &[Series<'_>], x_max: f64, fmt_y: fn(f64) -> String) -> Html {
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let y_data = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max);
     let y_max = nice(y_data * 1.08);
     let x_max = x_max.max(1.0);
     let x = |t: f64| LEFT + (t / x_max).clamp(0.0, 1.0) * pw;
     let y = |v: f64| TOP + ph - (v / y_max).clamp(0.0, 1.0) * ph;
-    let mut svg = format!(
-        r#"<svg class="chart" viewBox="0 0 {W} {H}" role="img" aria-label="{t}"><text class="ct" x="{LEFT}" y="16">{t}</text>"#,
-        t = escape(title)
+    let mut svg = Html::new();
+    html!(
+        svg,
+        r#"<svg class="chart" viewBox="0 0 {0} {1}" role="img" aria-label="{2}"><text class="ct" x="{3}" y="16">{2}</text>"#,
+        W,
+        H,
+        title,
+        LEFT
     );
-    // Legend, right-aligned on the title line.
-    let mut lx = W - RIGHT;
-    for s in series.iter().rev() {
-        lx -= s.label.len() as f64 * 6.4 + 26.0;
-        let dash = if s.kind == Kind::Dashed { r#" stroke-dasharray="5 3""# } else { "" };
-        let _ = write!(
-            svg,
-            r#"<line x1="{lx}" y1="12" x2="{}" y2="12" stroke="{}" stroke-width="{}"{dash}/><text class="lg" x="{}" y="16">{}</text>"#,
-            lx + 16.0,
-            s.color,
-            if s.kind == Kind::Bars { 6 } else { 2 },
-            lx + 20.0,
-            escape(s.label)
-        );
-    }
+    legend(&mut svg, series);
     for i in 0..=4 {
         let v = y_max * f64::from(i) / 4.0;
         let yy = y(v);
-        let _ = write!(
+        html!(
             svg,
-            r#"<line class="grid" x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}"/><text class="ax" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            r#"<line class="grid" x1="{0}" y1="{1:.1}" x2="{2:.1}" y2="{1:.1}"/><text class="ax" x="{3:.1}" y="{4:.1}" text-anchor="end">{5}</text>"#,
+            LEFT,
+            yy,
             LEFT + pw,
             LEFT - 6.0,
             yy + 4.0,
@@ -81,22 +73,19 @@ fn chart(title: &str, series: &[Series<'_>], x_max: f64, fmt_y: fn(f64) -> Strin
         .unwrap_or(14_400.0);
     let mut t = 0.0;
     while t <= x_max + 1e-9 {
-        let _ =
-            write!(svg, r#"<text class="ax" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, x(t), H - 6.0, at(t));
+        html!(svg, r#"<text class="ax" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, x(t), H - 6.0, at(t));
         t += step;
     }
-    for s in series {
-        if s.points.is_empty() {
-            continue;
-        }
+    for s in series.iter().filter(|s| !s.points.is_empty()) {
         if s.kind == Kind::Bars {
             let bw = (pw / (x_max + 1.0)).clamp(1.0, 12.0);
             for &(t, v) in s.points.iter().filter(|p| p.1 > 0.0) {
-                let _ = write!(
+                html!(
                     svg,
-                    r#"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="{}"/>"#,
+                    r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/>"#,
                     x(t) - bw / 2.0,
                     y(v),
+                    bw,
                     TOP + ph - y(v),
                     s.color
                 );
@@ -104,24 +93,43 @@ fn chart(title: &str, series: &[Series<'_>], x_max: f64, fmt_y: fn(f64) -> Strin
             continue;
         }
         let path: Vec<String> = s.points.iter().map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v))).collect();
-        let dash = if s.kind == Kind::Dashed { r#" stroke-dasharray="5 3""# } else { "" };
-        let _ = write!(
+        html!(
             svg,
-            r#"<polyline fill="none" stroke="{}" stroke-width="1.8" stroke-linejoin="round"{dash} points="{}"/>"#,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1.8" stroke-linejoin="round"{} points="{}"/>"#,
             s.color,
+            dash(s.kind),
             path.join(" ")
         );
     }
-    let _ = write!(
-        svg,
-        r#"<line class="axis" x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}"/></svg>"#,
-        TOP + ph,
-        LEFT + pw
-    );
+    html!(svg, r#"<line class="axis" x1="{0}" y1="{1:.1}" x2="{2:.1}" y2="{1:.1}"/></svg>"#, LEFT, TOP + ph, LEFT + pw);
     svg
 }
 
-pub(super) fn charts(f: &FlowTrack, session: &Session) -> String {
+/// The dash pattern of a dashed series' stroke.
+fn dash(kind: Kind) -> Raw {
+    Raw(if kind == Kind::Dashed { r#" stroke-dasharray="5 3""# } else { "" })
+}
+
+/// The legend, right-aligned on the title line.
+fn legend(svg: &mut Html, series: &[Series<'_>]) {
+    let mut lx = W - RIGHT;
+    for s in series.iter().rev() {
+        lx -= s.label.len() as f64 * 6.4 + 26.0;
+        html!(
+            svg,
+            r#"<line x1="{}" y1="12" x2="{}" y2="12" stroke="{}" stroke-width="{}"{}/><text class="lg" x="{}" y="16">{}</text>"#,
+            lx,
+            lx + 16.0,
+            s.color,
+            if s.kind == Kind::Bars { 6 } else { 2 },
+            dash(s.kind),
+            lx + 20.0,
+            s.label
+        );
+    }
+}
+
+pub(super) fn charts(f: &FlowTrack, session: &Session) -> Html {
     let start = session.start_ns();
     let t = |ts: u64| ts.saturating_sub(start) as f64 / 1e9;
     let x_max = session.duration_s();
@@ -131,7 +139,7 @@ pub(super) fn charts(f: &FlowTrack, session: &Session) -> String {
     let line = |label, color, kind, points| Series { label, color, kind, points };
     let fmt_si: fn(f64) -> String = si;
     let fmt_plain: fn(f64) -> String = |v| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") };
-    [
+    let charts = [
         chart(
             "Throughput (bit/s)",
             &[line("goodput", "#2563eb", Kind::Line, pts(&|p| Some(p.throughput_bps)))],
@@ -162,8 +170,15 @@ pub(super) fn charts(f: &FlowTrack, session: &Session) -> String {
             x_max,
             fmt_plain,
         ),
-    ]
-    .join("\n")
+    ];
+    let mut out = Html::new();
+    for (i, chart) in charts.into_iter().enumerate() {
+        if i > 0 {
+            html!(out, "\n");
+        }
+        out.push(chart);
+    }
+    out
 }
 
 #[cfg(test)]

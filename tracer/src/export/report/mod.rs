@@ -1,9 +1,8 @@
 //! `report.html`: one self-contained page (inline CSS, inline SVG drawn here, no script, nothing
 //! fetched) on a recording: the session, each heavy flow's verdict, evidence and fix, and its
 //! throughput, cwnd/ssthresh, srtt/min_rtt and retransmissions over time. Everything that came
-//! from the host (names, paths, verdict text quoting them) is HTML-escaped: it is hostile input.
-
-use std::fmt::Write as _;
+//! from the host (names, paths, verdict text quoting them) is HTML-escaped: it is hostile input, and
+//! the page is written only through [`html::Html`], whose templates escape every argument.
 
 use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, PolicerSign, Verdict};
 use crate::analysis::units::{self, bytes, pct, rate};
@@ -12,25 +11,11 @@ use crate::export::flows::{FlowLog, FlowTrack, Session};
 use crate::recording::entry::Entry;
 
 mod charts;
+mod html;
 
 use charts::charts;
-
-/// Text as HTML text or attribute value.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push_str(&c.escape_default().to_string()),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use html::escape;
+use html::{html, Html, Raw};
 
 /// A chart axis's figure: [`units::si`] with a space (`1.25 G`, `340 M`, `870`), `-` where
 /// there is none.
@@ -79,7 +64,7 @@ fn at(secs: f64) -> String {
     }
 }
 
-fn evidence(e: &Evidence) -> String {
+fn evidence(e: &Evidence) -> Html {
     let mut rows: Vec<(&str, String)> = vec![
         ("goodput", rate(e.goodput_bps).to_string()),
         ("retransmitted", pct(e.loss_ratio).to_string()),
@@ -107,33 +92,36 @@ fn evidence(e: &Evidence) -> String {
     if let Some(a) = e.available_bps {
         rows.push(("more available", rate(a).to_string()));
     }
-    let mut out = String::from(r#"<dl class="evidence">"#);
+    let mut out = Html::new();
+    html!(out, r#"<dl class="evidence">"#);
     for (k, v) in rows {
-        let _ = write!(out, "<div><dt>{}</dt><dd>{}</dd></div>", escape(k), escape(&v));
+        html!(out, "<div><dt>{}</dt><dd>{}</dd></div>", k, v);
     }
-    let _ = write!(out, r#"<div class="wide"><dt>decided by</dt><dd>{}</dd></div></dl>"#, escape(&e.decided_by));
+    html!(out, r#"<div class="wide"><dt>decided by</dt><dd>{}</dd></div></dl>"#, e.decided_by);
     out
 }
 
-fn fix(lines: &[String]) -> String {
+fn fix(lines: &[String]) -> Html {
+    let mut out = Html::new();
     if lines.is_empty() {
-        return String::new();
+        return out;
     }
-    let mut out = String::from(r#"<h3>Fix (as root)</h3><pre class="fix">"#);
+    html!(out, r#"<h3>Fix (as root)</h3><pre class="fix">"#);
     for l in lines {
         let class = if l.trim_start().starts_with('#') { "c" } else { "cmd" };
-        let _ = writeln!(out, r#"<span class="{class}">{}</span>"#, escape(l));
+        html!(out, "<span class=\"{}\">{}</span>\n", class, l);
     }
-    out.push_str("</pre>");
+    html!(out, "</pre>");
     out
 }
 
-fn verdict_block(v: &Verdict, label: &str) -> String {
-    let mut out = format!(r#"<h3>{}</h3><p class="verdict">{}</p>"#, escape(label), escape(&v.text));
+fn verdict_block(v: &Verdict, label: &str) -> Html {
+    let mut out = Html::new();
+    html!(out, r#"<h3>{}</h3><p class="verdict">{}</p>"#, label, v.text);
     if let Some(e) = &v.evidence {
-        out.push_str(&evidence(e));
+        out.push(evidence(e));
     }
-    out.push_str(&fix(&v.fix));
+    out.push(fix(&v.fix));
     out
 }
 
@@ -152,110 +140,116 @@ fn who(f: &FlowTrack) -> Vec<String> {
     parts
 }
 
-fn flow_section(f: &FlowTrack, session: &Session) -> String {
+fn flow_section(f: &FlowTrack, session: &Session) -> Html {
     let start = session.start_ns();
     let at_ns = |ts: u64| at(ts.saturating_sub(start) as f64 / 1e9);
     let flagged = f.flagged();
-    let limited = f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name());
-    let (class, badge) = match (flagged, f.ever_flagged) {
-        (true, _) => ("flow flagged", "⚑ flagged".to_string()),
-        (false, true) => ("flow was-flagged", "was flagged".to_string()),
-        _ => ("flow", String::new()),
-    };
-    let mut out = format!(r#"<article class="{class}" id="flow-{}">"#, f.cookie);
-    let _ = write!(
-        out,
-        r#"<h2>{}<span class="limit">limited by {}</span>{}</h2>"#,
-        if badge.is_empty() { String::new() } else { format!(r#"<span class="badge">{}</span>"#, escape(&badge)) },
-        escape(limited),
-        escape(&f.endpoints()),
-    );
-    let _ = write!(
+    let mut out = Html::new();
+    flow_heading(&mut out, f);
+    let retransmitted =
+        if f.latest.bytes_sent > 0 { f.latest.bytes_retrans as f64 / f.latest.bytes_sent as f64 } else { 0.0 };
+    html!(
         out,
         r#"<p class="who">{}</p><p class="facts">{} · seen {} to {} ({}) · sent {} · retransmitted {} · mean {}, max {}</p>"#,
-        who(f).iter().map(|p| escape(p)).collect::<Vec<_>>().join(" · "),
-        f.placement.cgroup.as_deref().map_or_else(|| "cgroup unknown".to_string(), |c| format!("cgroup {}", escape(c))),
+        who(f).join(" · "),
+        f.placement.cgroup.as_deref().map_or_else(|| "cgroup unknown".to_string(), |c| format!("cgroup {c}")),
         at_ns(f.first.ts_ns),
         at_ns(f.latest.ts_ns),
         duration(f.duration_s()),
-        bytes(f.latest.bytes_sent),
-        pct(if f.latest.bytes_sent > 0 { f.latest.bytes_retrans as f64 / f.latest.bytes_sent as f64 } else { 0.0 }),
-        rate(f.mean_throughput_bps()),
-        rate(f.max_throughput_bps()),
+        bytes(f.latest.bytes_sent).to_string(),
+        pct(retransmitted).to_string(),
+        rate(f.mean_throughput_bps()).to_string(),
+        rate(f.max_throughput_bps()).to_string(),
     );
     if let Some(t) = f.verdict.as_ref().and_then(|v| v.tunnel.as_ref()) {
-        let _ = write!(out, r#"<p class="tunnel">tunnel {}</p>"#, escape(&t.describe_with_rates()));
+        html!(out, r#"<p class="tunnel">tunnel {}</p>"#, t.describe_with_rates());
     }
     if let Some(v) = &f.verdict {
-        out.push_str(&verdict_block(v, if flagged { "Verdict" } else { "Verdict at the end" }));
+        out.push(verdict_block(v, if flagged { "Verdict" } else { "Verdict at the end" }));
     }
     if let Some(v) = f.flagged_verdict.as_ref().filter(|_| !flagged) {
-        out.push_str(&verdict_block(v, "While it was flagged"));
+        out.push(verdict_block(v, "While it was flagged"));
     }
     if f.changes.len() > 1 {
-        out.push_str(r#"<p class="changes">Verdict changes: "#);
-        let items: Vec<String> = f
-            .changes
-            .iter()
-            .map(|c| {
-                format!(
-                    "<span>{} limited by {}{}</span>",
-                    at_ns(c.ts_ns),
-                    escape(c.limited_by.name()),
-                    if c.flagged { " ⚑" } else { "" }
-                )
-            })
-            .collect();
-        out.push_str(&items.join(" → "));
-        out.push_str("</p>");
+        html!(out, r#"<p class="changes">Verdict changes: "#);
+        for (i, c) in f.changes.iter().enumerate() {
+            if i > 0 {
+                html!(out, " → ");
+            }
+            html!(
+                out,
+                "<span>{} limited by {}{}</span>",
+                at_ns(c.ts_ns),
+                c.limited_by.name(),
+                if c.flagged { " ⚑" } else { "" }
+            );
+        }
+        html!(out, "</p>");
     }
-    let _ = write!(out, r#"<div class="charts">{}</div></article>"#, charts(f, session));
+    html!(out, r#"<div class="charts">{}</div></article>"#, charts(f, session));
     out
+}
+
+/// The flow's article opening and heading: its flag, what limits it, its endpoints.
+fn flow_heading(out: &mut Html, f: &FlowTrack) {
+    let limited = f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name());
+    let (class, badge) = match (f.flagged(), f.ever_flagged) {
+        (true, _) => ("flow flagged", "⚑ flagged"),
+        (false, true) => ("flow was-flagged", "was flagged"),
+        _ => ("flow", ""),
+    };
+    html!(out, r#"<article class="{}" id="flow-{}">"#, class, f.cookie);
+    let mut badge_html = Html::new();
+    if !badge.is_empty() {
+        html!(badge_html, r#"<span class="badge">{}</span>"#, badge);
+    }
+    html!(out, r#"<h2>{}<span class="limit">limited by {}</span>{}</h2>"#, badge_html, limited, f.endpoints());
 }
 
 /// Heavy UDP flows: what they carry, who owns them, and what to do, since the kernel's
 /// congestion control is not the one in charge of them.
-fn udp_section(log: &FlowLog) -> String {
+fn udp_section(log: &FlowLog) -> Html {
+    let mut out = Html::new();
     if log.udp.is_empty() {
-        return String::new();
+        return out;
     }
-    let mut out =
-        format!(r#"<h2 class="section">UDP flows: congestion control not the kernel's ({})</h2>"#, log.udp.len());
+    html!(out, r#"<h2 class="section">UDP flows: congestion control not the kernel's ({})</h2>"#, log.udp.len());
     for u in &log.udp {
         let owner = u.owner.as_ref().map_or("unknown process".to_string(), |o| format!("{} (pid {})", o.comm, o.pid));
-        let _ = write!(
+        html!(
             out,
             r#"<section class="flow" id="udp-{}"><h3>{} · {} · {}:{} → {}:{}</h3><p>out {}, in {}</p><p>{}</p>"#,
             u.cookie,
-            escape(u.app_proto.map_or("udp", |p| p.name())),
-            escape(&owner),
-            escape(&u.src),
+            u.app_proto.map_or("udp", |p| p.name()),
+            owner,
+            u.src,
             u.sport,
-            escape(&u.dst),
+            u.dst,
             u.dport,
-            rate(u.tx_bps as f64),
-            rate(u.rx_bps as f64),
-            escape(&u.verdict),
+            rate(u.tx_bps as f64).to_string(),
+            rate(u.rx_bps as f64).to_string(),
+            u.verdict,
         );
         if !u.advice.is_empty() {
-            out.push_str("<pre>");
+            html!(out, "<pre>");
             for line in &u.advice {
-                let _ = writeln!(out, "{}", escape(line));
+                html!(out, "{}\n", line);
             }
-            out.push_str("</pre>");
+            html!(out, "</pre>");
         }
-        out.push_str("</section>");
+        html!(out, "</section>");
     }
     out
 }
 
-fn summary_section(log: &FlowLog) -> String {
+fn summary_section(log: &FlowLog) -> Html {
     let s = &log.session;
     let h = s.header.as_ref();
     let heavy = log.heavy().count();
     let flagged = log.flows.iter().filter(|f| f.ever_flagged).count();
     let lost = s.lost();
-    let mut out = String::from(r#"<section class="cards">"#);
+    let mut out = Html::new();
+    html!(out, r#"<section class="cards">"#);
     for (label, value, warn) in [
         ("flows", log.flows.len().to_string(), false),
         ("heavy", heavy.to_string(), false),
@@ -264,15 +258,15 @@ fn summary_section(log: &FlowLog) -> String {
         ("lost events", lost.to_string(), lost > 0),
         ("duration", duration(s.duration_s()), false),
     ] {
-        let _ = write!(
+        html!(
             out,
             r#"<div class="card{}"><div class="v">{}</div><div class="l">{}</div></div>"#,
             if warn { " warn" } else { "" },
-            escape(&value),
+            value,
             label
         );
     }
-    out.push_str(r#"</section><table class="facts-table">"#);
+    html!(out, r#"</section><table class="facts-table">"#);
     let filters = h.map(|h| h.filters.join(" ")).filter(|f| !f.is_empty()).unwrap_or_else(|| "none".into());
     let mut rows = vec![
         ("host", h.map_or("unknown".into(), |h| h.host.clone())),
@@ -306,13 +300,13 @@ fn summary_section(log: &FlowLog) -> String {
         rows.push(("ended", "without its summary (the recording was cut)".into()));
     }
     for (k, v) in rows {
-        let _ = write!(out, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
+        html!(out, "<tr><th>{}</th><td>{}</td></tr>", k, v);
     }
-    out.push_str("</table>");
+    html!(out, "</table>");
     out
 }
 
-fn flows_table(log: &FlowLog) -> String {
+fn flows_table(log: &FlowLog) -> Html {
     const MAX_ROWS: usize = 500;
     let mut flows: Vec<&FlowTrack> = log.flows.iter().collect();
     flows.sort_by(|a, b| {
@@ -320,7 +314,9 @@ fn flows_table(log: &FlowLog) -> String {
             .cmp(&(a.ever_flagged, a.heavy))
             .then(b.mean_throughput_bps().total_cmp(&a.mean_throughput_bps()))
     });
-    let mut out = format!(
+    let mut out = Html::new();
+    html!(
+        out,
         r#"<h2 class="section">All flows ({})</h2><table class="flows"><thead><tr><th></th><th>local</th><th>remote</th><th>process · container</th><th>cc</th><th>duration</th><th>sent</th><th>retr</th><th>mean</th><th>max</th><th>min rtt</th><th>limited by</th></tr></thead><tbody>"#,
         log.flows.len()
     );
@@ -334,25 +330,26 @@ fn flows_table(log: &FlowLog) -> String {
             ""
         };
         let retr = if s.bytes_sent > 0 { s.bytes_retrans as f64 / s.bytes_sent as f64 } else { 0.0 };
-        let _ = write!(
+        html!(
             out,
-            "<tr><td class=\"mark\">{mark}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            escape(&s.local.to_string()),
-            escape(&s.remote.to_string()),
-            escape(&who(f)[1..].join(" · ")),
-            escape(&s.cc),
+            "<tr><td class=\"mark\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            mark,
+            s.local.to_string(),
+            s.remote.to_string(),
+            who(f)[1..].join(" · "),
+            s.cc,
             duration(f.duration_s()),
-            bytes(s.bytes_sent),
-            pct(retr),
-            rate(f.mean_throughput_bps()),
-            rate(f.max_throughput_bps()),
+            bytes(s.bytes_sent).to_string(),
+            pct(retr).to_string(),
+            rate(f.mean_throughput_bps()).to_string(),
+            rate(f.max_throughput_bps()).to_string(),
             f.min_rtt_ms.map_or("-".into(), |m| format!("{m:.1}")),
-            escape(f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name())),
+            f.verdict.as_ref().map_or("unknown", |v| v.limited_by.name()),
         );
     }
-    out.push_str("</tbody></table>");
+    html!(out, "</tbody></table>");
     if flows.len() > MAX_ROWS {
-        let _ = write!(
+        html!(
             out,
             r#"<p class="note">{} more flows left out; `cctrace export --summary` lists all.</p>"#,
             flows.len() - MAX_ROWS
@@ -426,35 +423,42 @@ pub fn page(log: &FlowLog) -> String {
             .cmp(&(a.flagged(), a.ever_flagged))
             .then(b.max_throughput_bps().total_cmp(&a.max_throughput_bps()))
     });
-    let mut out = format!(
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:"><title>cctrace report · {h}</title><style>{STYLE}</style></head><body><main><header><h1>cctrace report</h1><p>{h}{started} · {d}</p></header>"#,
-        h = escape(host),
-        d = duration(s.duration_s()),
+    let mut out = Html::new();
+    html!(
+        out,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1"><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:"><title>cctrace report · {0}</title><style>{1}</style></head><body><main><header><h1>cctrace report</h1><p>{0}{2} · {3}</p></header>"#,
+        host,
+        Raw(STYLE),
+        started,
+        duration(s.duration_s()),
     );
-    out.push_str(&summary_section(log));
-    let _ = write!(out, r#"<h2 class="section">Heavy flows ({})</h2>"#, heavy.len());
+    out.push(summary_section(log));
+    html!(out, r#"<h2 class="section">Heavy flows ({})</h2>"#, heavy.len());
     if heavy.is_empty() {
-        out.push_str(r#"<p class="note">No flow was heavy (moved 0.5 MB at 1 Mbit/s or more, or kept its congestion window full) during this recording.</p>"#);
+        html!(
+            out,
+            r#"<p class="note">No flow was heavy (moved 0.5 MB at 1 Mbit/s or more, or kept its congestion window full) during this recording.</p>"#
+        );
     }
     for f in heavy {
-        out.push_str(&flow_section(f, s));
+        out.push(flow_section(f, s));
     }
-    out.push_str(&udp_section(log));
+    out.push(udp_section(log));
     if !s.actions.is_empty() {
-        out.push_str(r#"<h2 class="section">Actions</h2><ul>"#);
+        html!(out, r#"<h2 class="section">Actions</h2><ul>"#);
         for (ts, text) in &s.actions {
-            let _ = write!(out, "<li>{} {}</li>", at(ts.saturating_sub(s.start_ns()) as f64 / 1e9), escape(text));
+            html!(out, "<li>{} {}</li>", at(ts.saturating_sub(s.start_ns()) as f64 / 1e9), text);
         }
-        out.push_str("</ul>");
+        html!(out, "</ul>");
     }
-    out.push_str(&flows_table(log));
-    let _ = write!(
+    out.push(flows_table(log));
+    html!(
         out,
         r#"<footer>Rates are bits per second; charts show one point per second of the replayed analysis. Generated by cctrace {}.</footer></main></body></html>"#,
         env!("CARGO_PKG_VERSION")
     );
-    out.push('\n');
-    out
+    html!(out, "\n");
+    out.into_string()
 }
 
 /// `cctrace report`: the page for `entries`.
