@@ -10,20 +10,17 @@ pub mod caps;
 mod counters;
 pub mod deep;
 pub mod filter;
-pub mod fs_kind;
 mod held_sockets;
 pub mod hook_cost;
 pub mod hz;
 pub mod listing;
 mod load;
 pub mod offsets;
-pub mod owners;
 mod probe_window;
 mod ring;
 pub mod switch;
 pub mod tracefs;
 pub mod udp;
-pub mod udp_owner;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,6 +32,7 @@ use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, Config, HookId};
 
 use crate::analysis::event::{DecodeContext, Sample};
+use crate::host::owners;
 use crate::kernel::attach::{attach_hooks, classic_offsets, error_chain, HOOKS};
 use crate::kernel::counters::CounterMap;
 use crate::kernel::deep::feed::{read_decisions, DeepCounters, DeepFeed};

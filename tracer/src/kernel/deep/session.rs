@@ -26,7 +26,7 @@ use super::Twins;
 use crate::analysis::decisions::TwinAlgo;
 use crate::analysis::fix::Switched;
 use crate::analysis::state_dir::STATE_DIR;
-use crate::kernel::fs_kind::netns_file_inode;
+use crate::host::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;
 
 /// The state file of the running (or a killed) deep session.
