@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, IsTerminal, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -35,11 +35,7 @@ pub(super) fn confirm(yes: bool) -> Result<()> {
 
 /// Write `state` to `path` readable by root only, replacing the previous one atomically.
 pub(super) fn write_state(path: &Path, state: &State) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(STATE_DIR)
-        .with_context(|| format!("creating {STATE_DIR}"))?;
+    crate::host::create_state_dir(Path::new(STATE_DIR)).with_context(|| format!("creating {STATE_DIR}"))?;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)

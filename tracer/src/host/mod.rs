@@ -21,6 +21,14 @@ pub mod udp_owner;
 pub(crate) use netns::{enter_netns, in_each_netns, setns_net};
 pub use netns::{named_netns, netns_inode, netns_paths, netns_pids, path_into_netns};
 
+/// Creates `dir` (cctrace's state directory, [`crate::analysis::state_dir::STATE_DIR`], or a
+/// test's stand-in) and its parents, for root only: the fix's and deep mode's state and the
+/// action journal live there.
+pub fn create_state_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// A sysctl of the calling thread's network namespace holding a space-separated list.
 fn sysctl_words(key_path: &str) -> Vec<String> {
     std::fs::read_to_string(key_path).map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default()
