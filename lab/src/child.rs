@@ -17,6 +17,9 @@ pub const CHILD_DEADLINE: Duration = Duration::from_secs(120);
 /// How often a bounded wait looks at the child: short next to any deadline used here.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How long [`interrupt_within`] gives a child to act on SIGINT before sending it again.
+pub const INTERRUPT_AGAIN: Duration = Duration::from_secs(1);
+
 /// How long a child's pipes may stay open after it exited: a grandchild it left running holds
 /// them, and the wait must not become unbounded through it.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
@@ -68,17 +71,64 @@ pub fn collect_within(child: &mut Child, timeout: Duration, what: &str) -> Resul
     }
 }
 
+/// Stop `child` with SIGINT and collect what it printed, as [`collect_within`] does. The signal
+/// is sent again every [`INTERRUPT_AGAIN`] while the child lives: a program that installs its
+/// handler only after it starts work (bpftrace sets its SIGINT handler after attaching, and has
+/// been seen to sit in its loop for ever after a SIGINT sent then) ends on the next one.
+pub fn interrupt_within(child: &mut Child, timeout: Duration, what: &str) -> Result<Output> {
+    let stdout = child.stdout.take().map(drain);
+    let stderr = child.stderr.take().map(drain);
+    let deadline = Instant::now() + timeout;
+    let waited = loop {
+        // SAFETY: kill sends a signal to the child we started; no memory is involved.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match exit_within(child, left.min(INTERRUPT_AGAIN), what) {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if Instant::now() < deadline => continue,
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(anyhow::anyhow!(
+                    "{what} (pid {}) was still running {timeout:?} after SIGINT (sent every {INTERRUPT_AGAIN:?}) \
+                     and was killed",
+                    child.id()
+                ));
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let grace = Instant::now() + PIPE_GRACE;
+    let stdout = stdout.map(|r| collected(&r, grace)).unwrap_or_default();
+    let stderr = stderr.map(|r| collected(&r, grace)).unwrap_or_default();
+    match waited {
+        Ok(status) => Ok(Output { status, stdout, stderr }),
+        Err(e) => Err(e.context(format!("it printed on stdout: {:?}; on stderr: {:?}", tail(&stdout), tail(&stderr)))),
+    }
+}
+
 /// Wait for `child` to exit; after `timeout` kill it (SIGKILL) and fail.
 pub fn wait_within(child: &mut Child, timeout: Duration, what: &str) -> Result<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().with_context(|| format!("waiting for {what}"))? {
-            return Ok(status);
-        }
-        if Instant::now() >= deadline {
+    match exit_within(child, timeout, what)? {
+        Some(status) => Ok(status),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
             bail!("{what} (pid {}) was still running after {timeout:?} and was killed", child.id());
+        }
+    }
+}
+
+/// `child`'s exit status if it exits within `timeout`; `None`, and the child left running,
+/// if it does not.
+fn exit_within(child: &mut Child, timeout: Duration, what: &str) -> Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().with_context(|| format!("waiting for {what}"))? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
         }
         std::thread::sleep(POLL);
     }
@@ -128,6 +178,27 @@ pub(crate) fn describe(cmd: &Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_that_lets_the_first_sigint_pass_ends_on_the_next() {
+        use std::io::BufRead;
+        use std::os::unix::process::ExitStatusExt;
+        // The first SIGINT only resets the handler, as a program that sets its own too late
+        // would lose it; the one sent a second later ends it.
+        let mut child = Command::new("sh")
+            .args(["-c", "trap 'trap - INT' INT; echo ready; while :; do sleep 0.05; done"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut ready).expect("ready");
+        assert_eq!(ready, "ready\n");
+        let started = Instant::now();
+        let out = interrupt_within(&mut child, Duration::from_secs(10), "sh").expect("ends on a later SIGINT");
+        assert_eq!(out.status.signal(), Some(libc::SIGINT), "{:?}", out.status);
+        let took = started.elapsed();
+        assert!(took >= INTERRUPT_AGAIN && took < 3 * INTERRUPT_AGAIN, "ended after {took:?}");
+    }
 
     #[test]
     fn a_child_that_ends_gives_its_output() {

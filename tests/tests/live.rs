@@ -1,7 +1,7 @@
 //! End-to-end: the real `cctrace --json` against real TCP traffic in lab network namespaces,
 //! checked against the kernel's own view (`ss -tni`, `nstat`).
 
-use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
+use cctrace_lab::child::{interrupt_within, OutputWithin, CHILD_DEADLINE};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -628,9 +628,7 @@ impl ProbeCounter {
 
     /// Stop counting: when the tracepoint fired.
     fn stop(mut self) -> Result<Firings> {
-        // SAFETY: kill sends a signal to the child we started; no memory is involved.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let out = collect_within(&mut self.0, BPFTRACE_EXIT_DEADLINE, "bpftrace after SIGINT")?;
+        let out = interrupt_within(&mut self.0, BPFTRACE_EXIT_DEADLINE, "bpftrace")?;
         let text = String::from_utf8_lossy(&out.stdout);
         let parse = |l: &str| -> Option<(u64, u64)> {
             let (ms, n) = l.strip_prefix("@ms[")?.split_once("]: ")?;

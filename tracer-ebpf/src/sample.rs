@@ -15,125 +15,145 @@ use crate::observe::{Hit, CA_FROM_SOCKET};
 use crate::read::{read, read_bytes, read_ptr};
 
 /// Write the sample of `hit`'s socket into `s` (the ring's reserved record, or the start-up
-/// listing's per-CPU scratch record).
+/// listing's per-CPU scratch record). The parts are inlined: one straight run of reads.
 #[inline(always)]
 pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now: u64) {
     let sk = SockView::of(hit.sk);
     // SAFETY: `s` points to FLOW_SAMPLE_SIZE bytes the caller owns for this run; zeroing first
     // means every byte (padding included) is initialised before the record is published.
-    unsafe {
+    let s = unsafe {
         core::ptr::write_bytes(s as *mut u8, 0, FLOW_SAMPLE_SIZE);
-        let s = &mut *s;
-        s.header =
-            RecordHeader { version: WIRE_VERSION, kind: record_kind::FLOW_SAMPLE, size: FLOW_SAMPLE_SIZE as u32 };
-        s.ts_ns = now;
-        s.cookie = flow_key::sample_cookie(state, hit.cookie);
-        s.reason = hit.reason;
-        s.old_tcp_state = hit.old_state;
-        s.retrans_events = state.retrans_events;
-        s.pid = state.pid;
-        s.comm = state.comm;
-        s.flags = state.flags;
-        if hit.classic {
-            s.flags |= flag::CLASSIC_HOOK;
-        }
+        &mut *s
+    };
+    fill_identity(s, hit, state, now);
+    fill_socket(s, &sk, hit);
+    fill_tcp(s, &sk, hit, state);
+    fill_periodic(s, &sk, hit);
+}
 
-        let family: u16 = sk.get(global!(OFFSETS.skc_family));
-        s.family = family;
-        s.tcp_state =
-            if hit.reason == reason::STATE_CHANGE { hit.new_state } else { sk.get(global!(OFFSETS.skc_state)) };
-        s.sport = sk.get(global!(OFFSETS.skc_num));
-        s.dport = u16::from_be(sk.get(global!(OFFSETS.skc_dport)));
-        if family == family::AF_INET6 {
-            sk.bytes(global!(OFFSETS.skc_v6_rcv_saddr), &mut s.saddr);
-            sk.bytes(global!(OFFSETS.skc_v6_daddr), &mut s.daddr);
-        } else if family == family::AF_INET {
-            sk.bytes(global!(OFFSETS.skc_rcv_saddr), &mut s.saddr[..4]);
-            sk.bytes(global!(OFFSETS.skc_daddr), &mut s.daddr[..4]);
-        }
-        let net = sk.ptr(global!(OFFSETS.skc_net));
-        s.netns = read(net, global!(OFFSETS.net_ns_inum));
-        let cgroup = sk.ptr(global!(OFFSETS.sk_cgrp_cgroup));
-        let kn = read_ptr(cgroup, global!(OFFSETS.cgroup_kn));
-        s.cgroup_id = read(kn, global!(OFFSETS.kernfs_node_id));
-        s.pacing_rate = sk.get(global!(OFFSETS.sk_pacing_rate));
-        s.sndbuf = sk.get(global!(OFFSETS.sk_sndbuf));
-        s.wmem_queued = sk.get(global!(OFFSETS.sk_wmem_queued));
-        s.rcvbuf = sk.get(global!(OFFSETS.sk_rcvbuf));
-        s.userlocks = sk.bits(global!(OFFSETS.sk_userlocks));
-        let wscale = global!(OFFSETS.wscale_ok);
-        if wscale.byte_offset != ABSENT && s.tcp_state == tcp_state::ESTABLISHED && sk.bits(wscale) == 0 {
-            s.flags |= flag::WINDOW_UNSCALED;
-        }
+/// The record's header and what the tracer's own flow state knows: why, when, who.
+#[inline(always)]
+fn fill_identity(s: &mut FlowSample, hit: &Hit, state: &FlowState, now: u64) {
+    s.header = RecordHeader { version: WIRE_VERSION, kind: record_kind::FLOW_SAMPLE, size: FLOW_SAMPLE_SIZE as u32 };
+    s.ts_ns = now;
+    s.cookie = flow_key::sample_cookie(state, hit.cookie);
+    s.reason = hit.reason;
+    s.old_tcp_state = hit.old_state;
+    s.retrans_events = state.retrans_events;
+    s.pid = state.pid;
+    s.comm = state.comm;
+    s.flags = state.flags;
+    if hit.classic {
+        s.flags |= flag::CLASSIC_HOOK;
+    }
+}
 
-        let ops = sk.ptr(global!(OFFSETS.icsk_ca_ops));
-        read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);
-        s.ca_state =
-            if hit.ca_state == CA_FROM_SOCKET { sk.bits(global!(OFFSETS.icsk_ca_state)) } else { hit.ca_state };
+/// The socket as any protocol's: addresses, namespace, cgroup, buffers.
+#[inline(always)]
+fn fill_socket(s: &mut FlowSample, sk: &SockView, hit: &Hit) {
+    let family: u16 = sk.get(global!(OFFSETS.skc_family));
+    s.family = family;
+    s.tcp_state = if hit.reason == reason::STATE_CHANGE { hit.new_state } else { sk.get(global!(OFFSETS.skc_state)) };
+    s.sport = sk.get(global!(OFFSETS.skc_num));
+    s.dport = u16::from_be(sk.get(global!(OFFSETS.skc_dport)));
+    if family == family::AF_INET6 {
+        sk.bytes(global!(OFFSETS.skc_v6_rcv_saddr), &mut s.saddr);
+        sk.bytes(global!(OFFSETS.skc_v6_daddr), &mut s.daddr);
+    } else if family == family::AF_INET {
+        sk.bytes(global!(OFFSETS.skc_rcv_saddr), &mut s.saddr[..4]);
+        sk.bytes(global!(OFFSETS.skc_daddr), &mut s.daddr[..4]);
+    }
+    let net = sk.ptr(global!(OFFSETS.skc_net));
+    s.netns = read(net, global!(OFFSETS.net_ns_inum));
+    let cgroup = sk.ptr(global!(OFFSETS.sk_cgrp_cgroup));
+    let kn = read_ptr(cgroup, global!(OFFSETS.cgroup_kn));
+    s.cgroup_id = read(kn, global!(OFFSETS.kernfs_node_id));
+    s.pacing_rate = sk.get(global!(OFFSETS.sk_pacing_rate));
+    s.sndbuf = sk.get(global!(OFFSETS.sk_sndbuf));
+    s.wmem_queued = sk.get(global!(OFFSETS.sk_wmem_queued));
+    s.rcvbuf = sk.get(global!(OFFSETS.sk_rcvbuf));
+    s.userlocks = sk.bits(global!(OFFSETS.sk_userlocks));
+    let wscale = global!(OFFSETS.wscale_ok);
+    if wscale.byte_offset != ABSENT && s.tcp_state == tcp_state::ESTABLISHED && sk.bits(wscale) == 0 {
+        s.flags |= flag::WINDOW_UNSCALED;
+    }
+}
 
-        s.snd_cwnd = sk.get(global!(OFFSETS.snd_cwnd));
-        s.snd_ssthresh = sk.get(global!(OFFSETS.snd_ssthresh));
-        s.srtt_us = sk.get::<u32>(global!(OFFSETS.srtt_us)) >> 3;
-        s.rttvar_us = sk.get::<u32>(global!(OFFSETS.mdev_us)) >> 2;
-        // struct minmax { struct minmax_sample { u32 t; u32 v; } s[3]; }: s[0].v is the minimum.
-        let rtt_min = global!(OFFSETS.rtt_min);
-        s.min_rtt_us = if rtt_min == ABSENT { 0 } else { sk.get(rtt_min + 4) };
-        s.mss = sk.get(global!(OFFSETS.mss_cache));
-        s.packets_out = sk.get(global!(OFFSETS.packets_out));
-        s.lost_out = sk.get(global!(OFFSETS.lost_out));
-        s.sacked_out = sk.get(global!(OFFSETS.sacked_out));
-        s.retrans_out = sk.get(global!(OFFSETS.retrans_out));
-        s.total_retrans = sk.get(global!(OFFSETS.total_retrans));
-        s.bytes_retrans = sk.get(global!(OFFSETS.bytes_retrans));
-        s.bytes_sent = sk.get(global!(OFFSETS.bytes_sent));
-        s.bytes_acked = sk.get(global!(OFFSETS.bytes_acked));
-        s.bytes_received = sk.get(global!(OFFSETS.bytes_received));
-        s.delivered = sk.get(global!(OFFSETS.delivered));
-        s.rate_delivered = sk.get(global!(OFFSETS.rate_delivered));
-        s.rate_interval_us = sk.get(global!(OFFSETS.rate_interval_us));
-        s.snd_wnd = sk.get(global!(OFFSETS.snd_wnd));
-        let write_seq: u32 = sk.get(global!(OFFSETS.write_seq));
-        let snd_nxt: u32 = sk.get(global!(OFFSETS.snd_nxt));
-        s.notsent_bytes = write_seq.wrapping_sub(snd_nxt);
-        if (s.notsent_bytes as i32) < 0 {
-            s.notsent_bytes = 0;
-        }
-        s.jiffies = bpf_jiffies64() as u32;
-        s.chrono_start = sk.get(global!(OFFSETS.chrono_start));
-        read_chrono(&sk, &mut s.chrono_stat);
-        s.chrono_type = sk.bits(global!(OFFSETS.chrono_type));
-        if sk.bits(global!(OFFSETS.rate_app_limited)) != 0 {
-            s.flags |= flag::APP_LIMITED;
-        }
-        if sk.bits(global!(OFFSETS.is_cwnd_limited)) != 0 {
-            s.flags |= flag::CWND_LIMITED;
-        }
-        s.dsack_dups = sk.get_or_absent(global!(OFFSETS.dsack_dups));
-        s.reord_seen = sk.get_or_absent(global!(OFFSETS.reord_seen));
-        s.reordering = sk.get_or_absent(global!(OFFSETS.reordering));
-        s.total_rto = sk.get_u16_or_absent(global!(OFFSETS.total_rto));
-        s.total_rto_recoveries = sk.get_u16_or_absent(global!(OFFSETS.total_rto_recoveries));
-        s.undo_events = u32::from(state.undo_events);
-        let rack_rtt = global!(OFFSETS.rack_rtt_us);
-        s.rack_rtt_us = if rack_rtt == ABSENT { 0 } else { sk.get(rack_rtt) };
-        // The route is read for the samples that come once an interval (and the start-up
-        // listing's): four more reads on every state change would be most of a state hook's
-        // cost, and the flow keeps the route its last sample had.
-        let periodic = hit.reason == reason::PERIODIC || hit.reason == reason::SNAPSHOT;
-        let dst = if periodic { sk.ptr(global!(OFFSETS.sk_dst_cache)) } else { core::ptr::null() };
-        // A writer waiting for room in the send buffer: in `struct socket`, one more read, so
-        // also only once an interval.
-        let socket = if periodic { sk.ptr(global!(OFFSETS.sk_socket)) } else { core::ptr::null() };
-        if !socket.is_null() && read::<u64>(socket, global!(OFFSETS.socket_flags)) & (1 << SOCK_NOSPACE_BIT) != 0 {
-            s.flags |= flag::WRITER_BLOCKED;
-        }
-        if !dst.is_null() {
-            let dev = read_ptr(dst, global!(OFFSETS.dst_dev));
-            s.route_ifindex = read(dev, global!(OFFSETS.netdev_ifindex));
-            s.route_dev_mtu = read(dev, global!(OFFSETS.netdev_mtu));
-            read_bytes(dev, global!(OFFSETS.netdev_name), &mut s.route_dev);
-            s.route_pmtu = sk.get(global!(OFFSETS.icsk_pmtu_cookie));
-        }
+/// TCP's own state: the congestion control and its figures, counters, the loss signals.
+#[inline(always)]
+fn fill_tcp(s: &mut FlowSample, sk: &SockView, hit: &Hit, state: &FlowState) {
+    let ops = sk.ptr(global!(OFFSETS.icsk_ca_ops));
+    read_bytes(ops, global!(OFFSETS.ca_ops_name), &mut s.cc_name);
+    s.ca_state = if hit.ca_state == CA_FROM_SOCKET { sk.bits(global!(OFFSETS.icsk_ca_state)) } else { hit.ca_state };
+
+    s.snd_cwnd = sk.get(global!(OFFSETS.snd_cwnd));
+    s.snd_ssthresh = sk.get(global!(OFFSETS.snd_ssthresh));
+    s.srtt_us = sk.get::<u32>(global!(OFFSETS.srtt_us)) >> 3;
+    s.rttvar_us = sk.get::<u32>(global!(OFFSETS.mdev_us)) >> 2;
+    // struct minmax { struct minmax_sample { u32 t; u32 v; } s[3]; }: s[0].v is the minimum.
+    let rtt_min = global!(OFFSETS.rtt_min);
+    s.min_rtt_us = if rtt_min == ABSENT { 0 } else { sk.get(rtt_min + 4) };
+    s.mss = sk.get(global!(OFFSETS.mss_cache));
+    s.packets_out = sk.get(global!(OFFSETS.packets_out));
+    s.lost_out = sk.get(global!(OFFSETS.lost_out));
+    s.sacked_out = sk.get(global!(OFFSETS.sacked_out));
+    s.retrans_out = sk.get(global!(OFFSETS.retrans_out));
+    s.total_retrans = sk.get(global!(OFFSETS.total_retrans));
+    s.bytes_retrans = sk.get(global!(OFFSETS.bytes_retrans));
+    s.bytes_sent = sk.get(global!(OFFSETS.bytes_sent));
+    s.bytes_acked = sk.get(global!(OFFSETS.bytes_acked));
+    s.bytes_received = sk.get(global!(OFFSETS.bytes_received));
+    s.delivered = sk.get(global!(OFFSETS.delivered));
+    s.rate_delivered = sk.get(global!(OFFSETS.rate_delivered));
+    s.rate_interval_us = sk.get(global!(OFFSETS.rate_interval_us));
+    s.snd_wnd = sk.get(global!(OFFSETS.snd_wnd));
+    let write_seq: u32 = sk.get(global!(OFFSETS.write_seq));
+    let snd_nxt: u32 = sk.get(global!(OFFSETS.snd_nxt));
+    s.notsent_bytes = write_seq.wrapping_sub(snd_nxt);
+    if (s.notsent_bytes as i32) < 0 {
+        s.notsent_bytes = 0;
+    }
+    // SAFETY: bpf_jiffies64 takes nothing and only reads the kernel's jiffies.
+    s.jiffies = unsafe { bpf_jiffies64() } as u32;
+    s.chrono_start = sk.get(global!(OFFSETS.chrono_start));
+    read_chrono(sk, &mut s.chrono_stat);
+    s.chrono_type = sk.bits(global!(OFFSETS.chrono_type));
+    if sk.bits(global!(OFFSETS.rate_app_limited)) != 0 {
+        s.flags |= flag::APP_LIMITED;
+    }
+    if sk.bits(global!(OFFSETS.is_cwnd_limited)) != 0 {
+        s.flags |= flag::CWND_LIMITED;
+    }
+    s.dsack_dups = sk.get_or_absent(global!(OFFSETS.dsack_dups));
+    s.reord_seen = sk.get_or_absent(global!(OFFSETS.reord_seen));
+    s.reordering = sk.get_or_absent(global!(OFFSETS.reordering));
+    s.total_rto = sk.get_u16_or_absent(global!(OFFSETS.total_rto));
+    s.total_rto_recoveries = sk.get_u16_or_absent(global!(OFFSETS.total_rto_recoveries));
+    s.undo_events = u32::from(state.undo_events);
+    let rack_rtt = global!(OFFSETS.rack_rtt_us);
+    s.rack_rtt_us = if rack_rtt == ABSENT { 0 } else { sk.get(rack_rtt) };
+}
+
+/// What only the once-an-interval samples read: the route and a blocked writer.
+#[inline(always)]
+fn fill_periodic(s: &mut FlowSample, sk: &SockView, hit: &Hit) {
+    // The route is read for the samples that come once an interval (and the start-up
+    // listing's): four more reads on every state change would be most of a state hook's
+    // cost, and the flow keeps the route its last sample had.
+    let periodic = hit.reason == reason::PERIODIC || hit.reason == reason::SNAPSHOT;
+    let dst = if periodic { sk.ptr(global!(OFFSETS.sk_dst_cache)) } else { core::ptr::null() };
+    // A writer waiting for room in the send buffer: in `struct socket`, one more read, so
+    // also only once an interval.
+    let socket = if periodic { sk.ptr(global!(OFFSETS.sk_socket)) } else { core::ptr::null() };
+    if !socket.is_null() && read::<u64>(socket, global!(OFFSETS.socket_flags)) & (1 << SOCK_NOSPACE_BIT) != 0 {
+        s.flags |= flag::WRITER_BLOCKED;
+    }
+    if !dst.is_null() {
+        let dev = read_ptr(dst, global!(OFFSETS.dst_dev));
+        s.route_ifindex = read(dev, global!(OFFSETS.netdev_ifindex));
+        s.route_dev_mtu = read(dev, global!(OFFSETS.netdev_mtu));
+        read_bytes(dev, global!(OFFSETS.netdev_name), &mut s.route_dev);
+        s.route_pmtu = sk.get(global!(OFFSETS.icsk_pmtu_cookie));
     }
 }
 

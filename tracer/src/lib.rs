@@ -2,8 +2,8 @@
 //!
 //! The layers, bottom up (`docs/architecture.md`; `tests/layers.rs` holds every import to them):
 //! [`analysis`], the pure core; the pipeline ([`source`], [`pipeline`], [`side_job`]); host
-//! facts ([`host`], [`cgroups`]); the live source ([`kernel`], [`live_filter`]); [`fix`];
-//! [`recording`]; the front ends ([`output`], [`metrics`], [`tui`]); [`export`]; and the
+//! facts ([`host`], [`cgroups`]); the live source ([`kernel`]); [`fix`];
+//! [`recording`]; the front ends ([`frontend`], [`metrics`], [`tui`]); [`export`]; and the
 //! commands ([`cli`], [`app`]).
 
 pub mod analysis;
@@ -15,11 +15,10 @@ pub mod clock;
 pub mod demo;
 pub mod export;
 pub mod fix;
+pub mod frontend;
 pub mod host;
 pub mod kernel;
-pub mod live_filter;
 pub mod metrics;
-pub mod output;
 pub mod pipeline;
 pub mod recording;
 pub mod side_job;

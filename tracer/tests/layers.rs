@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str], &[&str], &str)] = &[
     ),
     (
         "kernel",
-        &["kernel", "live_filter"],
+        &["kernel"],
         &["host", "pipeline", "core"],
         "the live source: eBPF programs and maps, deep mode, the kernel filter kept current",
     ),
@@ -38,7 +38,7 @@ const LAYERS: &[(&str, &[&str], &[&str], &str)] = &[
     ("recording", &["recording"], &["pipeline", "core"], "recordings written and read, anonymized on request"),
     (
         "front ends",
-        &["output", "metrics", "tui"],
+        &["frontend", "metrics", "tui"],
         &["recording", "pipeline", "core"],
         "JSON Lines, the Prometheus exporter, the terminal UI",
     ),

@@ -171,32 +171,50 @@ fn stop_with(parent: u32) {
     });
 }
 
+/// Each step says when it began (seconds into the suite's run) and, through `step`, how long
+/// it took: at idle priority a step is as slow as the test binaries beside it are busy. A
+/// failed step is remembered and the next one runs.
+struct Steps {
+    started: Instant,
+    failed: Vec<String>,
+}
+
+impl Steps {
+    fn record(&mut self, what: &str, f: &mut dyn FnMut() -> Result<()>) {
+        crate::say(&format!("{what}: starting {:.0} s into the run", self.started.elapsed().as_secs_f64()));
+        if let Err(e) = crate::step(what, f) {
+            println!("xtask: {what} failed: {e:#}");
+            self.failed.push(what.to_string());
+        }
+    }
+}
+
 /// The checks themselves, in the process [`start`] spawned. Every step runs even when an
 /// earlier one failed, so one run reports every failure.
 pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     let gates = Gates::new(gates_dir);
     let parent = std::os::unix::process::parent_id();
     stop_with(parent);
-    let started = Instant::now();
-    let own_target = beside_dir(root).join("target");
-    let mut failed = Vec::new();
-    // Each step says when it began (seconds into the suite's run) and, through `step`, how long
-    // it took: at idle priority a step is as slow as the test binaries beside it are busy.
-    let mut record = |what: &str, f: &mut dyn FnMut() -> Result<()>| {
-        crate::say(&format!("{what}: starting {:.0} s into the run", started.elapsed().as_secs_f64()));
-        if let Err(e) = crate::step(what, f) {
-            println!("xtask: {what} failed: {e:#}");
-            failed.push(what.to_string());
-        }
-    };
-
+    let mut steps = Steps { started: Instant::now(), failed: Vec::new() };
     // Nothing starts before the suite's build is done: both are CPU work, so clippy beside the
     // build only shares the cores it needs (the build took 108-129 s with or without it), and
     // after it the build's time is its own.
     if let Err(e) = gates.wait(Gate::BinaryReady, parent) {
-        record("checks beside the suite", &mut || Err(anyhow::anyhow!("{e:#}")));
+        steps.record("checks beside the suite", &mut || Err(anyhow::anyhow!("{e:#}")));
         bail!("failed beside the suite: the suite's build never finished");
     }
+    lints(&mut steps, root);
+    guests(&mut steps, root, &gates, parent);
+    crate::say(&format!("checks beside the suite: {:.0} s", steps.started.elapsed().as_secs_f64()));
+    if !steps.failed.is_empty() {
+        bail!("failed beside the suite: {}", steps.failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Clippy on both sides, the build without the demo, the doc tests.
+fn lints(steps: &mut Steps, root: &Path) {
+    let own_target = beside_dir(root).join("target");
     // Lints need no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it (30 s)
     // for each build-script run. Their own target directory keeps their build-script runs and
     // check artifacts apart from the suite's build.
@@ -205,7 +223,7 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
         cmd.env("AYA_BUILD_SKIP", "1").env("CARGO_TARGET_DIR", &own_target);
         cmd
     };
-    record("clippy", &mut || {
+    steps.record("clippy", &mut || {
         crate::run(&mut lint(&[
             "clippy",
             "--workspace",
@@ -217,51 +235,50 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
             "warnings",
         ]))
     });
-    record("clippy (eBPF)", &mut || {
+    steps.record("clippy (eBPF)", &mut || {
         crate::run(crate::ebpf_clippy().env("CARGO_TARGET_DIR", &own_target)).context("clippy on the eBPF programs")
     });
     // The shipped binary without the demo must build too (it does not link the lab).
-    record("check without the demo", &mut || {
+    steps.record("check without the demo", &mut || {
         crate::run(&mut lint(&["check", "-p", "tracer", "--no-default-features"]))
     });
     // In the suite's own target directory, now that its build has released that directory's
     // lock (the test binaries take none).
     let doc_args: Vec<&str> = ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
-    record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
+    steps.record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
+}
+
+/// The kernel matrix, the dist check and the arm64 build and guest, each once its gate opens.
+fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
     // No guest boots before the tests that judge the kernel's cost of attaching have run (see
     // suite.rs's NO_EMULATOR_BESIDE): in CI they are done long before the lints above are.
     match gates.wait(Gate::QuietTestsDone, parent) {
-        Ok(()) => record("kernel matrix", &mut || {
+        Ok(()) => steps.record("kernel matrix", &mut || {
             crate::kernels::run(root, &gates.suite_binary(), &[], None, crate::kernels::Scope::Suite)
         }),
-        Err(e) => record("kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
+        Err(e) => steps.record("kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
     // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
     // more) and checked the same way: static, packaged, booted with busybox only.
     match gates.wait(Gate::TracerTestsDone, parent) {
-        Ok(()) => record("dist", &mut || {
+        Ok(()) => steps.record("dist", &mut || {
             let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host())?;
             crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
         }),
-        Err(e) => record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
+        Err(e) => steps.record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
     // arm64: the same dist cross-built (its own target directory, everything for aarch64 from
     // nothing: the longest build of the run, at idle priority) and checked, then booted as the
     // kernel matrix's arm64 row. After the host's dist, whose package the arm64 one must match.
     let mut arm64_binary = None;
-    record("cross build (aarch64)", &mut || {
+    steps.record("cross build (aarch64)", &mut || {
         let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::Aarch64)?;
         crate::dist::check(root, crate::dist::Profile::Check, &artifacts, false)?;
         arm64_binary = Some(artifacts.binary);
         Ok(())
     });
-    record("arm64 guest", &mut || match &arm64_binary {
+    steps.record("arm64 guest", &mut || match &arm64_binary {
         Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS),
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
-    crate::say(&format!("checks beside the suite: {:.0} s", started.elapsed().as_secs_f64()));
-    if !failed.is_empty() {
-        bail!("failed beside the suite: {}", failed.join(", "));
-    }
-    Ok(())
 }

@@ -121,9 +121,25 @@ pub(crate) fn run(
     if !cctrace.is_file() {
         bail!("{} is missing: build cctrace first (cargo xtask kernels does)", cctrace.display());
     }
+    let (kernels, notes) = matrix(root, &work, extra_images, only, scope)?;
+    let common = common_root(&work, cctrace)?;
+    let initrds: Vec<Result<PathBuf>> = kernels.iter().map(|k| initramfs(&work, &common, k, &guest_name(k))).collect();
+    let results = boot_all(&work, &kernels, initrds, scope);
+    report(&results, &notes)
+}
+
+/// The kernels to boot: Debian's, the host's own (or a note why not), the images given; those
+/// whose label has `only` in it when given.
+fn matrix(
+    root: &Path,
+    work: &Path,
+    extra_images: &[PathBuf],
+    only: Option<&str>,
+    scope: Scope,
+) -> Result<(Vec<Kernel>, Vec<String>)> {
     let mut kernels = Vec::new();
     for k in DEBIAN_KERNELS {
-        let mut kernel = debian_kernel(root, &work, k)?;
+        let mut kernel = debian_kernel(root, work, k)?;
         if scope == Scope::Suite {
             kernel.stages = k.in_suite;
         }
@@ -147,60 +163,39 @@ pub(crate) fn run(
             stages: Stage::ALL,
         });
     }
-
     if let Some(only) = only {
         kernels.retain(|k| k.label.contains(only));
         if kernels.is_empty() {
             bail!("--only {only}: no kernel of the matrix has it in its release");
         }
     }
-    let common = common_root(&work, cctrace)?;
-    // Each initramfs is packed from the one common tree, one after another; the guests then
-    // boot side by side on their own. Each is one emulator thread (see `Arch::qemu`), and most
-    // of a guest's time is spent waiting on its own flows' timers: side by side, the matrix
-    // takes little more than its slowest guest on two otherwise idle cores (121 s against 424 s
-    // one after another). Beside the suite's tests, at idle priority, the guests share what the
-    // tests leave: side by side there they took 311 s against 359 s and each ran 2.5 times
-    // slower, slow enough that 5.10's classic row once missed the owner of its accepted
-    // connection. So the suite boots them one after another.
-    let initrds: Vec<Result<PathBuf>> = kernels.iter().map(|k| initramfs(&work, &common, k, &guest_name(k))).collect();
+    Ok((kernels, notes))
+}
+
+/// Boot each kernel with its initramfs and check it. Each initramfs is packed from the one
+/// common tree, one after another; the guests then boot side by side on their own. Each is one
+/// emulator thread (see `Arch::qemu`), and most of a guest's time is spent waiting on its own
+/// flows' timers: side by side, the matrix takes little more than its slowest guest on two
+/// otherwise idle cores (121 s against 424 s one after another). Beside the suite's tests, at
+/// idle priority, the guests share what the tests leave: side by side there they took 311 s
+/// against 359 s and each ran 2.5 times slower, slow enough that 5.10's classic row once missed
+/// the owner of its accepted connection. So the suite boots them one after another.
+fn boot_all(work: &Path, kernels: &[Kernel], initrds: Vec<Result<PathBuf>>, scope: Scope) -> Vec<GuestResult> {
     let started = Instant::now();
+    let boot = |k: &Kernel, initrd: Result<PathBuf>, since: Instant| {
+        eprintln!("xtask: booting {} under qemu (TCG)", k.label);
+        let result = check_booted(work, k, initrd);
+        eprintln!("xtask: {} done in {:.0} s ({})", k.label, since.elapsed().as_secs_f64(), result.stages);
+        result
+    };
     if scope == Scope::Suite {
-        let results: Vec<GuestResult> = kernels
-            .iter()
-            .zip(initrds)
-            .map(|(k, initrd)| {
-                let started = Instant::now();
-                eprintln!("xtask: booting {} under qemu (TCG)", k.label);
-                let result = check_booted(&work, k, initrd);
-                eprintln!("xtask: {} done in {:.0} s ({})", k.label, started.elapsed().as_secs_f64(), result.stages);
-                result
-            })
-            .collect();
-        return report(&results, &notes);
+        return kernels.iter().zip(initrds).map(|(k, initrd)| boot(k, initrd, Instant::now())).collect();
     }
-    let results: Vec<GuestResult> = std::thread::scope(|scope| {
-        let guests: Vec<_> = kernels
-            .iter()
-            .zip(initrds)
-            .map(|(k, initrd)| {
-                let work = &work;
-                scope.spawn(move || {
-                    eprintln!("xtask: booting {} under qemu (TCG)", k.label);
-                    let result = check_booted(work, k, initrd);
-                    eprintln!(
-                        "xtask: {} done in {:.0} s ({})",
-                        k.label,
-                        started.elapsed().as_secs_f64(),
-                        result.stages
-                    );
-                    result
-                })
-            })
-            .collect();
+    std::thread::scope(|threads| {
+        let guests: Vec<_> =
+            kernels.iter().zip(initrds).map(|(k, initrd)| threads.spawn(move || boot(k, initrd, started))).collect();
         guests.into_iter().map(|g| g.join().expect("a guest's thread panicked")).collect()
-    });
-    report(&results, &notes)
+    })
 }
 
 /// Print the matrix's table and notes; an error when a check failed.
@@ -607,165 +602,192 @@ fn snmp_counter(snmp: &str, table: &str, field: &str) -> Option<u64> {
     values.get(names.iter().position(|n| *n == field)?)?.parse().ok()
 }
 
+/// One hook mode's sections as the guest wrote them, read once.
+struct ModeOutput<'a> {
+    sections: &'a BTreeMap<String, String>,
+    mode: &'a str,
+    stderr: String,
+    lines: Vec<Value>,
+    /// The loopback sender's last record (samples and flows merged).
+    loopback: Option<Value>,
+}
+
+impl ModeOutput<'_> {
+    fn get(&self, name: &str) -> String {
+        self.sections.get(&format!("{name} {}", self.mode)).cloned().unwrap_or_default()
+    }
+
+    /// A sample of `reason` whose local (or, with `either_end`, remote) port is `port`.
+    fn has_sample(&self, reason: &str, port: u16, either_end: bool) -> bool {
+        let at = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64) == Some(u64::from(port));
+        self.lines.iter().any(|v| {
+            v.get("type").and_then(Value::as_str) == Some("sample")
+                && v.get("reason").and_then(Value::as_str) == Some(reason)
+                && (at(v, "sport") || (either_end && at(v, "dport")))
+        })
+    }
+}
+
 fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str, bytes: u64) -> ModeResult {
-    let get = |name: &str| sections.get(&format!("{name} {mode}")).cloned().unwrap_or_default();
-    let stderr = get("stderr");
-    let lines: Vec<Value> = get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let hook_lines: Vec<&str> = stderr
+    let mut out = ModeOutput { sections, mode, stderr: String::new(), lines: Vec::new(), loopback: None };
+    out.stderr = out.get("stderr");
+    out.lines = out.get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    out.loopback = last_by_port(&out.lines, guest_ports::LOOPBACK);
+    let hook_lines: Vec<&str> = out
+        .stderr
         .lines()
         .filter_map(|l| l.strip_prefix("cctrace: "))
         .filter(|l| l.starts_with("tcp:") || l.starts_with("sock:"))
         .collect();
     // "tracing TCP in all network namespaces (live kernel (5/6 hooks))"
-    let attached =
-        stderr.split("live kernel (").nth(1).and_then(|rest| rest.split(" hooks").next()).unwrap_or("0/?").to_string();
+    let attached = out
+        .stderr
+        .split("live kernel (")
+        .nth(1)
+        .and_then(|rest| rest.split(" hooks").next())
+        .unwrap_or("0/?")
+        .to_string();
     let disabled: Vec<String> =
         hook_lines.iter().filter(|l| l.contains(": disabled")).map(|l| short_disabled(l)).collect();
-    let pids: BTreeMap<String, String> = get("pids")
+    let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
+    let checks = vec![
+        ("exits cleanly", exits_cleanly(&out)),
+        ("hooks attach", hooks_attach(&attached, &out)),
+        ("bulk flow traced", bulk_flow_traced(&out, bytes)),
+        ("CA and cwnd sane", ca_and_cwnd_sane(&out, default_cc)),
+        ("periodic samples (or start-up says they are off)", periodic_samples(&out, probe_said_off)),
+        ("owner of the accepted connection", owner_of_accepted(&out)),
+        ("retransmissions match the namespace's counters", retransmissions_match(&out)),
+        ("every emitted sample accounted for", every_sample_accounted(&out)),
+        ("idle flow listed at start-up (iter/tcp)", idle_listed(&out)),
+        ("UDP flow counted and classified", udp_flow(&out.lines, &out.get("udp"))),
+        ("clean detach", clean_detach(&out)),
+    ];
+    let checks = checks.into_iter().map(|(name, outcome)| (name.to_string(), outcome)).collect();
+    ModeResult { mode: mode.to_string(), attached, disabled, checks }
+}
+
+fn exits_cleanly(out: &ModeOutput) -> Result<(), String> {
+    let exit = out.get("exit");
+    if exit.trim() == "0" {
+        Ok(())
+    } else {
+        Err(format!("exit status {}; stderr: {}", exit.trim(), out.stderr.trim()))
+    }
+}
+
+fn hooks_attach(attached: &str, out: &ModeOutput) -> Result<(), String> {
+    if attached.split('/').next().is_some_and(|n| n.parse().is_ok_and(|n: u32| n > 0)) {
+        Ok(())
+    } else {
+        Err(format!("no hook attached: {}", out.stderr.trim()))
+    }
+}
+
+fn bulk_flow_traced(out: &ModeOutput, bytes: u64) -> Result<(), String> {
+    let f = out
+        .loopback
+        .as_ref()
+        .ok_or_else(|| format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK))?;
+    let acked = f.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
+    if acked >= bytes {
+        Ok(())
+    } else {
+        Err(format!("bytes_acked {acked}, sent {bytes}"))
+    }
+}
+
+fn ca_and_cwnd_sane(out: &ModeOutput, default_cc: &str) -> Result<(), String> {
+    let f = out.loopback.as_ref().ok_or("no sample")?;
+    let cc = f.get("cc").and_then(Value::as_str).unwrap_or("");
+    let cwnd = f.get("cwnd").and_then(Value::as_u64).unwrap_or(0);
+    let mss = f.get("mss").and_then(Value::as_u64).unwrap_or(0);
+    if cc != default_cc {
+        Err(format!("cc {cc:?}, the kernel's default is {default_cc:?}"))
+    } else if cwnd == 0 || cwnd > 1_000_000 || mss == 0 {
+        Err(format!("cwnd {cwnd}, mss {mss}"))
+    } else {
+        Ok(())
+    }
+}
+
+fn periodic_samples(out: &ModeOutput, probe_said_off: bool) -> Result<(), String> {
+    if out.has_sample("periodic", guest_ports::LOOPBACK, false) || probe_said_off {
+        Ok(())
+    } else {
+        Err("no periodic sample and no word of why".into())
+    }
+}
+
+fn owner_of_accepted(out: &ModeOutput) -> Result<(), String> {
+    let pids: BTreeMap<String, String> = out
+        .get("pids")
         .split_whitespace()
         .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
         .collect();
-    let mut checks: Vec<(String, Result<(), String>)> = Vec::new();
-    let mut check = |name: &str, outcome: Result<(), String>| checks.push((name.to_string(), outcome));
+    let (Some(f), Some(pid)) = (&out.loopback, pids.get("loopback")) else {
+        return Err("no sample or no pid".into());
+    };
+    let owner = f.get("owner").and_then(|o| o.get("pid")).and_then(Value::as_u64).map(|p| p.to_string());
+    if owner.as_deref() == Some(pid.as_str()) {
+        Ok(())
+    } else {
+        Err(format!("owner {owner:?}, the accepting process is {pid}"))
+    }
+}
 
-    let exit = get("exit");
-    check(
-        "exits cleanly",
-        if exit.trim() == "0" {
-            Ok(())
-        } else {
-            Err(format!("exit status {}; stderr: {}", exit.trim(), stderr.trim()))
-        },
-    );
-    check(
-        "hooks attach",
-        if attached.split('/').next().is_some_and(|n| n.parse().is_ok_and(|n: u32| n > 0)) {
-            Ok(())
-        } else {
-            Err(format!("no hook attached: {}", stderr.trim()))
-        },
-    );
+fn retransmissions_match(out: &ModeOutput) -> Result<(), String> {
+    match (last_by_port(&out.lines, guest_ports::LOSSY), snmp_counter(&out.get("snmp"), "Tcp", "RetransSegs")) {
+        (_, None) => Err(format!("lossy path not built: {}", out.get("lossy setup").trim())),
+        (None, Some(_)) => Err(format!("no sample of the lossy sender (local port {})", guest_ports::LOSSY)),
+        (Some(f), Some(kernel)) => {
+            let seen = f.get("retrans").and_then(Value::as_u64).unwrap_or(0);
+            if kernel == 0 {
+                Err("the lossy path lost nothing".into())
+            } else if seen == kernel {
+                Ok(())
+            } else {
+                Err(format!("cctrace counted {seen} retransmissions, RetransSegs is {kernel}"))
+            }
+        }
+    }
+}
 
-    let loopback = last_by_port(&lines, guest_ports::LOOPBACK);
-    check(
-        "bulk flow traced",
-        match &loopback {
-            None => Err(format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK)),
-            Some(f) => {
-                let acked = f.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
-                if acked >= bytes {
-                    Ok(())
-                } else {
-                    Err(format!("bytes_acked {acked}, sent {bytes}"))
-                }
-            }
-        },
-    );
-    check(
-        "CA and cwnd sane",
-        match &loopback {
-            None => Err("no sample".into()),
-            Some(f) => {
-                let cc = f.get("cc").and_then(Value::as_str).unwrap_or("");
-                let cwnd = f.get("cwnd").and_then(Value::as_u64).unwrap_or(0);
-                let mss = f.get("mss").and_then(Value::as_u64).unwrap_or(0);
-                if cc != default_cc {
-                    Err(format!("cc {cc:?}, the kernel's default is {default_cc:?}"))
-                } else if cwnd == 0 || cwnd > 1_000_000 || mss == 0 {
-                    Err(format!("cwnd {cwnd}, mss {mss}"))
-                } else {
-                    Ok(())
-                }
-            }
-        },
-    );
-    let periodic = lines.iter().any(|v| {
-        v.get("type").and_then(Value::as_str) == Some("sample")
-            && v.get("reason").and_then(Value::as_str) == Some("periodic")
-            && v.get("sport").and_then(Value::as_u64) == Some(u64::from(guest_ports::LOOPBACK))
-    });
-    let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
-    check(
-        "periodic samples (or start-up says they are off)",
-        if periodic || probe_said_off { Ok(()) } else { Err("no periodic sample and no word of why".into()) },
-    );
-    check(
-        "owner of the accepted connection",
-        match (&loopback, pids.get("loopback")) {
-            (Some(f), Some(pid)) => {
-                let owner = f.get("owner").and_then(|o| o.get("pid")).and_then(Value::as_u64).map(|p| p.to_string());
-                if owner.as_deref() == Some(pid.as_str()) {
-                    Ok(())
-                } else {
-                    Err(format!("owner {owner:?}, the accepting process is {pid}"))
-                }
-            }
-            _ => Err("no sample or no pid".into()),
-        },
-    );
-    let snmp = get("snmp");
-    check(
-        "retransmissions match the namespace's counters",
-        match (last_by_port(&lines, guest_ports::LOSSY), snmp_counter(&snmp, "Tcp", "RetransSegs")) {
-            (_, None) => Err(format!("lossy path not built: {}", get("lossy setup").trim())),
-            (None, Some(_)) => Err(format!("no sample of the lossy sender (local port {})", guest_ports::LOSSY)),
-            (Some(f), Some(kernel)) => {
-                let seen = f.get("retrans").and_then(Value::as_u64).unwrap_or(0);
-                if kernel == 0 {
-                    Err("the lossy path lost nothing".into())
-                } else if seen == kernel {
-                    Ok(())
-                } else {
-                    Err(format!("cctrace counted {seen} retransmissions, RetransSegs is {kernel}"))
-                }
-            }
-        },
-    );
-    let summary = lines.iter().rev().find(|v| v.get("type").and_then(Value::as_str) == Some("summary"));
-    check(
-        "every emitted sample accounted for",
-        match summary {
-            None => Err("no summary line".into()),
-            Some(s) => {
-                let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0);
-                let (received, lost, emitted) = (n("events_received"), n("events_lost"), n("kernel_emitted"));
-                if received + lost == emitted {
-                    Ok(())
-                } else {
-                    Err(format!("received {received} + lost {lost} != emitted {emitted}"))
-                }
-            }
-        },
-    );
-    let idle_listed = lines.iter().any(|v| {
-        v.get("type").and_then(Value::as_str) == Some("sample")
-            && v.get("reason").and_then(Value::as_str) == Some("snapshot")
-            && (v.get("sport").and_then(Value::as_u64) == Some(u64::from(guest_ports::IDLE))
-                || v.get("dport").and_then(Value::as_u64) == Some(u64::from(guest_ports::IDLE)))
-    });
-    check(
-        "idle flow listed at start-up (iter/tcp)",
-        if idle_listed {
-            Ok(())
-        } else {
-            Err(format!("no snapshot sample of the idle connection on port {}", guest_ports::IDLE))
-        },
-    );
-    check("UDP flow counted and classified", udp_flow(&lines, &get("udp")));
-    // bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
-    // after" to mean anything.
-    let (during, after) = (get("programs during"), get("programs after"));
-    check(
-        "clean detach",
-        if !during.contains("cct_") || !during.contains("status 0") {
-            Err(format!("bpftool did not list cctrace's programs while it ran: {}", during.trim()))
-        } else if !after.contains("status 0") || after.contains("cct_") {
-            Err(format!("after exit: {}", after.trim()))
-        } else {
-            Ok(())
-        },
-    );
-    ModeResult { mode: mode.to_string(), attached, disabled, checks }
+fn every_sample_accounted(out: &ModeOutput) -> Result<(), String> {
+    let s = out
+        .lines
+        .iter()
+        .rev()
+        .find(|v| v.get("type").and_then(Value::as_str) == Some("summary"))
+        .ok_or("no summary line")?;
+    let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let (received, lost, emitted) = (n("events_received"), n("events_lost"), n("kernel_emitted"));
+    if received + lost == emitted {
+        Ok(())
+    } else {
+        Err(format!("received {received} + lost {lost} != emitted {emitted}"))
+    }
+}
+
+fn idle_listed(out: &ModeOutput) -> Result<(), String> {
+    if out.has_sample("snapshot", guest_ports::IDLE, true) {
+        Ok(())
+    } else {
+        Err(format!("no snapshot sample of the idle connection on port {}", guest_ports::IDLE))
+    }
+}
+
+/// bpftool must be seen to work (it lists cctrace's programs while it runs) for "none left
+/// after" to mean anything.
+fn clean_detach(out: &ModeOutput) -> Result<(), String> {
+    let (during, after) = (out.get("programs during"), out.get("programs after"));
+    if !during.contains("cct_") || !during.contains("status 0") {
+        Err(format!("bpftool did not list cctrace's programs while it ran: {}", during.trim()))
+    } else if !after.contains("status 0") || after.contains("cct_") {
+        Err(format!("after exit: {}", after.trim()))
+    } else {
+        Ok(())
+    }
 }
 
 /// The guest's UDP flow, from its sender's last record: the datagrams the kernel counted as sent
@@ -872,6 +894,48 @@ pub(crate) fn render(results: &[GuestResult]) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mode_whose_sections_show_every_check_passes_them_and_each_missing_part_is_named() {
+        let jsonl = [
+            r#"{"type":"sample","reason":"snapshot","sport":40000,"dport":5003}"#,
+            r#"{"type":"sample","reason":"periodic","sport":5001,"cc":"bbr","cwnd":10,"mss":1448,"bytes_acked":1000,"owner":{"pid":7}}"#,
+            r#"{"type":"sample","reason":"retransmit","sport":5002,"retrans":9}"#,
+            r#"{"type":"summary","events_received":3,"events_lost":0,"kernel_emitted":3}"#,
+        ]
+        .join("\n");
+        let mut sections: BTreeMap<String, String> = [
+            ("stderr", "cctrace: tracing TCP in all network namespaces (live kernel (6/6 hooks))\n"),
+            ("jsonl", jsonl.as_str()),
+            ("exit", "0\n"),
+            ("pids", "loopback=7\n"),
+            ("snmp", "Tcp: RtoAlgorithm RetransSegs\nTcp: 1 9\n"),
+            ("programs during", "42: tracepoint name cct_probe\nstatus 0\n"),
+            ("programs after", "status 0\n"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{k} tp_btf"), v.to_string()))
+        .collect();
+        let r = check_mode(&sections, "tp_btf", "bbr", 1000);
+        assert_eq!(r.attached, "6/6");
+        let failed: Vec<&str> = r.checks.iter().filter(|(_, o)| o.is_err()).map(|(n, _)| n.as_str()).collect();
+        // The UDP flow is the one part these sections leave out.
+        assert_eq!(failed, ["UDP flow counted and classified"], "{:?}", r.checks);
+        sections.insert("snmp tp_btf".into(), "Tcp: RetransSegs\nTcp: 8\n".into());
+        sections.remove("exit tp_btf");
+        let r = check_mode(&sections, "tp_btf", "cubic", 1001);
+        let failed: Vec<&str> = r.checks.iter().filter(|(_, o)| o.is_err()).map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            failed,
+            [
+                "exits cleanly",
+                "bulk flow traced",
+                "CA and cwnd sane",
+                "retransmissions match the namespace's counters",
+                "UDP flow counted and classified"
+            ]
+        );
+    }
 
     #[test]
     fn sections_split_on_their_markers_and_an_unfinished_one_is_dropped() {

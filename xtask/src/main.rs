@@ -440,86 +440,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup(),
-        Task::Run { args } => setup().and_then(|()| {
-            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
-            let bin = workspace_root().join("target/release/cctrace");
-            let args = if args.is_empty() && !host_has_busy_flows() {
-                say("no busy TCP flows on this host: starting the built-in demo (a lossy 30 ms WAN path in network namespaces)");
-                vec!["demo".to_string()]
-            } else {
-                args
-            };
-            run(Command::new(bin).args(args))
-        }),
-        Task::Test => step("set-up", setup).and_then(|()| {
-            let start = std::time::Instant::now();
-            step("fmt", || run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all"))?;
-            // Lints, the kernel matrix and the dist check wait on nothing the tests do: they run
-            // beside the test binaries at idle priority (see beside.rs), and are waited for after.
-            // No release build: the tests and the kernel matrix run the debug binary the tests
-            // build anyway (the eBPF object in it is always built optimised), and a second build
-            // of everything at release settings was three minutes of a 20-minute budget.
-            let beside = beside::start(&workspace_root())?;
-            let tests = step("tests", || suite::run(&workspace_root(), SUITE_ARGS, beside.gates()));
-            let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
-            let mut tally = tests?;
-            tally.add(checks?);
-            println!("all tests: {tally}");
-            say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
-            Ok(())
-        }),
+        Task::Run { args } => setup().and_then(|()| run_cctrace(args)),
+        Task::Test => step("set-up", setup).and_then(|()| test()),
         Task::Kernels { images, target: Arch::Aarch64, .. } if !images.is_empty() => {
             Err(anyhow::anyhow!("--kernel boots x86-64 images; the arm64 row boots Debian's arm64 kernels"))
         }
         Task::Kernels { only: Some(_), target: Arch::Aarch64, .. } => {
             Err(anyhow::anyhow!("--only picks among the x86-64 matrix's kernels; the arm64 row boots one"))
         }
-        Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| {
-            let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
-            let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
-            step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS))
-        }),
-        Task::Kernels { images, debug, only, target: Arch::X86_64 } => setup().and_then(|()| {
-            let profile = if debug { "debug" } else { "release" };
-            let mut build = vec!["build", "-p", "tracer"];
-            if !debug {
-                build.push("--release");
-            }
-            run(&mut cargo(&build))?;
-            let cctrace = workspace_root().join("target").join(profile).join("cctrace");
-            kernels::run(&workspace_root(), &cctrace, &images, only.as_deref(), kernels::Scope::Every)
-        }),
-        Task::Dist { profile, no_boot, target } => setup().and_then(|()| {
-            let root = workspace_root();
-            let mut built = None;
-            step("dist build", || {
-                built = Some(dist::build(&root, profile, target)?);
-                Ok(())
-            })?;
-            let artifacts = built.context("the dist build made nothing")?;
-            step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
-        }),
+        Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| kernels_arm64(debug)),
+        Task::Kernels { images, debug, only, target: Arch::X86_64 } => {
+            setup().and_then(|()| kernels_x86_64(&images, debug, only.as_deref()))
+        }
+        Task::Dist { profile, no_boot, target } => setup().and_then(|()| dist(profile, no_boot, target)),
         Task::Beside { gates } => beside::run(&workspace_root(), gates),
-        Task::Bench { base, args } => setup().and_then(|()| {
-            let base_bin = base.as_deref().map(build_base).transpose()?;
-            // The benches (skb_cost, overhead) run the release binary next to them.
-            run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
-            // What users install (the static release build) next to the debug build.
-            run(&mut cargo(&["build", "-p", "tracer"]))?;
-            let root = workspace_root();
-            let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
-            dist::bench_report(&[
-                ("debug (target/debug)", &root.join("target/debug/cctrace")),
-                ("release (target/release)", &root.join("target/release/cctrace")),
-                ("dist: static release (target/dist)", &artifacts.binary),
-            ])?;
-            let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
-            cmd.arg("--").args(args);
-            if let Some(b) = &base_bin {
-                cmd.env("CCTRACE_BASE_BIN", b);
-            }
-            run(&mut cmd)
-        }),
+        Task::Bench { base, args } => setup().and_then(|()| bench(base.as_deref(), args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -528,4 +463,88 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask run`: the release build with `args`, or the demo where no flow is busy.
+fn run_cctrace(args: Vec<String>) -> Result<()> {
+    run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
+    let bin = workspace_root().join("target/release/cctrace");
+    let args = if args.is_empty() && !host_has_busy_flows() {
+        say(
+            "no busy TCP flows on this host: starting the built-in demo (a lossy 30 ms WAN path in network namespaces)",
+        );
+        vec!["demo".to_string()]
+    } else {
+        args
+    };
+    run(Command::new(bin).args(args))
+}
+
+/// `cargo xtask test`: formatting, then the test binaries with the other checks beside them.
+fn test() -> Result<()> {
+    let start = std::time::Instant::now();
+    step("fmt", || run(&mut cargo(&["fmt", "--all", "--check"])).context("formatting differs: run cargo fmt --all"))?;
+    // Lints, the kernel matrix and the dist check wait on nothing the tests do: they run
+    // beside the test binaries at idle priority (see beside.rs), and are waited for after.
+    // No release build: the tests and the kernel matrix run the debug binary the tests
+    // build anyway (the eBPF object in it is always built optimised), and a second build
+    // of everything at release settings was three minutes of a 20-minute budget.
+    let beside = beside::start(&workspace_root())?;
+    let tests = step("tests", || suite::run(&workspace_root(), SUITE_ARGS, beside.gates()));
+    let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
+    let mut tally = tests?;
+    tally.add(checks?);
+    println!("all tests: {tally}");
+    say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
+    Ok(())
+}
+
+fn kernels_arm64(debug: bool) -> Result<()> {
+    let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
+    let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
+    step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS))
+}
+
+fn kernels_x86_64(images: &[PathBuf], debug: bool, only: Option<&str>) -> Result<()> {
+    let profile = if debug { "debug" } else { "release" };
+    let mut build = vec!["build", "-p", "tracer"];
+    if !debug {
+        build.push("--release");
+    }
+    run(&mut cargo(&build))?;
+    let cctrace = workspace_root().join("target").join(profile).join("cctrace");
+    kernels::run(&workspace_root(), &cctrace, images, only, kernels::Scope::Every)
+}
+
+fn dist(profile: dist::Profile, no_boot: bool, target: Arch) -> Result<()> {
+    let root = workspace_root();
+    let mut built = None;
+    step("dist build", || {
+        built = Some(dist::build(&root, profile, target)?);
+        Ok(())
+    })?;
+    let artifacts = built.context("the dist build made nothing")?;
+    step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
+}
+
+/// `cargo xtask bench`: the benches against the release build (and `base`'s, when given).
+fn bench(base: Option<&str>, args: Vec<String>) -> Result<()> {
+    let base_bin = base.map(build_base).transpose()?;
+    // The benches (skb_cost, overhead) run the release binary next to them.
+    run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
+    // What users install (the static release build) next to the debug build.
+    run(&mut cargo(&["build", "-p", "tracer"]))?;
+    let root = workspace_root();
+    let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
+    dist::bench_report(&[
+        ("debug (target/debug)", &root.join("target/debug/cctrace")),
+        ("release (target/release)", &root.join("target/release/cctrace")),
+        ("dist: static release (target/dist)", &artifacts.binary),
+    ])?;
+    let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
+    cmd.arg("--").args(args);
+    if let Some(b) = &base_bin {
+        cmd.env("CCTRACE_BASE_BIN", b);
+    }
+    run(&mut cmd)
 }

@@ -1,5 +1,5 @@
 //! The pure core: decoded samples ([`event`]), the flow table ([`model`]), the diagnosis
-//! ([`diagnosis`]) and the wording of fixes ([`fix_commands`]), and [`Analysis`], which drives the flow
+//! ([`diagnosis`]) and the fix's plan and wording ([`fix`]), and [`Analysis`], which drives the flow
 //! table and the diagnoser together for every front end (JSON, TUI, replay).
 //!
 //! Nothing under this module touches aya, tokio, a terminal or the host: time comes in as
@@ -7,15 +7,15 @@
 //! without root, and nothing here imports a layer above it; its modules import each other
 //! without a cycle. (`tracer/tests/purity.rs` checks both.)
 //!
-//! At the bottom, importing only each other: [`environment`] (host facts handed in, the tunnels'
-//! among them: [`tunnel::facts`]), [`units`]
-//! (how a rate, a share, a size is written), [`event`], [`route`] and [`loss_signals`] (decoded samples),
-//! [`container`] (a cgroup path's runtime and id), [`time`] (monotonic to wall clock). On them:
-//! [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix_commands`] (the fix's
-//! commands), [`udp`] (heavy UDP flows), [`tunnel`] (the tunnel a flow crosses the path in),
-//! [`diagnosis`] (why each flow is as fast as it is),
-//! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`),
-//! [`fix_plan`] (`cctrace fix`'s plan and state) and [`schema`] (the JSON records).
+//! At the bottom, importing only each other: [`environment`] (host facts handed in, the
+//! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
+//! [`event`], [`route`] and [`loss_signals`] (decoded samples), [`container`] (a cgroup path's
+//! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
+//! process). On them: [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`]
+//! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
+//! (the tunnel a flow crosses the path in), [`diagnosis`] (why each flow is as fast as it is),
+//! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`)
+//! and [`schema`] (the JSON records).
 
 pub mod compare;
 pub mod container;
@@ -24,12 +24,12 @@ pub mod diagnosis;
 pub mod environment;
 pub mod event;
 pub mod filter;
-pub mod fix_commands;
-pub mod fix_plan;
+pub mod fix;
 pub mod loss_signals;
 pub mod model;
 pub mod route;
 pub mod schema;
+pub mod state_dir;
 pub mod time;
 pub mod tunnel;
 pub mod udp;

@@ -123,31 +123,25 @@ struct Fields<'a> {
     key: Option<String>,
 }
 
-impl SerializeStruct for Fields<'_> {
-    type Ok = ();
-    type Error = Unsupported;
+/// Structs and struct variants alike: each field one level below.
+macro_rules! struct_fields {
+    ($($tr:ident),*) => {$(
+        impl $tr for Fields<'_> {
+            type Ok = ();
+            type Error = Unsupported;
 
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, v: &T) -> Result<(), Unsupported> {
-        v.serialize(self.leaf.below(key))
-    }
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, v: &T) -> Result<(), Unsupported> {
+                v.serialize(self.leaf.below(key))
+            }
 
-    fn end(self) -> Result<(), Unsupported> {
-        Ok(())
-    }
+            fn end(self) -> Result<(), Unsupported> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl SerializeStructVariant for Fields<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, v: &T) -> Result<(), Unsupported> {
-        v.serialize(self.leaf.below(key))
-    }
-
-    fn end(self) -> Result<(), Unsupported> {
-        Ok(())
-    }
-}
+struct_fields!(SerializeStruct, SerializeStructVariant);
 
 impl SerializeMap for Fields<'_> {
     type Ok = ();
@@ -173,6 +167,15 @@ impl SerializeMap for Fields<'_> {
     }
 }
 
+/// `fn serialize_X(self, v: T)` writing `v`'s text as the cell, for each `serialize_X: T`.
+macro_rules! scalar_cells {
+    ($($method:ident: $t:ty),*) => {$(
+        fn $method(self, v: $t) -> Result<(), Unsupported> {
+            self.cell(v.to_string())
+        }
+    )*};
+}
+
 impl<'a> Serializer for Leaf<'a> {
     type Ok = ();
     type Error = Unsupported;
@@ -184,33 +187,18 @@ impl<'a> Serializer for Leaf<'a> {
     type SerializeStruct = Fields<'a>;
     type SerializeStructVariant = Fields<'a>;
 
-    fn serialize_bool(self, v: bool) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Unsupported> {
-        self.cell(v.to_string())
-    }
+    // Booleans and integers as JSON writes them.
+    scalar_cells!(
+        serialize_bool: bool,
+        serialize_i8: i8,
+        serialize_i16: i16,
+        serialize_i32: i32,
+        serialize_i64: i64,
+        serialize_u8: u8,
+        serialize_u16: u16,
+        serialize_u32: u32,
+        serialize_u64: u64
+    );
     fn serialize_f32(self, v: f32) -> Result<(), Unsupported> {
         self.number(&v)
     }

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::Environment;
-use crate::analysis::fix_plan::{
+use crate::analysis::fix::{
     buffer_steps, refusal, socket_refusal, state_file_name, valid_cc_name, Persist, Plan, State, Step, SwitchedCookie,
-    SysctlStep, Target, STATE_DIR, STATE_VERSION,
+    SysctlStep, Target, STATE_VERSION,
 };
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
+use crate::analysis::state_dir::STATE_DIR;
 use crate::kernel::switch::Switcher;
 
 use super::host_io::*;
@@ -62,11 +63,8 @@ pub(super) fn prepare_fix(
             state_path.display()
         );
     }
-    let current = in_netns(target, read_default)
-        .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, cc, target, &env.allowed_cc)))?
-        .map_err(|e| {
-            anyhow::anyhow!("reading {DEFAULT_CC} in {}: {}", target.reached, std::io::Error::from_raw_os_error(e))
-        })?;
+    let current = inside(target, cc, env, read_default)?
+        .with_context(|| format!("reading {DEFAULT_CC} in {}", target.reached))?;
     let (established, switch_note) = if live {
         let switcher = switcher.get()?;
         (switcher.list(target.netns, Path::new(&target.path))?, switcher.note())
@@ -116,6 +114,37 @@ fn buffers_of(
     (steps, notes)
 }
 
+/// What a fix or an undo says: each line to the caller's `say` as it happens, and all of them
+/// for the action's record.
+pub(super) struct Said<'a> {
+    say: &'a mut dyn FnMut(&str),
+    pub(super) messages: Vec<String>,
+}
+
+impl<'a> Said<'a> {
+    pub(super) fn new(say: &'a mut dyn FnMut(&str)) -> Self {
+        Self { say, messages: Vec::new() }
+    }
+
+    pub(super) fn line(&mut self, line: String) {
+        (self.say)(&line);
+        self.messages.push(line);
+    }
+}
+
+/// The state of a fix being carried out, written again after every change so an error part
+/// way still leaves everything done so far to undo.
+struct Kept {
+    path: PathBuf,
+    state: State,
+}
+
+impl Kept {
+    fn save(&self) -> Result<()> {
+        write_state(&self.path, &self.state)
+    }
+}
+
 /// Carry out a confirmed `plan`, saying each step to `say` (and the log); what was done.
 pub(super) fn carry_out_fix(
     plan: &Plan,
@@ -124,42 +153,23 @@ pub(super) fn carry_out_fix(
     say: &mut dyn FnMut(&str),
 ) -> Result<ActionRecord> {
     let (target, cc) = (&plan.target, plan.cc.as_str());
-    let mut messages = Vec::new();
-    let mut say = |line: String| {
-        say(&line);
-        messages.push(line);
-    };
-    let state_path = state_path(target.netns);
+    let mut said = Said::new(say);
     if let Some(module) = &plan.load_module {
-        // modprobe's own complaint goes to the log: the refusal below is the one line shown.
-        let out = std::process::Command::new("modprobe").arg(module).output();
-        match &out {
-            Ok(o) if o.status.success() => log::info!("modprobe {module}: loaded"),
-            Ok(o) => log::info!("modprobe {module} failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
-            Err(e) => log::info!("modprobe {module} could not run: {e}"),
-        }
-        if !crate::host::available_congestion_controls().iter().any(|a| a == cc) {
-            bail!(refusal(Step::LoadModule, libc::ENOENT, cc, target, &env.allowed_cc));
-        }
-        say(format!("loaded {module}"));
+        load_module(module, cc, target, env)?;
+        said.line(format!("loaded {module}"));
     }
     let current = plan.current_default.as_str();
     let default_changed = current != cc;
     if default_changed {
-        in_netns(target, || write_default(cc))
-            .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, cc, target, &env.allowed_cc)))?
-            .map_err(|e| {
-                log::info!("setting the default of {} to {cc} refused: errno {e}", target.reached);
-                anyhow::anyhow!(refusal(Step::SetDefault, e, cc, target, &env.allowed_cc))
-            })?;
+        set_default(target, cc, env)?;
         log::info!(
             "default congestion control of {} (inode {}) set from {current} to {cc}",
             target.reached,
             target.netns
         );
-        say(format!("default congestion control of {} set from {current} to {cc}", target.reached));
+        said.line(format!("default congestion control of {} set from {current} to {cc}", target.reached));
     }
-    let mut state = State {
+    let state = State {
         version: STATE_VERSION,
         target: target.clone(),
         cc: cc.to_string(),
@@ -169,8 +179,49 @@ pub(super) fn carry_out_fix(
         files: Vec::new(),
         sysctls: Vec::new(),
     };
+    let mut kept = Kept { path: state_path(target.netns), state };
     // Kept from the first change on, so an error below still leaves something to undo.
-    write_state(&state_path, &state)?;
+    kept.save()?;
+    let sysctls = raise_buffers(plan, env, &mut kept, &mut said)?;
+    let (switched, failed) = if plan.live && !plan.to_switch.is_empty() {
+        switch_live(plan, switcher, &mut kept, &mut said)?
+    } else {
+        (Vec::new(), 0)
+    };
+    let ts_ns = crate::clock::monotonic_now_ns();
+    write_persisted(&plan.persist, &mut kept, &mut said)?;
+    said.line(fixed_line(&target.reached, &kept.state, failed));
+    Ok(ActionRecord {
+        ts_ns,
+        action: ActionKind::Fix,
+        netns: target.netns,
+        target: target.reached.clone(),
+        cc: cc.to_string(),
+        default_before: current.to_string(),
+        default_after: cc.to_string(),
+        switched,
+        messages: said.messages,
+        sysctls,
+    })
+}
+
+/// Load the algorithm's `module` on the host; still not available is the one line saying why.
+fn load_module(module: &str, cc: &str, target: &Target, env: &Environment) -> Result<()> {
+    // modprobe's own complaint goes to the log: the refusal below is the one line shown.
+    let out = std::process::Command::new("modprobe").arg(module).output();
+    match &out {
+        Ok(o) if o.status.success() => log::info!("modprobe {module}: loaded"),
+        Ok(o) => log::info!("modprobe {module} failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => log::info!("modprobe {module} could not run: {e}"),
+    }
+    if !crate::host::available_congestion_controls().iter().any(|a| a == cc) {
+        bail!(refusal(Step::LoadModule, libc::ENOENT, cc, target, &env.allowed_cc));
+    }
+    Ok(())
+}
+
+/// Raise the plan's buffer maxima one by one, keeping each in the state; the action's lines.
+fn raise_buffers(plan: &Plan, env: &Environment, kept: &mut Kept, said: &mut Said<'_>) -> Result<Vec<String>> {
     let mut sysctls = Vec::new();
     for step in &plan.buffers {
         set_buffer_sysctl(&step.target, &step.key, step.to, env)?;
@@ -182,58 +233,63 @@ pub(super) fn carry_out_fix(
             step.to.sysctl_value()
         );
         log::info!("{line}");
-        say(line);
+        said.line(line);
         sysctls.push(step.record(step.from, step.to));
-        state.sysctls.push(step.clone());
-        write_state(&state_path, &state)?;
+        kept.state.sysctls.push(step.clone());
+        kept.save()?;
     }
+    Ok(sysctls)
+}
 
+/// Switch the plan's established connections now; those switched, and how many refused.
+fn switch_live(
+    plan: &Plan,
+    switcher: &mut LazySwitcher,
+    kept: &mut Kept,
+    said: &mut Said<'_>,
+) -> Result<(Vec<SwitchedFlow>, usize)> {
+    let (target, cc) = (&plan.target, plan.cc.as_str());
     let mut failed = 0;
     let mut switched = Vec::new();
-    if plan.live && !plan.to_switch.is_empty() {
-        let chosen: Vec<(u64, String)> = plan.to_switch.iter().map(|c| (c.cookie, cc.to_string())).collect();
-        let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &chosen)?;
-        for s in &touched {
-            if s.result == 0 {
-                log::info!(
-                    "switched socket {} (:{} -> :{}) from {} to {}",
-                    s.cookie,
-                    s.sport,
-                    s.dport,
-                    s.old_cc,
-                    s.new_cc
-                );
-                say(format!(
-                    "switched connection :{} -> :{} (cookie {}) from {} to {}",
-                    s.sport, s.dport, s.cookie, s.old_cc, s.new_cc
-                ));
-                state.switched.push(SwitchedCookie { cookie: s.cookie, old_cc: s.old_cc.clone() });
-                switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
-            } else {
-                failed += 1;
-                log::info!("socket {} (:{} -> :{}) not switched: errno {}", s.cookie, s.sport, s.dport, -s.result);
-                say(format!(
-                    "connection :{} -> :{} (cookie {}) stays on {}: {} ({})",
-                    s.sport,
-                    s.dport,
-                    s.cookie,
-                    s.old_cc,
-                    socket_refusal(s.result),
-                    std::io::Error::from_raw_os_error(-s.result)
-                ));
-            }
+    let chosen: Vec<(u64, String)> = plan.to_switch.iter().map(|c| (c.cookie, cc.to_string())).collect();
+    let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &chosen)?;
+    for s in &touched {
+        if s.result == 0 {
+            log::info!("switched socket {} (:{} -> :{}) from {} to {}", s.cookie, s.sport, s.dport, s.old_cc, s.new_cc);
+            said.line(format!(
+                "switched connection :{} -> :{} (cookie {}) from {} to {}",
+                s.sport, s.dport, s.cookie, s.old_cc, s.new_cc
+            ));
+            kept.state.switched.push(SwitchedCookie { cookie: s.cookie, old_cc: s.old_cc.clone() });
+            switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
+        } else {
+            failed += 1;
+            log::info!("socket {} (:{} -> :{}) not switched: errno {}", s.cookie, s.sport, s.dport, -s.result);
+            said.line(format!(
+                "connection :{} -> :{} (cookie {}) stays on {}: {} ({})",
+                s.sport,
+                s.dport,
+                s.cookie,
+                s.old_cc,
+                socket_refusal(s.result),
+                std::io::Error::from_raw_os_error(-s.result)
+            ));
         }
-        let closed = plan.to_switch.len().saturating_sub(touched.len());
-        if closed > 0 {
-            say(format!("{closed} connection(s) of the plan closed before they could be switched"));
-        }
-        write_state(&state_path, &state)?;
     }
-    let ts_ns = crate::clock::monotonic_now_ns();
+    let closed = plan.to_switch.len().saturating_sub(touched.len());
+    if closed > 0 {
+        said.line(format!("{closed} connection(s) of the plan closed before they could be switched"));
+    }
+    kept.save()?;
+    Ok((switched, failed))
+}
 
-    match &plan.persist {
+/// Write the files `--persist` asked for, each only where none is (never over one), keeping
+/// each in the state so undo removes exactly those.
+fn write_persisted(persist: &Persist, kept: &mut Kept, said: &mut Said<'_>) -> Result<()> {
+    match persist {
         Persist::No => {}
-        Persist::Nothing(why) => say(format!("nothing to persist: {why}")),
+        Persist::Nothing(why) => said.line(format!("nothing to persist: {why}")),
         Persist::HostFiles(files) => {
             for (path, contents) in files {
                 let written = std::fs::OpenOptions::new()
@@ -245,18 +301,23 @@ pub(super) fn carry_out_fix(
                 match written {
                     Ok(()) => {
                         log::info!("wrote {path}");
-                        say(format!("wrote {path}"));
-                        state.files.push(path.clone());
-                        write_state(&state_path, &state)?;
+                        said.line(format!("wrote {path}"));
+                        kept.state.files.push(path.clone());
+                        kept.save()?;
                     }
                     Err(e) => bail!("writing {path}: {e}"),
                 }
             }
         }
     }
-    say(format!(
+    Ok(())
+}
+
+/// The fix's last line: what it did, and how to undo it.
+fn fixed_line(reached: &str, state: &State, failed: usize) -> String {
+    format!(
         "{} fixed ({} connection{} switched{}{}); undo with cctrace fix --undo",
-        target.reached,
+        reached,
         state.switched.len(),
         if state.switched.len() == 1 { "" } else { "s" },
         if failed > 0 { format!(", {failed} could not be") } else { String::new() },
@@ -264,17 +325,5 @@ pub(super) fn carry_out_fix(
             0 => String::new(),
             n => format!(", {n} buffer limit{} raised", if n == 1 { "" } else { "s" }),
         }
-    ));
-    Ok(ActionRecord {
-        ts_ns,
-        action: ActionKind::Fix,
-        netns: target.netns,
-        target: target.reached.clone(),
-        cc: cc.to_string(),
-        default_before: current.to_string(),
-        default_after: cc.to_string(),
-        switched,
-        messages,
-        sysctls,
-    })
+    )
 }

@@ -2,14 +2,15 @@
 //! congestion control, entering the namespace, and asking the user.
 
 use std::fs::File;
-use std::io::{BufRead, IsTerminal, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::analysis::environment::{BufferLimits, Environment};
-use crate::analysis::fix_plan::{refusal, State, Step, Target, STATE_DIR};
+use crate::analysis::fix::{refusal, State, Step, Target};
+use crate::analysis::state_dir::STATE_DIR;
 
 pub(super) const DEFAULT_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
 
@@ -34,11 +35,7 @@ pub(super) fn confirm(yes: bool) -> Result<()> {
 
 /// Write `state` to `path` readable by root only, replacing the previous one atomically.
 pub(super) fn write_state(path: &Path, state: &State) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(STATE_DIR)
-        .with_context(|| format!("creating {STATE_DIR}"))?;
+    crate::host::create_state_dir(Path::new(STATE_DIR)).with_context(|| format!("creating {STATE_DIR}"))?;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -54,31 +51,26 @@ pub(super) fn write_state(path: &Path, state: &State) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn read_default() -> Result<String, i32> {
-    std::fs::read_to_string(DEFAULT_CC).map(|s| s.trim().to_string()).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+/// The namespace's default congestion control, read from inside it.
+pub(super) fn read_default() -> io::Result<String> {
+    std::fs::read_to_string(DEFAULT_CC).map(|s| s.trim().to_string())
 }
 
-pub(super) fn write_default(cc: &str) -> Result<(), i32> {
-    std::fs::write(DEFAULT_CC, cc).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+/// Set `target`'s default congestion control to `cc`; a refusal is the one line saying why
+/// and what to do about it.
+pub(super) fn set_default(target: &Target, cc: &str, env: &Environment) -> Result<()> {
+    inside(target, cc, env, || std::fs::write(DEFAULT_CC, cc))?.map_err(|e| {
+        log::info!("setting the default of {} to {cc} refused: errno {}", target.reached, errno_of(&e));
+        anyhow!(refusal(Step::SetDefault, errno_of(&e), cc, target, &env.allowed_cc))
+    })
 }
 
 /// Set `net.ipv4.KEY` (a buffer triple) of `target`'s namespace to `limits`; the error is the
 /// one line to show.
 pub(super) fn set_buffer_sysctl(target: &Target, key: &str, limits: BufferLimits, env: &Environment) -> Result<()> {
-    let write = || {
-        std::fs::write(format!("/proc/sys/net/ipv4/{key}"), limits.sysctl_value())
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-    };
-    in_netns(target, write).map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, "", target, &env.allowed_cc)))?.map_err(
-        |e| {
-            anyhow::anyhow!(
-                "setting net.ipv4.{key} of {} to {}: {}",
-                target.reached,
-                limits.sysctl_value(),
-                std::io::Error::from_raw_os_error(e)
-            )
-        },
-    )
+    let write = || std::fs::write(format!("/proc/sys/net/ipv4/{key}"), limits.sysctl_value());
+    inside(target, "", env, write)?
+        .with_context(|| format!("setting net.ipv4.{key} of {} to {}", target.reached, limits.sysctl_value()))
 }
 
 /// A path that leads into network namespace `netns`, as a fix target: its `ip netns` name, or
@@ -100,18 +92,29 @@ pub(super) fn target_into(netns: u32, env: &Environment) -> Option<Target> {
 }
 
 /// Run `f` on a thread inside the target namespace (entered by its path, checked by inode, so
-/// a path that now leads elsewhere is "gone"). The outer error is the errno of getting there.
-pub(super) fn in_netns<T: Send>(target: &Target, f: impl FnOnce() -> T + Send) -> Result<T, i32> {
+/// a path that now leads elsewhere is "gone"). The error is that of getting there.
+pub(super) fn in_netns<T: Send>(target: &Target, f: impl FnOnce() -> T + Send) -> io::Result<T> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                crate::host::enter_netns(target.netns, Path::new(&target.path))
-                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
+                crate::host::enter_netns(target.netns, Path::new(&target.path))?;
                 Ok(f())
             })
             .join()
-            .unwrap_or(Err(libc::EIO))
+            .unwrap_or_else(|_| Err(io::Error::other("the thread that entered the namespace panicked")))
     })
+}
+
+/// [`in_netns`], with not getting there said in [`refusal`]'s words (`cc`, the algorithm the
+/// step is about, for its advice).
+pub(super) fn inside<T: Send>(target: &Target, cc: &str, env: &Environment, f: impl FnOnce() -> T + Send) -> Result<T> {
+    in_netns(target, f).map_err(|e| anyhow!(refusal(Step::Enter, errno_of(&e), cc, target, &env.allowed_cc)))
+}
+
+/// The errno [`refusal`] words an error by: the kernel's, or EIO for one that carries none (the
+/// namespace's thread panicked, a file was not text).
+pub(super) fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// The state at `path` when the namespace it is about no longer opens at the path it was

@@ -12,13 +12,13 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::fix_plan::STATE_DIR;
 use crate::analysis::schema::ActionRecord;
+use crate::analysis::state_dir::STATE_DIR;
 
 /// The journal's file name, in [`STATE_DIR`].
 pub const JOURNAL: &str = "actions.jsonl";
@@ -51,7 +51,7 @@ pub fn append(action: &ActionRecord) {
 }
 
 fn append_in(dir: &Path, pid: u32, action: &ActionRecord) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    crate::host::create_state_dir(dir)?;
     let path = journal_path(dir);
     if std::fs::metadata(&path).is_ok_and(|m| m.len() >= ROTATE_AT) {
         std::fs::rename(&path, rotated_path(dir))?;

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::Environment;
-use crate::analysis::fix_plan::{refusal, socket_refusal, State, Step, Target, STATE_DIR};
+use crate::analysis::fix::{socket_refusal, State, Target};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
+use crate::analysis::state_dir::STATE_DIR;
 
 use super::apply::*;
 use super::host_io::*;
@@ -87,6 +88,7 @@ pub(super) fn prepare_undo(target: &Target) -> Result<UndoPrep> {
     Ok(UndoPrep::Ready(Box::new(Undo { target: target.clone(), state, state_path })))
 }
 
+/// Carry out a confirmed undo, saying each step to `say` (and the log); what was done.
 pub(super) fn carry_out_undo(
     undo: &Undo,
     env: &Environment,
@@ -94,70 +96,20 @@ pub(super) fn carry_out_undo(
     say: &mut dyn FnMut(&str),
 ) -> Result<ActionRecord> {
     let (target, state) = (&undo.target, &undo.state);
-    let mut messages = Vec::new();
-    let mut say = |line: String| {
-        say(&line);
-        messages.push(line);
-    };
+    let mut said = Said::new(say);
     let prev = state.previous_default.as_str();
     if state.default_changed {
-        in_netns(target, || write_default(prev))
-            .map_err(|e| anyhow::anyhow!(refusal(Step::Enter, e, prev, target, &env.allowed_cc)))?
-            .map_err(|e| anyhow::anyhow!(refusal(Step::SetDefault, e, prev, target, &env.allowed_cc)))?;
+        set_default(target, prev, env)?;
         log::info!("default congestion control of {} set back from {} to {prev}", target.reached, state.cc);
-        say(format!("default congestion control of {} set back to {prev}", target.reached));
+        said.line(format!("default congestion control of {} set back to {prev}", target.reached));
     }
-    let mut sysctls = Vec::new();
-    for s in &state.sysctls {
-        set_buffer_sysctl(&s.target, &s.key, s.from, env)?;
-        let line = format!("net.ipv4.{} of {} set back to {}", s.key, s.target.reached, s.from.sysctl_value());
-        log::info!("{line}");
-        say(line);
-        sysctls.push(s.record(s.to, s.from));
-    }
-    let mut switched = Vec::new();
-    if !state.switched.is_empty() {
-        let cookies: Vec<(u64, String)> = state.switched.iter().map(|s| (s.cookie, s.old_cc.clone())).collect();
-        let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &cookies)?;
-        for s in &touched {
-            if s.result == 0 {
-                log::info!("switched socket {} back from {} to {}", s.cookie, s.old_cc, s.new_cc);
-                say(format!(
-                    "switched connection :{} -> :{} (cookie {}) back to {}",
-                    s.sport, s.dport, s.cookie, s.new_cc
-                ));
-                switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
-            } else {
-                log::info!("socket {} not switched back: errno {}", s.cookie, -s.result);
-                say(format!(
-                    "connection :{} -> :{} (cookie {}) stays on {}: {}",
-                    s.sport,
-                    s.dport,
-                    s.cookie,
-                    s.old_cc,
-                    socket_refusal(s.result)
-                ));
-            }
-        }
-        let closed = state.switched.len().saturating_sub(touched.len());
-        if closed > 0 {
-            say(format!("{closed} switched connection(s) closed meanwhile"));
-        }
-    }
+    let sysctls = restore_buffers(state, env, &mut said)?;
+    let switched = if state.switched.is_empty() { Vec::new() } else { switch_back(undo, switcher, &mut said)? };
     let ts_ns = crate::clock::monotonic_now_ns();
-    for f in &state.files {
-        match std::fs::remove_file(f) {
-            Ok(()) => {
-                log::info!("removed {f}");
-                say(format!("removed {f}"));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => bail!("removing {f}: {e}"),
-        }
-    }
+    remove_persisted(&state.files, &mut said)?;
     std::fs::remove_file(&undo.state_path).with_context(|| format!("removing {}", undo.state_path.display()))?;
     log::info!("removed {}", undo.state_path.display());
-    say(format!("the fix of {} is undone", target.reached));
+    said.line(format!("the fix of {} is undone", target.reached));
     Ok(ActionRecord {
         ts_ns,
         action: ActionKind::Undo,
@@ -167,9 +119,70 @@ pub(super) fn carry_out_undo(
         default_before: if state.default_changed { state.cc.clone() } else { prev.to_string() },
         default_after: prev.to_string(),
         switched,
-        messages,
+        messages: said.messages,
         sysctls,
     })
+}
+
+/// Put every buffer maximum the fix raised back to the exact triple it found; the action's lines.
+fn restore_buffers(state: &State, env: &Environment, said: &mut Said<'_>) -> Result<Vec<String>> {
+    let mut sysctls = Vec::new();
+    for s in &state.sysctls {
+        set_buffer_sysctl(&s.target, &s.key, s.from, env)?;
+        let line = format!("net.ipv4.{} of {} set back to {}", s.key, s.target.reached, s.from.sysctl_value());
+        log::info!("{line}");
+        said.line(line);
+        sysctls.push(s.record(s.to, s.from));
+    }
+    Ok(sysctls)
+}
+
+/// Switch the connections the fix switched, those still open, back to what they were on.
+fn switch_back(undo: &Undo, switcher: &mut LazySwitcher, said: &mut Said<'_>) -> Result<Vec<SwitchedFlow>> {
+    let (target, state) = (&undo.target, &undo.state);
+    let mut switched = Vec::new();
+    let cookies: Vec<(u64, String)> = state.switched.iter().map(|s| (s.cookie, s.old_cc.clone())).collect();
+    let touched = switcher.get()?.switch_cookies(target.netns, Path::new(&target.path), &cookies)?;
+    for s in &touched {
+        if s.result == 0 {
+            log::info!("switched socket {} back from {} to {}", s.cookie, s.old_cc, s.new_cc);
+            said.line(format!(
+                "switched connection :{} -> :{} (cookie {}) back to {}",
+                s.sport, s.dport, s.cookie, s.new_cc
+            ));
+            switched.push(SwitchedFlow { cookie: s.cookie, from: s.old_cc.clone(), to: s.new_cc.clone() });
+        } else {
+            log::info!("socket {} not switched back: errno {}", s.cookie, -s.result);
+            said.line(format!(
+                "connection :{} -> :{} (cookie {}) stays on {}: {}",
+                s.sport,
+                s.dport,
+                s.cookie,
+                s.old_cc,
+                socket_refusal(s.result)
+            ));
+        }
+    }
+    let closed = state.switched.len().saturating_sub(touched.len());
+    if closed > 0 {
+        said.line(format!("{closed} switched connection(s) closed meanwhile"));
+    }
+    Ok(switched)
+}
+
+/// Remove the files `--persist` wrote (one already gone is no error).
+fn remove_persisted(files: &[String], said: &mut Said<'_>) -> Result<()> {
+    for f in files {
+        match std::fs::remove_file(f) {
+            Ok(()) => {
+                log::info!("removed {f}");
+                said.line(format!("removed {f}"));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!("removing {f}: {e}"),
+        }
+    }
+    Ok(())
 }
 
 /// `--undo` for a namespace that no longer exists: nothing in it to restore, but the files
@@ -201,13 +214,7 @@ pub(super) fn undo_gone(args: &FixArgs, not_found: anyhow::Error) -> Result<()> 
         }
         println!("  remove the state {}", entry.path().display());
         confirm(args.yes)?;
-        for f in &state.files {
-            match std::fs::remove_file(f) {
-                Ok(()) => log::info!("removed {f}"),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => bail!("removing {f}: {e}"),
-            }
-        }
+        remove_persisted(&state.files, &mut Said::new(&mut |_| {}))?;
         std::fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
         log::info!("removed the state of gone network namespace {} ({})", state.target.reached, entry.path().display());
         println!("cctrace: the state of {} is removed", state.target.reached);

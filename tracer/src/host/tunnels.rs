@@ -5,44 +5,51 @@
 //! routes to an address (the kernel's own lookup) and whom a router's connection tracking says
 //! a masqueraded connection really comes from (`nf_conntrack`).
 //!
-//! Like the congestion-control defaults, everything inside a namespace is read by a short-lived
-//! thread that enters it (`setns` moves only that thread); the rest of the process stays where
-//! it is. The reading costs about 0.1 ms per namespace each time the host facts are read (10 ms
+//! Everything inside a namespace is read in the same visit as its congestion-control default and
+//! buffers ([`crate::host::environment`]: a short-lived thread enters each namespace in turn,
+//! `setns` moving only that thread, and asks one rtnetlink socket there); the rest of the
+//! process stays where it is. The reading costs about 0.1 ms per namespace each time the host facts are read (10 ms
 //! for 100 namespaces, every 5 s), and the walk of `/proc` for holders runs only while some
 //! namespace has a TUN device.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::Path;
 
 use crate::analysis::environment::Environment;
 use crate::analysis::tunnel::{
     follow, Hop, NetnsRouting, RouteQuery, Routing, TunDevice, TunHolder, TunnelFacts, TunnelRoute,
 };
 use crate::host::netlink::{Link, Rtnl};
+use crate::host::procs;
 
 /// Most descriptors read per process while looking for TUN files.
 const MAX_FDS: usize = 65_536;
 
 /// What one namespace showed: its TUN devices, whether it forwards, and (when it forwards and
 /// has a TUN device: a router) its addresses.
-struct NetnsView {
+pub(super) struct NetnsView {
     netns: u32,
     tuns: Vec<Link>,
     forwarding: bool,
     addrs: Vec<IpAddr>,
 }
 
-/// The TUN devices of every namespace in `paths` with the processes holding them, and the
-/// namespaces that could route into them. Nothing is walked in `/proc` while no TUN exists.
-pub fn tunnel_facts(paths: &[(u32, PathBuf)]) -> TunnelFacts {
-    let views = crate::host::in_each_netns(paths, |netns| {
-        let mut rtnl = Rtnl::open().ok()?;
+impl NetnsView {
+    /// The view of namespace `netns`, read by a thread inside it through `rtnl`, a socket of it
+    /// (see [`crate::host::environment`], which visits each namespace once for all its facts);
+    /// `None` when its links cannot be listed.
+    pub(super) fn read_here(netns: u32, rtnl: &mut Rtnl) -> Option<Self> {
         let tuns: Vec<Link> = rtnl.links().ok()?.into_iter().filter(|l| l.tun).collect();
         let forwarding = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").is_ok_and(|v| v.trim() == "1");
         let addrs = if forwarding && !tuns.is_empty() { rtnl.addresses().unwrap_or_default() } else { Vec::new() };
-        Some(NetnsView { netns, tuns, forwarding, addrs })
-    });
+        Some(Self { netns, tuns, forwarding, addrs })
+    }
+}
+
+/// The TUN devices of the namespaces `views` show, with the processes holding them, and the
+/// namespaces that could route into them. Nothing is walked in `/proc` while no TUN exists.
+pub(super) fn tunnel_facts(views: Vec<NetnsView>) -> TunnelFacts {
     let with_tuns: HashSet<u32> = views.iter().filter(|v| !v.tuns.is_empty()).map(|v| v.netns).collect();
     if with_tuns.is_empty() {
         return TunnelFacts::default();
@@ -73,18 +80,17 @@ pub fn tunnel_facts(paths: &[(u32, PathBuf)]) -> TunnelFacts {
 fn tun_holders(netns: &HashSet<u32>) -> HashMap<(u32, String), Vec<TunHolder>> {
     let mut out: HashMap<(u32, String), Vec<TunHolder>> = HashMap::new();
     let own = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Some(ns) = crate::host::netns_inode(&format!("/proc/{pid}/ns/net")) else { continue };
+    let proc = Path::new(procs::PROC);
+    for pid in procs::pids(proc) {
+        let Some(ns) = crate::host::netns_inode(&proc.join(pid.to_string()).join("ns/net")) else { continue };
         if pid == own || !netns.contains(&ns) {
             continue;
         }
-        let devices = tun_files(pid);
+        let devices = tun_files(proc, pid);
         if devices.is_empty() {
             continue;
         }
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string();
+        let comm = procs::comm(proc, pid);
         for dev in devices {
             let holders = out.entry((ns, dev)).or_default();
             if !holders.iter().any(|h| h.pid == pid) {
@@ -96,12 +102,11 @@ fn tun_holders(netns: &HashSet<u32>) -> HashMap<(u32, String), Vec<TunHolder>> {
 }
 
 /// The TUN devices process `pid` holds files of.
-fn tun_files(pid: u32) -> Vec<String> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+fn tun_files(proc: &Path, pid: u32) -> Vec<String> {
     let mut out = Vec::new();
-    for fd in fds.flatten().take(MAX_FDS) {
-        if std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "/dev/net/tun") {
-            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()));
+    for (fd, target) in procs::fd_targets(proc, pid, MAX_FDS) {
+        if target.as_os_str() == "/dev/net/tun" {
+            let info = std::fs::read_to_string(proc.join(pid.to_string()).join("fdinfo").join(fd.to_string()));
             if let Some(dev) = info.ok().as_deref().and_then(tun_of_fdinfo) {
                 out.push(dev.to_string());
             }
@@ -147,7 +152,7 @@ impl HostRouting<'_> {
         if self.inside.as_ref().is_none_or(|(n, _)| *n != netns) {
             self.inside = None;
             let path = crate::host::path_into_netns(self.env, netns)?;
-            if crate::host::enter_netns(netns, std::path::Path::new(&path)).is_err() {
+            if crate::host::enter_netns(netns, Path::new(&path)).is_err() {
                 return None;
             }
             self.inside = Some((netns, Rtnl::open().ok()?));

@@ -2,6 +2,8 @@
 //! tracepoint program and a classic tracefs one, and trying them in turn, BTF first; also the
 //! field offsets the classic programs read from tracefs.
 
+use std::path::PathBuf;
+
 use anyhow::{bail, Result};
 use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::trace_point::TracePointLinkId;
@@ -99,12 +101,7 @@ pub(super) struct Attached {
 
 /// Attach every hook in the flavour `mode` allows, BTF first. Fails only when no hook attached
 /// at all.
-pub(super) fn attach_hooks(
-    ebpf: &mut Ebpf,
-    mode: HookMode,
-    btf: Option<&Btf>,
-    classic: &ClassicTracepointOffsets,
-) -> Result<Attached> {
+pub(super) fn attach_hooks(ebpf: &mut Ebpf, mode: HookMode, btf: Option<&Btf>, classic: &Classic) -> Result<Attached> {
     let mut reports = Vec::new();
     let mut probe_link = None;
     for h in &HOOKS {
@@ -152,27 +149,37 @@ pub(super) fn attach_hooks(
     Ok(Attached { reports, probe_link })
 }
 
-/// Offsets of the fields the classic programs read, from tracefs; absent where unreadable.
-pub(super) fn classic_offsets() -> (ClassicTracepointOffsets, Option<String>) {
-    let mut out = ClassicTracepointOffsets::unresolved();
+/// What the classic programs need from tracefs: the offsets of the fields they read (absent
+/// where unreadable), and where tracefs is, or why it could not be found.
+pub(super) struct Classic {
+    pub(super) offsets: ClassicTracepointOffsets,
+    root: Result<PathBuf, String>,
+}
+
+/// Read the classic programs' field offsets from tracefs; absent where unreadable.
+pub(super) fn classic_offsets() -> Classic {
+    let mut offsets = ClassicTracepointOffsets::unresolved();
     let root = match tracefs::tracefs_root() {
         Ok(r) => r,
-        Err(e) => return (out, Some(e.to_string())),
+        Err(e) => {
+            log::info!("classic tracepoints unavailable: {e:#}");
+            return Classic { offsets, root: Err(e.to_string()) };
+        }
     };
     for h in &HOOKS {
         let Ok(fields) = tracefs::event_format(&root, h.group, h.event) else { continue };
         let at = |name: &str| fields.get(name).map_or(ABSENT, |f| f.offset);
-        out.skaddr[h.id.index()] = at("skaddr");
+        offsets.skaddr[h.id.index()] = at("skaddr");
         if h.id == HookId::SetState {
-            out.set_state_oldstate = at("oldstate");
-            out.set_state_newstate = at("newstate");
-            out.set_state_protocol = at("protocol");
+            offsets.set_state_oldstate = at("oldstate");
+            offsets.set_state_newstate = at("newstate");
+            offsets.set_state_protocol = at("protocol");
         }
         if h.id == HookId::CongState {
-            out.cong_state = at("cong_state");
+            offsets.cong_state = at("cong_state");
         }
     }
-    (out, None)
+    Classic { offsets, root: Ok(root) }
 }
 
 pub(super) fn short(e: &dyn std::fmt::Display) -> String {
@@ -193,19 +200,9 @@ fn attach_btf(ebpf: &mut Ebpf, h: &Hook, btf: &Btf) -> Result<BtfTracePointLinkI
     })
 }
 
-fn attach_classic(
-    ebpf: &mut Ebpf,
-    h: &Hook,
-    classic: &ClassicTracepointOffsets,
-) -> Result<TracePointLinkId, AttachError> {
-    if h.classic_prog.is_empty() || classic.skaddr[h.id.index()] == ABSENT {
-        let name = format!("{}:{}", h.group, h.event);
-        let exists = tracefs::tracefs_root().is_ok_and(|root| tracefs::event_format(&root, h.group, h.event).is_ok());
-        return Err(match (exists, h.classic_prog.is_empty()) {
-            (false, _) => AttachError::NoEvent(name),
-            (true, true) => AttachError::BtfOnly(name),
-            (true, false) => AttachError::NoSkaddr(name),
-        });
+fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &Classic) -> Result<TracePointLinkId, AttachError> {
+    if let Some(why) = no_classic_twin(h, classic) {
+        return Err(why);
     }
     let prog: &mut TracePoint = ebpf
         .program_mut(h.classic_prog)
@@ -217,6 +214,25 @@ fn attach_classic(
         let _ = prog.unload();
         perf_refusal(&e, perf_event_paranoid())
             .map_or_else(|| AttachError::Attach(short(&error_chain(&e))), AttachError::PerfRefused)
+    })
+}
+
+/// Why `h` has no classic program to attach, if it has none: tracefs could not be found, the
+/// kernel has no such event, the hook is BTF only, or its record lacks the socket's address.
+fn no_classic_twin(h: &Hook, classic: &Classic) -> Option<AttachError> {
+    if !h.classic_prog.is_empty() && classic.offsets.skaddr[h.id.index()] != ABSENT {
+        return None;
+    }
+    let name = format!("{}:{}", h.group, h.event);
+    let root = match &classic.root {
+        Ok(root) => root,
+        Err(why) => return Some(AttachError::NoTracefs(why.clone())),
+    };
+    let exists = tracefs::event_format(root, h.group, h.event).is_ok();
+    Some(match (exists, h.classic_prog.is_empty()) {
+        (false, _) => AttachError::NoEvent(name),
+        (true, true) => AttachError::BtfOnly(name),
+        (true, false) => AttachError::NoSkaddr(name),
     })
 }
 
@@ -271,6 +287,16 @@ mod tests {
             call,
             io_error: std::io::Error::from_raw_os_error(errno),
         })
+    }
+
+    #[test]
+    fn classic_hooks_without_tracefs_say_why_tracefs_is_missing() {
+        let why = "tracefs is not mounted and could not be mounted at /sys/kernel/tracing";
+        let classic = Classic { offsets: ClassicTracepointOffsets::unresolved(), root: Err(why.into()) };
+        for h in &HOOKS {
+            let e = no_classic_twin(h, &classic).expect("no classic program without tracefs");
+            assert_eq!(e.to_string(), format!("tracefs unavailable: {why}"));
+        }
     }
 
     #[test]

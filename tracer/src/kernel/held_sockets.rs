@@ -18,8 +18,8 @@ use std::path::Path;
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 
 use super::listing::{in_namespace, Errno, NetnsWalkError};
-use super::udp_owner::parse_tcp_table;
-use crate::analysis::fix_plan::{Switched, Unreached};
+use crate::analysis::fix::{Switched, Unreached};
+use crate::host::procs::{self, Holder};
 
 /// An established connection of the namespace with cctrace's own descriptor of its socket.
 struct Reached {
@@ -61,7 +61,7 @@ pub(super) fn switch_where(
 fn walk(netns: u32, path: &Path) -> Result<Walk, NetnsWalkError> {
     let connections = established_in(netns, path)?;
     let wanted: HashSet<u64> = connections.iter().map(|c| c.2).filter(|&inode| inode != 0).collect();
-    let holders = holders(Path::new("/proc"), &wanted);
+    let holders = procs::socket_holders(Path::new(procs::PROC), &wanted);
     let mut pidfds: HashMap<u32, std::io::Result<OwnedFd>> = HashMap::new();
     let mut out = Walk { reached: Vec::new(), unreached: Vec::new() };
     let mut seen = HashSet::new();
@@ -71,7 +71,7 @@ fn walk(netns: u32, path: &Path) -> Result<Walk, NetnsWalkError> {
         }
         let (sport, dport) = (local.port(), remote.port());
         let unreached = |why: String| Unreached { sport, dport, why };
-        let Some(&(pid, fd)) = holders.get(&inode) else {
+        let Some(&Holder { pid, fd }) = holders.get(&inode) else {
             out.unreached.push(unreached(
                 if inode == 0 { "not yet accepted by its server" } else { "held by no process" }.into(),
             ));
@@ -111,40 +111,15 @@ fn established_in(netns: u32, path: &Path) -> Result<Vec<(SocketAddr, SocketAddr
         scope
             .spawn(|| {
                 in_namespace(netns, path, crate::host::setns_net, || {
-                    let mut out = Vec::new();
-                    for table in ["tcp", "tcp6"] {
-                        let text = std::fs::read_to_string(Path::new("/proc/thread-self/net").join(table))
-                            .map_err(|e| NetnsWalkError::Read(Errno::of(&e)))?;
-                        out.extend(parse_tcp_table(&text));
-                    }
-                    Ok(out)
+                    let rows = procs::tcp_tables(Path::new("/proc/thread-self/net"))
+                        .map_err(|e| NetnsWalkError::Read(Errno::of(&e)))?;
+                    let established = rows.into_iter().filter(|r| r.state == procfs::net::TcpState::Established);
+                    Ok(established.map(|r| (r.local_address, r.remote_address, r.inode)).collect())
                 })
             })
             .join()
             .unwrap_or(Err(NetnsWalkError::Panicked))
     })
-}
-
-/// The first process and descriptor holding each wanted socket inode, from the `socket:[INODE]`
-/// links of `PROC/PID/fd`.
-fn holders(proc: &Path, wanted: &HashSet<u64>) -> HashMap<u64, (u32, i32)> {
-    let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir(proc) else { return out };
-    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
-        if out.len() == wanted.len() {
-            break;
-        }
-        let Ok(fds) = std::fs::read_dir(proc.join(pid.to_string()).join("fd")) else { continue };
-        for entry in fds.filter_map(Result::ok) {
-            let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-            let inode = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
-            if let Some(inode) = inode.filter(|i| wanted.contains(i)) {
-                out.entry(inode).or_insert((pid, fd));
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -171,9 +146,9 @@ mod tests {
         let inode =
             |s: &std::net::TcpStream| std::fs::metadata(format!("/proc/self/fd/{}", s.as_raw_fd())).unwrap().ino();
         let wanted: HashSet<u64> = [inode(&client), inode(&server)].into();
-        let found = holders(Path::new("/proc"), &wanted);
-        assert_eq!(found.get(&inode(&client)), Some(&(std::process::id(), client.as_raw_fd())));
-        assert_eq!(found.get(&inode(&server)), Some(&(std::process::id(), server.as_raw_fd())));
+        let found = procs::socket_holders(Path::new(procs::PROC), &wanted);
+        assert_eq!(found.get(&inode(&client)), Some(&Holder { pid: std::process::id(), fd: client.as_raw_fd() }));
+        assert_eq!(found.get(&inode(&server)), Some(&Holder { pid: std::process::id(), fd: server.as_raw_fd() }));
     }
 
     #[test]

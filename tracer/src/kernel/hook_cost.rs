@@ -1,30 +1,58 @@
-//! What each kernel hook costs, when the kernel measures it: the BPF run statistics (`run_cnt`,
-//! `run_time_ns` in the program fd's fdinfo) count only while `kernel.bpf_stats_enabled` is 1
-//! (or someone holds a `BPF_ENABLE_STATS` fd), since measuring costs a little on every run.
-//! cctrace does not turn them on; it exposes them once they count. The metrics exporter gets
-//! [`reader`] from the command that started the kernel source, never the kernel itself.
+//! What each kernel hook costs, when the kernel measures it: the BPF run statistics (run count
+//! and run time, as aya's [`ProgramInfo`] gives them) count only while
+//! `kernel.bpf_stats_enabled` is 1 (or someone holds a `BPF_ENABLE_STATS` fd), since measuring
+//! costs a little on every run. cctrace does not turn them on; it exposes them once they count.
+//! The metrics exporter gets [`reader`] from the command that started the kernel source, never
+//! the kernel itself.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aya::programs::ProgramInfo;
 
 use crate::kernel::HookProgram;
 use crate::source::{HookCost, HookCostReader};
 
-/// `run_cnt` and `run_time_ns` from a program fd's fdinfo, if it is the program `prog_id` (an
-/// fd number may name another file once the program is gone).
-pub fn parse_fdinfo(text: &str, prog_id: u32) -> Option<(u64, u64)> {
-    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-    if field("prog_id:")?.parse::<u32>().ok()? != prog_id {
-        return None;
+/// What the kernel measured of one program's runs so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunStats {
+    pub run_time: Duration,
+    pub run_count: u64,
+}
+
+impl From<&ProgramInfo> for RunStats {
+    fn from(info: &ProgramInfo) -> Self {
+        Self { run_time: info.run_time(), run_count: info.run_count() }
     }
-    Some((field("run_cnt:")?.parse().ok()?, field("run_time_ns:")?.parse().ok()?))
+}
+
+/// The run statistics of those of the programs `ids` still loaded, by id. The reader lives
+/// apart from the `Ebpf` that owns the programs (in the metrics exporter), and aya gives a
+/// program's [`ProgramInfo`] only through its `Program` or by walking the loaded programs, as
+/// `bpftool prog show` does: so it walks. An id is never reused, so a program gone is simply
+/// not found.
+pub fn run_stats(ids: &[u32]) -> HashMap<u32, RunStats> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|info| ids.contains(&info.id()))
+        .map(|info| (info.id(), RunStats::from(&info)))
+        .collect()
 }
 
 /// Each hook's cost so far; empty while the kernel has counted no run of any of them.
 pub fn read(programs: &[HookProgram]) -> Vec<HookCost> {
+    let ids: Vec<u32> = programs.iter().map(|p| p.prog_id).collect();
+    costs(programs, &run_stats(&ids))
+}
+
+/// The costs of `programs` from their statistics `stats` (by program id), in `programs`' order.
+fn costs(programs: &[HookProgram], stats: &HashMap<u32, RunStats>) -> Vec<HookCost> {
     let costs: Vec<HookCost> = programs
         .iter()
         .filter_map(|p| {
-            let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", p.fd)).ok()?;
-            let (runs, run_ns) = parse_fdinfo(&text, p.prog_id)?;
-            Some(HookCost { hook: p.hook.clone(), runs, run_ns })
+            let s = stats.get(&p.prog_id)?;
+            let run_ns = u64::try_from(s.run_time.as_nanos()).unwrap_or(u64::MAX);
+            Some(HookCost { hook: p.hook.clone(), runs: s.run_count, run_ns })
         })
         .collect();
     if costs.iter().any(|c| c.runs > 0) {
@@ -43,22 +71,30 @@ pub fn reader(programs: Vec<HookProgram>) -> HookCostReader {
 mod tests {
     use super::*;
 
-    const FDINFO: &str = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t2069\nprog_type:\t26\nprog_jited:\t1\n\
-        prog_tag:\t3b185187f1855c4c\nmemlock:\t4096\nprog_id:\t1234\nrun_time_ns:\t987654\nrun_cnt:\t321\n\
-        recursion_misses:\t0\nverified_insns:\t200\n";
-
-    #[test]
-    fn reads_the_run_statistics_of_the_right_program() {
-        assert_eq!(parse_fdinfo(FDINFO, 1234), Some((321, 987_654)));
-        assert_eq!(parse_fdinfo(FDINFO, 99), None, "another program under a reused fd number");
-        assert_eq!(parse_fdinfo("pos:\t0\nflags:\t02\n", 1234), None, "not a BPF program");
+    fn program(hook: &str, prog_id: u32) -> HookProgram {
+        HookProgram { hook: hook.into(), prog_id }
     }
 
     #[test]
-    fn the_programs_of_this_process_are_read_from_its_fds() {
-        // A file that is not a program: nothing to report.
-        let file = std::fs::File::open("/proc/self/status").expect("opens");
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-        assert!(read(&[HookProgram { hook: "tcp:tcp_probe".into(), prog_id: 1, fd }]).is_empty());
+    fn costs_are_those_of_the_hooks_programs_once_any_ran() {
+        let programs = [program("tcp:tcp_probe", 7), program("tcp:tcp_retransmit_skb", 9)];
+        let ran = |run_count, ns| RunStats { run_time: Duration::from_nanos(ns), run_count };
+        let stats = HashMap::from([(7, ran(321, 987_654)), (9, ran(0, 0)), (8, ran(5, 5))]);
+        let got = costs(&programs, &stats);
+        assert_eq!(
+            got,
+            [
+                HookCost { hook: "tcp:tcp_probe".into(), runs: 321, run_ns: 987_654 },
+                HookCost { hook: "tcp:tcp_retransmit_skb".into(), runs: 0, run_ns: 0 }
+            ]
+        );
+        let none_ran = HashMap::from([(7, ran(0, 0)), (9, ran(0, 0))]);
+        assert!(costs(&programs, &none_ran).is_empty(), "no run counted: the kernel does not measure");
+    }
+
+    #[test]
+    fn a_program_no_longer_loaded_costs_nothing() {
+        // Ids count up from 1 and are never reused: this one names no program.
+        assert!(read(&[program("tcp:tcp_probe", u32::MAX)]).is_empty());
     }
 }

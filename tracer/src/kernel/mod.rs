@@ -10,19 +10,17 @@ pub mod caps;
 mod counters;
 pub mod deep;
 pub mod filter;
-pub mod fs_kind;
 mod held_sockets;
 pub mod hook_cost;
 pub mod hz;
 pub mod listing;
+mod load;
 pub mod offsets;
-pub mod owners;
 mod probe_window;
 mod ring;
 pub mod switch;
 pub mod tracefs;
 pub mod udp;
-pub mod udp_owner;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -34,6 +32,7 @@ use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, Config, HookId};
 
 use crate::analysis::event::{DecodeContext, Sample};
+use crate::host::owners;
 use crate::kernel::attach::{attach_hooks, classic_offsets, error_chain, HOOKS};
 use crate::kernel::counters::CounterMap;
 use crate::kernel::deep::feed::{read_decisions, DeepCounters, DeepFeed};
@@ -41,11 +40,6 @@ use crate::kernel::listing::{ListingError, ListingReport};
 use crate::kernel::probe_window::ProbeWindow;
 use crate::kernel::ring::{read_samples, take_queued, Decoding, SampleReader};
 use crate::source::{BoxFuture, EventSource, Ready, SourceCounters, SourceItem};
-
-/// The eBPF object built by `build.rs`; empty when the build machine lacked the eBPF toolchain.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
-/// Why the object is empty, if it is.
-const EBPF_UNAVAILABLE: &str = env!("CCTRACE_EBPF_UNAVAILABLE");
 
 /// Which tracepoint flavour to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -62,7 +56,8 @@ pub enum HookMode {
 pub struct KernelOptions {
     pub sample_interval: Duration,
     pub hook_mode: HookMode,
-    /// Ring-buffer size in bytes: a power of two, at least one page.
+    /// Ring-buffer size in bytes: a power of two (the CLI's `--ring-kib` checks it), at least one
+    /// page (checked at start).
     pub ring_bytes: u32,
     /// Flows to keep (open: all), in force from the first program run.
     pub filter: crate::analysis::filter::ResolvedFilter,
@@ -116,6 +111,8 @@ pub enum AttachError {
     NoSkaddr(String),
     #[error("this kernel has no {0} tracepoint")]
     NoEvent(String),
+    #[error("tracefs unavailable: {0}")]
+    NoTracefs(String),
     #[error("{0} has no classic twin (BTF only)")]
     BtfOnly(String),
     #[error("load: {0}")]
@@ -168,8 +165,8 @@ impl HookReport {
 pub struct HookProgram {
     /// `group:event`, as in [`HookReport::name`].
     pub hook: String,
+    /// The kernel's id of its program, by which its run statistics are read.
     pub prog_id: u32,
-    pub fd: std::os::fd::RawFd,
 }
 
 /// Everything start-up learned about the kernel.
@@ -233,121 +230,45 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
-    /// Check privileges, resolve offsets, load and attach. Must run inside a tokio runtime.
+    /// Check the options and privileges, resolve offsets, load and attach. Must run inside a
+    /// tokio runtime.
     pub fn start(opts: &KernelOptions) -> Result<Self> {
-        if EBPF_OBJECT.is_empty() {
-            bail!(
-                "this cctrace was built without its eBPF programs ({EBPF_UNAVAILABLE}); run `cargo xtask setup` \
-                 (installs bpf-linker and the nightly rust-src component) and rebuild"
-            );
-        }
-        caps::check()?;
-        let btf_resolver = offsets::BtfResolver::from_sys_fs()?;
-        let resolved = offsets::resolve(&btf_resolver).context("resolving kernel struct offsets from BTF")?;
-        let udp_config = udp::config(&btf_resolver, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
-        let (udp_syscall_config, udp_unclassified) = udp::syscall_config(&btf_resolver);
-        // A socket small enough is copied whole when a sample is written: one read, not forty.
-        let sock_span = btf_resolver
-            .struct_size("tcp_sock")
-            .ok()
-            .filter(|&n| n <= tracer_common::SOCK_COPY_MAX)
-            .map_or(0, |n| n as u32);
-        // Tracing programs may ask for a socket's cookie through the helper this function
-        // implements (Linux 5.12); before it, every program keys flows by socket address.
-        let cookies_in_tracing = btf_resolver.has_function("bpf_get_socket_ptr_cookie");
+        check_ring_bytes(opts.ring_bytes)?;
+        let (prelude, btf_resolver) = load::prelude()?;
+        let facts = BtfFacts::read(&btf_resolver, &prelude.resolved, opts);
         drop(btf_resolver);
         let known_hz = hz::kernel_hz();
         let hz = known_hz.unwrap_or(hz::GUESSED_HZ);
-        let (classic, _tracefs_err) = classic_offsets();
+        let classic = classic_offsets();
         // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
-        let kernel_btf = Btf::from_sys_fs().ok();
-        // Classic tracepoints cannot ask for socket cookies, nor can BTF ones before 5.12: then
-        // every program keys flows by socket address instead (see tracer-ebpf's flow_key).
-        let key_by_socket = opts.hook_mode == HookMode::Classic || kernel_btf.is_none() || !cookies_in_tracing;
-        let config = Config {
-            sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
-            // Every hook that attaches runs; the bits let one be switched off without a detach.
-            hooks: HookId::ALL_BITS,
-            key_by_socket: u32::from(key_by_socket),
-            sock_span,
-            // Only from a HZ found, never the guess: a jiffy taken too short would hold samples
-            // back (see tracer-ebpf's due_memo).
-            jiffy_ns: known_hz.map_or(0, |hz| 1_000_000_000 / hz.max(1)),
-            ring_bytes: opts.ring_bytes,
-            _pad: 0,
-        };
-        // Locked memory is charged to the memory cgroup since 5.11; raise the old limit anyway
-        // so older kernels do not fail map creation.
-        raise_memlock();
-
-        // The kernel's page, not x86-64's: 16 KiB on a Raspberry Pi 5, 64 KiB on some arm64 servers.
-        let page = crate::host::page_size();
-        if opts.ring_bytes < page || !opts.ring_bytes.is_power_of_two() {
-            bail!(
-                "the ring buffer size must be a power of two of at least one page ({page} bytes here), got {}",
-                opts.ring_bytes
-            );
-        }
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("EVENTS", opts.ring_bytes)
-            .override_global("OFFSETS", &resolved.offsets, true)
-            .override_global("CLASSIC", &classic, true)
-            .override_global("CONFIG", &config, true)
-            .override_global("SKB_CONFIG", &udp_config, true)
-            .override_global("UDP_SYSCALL_CONFIG", &udp_syscall_config, true)
-            .load(EBPF_OBJECT)
-            .map_err(|e| object_load_failed(&e))?;
+        let aya_btf = Btf::from_sys_fs().ok();
+        let config = kernel_config(opts, &facts, known_hz, aya_btf.is_some());
+        let mut ebpf = prelude.load(
+            EbpfLoader::new()
+                .map_max_entries("EVENTS", opts.ring_bytes)
+                .override_global("CLASSIC", &classic.offsets, true)
+                .override_global("CONFIG", &config, true)
+                .override_global("SKB_CONFIG", &facts.udp_config, true)
+                .override_global("UDP_SYSCALL_CONFIG", &facts.udp_syscall_config, true),
+        )?;
 
         // The filter is in force before any program runs, the start-up listing included.
-        let mut filter = filter::KernelFilter::take(&mut ebpf, &resolved.offsets)?;
+        let mut filter = filter::KernelFilter::take(&mut ebpf, &prelude.resolved.offsets)?;
         filter.apply(&opts.filter)?;
 
-        let aya_btf = kernel_btf;
         let attached = attach_hooks(&mut ebpf, opts.hook_mode, aya_btf.as_ref(), &classic)?;
+        let probe_window = probe_window(attached.probe_link, &config, opts);
         let reports = attached.reports;
-        let mut probe_window = ProbeWindow::new(
-            attached.probe_link,
-            config.sample_interval_ns,
-            crate::clock::monotonic_now_ns(),
-            !opts.probe_always_attached,
-        );
-        if opts.probe_windows_always {
-            probe_window.follow_windows_always();
-        }
 
         // With the hooks attached, list the sockets that already exist, so idle flows show too.
         let ctx = DecodeContext { hz };
-        let walk = match aya_btf.as_ref() {
+        let (snapshot, listing) = match aya_btf.as_ref() {
             Some(btf) => listing::start_listing(&mut ebpf, btf, ctx),
             None => Err(ListingError::BtfUnavailable),
-        };
-        let (snapshot, listing) = match walk {
-            Ok(walk) => (Ok(walk.report), Some(walk.batches)),
-            Err(e) => (Err(e), None),
-        };
-
-        let (udp, udp_unavailable) = if !opts.udp {
-            (None, Some("switched off by --no-udp".to_string()))
-        } else {
-            let send_hook = reports[HookId::SendCall.index()].status == HookStatus::Btf;
-            match udp::UdpAccounting::attach(&mut ebpf, aya_btf.as_ref(), send_hook) {
-                Ok(u) => (Some(u), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        };
-        let udp_per_packet = udp.as_ref().and_then(|u| match &u.way {
-            udp::UdpWay::PerSyscall => None,
-            udp::UdpWay::PerPacket(why) => Some(why.clone()),
-        });
-        // Per packet, the payload is read from the packet itself: the registers play no part.
-        let per_syscall = udp.as_ref().is_some_and(|u| u.way == udp::UdpWay::PerSyscall);
-        let udp_unclassified = udp_unclassified.filter(|_| per_syscall);
-        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
-            .context("opening the EVENTS ring buffer")?;
-        // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
-        // the RingBuf) is dropped; the fd is never replaced or closed behind tokio's back.
-        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .context("registering the ring buffer with tokio")?;
+        }
+        .map_or_else(|e| (Err(e), None), |walk| (Ok(walk.report), Some(walk.batches)));
+        let udp = UdpStart::attach(&mut ebpf, aya_btf.as_ref(), &reports, opts, facts.udp_unclassified);
+        let ring = open_ring(&mut ebpf)?;
         let counters = CounterMap::take(&mut ebpf)?;
         let send_call_off = matches!(reports[HookId::SendCall.index()].status, HookStatus::Disabled(_));
         Ok(Self {
@@ -359,14 +280,14 @@ impl KernelSource {
             ebpf,
             info: KernelInfo {
                 hooks: reports,
-                missing_fields: resolved.missing,
+                missing_fields: prelude.resolved.missing,
                 hz,
                 snapshot,
-                udp_unavailable,
-                udp_per_packet,
-                udp_unclassified,
+                udp_unavailable: udp.unavailable,
+                udp_per_packet: udp.per_packet,
+                udp_unclassified: udp.unclassified,
             },
-            udp,
+            udp: udp.accounting,
             udp_read_ns: 0,
             more_queued: false,
             listing,
@@ -394,15 +315,12 @@ impl KernelSource {
         &self.info
     }
 
-    /// Each attached hook's program: its hook name, program id and fd, for reading its run
-    /// statistics (valid while this source lives).
+    /// Each attached hook's program: its hook name and program id, for reading its run
+    /// statistics (found while this source lives).
     pub fn hook_programs(&self) -> Vec<HookProgram> {
-        use std::os::fd::{AsFd, AsRawFd};
         let program = |hook: String, name: &str| {
-            let program = self.ebpf.program(name)?;
-            let prog_id = program.info().ok()?.id();
-            let fd = program.fd().ok()?.as_fd().as_raw_fd();
-            Some(HookProgram { hook, prog_id, fd })
+            let prog_id = self.ebpf.program(name)?.info().ok()?.id();
+            Some(HookProgram { hook, prog_id })
         };
         let tcp = HOOKS.iter().zip(&self.info.hooks).filter_map(|(h, report)| {
             let name = match report.status {
@@ -484,6 +402,124 @@ impl KernelSource {
     }
 }
 
+/// The ring buffer must span at least one of the kernel's pages, which only the running kernel
+/// knows (16 KiB on a Raspberry Pi 5, 64 KiB on some arm64 servers): checked here, before
+/// anything loads. That it is a power of two is the CLI's check (`--ring-kib`), not repeated.
+fn check_ring_bytes(ring_bytes: u32) -> Result<()> {
+    let page = crate::host::page_size();
+    if ring_bytes < page {
+        bail!("the ring buffer size must be at least one page ({page} bytes here), got {ring_bytes}");
+    }
+    Ok(())
+}
+
+/// What the programs are told about this kernel beyond the offsets, read from its BTF.
+struct BtfFacts {
+    udp_config: tracer_common::udp::SkbConfig,
+    udp_syscall_config: tracer_common::udp::UdpSyscallConfig,
+    /// Why UDP counted per syscall would not be classified, when it would not.
+    udp_unclassified: Option<String>,
+    /// Bytes of a `tcp_sock` copied whole when a sample is written (0: read field by field).
+    sock_span: u32,
+    /// Whether tracing programs may ask for a socket's cookie.
+    cookies_in_tracing: bool,
+}
+
+impl BtfFacts {
+    fn read(btf: &offsets::BtfResolver, resolved: &offsets::Resolved, opts: &KernelOptions) -> Self {
+        let udp_config = udp::config(btf, &resolved.offsets, opts.udp_heavy_bytes_per_sec);
+        let (udp_syscall_config, udp_unclassified) = udp::syscall_config(btf);
+        // A socket small enough is copied whole when a sample is written: one read, not forty.
+        let sock_span =
+            btf.struct_size("tcp_sock").ok().filter(|&n| n <= tracer_common::SOCK_COPY_MAX).map_or(0, |n| n as u32);
+        // Tracing programs may ask for a socket's cookie through the helper this function
+        // implements (Linux 5.12); before it, every program keys flows by socket address.
+        let cookies_in_tracing = btf.has_function("bpf_get_socket_ptr_cookie");
+        Self { udp_config, udp_syscall_config, udp_unclassified, sock_span, cookies_in_tracing }
+    }
+}
+
+/// The programs' `CONFIG`, from the options and what this kernel offers (`known_hz`: its HZ if
+/// found; `kernel_btf`: whether aya read its BTF).
+fn kernel_config(opts: &KernelOptions, facts: &BtfFacts, known_hz: Option<u32>, kernel_btf: bool) -> Config {
+    // Classic tracepoints cannot ask for socket cookies, nor can BTF ones before 5.12: then
+    // every program keys flows by socket address instead (see tracer-ebpf's flow_key).
+    let key_by_socket = opts.hook_mode == HookMode::Classic || !kernel_btf || !facts.cookies_in_tracing;
+    Config {
+        sample_interval_ns: u64::try_from(opts.sample_interval.as_nanos()).unwrap_or(u64::MAX).max(1),
+        // Every hook that attaches runs; the bits let one be switched off without a detach.
+        hooks: HookId::ALL_BITS,
+        key_by_socket: u32::from(key_by_socket),
+        sock_span: facts.sock_span,
+        // Only from a HZ found, never the guess: a jiffy taken too short would hold samples
+        // back (see tracer-ebpf's due_memo).
+        jiffy_ns: known_hz.map_or(0, |hz| 1_000_000_000 / hz.max(1)),
+        ring_bytes: opts.ring_bytes,
+        _pad: 0,
+    }
+}
+
+/// `tcp:tcp_probe`'s windows, over its program's link if it attached.
+fn probe_window(link: Option<attach::HookLink>, config: &Config, opts: &KernelOptions) -> ProbeWindow {
+    let mut window = ProbeWindow::new(
+        link,
+        config.sample_interval_ns,
+        crate::clock::monotonic_now_ns(),
+        !opts.probe_always_attached,
+    );
+    if opts.probe_windows_always {
+        window.follow_windows_always();
+    }
+    window
+}
+
+/// The UDP accounting as start-up left it, and why it does not do what it does not.
+struct UdpStart {
+    accounting: Option<udp::UdpAccounting>,
+    unavailable: Option<String>,
+    per_packet: Option<String>,
+    unclassified: Option<String>,
+}
+
+impl UdpStart {
+    /// Attach the UDP accounting unless the options switch it off; `unclassified` (why UDP
+    /// counted per syscall would not be classified) is kept only where it is counted so.
+    fn attach(
+        ebpf: &mut Ebpf,
+        btf: Option<&Btf>,
+        reports: &[HookReport],
+        opts: &KernelOptions,
+        unclassified: Option<String>,
+    ) -> Self {
+        let (accounting, unavailable) = if !opts.udp {
+            (None, Some("switched off by --no-udp".to_string()))
+        } else {
+            let send_hook = reports[HookId::SendCall.index()].status == HookStatus::Btf;
+            match udp::UdpAccounting::attach(ebpf, btf, send_hook) {
+                Ok(u) => (Some(u), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        };
+        let per_packet = accounting.as_ref().and_then(|u| match &u.way {
+            udp::UdpWay::PerSyscall => None,
+            udp::UdpWay::PerPacket(why) => Some(why.clone()),
+        });
+        // Per packet, the payload is read from the packet itself: the registers play no part.
+        let per_syscall = accounting.as_ref().is_some_and(|u| u.way == udp::UdpWay::PerSyscall);
+        Self { accounting, unavailable, per_packet, unclassified: unclassified.filter(|_| per_syscall) }
+    }
+}
+
+/// The `EVENTS` ring buffer, registered with tokio.
+fn open_ring(ebpf: &mut Ebpf) -> Result<AsyncFd<RingBuf<MapData>>> {
+    let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
+        .context("opening the EVENTS ring buffer")?;
+    // SAFETY: the RingBuf owns its map fd and keeps it open until the AsyncFd (which owns
+    // the RingBuf) is dropped; the fd is never replaced or closed behind tokio's back.
+    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .context("registering the ring buffer with tokio")
+}
+
 /// Detaching a tracepoint program does not wait for runs already under way on other CPUs: one
 /// can still write a sample (and count it as emitted) after the detach returns. Those runs
 /// hold the RCU read lock, so an RCU grace period, which `membarrier(MEMBARRIER_CMD_GLOBAL)`
@@ -496,30 +532,6 @@ fn wait_for_running_programs() {
     if !waited {
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Why the eBPF object did not load, in one line; when map creation was refused under a
-/// finite locked-memory limit, that limit and how to lift it (kernels before 5.11 charge maps to
-/// RLIMIT_MEMLOCK, which cctrace cannot raise without CAP_SYS_RESOURCE: a systemd unit's
-/// dynamic user on Debian 11, say).
-fn object_load_failed(e: &aya::EbpfError) -> anyhow::Error {
-    let chain = error_chain(e);
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
-    match limit {
-        Some(bytes) if chain.contains("failed to create map") && chain.contains("(os error 1)") => anyhow!(
-            "creating the eBPF maps was refused: kernels before 5.11 charge them to the locked-memory limit, \
-             {} KiB here, which cctrace cannot raise without CAP_SYS_RESOURCE; lift it (LimitMEMLOCK=infinity in a \
-             systemd unit, ulimit -l unlimited in a shell) or run cctrace as root",
-            bytes / 1024
-        ),
-        _ => anyhow!("loading the eBPF object into the kernel failed: {chain}"),
-    }
-}
-
-fn raise_memlock() {
-    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
-    // SAFETY: setrlimit reads a valid rlimit struct; failure is harmless on current kernels.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
 }
 
 impl EventSource for KernelSource {

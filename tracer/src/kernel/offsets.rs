@@ -213,9 +213,60 @@ fn bit_field(loc: &FieldLoc, w: &Want) -> Result<BitField> {
 pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
     let mut o = Offsets::unresolved();
     let mut missing = Vec::new();
+    fill(btf, plain_fields(&mut o), byte_offset, Some(ABSENT), &mut missing)?;
 
-    // Plain fields: (destination, wanted field).
-    let plain: Vec<(&mut u32, Want)> = vec![
+    // Renamed `__parent` in 6.14 (readers must now hold a lock or RCU, which a probe read of a
+    // cgroup that stays alive while its socket exists does not need).
+    let parent = btf
+        .field("kernfs_node", "__parent")
+        .or_else(|_| btf.field("kernfs_node", "parent"))
+        .and_then(|loc| byte_offset(&loc, &want("kernfs_node", "parent", 8, false)));
+    match parent {
+        Ok(off) => o.kernfs_node_parent = off,
+        Err(e) => missing.push(MissingField { strukt: "kernfs_node", path: "parent", why: e.to_string() }),
+    }
+
+    // `sk_userlocks` is a byte since Linux 6.x and a 4-bit field before (5.10: `u8 sk_padding:1,
+    // sk_kern_sock:1, sk_no_check_tx:1, sk_no_check_rx:1, sk_userlocks:4`): read as either.
+    let bits: [(&mut BitField, Want); 6] = [
+        (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
+        (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
+        (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
+        (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
+        (&mut o.sk_userlocks, want("sock", "sk_userlocks", 0, false)),
+        (&mut o.wscale_ok, want("tcp_sock", "rx_opt.wscale_ok", 0, false)),
+    ];
+    fill(btf, bits, bit_field, None, &mut missing)?;
+    Ok(Resolved { offsets: o, missing })
+}
+
+/// Put each wanted field where it goes, located by `place`. A required field that is missing
+/// fails; an optional one is set to `absent` (if given) and listed in `missing`.
+fn fill<'o, T: Copy + 'o>(
+    btf: &BtfResolver,
+    fields: impl IntoIterator<Item = (&'o mut T, Want)>,
+    place: fn(&FieldLoc, &Want) -> Result<T>,
+    absent: Option<T>,
+    missing: &mut Vec<MissingField>,
+) -> Result<()> {
+    for (dst, w) in fields {
+        match btf.field(w.strukt, w.path).and_then(|loc| place(&loc, &w)) {
+            Ok(value) => *dst = value,
+            Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
+            Err(e) => {
+                if let Some(absent) = absent {
+                    *dst = absent;
+                }
+                missing.push(MissingField { strukt: w.strukt, path: w.path, why: e.to_string() });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The byte-offset fields of [`Offsets`], each with the field it is read from.
+fn plain_fields(o: &mut Offsets) -> [(&mut u32, Want); 59] {
+    [
         (&mut o.skc_family, want("sock", "__sk_common.skc_family", 2, true)),
         (&mut o.skc_state, want("sock", "__sk_common.skc_state", 1, true)),
         (&mut o.skc_num, want("sock", "__sk_common.skc_num", 2, true)),
@@ -275,47 +326,7 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         (&mut o.sk_socket, want("sock", "sk_socket", 8, false)),
         (&mut o.socket_flags, want("socket", "flags", 8, false)),
         (&mut o.rack_rtt_us, want("tcp_sock", "rack.rtt_us", 4, false)),
-    ];
-    for (dst, w) in plain {
-        match btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w)) {
-            Ok(off) => *dst = off,
-            Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
-            Err(e) => {
-                *dst = ABSENT;
-                missing.push(MissingField { strukt: w.strukt, path: w.path, why: e.to_string() });
-            }
-        }
-    }
-
-    // Renamed `__parent` in 6.14 (readers must now hold a lock or RCU, which a probe read of a
-    // cgroup that stays alive while its socket exists does not need).
-    let parent = btf
-        .field("kernfs_node", "__parent")
-        .or_else(|_| btf.field("kernfs_node", "parent"))
-        .and_then(|loc| byte_offset(&loc, &want("kernfs_node", "parent", 8, false)));
-    match parent {
-        Ok(off) => o.kernfs_node_parent = off,
-        Err(e) => missing.push(MissingField { strukt: "kernfs_node", path: "parent", why: e.to_string() }),
-    }
-
-    // `sk_userlocks` is a byte since Linux 6.x and a 4-bit field before (5.10: `u8 sk_padding:1,
-    // sk_kern_sock:1, sk_no_check_tx:1, sk_no_check_rx:1, sk_userlocks:4`): read as either.
-    let bits: [(&mut BitField, Want); 6] = [
-        (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
-        (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
-        (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
-        (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
-        (&mut o.sk_userlocks, want("sock", "sk_userlocks", 0, false)),
-        (&mut o.wscale_ok, want("tcp_sock", "rx_opt.wscale_ok", 0, false)),
-    ];
-    for (dst, w) in bits {
-        match btf.field(w.strukt, w.path).and_then(|loc| bit_field(&loc, &w)) {
-            Ok(b) => *dst = b,
-            Err(e) if w.required => return Err(e.context("a field cctrace cannot work without is missing")),
-            Err(e) => missing.push(MissingField { strukt: w.strukt, path: w.path, why: e.to_string() }),
-        }
-    }
-    Ok(Resolved { offsets: o, missing })
+    ]
 }
 
 #[cfg(test)]

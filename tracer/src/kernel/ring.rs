@@ -10,9 +10,9 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
 use super::counters::CounterMap;
-use super::owners;
 use super::probe_window::ProbeWindow;
 use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::host::owners;
 use crate::source::MAX_BATCH;
 
 /// Decoding the ring's records: what failed, and how many samples the last read held (the next

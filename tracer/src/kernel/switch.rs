@@ -16,12 +16,12 @@ use aya::programs::Iter;
 use aya::{Btf, Ebpf, EbpfLoader};
 use tracer_common::{switch_mode, CcName, SwitchConfig, SWITCH_MAX_COOKIES, SWITCH_MAX_NAMES};
 
-use super::attach::short;
+use super::attach::{error_chain, short};
 use super::held_sockets;
 use super::listing::read_iter_in;
-use super::{caps, error_chain, object_load_failed, offsets, raise_memlock, EBPF_OBJECT, EBPF_UNAVAILABLE};
+use super::load;
 use crate::analysis::event::{decode, DecodeContext, Sample};
-use crate::analysis::fix_plan::{cc_bytes, decode_switch_records, held_switch_line, Switched, Unreached};
+use crate::analysis::fix::{cc_bytes, decode_switch_records, held_switch_line, Switched, Unreached};
 use crate::host::setns_net;
 
 const PROGRAM: &str = "cct_iter_switch";
@@ -62,19 +62,9 @@ impl Switcher {
     /// Check privileges, resolve the offsets the program reads, load it; where the kernel
     /// refuses it, sockets are switched through the processes holding them.
     pub fn load() -> Result<Self> {
-        if EBPF_OBJECT.is_empty() {
-            bail!("this cctrace was built without its eBPF programs ({EBPF_UNAVAILABLE}); run `cargo xtask setup` and rebuild");
-        }
-        caps::check()?;
-        let resolver = offsets::BtfResolver::from_sys_fs()?;
-        let resolved = offsets::resolve(&resolver).context("resolving kernel struct offsets from BTF")?;
-        raise_memlock();
-        let mut ebpf = EbpfLoader::new()
-            // The tracing maps are not used here: the smallest ring buffer, one page, will do.
-            .map_max_entries("EVENTS", crate::host::page_size())
-            .override_global("OFFSETS", &resolved.offsets, true)
-            .load(EBPF_OBJECT)
-            .map_err(|e| object_load_failed(&e))?;
+        let (prelude, _) = load::prelude()?;
+        // The tracing maps are not used here: the smallest ring buffer, one page, will do.
+        let mut ebpf = prelude.load(EbpfLoader::new().map_max_entries("EVENTS", crate::host::page_size()))?;
         let btf = Btf::from_sys_fs().context("kernel BTF (needed by iter/tcp)")?;
         let prog: &mut Iter = ebpf
             .program_mut(PROGRAM)

@@ -17,8 +17,8 @@ use tracer_common::udp::{udp_counter, udp_syscall, SkbConfig, UdpSocketState, Ud
 use tracer_common::{family, Offsets};
 
 use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
+use crate::host::udp_owner::owner_of_socket;
 use crate::kernel::offsets::BtfResolver;
-use crate::kernel::udp_owner::owner_of_socket;
 
 /// A heavy socket without a packet for this long leaves the index (and the LRU table, so a
 /// later burst is judged afresh).

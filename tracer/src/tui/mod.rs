@@ -40,11 +40,11 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use crate::analysis::filter::FilterControl;
-use crate::analysis::fix_commands::FIX_CC;
-use crate::analysis::fix_plan::FixControl;
+use crate::analysis::fix::commands::FIX_CC;
+use crate::analysis::fix::FixControl;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
-use crate::output::stack::{stack, Extras};
+use crate::frontend::stack::{stack, Extras};
 use crate::pipeline::{self, Control, FrontEnd, PipelineOptions, Status, StopSignal};
 use crate::side_job::SideJob;
 use crate::source::EventSource;

@@ -23,7 +23,7 @@ use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::verdict::{BufferEvidence, ReceiverEvidence, SetBy};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
-use crate::analysis::fix_commands::netns_words;
+use crate::analysis::fix::commands::netns_words;
 use crate::analysis::model::Flow;
 use crate::analysis::units::{bytes, pct, rate};
 
@@ -106,9 +106,32 @@ fn cap_bytes(cfg: &DiagnosisConfig, env: &Environment) -> u64 {
     }
 }
 
+/// The send buffer's own limit: the namespace's maximum for an autotuned buffer, the
+/// application's setting for a locked one.
+fn sndbuf_limit(set_by: SetBy, sndbuf: u32, namespace_max: Option<u32>) -> Option<u32> {
+    match (set_by, namespace_max) {
+        (SetBy::Autotuning, Some(max)) => Some(max),
+        (SetBy::Application, _) => Some(sndbuf),
+        _ => None,
+    }
+}
+
+/// The receiving socket on this host: its namespace, its buffer and what set it.
+fn receiver_evidence(peer: &Flow, env: &Environment) -> ReceiverEvidence {
+    let r = &peer.latest;
+    ReceiverEvidence {
+        netns: r.netns,
+        rcvbuf: r.rcvbuf,
+        rcvbuf_set_by: if r.rcvbuf_locked { SetBy::Application } else { SetBy::Autotuning },
+        tcp_rmem: env.netns_rmem.get(&r.netns).copied(),
+        core_rmem_max: (env.core_rmem_max > 0).then_some(env.core_rmem_max),
+    }
+}
+
 /// The numbers behind a flow's buffers, for a flow held by one of them and for a loss-based
 /// flow whose next limit they may be; `None` for any other. `peer` is the receiving socket
-/// when it is on this host.
+/// when it is on this host. Long for its one struct literal: every figure is named where it is
+/// taken.
 pub(super) fn buffer_evidence(
     flow: &Flow,
     w: &Window,
@@ -130,13 +153,7 @@ pub(super) fn buffer_evidence(
     let tcp_wmem = env.netns_wmem.get(&s.netns).copied();
     let set_by = if s.sndbuf_locked { SetBy::Application } else { SetBy::Autotuning };
     let path_shown = lv.clean_delivery_bps;
-    // The send buffer's own limit: the namespace's maximum for an autotuned buffer, the
-    // application's setting for a locked one.
-    let sndbuf_limit = match (set_by, tcp_wmem) {
-        (SetBy::Autotuning, Some(l)) => Some(l.max),
-        (SetBy::Application, _) => Some(s.sndbuf),
-        _ => None,
-    };
+    let sndbuf_limit = sndbuf_limit(set_by, s.sndbuf, tcp_wmem.map(|l| l.max));
     let at_limit = sndbuf_limit.is_some_and(|l| s.sndbuf >= l);
     let bbr_sndbuf_bps = sndbuf_limit.map(|l| rate_of(f64::from(l), cfg.sndbuf_carried_share, min_rtt_s));
     // What the flow needs: what it gets, what the path showed, and, once its buffer reached its
@@ -151,13 +168,7 @@ pub(super) fn buffer_evidence(
         (SetBy::Autotuning, Some(l)) if at_limit && want_sndbuf > l.max => Some(l.with_max(want_sndbuf)),
         _ => None,
     };
-    let receiver = peer.map(|p| ReceiverEvidence {
-        netns: p.latest.netns,
-        rcvbuf: p.latest.rcvbuf,
-        rcvbuf_set_by: if p.latest.rcvbuf_locked { SetBy::Application } else { SetBy::Autotuning },
-        tcp_rmem: env.netns_rmem.get(&p.latest.netns).copied(),
-        core_rmem_max: (env.core_rmem_max > 0).then_some(env.core_rmem_max),
-    });
+    let receiver = peer.map(|p| receiver_evidence(p, env));
     let raise_rmem = match &receiver {
         Some(r) if limited == LimitedBy::ReceiveWindow && r.rcvbuf_set_by == SetBy::Autotuning => {
             r.tcp_rmem.filter(|l| r.rcvbuf >= l.max && want_rcvbuf > l.max).map(|l| l.with_max(want_rcvbuf))
@@ -340,6 +351,12 @@ pub(super) fn write_rwnd(text: &mut String, flow: &Flow, w: &Window, b: &BufferE
              or a middlebox strips the option.",
         );
     }
+    write_receiver(text, flow, b, env);
+}
+
+/// Where the receiver is and what its buffer is: on this host (its namespace, its buffer and
+/// what set it, what to raise) or elsewhere (what to let its buffer grow to).
+fn write_receiver(text: &mut String, flow: &Flow, b: &BufferEvidence, env: &Environment) {
     let need = u64::from(b.want_rcvbuf);
     match &b.receiver {
         Some(r) => {

@@ -8,13 +8,30 @@ use crate::analysis::diagnosis::limits::{standing_queue, LimitedBy};
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::reordering::{note_of, spurious_share};
 use crate::analysis::diagnosis::response::{mathis_bps, response_of};
-use crate::analysis::diagnosis::verdict::{Evidence, PolicerEvidence};
+use crate::analysis::diagnosis::verdict::{BufferEvidence, Evidence, PolicerEvidence};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
 use crate::analysis::model::Flow;
 
+/// How much more the path would carry for the flow (bits/s), when enough to say. Behind a
+/// policer nothing passes above its rate, whatever the path showed in a burst: what is left of
+/// the rate is said when it is enough to flag the flow. Nothing said to be available passes what
+/// the buffers the fix leaves in place allow.
+fn available_bps(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, buffers: Option<&BufferEvidence>) -> Option<f64> {
+    let available = match lv.policing {
+        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then_some(p.rate_bps - w.goodput_bps),
+        None => {
+            let available = lv.clean_delivery_bps - w.goodput_bps;
+            (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)
+        }
+    };
+    let allow = buffers.map_or(f64::INFINITY, |b| buffers_allow(b, w.min_rtt_us / 1e6, cfg));
+    available.map(|a| a.min(allow - w.goodput_bps)).filter(|a| *a > 0.0)
+}
+
 /// The numbers behind a flow's verdict, from its window and loss episodes (and its buffers,
 /// with the host's limits from `env` and the receiving socket `peer` when it is on this host).
+/// Long for its one struct literal: every figure is named where it is taken.
 pub(super) fn evidence_of(
     flow: &Flow,
     w: &Window,
@@ -31,19 +48,8 @@ pub(super) fn evidence_of(
     // the AIMD models count), else the retransmitted share.
     let p = if lv.event_rate > 0.0 { lv.event_rate } else { w.loss_ratio };
     let (response_bps, response_model) = response_of(&s.cc, mss, rtt_s, p);
-    // Behind a policer nothing passes above its rate, whatever the path showed in a burst;
-    // what is left of the rate is said when it is enough to flag the flow.
-    let available_bps = match lv.policing {
-        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then_some(p.rate_bps - w.goodput_bps),
-        None => {
-            let available = lv.clean_delivery_bps - w.goodput_bps;
-            (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)
-        }
-    };
-    // Nothing said to be available passes what the buffers the fix leaves in place allow.
     let buffers = buffer_evidence(flow, w, lv, cfg, env, peer, limited);
-    let allow = buffers.as_ref().map_or(f64::INFINITY, |b| buffers_allow(b, w.min_rtt_us / 1e6, cfg));
-    let available_bps = available_bps.map(|a| a.min(allow - w.goodput_bps)).filter(|a| *a > 0.0);
+    let available_bps = available_bps(w, lv, cfg, buffers.as_ref());
     let policer = lv.policing.map(|p| PolicerEvidence {
         rate_bps: p.rate_bps,
         sign: p.sign,

@@ -64,7 +64,7 @@ pub use crate::analysis::diagnosis::verdict::{
 };
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
-use crate::analysis::fix_commands;
+use crate::analysis::fix::commands::{fix_commands, FixNeeds};
 use crate::analysis::model::{Flow, FlowTable, TableChanges};
 use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
@@ -471,7 +471,7 @@ fn judge<'t>(
 /// namespace's `tcp_rmem`), together.
 fn fix_of(flow: &Flow, env: &Environment, ev: &Evidence, limited: LimitedBy, flagged: bool) -> Vec<String> {
     let b = ev.buffers.as_ref();
-    let needs = fix_commands::FixNeeds {
+    let needs = FixNeeds {
         cc: flagged && limited != LimitedBy::SendBuffer,
         wmem: b.and_then(|b| b.raise_wmem).filter(|_| flagged || limited == LimitedBy::SendBuffer),
         rmem: b.and_then(|b| Some((b.receiver.as_ref()?.netns, b.raise_rmem?))),
@@ -479,7 +479,7 @@ fn fix_of(flow: &Flow, env: &Environment, ev: &Evidence, limited: LimitedBy, fla
     if needs.is_empty() {
         return Vec::new();
     }
-    fix_commands::fix_commands(flow, env, &needs)
+    fix_commands(flow, env, &needs)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 pub mod feed;
 pub mod session;
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use libbpf_rs::{Link, MapCore, Object, ObjectBuilder};
 
@@ -168,22 +168,6 @@ impl Twins {
                 .unwrap_or(0)
         };
         (sum(0), sum(1))
-    }
-
-    /// Per callback program: (name, times run, total ns in it) from the kernel's bpf_stats
-    /// (counted only while `kernel.bpf_stats_enabled` is 1).
-    pub fn callback_stats(&self) -> Vec<(String, u64, u64)> {
-        self.object
-            .progs()
-            .filter_map(|p| {
-                let mut info = libbpf_sys::bpf_prog_info::default();
-                let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-                // SAFETY: `info` is a writable bpf_prog_info of `len` bytes and the program's fd
-                // is open for the duration of the call.
-                let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(p.as_fd().as_raw_fd(), &mut info, &mut len) };
-                (rc == 0).then(|| (p.name().to_string_lossy().into_owned(), info.run_cnt, info.run_time_ns))
-            })
-            .collect()
     }
 
     /// The twins registered (all three once [`Twins::register`] returned).

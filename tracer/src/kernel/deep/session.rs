@@ -24,8 +24,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Twins;
 use crate::analysis::decisions::TwinAlgo;
-use crate::analysis::fix_plan::{Switched, STATE_DIR};
-use crate::kernel::fs_kind::netns_file_inode;
+use crate::analysis::fix::Switched;
+use crate::analysis::state_dir::STATE_DIR;
+use crate::host::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;
 
 /// The state file of the running (or a killed) deep session.
@@ -220,12 +221,7 @@ impl Drop for DeepSession {
 }
 
 fn write_state(state: &DeepState) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(STATE_DIR)
-        .with_context(|| format!("creating {STATE_DIR}"))?;
+    crate::host::create_state_dir(Path::new(STATE_DIR)).with_context(|| format!("creating {STATE_DIR}"))?;
     let path = state_path();
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(state)?).with_context(|| format!("writing {}", tmp.display()))?;

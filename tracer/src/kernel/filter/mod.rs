@@ -1,6 +1,8 @@
 //! The kernel side of `--cgroup`, `--container` and `--netns`: writes a [`ResolvedFilter`] into
 //! the programs' filter maps, so flows outside it never reach the ring buffer.
 
+pub mod live;
+
 use std::collections::BTreeSet;
 
 use anyhow::{anyhow, bail, Context, Result};

@@ -19,11 +19,14 @@
 //! process has let go of it.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::analysis::event::{Owner, Sample, TcpState};
+use procfs::net::{TcpNetEntry, TcpState};
+
+use super::procs;
+use crate::analysis::event::{Owner, Sample, TcpState as SampleState};
 
 const MIN_SCAN_GAP: Duration = Duration::from_millis(250);
 const COST_FACTOR: u32 = 20;
@@ -93,7 +96,7 @@ impl OwnerLookup {
             }
             match self.known.get(&s.cookie) {
                 Some(found) => s.owner.clone_from(found),
-                None if s.tcp_state == TcpState::Established => {
+                None if s.tcp_state == SampleState::Established => {
                     let key = FlowKey::new(s.netns, s.local, s.remote);
                     self.waiting.entry(s.cookie).or_insert(Waiting { key, tries: 0, unaccepted_looks: 0 });
                 }
@@ -124,7 +127,7 @@ impl OwnerLookup {
             return false;
         }
         let cpu_before = thread_cpu_time();
-        let walked = self.scan(Path::new("/proc"), self.next_walk.is_none_or(|t| now >= t));
+        let walked = self.scan(Path::new(procs::PROC), self.next_walk.is_none_or(|t| now >= t));
         let cost = thread_cpu_time().saturating_sub(cpu_before);
         let now = Instant::now();
         self.next_scan = Some(now + MIN_SCAN_GAP);
@@ -188,99 +191,43 @@ fn thread_cpu_time() -> Duration {
 fn socket_rows(proc: &Path, netns: &HashSet<u32>) -> HashMap<FlowKey, TableRow> {
     let mut out = HashMap::new();
     let mut done = HashSet::new();
-    for pid in pids(proc) {
+    for pid in procs::pids(proc) {
         if done.len() == netns.len() {
             break;
         }
-        let Some(ns) = namespace_inode(&proc.join(pid.to_string()).join("ns/net")) else { continue };
+        let dir = proc.join(pid.to_string());
+        let Some(ns) = crate::host::netns_inode(&dir.join("ns/net")) else { continue };
         if !netns.contains(&ns) || !done.insert(ns) {
             continue;
         }
-        for table in ["tcp", "tcp6"] {
-            let Ok(text) = std::fs::read_to_string(proc.join(pid.to_string()).join("net").join(table)) else {
-                continue;
-            };
-            for (local, remote, row) in text.lines().skip(1).filter_map(parse_tcp_line) {
-                out.insert(FlowKey::new(ns, local, remote), row);
+        for socket in procs::tcp_tables(&dir.join("net")).unwrap_or_default() {
+            if let Some(row) = table_row(&socket) {
+                out.insert(FlowKey::new(ns, socket.local_address, socket.remote_address), row);
             }
         }
     }
     out
-}
-
-/// `net:[4026531840]` -> 4026531840.
-fn namespace_inode(link: &Path) -> Option<u32> {
-    let target = std::fs::read_link(link).ok()?;
-    target.to_str()?.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
-}
-
-fn pids(proc: &Path) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir(proc) else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
 /// Which process holds each wanted socket inode (inode -> cookie): cookie -> owner.
 fn holders(proc: &Path, wanted: &HashMap<u64, u64>) -> HashMap<u64, Owner> {
-    let mut out = HashMap::new();
-    if wanted.is_empty() {
-        return out;
-    }
-    for pid in pids(proc) {
-        let dir = proc.join(pid.to_string());
-        let Ok(fds) = std::fs::read_dir(dir.join("fd")) else { continue };
-        for fd in fds.filter_map(Result::ok) {
-            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
-            let Some(inode) = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
-            else {
-                continue;
-            };
-            if let Some(cookie) = wanted.get(&inode) {
-                let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim_end().to_string();
-                out.entry(*cookie).or_insert(Owner { pid, comm: comm.into() });
-            }
-        }
-        if out.len() == wanted.len() {
-            break;
-        }
-    }
-    out
+    let inodes: HashSet<u64> = wanted.keys().copied().collect();
+    let found = procs::socket_holders(proc, &inodes);
+    let comms: HashMap<u32, String> = found.values().map(|h| (h.pid, procs::comm(proc, h.pid))).collect();
+    found
+        .iter()
+        .filter_map(|(inode, h)| Some((*wanted.get(inode)?, Owner { pid: h.pid, comm: comms[&h.pid].as_str().into() })))
+        .collect()
 }
 
-/// The state column's value for an established socket.
-const ESTABLISHED: &str = "01";
-
-/// One row of `/proc/net/tcp` or `tcp6`: local and remote endpoints and what the row says of
-/// the socket; `None` for rows without an inode that wait for nothing (listeners' children in
-/// other states, TIME_WAIT).
-fn parse_tcp_line(line: &str) -> Option<(SocketAddr, SocketAddr, TableRow)> {
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let local = parse_endpoint(fields.get(1)?)?;
-    let remote = parse_endpoint(fields.get(2)?)?;
-    let inode: u64 = fields.get(9)?.parse().ok()?;
-    let row = match inode {
-        0 if *fields.get(3)? == ESTABLISHED => TableRow::Unaccepted,
-        0 => return None,
-        inode => TableRow::Inode(inode),
-    };
-    Some((local, remote, row))
-}
-
-/// `0100007F:1389` or 32 hex digits and a port: the kernel prints each 32-bit word of the
-/// address as a host-order number, so each word's bytes come out reversed on little-endian.
-fn parse_endpoint(text: &str) -> Option<SocketAddr> {
-    let (addr, port) = text.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let mut bytes = Vec::with_capacity(16);
-    for word in 0..addr.len() / 8 {
-        let value = u32::from_str_radix(addr.get(word * 8..word * 8 + 8)?, 16).ok()?;
-        bytes.extend_from_slice(&value.to_ne_bytes());
+/// What a socket table's row says of the socket; `None` for rows without an inode that wait
+/// for nothing (listeners' children in other states, TIME_WAIT).
+fn table_row(socket: &TcpNetEntry) -> Option<TableRow> {
+    match socket.inode {
+        0 if socket.state == TcpState::Established => Some(TableRow::Unaccepted),
+        0 => None,
+        inode => Some(TableRow::Inode(inode)),
     }
-    let ip = match bytes.len() {
-        4 => IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3])),
-        16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?)),
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
 }
 
 #[cfg(test)]
@@ -288,31 +235,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proc_net_tcp_rows_parse_to_endpoints_and_inodes() {
-        let v4 = "   0: 0100007F:1389 0100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 20 4 30 10 -1";
-        let (local, remote, row) = parse_tcp_line(v4).unwrap();
-        assert_eq!(local, "127.0.0.1:5001".parse().unwrap());
-        assert_eq!(remote, "127.0.0.1:53410".parse().unwrap());
-        assert_eq!(row, TableRow::Inode(12345));
-        let v6 = "   1: 0000000000000000FFFF00000100007F:1389 0000000000000000FFFF00000100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 777 1";
-        let (local, _, row) = parse_tcp_line(v6).unwrap();
-        assert_eq!(local, "[::ffff:127.0.0.1]:5001".parse().unwrap());
-        assert_eq!(row, TableRow::Inode(777));
-        let unaccepted =
-            "   2: 0100007F:1389 0100007F:D0A4 01 00000000:00000000 00:00000000 00000000     0        0 0 1";
-        assert_eq!(parse_tcp_line(unaccepted).map(|r| r.2), Some(TableRow::Unaccepted));
-        let time_wait =
-            "   3: 0100007F:1389 0100007F:D0A6 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3";
-        assert_eq!(parse_tcp_line(time_wait), None);
+    fn table_rows_say_accepted_unaccepted_or_nothing_to_wait_for() {
+        let table = "  sl  local_address rem_address   st
+   0: 0100007F:1389 0100007F:D0A2 01 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 20 4 30 10 -1
+   1: 0100007F:1389 0100007F:D0A4 01 00000000:00000000 00:00000000 00000000     0        0 0 1
+   2: 0100007F:1389 0100007F:D0A6 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3
+";
+        let rows: Vec<_> = procs::tcp_table(table.as_bytes()).expect("parses").iter().map(table_row).collect();
+        assert_eq!(rows, [Some(TableRow::Inode(12345)), Some(TableRow::Unaccepted), None], "the last one TIME_WAIT");
     }
 
     /// An established flow of this process's namespace (cookie 9) with no owner yet.
     fn unnamed(local: SocketAddr, remote: SocketAddr) -> Sample {
         let mut sample = crate::analysis::model::tests::sample(9, 0);
-        sample.netns = namespace_inode(Path::new("/proc/self/ns/net")).unwrap();
+        sample.netns = crate::host::netns_inode("/proc/self/ns/net").unwrap();
         sample.local = local;
         sample.remote = remote;
-        sample.tcp_state = TcpState::Established;
+        sample.tcp_state = SampleState::Established;
         sample.owner = None;
         sample
     }

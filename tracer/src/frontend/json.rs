@@ -12,7 +12,7 @@ use crate::analysis::schema::{
 };
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;
-use crate::output::writer::{LineWriter, WriteOutcome};
+use crate::frontend::line_writer::{LineWriter, WriteOutcome};
 use crate::pipeline::{Control, FrontEnd, Status};
 
 /// Formatted lines are handed to the writer in pieces of about this size, not a tick's worth at

@@ -9,11 +9,7 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const NSFS_MAGIC: i64 = 0x6e73_6673;
 
 fn fs_magic(path: &Path) -> Option<i64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statfs writes into the zeroed struct we own; `c` is NUL-terminated.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::statfs(c.as_ptr(), &raw mut buf) } == 0).then_some(buf.f_type)
+    rustix::fs::statfs(path).ok().map(|s| s.f_type)
 }
 
 /// The network namespace a path opens (`/proc/PID/ns/net`, `/run/netns/NAME`, any bind mount

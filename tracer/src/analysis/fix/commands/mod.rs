@@ -7,11 +7,14 @@
 //! cannot enter by a known path gets no command at all (a `sysctl` run elsewhere would change
 //! some other namespace), and the roll-back removes only files the fix itself names.
 
+mod persist;
+
 use std::borrow::Cow;
 
 use crate::analysis::container::{printable, Container, Runtime};
 use crate::analysis::environment::{BufferLimits, Environment};
 use crate::analysis::model::Flow;
+use persist::persist;
 
 /// The algorithm the fix moves a namespace and its connections to.
 pub const FIX_CC: &str = "bbr";
@@ -308,115 +311,6 @@ fn sysctl_commands(
 /// alone).
 pub fn buffer_sysctl_file(key: &str) -> String {
     format!("/etc/sysctl.d/90-cctrace-{key}.conf")
-}
-
-/// How a setting is made to last where the namespace lives, and what rolls that back.
-struct Persisted {
-    lines: Vec<String>,
-    /// Appended to the roll-back command (`; rm -f ...`).
-    rollback_rm: String,
-    /// A roll-back step that runs elsewhere (inside a container).
-    rollback_note: Option<String>,
-}
-
-/// Persist `setting` (`key=value`) for `place`: the host's `file` in /etc/sysctl.d, a
-/// container's own, the runtime's option, the pod spec, LXC's config; `module`, the kernel
-/// module it needs, is the host's to load at boot.
-fn persist(place: &Place<'_>, setting: &str, file: &str, module: Option<&str>) -> Persisted {
-    let (key, value) = setting.split_once('=').unwrap_or((setting, ""));
-    let prefix = enter(place);
-    // Written only when absent (never over a file that is there), so rolling back may delete them.
-    let write_sysctl = format!("test -e {file} || echo {} > {file}", shell_quote(setting));
-    let write_module = module.map(|m| format!("test -e {MODULES_FILE} || echo {m} > {MODULES_FILE}"));
-    let on_host = write_module.as_ref().map(|w| format!("# and on the host, whose kernel it shares: {w}"));
-    let mut out = Persisted { lines: Vec::new(), rollback_rm: String::new(), rollback_note: None };
-    match place {
-        Place::Plain(Reach::Host, _) => {
-            let both = write_module.as_ref().map_or(write_sysctl.clone(), |m| format!("{m}; {write_sysctl}"));
-            out.lines.push(format!("# persist: {both}"));
-            let modules = module.map_or(String::new(), |_| format!(" {MODULES_FILE}"));
-            out.rollback_rm = format!("; rm -f {file}{modules}");
-        }
-        // A service's private namespace is made each time the unit starts, and its /etc is the
-        // host's: files there would switch the host.
-        Place::Plain(Reach::Process(_), Some(c)) if c.runtime == Runtime::Systemd => out.lines.push(format!(
-            "# persist: {} gets a new namespace each time it starts: set the sysctl where it is created \
-             (an ExecStartPre= in a drop-in for it)",
-            printable(&shell_quote(&c.id))
-        )),
-        // The file goes in the container's /etc, the module is the host's. The roll back runs
-        // on the host, so it must not delete the host's files: it names the container's.
-        Place::Plain(Reach::Process(_), _) => {
-            out.lines.push(format!("# persist (inside that container, in its own /etc): {write_sysctl}"));
-            out.lines.extend(on_host);
-            out.rollback_note = Some(format!("# and inside that container: rm -f {file}"));
-        }
-        // A namespace from `ip netns add` does not survive a reboot, and files in the host's
-        // /etc would switch the host instead.
-        Place::Plain(..) => out.lines.push(
-            "# persist: a namespace made by ip netns add does not survive a reboot: set the sysctl where it is created"
-                .to_string(),
-        ),
-        Place::Engine(_, c) => {
-            // /etc/sysctl.d in an image is not applied when a container starts: only the
-            // runtime sets sysctls in a new container's namespace.
-            let quoted = shell_quote(setting);
-            let (run, also) = match c.runtime {
-                Runtime::Podman => ("podman run", format!(" (quadlet: Sysctl={quoted})")),
-                Runtime::Docker => ("docker run", format!(" (compose: sysctls: [{quoted}])")),
-                _ => ("nerdctl run", String::new()),
-            };
-            let which = c.name.as_deref().unwrap_or(c.short_id());
-            out.lines.push(format!(
-                "# persist: recreate {} with {run} --sysctl {quoted} …{also}; /etc/sysctl.d in the image is not \
-                 applied when it starts",
-                printable(&shell_quote(which))
-            ));
-        }
-        Place::Pod(_, c) => {
-            let pod = c.pod.as_ref().filter(|p| !p.name.is_empty());
-            let of = pod.map_or(String::new(), |p| {
-                let ns =
-                    if p.namespace.is_empty() { String::new() } else { format!(" -n {}", shell_quote(&p.namespace)) };
-                format!(" of {}{ns}", shell_quote(&p.name))
-            });
-            let value = if value.contains(' ') { format!("\"{value}\"") } else { value.to_string() };
-            out.lines.push(format!(
-                "# persist: in the pod spec{}: securityContext: {{sysctls: [{{name: {key}, value: {value}}}]}} \
-                 (the change above lasts until the pod is recreated)",
-                printable(&of)
-            ));
-            out.lines.push(format!(
-                "# the kubelet must allow this unsafe sysctl, or the pod is rejected (SysctlForbidden): \
-                 --allowed-unsafe-sysctls={key} (allowedUnsafeSysctls in its config)"
-            ));
-        }
-        Place::Proxmox(_) => {
-            // The container's own /etc is applied by its init at boot; the module is the host's.
-            out.lines.push(format!("# persist (in the container): {prefix}sh -c {}", shell_quote(&write_sysctl)));
-            out.lines.extend(on_host);
-            out.rollback_rm = format!("; {prefix}rm -f {file}");
-        }
-        Place::Lxc { name, lxc_path } => {
-            // LXC sets `lxc.sysctl.*` in the container's namespace each time it starts, whatever
-            // its init is (a busybox container has no /etc/sysctl.d, nor anything to apply it).
-            let config = format!("{}/{name}/config", lxc_path.unwrap_or(crate::analysis::container::LXC_DEFAULT_PATH));
-            let line = format!("lxc.sysctl.{key} = {value}");
-            out.lines.push(format!(
-                "# persist (LXC sets it at every start): grep -qs '^lxc.sysctl.{key}' {0} || echo {1} >> {0}",
-                shell_quote(&config),
-                shell_quote(&line)
-            ));
-            out.lines.extend(on_host);
-            out.rollback_rm = format!("; sed -i '/^lxc.sysctl.{key}/d' {}", shell_quote(&config));
-            out.lines.push(format!(
-                "# LXD/Incus: lxc config set {0} {1} (incus alike), and lxc exec {0} -- in place of lxc-attach",
-                shell_quote(name),
-                shell_quote(&format!("linux.sysctl.{setting}"))
-            ));
-        }
-    }
-    out
 }
 
 /// Why there is no command for a namespace cctrace cannot reach, as a comment (nothing in it

@@ -1,57 +1,32 @@
-//! Facts about the host that verdicts and headers need, read from /proc and /sys.
-//! Kept apart from the pure diagnosis so that one stays testable.
+//! Facts about the host that verdicts, headers and owners need, read from `/proc`, `/sys` and
+//! rtnetlink: kept apart from the pure diagnosis so that one stays testable. One file a job:
+//! the network namespaces and the way into one (`netns`), processes and the sockets they hold
+//! (`procs`, with the owner lookups `owners` for TCP and `udp_owner` for UDP), which file
+//! system a path lies on (`fs_kind`), rtnetlink (`netlink`) and tunnels (`tunnels`); here, the
+//! sysctls and [`environment`], which reads each namespace once per refresh.
 
-use crate::analysis::environment::{BufferLimits, Environment};
 use std::collections::HashMap;
-use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 
+use crate::analysis::environment::{BufferLimits, Environment};
+
+pub mod fs_kind;
 mod netlink;
+mod netns;
+pub mod owners;
+pub(crate) mod procs;
 pub mod tunnels;
+pub mod udp_owner;
 
-/// Inode of the network namespace a `/proc/.../ns/net` link points to.
-pub fn netns_inode(path: &str) -> Option<u32> {
-    // readlink gives "net:[4026531840]".
-    let link = std::fs::read_link(path).ok()?;
-    let s = link.to_string_lossy();
-    s.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
-}
+pub(crate) use netns::{enter_netns, in_each_netns, setns_net};
+pub use netns::{named_netns, netns_inode, netns_paths, netns_pids, path_into_netns};
 
-/// A path that enters network namespace `netns`: its `ip netns` name, else a process in it.
-pub fn path_into_netns(env: &crate::analysis::environment::Environment, netns: u32) -> Option<String> {
-    if let Some(name) = env.netns_names.get(&netns) {
-        return Some(format!("/run/netns/{name}"));
-    }
-    env.netns_pids.get(&netns).map(|pid| format!("/proc/{pid}/ns/net"))
-}
-
-/// One process per network namespace (the lowest pid), for `nsenter --net=/proc/PID/ns/net`.
-pub fn netns_pids() -> HashMap<u32, u32> {
-    let mut map: HashMap<u32, u32> = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return map };
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        if let Some(ino) = netns_inode(&format!("/proc/{pid}/ns/net")) {
-            map.entry(ino).and_modify(|p| *p = (*p).min(pid)).or_insert(pid);
-        }
-    }
-    map
-}
-
-/// Namespaces created with `ip netns add`: /run/netns/NAME, keyed by inode.
-pub fn named_netns() -> HashMap<u32, String> {
-    use std::os::unix::fs::MetadataExt;
-    let mut map = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/run/netns") else { return map };
-    for entry in dir.flatten() {
-        if let (Ok(meta), Some(name)) = (entry.metadata(), entry.file_name().to_str()) {
-            if let Ok(ino) = u32::try_from(meta.ino()) {
-                map.insert(ino, name.to_string());
-            }
-        }
-    }
-    map
+/// Creates `dir` (cctrace's state directory, [`crate::analysis::state_dir::STATE_DIR`], or a
+/// test's stand-in) and its parents, for root only: the fix's and deep mode's state and the
+/// action journal live there.
+pub fn create_state_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 /// A sysctl of the calling thread's network namespace holding a space-separated list.
@@ -79,82 +54,37 @@ pub struct NetnsFacts {
     pub qdiscs: HashMap<u32, String>,
 }
 
-/// Each network namespace's [`NetnsFacts`], by inode, for namespaces opened by `paths` (see
-/// [`netns_paths`] and [`in_each_netns`]).
-pub fn netns_facts(paths: &[(u32, PathBuf)]) -> HashMap<u32, NetnsFacts> {
-    in_each_netns(paths, |ino| {
+impl NetnsFacts {
+    /// The facts of the calling thread's namespace; the qdiscs asked of `rtnl`, a socket of it.
+    fn read_here(rtnl: Option<&mut netlink::Rtnl>) -> Self {
         let read = |key: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}")).ok();
-        let cc = read("tcp_congestion_control").map(|c| c.trim().to_string()).filter(|c| !c.is_empty());
-        let facts = NetnsFacts {
-            cc,
+        Self {
+            cc: read("tcp_congestion_control").map(|c| c.trim().to_string()).filter(|c| !c.is_empty()),
             wmem: read("tcp_wmem").as_deref().and_then(BufferLimits::parse),
             rmem: read("tcp_rmem").as_deref().and_then(BufferLimits::parse),
-            qdiscs: netlink::Rtnl::open().and_then(|mut r| r.root_qdiscs()).unwrap_or_default(),
-        };
-        Some((ino, facts))
-    })
-    .into_iter()
-    .collect()
-}
-
-/// Each network namespace's default congestion control (`net.ipv4.tcp_congestion_control`,
-/// what new connections in it get), by inode, for namespaces opened by `paths` (see
-/// [`netns_paths`]). Namespaces that cannot be entered (gone, no privilege) are left out.
-pub fn netns_default_cc(paths: &[(u32, PathBuf)]) -> HashMap<u32, String> {
-    in_each_netns(paths, |ino| {
-        let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").ok()?;
-        let cc = cc.trim();
-        (!cc.is_empty()).then(|| (ino, cc.to_string()))
-    })
-    .into_iter()
-    .collect()
-}
-
-/// Run `read` inside each namespace of `paths` (given its inode) and collect what it returned.
-///
-/// `/proc/sys/net`, like a netlink socket, belongs to the namespace of the thread that opens
-/// it, so a short-lived thread enters each namespace in turn (`setns` moves only the calling
-/// thread) and reads it there; the rest of the process never leaves its own namespace. A
-/// namespace that cannot be entered (gone, no privilege) is left out.
-pub(crate) fn in_each_netns<T: Send + 'static>(
-    paths: &[(u32, PathBuf)],
-    read: impl Fn(u32) -> Option<T> + Send + 'static,
-) -> Vec<T> {
-    let paths = paths.to_vec();
-    let reader = std::thread::Builder::new().name("cct-netns-read".into()).spawn(move || {
-        let mut out = Vec::new();
-        for (ino, path) in paths {
-            if enter_netns(ino, &path).is_ok() {
-                out.extend(read(ino));
-            }
+            qdiscs: rtnl.and_then(|r| r.root_qdiscs().ok()).unwrap_or_default(),
         }
-        out
-    });
-    reader.ok().and_then(|t| t.join().ok()).unwrap_or_default()
+    }
 }
 
-/// Move the calling thread into network namespace `ino`, opened by `path`. A path that now
-/// leads to another namespace (a pid reused, a name given again) is `ENOENT`: the namespace
-/// asked for is gone.
-pub(crate) fn enter_netns(ino: u32, path: &std::path::Path) -> std::io::Result<()> {
-    let ns = std::fs::File::open(path)?;
-    // Entered by the descriptor: comparing the inode of what was opened catches a path that
-    // now leads elsewhere.
-    if ns.metadata()?.ino() != u64::from(ino) {
-        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
-    }
-    setns_net(&ns)
+/// What one visit of a namespace read: its [`NetnsFacts`] and its tunnels' view (`None` when
+/// its links could not be listed).
+struct NetnsReading {
+    ino: u32,
+    facts: NetnsFacts,
+    tunnels: Option<tunnels::NetnsView>,
 }
 
-/// `setns(fd, CLONE_NEWNET)` on the calling thread: the one place cctrace changes a thread's
-/// network namespace. A thread that entered one stays there, so callers use a thread of their
-/// own.
-pub(crate) fn setns_net(ns: &std::fs::File) -> std::io::Result<()> {
-    // SAFETY: setns on the calling thread only, with an open namespace descriptor it borrows.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+/// One visit of each namespace that `paths` open (see [`netns_paths`] and [`in_each_netns`]):
+/// its sysctls read and one rtnetlink socket of it asked for everything the facts and the
+/// tunnels need. A namespace that cannot be entered (gone, no privilege) is left out.
+fn read_each_netns(paths: &[(u32, PathBuf)]) -> Vec<NetnsReading> {
+    in_each_netns(paths, |ino| {
+        let mut rtnl = netlink::Rtnl::open().ok();
+        let facts = NetnsFacts::read_here(rtnl.as_mut());
+        let tunnels = rtnl.as_mut().and_then(|r| tunnels::NetnsView::read_here(ino, r));
+        Some(NetnsReading { ino, facts, tunnels })
+    })
 }
 
 /// The host-wide sysctl at `key_path` as a number (0 when unreadable).
@@ -170,12 +100,16 @@ pub fn environment() -> Environment {
     // One walk of /proc and of /run/netns for both the paths and the maps (a readlink a
     // process: most of a refresh's cost).
     let (pids, names) = (netns_pids(), named_netns());
-    let paths = paths_into(&pids, &names);
+    let paths = netns::paths_into(&pids, &names);
     let cgroups = crate::cgroups::with_system_resolver(|r| {
         r.refresh(std::time::Instant::now());
         r.all().clone()
     });
-    let facts = netns_facts(&paths);
+    let (mut facts, mut views) = (HashMap::new(), Vec::new());
+    for reading in read_each_netns(&paths) {
+        facts.insert(reading.ino, reading.facts);
+        views.extend(reading.tunnels);
+    }
     let each = |f: fn(&NetnsFacts) -> Option<BufferLimits>| -> HashMap<u32, BufferLimits> {
         facts.iter().filter_map(|(ino, n)| Some((*ino, f(n)?))).collect()
     };
@@ -196,7 +130,7 @@ pub fn environment() -> Environment {
         qdiscs: facts.iter().map(|(ino, n)| (*ino, n.qdiscs.clone())).collect(),
         netns_cc: facts.into_iter().filter_map(|(ino, n)| Some((ino, n.cc?))).collect(),
         cgroups,
-        tunnels: tunnels::tunnel_facts(&paths),
+        tunnels: tunnels::tunnel_facts(views),
     }
 }
 
@@ -216,31 +150,21 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-/// A path that opens each network namespace on the host, one per namespace (by inode): a
-/// process's `/proc/PID/ns/net`, or `/run/netns/NAME` for namespaces without processes.
-pub fn netns_paths() -> Vec<(u32, PathBuf)> {
-    paths_into(&netns_pids(), &named_netns())
-}
-
-/// [`netns_paths`] from what [`netns_pids`] and [`named_netns`] read.
-fn paths_into(pids: &HashMap<u32, u32>, names: &HashMap<u32, String>) -> Vec<(u32, PathBuf)> {
-    let mut seen: HashMap<u32, PathBuf> = HashMap::new();
-    for (ino, pid) in pids {
-        seen.insert(*ino, format!("/proc/{pid}/ns/net").into());
-    }
-    for (ino, name) in names {
-        seen.entry(*ino).or_insert_with(|| std::path::Path::new("/run/netns").join(name));
-    }
-    let mut all: Vec<_> = seen.into_iter().collect();
-    all.sort_unstable();
-    all
-}
-
 #[cfg(test)]
 mod tests {
     use std::process::Command;
 
     use super::*;
+
+    /// Each namespace's facts, by inode, from one visit of each.
+    fn netns_facts(paths: &[(u32, PathBuf)]) -> HashMap<u32, NetnsFacts> {
+        read_each_netns(paths).into_iter().map(|r| (r.ino, r.facts)).collect()
+    }
+
+    /// Each namespace's default congestion control, by inode.
+    fn netns_default_cc(paths: &[(u32, PathBuf)]) -> HashMap<u32, String> {
+        netns_facts(paths).into_iter().filter_map(|(ino, f)| Some((ino, f.cc?))).collect()
+    }
 
     #[test]
     fn the_page_size_is_the_kernels() {

@@ -1,5 +1,0 @@
-//! Front ends that print: JSON Lines, through a writer that cannot block the process; and
-//! [`stack`], which every mode's front end runs inside.
-pub mod json;
-pub mod stack;
-pub mod writer;
