@@ -170,226 +170,300 @@ pub async fn run<F: FrontEnd>(
     now_monotonic: impl Fn() -> u64,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
-    let mut latest_ns = 0u64;
-    // The time of the last scripted tick.
-    let mut script_ns = 0u64;
-    let now = |latest_ns: u64, script_ns: u64| match opts.time_base {
-        _ if opts.scripted => script_ns,
-        TimeBase::Monotonic => now_monotonic().max(latest_ns),
-        TimeBase::Samples => latest_ns,
+    let mut run = Run {
+        source,
+        analysis,
+        front,
+        stop,
+        opts,
+        now_monotonic,
+        cap: opts.max_samples_per_turn.max(1),
+        latest_ns: 0,
+        script_ns: 0,
+        backlog: Vec::new(),
+        backlog_at: 0,
+        source_open: true,
+        signalled: false,
     };
-    let cap = opts.max_samples_per_turn.max(1);
-    let mut ticks = tokio::time::interval(opts.tick.max(Duration::from_millis(10)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let deadline = async {
-        match opts.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    // A batch larger than `cap` is ingested in slices, one per turn of the loop.
-    let mut backlog: Vec<Sample> = Vec::new();
-    let mut backlog_at = 0;
-    let mut source_open = true;
-    let mut signalled = false;
-
-    loop {
-        let has_backlog = backlog_at < backlog.len();
-        // Biased: stop, the deadline, input and ticks are polled before intake, every turn, so
-        // a flood of samples cannot starve them.
-        let control = tokio::select! {
-            biased;
-            () = stop.wait() => {
-                signalled = true;
-                break;
-            }
-            () = &mut deadline => break,
-            control = front.input(&mut *analysis) => control?,
-            _ = ticks.tick(), if !opts.scripted => {
-                let ready = source.take_ready();
-                let mut control = Control::Continue;
-                if let Some(readings) = ready.sockets {
-                    analysis.ingest_sockets(&readings);
-                    control = front.on_sockets(analysis, &readings).await?;
-                }
-                // Behind a backlog (or more than a turn's worth) the samples wait their turn.
-                if has_backlog || ready.samples.len() > cap {
-                    backlog.extend(ready.samples);
-                } else if !ready.samples.is_empty() && control == Control::Continue {
-                    control = ingest(analysis, front, &ready.samples, &mut latest_ns, stop, &mut signalled).await?;
-                }
-                if control == Control::Stop || signalled {
-                    break;
-                }
-                // One "now" for the analysis and the front end (a recorder writes it down).
-                let now_ns = now(latest_ns, script_ns);
-                let status = Status {
-                    now_ns,
-                    counters: source.counters(),
-                    source_ended: !source_open,
-                    playback: source.playback(),
-                };
-                tick(analysis, front, &status, stop, &mut signalled).await?
-            }
-            () = std::future::ready(()), if has_backlog => {
-                let end = (backlog_at + cap).min(backlog.len());
-                let control = ingest(analysis, front, &backlog[backlog_at..end], &mut latest_ns, stop, &mut signalled).await?;
-                backlog_at = end;
-                if backlog_at == backlog.len() {
-                    backlog.clear();
-                    backlog_at = 0;
-                }
-                // Let the runtime's timer and I/O drivers run between slices of a flood.
-                tokio::task::yield_now().await;
-                control
-            }
-            item = source.next_item(), if source_open && !has_backlog => {
-                let control = match item.context("reading samples")? {
-                    Some(SourceItem::Batch(batch)) if batch.len() <= cap => {
-                        ingest(analysis, front, &batch, &mut latest_ns, stop, &mut signalled).await?
-                    }
-                    Some(SourceItem::Batch(batch)) => {
-                        backlog = batch;
-                        backlog_at = 0;
-                        Control::Continue
-                    }
-                    Some(SourceItem::Decisions(batch)) => {
-                        for d in &batch {
-                            analysis.ingest_decision(d);
-                        }
-                        tokio::select! {
-                            biased;
-                            () = stop.wait() => {
-                                signalled = true;
-                                Control::Stop
-                            }
-                            control = front.on_decisions(analysis, &batch) => control?,
-                        }
-                    }
-                    Some(SourceItem::Tick { now_ns, counters }) => {
-                        script_ns = now_ns;
-                        let status = Status { now_ns, counters, source_ended: false, playback: source.playback() };
-                        tick(analysis, front, &status, stop, &mut signalled).await?
-                    }
-                    Some(SourceItem::Sockets(readings)) => {
-                        analysis.ingest_sockets(&readings);
-                        front.on_sockets(analysis, &readings).await?
-                    }
-                    Some(SourceItem::Host(env)) => {
-                        analysis.set_env(*env);
-                        Control::Continue
-                    }
-                    Some(SourceItem::Action(action)) => front.on_action(analysis, &action).await?,
-                    Some(SourceItem::Restart) => {
-                        analysis.restart();
-                        latest_ns = 0;
-                        script_ns = 0;
-                        Control::Continue
-                    }
-                    None => {
-                        source_open = false;
-                        front.on_source_end()
-                    }
-                };
-                tokio::task::yield_now().await;
-                control
-            }
-        };
-        if control == Control::Stop || signalled {
-            break;
-        }
-    }
-
+    run.turns().await?;
     // From here on the counters must be final: the source stops producing (a live kernel
     // detaches its programs), so received + lost accounts for everything it emitted.
-    let stopped = source.stop_producing();
-    // What was sliced off but not yet ingested, then what the source already queued: bounded,
-    // since under live traffic the queue never runs dry. A second signal ends the drain.
-    let drain_until = tokio::time::Instant::now() + opts.final_drain;
-    let mut pending = backlog.split_off(backlog_at);
-    loop {
-        if !pending.is_empty() {
-            for s in &pending {
-                latest_ns = latest_ns.max(s.ts_ns);
-                analysis.ingest(s);
-            }
-            let _ = tokio::time::timeout_at(drain_until, front.on_batch(analysis, &pending)).await;
-        }
-        // The deadline is checked here too: a source that is always ready (a flood) would
-        // otherwise win every `timeout_at`, which polls its future before the clock.
-        if !source_open || opts.scripted || source.drained() || tokio::time::Instant::now() >= drain_until {
-            break;
-        }
-        match tokio::time::timeout_at(drain_until, source.next_batch()).await {
-            Ok(Ok(Some(batch))) => pending = batch,
-            _ => break,
-        }
+    let stopped = run.source.stop_producing();
+    if let Err(e) = run.final_drain().await {
+        // Neither error may vanish (deep mode's flows left on a twin is one to act on).
+        return Err(match stopped {
+            Ok(()) => e,
+            Err(also) => anyhow::anyhow!("{e:#}; {also:#}"),
+        });
     }
-    analysis.tick(now(latest_ns, script_ns));
-    let summary = summary(source, analysis);
-    if signalled {
-        // Asked to stop: the summary gets a moment to reach the output, no more (a reader that
-        // stopped reading must not keep a signalled process alive).
-        tokio::select! {
-            biased;
-            () = stop.wait() => {}
-            finished = tokio::time::timeout(FINISH_AFTER_SIGNAL, front.finish(analysis, &summary)) => {
-                if let Ok(finished) = finished {
-                    finished?;
-                }
-            }
-        }
-    } else {
-        // The run ended by itself: the output gets everything, unless a signal says stop.
-        tokio::select! {
-            biased;
-            () = stop.wait() => {}
-            finished = front.finish(analysis, &summary) => finished?,
-        }
-    }
+    let summary = run.finish().await?;
     // Only now: the front end has had the summary and given the terminal back.
     stopped?;
     Ok(summary)
 }
 
-/// Tick the analysis at `status.now_ns`, then the front end; a stop cancels the front end.
-async fn tick<F: FrontEnd>(
-    analysis: &mut Analysis,
-    front: &mut F,
-    status: &Status,
-    stop: &mut impl StopSignal,
-    signalled: &mut bool,
-) -> Result<Control> {
-    analysis.tick(status.now_ns);
-    tokio::select! {
-        biased;
-        () = stop.wait() => {
-            *signalled = true;
-            Ok(Control::Stop)
+/// One run of the pipeline: what it reads from, feeds and tells, and where it is.
+struct Run<'r, F, S, N> {
+    source: &'r mut dyn EventSource,
+    analysis: &'r mut Analysis,
+    front: &'r mut F,
+    stop: &'r mut S,
+    opts: &'r PipelineOptions,
+    now_monotonic: N,
+    /// Samples ingested per turn at most.
+    cap: usize,
+    /// The newest sample's time.
+    latest_ns: u64,
+    /// The time of the last scripted tick.
+    script_ns: u64,
+    /// A batch larger than `cap` is ingested in slices, one per turn of the loop.
+    backlog: Vec<Sample>,
+    backlog_at: usize,
+    source_open: bool,
+    /// A stop signal arrived (not the front end's own stop, nor the deadline).
+    signalled: bool,
+}
+
+impl<F: FrontEnd, S: StopSignal, N: Fn() -> u64> Run<'_, F, S, N> {
+    /// "Now" for ageing and judging flows, on the clock [`PipelineOptions`] chose.
+    fn now(&self) -> u64 {
+        match self.opts.time_base {
+            _ if self.opts.scripted => self.script_ns,
+            TimeBase::Monotonic => (self.now_monotonic)().max(self.latest_ns),
+            TimeBase::Samples => self.latest_ns,
         }
-        control = front.on_tick(analysis, status) => control,
+    }
+
+    /// Turn after turn until a stop, the deadline, or the front end says stop.
+    async fn turns(&mut self) -> Result<()> {
+        let mut ticks = tokio::time::interval(self.opts.tick.max(Duration::from_millis(10)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let duration = self.opts.duration;
+        let deadline = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        loop {
+            let has_backlog = self.backlog_at < self.backlog.len();
+            // Biased: stop, the deadline, input and ticks are polled before intake, every
+            // turn, so a flood of samples cannot starve them.
+            let control = tokio::select! {
+                biased;
+                () = self.stop.wait() => {
+                    self.signalled = true;
+                    break;
+                }
+                () = &mut deadline => break,
+                control = self.front.input(&mut *self.analysis) => control?,
+                _ = ticks.tick(), if !self.opts.scripted => self.timer_tick(has_backlog).await?,
+                () = std::future::ready(()), if has_backlog => self.backlog_slice().await?,
+                item = self.source.next_item(), if self.source_open && !has_backlog => {
+                    let control = self.item(item.context("reading samples")?).await?;
+                    tokio::task::yield_now().await;
+                    control
+                }
+            };
+            if control == Control::Stop || self.signalled {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The timer's tick (live): what the source holds ready, then the analysis and the front
+    /// end ticked at one "now" (a recorder writes it down).
+    async fn timer_tick(&mut self, has_backlog: bool) -> Result<Control> {
+        let ready = self.source.take_ready();
+        let mut control = Control::Continue;
+        if let Some(readings) = ready.sockets {
+            control = self.sockets(&readings).await?;
+        }
+        // Behind a backlog (or more than a turn's worth) the samples wait their turn.
+        if has_backlog || ready.samples.len() > self.cap {
+            self.backlog.extend(ready.samples);
+        } else if !ready.samples.is_empty() && control == Control::Continue {
+            control = self.ingest(&ready.samples).await?;
+        }
+        if control == Control::Stop || self.signalled {
+            return Ok(Control::Stop);
+        }
+        let status = Status {
+            now_ns: self.now(),
+            counters: self.source.counters(),
+            source_ended: !self.source_open,
+            playback: self.source.playback(),
+        };
+        self.tick(&status).await
+    }
+
+    /// The next slice of a flood, then the runtime's timer and I/O drivers get a turn.
+    async fn backlog_slice(&mut self) -> Result<Control> {
+        let end = (self.backlog_at + self.cap).min(self.backlog.len());
+        let slice = std::mem::take(&mut self.backlog);
+        let control = self.ingest(&slice[self.backlog_at..end]).await;
+        self.backlog = slice;
+        self.backlog_at = end;
+        if self.backlog_at == self.backlog.len() {
+            self.backlog.clear();
+            self.backlog_at = 0;
+        }
+        tokio::task::yield_now().await;
+        control
+    }
+
+    /// One item the source yielded (`None`: it ended).
+    async fn item(&mut self, item: Option<SourceItem>) -> Result<Control> {
+        Ok(match item {
+            Some(SourceItem::Batch(batch)) if batch.len() <= self.cap => self.ingest(&batch).await?,
+            Some(SourceItem::Batch(batch)) => {
+                self.backlog = batch;
+                self.backlog_at = 0;
+                Control::Continue
+            }
+            Some(SourceItem::Decisions(batch)) => {
+                for d in &batch {
+                    self.analysis.ingest_decision(d);
+                }
+                let told = self.front.on_decisions(self.analysis, &batch);
+                raced(self.stop, &mut self.signalled, told).await?
+            }
+            Some(SourceItem::Tick { now_ns, counters }) => {
+                self.script_ns = now_ns;
+                let status = Status { now_ns, counters, source_ended: false, playback: self.source.playback() };
+                self.tick(&status).await?
+            }
+            Some(SourceItem::Sockets(readings)) => self.sockets(&readings).await?,
+            Some(SourceItem::Host(env)) => {
+                self.analysis.set_env(*env);
+                Control::Continue
+            }
+            Some(SourceItem::Action(action)) => {
+                let told = self.front.on_action(self.analysis, &action);
+                raced(self.stop, &mut self.signalled, told).await?
+            }
+            Some(SourceItem::Restart) => {
+                self.analysis.restart();
+                self.latest_ns = 0;
+                self.script_ns = 0;
+                Control::Continue
+            }
+            None => {
+                self.source_open = false;
+                self.front.on_source_end()
+            }
+        })
+    }
+
+    /// Tick the analysis at `status.now_ns`, then the front end; a stop cancels the front end.
+    async fn tick(&mut self, status: &Status) -> Result<Control> {
+        self.analysis.tick(status.now_ns);
+        let told = self.front.on_tick(self.analysis, status);
+        raced(self.stop, &mut self.signalled, told).await
+    }
+
+    /// Feed `batch` to the analysis, then the front end; a stop cancels the front end.
+    async fn ingest(&mut self, batch: &[Sample]) -> Result<Control> {
+        for s in batch {
+            self.latest_ns = self.latest_ns.max(s.ts_ns);
+            self.analysis.ingest(s);
+        }
+        let told = self.front.on_batch(self.analysis, batch);
+        raced(self.stop, &mut self.signalled, told).await
+    }
+
+    /// Readings of heavy UDP sockets to the analysis, then the front end; a stop cancels the
+    /// front end.
+    async fn sockets(&mut self, readings: &SocketReadings) -> Result<Control> {
+        self.analysis.ingest_sockets(readings);
+        let told = self.front.on_sockets(self.analysis, readings);
+        raced(self.stop, &mut self.signalled, told).await
+    }
+
+    /// What was sliced off but not yet ingested, then what the source already queued: bounded,
+    /// since under live traffic the queue never runs dry. The front end's error ends the run
+    /// with it; its stop ends the drain.
+    async fn final_drain(&mut self) -> Result<()> {
+        let drain_until = tokio::time::Instant::now() + self.opts.final_drain;
+        let mut pending = self.backlog.split_off(self.backlog_at);
+        loop {
+            if !pending.is_empty() {
+                for s in &pending {
+                    self.latest_ns = self.latest_ns.max(s.ts_ns);
+                    self.analysis.ingest(s);
+                }
+                // Out of time, the front end misses these samples; the analysis has them.
+                if let Ok(control) =
+                    tokio::time::timeout_at(drain_until, self.front.on_batch(self.analysis, &pending)).await
+                {
+                    if control.context("at the final drain")? == Control::Stop {
+                        return Ok(());
+                    }
+                }
+            }
+            // The deadline is checked here too: a source that is always ready (a flood) would
+            // otherwise win every `timeout_at`, which polls its future before the clock.
+            if !self.source_open
+                || self.opts.scripted
+                || self.source.drained()
+                || tokio::time::Instant::now() >= drain_until
+            {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(drain_until, self.source.next_batch()).await {
+                Ok(Ok(Some(batch))) => pending = batch,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// The analysis judged one last time and the summary handed to the front end.
+    async fn finish(&mut self) -> Result<SummaryRecord> {
+        self.analysis.tick(self.now());
+        let summary = summary(self.source, self.analysis);
+        let finishing = self.front.finish(self.analysis, &summary);
+        if self.signalled {
+            // Asked to stop: the summary gets a moment to reach the output, no more (a reader
+            // that stopped reading must not keep a signalled process alive).
+            tokio::select! {
+                biased;
+                () = self.stop.wait() => {}
+                finished = tokio::time::timeout(FINISH_AFTER_SIGNAL, finishing) => {
+                    if let Ok(finished) = finished {
+                        finished?;
+                    }
+                }
+            }
+        } else {
+            // The run ended by itself: the output gets everything, unless a signal says stop.
+            tokio::select! {
+                biased;
+                () = self.stop.wait() => {}
+                finished = finishing => finished?,
+            }
+        }
+        Ok(summary)
     }
 }
 
-async fn ingest<F: FrontEnd>(
-    analysis: &mut Analysis,
-    front: &mut F,
-    batch: &[Sample],
-    latest_ns: &mut u64,
+/// What the front end says in `told`, unless a stop comes first: then it is cancelled (a front
+/// end blocked on a full pipe cannot hold a stop) and the run stops.
+async fn raced(
     stop: &mut impl StopSignal,
     signalled: &mut bool,
+    told: impl std::future::Future<Output = Result<Control>>,
 ) -> Result<Control> {
-    for s in batch {
-        *latest_ns = (*latest_ns).max(s.ts_ns);
-        analysis.ingest(s);
-    }
     tokio::select! {
         biased;
         () = stop.wait() => {
             *signalled = true;
             Ok(Control::Stop)
         }
-        control = front.on_batch(analysis, batch) => control,
+        control = told => control,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -227,23 +227,11 @@ impl EventSource for FeedSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::schema::ActionKind;
     use crate::test_support::feed;
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn actions_polled_from_the_host_come_between_the_sources_items() {
-        let action = ActionRecord {
-            ts_ns: 5,
-            action: ActionKind::Undo,
-            netns: 4026532001,
-            target: "ip netns cct-1".into(),
-            cc: "bbr".into(),
-            default_before: "bbr".into(),
-            default_after: "cubic".into(),
-            switched: Vec::new(),
-            sysctls: Vec::new(),
-            messages: Vec::new(),
-        };
+        let action = feed::undo_action();
         let mut inner = FeedSource::new((0..3).map(feed::batch).collect());
         let mut polls = 0;
         let once = action.clone();

@@ -1,40 +1,30 @@
 //! Live tracing, `cctrace record`, `cctrace serve` and the demo: the kernel source started
-//! with the filter and deep mode asked for, the recorder and the metrics set up, and the front
-//! end (the terminal UI, JSON Lines or nothing) run in the one stack through the pipeline.
+//! with the filter and deep mode asked for, the recorder and the metrics set up; the front end
+//! (the terminal UI, JSON Lines or nothing) then runs over it ([`super::show`]).
 
-use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::lines::{recorded_line, summary_line};
-use super::replay::replay;
+use super::demo::{Demo, DemoOptions};
 use super::settings::{container_files, diagnosis_config, filter_spec};
+use super::show::{show, Front, Shown};
+use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterSpec, ResolvedFilter};
 use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
-use crate::cli::{Cli, Command, DEFAULT_LISTEN};
-use crate::frontend::json::JsonOutput;
-use crate::frontend::line_writer::LineWriter;
-use crate::frontend::stack::{stack, Extras, Headless};
-use crate::kernel::filter::live::{FilterUpkeep, HostPaths, LiveFilter};
+use crate::cli::{Cli, DEFAULT_LISTEN};
+use crate::kernel::filter::live::{HostPaths, LiveFilter};
 use crate::kernel::{HookStatus, KernelOptions, KernelSource};
-use crate::pipeline::{self, PipelineOptions};
+use crate::metrics::{MetricsService, OtlpStatus};
+use crate::pipeline::PipelineOptions;
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::recording::{NewFile, RecordWriter, Recorder};
 use crate::signals::Shutdown;
-use crate::source::{ActionPoll, EventSource, WithHostActions};
-
-/// How often the host's fix journal is read for actions other cctrace processes took.
-const HOST_ACTIONS_EVERY: Duration = Duration::from_secs(1);
-
-/// The actions other cctrace processes take on the host from now on (`cctrace fix`, another
-/// terminal UI's `f` and `u`), read from the fix journal.
-fn host_actions() -> ActionPoll {
-    let mut journal = crate::fix::journal::Tail::from_now();
-    Box::new(move || journal.poll())
-}
+use crate::source::EventSource as _;
 
 /// The namespaces `--deep` works in: those `--netns` names, never the host's own.
 fn deep_namespaces(
@@ -174,47 +164,104 @@ fn recording_header(cli: &Cli, source: &KernelSource, spec: &FilterSpec, start: 
     }
 }
 
-pub(super) async fn run(cli: &Cli) -> Result<()> {
-    let record_path = match &cli.command {
-        Some(Command::Replay { file }) => return replay(cli, file).await,
-        Some(Command::Record { file }) => {
-            anyhow::ensure!(cli.record.is_none(), "`cctrace record FILE` records to FILE: --record is not needed");
-            Some(file.clone())
-        }
-        _ => cli.record.clone(),
-    };
-    let headless = matches!(cli.command, Some(Command::Record { .. } | Command::Serve));
-    let listen = match cli.command {
-        Some(Command::Serve) if cli.otlp.is_none() => Some(cli.listen.unwrap_or(DEFAULT_LISTEN)),
-        _ => cli.listen,
-    };
-    if let Some(addr) = listen {
-        crate::metrics::check_listen(addr, cli.allow_non_loopback)?;
+/// What the command asks of a live run: `cctrace` (the terminal UI or JSON Lines), `cctrace
+/// record`, `cctrace serve`, `cctrace demo`.
+pub(super) struct LiveRun<'c> {
+    /// Where the run is recorded.
+    record: Option<PathBuf>,
+    /// Nothing owns the terminal (`record`, `serve`): a few lines on stderr say what runs.
+    headless: bool,
+    /// Where the metrics are served.
+    listen: Option<SocketAddr>,
+    demo: Option<&'c DemoOptions>,
+}
+
+impl<'c> LiveRun<'c> {
+    /// `cctrace` and `cctrace demo`: the terminal UI, or JSON Lines.
+    pub(super) fn trace(cli: &Cli, demo: Option<&'c DemoOptions>) -> Self {
+        Self { record: cli.record.clone(), headless: false, listen: cli.listen, demo }
     }
-    anyhow::ensure!(
-        !cli.anonymize || record_path.is_some(),
-        "--anonymize applies to what is recorded (--record FILE, cctrace record), exported or reported"
-    );
-    // A path that cannot be recorded to fails before anything is set up.
-    let new_file = record_path.as_deref().map(NewFile::create).transpose()?;
+
+    /// `cctrace record FILE`.
+    pub(super) fn record(cli: &Cli, file: &Path) -> Result<Self> {
+        anyhow::ensure!(cli.record.is_none(), "`cctrace record FILE` records to FILE: --record is not needed");
+        Ok(Self { record: Some(file.to_path_buf()), headless: true, listen: cli.listen, demo: None })
+    }
+
+    /// `cctrace serve`: metrics at the default address unless only OTLP was asked for.
+    pub(super) fn serve(cli: &Cli) -> Self {
+        let listen = if cli.otlp.is_none() { Some(cli.listen.unwrap_or(DEFAULT_LISTEN)) } else { cli.listen };
+        Self { record: cli.record.clone(), headless: true, listen, demo: None }
+    }
+
+    /// What fails before anything is set up: the metrics address, `--anonymize` without a
+    /// recording, a path that cannot be recorded to.
+    fn check(&self, cli: &Cli) -> Result<Option<NewFile>> {
+        if let Some(addr) = self.listen {
+            crate::metrics::check_listen(addr, cli.allow_non_loopback)?;
+        }
+        anyhow::ensure!(
+            !cli.anonymize || self.record.is_some(),
+            "--anonymize applies to what is recorded (--record FILE, cctrace record), exported or reported"
+        );
+        self.record.as_deref().map(NewFile::create).transpose()
+    }
+}
+
+/// The live source with everything set up around it, ready to run a front end on.
+pub(super) struct Traced {
+    pub(super) source: KernelSource,
+    pub(super) spec: FilterSpec,
+    pub(super) live_filter: Option<LiveFilter>,
+    pub(super) env: Environment,
+    pub(super) metrics: Option<MetricsService>,
+    pub(super) serving: Option<SocketAddr>,
+    pub(super) otlp: Option<OtlpStatus>,
+}
+
+/// Trace live as `what` asks until a stop; the front end is chosen from the command line and
+/// the terminal.
+pub(super) async fn run(cli: &Cli, what: LiveRun<'_>) -> Result<()> {
+    let new_file = what.check(cli)?;
     // The one start both the JSON times and the recording's header derive from.
     let start = crate::clock::start_instants();
     let mut shutdown = Shutdown::install()?;
-    // The demo's containers exist before the host is read, so `--container jellyfin` names one.
-    #[cfg(feature = "demo")]
-    let mut demo_containers = match &cli.command {
-        Some(Command::Demo { .. }) => Some(crate::demo::DemoContainers::create()?),
-        _ => None,
+    // The demo's lab lives as long as this function: its Drop removes it on every exit path.
+    let mut demo = Demo::containers(what.demo)?;
+    let front = Front::of(cli, what.headless);
+    let mut traced = assemble(cli, &what, &demo, start, front).await?;
+    demo.start_lab(cli)?;
+    let mut analysis = Analysis::new(TableConfig::default(), diagnosis_config(cli), std::mem::take(&mut traced.env))
+        .with_env_refresh(Some(crate::host::environment))
+        .with_route_reader(Some(crate::host::tunnels::read_routes));
+    let pipeline_opts = PipelineOptions {
+        tick: Duration::from_millis(cli.interval),
+        duration: cli.duration,
+        ..PipelineOptions::default()
     };
-    #[allow(unused_mut)] // the demo adds its own container files
-    let mut files = container_files(cli);
-    #[cfg(feature = "demo")]
-    if let Some(c) = &demo_containers {
-        files.docker_root = c.docker_root();
-        files.pve_lxc = c.pve_lxc_dir();
+    let tick = if front == Front::Tui { crate::tui::TuiOptions::default().frame_interval } else { pipeline_opts.tick };
+    let recorder = new_file.map(|file| recorder(cli, file, &traced, start, tick)).transpose()?;
+    let shown = Shown { front, demo: demo.description(), start, pipeline_opts };
+    let result = show(cli, &shown, &mut traced, &mut analysis, recorder, &mut shutdown).await;
+    if let Some(c) = traced.source.deep_counters() {
+        eprintln!(
+            "cctrace: deep mode: {} decision events received, {} lost in the kernel (ring buffer full), {} undecodable",
+            c.received, c.lost, c.decode_errors
+        );
     }
+    // The programs detach before the demo's lab goes (at the end of this function).
+    drop(traced);
+    result
+}
+
+/// The host read, the filter resolved, the metrics set up and the kernel source started (deep
+/// mode's twins too): everything fails fast before anything is attached that can.
+async fn assemble(cli: &Cli, what: &LiveRun<'_>, demo: &Demo<'_>, start: (u64, u64), front: Front) -> Result<Traced> {
     // One resolver for the host facts and the filter, with the roots chosen above.
-    crate::cgroups::set_system_resolver(CgroupResolver::new(cgroup2_mount(), files));
+    crate::cgroups::set_system_resolver(CgroupResolver::new(
+        cgroup2_mount(),
+        demo.container_files(container_files(cli)),
+    ));
     // A filter term that names nothing is an error before anything is attached.
     let env = crate::host::environment();
     let spec = filter_spec(cli);
@@ -222,32 +269,17 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
     let resolved = resolve(&spec, &env, &host_paths)?;
     // The port is taken and the collector's address checked before anything is attached: a
     // port in use or a bad endpoint fails fast.
-    let json = !headless && (cli.json || !std::io::stdout().is_terminal());
-    let otlp = otlp_export(cli, start, json || headless)?;
-    let otlp_status = otlp.as_ref().map(crate::metrics::OtlpExport::status);
-    let metrics_config = crate::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
-    let mut metrics = match listen {
-        Some(addr) => Some(crate::metrics::MetricsService::start(addr, metrics_config, Vec::new()).await?),
-        None => otlp.is_some().then(|| crate::metrics::MetricsService::without_server(metrics_config, Vec::new())),
-    };
-    if let (Some(m), Some(otlp)) = (&mut metrics, otlp) {
-        m.set_otlp(otlp);
-    }
+    let (mut metrics, otlp) = metrics(cli, what.listen, start, front.says_on_stderr()).await?;
     // Attach first so the demo's connections are seen from their first packet.
     let deep_namespaces = if cli.deep {
         Some(deep_namespaces(&resolved, &env)?)
     } else {
-        // A killed --deep run leaves flows on its unregistered twins: any next start puts them back.
-        match crate::kernel::deep::session::restore_if_left() {
-            Ok(0) => {}
-            Ok(n) => eprintln!("cctrace: {}", crate::kernel::deep::session::restored_line(n)),
-            Err(e) => eprintln!("cctrace: flows a killed cctrace --deep left on its twins stay there: {e:#}"),
-        }
+        restore_deep_left();
         None
     };
     let mut source = start_kernel(cli, resolved)?;
-    if let Some(e) = &mut metrics {
-        e.set_hooks(
+    if let Some(m) = &mut metrics {
+        m.set_hooks(
             source
                 .info()
                 .hooks
@@ -257,148 +289,53 @@ pub(super) async fn run(cli: &Cli) -> Result<()> {
             crate::kernel::hook_cost::reader(source.hook_programs()),
         );
     }
-    let serving = metrics.as_ref().and_then(crate::metrics::MetricsService::local_addr);
+    let serving = metrics.as_ref().and_then(MetricsService::local_addr);
     if let Some(namespaces) = deep_namespaces {
         start_deep(&mut source, namespaces)?;
     }
     let live_filter = source.take_filter().map(|k| LiveFilter::new(k, spec.clone(), host_paths));
-    // The demo lab exists only while this function runs: its Drop removes the namespaces on
-    // every exit path (end of --duration, Ctrl-C, SIGTERM, an error below).
-    #[cfg(feature = "demo")]
-    let demo = match (&cli.command, demo_containers.as_mut()) {
-        (Some(Command::Demo { opts }), Some(containers)) => {
-            Some(crate::demo::DemoLab::start(opts, cli.duration.unwrap_or(cctrace_lab::MAX_DURATION), containers)?)
-        }
-        _ => None,
-    };
-    #[cfg(feature = "demo")]
-    let demo_description = demo.as_ref().map(|d| d.description.clone());
-    #[cfg(not(feature = "demo"))]
-    let demo_description: Option<String> = None;
+    Ok(Traced { source, spec, live_filter, env, metrics, serving, otlp })
+}
 
-    let mut analysis = Analysis::new(TableConfig::default(), diagnosis_config(cli), env)
-        .with_env_refresh(Some(crate::host::environment))
-        .with_route_reader(Some(crate::host::tunnels::read_routes));
-    let pipeline_opts = PipelineOptions {
-        tick: Duration::from_millis(cli.interval),
-        duration: cli.duration,
-        ..PipelineOptions::default()
-    };
-    let tick = if json || headless { pipeline_opts.tick } else { crate::tui::TuiOptions::default().frame_interval };
-    let recorder = match new_file {
-        Some(file) => {
-            let mut header = recording_header(cli, &source, &spec, start, tick);
-            let mut anonymizer = cli.anonymize.then(crate::recording::anonymize::Anonymizer::default);
-            if let Some(a) = &mut anonymizer {
-                header.anonymized = true;
-                if let Entry::Header(h) = a.entry(Entry::Header(header.clone())) {
-                    header = h;
-                }
-            }
-            Some(Recorder::new(RecordWriter::start(file, &header)?).with_anonymizer(anonymizer))
-        }
-        None => None,
-    };
-    let recording = recorder.as_ref().map(Recorder::status);
-    let result = if json || headless {
-        if spec.is_empty() {
-            eprintln!("cctrace: tracing TCP in all network namespaces ({})", source.describe());
-        } else {
-            eprintln!("cctrace: tracing TCP flows of {} ({})", spec.describe().join(" "), source.describe());
-        }
-        if let Some(d) = &demo_description {
-            eprintln!("cctrace: {d}");
-        }
-        if let Some(r) = &recording {
-            eprintln!("cctrace: recording to {}", r.path().display());
-        }
-        if let Some(addr) = serving {
-            eprintln!("cctrace: serving metrics at http://{addr}/metrics");
-        }
-        if let Some(otlp) = &cli.otlp {
-            eprintln!(
-                "cctrace: exporting to the OTLP collector at {otlp}: metrics every {} s, events as they happen",
-                cli.otlp_interval.as_secs()
-            );
-        }
-        let filter = live_filter.context("the filter maps are missing")?;
-        let clock = crate::clock::monotonic_now_ns;
-        let extras = Extras { job: Some(FilterUpkeep(filter)), recorder, metrics };
-        let summary = if headless {
-            let mut front = stack(Headless, extras);
-            let mut source = WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY);
-            pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
-        } else {
-            let out = LineWriter::spawn(Box::new(std::io::stdout()));
-            let json = JsonOutput::new(out, crate::analysis::time::WallClock::from_start(start.0, start.1), cli.events);
-            let mut front = stack(json, extras);
-            let mut source = WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY);
-            pipeline::run(&mut source, &mut analysis, &mut front, &pipeline_opts, clock, &mut shutdown).await
-        };
-        if let Some(r) = &recording {
-            eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
-        }
-        if let Some(o) = &otlp_status {
-            eprintln!("{}", o.line());
-        }
-        summary.map(drop)
-    } else {
-        // Where the metrics are, before the demo's long description the header may cut short.
-        let mut described = source.describe();
-        if let Some(addr) = serving {
-            described.push_str(&format!(" · metrics on http://{addr}/metrics"));
-        }
-        if let Some(otlp) = &cli.otlp {
-            described.push_str(&format!(" · OTLP to {otlp}"));
-        }
-        if let Some(d) = &demo_description {
-            described.push_str(&format!(" · {d}"));
-        }
-        let mut header =
-            crate::tui::HeaderInfo::live(crate::host::hostname(), crate::host::kernel_release(), described);
-        header.filters = spec.describe();
-        let opts = crate::tui::TuiOptions::default();
-        // The filter in force is shared: the prompt (F) changes it, and the same upkeep as in
-        // the other modes keeps it following the host beside the UI.
-        let upkeep = live_filter.clone().map(FilterUpkeep);
-        let filter = live_filter.map(|f| Box::new(f) as crate::tui::FilterControlBox);
-        // `f` and `u` change the host through the same code as `cctrace fix`.
-        let fixer = Some(Box::<crate::fix::HostFixer>::default() as crate::tui::FixControlBox);
-        let summary = crate::tui::run(
-            &mut WithHostActions::new(&mut source, host_actions(), HOST_ACTIONS_EVERY),
-            &mut analysis,
-            header,
-            &opts,
-            pipeline_opts,
-            filter,
-            fixer,
-            Extras { job: upkeep, recorder, metrics },
-            None,
-            &mut shutdown,
-        )
-        .await;
-        if let Ok(s) = &summary {
-            eprintln!("{}", summary_line(s));
-        }
-        if let Some(r) = &recording {
-            eprintln!("{}", recorded_line(r, summary.as_ref().ok()));
-        }
-        if let Some(o) = &otlp_status {
-            eprintln!("{}", o.line());
-        }
-        summary.map(drop)
-    };
-    if let Some(c) = source.deep_counters() {
-        eprintln!(
-            "cctrace: deep mode: {} decision events received, {} lost in the kernel (ring buffer full), {} undecodable",
-            c.received, c.lost, c.decode_errors
-        );
+/// A killed --deep run leaves flows on its unregistered twins: any next start puts them back.
+fn restore_deep_left() {
+    match crate::kernel::deep::session::restore_if_left() {
+        Ok(0) => {}
+        Ok(n) => eprintln!("cctrace: {}", crate::kernel::deep::session::restored_line(n)),
+        Err(e) => eprintln!("cctrace: flows a killed cctrace --deep left on its twins stay there: {e:#}"),
     }
-    drop(source);
-    #[cfg(feature = "demo")]
-    {
-        drop(demo);
-        drop(demo_containers);
+}
+
+/// The metrics service (serving at `listen`, or only feeding the OTLP export) and the OTLP
+/// export's status, for the line that ends the run.
+async fn metrics(
+    cli: &Cli,
+    listen: Option<SocketAddr>,
+    start: (u64, u64),
+    on_stderr: bool,
+) -> Result<(Option<MetricsService>, Option<OtlpStatus>)> {
+    let otlp = otlp_export(cli, start, on_stderr)?;
+    let status = otlp.as_ref().map(crate::metrics::OtlpExport::status);
+    let config = crate::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
+    let mut metrics = match listen {
+        Some(addr) => Some(MetricsService::start(addr, config, Vec::new()).await?),
+        None => otlp.is_some().then(|| MetricsService::without_server(config, Vec::new())),
+    };
+    if let (Some(m), Some(otlp)) = (&mut metrics, otlp) {
+        m.set_otlp(otlp);
     }
-    result
+    Ok((metrics, status))
+}
+
+/// The recorder writing to `file`, its header first (anonymized when asked).
+fn recorder(cli: &Cli, file: NewFile, traced: &Traced, start: (u64, u64), tick: Duration) -> Result<Recorder> {
+    let mut header = recording_header(cli, &traced.source, &traced.spec, start, tick);
+    let mut anonymizer = cli.anonymize.then(crate::recording::anonymize::Anonymizer::default);
+    if let Some(a) = &mut anonymizer {
+        header.anonymized = true;
+        if let Entry::Header(h) = a.entry(Entry::Header(header.clone())) {
+            header = h;
+        }
+    }
+    Ok(Recorder::new(RecordWriter::start(file, &header)?).with_anonymizer(anonymizer))
 }

@@ -64,24 +64,13 @@ pub(super) async fn replay(cli: &Cli, file: &std::path::Path) -> Result<()> {
             recording: None,
             filters: h.filters.clone(),
         };
-        let opts = crate::tui::TuiOptions::default();
         // At the recorded pace, with the playback keys.
         let mut paced = PacedRecording::open(file)?;
-        let player = Some(paced.player());
-        let result = crate::tui::run(
-            &mut paced,
-            &mut analysis,
-            header,
-            &opts,
-            pipeline_opts,
-            None,
-            None,
-            Extras::<NoJob>::default(),
-            player,
-            &mut shutdown,
-        )
-        .await
-        .map(|summary| eprintln!("{}", summary_line(&summary)));
+        let mut ui = crate::tui::TuiRun::new(header, pipeline_opts, Extras::<NoJob>::default());
+        ui.player = Some(paced.player());
+        let result = crate::tui::run(&mut paced, &mut analysis, ui, &mut shutdown)
+            .await
+            .map(|summary| eprintln!("{}", summary_line(&summary)));
         (result, paced.source().truncated())
     };
     if let Some(at) = truncated {

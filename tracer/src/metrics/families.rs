@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use crate::metrics::model::{Delivery, FlaggedSeries, GroupKey, Snapshot};
+use crate::metrics::model::{Delivery, ExportCounts, FlaggedSeries, GroupKey, Health, Snapshot};
 
 /// How a family's values behave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,10 +132,34 @@ fn hook_label(name: &str) -> Vec<(&'static str, Cow<'_, str>)> {
 /// Every family of `snap`, in the order the exposition lists them.
 pub fn families(snap: &Snapshot) -> Vec<Family<'_>> {
     let flows = Unit::Count("{flow}");
+    let mut out = group_families(snap);
+    out.extend(flagged_flow_families(snap));
+    out.push(single(
+        "cctrace_flagged_flows_folded",
+        "Flagged flows beyond the top N, without series of their own",
+        flows,
+        Kind::Gauge,
+        Value::Int(snap.flagged_folded),
+    ));
+    out.push(single(
+        "cctrace_overflow_flows",
+        "Flows counted in the overflow group (container=\"_other\") because the group limit was reached",
+        flows,
+        Kind::Counter,
+        Value::Int(snap.overflow_flows),
+    ));
+    out.extend(health(snap));
+    out
+}
+
+/// The families with a series per group (container, namespace, congestion control), and the
+/// flows by what limits them.
+fn group_families(snap: &Snapshot) -> Vec<Family<'_>> {
+    let flows = Unit::Count("{flow}");
     let per_group = |f: &dyn Fn(&crate::metrics::model::GroupSeries) -> Value| -> Vec<Point<'_>> {
         snap.groups.iter().map(|g| Point { labels: group_labels(&g.key), value: f(g) }).collect()
     };
-    let mut out = vec![
+    vec![
         family("cctrace_flows", "Open TCP flows", flows, Kind::Gauge, per_group(&|g| Value::Int(g.flows))),
         family(
             "cctrace_heavy_flows",
@@ -196,7 +220,11 @@ pub fn families(snap: &Snapshot) -> Vec<Family<'_>> {
                 .map(|(l, n)| Point { labels: vec![("limited_by", Cow::Borrowed(l.name()))], value: Value::Int(*n) })
                 .collect(),
         ),
-    ];
+    ]
+}
+
+/// The gauges of the top flagged flows, a series per flow.
+fn flagged_flow_families(snap: &Snapshot) -> Vec<Family<'_>> {
     let per_flow: [FlowGauge; 5] = [
         ("cctrace_flagged_flow_goodput", "A top flagged flow's goodput", Unit::BytesPerSecond, |f| f.goodput_bps / 8.0),
         ("cctrace_flagged_flow_rtt", "A top flagged flow's smoothed RTT", Unit::Seconds, |f| f.srtt_seconds),
@@ -214,42 +242,53 @@ pub fn families(snap: &Snapshot) -> Vec<Family<'_>> {
             |f| f.headroom_bps / 8.0,
         ),
     ];
-    for (base, help, unit, value) in per_flow {
-        let points = snap
-            .flagged
-            .iter()
-            .map(|f| {
-                let mut labels = group_labels(&f.key);
-                labels.push(("flow", Cow::Borrowed(f.flow.as_str())));
-                Point { labels, value: Value::Float(value(f)) }
-            })
-            .collect();
-        out.push(family(base, help, unit, Kind::Gauge, points));
-    }
-    out.push(single(
-        "cctrace_flagged_flows_folded",
-        "Flagged flows beyond the top N, without series of their own",
-        flows,
-        Kind::Gauge,
-        Value::Int(snap.flagged_folded),
-    ));
-    out.push(single(
-        "cctrace_overflow_flows",
-        "Flows counted in the overflow group (container=\"_other\") because the group limit was reached",
-        flows,
-        Kind::Counter,
-        Value::Int(snap.overflow_flows),
-    ));
-    out.extend(health(snap));
-    out
+    per_flow
+        .into_iter()
+        .map(|(base, help, unit, value)| {
+            let points = snap
+                .flagged
+                .iter()
+                .map(|f| {
+                    let mut labels = group_labels(&f.key);
+                    labels.push(("flow", Cow::Borrowed(f.flow.as_str())));
+                    Point { labels, value: Value::Float(value(f)) }
+                })
+                .collect();
+            family(base, help, unit, Kind::Gauge, points)
+        })
+        .collect()
 }
 
 /// The tracer's own health: the source's counters, the flow table, the hooks, the OTLP export.
 fn health(snap: &Snapshot) -> Vec<Family<'_>> {
     let h = &snap.health;
+    let mut out = source_families(h);
+    out.push(single(
+        "cctrace_flows_tracked",
+        "Flows in the flow table, open and lingering closed",
+        Unit::Count("{flow}"),
+        Kind::Gauge,
+        Value::Int(h.flows_tracked),
+    ));
+    out.extend(hook_families(h));
+    if let Some(otlp) = &h.otlp {
+        out.extend(otlp_families(otlp));
+    }
+    out.push(family(
+        "cctrace_build",
+        "The running cctrace",
+        Unit::Info,
+        Kind::Gauge,
+        vec![Point { labels: vec![("version", Cow::Borrowed(env!("CARGO_PKG_VERSION")))], value: Value::Int(1) }],
+    ));
+    out
+}
+
+/// The source's counters and the flow table's evictions, one series each.
+fn source_families(h: &Health) -> Vec<Family<'static>> {
     let c = &h.counters;
     let samples = Unit::Count("{sample}");
-    let mut out: Vec<Family> = [
+    [
         ("cctrace_events_received", "Kernel samples delivered to the analysis", samples, c.received),
         ("cctrace_events_lost", "Kernel samples lost because the ring buffer was full", samples, c.lost),
         (
@@ -286,55 +325,56 @@ fn health(snap: &Snapshot) -> Vec<Family<'_>> {
     ]
     .into_iter()
     .map(|(base, help, unit, value)| single(base, help, unit, Kind::Counter, Value::Int(value)))
-    .collect();
-    out.push(single(
-        "cctrace_flows_tracked",
-        "Flows in the flow table, open and lingering closed",
-        Unit::Count("{flow}"),
-        Kind::Gauge,
-        Value::Int(h.flows_tracked),
-    ));
-    out.push(family(
-        "cctrace_hook_attached",
-        "Whether each kernel hook is attached (1) or disabled (0)",
-        Unit::Count("{hook}"),
-        Kind::Gauge,
-        h.hooks
-            .iter()
-            .map(|(name, on)| Point { labels: hook_label(name), value: Value::Int(u64::from(*on)) })
-            .collect(),
-    ));
-    out.push(family(
-        "cctrace_hook_runs",
-        "Runs of each hook's program (counted while kernel.bpf_stats_enabled is on)",
-        Unit::Count("{run}"),
-        Kind::Counter,
-        h.hook_costs.iter().map(|c| Point { labels: hook_label(&c.hook), value: Value::Int(c.runs) }).collect(),
-    ));
-    out.push(family(
-        "cctrace_hook_run",
-        "Time spent in each hook's program (counted while kernel.bpf_stats_enabled is on)",
-        Unit::Seconds,
-        Kind::Counter,
-        h.hook_costs
-            .iter()
-            .map(|c| Point { labels: hook_label(&c.hook), value: Value::Float(c.run_ns as f64 / 1e9) })
-            .collect(),
-    ));
-    if let Some(otlp) = &h.otlp {
-        let what: [(&str, &str, Count); 2] = [
-            (
-                "cctrace_otlp_exported",
-                "Data points (metrics) and log records (events) the OTLP collector accepted",
-                |d| d.sent,
-            ),
-            (
-                "cctrace_otlp_dropped",
-                "Data points and log records not delivered to the OTLP collector (queue full, too old, refused)",
-                |d| d.dropped,
-            ),
-        ];
-        for (base, help, count) in what {
+    .collect()
+}
+
+/// Each kernel hook: attached or not, its program's runs and their time.
+fn hook_families(h: &Health) -> Vec<Family<'_>> {
+    vec![
+        family(
+            "cctrace_hook_attached",
+            "Whether each kernel hook is attached (1) or disabled (0)",
+            Unit::Count("{hook}"),
+            Kind::Gauge,
+            h.hooks
+                .iter()
+                .map(|(name, on)| Point { labels: hook_label(name), value: Value::Int(u64::from(*on)) })
+                .collect(),
+        ),
+        family(
+            "cctrace_hook_runs",
+            "Runs of each hook's program (counted while kernel.bpf_stats_enabled is on)",
+            Unit::Count("{run}"),
+            Kind::Counter,
+            h.hook_costs.iter().map(|c| Point { labels: hook_label(&c.hook), value: Value::Int(c.runs) }).collect(),
+        ),
+        family(
+            "cctrace_hook_run",
+            "Time spent in each hook's program (counted while kernel.bpf_stats_enabled is on)",
+            Unit::Seconds,
+            Kind::Counter,
+            h.hook_costs
+                .iter()
+                .map(|c| Point { labels: hook_label(&c.hook), value: Value::Float(c.run_ns as f64 / 1e9) })
+                .collect(),
+        ),
+    ]
+}
+
+/// What the OTLP collector accepted and what was not delivered, per signal.
+fn otlp_families(otlp: &ExportCounts) -> Vec<Family<'static>> {
+    let what: [(&str, &str, Count); 2] = [
+        ("cctrace_otlp_exported", "Data points (metrics) and log records (events) the OTLP collector accepted", |d| {
+            d.sent
+        }),
+        (
+            "cctrace_otlp_dropped",
+            "Data points and log records not delivered to the OTLP collector (queue full, too old, refused)",
+            |d| d.dropped,
+        ),
+    ];
+    what.into_iter()
+        .map(|(base, help, count)| {
             let points = [("metrics", &otlp.metric_points), ("logs", &otlp.log_records)]
                 .into_iter()
                 .map(|(signal, d)| Point {
@@ -342,15 +382,7 @@ fn health(snap: &Snapshot) -> Vec<Family<'_>> {
                     value: Value::Int(count(d)),
                 })
                 .collect();
-            out.push(family(base, help, Unit::Count("{item}"), Kind::Counter, points));
-        }
-    }
-    out.push(family(
-        "cctrace_build",
-        "The running cctrace",
-        Unit::Info,
-        Kind::Gauge,
-        vec![Point { labels: vec![("version", Cow::Borrowed(env!("CARGO_PKG_VERSION")))], value: Value::Int(1) }],
-    ));
-    out
+            family(base, help, Unit::Count("{item}"), Kind::Counter, points)
+        })
+        .collect()
 }

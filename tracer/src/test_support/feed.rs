@@ -362,3 +362,20 @@ pub(crate) fn batch(tick: u64) -> Vec<Sample> {
 pub(crate) fn light_batch(tick: u64) -> Vec<Sample> {
     vec![ssh(tick)]
 }
+
+/// An undo cctrace did to namespace 4026532001 (bbr back to cubic), as a recording or the fix
+/// journal says.
+pub(crate) fn undo_action() -> ActionRecord {
+    ActionRecord {
+        ts_ns: 5,
+        action: ActionKind::Undo,
+        netns: 4026532001,
+        target: "ip netns cct-1".into(),
+        cc: "bbr".into(),
+        default_before: "bbr".into(),
+        default_after: "cubic".into(),
+        switched: Vec::new(),
+        sysctls: Vec::new(),
+        messages: Vec::new(),
+    }
+}

@@ -352,26 +352,51 @@ where
     }
 }
 
-/// Take over the terminal and show `source` live until q, Ctrl-C, `--duration` or `stop`
-/// (SIGTERM); `kernel_filter` lets the user change the kernel filter (`F`); `extras` run
-/// around the UI in the one front-end stack (the recorder, which the header shows, and the
-/// metrics service). The terminal is restored
-/// before this returns, also on error, so the caller may print the summary it returns.
-#[allow(clippy::too_many_arguments)] // one call site, each argument a different concern
+/// What the terminal UI runs with, besides its source and analysis.
+pub struct TuiRun<J> {
+    /// What the header says: the host, the source, the filter.
+    pub header: HeaderInfo,
+    pub options: TuiOptions,
+    /// A replay's (scripted) ticks, `--duration`; live, the frame interval is the tick.
+    pub pipeline: PipelineOptions,
+    /// Lets the user change the kernel filter (`F`).
+    pub kernel_filter: Option<FilterControlBox>,
+    /// Lets `f` and `u` apply and undo the fix.
+    pub fixer: Option<FixControlBox>,
+    /// What runs around the UI in the one front-end stack: the recorder (which the header
+    /// shows) and the metrics service.
+    pub extras: Extras<J>,
+    /// Moves a replayed recording's playback (the replay keys).
+    pub player: Option<crate::recording::player::Player>,
+}
+
+impl<J> TuiRun<J> {
+    /// The default options, no kernel filter to change, no fix, no playback.
+    pub fn new(header: HeaderInfo, pipeline: PipelineOptions, extras: Extras<J>) -> Self {
+        Self {
+            header,
+            options: TuiOptions::default(),
+            pipeline,
+            kernel_filter: None,
+            fixer: None,
+            extras,
+            player: None,
+        }
+    }
+}
+
+/// Take over the terminal and show `source` until q, Ctrl-C, `--duration` or `stop`
+/// (SIGTERM), as `ui` says. The terminal is restored before this returns, also on error, so
+/// the caller may print the summary it returns.
 pub async fn run<J: SideJob>(
     source: &mut dyn EventSource,
     analysis: &mut Analysis,
-    header: HeaderInfo,
-    opts: &TuiOptions,
-    pipeline_opts: PipelineOptions,
-    kernel_filter: Option<FilterControlBox>,
-    fixer: Option<FixControlBox>,
-    extras: Extras<J>,
-    player: Option<crate::recording::player::Player>,
+    ui: TuiRun<J>,
     stop: &mut impl StopSignal,
 ) -> Result<SummaryRecord> {
+    let TuiRun { header, options, pipeline, kernel_filter, fixer, extras, player } = ui;
     let mut guard = terminal::TerminalGuard::enter()?;
-    let state = AppState::new(header).with_show_all(opts.show_all);
+    let state = AppState::new(header).with_show_all(options.show_all);
     let status = extras.recorder.as_ref().map(crate::recording::Recorder::status);
     let tui = TuiFrontEnd::new(guard.terminal(), EventStream::new(), state, kernel_filter)
         .with_recording(status)
@@ -379,13 +404,9 @@ pub async fn run<J: SideJob>(
         .with_player(player);
     let mut front = stack(tui, extras);
     // A replay ticks where the recording did; live, a frame is drawn at every tick.
-    let pipeline_opts = if pipeline_opts.scripted {
-        pipeline_opts
-    } else {
-        PipelineOptions { tick: opts.frame_interval, ..pipeline_opts }
-    };
-    let result =
-        pipeline::run(source, analysis, &mut front, &pipeline_opts, crate::clock::monotonic_now_ns, stop).await;
+    let pipeline =
+        if pipeline.scripted { pipeline } else { PipelineOptions { tick: options.frame_interval, ..pipeline } };
+    let result = pipeline::run(source, analysis, &mut front, &pipeline, crate::clock::monotonic_now_ns, stop).await;
     drop(front);
     let restored = guard.leave();
     let summary = result?;

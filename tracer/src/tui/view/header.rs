@@ -13,15 +13,53 @@ use crate::tui::state::AppState;
 
 const SEP: &str = " │ ";
 
+/// Parts of a line, each with the priority it is dropped by when the line is short (a
+/// higher number goes first; 0 stays).
+type Parts = Vec<(u8, Vec<Span<'static>>)>;
+
 pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     let [line1, line2] = Layout::vertical([Constraint::Length(1); 2]).areas(area);
-    let h = &state.header;
-    let sep = || Span::styled(SEP, dim());
+    render_title(state, area.width, line1, buf);
+    render_counters(state, line2, buf);
+}
 
-    // Right side of line 1: status badges, always visible.
+/// Line 1: who and what is traced, the status badges at the right (always visible).
+fn render_title(state: &AppState, screen_width: u16, line1: Rect, buf: &mut Buffer) {
+    let badges = badges(state, screen_width);
+    let badge_width = u16::try_from(badges.width()).unwrap_or(u16::MAX).min(line1.width);
+    let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(badge_width)]).areas(line1);
+    let h = &state.header;
+    let mut source = h.source.clone();
+    if state.source_ended() {
+        source.push_str(" (ended)");
+    }
+    // The source's description is the long part: it ends at a word, never in one; on a narrow
+    // screen the kernel release and then the host name make room for its start.
+    let mut fixed: Parts = vec![
+        (0, vec![Span::styled("cctrace", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD))]),
+        (2, vec![Span::raw(h.host.clone())]),
+        (3, vec![Span::raw(format!("Linux {}", h.kernel))]),
+    ];
+    let want = Span::raw(source.as_str()).width().min(24);
+    for prio in [3, 2] {
+        if parts_width(&fixed) + SEP.chars().count() + want <= usize::from(left.width) {
+            break;
+        }
+        fixed.retain(|(p, _)| *p != prio);
+    }
+    let mut spans = joined(fixed);
+    spans.push(Span::styled(SEP, dim()));
+    let used: usize = spans.iter().map(Span::width).sum();
+    spans.push(Span::raw(fit_words(&source, usize::from(left.width).saturating_sub(used))));
+    Line::from(spans).render(left, buf);
+    badges.render(right, buf);
+}
+
+/// Recording, playback and pause badges.
+fn badges(state: &AppState, screen_width: u16) -> Line<'static> {
     let mut badges = Vec::new();
-    if let Some(rec) = &h.recording {
-        let room = usize::from(area.width / 3).saturating_sub(4);
+    if let Some(rec) = &state.header.recording {
+        let room = usize::from(screen_width / 3).saturating_sub(4);
         badges.push(Span::styled(
             format!(" ● {} ", format::truncate(rec, room)),
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
@@ -39,60 +77,35 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
             Style::new().fg(Color::Black).bg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
     }
-    let badges = Line::from(badges);
-    let badge_width = u16::try_from(badges.width()).unwrap_or(u16::MAX).min(line1.width);
-    let [left, right] = Layout::horizontal([Constraint::Min(0), Constraint::Length(badge_width)]).areas(line1);
+    Line::from(badges)
+}
 
-    let mut source = h.source.clone();
-    if state.source_ended() {
-        source.push_str(" (ended)");
-    }
-    // The source's description is the long part: it ends at a word, never in one; on a narrow
-    // screen the kernel release and then the host name make room for its start.
-    let mut fixed: Vec<(u8, Span<'static>)> = vec![
-        (0, Span::styled("cctrace", Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD))),
-        (2, Span::raw(h.host.clone())),
-        (3, Span::raw(format!("Linux {}", h.kernel))),
-    ];
-    let sep_width = SEP.chars().count();
-    let fixed_width = |f: &[(u8, Span)]| f.iter().map(|(_, s)| s.width() + sep_width).sum::<usize>();
-    let want = Span::raw(source.as_str()).width().min(24);
-    for prio in [3, 2] {
-        if fixed_width(&fixed) + want <= usize::from(left.width) {
+/// Line 2: the counters, then the filters in force, which are never dropped: the other parts
+/// make room for them first (at least the first phrase), then they take what is left, whole
+/// phrases only.
+fn render_counters(state: &AppState, line2: Rect, buf: &mut Buffer) {
+    let mut parts = counter_parts(state);
+    let width = usize::from(line2.width);
+    let filters = state.active_filters();
+    let filter_min = filters.first().map_or(0, |f| "filter: ".len() + f.chars().count() + SEP.chars().count());
+    for prio in [5, 4, 3, 1] {
+        if parts_width(&parts) + filter_min <= width {
             break;
         }
-        fixed.retain(|(p, _)| *p != prio);
+        parts.retain(|(p, _)| *p != prio);
     }
-    let mut spans = Vec::new();
-    for (_, span) in fixed {
-        if !spans.is_empty() {
-            spans.push(sep());
-        }
-        spans.push(span);
+    if !filters.is_empty() {
+        let room = width.saturating_sub(parts_width(&parts) + SEP.chars().count());
+        parts.push((0, vec![Span::styled(fit_phrases(&filters, room), Style::new().fg(Color::Yellow))]));
     }
-    spans.push(sep());
-    let used: usize = spans.iter().map(Span::width).sum();
-    spans.push(Span::raw(fit_words(&source, usize::from(left.width).saturating_sub(used))));
-    Line::from(spans).render(left, buf);
-    badges.render(right, buf);
+    Line::from(joined(parts)).render(line2, buf);
+}
 
+/// The counters of line 2, dropped least useful first when the line is too narrow, so none
+/// is cut.
+fn counter_parts(state: &AppState) -> Parts {
     let c = &state.counters;
-    // Line 2 in parts, dropped least useful first when the line is too narrow, so none is cut.
-    let mut parts: Vec<(u8, Vec<Span<'static>>)> = Vec::new();
-    let mut flows = vec![Span::raw(format!("flows {}", state.snapshot.len()))];
-    let mut extra = format!(" ({} heavy", state.heavy_count);
-    if state.flagged_count > 0 {
-        flows.push(Span::raw(extra));
-        flows.push(Span::styled(
-            format!(", {} {FLAG_MARK}", state.flagged_count),
-            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
-        ));
-        extra = String::new();
-    }
-    extra.push(')');
-    flows.push(Span::raw(extra));
-    parts.push((0, flows));
-    parts.push((3, vec![Span::raw(format!("{:.0} ev/s", c.events_per_sec))]));
+    let mut parts: Parts = vec![(0, flow_counts(state)), (3, vec![Span::raw(format!("{:.0} ev/s", c.events_per_sec))])];
     let lost_style =
         if c.source.lost > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() };
     parts.push((1, vec![Span::styled(format!("lost {}", c.source.lost), lost_style)]));
@@ -114,33 +127,42 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         let cc: Vec<String> = state.cc_seen.iter().map(|(name, n)| format!("{name} {n}")).collect();
         parts.push((4, vec![Span::raw(format!("cc: {}", cc.join(", ")))]));
     }
-    let width = usize::from(line2.width);
-    let line_width = |parts: &[(u8, Vec<Span<'static>>)]| -> usize {
-        parts.iter().map(|(_, p)| p.iter().map(Span::width).sum::<usize>()).sum::<usize>()
-            + SEP.chars().count() * parts.len().saturating_sub(1)
-    };
-    let filters = state.active_filters();
-    // The filter is never dropped: the other parts make room for it first (at least its first
-    // phrase), then it takes what is left, whole phrases only.
-    let filter_min = filters.first().map_or(0, |f| "filter: ".len() + f.chars().count() + SEP.chars().count());
-    for prio in [5, 4, 3, 1] {
-        if line_width(&parts) + filter_min <= width {
-            break;
-        }
-        parts.retain(|(p, _)| *p != prio);
+    parts
+}
+
+/// `flows N (H heavy, F ⚑)`, the flagged count in red.
+fn flow_counts(state: &AppState) -> Vec<Span<'static>> {
+    let mut flows = vec![Span::raw(format!("flows {}", state.snapshot.len()))];
+    let mut extra = format!(" ({} heavy", state.heavy_count);
+    if state.flagged_count > 0 {
+        flows.push(Span::raw(extra));
+        flows.push(Span::styled(
+            format!(", {} {FLAG_MARK}", state.flagged_count),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+        extra = String::new();
     }
-    if !filters.is_empty() {
-        let room = width.saturating_sub(line_width(&parts) + SEP.chars().count());
-        parts.push((0, vec![Span::styled(fit_phrases(&filters, room), Style::new().fg(Color::Yellow))]));
-    }
+    extra.push(')');
+    flows.push(Span::raw(extra));
+    flows
+}
+
+/// The width of `parts` joined by separators.
+fn parts_width(parts: &Parts) -> usize {
+    parts.iter().map(|(_, p)| p.iter().map(Span::width).sum::<usize>()).sum::<usize>()
+        + SEP.chars().count() * parts.len().saturating_sub(1)
+}
+
+/// The spans of `parts`, separated.
+fn joined(parts: Parts) -> Vec<Span<'static>> {
     let mut spans = Vec::new();
     for (i, (_, part)) in parts.into_iter().enumerate() {
         if i > 0 {
-            spans.push(sep());
+            spans.push(Span::styled(SEP, dim()));
         }
         spans.extend(part);
     }
-    Line::from(spans).render(line2, buf);
+    spans
 }
 
 /// `text` cut at a word to fit `width` columns, "…" marking the cut.

@@ -157,26 +157,7 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
     }
     state.page_rows.set(body_rows);
 
-    // Scroll only as far as needed to keep the selection on screen (with its group's header
-    // when it is the group's first flow). Worked out here rather than by the `TableState`'s
-    // offset, because a `Table` is handed every row it may show: only the lines on screen are
-    // built, so a frame costs the same with 40 flows or 100,000.
-    let len = state.lines.len();
-    let sel = state.selected_line().min(len - 1);
-    let top = match sel.checked_sub(1).map(|p| state.lines[p]) {
-        Some(TableLine::Group(_)) => sel - 1,
-        _ => sel,
-    };
-    let mut offset = state.table_offset.get();
-    if top < offset {
-        offset = top;
-    } else if sel >= offset + body_rows {
-        offset = sel + 1 - body_rows;
-    }
-    offset = offset.min(len.saturating_sub(body_rows));
-    state.table_offset.set(offset);
-    let end = (offset + body_rows).min(len);
-    let lines = &state.lines[offset..end];
+    let lines = &state.lines[window(state, body_rows)];
     // The flows on screen, one stretch of the order: only it is put in order.
     let mut positions = lines.iter().filter_map(|l| if let TableLine::Flow(pos) = l { Some(*pos) } else { None });
     let first = positions.next().unwrap_or(0);
@@ -188,29 +169,7 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
         .iter()
         .map(|&c| if c == state.sort { format!("{}{}", c.title(), state.sort_dir.arrow()) } else { c.title().into() })
         .collect();
-    // Grouped, the group's header names the container: its column would only repeat it.
-    let skip = state.grouped.then_some(Column::Container);
-    let measure = |narrow: bool| {
-        let cells: Vec<Option<Vec<String>>> = lines
-            .iter()
-            .map(|l| match l {
-                TableLine::Flow(pos) => Some(Column::ALL.iter().map(|&c| cell_text(row_of(*pos), c, narrow)).collect()),
-                TableLine::Group(_) => None,
-            })
-            .collect();
-        let mut widths = [0u16; 15];
-        for (i, w) in widths.iter_mut().enumerate() {
-            let content = cells.iter().flatten().map(|r| Span::raw(r[i].as_str()).width()).max().unwrap_or(0);
-            *w = u16::try_from(content.max(Span::raw(titles[i].as_str()).width())).unwrap_or(u16::MAX);
-        }
-        let chosen = choose_columns(&widths, inner.width, skip);
-        (cells, widths, chosen)
-    };
-    let container = Column::ALL.iter().position(|c| *c == Column::Container).unwrap_or(0);
-    let (mut cells, mut widths, mut chosen) = measure(false);
-    if !state.grouped && !chosen.contains(&container) {
-        (cells, widths, chosen) = measure(true);
-    }
+    let Measured { cells, widths, chosen } = measure(state, lines, &row_of, &titles, inner.width);
 
     let header = Row::new(chosen.iter().map(|&i| Cell::from(titles[i].clone())))
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
@@ -242,6 +201,70 @@ pub(super) fn render(state: &AppState, area: Rect, buf: &mut Buffer) {
             group_line(&state.groups[*g]).render(Rect { y, height: 1, ..inner }, buf);
         }
     }
+}
+
+/// The lines on screen: scrolled only as far as needed to keep the selection there (with its
+/// group's header when it is the group's first flow). Worked out here rather than by the
+/// `TableState`'s offset, because a `Table` is handed every row it may show: only the lines
+/// on screen are built, so a frame costs the same with 40 flows or 100,000.
+fn window(state: &AppState, body_rows: usize) -> std::ops::Range<usize> {
+    let len = state.lines.len();
+    let sel = state.selected_line().min(len - 1);
+    let top = match sel.checked_sub(1).map(|p| state.lines[p]) {
+        Some(TableLine::Group(_)) => sel - 1,
+        _ => sel,
+    };
+    let mut offset = state.table_offset.get();
+    if top < offset {
+        offset = top;
+    } else if sel >= offset + body_rows {
+        offset = sel + 1 - body_rows;
+    }
+    offset = offset.min(len.saturating_sub(body_rows));
+    state.table_offset.set(offset);
+    offset..(offset + body_rows).min(len)
+}
+
+/// The cells of the lines on screen (`None` for a group's header), each column's width, and
+/// the columns that fit.
+struct Measured {
+    cells: Vec<Option<Vec<String>>>,
+    widths: [u16; 15],
+    chosen: Vec<usize>,
+}
+
+/// The columns that fit in `width`: grouped, without the container (the group's header names
+/// it); else with the container's name alone when its full origin would not let it stay.
+fn measure<'s>(
+    state: &AppState,
+    lines: &[TableLine],
+    row_of: &impl Fn(usize) -> &'s FlowRow,
+    titles: &[String],
+    width: u16,
+) -> Measured {
+    let skip = state.grouped.then_some(Column::Container);
+    let measure = |narrow: bool| {
+        let cells: Vec<Option<Vec<String>>> = lines
+            .iter()
+            .map(|l| match l {
+                TableLine::Flow(pos) => Some(Column::ALL.iter().map(|&c| cell_text(row_of(*pos), c, narrow)).collect()),
+                TableLine::Group(_) => None,
+            })
+            .collect();
+        let mut widths = [0u16; 15];
+        for (i, w) in widths.iter_mut().enumerate() {
+            let content = cells.iter().flatten().map(|r| Span::raw(r[i].as_str()).width()).max().unwrap_or(0);
+            *w = u16::try_from(content.max(Span::raw(titles[i].as_str()).width())).unwrap_or(u16::MAX);
+        }
+        let chosen = choose_columns(&widths, width, skip);
+        Measured { cells, widths, chosen }
+    };
+    let container = Column::ALL.iter().position(|c| *c == Column::Container).unwrap_or(0);
+    let measured = measure(false);
+    if !state.grouped && !measured.chosen.contains(&container) {
+        return measure(true);
+    }
+    measured
 }
 
 /// A group's header: its name and its flows' totals.

@@ -7,7 +7,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Widget};
 
-use crate::analysis::diagnosis::Verdict;
+use crate::analysis::diagnosis::{Evidence, Verdict};
 use crate::tui::format;
 use crate::tui::state::AppState;
 use crate::tui::view::{dim, FLAG_MARK};
@@ -50,59 +50,70 @@ fn verdict_lines(
     let mut out = with_lead(out);
     if let Some(e) = &v.evidence {
         out.push(Line::raw(""));
-        let loss = if e.loss_ratio > 0.0 { format::pct(e.loss_ratio) } else { "0%".into() };
-        let mut evidence = format!(
-            "evidence: retransmitted {loss} of bytes sent · srtt {:.1} ms · min_rtt {:.1} ms · mean cwnd {:.0} x {} B · goodput {}",
-            e.srtt_ms,
-            e.min_rtt_ms,
-            e.mean_cwnd,
-            e.mss,
-            format::rate(e.goodput_bps),
-        );
-        // Without loss the Mathis bound is infinite: nothing to compare with.
-        if e.mathis_bps.is_finite() {
-            evidence.push_str(&format!(" · Mathis bound {}", format::rate(e.mathis_bps)));
-        }
-        evidence.push_str(&format!(
-            " · busy {:.0}% · rwnd-limited {:.0}% · sndbuf-limited {:.0}%",
-            e.busy_share * 100.0,
-            e.rwnd_share * 100.0,
-            e.sndbuf_share * 100.0,
-        ));
-        // Retransmissions the kernel took back are not losses: say how many there were.
-        if e.dsack_dups > 0 || e.spurious_episodes > 0 {
-            evidence.push_str(&format!(
-                " · spurious: {} of {} retransmissions (DSACK), {} episodes taken back",
-                e.dsack_dups, e.retrans_segments, e.spurious_episodes
-            ));
-        }
-        if let Some(p) = &e.policer {
-            evidence.push_str(&format!(" · policer {} ({:?})", format::rate(p.rate_bps), p.sign));
-        }
-        // The signals that decided (loss episodes, the queue at them, the standing queue).
-        if !e.decided_by.is_empty() {
-            evidence.push_str(&format!(" · decided by: {}", e.decided_by));
-        }
-        para(&evidence, Style::new().fg(Color::Gray), 0, &mut out);
+        para(&evidence_text(e), Style::new().fg(Color::Gray), 0, &mut out);
     }
     decision_lines(decisions, width, &mut out);
-    if !v.fix.is_empty() {
-        out.push(Line::raw(""));
-        out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
-        // Wrapped so that each row pasted alone still means what the line means: a comment's
-        // tail is a comment, a command's tail follows a backslash (never a command of its own).
-        for cmd in &v.fix {
-            for row in format::wrap_shell(cmd, width.saturating_sub(2)) {
-                let style = if row.trim_start().starts_with('#') {
-                    dim()
-                } else {
-                    Style::new().fg(Color::Green).add_modifier(Modifier::BOLD)
-                };
-                out.push(Line::styled(format!("  {row}"), style));
-            }
+    fix_lines(&v.fix, width, &mut out);
+    out
+}
+
+/// The evidence in one paragraph: the figures the verdict was judged on.
+fn evidence_text(e: &Evidence) -> String {
+    let loss = if e.loss_ratio > 0.0 { format::pct(e.loss_ratio) } else { "0%".into() };
+    let mut evidence = format!(
+        "evidence: retransmitted {loss} of bytes sent · srtt {:.1} ms · min_rtt {:.1} ms · mean cwnd {:.0} x {} B · goodput {}",
+        e.srtt_ms,
+        e.min_rtt_ms,
+        e.mean_cwnd,
+        e.mss,
+        format::rate(e.goodput_bps),
+    );
+    // Without loss the Mathis bound is infinite: nothing to compare with.
+    if e.mathis_bps.is_finite() {
+        evidence.push_str(&format!(" · Mathis bound {}", format::rate(e.mathis_bps)));
+    }
+    evidence.push_str(&format!(
+        " · busy {:.0}% · rwnd-limited {:.0}% · sndbuf-limited {:.0}%",
+        e.busy_share * 100.0,
+        e.rwnd_share * 100.0,
+        e.sndbuf_share * 100.0,
+    ));
+    // Retransmissions the kernel took back are not losses: say how many there were.
+    if e.dsack_dups > 0 || e.spurious_episodes > 0 {
+        evidence.push_str(&format!(
+            " · spurious: {} of {} retransmissions (DSACK), {} episodes taken back",
+            e.dsack_dups, e.retrans_segments, e.spurious_episodes
+        ));
+    }
+    if let Some(p) = &e.policer {
+        evidence.push_str(&format!(" · policer {} ({:?})", format::rate(p.rate_bps), p.sign));
+    }
+    // The signals that decided (loss episodes, the queue at them, the standing queue).
+    if !e.decided_by.is_empty() {
+        evidence.push_str(&format!(" · decided by: {}", e.decided_by));
+    }
+    evidence
+}
+
+/// The fix commands, wrapped so that each row pasted alone still means what the line means: a
+/// comment's tail is a comment, a command's tail follows a backslash (never a command of its
+/// own).
+fn fix_lines(fix: &[String], width: usize, out: &mut Vec<Line<'static>>) {
+    if fix.is_empty() {
+        return;
+    }
+    out.push(Line::raw(""));
+    out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
+    for cmd in fix {
+        for row in format::wrap_shell(cmd, width.saturating_sub(2)) {
+            let style = if row.trim_start().starts_with('#') {
+                dim()
+            } else {
+                Style::new().fg(Color::Green).add_modifier(Modifier::BOLD)
+            };
+            out.push(Line::styled(format!("  {row}"), style));
         }
     }
-    out
 }
 
 /// Deep mode's timeline, newest first; a run of the same decision reads as one line with its
