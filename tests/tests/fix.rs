@@ -160,6 +160,20 @@ fn live_fix_switches_a_flagged_cubic_flow_to_bbr_and_undo_switches_it_back() -> 
         flow_of(lines, cookie).is_some_and(|v| v["cc"] == "cubic")
     })?;
     assert!(!state.exists(), "undo deletes its state");
+    // The running tracer took both from the host's journal as actions of its own run, in order,
+    // each naming the switched connection.
+    let actions = |lines: &[Value]| -> Vec<Value> { lines.iter().filter(|v| v["type"] == "action").cloned().collect() };
+    tracer.wait_for("the fix and the undo among the tracer's actions", Duration::from_secs(10), |lines| {
+        actions(lines).len() >= 2
+    })?;
+    let taken = actions(&tracer.lines());
+    let kinds: Vec<&str> = taken.iter().filter_map(|a| a["action"].as_str()).collect();
+    assert_eq!(kinds, ["fix", "undo"], "{taken:#?}");
+    for a in &taken {
+        let cookies: Vec<u64> =
+            a["switched"].as_array().into_iter().flatten().filter_map(|f| f["cookie"].as_u64()).collect();
+        assert!(cookies.contains(&cookie), "{a:#}");
+    }
     let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", sender_ns.name(), "--yes"])?;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(out.lines().count(), 1, "{out}");

@@ -278,7 +278,13 @@ impl<F: FrontEnd, S: StopSignal, N: Fn() -> u64> Run<'_, F, S, N> {
     async fn timer_tick(&mut self, has_backlog: bool) -> Result<Control> {
         let ready = self.source.take_ready();
         let mut control = Control::Continue;
-        if let Some(readings) = ready.sockets {
+        for action in &ready.actions {
+            if control == Control::Continue {
+                let told = self.front.on_action(self.analysis, action);
+                control = raced(self.stop, &mut self.signalled, told).await?;
+            }
+        }
+        if let Some(readings) = ready.sockets.filter(|_| control == Control::Continue) {
             control = self.sockets(&readings).await?;
         }
         // Behind a backlog (or more than a turn's worth) the samples wait their turn.

@@ -66,6 +66,8 @@ pub struct Ready {
     pub samples: Vec<Sample>,
     /// Readings of heavy UDP sockets, when due.
     pub sockets: Option<crate::analysis::udp::SocketReadings>,
+    /// Actions other processes took on the host since the last tick (see [`WithHostActions`]).
+    pub actions: Vec<ActionRecord>,
 }
 
 /// Records a source hands over per read at most, and the pipeline takes per turn: a busy ring
@@ -118,21 +120,17 @@ pub trait EventSource: Send {
 /// Reads actions other processes took on the host since it was last called (the fix journal).
 pub type ActionPoll = Box<dyn FnMut() -> Vec<ActionRecord> + Send>;
 
-/// A live source with the actions other processes take on the host merged in, as
-/// [`SourceItem::Action`]s like a recording's: `poll` is asked once per `every`.
+/// A live source with the actions other processes take on the host merged in: `poll` is
+/// asked at each of the pipeline's ticks (with what the source holds ready), so reading the
+/// journal wakes nothing of its own.
 pub struct WithHostActions<'a> {
     inner: &'a mut dyn EventSource,
     poll: ActionPoll,
-    every: tokio::time::Interval,
-    pending: std::collections::VecDeque<ActionRecord>,
 }
 
 impl<'a> WithHostActions<'a> {
-    /// Must be made inside the runtime (it starts a timer).
-    pub fn new(inner: &'a mut dyn EventSource, poll: ActionPoll, every: std::time::Duration) -> Self {
-        let mut every = tokio::time::interval(every);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Self { inner, poll, every, pending: std::collections::VecDeque::new() }
+    pub fn new(inner: &'a mut dyn EventSource, poll: ActionPoll) -> Self {
+        Self { inner, poll }
     }
 }
 
@@ -141,26 +139,14 @@ impl EventSource for WithHostActions<'_> {
         self.inner.next_batch()
     }
 
-    /// An action polled, else the inner source's next item. Cancel-safe: the timer and the
-    /// inner source are, and polled actions wait in `pending`.
     fn next_item(&mut self) -> BoxFuture<'_, anyhow::Result<Option<SourceItem>>> {
-        Box::pin(async move {
-            loop {
-                if let Some(action) = self.pending.pop_front() {
-                    return Ok(Some(SourceItem::Action(action)));
-                }
-                let Self { inner, poll, every, pending } = &mut *self;
-                tokio::select! {
-                    biased;
-                    _ = every.tick() => pending.extend(poll()),
-                    item = inner.next_item() => return item,
-                }
-            }
-        })
+        self.inner.next_item()
     }
 
     fn take_ready(&mut self) -> Ready {
-        self.inner.take_ready()
+        let mut ready = self.inner.take_ready();
+        ready.actions.extend((self.poll)());
+        ready
     }
 
     fn counters(&self) -> SourceCounters {
@@ -230,7 +216,7 @@ mod tests {
     use crate::test_support::feed;
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn actions_polled_from_the_host_come_between_the_sources_items() {
+    async fn actions_polled_from_the_host_come_with_what_the_source_holds_at_a_tick() {
         let action = feed::undo_action();
         let mut inner = FeedSource::new((0..3).map(feed::batch).collect());
         let mut polls = 0;
@@ -243,14 +229,15 @@ mod tests {
                 Vec::new()
             }
         });
-        let mut source = WithHostActions::new(&mut inner, poll, std::time::Duration::from_secs(1));
+        let mut source = WithHostActions::new(&mut inner, poll);
+        assert_eq!(source.take_ready().actions, [action], "the first tick's poll");
+        assert!(source.take_ready().actions.is_empty(), "each action once");
         let mut items = Vec::new();
         while let Some(item) = source.next_item().await.expect("reads") {
             items.push(item);
         }
-        assert_eq!(items.len(), 4, "{items:?}");
-        assert_eq!(items[0], SourceItem::Action(action), "the first poll is at once");
-        assert!(items[1..].iter().all(|i| matches!(i, SourceItem::Batch(_))));
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert!(items.iter().all(|i| matches!(i, SourceItem::Batch(_))), "the source's own items, untouched");
         assert_eq!(source.counters().received, (0..3).map(|t| feed::batch(t).len() as u64).sum::<u64>());
     }
 }

@@ -3,7 +3,6 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -20,9 +19,6 @@ use crate::pipeline::{self, FrontEnd, PipelineOptions};
 use crate::recording::{Recorder, RecordingStatus};
 use crate::signals::Shutdown;
 use crate::source::{ActionPoll, EventSource, WithHostActions};
-
-/// How often the host's fix journal is read for actions other cctrace processes took.
-const HOST_ACTIONS_EVERY: Duration = Duration::from_secs(1);
 
 /// The actions other cctrace processes take on the host from now on (`cctrace fix`, another
 /// terminal UI's `f` and `u`), read from the fix journal.
@@ -88,7 +84,7 @@ pub(super) async fn show(
         _ => None,
     };
     let extras = Extras { job: traced.live_filter.take().map(FilterUpkeep), recorder, metrics: traced.metrics.take() };
-    let source = &mut WithHostActions::new(&mut traced.source, host_actions(), HOST_ACTIONS_EVERY);
+    let source = &mut WithHostActions::new(&mut traced.source, host_actions());
     let summary = match shown.front {
         Front::Tui => {
             let header = tui_header(cli, shown, source.describe(), traced.serving, &traced.spec);

@@ -604,7 +604,7 @@ impl EventSource for KernelSource {
             }
             _ => None,
         };
-        Ready { samples, sockets }
+        Ready { samples, sockets, actions: Vec::new() }
     }
 
     fn counters(&self) -> SourceCounters {

@@ -37,6 +37,8 @@ struct Items {
     items: VecDeque<SourceItem>,
     /// Socket readings the next tick takes ready.
     ready_sockets: Option<SocketReadings>,
+    /// Host actions the next tick takes ready.
+    ready_actions: Vec<ActionRecord>,
     after_stop: VecDeque<Vec<Sample>>,
     stopped: bool,
     reads_after_stop: usize,
@@ -63,7 +65,11 @@ impl EventSource for Items {
     }
 
     fn take_ready(&mut self) -> Ready {
-        Ready { samples: Vec::new(), sockets: self.ready_sockets.take() }
+        Ready {
+            samples: Vec::new(),
+            sockets: self.ready_sockets.take(),
+            actions: std::mem::take(&mut self.ready_actions),
+        }
     }
 
     fn counters(&self) -> SourceCounters {
@@ -87,6 +93,7 @@ struct Front {
     stalls_on_action: bool,
     on_batch: fn() -> Result<Control>,
     batches: usize,
+    actions: usize,
 }
 
 impl Front {
@@ -96,6 +103,7 @@ impl Front {
             stalls_on_action: on_action,
             on_batch: || Ok(Control::Continue),
             batches: 0,
+            actions: 0,
         }
     }
 
@@ -122,6 +130,7 @@ impl FrontEnd for Front {
     }
 
     async fn on_action(&mut self, _analysis: &Analysis, _action: &ActionRecord) -> Result<Control> {
+        self.actions += 1;
         if self.stalls_on_action {
             std::future::pending::<()>().await;
         }
@@ -139,12 +148,13 @@ fn analysis() -> Analysis {
 
 /// `source` through a front end that stalls as `front` says, stopped after 200 ms: the run
 /// must end (well within the 10 s the test gives it).
-async fn stops_despite(mut source: Items, mut front: Front, scripted: bool) {
+async fn stops_despite(mut source: Items, mut front: Front, scripted: bool) -> Front {
     let opts = PipelineOptions { tick: Duration::from_millis(50), scripted, ..PipelineOptions::default() };
     let mut analysis = analysis();
     let mut stop = stop_after(200);
     let run = run(&mut source, &mut analysis, &mut front, &opts, || 0, &mut stop);
     tokio::time::timeout(Duration::from_secs(10), run).await.expect("a stalled front end held the stop").expect("runs");
+    front
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -163,6 +173,19 @@ async fn a_front_end_stalled_on_socket_readings_at_a_tick_cannot_hold_a_stop() {
 async fn a_front_end_stalled_on_a_replayed_action_cannot_hold_a_stop() {
     let items = [SourceItem::Action(feed::undo_action())].into();
     stops_despite(Items { items, ..Items::default() }, Front::stalling(false, true), true).await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_front_end_stalled_on_a_host_action_at_a_tick_cannot_hold_a_stop() {
+    let source = Items { ready_actions: vec![feed::undo_action()], ..Items::default() };
+    stops_despite(source, Front::stalling(false, true), false).await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn host_actions_taken_at_a_tick_reach_the_front_end_once() {
+    let source = Items { ready_actions: vec![feed::undo_action(), feed::undo_action()], ..Items::default() };
+    let front = stops_despite(source, Front::stalling(false, false), false).await;
+    assert_eq!(front.actions, 2);
 }
 
 /// A source with nothing during the run and `queued` batches waiting when it stops: what
