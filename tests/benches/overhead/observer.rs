@@ -159,15 +159,32 @@ impl Running {
     }
 }
 
-/// One observer over one transfer: (its share of busy CPU, the in-kernel part of it).
+/// One observer over one transfer: (its share of busy CPU, the in-kernel part of it). For
+/// cctrace, each of its programs' part is printed too (runs, ns a run, share), so a change in
+/// its in-kernel share can be put on the hook that made it.
 fn measure(observer: Observer, lab: &VethPair, what: Transfer, secs: u64, before: Option<&Path>) -> Result<(f64, f64)> {
     let running = Running::start(observer, lab, before)?;
     std::thread::sleep(SETTLE);
-    let (busy0, (cpu0, bpf0)) = (machine_busy_secs()?, running.cpu()?);
+    let programs = || match &running {
+        Running::Cctrace(c) => bpf_stats::programs_of(c.pid()).map(Some),
+        _ => Ok(None),
+    };
+    let (busy0, (cpu0, bpf0), programs0) = (machine_busy_secs()?, running.cpu()?, programs()?);
     what.run(lab, secs)?;
-    let (busy1, (cpu1, bpf1)) = (machine_busy_secs()?, running.cpu()?);
+    let (busy1, (cpu1, bpf1), programs1) = (machine_busy_secs()?, running.cpu()?, programs()?);
     running.stop()?;
     let busy = (busy1 - busy0).max(1e-6);
+    if let (Some(p0), Some(p1)) = (programs0, programs1) {
+        let parts: Vec<String> = bpf_stats::delta(&p0, &p1)
+            .iter()
+            .filter(|(_, r)| r.count > 0)
+            .map(|(name, r)| {
+                let share = r.ns as f64 / 1e9 / busy * 100.0;
+                format!("{name} {} runs {:.0} ns/run {share:.2} %", r.count, r.ns as f64 / r.count as f64)
+            })
+            .collect();
+        eprintln!("    {:?}'s programs: {}", observer, parts.join(", "));
+    }
     Ok((((cpu1 - cpu0) + (bpf1 - bpf0)) / busy, (bpf1 - bpf0) / busy))
 }
 
