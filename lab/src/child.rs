@@ -57,9 +57,14 @@ impl OutputWithin for Command {
 /// Wait for a child whose stdout and stderr are piped (or not captured) and collect them, with a
 /// deadline: killed after `timeout`, and the error says what it printed by then.
 pub fn collect_within(child: &mut Child, timeout: Duration, what: &str) -> Result<Output> {
+    collect_while(child, |child| wait_within(child, timeout, what))
+}
+
+/// `child`'s output, read while `wait` waits for it to end (and kills it when it overstays).
+fn collect_while(child: &mut Child, wait: impl FnOnce(&mut Child) -> Result<ExitStatus>) -> Result<Output> {
     let stdout = child.stdout.take().map(drain);
     let stderr = child.stderr.take().map(drain);
-    let waited = wait_within(child, timeout, what);
+    let waited = wait(child);
     // The pipes close once the child is gone (killed on timeout), so the readers end, unless a
     // grandchild holds them: then what was read so far is all there is.
     let grace = Instant::now() + PIPE_GRACE;
@@ -76,34 +81,27 @@ pub fn collect_within(child: &mut Child, timeout: Duration, what: &str) -> Resul
 /// handler only after it starts work (bpftrace sets its SIGINT handler after attaching, and has
 /// been seen to sit in its loop for ever after a SIGINT sent then) ends on the next one.
 pub fn interrupt_within(child: &mut Child, timeout: Duration, what: &str) -> Result<Output> {
-    let stdout = child.stdout.take().map(drain);
-    let stderr = child.stderr.take().map(drain);
+    collect_while(child, |child| interrupt_until_exit(child, timeout, what))
+}
+
+/// SIGINT to `child` now and every [`INTERRUPT_AGAIN`] until it exits; killed after `timeout`.
+fn interrupt_until_exit(child: &mut Child, timeout: Duration, what: &str) -> Result<ExitStatus> {
     let deadline = Instant::now() + timeout;
-    let waited = loop {
+    loop {
         // SAFETY: kill sends a signal to the child we started; no memory is involved.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         let left = deadline.saturating_duration_since(Instant::now());
-        match exit_within(child, left.min(INTERRUPT_AGAIN), what) {
-            Ok(Some(status)) => break Ok(status),
-            Ok(None) if Instant::now() < deadline => continue,
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break Err(anyhow::anyhow!(
-                    "{what} (pid {}) was still running {timeout:?} after SIGINT (sent every {INTERRUPT_AGAIN:?}) \
-                     and was killed",
-                    child.id()
-                ));
-            }
-            Err(e) => break Err(e),
+        if let Some(status) = exit_within(child, left.min(INTERRUPT_AGAIN), what)? {
+            return Ok(status);
         }
-    };
-    let grace = Instant::now() + PIPE_GRACE;
-    let stdout = stdout.map(|r| collected(&r, grace)).unwrap_or_default();
-    let stderr = stderr.map(|r| collected(&r, grace)).unwrap_or_default();
-    match waited {
-        Ok(status) => Ok(Output { status, stdout, stderr }),
-        Err(e) => Err(e.context(format!("it printed on stdout: {:?}; on stderr: {:?}", tail(&stdout), tail(&stderr)))),
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{what} (pid {}) was still running {timeout:?} after SIGINT (sent every {INTERRUPT_AGAIN:?}) and was killed",
+                child.id()
+            );
+        }
     }
 }
 
