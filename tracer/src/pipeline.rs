@@ -280,8 +280,7 @@ impl<F: FrontEnd, S: StopSignal, N: Fn() -> u64> Run<'_, F, S, N> {
         let mut control = Control::Continue;
         for action in &ready.actions {
             if control == Control::Continue {
-                let told = self.front.on_action(self.analysis, action);
-                control = raced(self.stop, &mut self.signalled, told).await?;
+                control = self.action(action).await?;
             }
         }
         if let Some(readings) = ready.sockets.filter(|_| control == Control::Continue) {
@@ -346,10 +345,7 @@ impl<F: FrontEnd, S: StopSignal, N: Fn() -> u64> Run<'_, F, S, N> {
                 self.analysis.set_env(*env);
                 Control::Continue
             }
-            Some(SourceItem::Action(action)) => {
-                let told = self.front.on_action(self.analysis, &action);
-                raced(self.stop, &mut self.signalled, told).await?
-            }
+            Some(SourceItem::Action(action)) => self.action(&action).await?,
             Some(SourceItem::Restart) => {
                 self.analysis.restart();
                 self.latest_ns = 0;
@@ -382,6 +378,12 @@ impl<F: FrontEnd, S: StopSignal, N: Fn() -> u64> Run<'_, F, S, N> {
 
     /// Readings of heavy UDP sockets to the analysis, then the front end; a stop cancels the
     /// front end.
+    /// An action taken on the host (recorded, or by another process), told to the front end.
+    async fn action(&mut self, action: &ActionRecord) -> Result<Control> {
+        let told = self.front.on_action(self.analysis, action);
+        raced(self.stop, &mut self.signalled, told).await
+    }
+
     async fn sockets(&mut self, readings: &SocketReadings) -> Result<Control> {
         self.analysis.ingest_sockets(readings);
         let told = self.front.on_sockets(self.analysis, readings);
