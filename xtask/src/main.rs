@@ -71,6 +71,9 @@ const APT_PACKAGES: &[&str] = &[
     "openssh-server",
     "openssh-client",
     "curl",
+    // tests/tests/player.rs: a real HLS player and encoder (ffmpeg) playing a stream nginx serves
+    // through the tunnel, its speed read from its own progress.
+    "ffmpeg",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
