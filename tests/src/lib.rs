@@ -273,7 +273,7 @@ pub fn tunnel_wan(loss: f64, lans: Vec<cctrace_lab::LanSpec>) -> Result<cctrace_
     let mut underlay =
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     underlay.reverse = PathSpec::delay(Duration::from_millis(15));
-    WireGuardLab::create(WireGuardSpec { underlay, lans })
+    WireGuardLab::create(WireGuardSpec { lans, ..WireGuardSpec::new(underlay) })
 }
 
 /// A bulk transfer of `duration` from namespace `from` to a sink at `to` in `to_ns`, with
