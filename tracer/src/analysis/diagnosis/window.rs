@@ -68,6 +68,8 @@ pub(super) struct Window {
     pub(super) loss_ratio: f64,
     pub(super) busy_share: f64,
     pub(super) rwnd_share: f64,
+    /// Of `rwnd_share`, the share held by a closed window (the receiver not reading at all).
+    pub(super) rwnd_closed_share: f64,
     pub(super) sndbuf_share: f64,
     pub(super) mean_cwnd: f64,
     pub(super) mean_srtt_us: f64,
@@ -129,6 +131,7 @@ pub(super) fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
         loss_ratio: if sent > 0 { retrans as f64 / sent as f64 } else { 0.0 },
         busy_share: share(first.busy_us, last.busy_us),
         rwnd_share: share(first.rwnd_us, last.rwnd_us),
+        rwnd_closed_share: share(first.counts.rwnd_closed_us, last.counts.rwnd_closed_us),
         sndbuf_share: share(first.sndbuf_us, last.sndbuf_us),
         mean_cwnd: mean(&|s| f64::from(s.cwnd)),
         mean_srtt_us: mean(&|s| f64::from(s.srtt_us)),

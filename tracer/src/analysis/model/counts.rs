@@ -34,6 +34,10 @@ pub struct SampleCounts {
     /// read this one. Only these samples tell the path's queue.
     pub peer_reading: u64,
     pub peer_reading_srtt_us: u64,
+    /// Time (µs) the kernel counted the flow held by the peer's window while that window was
+    /// closed (under a segment): a receiver not reading at all (a player reading its other
+    /// connection, a paused one), not a window too small for the path.
+    pub rwnd_closed_us: u64,
 }
 
 /// Whether the peer's advertised window fell by more than a segment from `before` to `after`:
@@ -51,6 +55,11 @@ pub(super) fn packets_in_flight(s: &Sample) -> u32 {
 impl SampleCounts {
     /// Count `s`, the flow's sample after `prev` (none for its first).
     pub(super) fn add(&mut self, prev: Option<&Sample>, s: &Sample) {
+        if let Some(p) = prev {
+            if p.snd_wnd < p.mss.max(1) || s.snd_wnd < s.mss.max(1) {
+                self.rwnd_closed_us += s.rwnd_limited_us.saturating_sub(p.rwnd_limited_us);
+            }
+        }
         // Event-triggered samples are taken at moments of loss or state change; only the
         // periodic ones are an unbiased view of the flow's time.
         if s.reason != SampleReason::Periodic {
