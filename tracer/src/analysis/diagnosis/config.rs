@@ -18,11 +18,6 @@ pub struct DiagnosisConfig {
     pub min_busy_share: f64,
     /// Share of the window stalled by rwnd / sndbuf that decides those verdicts.
     pub stall_share: f64,
-    /// Share of the window the peer's window was closed (under a segment) that makes a flow
-    /// `rwnd`-limited on its own: a receiver that closes its window now and then (ffmpeg's HLS
-    /// player reads one connection while the next segment's waits: closed for 4-8 s, then read)
-    /// pauses the flow rather than sizes it, and the rest of the window decides.
-    pub receiver_paused_share: f64,
     /// Share of samples with a full cwnd that makes a flow cwnd-limited.
     pub cwnd_full_share: f64,
     /// Share of samples with a full cwnd that makes a slow flow heavy all the same: it wants
@@ -186,7 +181,6 @@ impl Default for DiagnosisConfig {
             heavy_min_bps: 1_000_000.0,
             min_busy_share: 0.7,
             stall_share: 0.3,
-            receiver_paused_share: 0.5,
             cwnd_full_share: 0.5,
             wants_more_cwnd_full_share: 0.9,
             no_backlog_share: 0.6,

@@ -64,7 +64,13 @@ pub(super) fn decided_by(
             None => format!("a policer seen before, not in the latest losses; {episodes}"),
         },
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
-            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
+            let paused = std::fmt::from_fn(|f| {
+                match w.rwnd_closed_share {
+                s if s >= 0.05 => write!(f, "; its receiver closed its window for {:.0}% of the time (reading something else), judged on the rest", s * 100.0),
+                _ => Ok(()),
+            }
+            });
+            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}{paused}", w.cwnd_full_share * 100.0)
         }
         _ => String::new(),
     }
