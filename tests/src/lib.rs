@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod player;
 pub mod runtimes;
 pub mod serve;
 pub mod services;
@@ -373,6 +374,19 @@ impl Drop for AllowedCc {
             let _ = std::fs::write(ALLOWED_CC, before);
         }
     }
+}
+
+/// Print a flow's time from its start to its first flag in the form `cargo xtask verdicts`
+/// gathers (`time to flag: FLOW = S s`).
+pub fn print_time_to_flag(flow: &str, secs: f64) {
+    println!("time to flag: {flow} = {secs:.1} s");
+}
+
+/// Seconds from the first of `lines` (a flow's records) to the first flagged one.
+pub fn seconds_to_flag(lines: &[Value]) -> Option<f64> {
+    let t0 = lines.first()?["ts_ns"].as_u64()?;
+    let flagged = lines.iter().find(|v| v["flagged"] == true)?["ts_ns"].as_u64()?;
+    Some(flagged.saturating_sub(t0) as f64 / 1e9)
 }
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.
