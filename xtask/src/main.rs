@@ -20,6 +20,7 @@ mod guest_checks;
 mod guest_ports;
 mod kernels;
 mod suite;
+mod verdicts;
 
 use arch::Arch;
 
@@ -164,6 +165,16 @@ enum Task {
     Beside {
         #[arg(long)]
         gates: PathBuf,
+    },
+    /// Run each diagnosis test that asserts a flag several times in a row: the flag must hold in
+    /// every run; the spread of time to flag goes to target/figures/verdicts.md.
+    Verdicts {
+        /// Runs of each test.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Only the checks whose test binary or name contains this.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
     Bench {
@@ -458,6 +469,7 @@ fn main() -> ExitCode {
         Task::Dist { profile, no_boot, target } => setup().and_then(|()| dist(profile, no_boot, target)),
         Task::Beside { gates } => beside::run(&workspace_root(), gates),
         Task::Bench { base, args } => setup().and_then(|()| bench(base.as_deref(), args)),
+        Task::Verdicts { runs, only } => setup().and_then(|()| verdicts::run(&workspace_root(), runs, only.as_deref())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
