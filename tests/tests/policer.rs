@@ -181,7 +181,7 @@ fn check(judged: &[Judged]) -> Result<()> {
 
     for j in [tight, random] {
         if let Some(s) = cctrace_tests::seconds_to_flag(&j.lines) {
-            cctrace_tests::print_time_to_flag(&j.name, s);
+            cctrace_tests::print_time_to_flag(j.name, s);
         }
     }
     // Random loss: the flag it always had, and never a policer.
