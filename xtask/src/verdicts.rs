@@ -1,15 +1,17 @@
 //! `cargo xtask verdicts`: each diagnosis test that asserts a flag, run several times in a row
 //! (five by default, issue 46). A verdict that holds holds in every run: each run must pass,
-//! and the time to flag each test prints (`time to flag: LABEL = S s`) is gathered into a
-//! markdown section with its spread, the date and the commit: `target/figures/verdicts.md`,
-//! for the figures page. Not in the default suite: five runs of each take about half an hour.
+//! and the time to flag each test prints (`time to flag: LABEL = S s`) goes with its spread into
+//! the figures page's `verdicts` section (docs/figures.md, through `cctrace_lab::figures`, which
+//! adds the date, the commit and the load). Not in the default suite: five runs of each take
+//! about half an hour.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{Row, Section};
 
 /// The test binary (of the tests package) and test name of each diagnosis test that asserts a
 /// flag, with what it flags.
@@ -46,7 +48,7 @@ struct Run {
     took_s: f64,
 }
 
-pub(crate) fn run(workspace: &Path, runs: usize, only: Option<&str>) -> Result<()> {
+pub(crate) fn run(workspace: &Path, runs: usize, only: Option<&str>, page: bool) -> Result<()> {
     let checks: Vec<_> =
         CHECKS.iter().filter(|(bin, name, _)| only.is_none_or(|o| bin.contains(o) || name.contains(o))).collect();
     if checks.is_empty() {
@@ -69,12 +71,16 @@ pub(crate) fn run(workspace: &Path, runs: usize, only: Option<&str>) -> Result<(
         }
         rows.push(((*bin, *name, *what), results));
     }
-    let page = markdown(&rows, runs, &stamp(workspace));
-    let path = page_path(workspace);
-    std::fs::create_dir_all(path.parent().context("a parent")?)?;
-    std::fs::write(&path, &page).with_context(|| format!("writing {}", path.display()))?;
-    println!("{page}");
-    super::say(&format!("wrote {}", path.display()));
+    let section = section(&rows, runs);
+    if page {
+        let path = page_path(workspace);
+        section.write_to(&path)?;
+        super::say(&format!("wrote the verdicts section of {}", path.display()));
+    } else {
+        for r in section.rows() {
+            println!("{}: {} ({})", r.figure, r.value, r.method);
+        }
+    }
     let failed: Vec<_> = rows
         .iter()
         .filter(|(_, rs)| rs.iter().any(|r| !r.passed))
@@ -117,37 +123,24 @@ fn time_to_flag(line: &str) -> Option<(String, f64)> {
     Some((label.to_string(), secs.strip_suffix(" s")?.parse().ok()?))
 }
 
-/// The date and commit the figures come from.
-fn stamp(workspace: &Path) -> String {
-    let out = |cmd: &mut Command| {
-        cmd.output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let date = out(Command::new("date").args(["-u", "+%Y-%m-%d"])).unwrap_or_default();
-    let commit =
-        out(Command::new("git").current_dir(workspace).args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
-    let dirty = out(Command::new("git").current_dir(workspace).args(["status", "--porcelain", "--untracked-files=no"]))
-        .is_some_and(|s| !s.is_empty());
-    format!("{date}, commit {commit}{}", if dirty { " with changes not committed" } else { "" })
-}
+type Checked<'a> = ((&'a str, &'a str, &'a str), Vec<Run>);
 
-type Row<'a> = ((&'a str, &'a str, &'a str), Vec<Run>);
-
-/// The section for the figures page: one row per flow each test measured.
-fn markdown(rows: &[Row<'_>], runs: usize, stamp: &str) -> String {
-    let mut page = format!(
-        "## Verdicts that hold run after run\n\n\
-         Each diagnosis test that asserts a flag, run {runs} times in a row by `cargo xtask verdicts` ({stamp}): \
-         the runs it passed, and per flow the time from the flow's start to its first flag in each run \
-         (min / median / max, then every run).\n\n\
-         | test | flows | runs passed | flow | time to flag, s: min / median / max | each run, s |\n|---|---|---|---|---|---|\n"
-    );
+/// The figures page's section: a row per flow each test measured, its time to flag over the
+/// runs (min / median / max, then each run) and the runs the test passed.
+fn section(rows: &[Checked<'_>], runs: usize) -> Section {
+    let mut section = Section::new("verdicts", "Verdicts that hold run after run").about(&format!(
+        "Each diagnosis test that asserts a flag, run {runs} times in a row by `cargo xtask verdicts`: per flow, \
+         the time from its start to its first flag (min / median / max over the runs, then each run), and \
+         the runs the test passed."
+    ));
     for ((bin, name, what), results) in rows {
         let passed = results.iter().filter(|r| r.passed).count();
+        let how = format!("`{bin}::{name}`, {passed} of {runs} runs passed");
         let mut labels: Vec<&str> = results.iter().flat_map(|r| r.times.iter().map(|(l, _)| l.as_str())).collect();
         labels.sort_unstable();
         labels.dedup();
         if labels.is_empty() {
-            page.push_str(&format!("| `{bin}::{name}` | {what} | {passed} of {runs} | | | |\n"));
+            section.row(Row::new(format!("{what}: no flow flagged"), "none").how(how.clone()));
         }
         for label in labels {
             let each: Vec<f64> =
@@ -156,18 +149,21 @@ fn markdown(rows: &[Row<'_>], runs: usize, stamp: &str) -> String {
             sorted.sort_by(f64::total_cmp);
             let (min, median, max) = (sorted[0], sorted[sorted.len() / 2], sorted[sorted.len() - 1]);
             let shown: Vec<String> = each.iter().map(|s| format!("{s:.1}")).collect();
-            page.push_str(&format!(
-                "| `{bin}::{name}` | {what} | {passed} of {runs} | {label} | {min:.1} / {median:.1} / {max:.1} | {} |\n",
-                shown.join(", ")
-            ));
+            section.row(
+                Row::new(
+                    format!("{what}: {label}, time to flag"),
+                    format!("{min:.1} / {median:.1} / {max:.1} s ({})", shown.join(", ")),
+                )
+                .how(how.clone()),
+            );
         }
     }
-    page
+    section
 }
 
-/// Where the section is written.
-pub(crate) fn page_path(workspace: &Path) -> PathBuf {
-    workspace.join("target/figures/verdicts.md")
+/// The figures page.
+fn page_path(workspace: &Path) -> PathBuf {
+    workspace.join("docs/figures.md")
 }
 
 #[cfg(test)]
@@ -190,8 +186,15 @@ mod tests {
             Run { passed: true, times: vec![("a".into(), 7.0), ("b".into(), 8.0)], took_s: 1.0 },
             Run { passed: false, times: vec![("a".into(), 6.0)], took_s: 1.0 },
         ];
-        let page = markdown(&[(("diagnosis", "t", "what"), runs)], 3, "today");
-        assert!(page.contains("| `diagnosis::t` | what | 2 of 3 | a | 5.0 / 6.0 / 7.0 | 5.0, 7.0, 6.0 |"), "{page}");
-        assert!(page.contains("| b | 8.0 / 9.0 / 9.0 | 9.0, 8.0 |"), "{page}");
+        let section = section(&[(("diagnosis", "t", "what"), runs)], 3);
+        let rows: Vec<(&str, &str, &str)> =
+            section.rows().iter().map(|r| (r.figure.as_str(), r.value.as_str(), r.method.as_str())).collect();
+        assert_eq!(
+            rows,
+            [
+                ("what: a, time to flag", "5.0 / 6.0 / 7.0 s (5.0, 7.0, 6.0)", "`diagnosis::t`, 2 of 3 runs passed"),
+                ("what: b, time to flag", "8.0 / 9.0 / 9.0 s (9.0, 8.0)", "`diagnosis::t`, 2 of 3 runs passed"),
+            ]
+        );
     }
 }
