@@ -31,13 +31,10 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// (CAP_NET_ADMIN for links/addresses, CAP_SYS_ADMIN for the bind mount and
 /// setns). Tests call this to skip cleanly when run unprivileged.
 pub fn check_privileges() -> std::result::Result<(), LabError> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| LabError::NotPrivileged(format!("cannot read /proc/self/status: {e}")))?;
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .ok_or_else(|| LabError::NotPrivileged("no CapEff in /proc/self/status".into()))?;
+    let cap_eff = procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .map_err(|e| LabError::NotPrivileged(format!("cannot read /proc/self/status: {e}")))?
+        .capeff;
     for (bit, name) in [(CAP_NET_ADMIN, "CAP_NET_ADMIN"), (CAP_SYS_ADMIN, "CAP_SYS_ADMIN")] {
         if cap_eff & (1 << bit) == 0 {
             return Err(LabError::NotPrivileged(format!("{name} missing")));
