@@ -188,10 +188,9 @@ fn remove_tree(dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-            for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-                if pid as u32 != std::process::id() {
-                    // SAFETY: kill has no memory effects; the pid is a lab resident.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+            for pid in procs.split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+                if pid != std::process::id() {
+                    let _ = crate::child::send_signal(pid, crate::child::Signal::KILL);
                 }
             }
         }

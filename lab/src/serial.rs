@@ -4,7 +4,6 @@
 //! at once, or a runner that starts a process per test, such as cargo-nextest).
 
 use std::fs::File;
-use std::os::fd::AsRawFd as _;
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result};
@@ -33,8 +32,8 @@ pub fn serial() -> Result<Serial> {
         .write(true)
         .open(LOCK_FILE)
         .with_context(|| format!("opening {LOCK_FILE}"))?;
-    // SAFETY: flock on an fd this File owns for as long as the call runs; no memory involved.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    anyhow::ensure!(locked == 0, "locking {LOCK_FILE}: {}", std::io::Error::last_os_error());
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("locking {LOCK_FILE}"))?;
     Ok(Serial { _file: file, _thread: thread })
 }

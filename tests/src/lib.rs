@@ -180,8 +180,7 @@ impl Tracer {
 
     /// SIGTERM, wait for exit, return the exit status code and all output.
     pub fn stop(mut self) -> Result<(i32, Vec<Value>)> {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(15);
         let status = loop {
             if let Some(s) = self.child.try_wait()? {
@@ -391,9 +390,7 @@ pub fn seconds_to_flag(lines: &[Value]) -> Option<f64> {
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -4,7 +4,7 @@
 //! `promtool check metrics`, the shipped rules and dashboard name only exposed metrics, and
 //! SIGTERM during scrapes ends in errors, not hangs, with nothing left attached.
 
-use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
+use cctrace_lab::child::{collect_within, send_signal, OutputWithin, Signal, CHILD_DEADLINE};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -124,8 +124,8 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid: Prometheus shuts its TSDB down on SIGTERM.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        // Prometheus shuts its TSDB down on SIGTERM.
+        let _ = send_signal(self.child.id(), Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -304,8 +304,7 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
     };
     std::thread::sleep(Duration::from_millis(300));
     let mut serve = serve;
-    // SAFETY: kill on our own child's pid.
-    unsafe { libc::kill(serve.child.id() as i32, libc::SIGTERM) };
+    send_signal(serve.child.id(), Signal::TERM)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(s) = serve.child.try_wait()? {

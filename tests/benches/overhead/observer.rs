@@ -92,8 +92,7 @@ fn machine_busy_secs() -> Result<f64> {
     let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
     let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     let busy = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>();
-    // SAFETY: sysconf reads a constant.
-    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let per_s = rustix::param::clock_ticks_per_second().max(1) as f64;
     Ok(busy as f64 / per_s)
 }
 

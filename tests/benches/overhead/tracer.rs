@@ -110,8 +110,7 @@ impl Cctrace {
 
     /// SIGTERM, wait, and return the summary line.
     pub(crate) fn stop(mut self) -> Result<Value> {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
@@ -142,7 +141,6 @@ pub(crate) fn cpu_secs(pid: u32) -> Result<f64> {
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks: u64 =
         fields.get(11).context("utime")?.parse::<u64>()? + fields.get(12).context("stime")?.parse::<u64>()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
     Ok(ticks as f64 / hz)
 }

@@ -218,7 +218,7 @@ pub(crate) fn reclaim_stale() {
             let _ = run(p.podman().args(["rm", "-a", "-f", "-t", "0"]));
         }
         let docker = dir.join("docker");
-        let daemon = fs::read_to_string(docker.join("dockerd.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+        let daemon = fs::read_to_string(docker.join("dockerd.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok());
         // Only a dockerd that still runs on that workspace's state is the one that run started.
         if let Some(pid) = daemon.filter(|pid| {
             fs::read(format!("/proc/{pid}/cmdline"))
@@ -229,8 +229,8 @@ pub(crate) fn reclaim_stale() {
             for id in ids.split_whitespace() {
                 let _ = run(Command::new("docker").args(["-H", &host, "rm", "-f", id]));
             }
-            // SAFETY: kill has no memory effects; the pid is that run's own dockerd.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            // That run's own dockerd.
+            let _ = cctrace_lab::child::send_signal(pid, cctrace_lab::child::Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(20);
             while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
