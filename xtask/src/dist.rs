@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use crate::arch::Arch;
 use crate::guest_ports;
+use crate::image;
 use crate::kernels;
 
 /// Static glibc, and a non-PIE executable: a static PIE still carries a dynamic section, which
@@ -78,6 +79,8 @@ pub(crate) struct Artifacts {
     pub(crate) arch: Arch,
     pub(crate) binary: PathBuf,
     pub(crate) deb: PathBuf,
+    /// The container image archive (image.rs).
+    pub(crate) image: PathBuf,
     pub(crate) sums: PathBuf,
 }
 
@@ -200,13 +203,24 @@ fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<Ar
     let deb_name = format!("cctrace_{version}_{}.deb", arch.debian());
     let deb = out.join(&deb_name);
     ensure!(deb.is_file(), "cargo deb left no {}", deb.display());
+    let packing = match profile {
+        Profile::Release => image::Packing::Smallest,
+        Profile::Check => image::Packing::Fastest,
+    };
+    let image = image::write(root, &binary, arch, packing, &out).context("writing the container image")?;
+    let image_name = image::file_name(arch);
     let sums = out.join("SHA256SUMS");
-    let listing = kernels::sh(Command::new("sha256sum").args(["cctrace", &deb_name]).current_dir(&out))?;
+    let listing = kernels::sh(Command::new("sha256sum").args(["cctrace", &deb_name, &image_name]).current_dir(&out))?;
     std::fs::write(&sums, listing)?;
-    for path in [&binary, &deb, &sums] {
+    for path in [&binary, &deb, &image.path, &sums] {
         crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
     }
-    Ok(Artifacts { arch, binary, deb, sums })
+    crate::say(&format!(
+        "the image {} unpacked (`docker images` shows this): {}",
+        image::tag(),
+        human_size(image.unpacked)
+    ));
+    Ok(Artifacts { arch, binary, deb, image: image.path, sums })
 }
 
 /// The unit of tracer/deploy for the package: the binary where the package puts it, and the
@@ -586,6 +600,7 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         scratch = check_package(&work, &artifacts.deb, &artifacts.binary, arch)?;
         Ok(())
     })?;
+    timed("image", &mut || image::check(&artifacts.image, arch, &artifacts.binary))?;
     timed("man page", &mut || check_man_page(&scratch.join("usr/share/man/man1/cctrace.1.gz")))?;
     timed("completions", &mut || check_completions(&scratch))?;
     timed("removal", &mut || check_removal(&scratch))?;

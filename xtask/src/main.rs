@@ -18,6 +18,7 @@ mod dist;
 mod foreign;
 mod guest_checks;
 mod guest_ports;
+mod image;
 mod kernels;
 mod suite;
 
