@@ -81,6 +81,8 @@ pub(crate) struct Artifacts {
     pub(crate) deb: PathBuf,
     /// The container image archive (image.rs).
     pub(crate) image: PathBuf,
+    /// Both architectures' images under one index, when the other's of the same build is there.
+    pub(crate) multiarch: Option<PathBuf>,
     pub(crate) sums: PathBuf,
 }
 
@@ -113,7 +115,40 @@ pub(crate) fn build(root: &Path, profile: Profile, arch: Arch) -> Result<Artifac
     let built = built_dir.join("cctrace");
     check_static(&built)?;
     write_assets(root, &built_dir, &built, arch)?;
-    package(root, profile, arch, &built)
+    let (mut artifacts, unpacked) = package(root, profile, arch, &built)?;
+    artifacts.multiarch = multiarch(root, profile, arch)?;
+    let out = artifacts.sums.parent().context("SHA256SUMS has a directory")?;
+    let files = [Some(&artifacts.binary), Some(&artifacts.deb), Some(&artifacts.image), artifacts.multiarch.as_ref()];
+    let names: Vec<String> =
+        files.iter().flatten().filter_map(|p| Some(p.file_name()?.to_str()?.to_string())).collect();
+    std::fs::write(&artifacts.sums, kernels::sh(Command::new("sha256sum").args(&names).current_dir(out))?)?;
+    for path in files.into_iter().flatten().chain([&artifacts.sums]) {
+        crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
+    }
+    crate::say(&format!("the image {} unpacked (`docker images` shows this): {}", image::tag(), human_size(unpacked)));
+    Ok(artifacts)
+}
+
+/// The per-architecture image archives `multiarch` joins, in [`Arch::ALL`]'s order.
+fn image_parts(root: &Path, profile: Profile) -> Vec<PathBuf> {
+    Arch::ALL.iter().map(|a| profile.out_dir(root, *a).join(image::file_name(*a))).collect()
+}
+
+/// Both architectures' images under one index, written beside `arch`'s when the other
+/// architecture's image of the same build is in its directory (`cargo xtask dist` for one and
+/// then for the other); none otherwise, said why.
+fn multiarch(root: &Path, profile: Profile, arch: Arch) -> Result<Option<PathBuf>> {
+    let parts = image_parts(root, profile);
+    if let Some(missing) = parts.iter().find(|p| !p.is_file()) {
+        crate::say(&format!("no image of both architectures: {} is not built (yet)", missing.display()));
+        return Ok(None);
+    }
+    if let Some(why) = image::not_one_build(&parts)? {
+        crate::say(&format!("no image of both architectures: {why}"));
+        return Ok(None);
+    }
+    let written = image::write_index(&parts, &profile.out_dir(root, arch));
+    written.map(Some).context("writing the image of both architectures")
 }
 
 /// The static binary, built for `arch`: the directory it is in.
@@ -182,8 +217,9 @@ fn write_assets(root: &Path, built_dir: &Path, built: &Path, arch: Arch) -> Resu
     Ok(())
 }
 
-/// The binary, the .deb and SHA256SUMS in the profile's output directory.
-fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<Artifacts> {
+/// The binary, the .deb and the image in the profile's output directory (SHA256SUMS is
+/// written after them); the image's size unpacked.
+fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<(Artifacts, u64)> {
     let (cargo_profile, target) = (profile.cargo_profile(), arch.target());
     let out = profile.out_dir(root, arch);
     let _ = std::fs::remove_dir_all(&out);
@@ -208,19 +244,8 @@ fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<Ar
         Profile::Check => image::Packing::Fastest,
     };
     let image = image::write(root, &binary, arch, packing, &out).context("writing the container image")?;
-    let image_name = image::file_name(arch);
     let sums = out.join("SHA256SUMS");
-    let listing = kernels::sh(Command::new("sha256sum").args(["cctrace", &deb_name, &image_name]).current_dir(&out))?;
-    std::fs::write(&sums, listing)?;
-    for path in [&binary, &deb, &image.path, &sums] {
-        crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
-    }
-    crate::say(&format!(
-        "the image {} unpacked (`docker images` shows this): {}",
-        image::tag(),
-        human_size(image.unpacked)
-    ));
-    Ok(Artifacts { arch, binary, deb, image: image.path, sums })
+    Ok((Artifacts { arch, binary, deb, image: image.path, multiarch: None, sums }, image.unpacked))
 }
 
 /// The unit of tracer/deploy for the package: the binary where the package puts it, and the
@@ -601,6 +626,9 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         Ok(())
     })?;
     timed("image", &mut || image::check(&artifacts.image, arch, &artifacts.binary))?;
+    if let Some(multiarch) = &artifacts.multiarch {
+        timed("image of both architectures", &mut || image::check_index(multiarch, &image_parts(root, profile)))?;
+    }
     timed("man page", &mut || check_man_page(&scratch.join("usr/share/man/man1/cctrace.1.gz")))?;
     timed("completions", &mut || check_completions(&scratch))?;
     timed("removal", &mut || check_removal(&scratch))?;

@@ -42,6 +42,22 @@ const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+/// Where an OCI layout keeps its blobs, each named by its SHA-256.
+const BLOBS: &str = "blobs/sha256/";
+
+fn is_blob(path: &str) -> bool {
+    path.strip_prefix(BLOBS).is_some_and(|hex| !hex.is_empty())
+}
+
+/// Where a blob of `digest` (`sha256:HEX`) lies in the layout.
+fn blob_path(digest: &str) -> String {
+    digest.replace("sha256:", BLOBS)
+}
+
+/// The archive of both architectures' images under one index, beside the per-architecture ones.
+pub(crate) fn multiarch_file_name() -> String {
+    format!("cctrace_{}_multiarch.oci.tar", env!("CARGO_PKG_VERSION"))
+}
 
 /// The tag both engines give the loaded image.
 pub(crate) fn tag() -> String {
@@ -123,7 +139,7 @@ impl Blob {
     }
 
     fn path(&self) -> String {
-        format!("blobs/sha256/{}", self.hex)
+        format!("{BLOBS}{}", self.hex)
     }
 
     fn descriptor(&self, media_type: &str) -> Value {
@@ -138,7 +154,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// Write the image of `binary` (built for `arch`) into `out_dir`; the file is replaced whole.
 pub(crate) fn write(root: &Path, binary: &Path, arch: Arch, packing: Packing, out_dir: &Path) -> Result<Written> {
     let version_text = kernels::sh(arch.run_here(binary).arg("--version"))?;
-    let provenance = Provenance::of(root, &version_text);
+    write_from(binary, arch, packing, out_dir, &Provenance::of(root, &version_text))
+}
+
+/// [`write`], for the build `provenance` names.
+fn write_from(binary: &Path, arch: Arch, packing: Packing, out_dir: &Path, provenance: &Provenance) -> Result<Written> {
     let files = [
         (BINARY_IN_IMAGE, std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?, 0o755),
         (
@@ -152,7 +172,7 @@ pub(crate) fn write(root: &Path, binary: &Path, arch: Arch, packing: Packing, ou
     let diff_id = format!("sha256:{}", sha256_hex(&layer_tar));
     let layer = Blob::new(gzip(&layer_tar, packing)?);
     drop(layer_tar);
-    let config = Blob::new(serde_json::to_vec(&config(arch, &diff_id, &provenance))?);
+    let config = Blob::new(serde_json::to_vec(&config(arch, &diff_id, provenance))?);
     let manifest = Blob::new(serde_json::to_vec(&json!({
         "schemaVersion": 2,
         "mediaType": MANIFEST_TYPE,
@@ -161,11 +181,7 @@ pub(crate) fn write(root: &Path, binary: &Path, arch: Arch, packing: Packing, ou
     }))?);
     let mut descriptor = manifest.descriptor(MANIFEST_TYPE);
     descriptor["platform"] = platform(arch);
-    descriptor["annotations"] = json!({
-        // containerd and Docker 25 and later name the image by this; Podman by the reference name.
-        "io.containerd.image.name": format!("docker.io/library/{}", tag()),
-        "org.opencontainers.image.ref.name": tag(),
-    });
+    descriptor["annotations"] = names();
     let index = json!({ "schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": [descriptor] });
     let docker = json!([{ "Config": config.path(), "RepoTags": [tag()], "Layers": [layer.path()] }]);
     let owned: Vec<(String, Vec<u8>)> = vec![
@@ -177,7 +193,7 @@ pub(crate) fn write(root: &Path, binary: &Path, arch: Arch, packing: Packing, ou
         (manifest.path(), manifest.bytes),
     ];
     let entries: Vec<(&str, &[u8], u32)> = owned.iter().map(|(p, b)| (p.as_str(), b.as_slice(), 0o644)).collect();
-    let archive = tar_of(&["blobs/", "blobs/sha256/"], &entries, provenance.epoch)?;
+    let archive = tar_of(&["blobs/", BLOBS], &entries, provenance.epoch)?;
     std::fs::create_dir_all(out_dir)?;
     let path = out_dir.join(file_name(arch));
     let partial = path.with_extension("partial");
@@ -254,8 +270,125 @@ fn gzip(bytes: &[u8], packing: Packing) -> Result<Vec<u8>> {
     Ok(encoder.finish()?)
 }
 
-/// Every file of a tar, by path (directories with an empty body), with its mode.
-fn entries_of(tar_bytes: &[u8]) -> Result<BTreeMap<String, (Vec<u8>, u32)>> {
+/// A tar's entries by path: contents (empty for a directory) and mode.
+type Entries = BTreeMap<String, (Vec<u8>, u32)>;
+
+/// One architecture's image, read from the archive [`write`] made: its blobs, the index's
+/// descriptor of its manifest, and what build it is (version and commit, from its config).
+struct Part {
+    blobs: Entries,
+    descriptor: Value,
+    build: Value,
+    mtime: u64,
+}
+
+impl Part {
+    fn read(archive: &Path) -> Result<Part> {
+        let bytes = std::fs::read(archive).with_context(|| format!("reading {}", archive.display()))?;
+        let mut mtime = 0;
+        for entry in tar::Archive::new(bytes.as_slice()).entries()? {
+            mtime = mtime.max(entry?.header().mtime()?);
+        }
+        let mut files = entries_of(&bytes)?;
+        let index: Value = serde_json::from_slice(&files.get("index.json").context("no index.json")?.0)?;
+        let mut descriptor = index["manifests"][0].clone();
+        let blob = |d: &Value| -> Result<Value> {
+            let path = blob_path(d["digest"].as_str().context("a digest")?);
+            Ok(serde_json::from_slice(&files.get(&path).with_context(|| format!("no {path}"))?.0)?)
+        };
+        let config = blob(&blob(&descriptor)?["config"])?;
+        let labels = &config["config"]["Labels"];
+        let build = json!([labels["org.opencontainers.image.version"], labels["org.opencontainers.image.revision"]]);
+        if let Some(d) = descriptor.as_object_mut() {
+            d.remove("annotations");
+        }
+        files.retain(|path, _| is_blob(path));
+        Ok(Part { blobs: files, descriptor, build, mtime })
+    }
+}
+
+/// Write the images of `archives` ([`write`]'s, one per architecture, of one build) under one OCI
+/// image index into `out_dir`: Podman loads the architecture of the host it runs on (Podman 4.3
+/// here took amd64 from it). There is no Docker `manifest.json` in it: Docker 20.10 would load
+/// the one image it named whatever the host's architecture, so it takes the per-architecture
+/// archives.
+pub(crate) fn write_index(archives: &[PathBuf], out_dir: &Path) -> Result<PathBuf> {
+    let parts = archives.iter().map(|a| Part::read(a)).collect::<Result<Vec<_>>>()?;
+    if let Some(why) = different_builds(&parts) {
+        bail!("{why}");
+    }
+    let platforms = Blob::new(serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": INDEX_TYPE,
+        "manifests": parts.iter().map(|p| p.descriptor.clone()).collect::<Vec<_>>(),
+    }))?);
+    let mut descriptor = platforms.descriptor(INDEX_TYPE);
+    descriptor["annotations"] = names();
+    let index = json!({ "schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": [descriptor] });
+    let mtime = parts.iter().map(|p| p.mtime).max().unwrap_or(0);
+    let mut blobs: Entries = parts.into_iter().flat_map(|p| p.blobs).collect();
+    blobs.insert(platforms.path(), (platforms.bytes, 0o644));
+    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
+    let index = serde_json::to_vec(&index)?;
+    let mut entries: Vec<(&str, &[u8], u32)> = vec![("oci-layout", &layout, 0o644), ("index.json", &index, 0o644)];
+    entries.extend(blobs.iter().map(|(path, (bytes, _))| (path.as_str(), bytes.as_slice(), 0o644)));
+    let archive = tar_of(&["blobs/", BLOBS], &entries, mtime)?;
+    let path = out_dir.join(multiarch_file_name());
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, archive).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, &path)?;
+    Ok(path)
+}
+
+/// Why `parts` cannot share an index: they are of different builds (version, commit).
+fn different_builds(parts: &[Part]) -> Option<String> {
+    let builds: Vec<String> = parts.iter().map(|p| p.build.to_string()).collect();
+    builds.windows(2).any(|w| w[0] != w[1]).then(|| format!("the images are of different builds: {builds:?}"))
+}
+
+/// Why the images of `archives` cannot share an index, if they cannot.
+pub(crate) fn not_one_build(archives: &[PathBuf]) -> Result<Option<String>> {
+    Ok(different_builds(&archives.iter().map(|a| Part::read(a)).collect::<Result<Vec<_>>>()?))
+}
+
+/// The names the index gives an image: Podman's (the reference name) and containerd's.
+fn names() -> Value {
+    json!({
+        "io.containerd.image.name": format!("docker.io/library/{}", tag()),
+        "org.opencontainers.image.ref.name": tag(),
+    })
+}
+
+/// Fail unless `archive` is [`write_index`]'s of `archives`: every blob hashing to its name, one
+/// index naming the image, under it exactly the architectures' manifests as their own archives
+/// describe them, with all their blobs, and nothing else.
+pub(crate) fn check_index(archive: &Path, archives: &[PathBuf]) -> Result<()> {
+    let files = entries_of(&std::fs::read(archive).with_context(|| format!("reading {}", archive.display()))?)?;
+    for (path, (bytes, _)) in files.iter().filter(|(p, _)| is_blob(p)) {
+        ensure!(path.ends_with(&sha256_hex(bytes)), "{path} does not hash to its name");
+    }
+    let index: Value = serde_json::from_slice(&files.get("index.json").context("no index.json")?.0)?;
+    let listed = index["manifests"].as_array().context("index.json lists nothing")?;
+    ensure!(listed.len() == 1 && listed[0]["mediaType"] == INDEX_TYPE, "index.json: {index}");
+    ensure!(listed[0]["annotations"] == names(), "index.json does not name the image {}", tag());
+    let path = blob_path(listed[0]["digest"].as_str().context("a digest")?);
+    let platforms: Value = serde_json::from_slice(&files.get(&path).with_context(|| format!("no {path}"))?.0)?;
+    let parts = archives.iter().map(|a| Part::read(a)).collect::<Result<Vec<_>>>()?;
+    let wanted: Vec<Value> = parts.iter().map(|p| p.descriptor.clone()).collect();
+    ensure!(platforms["manifests"] == json!(wanted), "the index lists {}, not {wanted:?}", platforms["manifests"]);
+    let mut expected: Vec<&str> = vec!["oci-layout", "index.json", "blobs/", BLOBS, &path];
+    for part in &parts {
+        for (blob, (bytes, _)) in &part.blobs {
+            ensure!(files.get(blob).is_some_and(|(b, _)| b == bytes), "{blob} of an architecture is missing");
+            expected.push(blob);
+        }
+    }
+    ensure!(files.keys().all(|k| expected.contains(&k.as_str())), "the archive holds more: {:?}", files.keys());
+    Ok(())
+}
+
+/// Every entry of a tar.
+fn entries_of(tar_bytes: &[u8]) -> Result<Entries> {
     let mut out = BTreeMap::new();
     let mut archive = tar::Archive::new(tar_bytes);
     for entry in archive.entries()? {
@@ -282,7 +415,7 @@ pub(crate) fn check(archive: &Path, arch: Arch, binary: &Path) -> Result<()> {
         ensure!(descriptor["mediaType"] == media_type, "{descriptor} is not a {media_type}");
         let digest = descriptor["digest"].as_str().context("a descriptor without a digest")?;
         let hex = digest.strip_prefix("sha256:").context("a digest that is not sha256")?;
-        let bytes = file(&format!("blobs/sha256/{hex}"))?;
+        let bytes = file(&format!("{BLOBS}{hex}"))?;
         ensure!(sha256_hex(bytes) == hex, "blob {digest} does not hash to its name");
         ensure!(descriptor["size"].as_u64() == Some(bytes.len() as u64), "{descriptor}: size is {}", bytes.len());
         Ok(bytes)
@@ -299,7 +432,7 @@ pub(crate) fn check(archive: &Path, arch: Arch, binary: &Path) -> Result<()> {
     ensure!(layers.len() == 1, "{} layers, not one", layers.len());
     let layer = blob(&layers[0], LAYER_TYPE)?;
     let docker = json_of("manifest.json")?;
-    let digest_path = |d: &Value| d["digest"].as_str().map(|d| d.replace("sha256:", "blobs/sha256/"));
+    let digest_path = |d: &Value| d["digest"].as_str().map(blob_path);
     ensure!(
         docker
             == json!([{ "Config": digest_path(&manifest["config"]), "RepoTags": [tag()], "Layers": [digest_path(&layers[0])] }]),
@@ -307,7 +440,7 @@ pub(crate) fn check(archive: &Path, arch: Arch, binary: &Path) -> Result<()> {
         tag()
     );
     let mut expected: Vec<String> =
-        ["oci-layout", "index.json", "manifest.json", "blobs/", "blobs/sha256/"].map(String::from).to_vec();
+        ["oci-layout", "index.json", "manifest.json", "blobs/", BLOBS].map(String::from).to_vec();
     expected.extend(
         [&listed[0], &manifest["config"], &layers[0]].iter().filter_map(|d| digest_path(d)).collect::<Vec<_>>(),
     );
@@ -408,7 +541,7 @@ mod tests {
         assert!(check(&written.path, Arch::X86_64, &other).is_err(), "another binary passed");
 
         let original = std::fs::read(&written.path).unwrap();
-        let rewrite = |edit: &dyn Fn(&mut BTreeMap<String, (Vec<u8>, u32)>)| {
+        let rewrite = |edit: &dyn Fn(&mut Entries)| {
             let mut entries = entries_of(&original).unwrap();
             edit(&mut entries);
             let (dirs, files): (Vec<_>, Vec<_>) = entries.iter().partition(|(k, _)| k.ends_with('/'));
@@ -433,7 +566,7 @@ mod tests {
             .is_err(),
             "an extra file"
         );
-        let blob_key = |e: &BTreeMap<String, (Vec<u8>, u32)>| e.keys().find(|k| k.len() > 20).unwrap().clone();
+        let blob_key = |e: &Entries| e.keys().find(|k| k.len() > 20).unwrap().clone();
         assert!(
             rewrite(&|e| {
                 let k = blob_key(e);
@@ -450,6 +583,40 @@ mod tests {
             .is_err(),
             "Docker's tag differs"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_index_holds_each_architecture_of_one_build_and_nothing_else() {
+        if !Path::new(CA_BUNDLE).is_file() {
+            assert!(std::env::var("CI").is_err(), "ca-certificates is missing under CI");
+            return;
+        }
+        let dir = scratch("index");
+        let binary = dir.join("cctrace");
+        std::fs::write(&binary, "#!/bin/sh\n").unwrap();
+        let build = |commit: &str| Provenance {
+            commit: commit.to_string(),
+            epoch: 1_700_000_000,
+            created: "2023-11-14T22:13:20Z".to_string(),
+        };
+        let image = |arch: Arch, sub: &str, commit: &str| {
+            write_from(&binary, arch, Packing::Fastest, &dir.join(sub), &build(commit)).unwrap().path
+        };
+        let _ = ["amd", "arm", "arm-other"].map(|d| std::fs::create_dir_all(dir.join(d)));
+        let parts = vec![image(Arch::X86_64, "amd", "a1"), image(Arch::Aarch64, "arm", "a1")];
+        let index = write_index(&parts, &dir).unwrap();
+        assert_eq!(index, dir.join(multiarch_file_name()));
+        check_index(&index, &parts).unwrap();
+        let platforms: Vec<Value> =
+            parts.iter().map(|p| Part::read(p).unwrap().descriptor["platform"].clone()).collect();
+        assert_eq!(platforms, [platform(Arch::X86_64), platform(Arch::Aarch64)]);
+
+        let other = image(Arch::Aarch64, "arm-other", "b2");
+        let err = write_index(&[parts[0].clone(), other.clone()], &dir).unwrap_err();
+        assert!(format!("{err:#}").contains("different builds"), "{err:#}");
+        assert!(check_index(&index, &[parts[0].clone(), other]).is_err(), "another build's arm64 passed");
+        assert!(check_index(&index, &parts[..1]).is_err(), "an index of two passed as one of amd64 alone");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
