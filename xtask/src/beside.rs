@@ -324,3 +324,35 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_image_is_handed_over_whole_or_the_reason_why_not() {
+        let dir = std::env::temp_dir().join(format!("xtask-gates-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ok")).unwrap();
+        std::fs::create_dir_all(dir.join("failed")).unwrap();
+        let built = dir.join("built.oci.tar");
+        std::fs::write(&built, "an image").unwrap();
+
+        let gates = Gates::new(dir.join("ok"));
+        gates.hand_over_image(Ok(&built)).unwrap();
+        assert_eq!(std::fs::read_to_string(gates.image_archive()).unwrap(), "an image");
+        assert!(!gates.image_archive().with_extension("partial").exists());
+        assert!(!gates.image_archive().with_extension("failed").exists());
+
+        let gates = Gates::new(dir.join("failed"));
+        gates.hand_over_image(Err("cargo deb failed".into())).unwrap();
+        assert!(!gates.image_archive().exists());
+        assert_eq!(
+            std::fs::read_to_string(gates.image_archive().with_extension("failed")).unwrap(),
+            "cargo deb failed"
+        );
+        // The name the test waits on: tests/src/runtimes/image.rs derives the failure's the same way.
+        assert_eq!(gates.image_archive().with_extension("failed").file_name().unwrap(), "cctrace.oci.failed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -278,7 +278,8 @@ type Entries = BTreeMap<String, (Vec<u8>, u32)>;
 struct Part {
     blobs: Entries,
     descriptor: Value,
-    build: Value,
+    /// `0.1.0 at 3cc892e8a550`: images of one build share an index.
+    build: String,
     mtime: u64,
 }
 
@@ -298,7 +299,9 @@ impl Part {
         };
         let config = blob(&blob(&descriptor)?["config"])?;
         let labels = &config["config"]["Labels"];
-        let build = json!([labels["org.opencontainers.image.version"], labels["org.opencontainers.image.revision"]]);
+        let label = |key: &str| labels[key].as_str().unwrap_or("unknown").to_string();
+        let commit = label("org.opencontainers.image.revision");
+        let build = format!("{} at {}", label("org.opencontainers.image.version"), commit.get(..12).unwrap_or(&commit));
         if let Some(d) = descriptor.as_object_mut() {
             d.remove("annotations");
         }
@@ -342,8 +345,11 @@ pub(crate) fn write_index(archives: &[PathBuf], out_dir: &Path) -> Result<PathBu
 
 /// Why `parts` cannot share an index: they are of different builds (version, commit).
 fn different_builds(parts: &[Part]) -> Option<String> {
-    let builds: Vec<String> = parts.iter().map(|p| p.build.to_string()).collect();
-    builds.windows(2).any(|w| w[0] != w[1]).then(|| format!("the images are of different builds: {builds:?}"))
+    let builds: Vec<&str> = parts.iter().map(|p| p.build.as_str()).collect();
+    builds
+        .windows(2)
+        .any(|w| w[0] != w[1])
+        .then(|| format!("the images are of different builds: {}", builds.join(", ")))
 }
 
 /// Why the images of `archives` cannot share an index, if they cannot.
@@ -604,7 +610,8 @@ mod tests {
             write_from(&binary, arch, Packing::Fastest, &dir.join(sub), &build(commit)).unwrap().path
         };
         let _ = ["amd", "arm", "arm-other"].map(|d| std::fs::create_dir_all(dir.join(d)));
-        let parts = vec![image(Arch::X86_64, "amd", "a1"), image(Arch::Aarch64, "arm", "a1")];
+        let (one, another) = ("a1".repeat(20), "b2".repeat(20));
+        let parts = vec![image(Arch::X86_64, "amd", &one), image(Arch::Aarch64, "arm", &one)];
         let index = write_index(&parts, &dir).unwrap();
         assert_eq!(index, dir.join(multiarch_file_name()));
         check_index(&index, &parts).unwrap();
@@ -612,7 +619,7 @@ mod tests {
             parts.iter().map(|p| Part::read(p).unwrap().descriptor["platform"].clone()).collect();
         assert_eq!(platforms, [platform(Arch::X86_64), platform(Arch::Aarch64)]);
 
-        let other = image(Arch::Aarch64, "arm-other", "b2");
+        let other = image(Arch::Aarch64, "arm-other", &another);
         let err = write_index(&[parts[0].clone(), other.clone()], &dir).unwrap_err();
         assert!(format!("{err:#}").contains("different builds"), "{err:#}");
         assert!(check_index(&index, &[parts[0].clone(), other]).is_err(), "another build's arm64 passed");
