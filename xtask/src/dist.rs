@@ -147,7 +147,9 @@ fn multiarch(root: &Path, profile: Profile, arch: Arch) -> Result<Option<PathBuf
         crate::say(&format!("no image of both architectures: {why}"));
         return Ok(None);
     }
+    let started = Instant::now();
     let written = image::write_index(&parts, &profile.out_dir(root, arch));
+    crate::say(&format!("the image of both architectures written in {:.1} s", started.elapsed().as_secs_f64()));
     written.map(Some).context("writing the image of both architectures")
 }
 
@@ -243,7 +245,9 @@ fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<(A
         Profile::Release => image::Packing::Smallest,
         Profile::Check => image::Packing::Fastest,
     };
+    let started = Instant::now();
     let image = image::write(root, &binary, arch, packing, &out).context("writing the container image")?;
+    crate::say(&format!("the container image written in {:.1} s", started.elapsed().as_secs_f64()));
     let sums = out.join("SHA256SUMS");
     Ok((Artifacts { arch, binary, deb, image: image.path, multiarch: None, sums }, image.unpacked))
 }
