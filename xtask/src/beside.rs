@@ -63,7 +63,8 @@ impl Gates {
     }
 
     /// Where the dist build hands its container image to the test that runs it, which waits
-    /// for this file or for [`Gates::image_failed`]'s (`cctrace.oci.failed`).
+    /// for this file, or for `cctrace.oci.failed` beside it saying why there is none (both
+    /// written by [`Gates::hand_over_image`]).
     pub(crate) fn image_archive(&self) -> PathBuf {
         self.dir.join("cctrace.oci.tar")
     }
