@@ -654,9 +654,10 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
 /// build's. Start-up is the time from exec to cctrace's "tracing TCP" line on stderr: loading,
 /// verifying and attaching the eBPF programs and listing the host's sockets, what a user waits
 /// for; `--version` time is shown too (exec and dynamic loading alone).
-/// Size and start-up of each of `binaries`, and the size of `package`: printed, and written to the figures page's
-/// "binaries" section when `page` names it.
-pub(crate) fn bench_report(binaries: &[(&str, &Path)], package: &Path, page: Option<&Path>) -> Result<()> {
+/// Size and start-up of each of `binaries`, and the size of each of `downloads` (the package,
+/// the container image): printed, and written to the figures page's "binaries" section when
+/// `page` names it.
+pub(crate) fn bench_report(binaries: &[(&str, &Path)], downloads: &[(&str, &Path)], page: Option<&Path>) -> Result<()> {
     use cctrace_lab::figures::{Row, Section};
     let mut section = Section::new("binaries", "The binaries: size and start-up").about(
         "`cargo xtask bench` (`--bench binaries`): each build's size, `--version` (median of 20 runs) and \
@@ -677,9 +678,11 @@ pub(crate) fn bench_report(binaries: &[(&str, &Path)], package: &Path, page: Opt
             Row::new(format!("start-up to attached, {label}"), format!("{:.0} ms", attach * 1e3)).how("median of 5"),
         );
     }
-    let package_size = std::fs::metadata(package).with_context(|| format!("{} missing", package.display()))?.len();
-    println!("the Debian package: {}", human_size(package_size));
-    section.row(Row::new("size, the Debian package (dist)", human_size(package_size)));
+    for (label, file) in downloads {
+        let size = std::fs::metadata(file).with_context(|| format!("{} missing", file.display()))?.len();
+        println!("{label}: {}", human_size(size));
+        section.row(Row::new(format!("size, {label} (dist)"), human_size(size)));
+    }
     match page {
         Some(page) => section.write_to(page),
         None => Ok(()),
