@@ -16,6 +16,7 @@ pub mod player;
 pub mod runtimes;
 pub mod serve;
 pub mod services;
+pub mod tmux;
 
 /// Tests that load eBPF programs or build labs run one at a time, across processes too: they
 /// count programs with bpftool, change host-wide sysctls and measure timing-sensitive things on
@@ -89,14 +90,18 @@ impl Tracer {
 
     /// [`Tracer::start`] with `env` added to its environment (`RUST_LOG`, say).
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
-        let mut child = Command::new(cctrace_bin())
-            .args(["--json", "--events"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", cctrace_bin().display()))?;
+        let mut cmd = Command::new(cctrace_bin());
+        cmd.args(["--json", "--events"]).args(args).envs(env.iter().copied());
+        Self::start_command(cmd)
+    }
+
+    /// [`Tracer::start`] for a command that runs cctrace with `--json` some other way: its
+    /// container image under an engine (`docker run ... cctrace:VERSION --json`), whose client
+    /// passes SIGTERM on to it.
+    pub fn start_command(mut cmd: Command) -> Result<Self> {
+        let shown = format!("{cmd:?}");
+        let mut child =
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
         let lines = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;

@@ -18,6 +18,7 @@ mod dist;
 mod foreign;
 mod guest_checks;
 mod guest_ports;
+mod image;
 mod kernels;
 mod suite;
 mod verdicts;
@@ -578,7 +579,7 @@ fn bench(base: Option<&str>, benches: &[String], page: bool, args: Vec<String>) 
                     ("release (target/release)", &root.join("target/release/cctrace")),
                     ("dist: static release (target/dist)", &artifacts.binary),
                 ],
-                &artifacts.deb,
+                &[("the Debian package", &artifacts.deb), ("the container image archive", &artifacts.image)],
                 page.as_deref(),
             )
         })?;
