@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod faithful;
 pub mod player;
 pub mod runtimes;
 pub mod serve;
@@ -73,6 +74,54 @@ pub fn cctrace_bin() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("cctrace")).unwrap_or_else(|| PathBuf::from("cctrace"))
 }
 
+/// A cctrace process started by [`spawn_until_tracing`].
+pub struct Spawned {
+    pub child: Child,
+    /// Everything it printed on stderr so far.
+    pub stderr: Arc<Mutex<String>>,
+    /// The threads reading its stdout and stderr (they end when it exits).
+    pub readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Start `cmd` (a cctrace command) with its output piped here, hand each line of its stdout to
+/// `on_line` on a thread of its own, keep its stderr, and return once it says it is tracing
+/// (`tracing TCP` on stderr, printed when its programs are attached). An exit before that, or
+/// no word within `ready_within`, is an error with what it printed.
+pub fn spawn_until_tracing(
+    mut cmd: Command,
+    mut on_line: impl FnMut(String) + Send + 'static,
+    ready_within: Duration,
+) -> Result<Spawned> {
+    let shown = format!("{cmd:?}");
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
+    let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+    let r1 = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).for_each(&mut on_line));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let e = stderr.clone();
+    let r2 = std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    let mut spawned = Spawned { child, stderr, readers: vec![r1, r2] };
+    let text = |s: &Spawned| s.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let deadline = Instant::now() + ready_within;
+    while !text(&spawned).contains("tracing TCP") {
+        if let Some(status) = spawned.child.try_wait()? {
+            bail!("cctrace exited at start-up ({status}): {}", text(&spawned));
+        }
+        if Instant::now() > deadline {
+            bail!("cctrace did not report ready within {ready_within:?}: {}", text(&spawned));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(spawned)
+}
+
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
     child: Child,
@@ -98,42 +147,16 @@ impl Tracer {
     /// [`Tracer::start`] for a command that runs cctrace with `--json` some other way: its
     /// container image under an engine (`docker run ... cctrace:VERSION --json`), whose client
     /// passes SIGTERM on to it.
-    pub fn start_command(mut cmd: Command) -> Result<Self> {
-        let shown = format!("{cmd:?}");
-        let mut child =
-            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
+    pub fn start_command(cmd: Command) -> Result<Self> {
         let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
         let l = lines.clone();
-        let r1 = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(v);
-                }
+        let on_line = move |line: String| {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(v);
             }
-        });
-        let e = stderr.clone();
-        let r2 = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let mut tracer = Self { child, lines, stderr, readers: vec![r1, r2] };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !tracer.stderr().contains("tracing TCP") {
-            if let Some(status) = tracer.child.try_wait()? {
-                bail!("cctrace exited at start-up ({status}): {}", tracer.stderr());
-            }
-            if Instant::now() > deadline {
-                bail!("cctrace did not report ready within 30 s: {}", tracer.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(tracer)
+        };
+        let Spawned { child, stderr, readers } = spawn_until_tracing(cmd, on_line, Duration::from_secs(30))?;
+        Ok(Self { child, lines, stderr, readers })
     }
 
     pub fn stderr(&self) -> String {

@@ -1,12 +1,12 @@
 //! The cctrace under measurement: a child process, its output lines counted as they come, its
 //! CPU time and memory read from /proc.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use cctrace_tests::{spawn_until_tracing, Spawned};
 use serde_json::Value;
 
 /// Called with each JSON line cctrace prints and the time since it was started.
@@ -31,51 +31,22 @@ impl Cctrace {
     /// [`Cctrace::start`] of binary `bin` (the one before a change, say).
     pub(crate) fn start_bin(bin: &std::path::Path, args: &[&str], wanted: String, mut on_line: OnLine) -> Result<Self> {
         let started = Instant::now();
-        let mut child = Command::new(bin)
-            .arg("--json")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("--json").args(args).stdin(Stdio::null());
         let summary = Arc::new(Mutex::new(None));
         let s = summary.clone();
-        let r1 = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if !line.contains(&wanted) && !line.contains(r#""type":"summary""#) {
-                    continue;
-                }
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                on_line(&v, started.elapsed());
-                if v["type"] == "summary" {
-                    *s.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
-                }
+        let read = move |line: String| {
+            if !line.contains(&wanted) && !line.contains(r#""type":"summary""#) {
+                return;
             }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let e = stderr.clone();
-        let r2 = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.push_str(&line);
-                s.push('\n');
+            let Ok(v) = serde_json::from_str::<Value>(&line) else { return };
+            on_line(&v, started.elapsed());
+            if v["type"] == "summary" {
+                *s.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
             }
-        });
-        let mut me = Self { child, started, stderr, summary, readers: vec![r1, r2] };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !me.stderr().contains("tracing TCP") {
-            if let Some(status) = me.child.try_wait()? {
-                bail!("cctrace exited at start-up ({status}): {}", me.stderr());
-            }
-            if Instant::now() > deadline {
-                bail!("cctrace did not start within 60 s: {}", me.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(me)
+        };
+        let Spawned { child, stderr, readers } = spawn_until_tracing(cmd, read, Duration::from_secs(60))?;
+        Ok(Self { child, started, stderr, summary, readers })
     }
 
     pub(crate) fn pid(&self) -> u32 {
