@@ -289,6 +289,7 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
 
     // SIGTERM while scrapes run: each answers or fails at once, none hangs; then nothing of
     // what cctrace attached is left, and the port refuses.
+    let (answered, first_answer) = std::sync::mpsc::channel();
     let scraper = {
         let addr = serve.addr;
         std::thread::spawn(move || -> Vec<(Duration, Result<u16, String>)> {
@@ -298,11 +299,13 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
                 let t = Instant::now();
                 let r = http_get(addr, "/metrics", "*/*", Duration::from_secs(10)).map(|(s, _)| s);
                 outcomes.push((t.elapsed(), r.map_err(|e| format!("{e:#}"))));
+                let _ = answered.send(());
             }
             outcomes
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // The signal comes while the scraper is in its loop: once its first scrape is answered.
+    first_answer.recv_timeout(Duration::from_secs(10)).context("the scraper's first scrape")?;
     let mut serve = serve;
     send_signal(serve.child.id(), Signal::TERM)?;
     let deadline = Instant::now() + Duration::from_secs(10);

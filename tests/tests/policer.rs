@@ -102,7 +102,10 @@ fn run() -> Result<(Vec<Judged>, f64)> {
         .collect::<Result<_>>()?;
     let ports: Vec<u16> = senders.iter().map(Sender::local_port).collect();
     let reports: Vec<SenderReport> = senders.into_iter().map(Sender::wait).collect::<Result<_>>()?;
-    std::thread::sleep(Duration::from_secs(1));
+    // Every flow's judged lines are printed, up to its close, before the tracer stops.
+    for (p, port) in paths.iter().zip(&ports) {
+        tracer.wait_closed(p.sender().inode(), *port, Duration::from_secs(10))?;
+    }
     let (code, lines) = tracer.stop()?;
     anyhow::ensure!(code == 0, "cctrace exited with {code}");
     drop(sinks);
