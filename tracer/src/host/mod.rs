@@ -2,7 +2,8 @@
 //! rtnetlink: kept apart from the pure diagnosis so that one stays testable. One file a job:
 //! the network namespaces and the way into one (`netns`), processes and the sockets they hold
 //! (`procs`, with the owner lookups `owners` for TCP and `udp_owner` for UDP), which file
-//! system a path lies on (`fs_kind`), rtnetlink (`netlink`) and tunnels (`tunnels`); here, the
+//! system a path lies on (`fs_kind`), rtnetlink (`netlink`), the kernel's view of TCP sockets
+//! (`sock_diag`) and tunnels (`tunnels`); here, the
 //! sysctls and [`environment`], which reads each namespace once per refresh.
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ mod netlink;
 mod netns;
 pub mod owners;
 pub(crate) mod procs;
+pub mod sock_diag;
 pub mod tunnels;
 pub mod udp_owner;
 
