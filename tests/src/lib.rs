@@ -71,6 +71,9 @@ pub fn cctrace_bin() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("cctrace")).unwrap_or_else(|| PathBuf::from("cctrace"))
 }
 
+/// Where the kernel's BTF is; [`Tracer::start_without_btf`] hides it.
+pub const HIDDEN_BTF: &str = "/sys/kernel/btf";
+
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
     child: Child,
@@ -88,10 +91,28 @@ impl Tracer {
 
     /// [`Tracer::start`] with `env` added to its environment (`RUST_LOG`, say).
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
-        let mut child = Command::new(cctrace_bin())
+        let mut command = Command::new(cctrace_bin());
+        command.args(["--json", "--events"]).args(args).envs(env.iter().copied());
+        Self::spawn(command)
+    }
+
+    /// [`Tracer::start`] with the kernel's BTF hidden from cctrace, as on a kernel built
+    /// without it: in a mount namespace of its own (private: nothing propagates to the host),
+    /// an empty tmpfs lies over `/sys/kernel/btf`. The shell then becomes cctrace (`exec`), so
+    /// the process stopped and inspected is cctrace itself.
+    pub fn start_without_btf(args: &[&str]) -> Result<Self> {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+            .arg(cctrace_bin())
             .args(["--json", "--events"])
-            .args(args)
-            .envs(env.iter().copied())
+            .args(args);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Result<Self> {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

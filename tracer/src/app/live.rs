@@ -82,10 +82,14 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<LiveSource> {
         udp: !cli.no_udp,
         probe_always_attached: cli.probe_always_attached,
         probe_windows_always: cli.probe_windows_always,
+        btf_file: cli.btf.clone(),
     };
     let source = LiveSource::start(&opts)?;
     if source.info().no_btf {
         eprintln!("cctrace: {}", no_btf_line(cli.hooks));
+    }
+    if let Some(file) = &source.info().btf_file {
+        eprintln!("cctrace: kernel BTF read from {file}");
     }
     for h in &source.info().hooks {
         if let HookStatus::Disabled(_) = h.status {

@@ -26,9 +26,9 @@ pub(super) struct Prelude {
 
 /// Check the object and privileges, resolve the offsets, lift the locked-memory limit. The
 /// kernel's BTF comes back too, for what a caller reads from it beyond the offsets.
-pub(super) fn prelude() -> Result<(Prelude, offsets::BtfResolver)> {
+pub(super) fn prelude(kernel_btf: &super::btf_file::KernelBtf) -> Result<(Prelude, offsets::BtfResolver)> {
     check_object_and_caps()?;
-    let btf = offsets::BtfResolver::from_sys_fs()?;
+    let btf = offsets::BtfResolver::from_kernel_btf(kernel_btf)?;
     let resolved = offsets::resolve(&btf).context("resolving kernel struct offsets from BTF")?;
     Ok((Prelude::lift_memlock(resolved), btf))
 }

@@ -6,6 +6,7 @@
 //! Dropping [`KernelSource`] detaches every program and frees every map: nothing is pinned.
 
 mod attach;
+pub mod btf_file;
 pub mod caps;
 mod counters;
 pub mod deep;
@@ -74,6 +75,8 @@ pub struct KernelOptions {
     pub probe_always_attached: bool,
     /// Follow its windows whether or not they pay (tests of the windows).
     pub probe_windows_always: bool,
+    /// The kernel's BTF in this file (`--btf`), where the kernel has none of its own.
+    pub btf_file: Option<std::path::PathBuf>,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
@@ -92,6 +95,7 @@ impl Default for KernelOptions {
             udp: true,
             probe_always_attached: false,
             probe_windows_always: false,
+            btf_file: None,
         }
     }
 }
@@ -194,6 +198,9 @@ pub struct KernelInfo {
     pub udp_unclassified: Option<String>,
     /// The mode without BTF runs: tracepoint records and sock_diag.
     pub no_btf: bool,
+    /// Where the kernel's BTF came from when not from the kernel itself (`--btf`, or where
+    /// libbpf looks).
+    pub btf_file: Option<String>,
 }
 
 impl KernelInfo {
@@ -241,16 +248,21 @@ pub struct KernelSource {
 impl KernelSource {
     /// Check the options and privileges, resolve offsets, load and attach. Must run inside a
     /// tokio runtime.
-    pub fn start(opts: &KernelOptions) -> Result<Self> {
+    pub fn start(opts: &KernelOptions, kernel_btf: &btf_file::KernelBtf) -> Result<Self> {
         check_ring_bytes(opts.ring_bytes)?;
-        let (prelude, btf_resolver) = load::prelude()?;
+        let (prelude, btf_resolver) = load::prelude(kernel_btf)?;
         let facts = BtfFacts::read(&btf_resolver, &prelude.resolved, opts);
         drop(btf_resolver);
         let known_hz = hz::kernel_hz();
         let hz = known_hz.unwrap_or(hz::GUESSED_HZ);
         let classic = classic_offsets();
-        // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
-        let aya_btf = Btf::from_sys_fs().ok();
+        // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too. A
+        // file's BTF gives the type ids BTF-typed programs are loaded against; on a kernel
+        // without BTF of its own the kernel refuses them and the classic programs attach.
+        let aya_btf = match kernel_btf {
+            btf_file::KernelBtf::Kernel => Btf::from_sys_fs().ok(),
+            btf_file::KernelBtf::File { raw, .. } => Btf::parse(raw, aya::Endianness::default()).ok(),
+        };
         let config = kernel_config(opts, &facts, known_hz, aya_btf.is_some());
         let mut ebpf = prelude.load(
             EbpfLoader::new()
@@ -296,6 +308,10 @@ impl KernelSource {
                 udp_per_packet: udp.per_packet,
                 udp_unclassified: udp.unclassified,
                 no_btf: false,
+                btf_file: match kernel_btf {
+                    btf_file::KernelBtf::Kernel => None,
+                    btf_file::KernelBtf::File { .. } => Some(kernel_btf.origin()),
+                },
             },
             udp: udp.accounting,
             udp_read_ns: 0,
@@ -414,15 +430,15 @@ pub enum LiveSource {
 impl LiveSource {
     /// Start the mode `opts` asks for: without BTF where asked, or where `Auto` finds none.
     pub fn start(opts: &KernelOptions) -> Result<Self> {
-        let without = match opts.hook_mode {
-            HookMode::NoBtf => true,
-            HookMode::Auto => !std::path::Path::new(KERNEL_BTF).exists(),
-            HookMode::Btf | HookMode::Classic => false,
-        };
-        if without {
-            Ok(Self::NoBtf(nobtf::NoBtfSource::start(opts)?))
-        } else {
-            Ok(Self::Btf(KernelSource::start(opts)?))
+        if opts.hook_mode == HookMode::NoBtf {
+            return Ok(Self::NoBtf(nobtf::NoBtfSource::start(opts)?));
+        }
+        match btf_file::find(opts.btf_file.as_deref())? {
+            btf_file::Found::Btf(kernel_btf) => Ok(Self::Btf(KernelSource::start(opts, &kernel_btf)?)),
+            btf_file::Found::None(_) if opts.hook_mode == HookMode::Auto => {
+                Ok(Self::NoBtf(nobtf::NoBtfSource::start(opts)?))
+            }
+            btf_file::Found::None(tried) => bail!("{}", no_btf_refusal(opts.hook_mode, &tried)),
         }
     }
 
@@ -505,6 +521,20 @@ impl EventSource for LiveSource {
     fn drained(&self) -> bool {
         self.source().drained()
     }
+}
+
+/// Why `--hooks btf` or `classic` cannot run here, in one line: they read the socket at the
+/// offsets BTF gives.
+fn no_btf_refusal(mode: HookMode, tried: &[(std::path::PathBuf, String)]) -> String {
+    let mode = if mode == HookMode::Btf { "btf" } else { "classic" };
+    let mut line = format!(
+        "--hooks {mode} reads sockets at offsets from the kernel's BTF, and there is none: {KERNEL_BTF} is absent"
+    );
+    for (path, why) in tried {
+        line.push_str(&format!(", {} {why}", path.display()));
+    }
+    line.push_str("; give one with --btf FILE, or run without BTF (--hooks auto or no-btf)");
+    line
 }
 
 /// A loaded program's hook and id, if it loaded.

@@ -37,6 +37,17 @@ impl BtfResolver {
         Ok(Self { btf })
     }
 
+    /// The BTF `kernel_btf` names: the kernel's own, or a file's.
+    pub fn from_kernel_btf(kernel_btf: &super::btf_file::KernelBtf) -> Result<Self> {
+        match kernel_btf {
+            super::btf_file::KernelBtf::Kernel => Self::from_sys_fs(),
+            super::btf_file::KernelBtf::File { path, raw } => {
+                let btf = Btf::from_bytes(raw).map_err(|e| anyhow!("reading the BTF of {}: {e}", path.display()))?;
+                Ok(Self { btf })
+            }
+        }
+    }
+
     fn find_struct(&self, name: &str) -> Result<btf_rs::Struct> {
         let types = self.btf.resolve_types_by_name(name).map_err(|e| anyhow!("BTF: no type named {name}: {e}"))?;
         types

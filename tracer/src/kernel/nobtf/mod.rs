@@ -134,6 +134,7 @@ impl NoBtfSource {
                 udp_per_packet: None,
                 udp_unclassified: None,
                 no_btf: true,
+                btf_file: None,
             },
             layouts,
             book: Book::default(),
@@ -391,6 +392,21 @@ impl NoBtfSource {
             }
         }
     }
+}
+
+/// One sample of every TCP socket of each namespace of `namespaces` (inode, path) that can be
+/// entered, from sock_diag: what the fix sizes buffers from where no `iter/tcp` can list them.
+pub(crate) fn snapshot(namespaces: &[(u32, std::path::PathBuf)]) -> Vec<Sample> {
+    let now_ns = crate::clock::monotonic_now_ns();
+    let dumped = crate::host::in_each_netns(namespaces, |netns| {
+        crate::host::sock_diag::SockDiag::open().and_then(|mut d| d.dump()).ok().map(|s| (netns, s))
+    });
+    dumped
+        .into_iter()
+        .flat_map(|(netns, sockets)| {
+            sockets.into_iter().map(move |info| sample::sample_of(&info, netns, now_ns, SampleReason::Snapshot))
+        })
+        .collect()
 }
 
 /// Whether a flow of namespace `netns` and cgroup `cgroup_id` passes `filter`: its namespace is
