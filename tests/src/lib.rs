@@ -61,6 +61,33 @@ pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
     ))
 }
 
+/// [`run_cctrace`] with the kernel's BTF hidden from it, as [`Tracer::start_without_btf`] does.
+pub fn run_cctrace_without_btf(args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+        .arg(cctrace_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output_within(CHILD_DEADLINE)
+        .context("running cctrace without BTF")?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// How a test runs cctrace: with the kernel's BTF, or with it hidden (the mode without BTF).
+#[derive(Clone, Copy)]
+pub struct Mode {
+    pub start: fn(&[&str]) -> Result<Tracer>,
+    pub run: fn(&[&str]) -> Result<(i32, String, String)>,
+}
+
+pub const WITH_BTF: Mode = Mode { start: Tracer::start, run: run_cctrace };
+pub const WITHOUT_BTF: Mode = Mode { start: Tracer::start_without_btf, run: run_cctrace_without_btf };
+
 /// The `cctrace` binary next to this test binary (target/<profile>/cctrace), or $CCTRACE_BIN.
 pub fn cctrace_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("CCTRACE_BIN") {

@@ -251,7 +251,13 @@ fn retransmissions_ca_states_and_close_when(start: Start) -> Result<()> {
         report.total_retrans
     );
     assert!(err <= 0.02, "cctrace retrans {traced} vs nstat TcpRetransSegs delta {kernel_delta} ({:.2}%)", err * 100.0);
-    assert_eq!(u64::from(report.total_retrans), traced, "the sender's own TCP_INFO agrees");
+    if without_btf {
+        // Read by sock_diag at the flow's last look before it closed: a retransmission of its
+        // last interval (its FIN's, say) may come after that look.
+        assert!(traced <= u64::from(report.total_retrans), "no more than the sender's own TCP_INFO");
+    } else {
+        assert_eq!(u64::from(report.total_retrans), traced, "the sender's own TCP_INFO agrees");
+    }
 
     // CA state: Recovery or Loss under loss, and back to Open.
     let states: Vec<&str> = samples.iter().filter_map(|s| s["ca_state"].as_str()).collect();

@@ -239,6 +239,12 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: std::path::PathBuf,
     },
+    /// Check what works on this host before tracing: the kernel's BTF and where it came from,
+    /// each hook and the mode chosen, the BPF ring buffer, cgroup v2, privileges,
+    /// perf_event_paranoid, the congestion controls that can be loaded and the root qdiscs. One
+    /// line each; nothing is attached. Exit status: 0 everything works, 3 cctrace traces with
+    /// less (the mode without BTF, a hook missing, no BBR), 1 it cannot trace here.
+    Check,
     /// Print the shell completion script the package installs, for a binary installed by hand:
     /// `cctrace completions bash > /etc/bash_completion.d/cctrace`.
     Completions {

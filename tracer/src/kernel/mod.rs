@@ -18,6 +18,7 @@ pub mod listing;
 mod load;
 pub mod nobtf;
 pub mod offsets;
+pub mod preflight;
 mod probe_window;
 mod ring;
 pub mod switch;

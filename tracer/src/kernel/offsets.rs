@@ -66,6 +66,11 @@ impl BtfResolver {
         self.btf.resolve_types_by_name(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
     }
 
+    /// Whether the kernel has a typedef named `name` (`btf_trace_EVENT`: a BTF tracepoint).
+    pub fn has_typedef(&self, name: &str) -> bool {
+        self.btf.resolve_types_by_name(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Typedef(_))))
+    }
+
     /// Size in bytes of struct `name`.
     pub fn struct_size(&self, name: &str) -> Result<usize> {
         Ok(self.find_struct(name)?.size())

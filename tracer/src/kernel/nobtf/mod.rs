@@ -260,6 +260,10 @@ impl NoBtfSource {
         let mut batch = Vec::new();
         let changed: std::collections::HashSet<u64> = changes.iter().map(|c| c.cookie).collect();
         for cookie in busy {
+            // A flow that changed state is sampled with its change (below), once.
+            if changed.contains(&cookie) {
+                continue;
+            }
             match found.get(&cookie) {
                 Some((netns, info)) => batch.push(self.sampled(info, *netns, now_ns, SampleReason::Periodic)),
                 // Gone without a close seen (its records lost, or closed between two looks): it
@@ -329,19 +333,30 @@ impl NoBtfSource {
     /// last seen, in the state the record names.
     fn changed(&mut self, change: &Change, found: Option<&(u32, SocketInfo)>) -> Option<Sample> {
         let reason = if change.hook == HookId::Destroy { SampleReason::Destroy } else { SampleReason::StateChange };
+        let flow = self.book.get_mut(change.cookie)?;
+        let last = flow.last.as_ref();
         let mut s = match found {
-            Some((netns, info)) => self.sampled(info, *netns, change.ts_ns, reason),
-            None => {
-                let mut last = self.book.get(change.cookie)?.last.clone()?;
-                last.reason = reason;
-                last
+            // A socket in TIME_WAIT is a minisock: sock_diag has no tcp_info for it, and its
+            // counters are those last seen.
+            Some((netns, info)) if info.tcp_info.is_some() || last.is_none() => {
+                let mut s = sample::sample_of(info, *netns, change.ts_ns, reason);
+                s.retrans_events = flow.retrans_events;
+                s
+            }
+            _ => {
+                let mut s = last?.clone();
+                s.reason = reason;
+                s
             }
         };
-        s.ts_ns = change.ts_ns;
+        // A record read this interval may predate the flow's sample of the last one (taken
+        // after that interval's records were read): the flow's samples stay in order.
+        s.ts_ns = change.ts_ns.max(last.map_or(0, |l| l.ts_ns));
         if reason == SampleReason::StateChange {
             s.old_tcp_state = TcpState::from_raw(change.old_state);
             s.tcp_state = TcpState::from_raw(change.new_state);
         }
+        flow.last = Some(s.clone());
         Some(s)
     }
 
