@@ -193,6 +193,7 @@ impl NoBtfSource {
                     remote: info.remote,
                     last: None,
                     retrans_events: 0,
+                    owner: None,
                 };
                 self.book.learn(info.cookie, flow, None);
                 batch.push(self.sampled(&info, netns, now_ns, SampleReason::Snapshot));
@@ -207,6 +208,7 @@ impl NoBtfSource {
         let mut s = sample::sample_of(info, netns, ts_ns, reason);
         if let Some(flow) = self.book.get_mut(info.cookie) {
             s.retrans_events = flow.retrans_events;
+            s.owner.clone_from(&flow.owner);
             flow.last = Some(s.clone());
         }
         s
@@ -311,6 +313,7 @@ impl NoBtfSource {
                     remote: info.remote,
                     last: None,
                     retrans_events: 0,
+                    owner: u.owner.clone(),
                 };
                 self.book.learn(info.cookie, flow, u.skaddr);
                 found.push(info.cookie);
@@ -352,6 +355,7 @@ impl NoBtfSource {
             Some((netns, info)) if info.tcp_info.is_some() || last.is_none() => {
                 let mut s = sample::sample_of(info, *netns, change.ts_ns, reason);
                 s.retrans_events = flow.retrans_events;
+                s.owner.clone_from(&flow.owner);
                 s
             }
             _ => {
