@@ -54,11 +54,7 @@ pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
         .stdin(std::process::Stdio::null())
         .output_within(CHILD_DEADLINE)
         .context("running cctrace")?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    Ok(ran(&out))
 }
 
 /// [`run_cctrace`] with the kernel's BTF hidden from it, as [`Tracer::start_without_btf`] does.
@@ -71,11 +67,15 @@ pub fn run_cctrace_without_btf(args: &[&str]) -> Result<(i32, String, String)> {
         .stdin(std::process::Stdio::null())
         .output_within(CHILD_DEADLINE)
         .context("running cctrace without BTF")?;
-    Ok((
+    Ok(ran(&out))
+}
+
+fn ran(out: &std::process::Output) -> Ran {
+    (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    )
 }
 
 /// What [`run_cctrace`] returns: exit code, stdout, stderr.

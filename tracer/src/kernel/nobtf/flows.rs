@@ -31,6 +31,19 @@ pub(super) struct Flow {
 }
 
 impl Flow {
+    /// A flow of namespace `netns` as sock_diag found it, not yet sampled.
+    pub(super) fn found(info: &crate::host::sock_diag::SocketInfo, netns: u32, owner: Option<Owner>) -> Self {
+        Self {
+            netns,
+            family: info.family,
+            local: info.local,
+            remote: info.remote,
+            last: None,
+            retrans_events: 0,
+            owner,
+        }
+    }
+
     pub(super) fn lookup(&self, cookie: u64) -> Lookup {
         Lookup { family: self.family, local: self.local, remote: self.remote, cookie: Some(cookie) }
     }

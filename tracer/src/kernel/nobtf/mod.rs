@@ -186,16 +186,7 @@ impl NoBtfSource {
         let mut batch = Vec::new();
         for (netns, sockets) in dumped {
             for info in sockets {
-                let flow = Flow {
-                    netns,
-                    family: info.family,
-                    local: info.local,
-                    remote: info.remote,
-                    last: None,
-                    retrans_events: 0,
-                    owner: None,
-                };
-                self.book.learn(info.cookie, flow, None);
+                self.book.learn(info.cookie, Flow::found(&info, netns, None), None);
                 batch.push(self.sampled(&info, netns, now_ns, SampleReason::Snapshot));
             }
         }
@@ -306,16 +297,7 @@ impl NoBtfSource {
         for (netns, answers) in self.namespaces.search(&lookups, now) {
             for (u, answer) in unknown.iter().zip(answers) {
                 let Some(info) = answer else { continue };
-                let flow = Flow {
-                    netns,
-                    family: info.family,
-                    local: info.local,
-                    remote: info.remote,
-                    last: None,
-                    retrans_events: 0,
-                    owner: u.owner.clone(),
-                };
-                self.book.learn(info.cookie, flow, u.skaddr);
+                self.book.learn(info.cookie, Flow::found(&info, netns, u.owner.clone()), u.skaddr);
                 found.push(info.cookie);
             }
         }
@@ -508,5 +490,22 @@ impl EventSource for NoBtfSource {
     fn describe(&self) -> String {
         let attached = self.info.hooks.iter().filter(|h| !matches!(h.status, super::HookStatus::Disabled(_))).count();
         format!("live kernel without BTF ({attached}/{} tracepoints, sock_diag)", self.info.hooks.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_space_filter_keeps_the_named_namespaces_and_cgroups() {
+        let open = ResolvedFilter::default();
+        assert!(flow_passes(&open, 1, 2));
+        let netns = ResolvedFilter { netns: [7].into(), ..ResolvedFilter::default() };
+        assert!(flow_passes(&netns, 7, 2) && !flow_passes(&netns, 8, 2));
+        let cgroup = ResolvedFilter { cgroup_ids: [42].into(), ..ResolvedFilter::default() };
+        assert!(flow_passes(&cgroup, 1, 42));
+        // A cgroup the host does not know is below none of the named ones.
+        assert!(!flow_passes(&cgroup, 1, u64::MAX));
     }
 }
