@@ -107,13 +107,52 @@ pub fn cctrace_bin() -> PathBuf {
 /// Where the kernel's BTF is; [`Tracer::start_without_btf`] hides it.
 pub const HIDDEN_BTF: &str = "/sys/kernel/btf";
 
-/// A cctrace process started by [`spawn_until_tracing`].
+/// A cctrace process started by [`spawn_until_tracing`]; killed and reaped on drop.
 pub struct Spawned {
-    pub child: Child,
+    child: Child,
     /// Everything it printed on stderr so far.
-    pub stderr: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
     /// The threads reading its stdout and stderr (they end when it exits).
-    pub readers: Vec<std::thread::JoinHandle<()>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// SIGTERM, and its exit status once it has exited (killed, and an error, if that takes
+    /// longer than `within`) and its output has all been read.
+    pub fn stop(&mut self, within: Duration) -> Result<std::process::ExitStatus> {
+        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.child.try_wait()? {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("cctrace did not exit within {within:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Ok(status)
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Start `cmd` (a cctrace command) with its output piped here, hand each line of its stdout to
@@ -141,14 +180,13 @@ pub fn spawn_until_tracing(
         }
     });
     let mut spawned = Spawned { child, stderr, readers: vec![r1, r2] };
-    let text = |s: &Spawned| s.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     let deadline = Instant::now() + ready_within;
-    while !text(&spawned).contains("tracing TCP") {
+    while !spawned.stderr().contains("tracing TCP") {
         if let Some(status) = spawned.child.try_wait()? {
-            bail!("cctrace exited at start-up ({status}): {}", text(&spawned));
+            bail!("cctrace exited at start-up ({status}): {}", spawned.stderr());
         }
         if Instant::now() > deadline {
-            bail!("cctrace did not report ready within {ready_within:?}: {}", text(&spawned));
+            bail!("cctrace did not report ready within {ready_within:?}: {}", spawned.stderr());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -157,10 +195,8 @@ pub fn spawn_until_tracing(
 
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
-    child: Child,
+    run: Spawned,
     lines: Arc<Mutex<Vec<Value>>>,
-    stderr: Arc<Mutex<String>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Tracer {
@@ -202,16 +238,15 @@ impl Tracer {
                 l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(v);
             }
         };
-        let Spawned { child, stderr, readers } = spawn_until_tracing(cmd, on_line, Duration::from_secs(30))?;
-        Ok(Self { child, lines, stderr, readers })
+        Ok(Self { run: spawn_until_tracing(cmd, on_line, Duration::from_secs(30))?, lines })
     }
 
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.run.stderr()
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.run.pid()
     }
 
     /// Everything printed so far.
@@ -255,21 +290,7 @@ impl Tracer {
 
     /// SIGTERM, wait for exit, return the exit status code and all output.
     pub fn stop(mut self) -> Result<(i32, Vec<Value>)> {
-        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let status = loop {
-            if let Some(s) = self.child.try_wait()? {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("cctrace did not exit within 15 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
+        let status = self.run.stop(Duration::from_secs(15))?;
         let lines = self.lines();
         keep_lines(&lines);
         records_agree(&lines)?;
@@ -339,13 +360,6 @@ fn keep_lines(lines: &[Value]) {
     match std::fs::write(&path, text) {
         Ok(()) => eprintln!("kept the tracer's lines in {}", path.display()),
         Err(e) => eprintln!("could not keep the tracer's lines in {}: {e}", path.display()),
-    }
-}
-
-impl Drop for Tracer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

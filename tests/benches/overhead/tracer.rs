@@ -1,11 +1,11 @@
 //! The cctrace under measurement: a child process, its output lines counted as they come, its
 //! CPU time and memory read from /proc.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use cctrace_tests::{spawn_until_tracing, Spawned};
 use serde_json::Value;
 
@@ -13,11 +13,9 @@ use serde_json::Value;
 pub(crate) type OnLine = Box<dyn FnMut(&Value, Duration) + Send>;
 
 pub(crate) struct Cctrace {
-    child: Child,
+    run: Spawned,
     pub(crate) started: Instant,
-    stderr: Arc<Mutex<String>>,
     summary: Arc<Mutex<Option<Value>>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Cctrace {
@@ -45,16 +43,15 @@ impl Cctrace {
                 *s.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
             }
         };
-        let Spawned { child, stderr, readers } = spawn_until_tracing(cmd, read, Duration::from_secs(60))?;
-        Ok(Self { child, started, stderr, summary, readers })
+        Ok(Self { run: spawn_until_tracing(cmd, read, Duration::from_secs(60))?, started, summary })
     }
 
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.run.pid()
     }
 
     pub(crate) fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.run.stderr()
     }
 
     /// User + system CPU seconds so far.
@@ -81,27 +78,9 @@ impl Cctrace {
 
     /// SIGTERM, wait, and return the summary line.
     pub(crate) fn stop(mut self) -> Result<Value> {
-        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("cctrace did not exit within 30 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
+        self.run.stop(Duration::from_secs(30))?;
         let summary = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         summary.ok_or_else(|| anyhow!("cctrace printed no summary: {}", self.stderr()))
-    }
-}
-
-impl Drop for Cctrace {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
