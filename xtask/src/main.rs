@@ -379,6 +379,9 @@ fn setup() -> Result<()> {
     setup_apt()?;
     setup_rust_src()?;
     setup_bpf_linker()?;
+    // Packaging needs it, and the suite's dist check beside the tests packages: installed
+    // there, at idle priority, it was two to four minutes of the suite's longest lane.
+    dist::setup_cargo_deb()?;
     setup_rotel()?;
     setup_rust_targets()?;
     setup_kernel_mounts();
