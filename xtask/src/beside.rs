@@ -8,8 +8,8 @@
 //! idle priority: the emulated paths must be served the moment a packet is due, and a
 //! SCHED_IDLE task yields to any normal one at once, where a second lane of ordinary priority
 //! made the emulator release 9-36 % of packets late. Nothing here touches what the tests share
-//! (namespaces, sysctls, cgroups): the lints build into their own target directory, the guests
-//! are qemu's.
+//! (namespaces, sysctls, cgroups): the lints build in the suite's target directory once its
+//! build is done (the eBPF crate's in a directory of its own), the guests are qemu's.
 //!
 //! Two gates order the work against the suite: the kernel matrix needs the suite's cctrace (a
 //! copy, since the dist check relinks target/debug/cctrace statically), and that relink must
@@ -214,38 +214,65 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
 
 /// Clippy on both sides, the build without the demo, the doc tests.
 fn lints(steps: &mut Steps, root: &Path) {
+    steps.record("clippy", &mut || clippy_verdict(root));
+    // The eBPF crate builds for its own target with nightly: a directory of its own.
     let own_target = beside_dir(root).join("target");
-    // Lints need no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it (30 s)
-    // for each build-script run. Their own target directory keeps their build-script runs and
-    // check artifacts apart from the suite's build.
-    let lint = |args: &[&str]| {
-        let mut cmd = crate::cargo(args);
-        cmd.env("AYA_BUILD_SKIP", "1").env("CARGO_TARGET_DIR", &own_target);
-        cmd
-    };
-    steps.record("clippy", &mut || {
-        crate::run(&mut lint(&[
-            "clippy",
-            "--workspace",
-            "--exclude",
-            "tracer-ebpf",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]))
-    });
     steps.record("clippy (eBPF)", &mut || {
         crate::run(crate::ebpf_clippy().env("CARGO_TARGET_DIR", &own_target)).context("clippy on the eBPF programs")
     });
-    // The shipped binary without the demo must build too (it does not link the lab).
+    // The shipped binary without the demo must build too (it does not link the lab). In the
+    // suite's directory, whose build-script runs (libbpf's, ring's, zstd's C) it reuses; it
+    // needs no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it again for
+    // this feature set's build-script run.
     steps.record("check without the demo", &mut || {
-        crate::run(&mut lint(&["check", "-p", "tracer", "--no-default-features"]))
+        let mut check = crate::suite_cargo(&["check", "-p", "tracer", "--no-default-features"])?;
+        crate::run(check.env("AYA_BUILD_SKIP", "1"))
     });
     // In the suite's own target directory, now that its build has released that directory's
     // lock (the test binaries take none).
     let doc_args: Vec<&str> = ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
-    steps.record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
+    steps.record("doc tests", &mut || crate::run(&mut crate::suite_cargo(&doc_args)?));
+}
+
+/// Clippy's verdict, as `cargo clippy --all-targets -- -D warnings` gives it: the suite's test
+/// build compiled the workspace's crates with clippy's driver (`suite_cargo`), so this builds
+/// only the targets it left out (the benches) and has cargo replay what the others said. Any
+/// warning of the workspace's crates, clippy's or the compiler's, fails it.
+fn clippy_verdict(root: &Path) -> Result<()> {
+    let args: Vec<&str> = ["test"]
+        .into_iter()
+        .chain(crate::SUITE_ARGS.iter().copied())
+        .chain(["--all-targets", "--no-run", "--message-format=json"])
+        .collect();
+    let mut cargo = crate::suite_cargo(&args)?;
+    let shown = format!("{cargo:?}");
+    let out = cargo
+        .current_dir(root)
+        .env("PATH", crate::tool_path())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("starting {shown}"))?;
+    let messages: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let mut found = 0;
+    for message in messages.iter().filter(|m| m["reason"] == "compiler-message").map(|m| &m["message"]) {
+        print!("{}", message["rendered"].as_str().unwrap_or_default());
+        found += usize::from(is_finding(message));
+    }
+    if !out.status.success() {
+        bail!("{shown} failed ({})", out.status);
+    }
+    if found > 0 {
+        bail!("clippy: {found} warnings in the workspace's crates (the suite denies them all, as -D warnings does)");
+    }
+    Ok(())
+}
+
+/// A warning or error about the code: a lint (it has a code) or anything pointing at a line,
+/// not the compiler's closing count ("2 warnings emitted").
+fn is_finding(message: &serde_json::Value) -> bool {
+    matches!(message["level"].as_str(), Some("warning" | "error"))
+        && (!message["code"].is_null() || message["spans"].as_array().is_some_and(|s| !s.is_empty()))
 }
 
 /// The kernel matrix, the dist check and the arm64 build and guest, each once its gate opens.
@@ -281,4 +308,19 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS),
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_finding;
+
+    #[test]
+    fn lints_and_located_errors_are_findings_the_closing_count_is_not() {
+        let lint = serde_json::json!({"level": "warning", "code": {"code": "clippy::iter_count"}, "spans": [{}]});
+        let error = serde_json::json!({"level": "error", "code": null, "spans": [{}]});
+        let count = serde_json::json!({"level": "warning", "code": null, "spans": [], "message": "2 warnings emitted"});
+        let note = serde_json::json!({"level": "note", "code": null, "spans": [{}]});
+        assert!(is_finding(&lint) && is_finding(&error));
+        assert!(!is_finding(&count) && !is_finding(&note));
+    }
 }

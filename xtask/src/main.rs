@@ -413,6 +413,30 @@ fn cargo(args: &[&str]) -> Command {
     cmd
 }
 
+/// Cargo for what the suite builds in its target directory (the test build, the doc tests, the
+/// dist check's builds): the workspace's own crates compiled by clippy's driver, as `cargo
+/// clippy` has them checked (`RUSTC_WORKSPACE_WRAPPER`), so one build both lints and makes the
+/// test binaries. A lint is a warning there; the suite's clippy step fails on any (see
+/// `beside::clippy`). Every build in that directory must set the same wrapper: cargo hashes
+/// it into the workspace crates' artifacts, and a build without it would compile them all
+/// again, the eBPF programs included.
+fn suite_cargo(args: &[&str]) -> Result<Command> {
+    let mut cmd = cargo(args);
+    cmd.env("RUSTC_WORKSPACE_WRAPPER", clippy_driver()?);
+    Ok(cmd)
+}
+
+/// clippy's driver of the toolchain cargo builds with.
+fn clippy_driver() -> Result<PathBuf> {
+    let sysroot =
+        output(Command::new("rustc").arg("--print").arg("sysroot")).context("rustc --print sysroot failed")?;
+    let driver = Path::new(sysroot.trim()).join("bin/clippy-driver");
+    if !driver.is_file() {
+        bail!("{} is missing: rustup component add clippy", driver.display());
+    }
+    Ok(driver)
+}
+
 /// Clippy over the eBPF crate, for the target it is built for.
 fn ebpf_clippy() -> Command {
     let mut cmd = Command::new("cargo");

@@ -145,7 +145,7 @@ struct Built {
 
 /// `cargo test --no-run` with JSON messages.
 fn build(workspace: &Path, args: &[&str]) -> Result<Built> {
-    let mut cargo = super::cargo(&["test"]);
+    let mut cargo = super::suite_cargo(&["test"])?;
     cargo.current_dir(workspace).args(args).args(["--no-run", "--message-format=json-render-diagnostics"]);
     let shown = format!("{cargo:?}");
     let mut child = cargo
