@@ -212,21 +212,13 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     Ok(())
 }
 
-/// Clippy on both sides, the build without the demo, the doc tests.
+/// Clippy on both sides, the doc tests.
 fn lints(steps: &mut Steps, root: &Path) {
     steps.record("clippy", &mut || clippy_verdict(root));
     // The eBPF crate builds for its own target with nightly: a directory of its own.
     let own_target = beside_dir(root).join("target");
     steps.record("clippy (eBPF)", &mut || {
         crate::run(crate::ebpf_clippy().env("CARGO_TARGET_DIR", &own_target)).context("clippy on the eBPF programs")
-    });
-    // The shipped binary without the demo must build too (it does not link the lab). In the
-    // suite's directory, whose build-script runs (libbpf's, ring's, zstd's C) it reuses; it
-    // needs no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it again for
-    // this feature set's build-script run.
-    steps.record("check without the demo", &mut || {
-        let mut check = crate::suite_cargo(&["check", "-p", "tracer", "--no-default-features"])?;
-        crate::run(check.env("AYA_BUILD_SKIP", "1"))
     });
     // In the suite's own target directory, now that its build has released that directory's
     // lock (the test binaries take none).
@@ -288,10 +280,22 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
     // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
     // more) and checked the same way: static, packaged, booted with busybox only.
     match gates.wait(Gate::TracerTestsDone, parent) {
-        Ok(()) => steps.record("dist", &mut || {
-            let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host())?;
-            crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
-        }),
+        Ok(()) => {
+            // The shipped binary without the demo must build too (it does not link the lab). A
+            // build, not a check: for tracer alone cargo resolves other features than for the
+            // workspace's tests, and the dist check's static link right after compiles that
+            // same graph, which it now finds built. It needs no eBPF object: AYA_BUILD_SKIP
+            // leaves this feature set's empty rather than compile the programs again. (It
+            // writes target/debug/cctrace, as the dist check does: hence after this gate.)
+            steps.record("build without the demo", &mut || {
+                let mut build = crate::suite_cargo(&["build", "-p", "tracer", "--no-default-features"])?;
+                crate::run(build.env("AYA_BUILD_SKIP", "1"))
+            });
+            steps.record("dist", &mut || {
+                let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host())?;
+                crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
+            });
+        }
         Err(e) => steps.record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
     // arm64: the same dist cross-built (its own target directory, everything for aarch64 from
