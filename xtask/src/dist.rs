@@ -602,7 +602,17 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
 /// build's. Start-up is the time from exec to cctrace's "tracing TCP" line on stderr: loading,
 /// verifying and attaching the eBPF programs and listing the host's sockets, what a user waits
 /// for; `--version` time is shown too (exec and dynamic loading alone).
-pub(crate) fn bench_report(binaries: &[(&str, &Path)]) -> Result<()> {
+/// Size and start-up of each of `binaries`, and the size of `package`: printed, and written to the figures page's
+/// "binaries" section when `page` names it.
+pub(crate) fn bench_report(binaries: &[(&str, &Path)], package: &Path, page: Option<&Path>) -> Result<()> {
+    use cctrace_lab::figures::{Row, Section};
+    let mut section = Section::new("binaries", "The binaries: size and start-up").about(
+        "`cargo xtask bench` (`--bench binaries`): each build's size, `--version` (median of 20 runs) and \
+         the time from exec to \"tracing TCP\" on stderr, the programs loaded, verified and attached (median \
+         of 5 starts with `--json`).",
+    );
+    // The starts load programs: one lab at a time on this machine.
+    let _lock = cctrace_lab::serial::serial()?;
     println!("| build | size | --version (median of 20) | exec to \"tracing TCP\" (median of 5) |");
     println!("|---|---|---|---|");
     for (label, binary) in binaries {
@@ -610,8 +620,18 @@ pub(crate) fn bench_report(binaries: &[(&str, &Path)]) -> Result<()> {
         let version = median((0..20).map(|_| time_version(binary)).collect::<Result<Vec<_>>>()?);
         let attach = median((0..5).map(|_| time_to_attach(binary)).collect::<Result<Vec<_>>>()?);
         println!("| {label} | {} | {:.1} ms | {:.0} ms |", human_size(size), version * 1e3, attach * 1e3);
+        section.row(Row::new(format!("size, {label}"), human_size(size)));
+        section.row(
+            Row::new(format!("start-up to attached, {label}"), format!("{:.0} ms", attach * 1e3)).how("median of 5"),
+        );
     }
-    Ok(())
+    let package_size = std::fs::metadata(package).with_context(|| format!("{} missing", package.display()))?.len();
+    println!("the Debian package: {}", human_size(package_size));
+    section.row(Row::new("size, the Debian package (dist)", human_size(package_size)));
+    match page {
+        Some(page) => section.write_to(page),
+        None => Ok(()),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
