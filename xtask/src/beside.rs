@@ -124,17 +124,32 @@ impl Beside {
     /// Wait for the checks and print what they said; the doc tests' counts. When the suite
     /// failed (`suite_ok` false) they are stopped instead: the run has failed, and a gate they
     /// wait on may never open.
-    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<Tally> {
-        let Some(mut child) = self.child.take() else { return Ok(Tally::default()) };
+    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<Checked> {
+        let Some(mut child) = self.child.take() else { return Ok(Checked::default()) };
         let status =
             if suite_ok { child.wait().context("waiting for the checks beside the suite")? } else { stop(&mut child) };
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         println!("     Checks beside the suite (lints, doc tests, kernel matrix, dist):");
         print!("{log}");
         check_status(status, suite_ok)?;
-        Ok(Tally::of(&log))
+        Ok(Checked { tally: Tally::of(&log), lane_secs: lane_secs(&log) })
     }
 }
+
+/// What the checks beside the suite said: their doc tests' counts, and how long the lane took
+/// from its start (with the suite's test build) to its last step.
+#[derive(Default)]
+pub(crate) struct Checked {
+    pub(crate) tally: Tally,
+    pub(crate) lane_secs: Option<f64>,
+}
+
+/// The lane's closing line ("checks beside the suite: N s", written by [`run`]).
+fn lane_secs(log: &str) -> Option<f64> {
+    log.lines().rev().find_map(|l| l.strip_prefix(LANE_DONE)?.strip_suffix(" s")?.parse().ok())
+}
+
+const LANE_DONE: &str = "xtask: checks beside the suite: ";
 
 fn check_status(status: ExitStatus, suite_ok: bool) -> Result<()> {
     if suite_ok && !status.success() {
@@ -205,7 +220,7 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     }
     lints(&mut steps, root);
     guests(&mut steps, root, &gates, parent);
-    crate::say(&format!("checks beside the suite: {:.0} s", steps.started.elapsed().as_secs_f64()));
+    eprintln!("{LANE_DONE}{:.0} s", steps.started.elapsed().as_secs_f64());
     if !steps.failed.is_empty() {
         bail!("failed beside the suite: {}", steps.failed.join(", "));
     }
@@ -317,6 +332,13 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
 #[cfg(test)]
 mod tests {
     use super::is_finding;
+
+    #[test]
+    fn the_lane_time_is_read_from_its_closing_line() {
+        let log = "xtask: clippy: 30 s\nxtask: checks beside the suite: 612 s\n";
+        assert_eq!(super::lane_secs(log), Some(612.0));
+        assert_eq!(super::lane_secs("xtask: clippy: 30 s\n"), None);
+    }
 
     #[test]
     fn lints_and_located_errors_are_findings_the_closing_count_is_not() {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{targets, Row, Section};
 use clap::{Parser, Subcommand};
 
 mod arch;
@@ -528,12 +529,38 @@ fn test() -> Result<()> {
     // of everything at release settings was three minutes of a 20-minute budget.
     let beside = beside::start(&workspace_root())?;
     let tests = step("tests", || suite::run(&workspace_root(), SUITE_ARGS, beside.gates()));
+    let tests_secs = start.elapsed().as_secs_f64();
     let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
-    let mut tally = tests?;
-    tally.add(checks?);
+    let ran = tests?;
+    let checked = checks?;
+    let mut tally = ran.tally;
+    tally.add(checked.tally);
     println!("all tests: {tally}");
-    say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
+    let total = start.elapsed().as_secs_f64();
+    say(&format!("all steps after set-up: {total:.0} s"));
+    suite_figures(total, tests_secs, checked.lane_secs, &ran).write()?;
     Ok(())
+}
+
+/// The run's time as a section of the figures page: written when `CCTRACE_FIGURES_PAGE` names
+/// the page (the timing runs on a fresh clone), else printed.
+fn suite_figures(total: f64, tests_secs: f64, lane_secs: Option<f64>, ran: &suite::Ran) -> Section {
+    let secs = |s: f64| format!("{s:.0} s");
+    let mut section = Section::new("suite", "The suite's time").about(
+        "`cargo xtask test` (`.ci/run`), after set-up: the test build, then the test binaries one at a \
+         time; beside them, at idle priority, the lints, the doc tests, the kernel matrix, the dist \
+         check and arm64's cross build and guest. On a fresh clone, as CI runs it.",
+    );
+    section.row(Row::new("the suite, after set-up", secs(total)).judged(&targets::SUITE_TIME, total));
+    section.row(Row::new("the test lane: the test build and the test binaries", secs(tests_secs)));
+    if let Some(lane) = lane_secs {
+        section.row(Row::new("the checks beside the tests, from the run's start", secs(lane)));
+    }
+    section.row(Row::new("the test build", secs(ran.build_secs)));
+    for (binary, test, held) in &ran.slowest {
+        section.row(Row::new(format!("slow test: {test} ({binary})"), secs(*held)).how("time holding the test lock"));
+    }
+    section
 }
 
 fn kernels_arm64(debug: bool) -> Result<()> {

@@ -67,8 +67,10 @@ const SLOWEST_SHOWN: usize = 3;
 /// The tests run a copy of the built cctrace (`$CCTRACE_BIN`), which the kernel matrix beside
 /// them runs too; the tracer package's own tests, which run target/debug/cctrace by path, go
 /// first, and once they are done the dist check beside may relink that file statically.
-pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tally> {
+pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Ran> {
+    let build_started = Instant::now();
     let Built { mut binaries, cctrace } = crate::step("test build", || build(workspace, args))?;
+    let build_secs = build_started.elapsed().as_secs_f64();
     let suite_binary = gates.suite_binary();
     std::fs::copy(&cctrace, &suite_binary)
         .with_context(|| format!("copying {} to {}", cctrace.display(), suite_binary.display()))?;
@@ -121,7 +123,15 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
     if !failures.is_empty() {
         bail!("test binaries failed: {}", failures.join(", "));
     }
-    Ok(tally)
+    Ok(Ran { tally, build_secs, slowest: times.slowest() })
+}
+
+/// What the test lane did: its tests' counts, its build's time, its slowest tests.
+pub(crate) struct Ran {
+    pub(crate) tally: Tally,
+    pub(crate) build_secs: f64,
+    /// (binary, test, seconds holding the machine-wide lock), slowest first.
+    pub(crate) slowest: Vec<(String, String, f64)>,
 }
 
 /// Test binaries that keep both cores busy (deep mode's BBR and CUBIC twins at line rate, beside
@@ -264,6 +274,14 @@ impl Times {
         let tests = outcome.test_times.iter().map(|(test, secs)| (outcome.label.clone(), test.clone(), *secs));
         self.tests.extend(tests);
     }
+
+    /// The [`SLOWEST_SHOWN`] slowest tests, slowest first.
+    fn slowest(&self) -> Vec<(String, String, f64)> {
+        let mut tests = self.tests.clone();
+        tests.sort_by(|a, b| b.2.total_cmp(&a.2));
+        tests.truncate(SLOWEST_SHOWN);
+        tests
+    }
 }
 
 impl std::fmt::Display for Times {
@@ -274,10 +292,8 @@ impl std::fmt::Display for Times {
         for (label, secs) in binaries {
             writeln!(f, "  {secs:5.0} s  {label}")?;
         }
-        let mut tests: Vec<&(String, String, f64)> = self.tests.iter().collect();
-        tests.sort_by(|a, b| b.2.total_cmp(&a.2));
         writeln!(f, "slowest tests (time holding the machine-wide test lock):")?;
-        for (binary, test, secs) in tests.into_iter().take(SLOWEST_SHOWN) {
+        for (binary, test, secs) in self.slowest() {
             writeln!(f, "  {secs:5.0} s  {test} ({binary})")?;
         }
         Ok(())
