@@ -19,8 +19,10 @@ mod dist;
 mod foreign;
 mod guest_checks;
 mod guest_ports;
+mod image;
 mod kernels;
 mod suite;
+mod verdicts;
 
 use arch::Arch;
 
@@ -72,6 +74,9 @@ const APT_PACKAGES: &[&str] = &[
     "openssh-server",
     "openssh-client",
     "curl",
+    // tests/tests/player.rs: a real HLS player and encoder (ffmpeg) playing a stream nginx serves
+    // through the tunnel, its speed read from its own progress.
+    "ffmpeg",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
@@ -162,6 +167,19 @@ enum Task {
     Beside {
         #[arg(long)]
         gates: PathBuf,
+    },
+    /// Run each diagnosis test that asserts a flag several times in a row: the flag must hold in
+    /// every run; the spread of time to flag goes to the figures page (docs/figures.md).
+    Verdicts {
+        /// Runs of each test.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Only the checks whose test binary or name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Print the figures without writing them to docs/figures.md.
+        #[arg(long)]
+        no_page: bool,
     },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead), and
     /// write each one's section of the figures page (docs/figures.md).
@@ -493,6 +511,9 @@ fn main() -> ExitCode {
         Task::Bench { base, benches, no_page, args } => {
             setup().and_then(|()| bench(base.as_deref(), &benches, !no_page, args))
         }
+        Task::Verdicts { runs, only, no_page } => {
+            setup().and_then(|()| verdicts::run(&workspace_root(), runs, only.as_deref(), !no_page))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -612,7 +633,7 @@ fn bench(base: Option<&str>, benches: &[String], page: bool, args: Vec<String>) 
                     ("release (target/release)", &root.join("target/release/cctrace")),
                     ("dist: static release (target/dist)", &artifacts.binary),
                 ],
-                &artifacts.deb,
+                &[("the Debian package", &artifacts.deb), ("the container image archive", &artifacts.image)],
                 page.as_deref(),
             )
         })?;

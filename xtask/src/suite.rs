@@ -103,7 +103,7 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Ran>
         if i == quiet_done {
             gates.open(Gate::QuietTestsDone)?;
         }
-        let outcome = run_one(binary, &suite_binary);
+        let outcome = run_one(binary, gates);
         println!("     Running {} ({:.0} s)", outcome.label, outcome.took.as_secs_f64());
         print!("{}", outcome.output);
         tally.add(Tally::of(&outcome.output).with_skips(outcome.skipped_at_run_time));
@@ -223,7 +223,7 @@ fn test_binary(msg: &Value) -> Option<TestBinary> {
     })
 }
 
-fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
+fn run_one(binary: &TestBinary, gates: &Gates) -> Outcome {
     let start = Instant::now();
     eprintln!("xtask: started {}", binary.label);
     let log =
@@ -231,7 +231,7 @@ fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
     let (skip_log, times_log) = (log("skips"), log("times"));
     let _ = std::fs::remove_file(&skip_log);
     let _ = std::fs::remove_file(&times_log);
-    let (success, output) = match run_within(binary, cctrace, &[(SKIP_LOG_ENV, &skip_log), (TIMES_ENV, &times_log)]) {
+    let (success, output) = match run_within(binary, gates, &[(SKIP_LOG_ENV, &skip_log), (TIMES_ENV, &times_log)]) {
         Ok(done) => done,
         Err(e) => (false, format!("could not run {}: {e:#}\n", binary.executable.display())),
     };
@@ -304,9 +304,9 @@ impl std::fmt::Display for Times {
 /// environment; after [`BINARY_DEADLINE`] it is killed with
 /// every process under it, and the output says which tests had not finished. (It stays in the
 /// suite's process group, so a Ctrl-C of the suite reaches it too.)
-fn run_within(binary: &TestBinary, cctrace: &Path, logs: &[(&str, &Path)]) -> Result<(bool, String)> {
+fn run_within(binary: &TestBinary, gates: &Gates, logs: &[(&str, &Path)]) -> Result<(bool, String)> {
     let deadline = BINARY_DEADLINE;
-    let mut child = test_command(binary, cctrace)
+    let mut child = test_command(binary, gates)
         .envs(logs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -347,7 +347,7 @@ fn run_within(binary: &TestBinary, cctrace: &Path, logs: &[(&str, &Path)]) -> Re
     match status {
         Some(status) => Ok((status.success(), output)),
         None => {
-            let listed = list_tests(binary, cctrace);
+            let listed = list_tests(binary, gates);
             let unfinished = unfinished_tests(&listed, &output);
             output.push_str(&format!(
                 "xtask: {} was still running after {:.0} s and was stopped; tests not finished: {}\n",
@@ -386,21 +386,23 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The command that runs a test binary as cargo would, with the suite's cctrace.
-fn test_command(binary: &TestBinary, cctrace: &Path) -> Command {
+/// The command that runs a test binary as cargo would, with the suite's cctrace and where the
+/// dist step beside will write its container image (tests/src/runtimes/image.rs waits for it).
+fn test_command(binary: &TestBinary, gates: &Gates) -> Command {
     let mut cmd = Command::new(&binary.executable);
     cmd.args(&binary.args)
         .current_dir(&binary.package_dir)
         .env("PATH", super::tool_path())
         .env("CARGO_MANIFEST_DIR", &binary.package_dir)
         .env("CARGO_PKG_NAME", &binary.package_name)
-        .env("CCTRACE_BIN", cctrace);
+        .env("CCTRACE_BIN", gates.suite_binary())
+        .env("CCTRACE_IMAGE", gates.image_archive());
     cmd
 }
 
 /// The names of a binary's tests (`--list --format terse`: `name: test` lines).
-fn list_tests(binary: &TestBinary, cctrace: &Path) -> Vec<String> {
-    let out = test_command(binary, cctrace).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
+fn list_tests(binary: &TestBinary, gates: &Gates) -> Vec<String> {
+    let out = test_command(binary, gates).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
     let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     text.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect()
 }
