@@ -229,6 +229,7 @@ mod tests {
             undo_before: 0,
             kind: crate::analysis::model::EpisodeKind::FastRetransmit,
             slow_start: true,
+            receiver_held: false,
         };
         assert_eq!(start_queue(&cut, 80_000), 16_500.0);
         // Behind a policer srtt stays where it was: the queue is RACK's, none.
