@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{targets, Row, Section};
 use clap::{Parser, Subcommand};
 
 mod arch;
@@ -405,6 +406,9 @@ fn setup() -> Result<()> {
     setup_apt()?;
     setup_rust_src()?;
     setup_bpf_linker()?;
+    // Packaging needs it, and the suite's dist check beside the tests packages: installed
+    // there, at idle priority, it was two to four minutes of the suite's longest lane.
+    dist::setup_cargo_deb()?;
     setup_rotel()?;
     setup_rust_targets()?;
     setup_kernel_mounts();
@@ -434,6 +438,30 @@ fn cargo(args: &[&str]) -> Command {
     let mut cmd = Command::new("cargo");
     cmd.current_dir(workspace_root()).args(args).env("CCTRACE_REQUIRE_EBPF", "1");
     cmd
+}
+
+/// Cargo for what the suite builds in its target directory (the test build, the doc tests, the
+/// dist check's builds): the workspace's own crates compiled by clippy's driver, as `cargo
+/// clippy` has them checked (`RUSTC_WORKSPACE_WRAPPER`), so one build both lints and makes the
+/// test binaries. A lint is a warning there; the suite's clippy step fails on any (see
+/// `beside::clippy`). Every build in that directory must set the same wrapper: cargo hashes
+/// it into the workspace crates' artifacts, and a build without it would compile them all
+/// again, the eBPF programs included.
+fn suite_cargo(args: &[&str]) -> Result<Command> {
+    let mut cmd = cargo(args);
+    cmd.env("RUSTC_WORKSPACE_WRAPPER", clippy_driver()?);
+    Ok(cmd)
+}
+
+/// clippy's driver of the toolchain cargo builds with.
+fn clippy_driver() -> Result<PathBuf> {
+    let sysroot =
+        output(Command::new("rustc").arg("--print").arg("sysroot")).context("rustc --print sysroot failed")?;
+    let driver = Path::new(sysroot.trim()).join("bin/clippy-driver");
+    if !driver.is_file() {
+        bail!("{} is missing: rustup component add clippy", driver.display());
+    }
+    Ok(driver)
 }
 
 /// Clippy over the eBPF crate, for the target it is built for.
@@ -522,12 +550,38 @@ fn test() -> Result<()> {
     // of everything at release settings was three minutes of a 20-minute budget.
     let beside = beside::start(&workspace_root())?;
     let tests = step("tests", || suite::run(&workspace_root(), SUITE_ARGS, beside.gates()));
+    let tests_secs = start.elapsed().as_secs_f64();
     let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
-    let mut tally = tests?;
-    tally.add(checks?);
+    let ran = tests?;
+    let checked = checks?;
+    let mut tally = ran.tally;
+    tally.add(checked.tally);
     println!("all tests: {tally}");
-    say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
+    let total = start.elapsed().as_secs_f64();
+    say(&format!("all steps after set-up: {total:.0} s"));
+    suite_figures(total, tests_secs, checked.lane_secs, &ran).write()?;
     Ok(())
+}
+
+/// The run's time as a section of the figures page: written when `CCTRACE_FIGURES_PAGE` names
+/// the page (the timing runs on a fresh clone), else printed.
+fn suite_figures(total: f64, tests_secs: f64, lane_secs: Option<f64>, ran: &suite::Ran) -> Section {
+    let secs = |s: f64| format!("{s:.0} s");
+    let mut section = Section::new("suite", "The suite's time").about(
+        "`cargo xtask test` (`.ci/run`), after set-up: the test build, then the test binaries one at a \
+         time; beside them, at idle priority, the lints, the doc tests, the kernel matrix, the dist \
+         check and arm64's cross build and guest. On a fresh clone, as CI runs it.",
+    );
+    section.row(Row::new("the suite, after set-up", secs(total)).judged(&targets::SUITE_TIME, total));
+    section.row(Row::new("the test lane: the test build and the test binaries", secs(tests_secs)));
+    if let Some(lane) = lane_secs {
+        section.row(Row::new("the checks beside the tests, from the run's start", secs(lane)));
+    }
+    section.row(Row::new("the test build", secs(ran.build_secs)));
+    for (binary, test, held) in &ran.slowest {
+        section.row(Row::new(format!("slow test: {test} ({binary})"), secs(*held)).how("time holding the test lock"));
+    }
+    section
 }
 
 fn kernels_arm64(debug: bool) -> Result<()> {
