@@ -61,6 +61,33 @@ pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
     ))
 }
 
+/// [`run_cctrace`] with the kernel's BTF hidden from it, as [`Tracer::start_without_btf`] does.
+pub fn run_cctrace_without_btf(args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+        .arg(cctrace_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output_within(CHILD_DEADLINE)
+        .context("running cctrace without BTF")?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// How a test runs cctrace: with the kernel's BTF, or with it hidden (the mode without BTF).
+#[derive(Clone, Copy)]
+pub struct Mode {
+    pub start: fn(&[&str]) -> Result<Tracer>,
+    pub run: fn(&[&str]) -> Result<(i32, String, String)>,
+}
+
+pub const WITH_BTF: Mode = Mode { start: Tracer::start, run: run_cctrace };
+pub const WITHOUT_BTF: Mode = Mode { start: Tracer::start_without_btf, run: run_cctrace_without_btf };
+
 /// The `cctrace` binary next to this test binary (target/<profile>/cctrace), or $CCTRACE_BIN.
 pub fn cctrace_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("CCTRACE_BIN") {
@@ -70,6 +97,9 @@ pub fn cctrace_bin() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/cctrace
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("cctrace")).unwrap_or_else(|| PathBuf::from("cctrace"))
 }
+
+/// Where the kernel's BTF is; [`Tracer::start_without_btf`] hides it.
+pub const HIDDEN_BTF: &str = "/sys/kernel/btf";
 
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
@@ -88,10 +118,28 @@ impl Tracer {
 
     /// [`Tracer::start`] with `env` added to its environment (`RUST_LOG`, say).
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
-        let mut child = Command::new(cctrace_bin())
+        let mut command = Command::new(cctrace_bin());
+        command.args(["--json", "--events"]).args(args).envs(env.iter().copied());
+        Self::spawn(command)
+    }
+
+    /// [`Tracer::start`] with the kernel's BTF hidden from cctrace, as on a kernel built
+    /// without it: in a mount namespace of its own (private: nothing propagates to the host),
+    /// an empty tmpfs lies over `/sys/kernel/btf`. The shell then becomes cctrace (`exec`), so
+    /// the process stopped and inspected is cctrace itself.
+    pub fn start_without_btf(args: &[&str]) -> Result<Self> {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+            .arg(cctrace_bin())
             .args(["--json", "--events"])
-            .args(args)
-            .envs(env.iter().copied())
+            .args(args);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Result<Self> {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -41,8 +41,9 @@ impl SampleCounts {
         self.app_limited += u64::from(s.app_limited);
         let sndbuf_low = s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6;
         self.sndbuf_low += u64::from(sndbuf_low);
-        self.writer_blocked += u64::from(s.writer_blocked);
+        let writer_waits = s.writer_waits();
+        self.writer_blocked += u64::from(writer_waits);
         let in_flight = s.notsent_bytes.saturating_mul(2) < s.wmem_queued;
-        self.sndbuf_bound += u64::from(s.writer_blocked && !cwnd_full && s.sndbuf > 0 && !sndbuf_low && in_flight);
+        self.sndbuf_bound += u64::from(writer_waits && !cwnd_full && s.sndbuf > 0 && !sndbuf_low && in_flight);
     }
 }
