@@ -78,11 +78,14 @@ pub fn run_cctrace_without_btf(args: &[&str]) -> Result<(i32, String, String)> {
     ))
 }
 
+/// What [`run_cctrace`] returns: exit code, stdout, stderr.
+pub type Ran = (i32, String, String);
+
 /// How a test runs cctrace: with the kernel's BTF, or with it hidden (the mode without BTF).
 #[derive(Clone, Copy)]
 pub struct Mode {
     pub start: fn(&[&str]) -> Result<Tracer>,
-    pub run: fn(&[&str]) -> Result<(i32, String, String)>,
+    pub run: fn(&[&str]) -> Result<Ran>,
 }
 
 pub const WITH_BTF: Mode = Mode { start: Tracer::start, run: run_cctrace };

@@ -208,7 +208,7 @@ impl SockDiag {
             let seq = self.send(&[request(family, states, id)], NLM_F_REQUEST | NLM_F_DUMP)?;
             self.collect(|answer| match answer {
                 Answer::Socket(got_seq, info) if got_seq == seq => {
-                    out.push(info);
+                    out.push(*info);
                     Collected::More
                 }
                 Answer::Done(got_seq) | Answer::Error(got_seq, _) if got_seq == seq => Collected::Finished,
@@ -230,7 +230,7 @@ impl SockDiag {
         let mut answered = 0;
         self.collect(|answer| {
             let (seq, info) = match answer {
-                Answer::Socket(seq, info) => (seq, Some(info)),
+                Answer::Socket(seq, info) => (seq, Some(*info)),
                 Answer::Error(seq, errno) => {
                     // No socket there (ENOENT), or another one than asked for (ESTALE): an
                     // answer. Anything else is worth a line in the log.
@@ -287,7 +287,7 @@ impl SockDiag {
                 let seq = msg.header.sequence_number;
                 let answer = match msg.payload {
                     NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => match socket_info(&r) {
-                        Some(info) => Answer::Socket(seq, info),
+                        Some(info) => Answer::Socket(seq, Box::new(info)),
                         None => continue,
                     },
                     NetlinkPayload::Done(_) => Answer::Done(seq),
@@ -303,7 +303,7 @@ impl SockDiag {
 }
 
 enum Answer {
-    Socket(u32, SocketInfo),
+    Socket(u32, Box<SocketInfo>),
     Done(u32),
     /// The request's sequence number and the (negative) errno: `ENOENT`, no such socket;
     /// `ESTALE`, another cookie at those addresses.
@@ -382,7 +382,7 @@ fn socket_info(r: &InetResponse) -> Option<SocketInfo> {
                     rcvbuf: m.receive_queue_max,
                     sndbuf: m.send_queue_max,
                     wmem_queued: m.send_queue,
-                })
+                });
             }
             Nla::Other(other) if other.kind() == INET_DIAG_CGROUP_ID && other.value_len() == 8 => {
                 let mut v = [0u8; 8];

@@ -255,7 +255,7 @@ fn no_record_program(h: &Hook, classic: &Classic) -> Option<AttachError> {
     if tracefs::event_format(root, h.group, h.event).is_err() {
         return Some(AttachError::NoEvent(name));
     }
-    h.record_prog.is_empty().then(|| AttachError::BtfOnly(name))
+    h.record_prog.is_empty().then_some(AttachError::BtfOnly(name))
 }
 
 fn attach_tracepoint(ebpf: &mut Ebpf, h: &Hook, program: &'static str) -> Result<TracePointLinkId, AttachError> {

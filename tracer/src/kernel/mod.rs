@@ -424,20 +424,20 @@ pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// The live kernel source, with BTF or without.
 pub enum LiveSource {
-    Btf(KernelSource),
-    NoBtf(nobtf::NoBtfSource),
+    Btf(Box<KernelSource>),
+    NoBtf(Box<nobtf::NoBtfSource>),
 }
 
 impl LiveSource {
     /// Start the mode `opts` asks for: without BTF where asked, or where `Auto` finds none.
     pub fn start(opts: &KernelOptions) -> Result<Self> {
         if opts.hook_mode == HookMode::NoBtf {
-            return Ok(Self::NoBtf(nobtf::NoBtfSource::start(opts)?));
+            return Ok(Self::NoBtf(Box::new(nobtf::NoBtfSource::start(opts)?)));
         }
         match btf_file::find(opts.btf_file.as_deref())? {
-            btf_file::Found::Btf(kernel_btf) => Ok(Self::Btf(KernelSource::start(opts, &kernel_btf)?)),
+            btf_file::Found::Btf(kernel_btf) => Ok(Self::Btf(Box::new(KernelSource::start(opts, &kernel_btf)?))),
             btf_file::Found::None(_) if opts.hook_mode == HookMode::Auto => {
-                Ok(Self::NoBtf(nobtf::NoBtfSource::start(opts)?))
+                Ok(Self::NoBtf(Box::new(nobtf::NoBtfSource::start(opts)?)))
             }
             btf_file::Found::None(tried) => bail!("{}", no_btf_refusal(opts.hook_mode, &tried)),
         }
@@ -445,15 +445,15 @@ impl LiveSource {
 
     fn source(&self) -> &dyn EventSource {
         match self {
-            Self::Btf(s) => s,
-            Self::NoBtf(s) => s,
+            Self::Btf(s) => s.as_ref(),
+            Self::NoBtf(s) => s.as_ref(),
         }
     }
 
     fn source_mut(&mut self) -> &mut dyn EventSource {
         match self {
-            Self::Btf(s) => s,
-            Self::NoBtf(s) => s,
+            Self::Btf(s) => s.as_mut(),
+            Self::NoBtf(s) => s.as_mut(),
         }
     }
 

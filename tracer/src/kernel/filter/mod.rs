@@ -27,7 +27,7 @@ struct FilterMaps {
 
 /// Where a filter is applied: the programs' maps, or a source that filters in user space.
 enum Backing {
-    Maps(FilterMaps),
+    Maps(Box<FilterMaps>),
     UserSpace(SharedFilter),
 }
 
@@ -50,7 +50,7 @@ impl KernelFilter {
         let netns = HashMap::try_from(take("FILTER_NETNS")?).context("opening the FILTER_NETNS map")?;
         let absent = |fields: &[(u32, &'static str)]| fields.iter().find(|(off, _)| *off == ABSENT).map(|(_, n)| *n);
         Ok(Self {
-            backing: Backing::Maps(FilterMaps { state, cgroups, netns }),
+            backing: Backing::Maps(Box::new(FilterMaps { state, cgroups, netns })),
             generation: 0,
             applied: ResolvedFilter::default(),
             no_cgroup_filter: absent(&[

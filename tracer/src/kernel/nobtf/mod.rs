@@ -42,6 +42,9 @@ pub const LOSES: &str = "no cwnd_limited, sndbuf_locked, rcvbuf_locked or writer
      is read from the send buffer's fill), no undone cuts, no route device, no UDP accounting, no --deep; \
      the filter applies in user space";
 
+/// How long the intervals keep their pace after the last records came.
+const KEEP_PACE: Duration = Duration::from_secs(1);
+
 pub struct NoBtfSource {
     // Field order matters for Drop: the ring buffer and counter maps go before the programs.
     ring: AsyncFd<RingBuf<MapData>>,
@@ -57,9 +60,12 @@ pub struct NoBtfSource {
     /// Whether each flow passes the filter, under the filter generation in `.1`.
     passes: (HashMap<u64, bool>, u64),
     interval: Duration,
-    /// When the next interval's lookups are due; `None` while no record came (the pipeline's
-    /// tick looks for them, and nothing wakes the process at rest).
+    /// When the next interval's lookups are due; `None` once records stopped coming (the
+    /// pipeline's tick looks for them, and nothing wakes the process at rest).
     next_round: Option<tokio::time::Instant>,
+    /// When records last came: intervals keep their pace for [`KEEP_PACE`] after, since a busy
+    /// flow's one record an interval may fall just before one interval's read or just after.
+    records_at: Option<Instant>,
     /// Samples ready to hand over (the start-up listing's first).
     ready: Vec<Sample>,
     listed: u64,
@@ -144,6 +150,7 @@ impl NoBtfSource {
             passes: (HashMap::new(), 0),
             interval: opts.sample_interval,
             next_round: None,
+            records_at: None,
             ready: Vec::new(),
             listed: 0,
             records: 0,
@@ -283,7 +290,11 @@ impl NoBtfSource {
         }
         self.hand_over(batch);
         self.namespaces.close_idle(now);
-        self.next_round = (had_records || !wanted.is_empty()).then(|| tokio::time::Instant::now() + self.interval);
+        if had_records || !wanted.is_empty() {
+            self.records_at = Some(now);
+        }
+        let keep = self.records_at.is_some_and(|at| now.duration_since(at) < KEEP_PACE.max(self.interval * 2));
+        self.next_round = keep.then(|| tokio::time::Instant::now() + self.interval);
     }
 
     /// Look new addresses up in every namespace; the cookies of the flows found.
