@@ -61,6 +61,16 @@ pub(crate) fn udp_said_off(stderr: &str) -> Result<(), String> {
     }
 }
 
+/// The summary counts no record lost in the ring and none it could not decode. (The mode without
+/// BTF makes its samples in user space, so the kernel counts no samples emitted to compare.)
+pub(crate) fn no_record_lost(summary: &Value) -> Result<(), String> {
+    let n = |k: &str| summary.get(k).and_then(Value::as_u64);
+    match (n("events_lost"), n("decode_errors")) {
+        (Some(0), Some(0)) => Ok(()),
+        (lost, undecoded) => Err(format!("records lost {lost:?}, undecodable {undecoded:?}")),
+    }
+}
+
 /// Every program cctrace loaded is a classic tracepoint's: none typed by BTF (tp_btf, iter,
 /// struct_ops), no cgroup or socket program. `during` is `bpftool prog show` while it ran.
 pub(crate) fn only_tracepoint_programs(during: &str) -> Result<(), String> {

@@ -653,7 +653,7 @@ fn check_guest(sections: &BTreeMap<String, String>, hooks: &[Hooks], stages: &[S
     }
     // What concerns the kernel rather than a hook mode runs with the default hooks.
     if let Some(default_hooks) = result.modes.first_mut() {
-        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages));
+        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages, result.btf != "no"));
     }
 }
 
@@ -753,7 +753,6 @@ fn check_mode(
         ("periodic samples (or start-up says they are off)", periodic_samples(&out, probe_said_off)),
         ("owner of the accepted connection", owner_of_accepted(&out)),
         ("retransmissions match the namespace's counters", retransmissions_match(&out)),
-        ("every emitted sample accounted for", every_sample_accounted(&out)),
         ("idle flow listed at start-up", idle_listed(&out)),
         ("clean detach", clean_detach(&out)),
     ];
@@ -773,9 +772,12 @@ fn check_mode(
                 "UDP flow counted, or start-up says UDP is not tracked",
                 guest_hooks::udp_said_off(&out.stderr).or_else(|_| udp()),
             ),
+            // Its samples are made in user space from the records: none of those may be lost.
+            ("no record lost or undecodable", summary(&out).and_then(guest_hooks::no_record_lost)),
         ];
         checks.extend(without.map(|(name, outcome)| (name.to_string(), outcome)));
     } else {
+        checks.push(("every emitted sample accounted for".to_string(), summary(&out).and_then(every_sample_accounted)));
         checks.push(("UDP flow counted and classified".to_string(), udp()));
     }
     ModeResult { mode: mode.to_string(), attached, disabled, checks }
@@ -880,13 +882,12 @@ fn retransmissions_match(out: &ModeOutput) -> Result<(), String> {
     }
 }
 
-fn every_sample_accounted(out: &ModeOutput) -> Result<(), String> {
-    let s = out
-        .lines
-        .iter()
-        .rev()
-        .find(|v| v.get("type").and_then(Value::as_str) == Some("summary"))
-        .ok_or("no summary line")?;
+/// The run's closing summary line.
+fn summary<'a>(out: &'a ModeOutput) -> Result<&'a Value, String> {
+    out.lines.iter().rev().find(|v| v["type"] == "summary").ok_or_else(|| "no summary line".to_string())
+}
+
+fn every_sample_accounted(s: &Value) -> Result<(), String> {
     let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0);
     let (received, lost, emitted) = (n("events_received"), n("events_lost"), n("kernel_emitted"));
     if received + lost == emitted {
