@@ -46,6 +46,12 @@ done
 uname -r | section kernel
 if [ -e /sys/kernel/btf/vmlinux ]; then echo yes; else echo no; fi | section btf
 cat /proc/sys/net/ipv4/tcp_congestion_control | section default_cc
+# The classic tracepoints' record layouts, which the mode without BTF reads its records by: for
+# whoever reads the results file after a failure.
+for event in tcp/tcp_probe tcp/tcp_retransmit_skb tcp/tcp_cong_state_set sock/inet_sock_set_state tcp/tcp_destroy_sock; do
+    echo "$event"
+    grep 'field:' "/sys/kernel/tracing/events/$event/format" 2>&1
+done | section formats
 
 # Each flow's size: the kernel command line may make it smaller (`bytes=`, for a slower emulator).
 BYTES=${bytes:-30000000}
