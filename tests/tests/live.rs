@@ -350,9 +350,32 @@ fn flows_in_two_namespaces_carry_their_own_netns() -> Result<()> {
 #[test]
 fn classic_tracepoints_work_as_a_fallback() -> Result<()> {
     require_kernel!();
+    classic_tracepoints_when(Tracer::start, &[])
+}
+
+/// With the kernel's BTF hidden and given back as a file (`--btf`), the classic programs read
+/// the socket at the file's offsets: what runs on a kernel built without BTF whose BTF a
+/// debug package ships (there the kernel refuses BTF-typed programs; `--hooks classic` stands
+/// in for that refusal here).
+#[test]
+fn a_btf_file_gives_the_classic_programs_their_offsets() -> Result<()> {
+    require_kernel!();
+    let file = cctrace_tests::RemoveOnDrop(std::env::temp_dir().join(format!("cctrace-btf-{}", std::process::id())));
+    std::fs::copy("/sys/kernel/btf/vmlinux", &file.0).context("copying the kernel's BTF")?;
+    let btf = file.0.to_string_lossy().into_owned();
+    classic_tracepoints_when(Tracer::start_without_btf, &["--btf", &btf])
+}
+
+fn classic_tracepoints_when(start: Start, extra: &[&str]) -> Result<()> {
     let _serial = serial();
     let lab = VethPair::create(VethOptions::default())?;
-    let tracer = Tracer::start(&["--hooks", "classic", "--interval", "200"])?;
+    let mut args = vec!["--hooks", "classic", "--interval", "200"];
+    args.extend_from_slice(extra);
+    let tracer = start(&args)?;
+    if !extra.is_empty() {
+        let stderr = tracer.stderr();
+        assert!(stderr.contains("cctrace: kernel BTF read from /") && !stderr.contains("without BTF"), "{stderr}");
+    }
     // The socket-call hook (sock_send_length) is BTF only: that hook alone is off, said in one
     // line with what is lost, and the rest works.
     let stderr = tracer.stderr();

@@ -322,13 +322,17 @@ pub struct TraceRecord {
     pub ts_ns: u64,
     /// The [`HookId`] whose program wrote it.
     pub hook: u32,
-    pub _pad: u32,
+    /// The process `connect()` ran in, for a move to SYN_SENT (the state change happens in
+    /// that process's context); 0 otherwise.
+    pub pid: u32,
+    /// That process's command name, NUL padded.
+    pub comm: [u8; 16],
     /// The tracepoint's record, from its first byte; past its end, whatever follows it in the
     /// kernel's per-CPU trace buffer (never read: userspace knows each record's size).
     pub record: [u8; TRACE_RECORD_BYTES],
 }
 
-pub const TRACE_RECORD_SIZE: usize = 216;
+pub const TRACE_RECORD_SIZE: usize = 232;
 const _: () = assert!(core::mem::size_of::<TraceRecord>() == TRACE_RECORD_SIZE);
 const _: () = assert!(core::mem::size_of::<TraceRecord>().is_multiple_of(8));
 

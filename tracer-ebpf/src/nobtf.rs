@@ -11,7 +11,7 @@
 //! `sock_cookie`, else its ports (configured per hook from tracefs).
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
     macros::{map, tracepoint},
     maps::LruHashMap,
     programs::TracePointContext,
@@ -73,7 +73,8 @@ pub fn cct_nb_setstate(ctx: TracePointContext) -> u32 {
     if protocol != IPPROTO_TCP || old == tcp_state::LISTEN || new == tcp_state::LISTEN {
         return 0;
     }
-    hand_over(&ctx, HookId::SetState);
+    // connect() moves the socket to SYN_SENT in the calling process: its owner.
+    hand_over_with_owner(&ctx, HookId::SetState, new == tcp_state::SYN_SENT);
     0
 }
 
@@ -157,6 +158,12 @@ fn due_key(key: u64, hook: HookId) -> u64 {
 /// Copy the record into the ring, whole.
 #[inline(always)]
 fn hand_over(ctx: &TracePointContext, hook: HookId) {
+    hand_over_with_owner(ctx, hook, false);
+}
+
+/// Copy the record into the ring, whole, with the current process when `owner`.
+#[inline(always)]
+fn hand_over_with_owner(ctx: &TracePointContext, hook: HookId, owner: bool) {
     let Some(mut entry) = EVENTS.reserve::<TraceRecord>(0) else {
         bump(counter::RINGBUF_LOST);
         return;
@@ -171,7 +178,14 @@ fn hand_over(ctx: &TracePointContext, hook: HookId) {
             RecordHeader { version: WIRE_VERSION, kind: record_kind::TRACE_RECORD, size: TRACE_RECORD_SIZE as u32 };
         (*r).ts_ns = bpf_ktime_get_ns();
         (*r).hook = hook as u32;
-        (*r)._pad = 0;
+        (*r).pid = 0;
+        (*r).comm = [0; 16];
+        if owner {
+            (*r).pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+            if let Ok(comm) = bpf_get_current_comm() {
+                (*r).comm = comm;
+            }
+        }
         let dst = &mut *core::ptr::addr_of_mut!((*r).record);
         if bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, dst).is_err() {
             *dst = [0; TRACE_RECORD_BYTES];

@@ -14,6 +14,8 @@
 //! Two gates order the work against the suite: the kernel matrix needs the suite's cctrace (a
 //! copy, since the dist check relinks target/debug/cctrace statically), and that relink must
 //! wait until the tracer package's own tests, which run target/debug/cctrace by path, are done.
+//! One hand-over goes the other way: the dist build's container image, which a test of the test
+//! lane loads and runs (it waits for it).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -58,6 +60,34 @@ impl Gates {
     /// The cctrace the suite's tests and the kernel matrix run.
     pub(crate) fn suite_binary(&self) -> PathBuf {
         self.dir.join("cctrace")
+    }
+
+    /// Where the dist build hands its container image to the test that runs it, which waits
+    /// for this file, or for `cctrace.oci.failed` beside it saying why there is none (both
+    /// written by [`Gates::hand_over_image`]).
+    pub(crate) fn image_archive(&self) -> PathBuf {
+        self.dir.join("cctrace.oci.tar")
+    }
+
+    /// Hand the dist build's image over to the tests (a hard link, renamed into place whole),
+    /// or tell them why there is none.
+    fn hand_over_image(&self, built: std::result::Result<&Path, String>) -> Result<()> {
+        let target = self.image_archive();
+        let failed = |why: &str| std::fs::write(target.with_extension("failed"), why);
+        let image = match built {
+            Ok(image) => image,
+            Err(why) => return failed(&why).context("writing why there is no image"),
+        };
+        let partial = target.with_extension("partial");
+        let _ = std::fs::remove_file(&partial);
+        let linked = std::fs::hard_link(image, &partial).or_else(|_| std::fs::copy(image, &partial).map(drop));
+        match linked.and_then(|()| std::fs::rename(&partial, &target)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = failed(&format!("handing over {}: {e}", image.display()));
+                Err(e).with_context(|| format!("handing {} over to the tests", image.display()))
+            }
+        }
     }
 
     pub(crate) fn open(&self, gate: Gate) -> Result<()> {
@@ -248,8 +278,24 @@ fn lints(steps: &mut Steps, root: &Path) {
     steps.record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
 }
 
-/// The kernel matrix, the dist check and the arm64 build and guest, each once its gate opens.
+/// The dist build, the kernel matrix, the dist check and the arm64 build and guest, each once
+/// its gate opens.
 fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
+    // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
+    // more). Built before the kernel matrix and checked after it: the test lane's image test
+    // waits for the container image this writes (it reaches that test minutes after the lints
+    // above are done), and the build only moves ahead of the matrix, it adds nothing.
+    let mut host_dist = None;
+    let waited = gates.wait(Gate::TracerTestsDone, parent);
+    steps.record("dist build", &mut || {
+        let built = match &waited {
+            Ok(()) => crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host()),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        };
+        gates.hand_over_image(built.as_ref().map(|a| a.image.as_path()).map_err(|e| format!("{e:#}")))?;
+        host_dist = Some(built?);
+        Ok(())
+    });
     // No guest boots before the tests that judge the kernel's cost of attaching have run (see
     // suite.rs's NO_EMULATOR_BESIDE): in CI they are done long before the lints above are.
     match gates.wait(Gate::QuietTestsDone, parent) {
@@ -258,15 +304,12 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         }),
         Err(e) => steps.record("kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
-    // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
-    // more) and checked the same way: static, packaged, booted with busybox only.
-    match gates.wait(Gate::TracerTestsDone, parent) {
-        Ok(()) => steps.record("dist", &mut || {
-            let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host())?;
-            crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
-        }),
-        Err(e) => steps.record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
-    }
+    // Checked the way users meet it: static, packaged, the image read back, booted with busybox
+    // only.
+    steps.record("dist", &mut || match &host_dist {
+        Some(artifacts) => crate::dist::check(root, crate::dist::Profile::Check, artifacts, true),
+        None => Err(anyhow::anyhow!("nothing to check: the dist build failed")),
+    });
     // arm64: the same dist cross-built (its own target directory, everything for aarch64 from
     // nothing: the longest build of the run, at idle priority) and checked, then booted as the
     // kernel matrix's arm64 row. After the host's dist, whose package the arm64 one must match.
@@ -281,4 +324,36 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS),
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_image_is_handed_over_whole_or_the_reason_why_not() {
+        let dir = std::env::temp_dir().join(format!("xtask-gates-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ok")).unwrap();
+        std::fs::create_dir_all(dir.join("failed")).unwrap();
+        let built = dir.join("built.oci.tar");
+        std::fs::write(&built, "an image").unwrap();
+
+        let gates = Gates::new(dir.join("ok"));
+        gates.hand_over_image(Ok(&built)).unwrap();
+        assert_eq!(std::fs::read_to_string(gates.image_archive()).unwrap(), "an image");
+        assert!(!gates.image_archive().with_extension("partial").exists());
+        assert!(!gates.image_archive().with_extension("failed").exists());
+
+        let gates = Gates::new(dir.join("failed"));
+        gates.hand_over_image(Err("cargo deb failed".into())).unwrap();
+        assert!(!gates.image_archive().exists());
+        assert_eq!(
+            std::fs::read_to_string(gates.image_archive().with_extension("failed")).unwrap(),
+            "cargo deb failed"
+        );
+        // The name the test waits on: tests/src/runtimes/image.rs derives the failure's the same way.
+        assert_eq!(gates.image_archive().with_extension("failed").file_name().unwrap(), "cctrace.oci.failed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

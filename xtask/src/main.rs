@@ -19,9 +19,11 @@ mod foreign;
 mod guest_checks;
 mod guest_hooks;
 mod guest_ports;
+mod image;
 mod kernels;
 mod nobtf_kernel;
 mod suite;
+mod verdicts;
 
 use arch::Arch;
 
@@ -73,6 +75,9 @@ const APT_PACKAGES: &[&str] = &[
     "openssh-server",
     "openssh-client",
     "curl",
+    // tests/tests/player.rs: a real HLS player and encoder (ffmpeg) playing a stream nginx serves
+    // through the tunnel, its speed read from its own progress.
+    "ffmpeg",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
@@ -173,12 +178,33 @@ enum Task {
         #[arg(long)]
         gates: PathBuf,
     },
-    /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
+    /// Run each diagnosis test that asserts a flag several times in a row: the flag must hold in
+    /// every run; the spread of time to flag goes to the figures page (docs/figures.md).
+    Verdicts {
+        /// Runs of each test.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Only the checks whose test binary or name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Print the figures without writing them to docs/figures.md.
+        #[arg(long)]
+        no_page: bool,
+    },
+    /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead), and
+    /// write each one's section of the figures page (docs/figures.md).
     Bench {
         /// Also measure the release binary of this commit (built in a worktree of its own under
         /// target/base) beside this one: the overhead benchmark's "before" figures.
         #[arg(long, value_name = "COMMIT")]
         base: Option<String>,
+        /// Only this benchmark (repeatable): binaries, or a bench target of the tracer and tests
+        /// packages (overhead, goodput, skb_cost, deep, flow_table, frame, exporter, recording).
+        #[arg(long = "bench", value_name = "NAME")]
+        benches: Vec<String>,
+        /// Print the figures without writing them to docs/figures.md.
+        #[arg(long)]
+        no_page: bool,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -471,7 +497,12 @@ fn main() -> ExitCode {
         }
         Task::Dist { profile, no_boot, target } => setup().and_then(|()| dist(profile, no_boot, target)),
         Task::Beside { gates } => beside::run(&workspace_root(), gates),
-        Task::Bench { base, args } => setup().and_then(|()| bench(base.as_deref(), args)),
+        Task::Bench { base, benches, no_page, args } => {
+            setup().and_then(|()| bench(base.as_deref(), &benches, !no_page, args))
+        }
+        Task::Verdicts { runs, only, no_page } => {
+            setup().and_then(|()| verdicts::run(&workspace_root(), runs, only.as_deref(), !no_page))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -544,24 +575,47 @@ fn dist(profile: dist::Profile, no_boot: bool, target: Arch) -> Result<()> {
     step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
 }
 
-/// `cargo xtask bench`: the benches against the release build (and `base`'s, when given).
-fn bench(base: Option<&str>, args: Vec<String>) -> Result<()> {
+/// `cargo xtask bench`: the benches against the release build (and `base`'s, when given), each
+/// writing its section of the figures page when `page` (docs/figures.md) is asked for.
+fn bench(base: Option<&str>, benches: &[String], page: bool, args: Vec<String>) -> Result<()> {
+    let started = std::time::Instant::now();
+    let root = workspace_root();
+    let page = page.then(|| root.join("docs/figures.md"));
+    let wanted = |name: &str| benches.is_empty() || benches.iter().any(|b| b == name);
     let base_bin = base.map(build_base).transpose()?;
     // The benches (skb_cost, overhead) run the release binary next to them.
     run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
-    // What users install (the static release build) next to the debug build.
-    run(&mut cargo(&["build", "-p", "tracer"]))?;
-    let root = workspace_root();
-    let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
-    dist::bench_report(&[
-        ("debug (target/debug)", &root.join("target/debug/cctrace")),
-        ("release (target/release)", &root.join("target/release/cctrace")),
-        ("dist: static release (target/dist)", &artifacts.binary),
-    ])?;
-    let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
-    cmd.arg("--").args(args);
-    if let Some(b) = &base_bin {
-        cmd.env("CCTRACE_BASE_BIN", b);
+    if wanted("binaries") {
+        // What users install (the static release build) next to the debug build.
+        run(&mut cargo(&["build", "-p", "tracer"]))?;
+        let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
+        step("binaries", || {
+            dist::bench_report(
+                &[
+                    ("debug (target/debug)", &root.join("target/debug/cctrace")),
+                    ("release (target/release)", &root.join("target/release/cctrace")),
+                    ("dist: static release (target/dist)", &artifacts.binary),
+                ],
+                &[("the Debian package", &artifacts.deb), ("the container image archive", &artifacts.image)],
+                page.as_deref(),
+            )
+        })?;
     }
-    run(&mut cmd)
+    let targets: Vec<&String> = benches.iter().filter(|b| *b != "binaries").collect();
+    if benches.is_empty() || !targets.is_empty() {
+        let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
+        for target in targets {
+            cmd.args(["--bench", target]);
+        }
+        cmd.arg("--").args(args);
+        if let Some(b) = &base_bin {
+            cmd.env("CCTRACE_BASE_BIN", b);
+        }
+        if let Some(page) = &page {
+            cmd.env(cctrace_lab::figures::PAGE_ENV, page);
+        }
+        step("benches", || run(&mut cmd))?;
+    }
+    say(&format!("bench: {:.0} s in all", started.elapsed().as_secs_f64()));
+    Ok(())
 }

@@ -93,7 +93,7 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
         if i == quiet_done {
             gates.open(Gate::QuietTestsDone)?;
         }
-        let outcome = run_one(binary, &suite_binary);
+        let outcome = run_one(binary, gates);
         println!("     Running {} ({:.0} s)", outcome.label, outcome.took.as_secs_f64());
         print!("{}", outcome.output);
         tally.add(Tally::of(&outcome.output).with_skips(outcome.skipped_at_run_time));
@@ -203,12 +203,12 @@ fn test_binary(msg: &Value) -> Option<TestBinary> {
     })
 }
 
-fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
+fn run_one(binary: &TestBinary, gates: &Gates) -> Outcome {
     let start = Instant::now();
     eprintln!("xtask: started {}", binary.label);
     let skip_log = std::env::temp_dir().join(format!("cctrace-skips-{}-{}", std::process::id(), binary.target));
     let _ = std::fs::remove_file(&skip_log);
-    let (success, output) = match run_within(binary, cctrace, &skip_log, BINARY_DEADLINE) {
+    let (success, output) = match run_within(binary, gates, &skip_log, BINARY_DEADLINE) {
         Ok(done) => done,
         Err(e) => (false, format!("could not run {}: {e:#}\n", binary.executable.display())),
     };
@@ -226,8 +226,8 @@ fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
 /// Run one test binary, with its stdout and stderr joined; after `deadline` it is killed with
 /// every process under it, and the output says which tests had not finished. (It stays in the
 /// suite's process group, so a Ctrl-C of the suite reaches it too.)
-fn run_within(binary: &TestBinary, cctrace: &Path, skip_log: &Path, deadline: Duration) -> Result<(bool, String)> {
-    let mut child = test_command(binary, cctrace)
+fn run_within(binary: &TestBinary, gates: &Gates, skip_log: &Path, deadline: Duration) -> Result<(bool, String)> {
+    let mut child = test_command(binary, gates)
         .env(SKIP_LOG_ENV, skip_log)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -268,7 +268,7 @@ fn run_within(binary: &TestBinary, cctrace: &Path, skip_log: &Path, deadline: Du
     match status {
         Some(status) => Ok((status.success(), output)),
         None => {
-            let listed = list_tests(binary, cctrace);
+            let listed = list_tests(binary, gates);
             let unfinished = unfinished_tests(&listed, &output);
             output.push_str(&format!(
                 "xtask: {} was still running after {:.0} s and was stopped; tests not finished: {}\n",
@@ -307,21 +307,23 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The command that runs a test binary as cargo would, with the suite's cctrace.
-fn test_command(binary: &TestBinary, cctrace: &Path) -> Command {
+/// The command that runs a test binary as cargo would, with the suite's cctrace and where the
+/// dist step beside will write its container image (tests/src/runtimes/image.rs waits for it).
+fn test_command(binary: &TestBinary, gates: &Gates) -> Command {
     let mut cmd = Command::new(&binary.executable);
     cmd.args(&binary.args)
         .current_dir(&binary.package_dir)
         .env("PATH", super::tool_path())
         .env("CARGO_MANIFEST_DIR", &binary.package_dir)
         .env("CARGO_PKG_NAME", &binary.package_name)
-        .env("CCTRACE_BIN", cctrace);
+        .env("CCTRACE_BIN", gates.suite_binary())
+        .env("CCTRACE_IMAGE", gates.image_archive());
     cmd
 }
 
 /// The names of a binary's tests (`--list --format terse`: `name: test` lines).
-fn list_tests(binary: &TestBinary, cctrace: &Path) -> Vec<String> {
-    let out = test_command(binary, cctrace).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
+fn list_tests(binary: &TestBinary, gates: &Gates) -> Vec<String> {
+    let out = test_command(binary, gates).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
     let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     text.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect()
 }

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use netlink_packet_sock_diag::inet::nlas::Nla;
 use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags};
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::protocols::NETLINK_SOCK_DIAG;
-use netlink_sys::{Socket, SocketAddr as NetlinkAddr};
+use netlink_sys::Socket;
 
 /// `INET_DIAG_CGROUP_ID` (Linux 5.9): the socket's cgroup v2 id, which the crate names no variant for.
 const INET_DIAG_CGROUP_ID: u16 = 21;
@@ -178,24 +177,7 @@ fn extensions() -> ExtensionFlags {
 
 impl SockDiag {
     pub fn open() -> std::io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
-        socket.bind_auto()?;
-        socket.connect(&NetlinkAddr::new(0, 0))?;
-        // The kernel answers at once; a reader that waited on it for ever would stall the source.
-        let timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
-        // SAFETY: a valid socket and a timeval of the size given.
-        let set = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                std::ptr::from_ref(&timeout).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if set != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let socket = super::netlink::open_socket(NETLINK_SOCK_DIAG)?;
         Ok(Self { socket, seq: 0, buf: vec![0; 64 * 1024] })
     }
 

@@ -32,6 +32,9 @@ pub(super) struct LossView {
     pub(super) clean_delivery_bps: f64,
     /// Episodes the kernel took back (left out of `episodes`), slow-start ones included.
     pub(super) spurious: usize,
+    /// Episodes whose srtt held the receiver's delay (its window fell: it left data unread),
+    /// left out of `episodes`: the queue at them is not the path's to judge.
+    pub(super) receiver_held: usize,
     /// Over the flow's life (the kernel's counters): segments retransmitted, those DSACK
     /// reported spurious, cuts undone. A flow's spurious retransmissions come early, before the
     /// kernel learns how far the path reorders, so a horizon would lose them.
@@ -128,12 +131,18 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     let losses = EpisodeLoss::of_all(&genuine, s.bytes_retrans, s.mss, |e| start_queue(e, min_rtt) > threshold_us);
     let policed = if loss_based { policing(&losses, best_clean_bps, cfg) } else { None };
     // Rate-based senders leave ssthresh alone: "slow start" means nothing for them.
-    let (overshoots, judged): (Vec<_>, Vec<_>) = genuine.into_iter().partition(|e| loss_based && e.slow_start);
+    let (overshoots, judged): (Vec<&LossEpisode>, Vec<&LossEpisode>) =
+        genuine.into_iter().partition(|e| loss_based && e.slow_start);
+    // Every loss after slow start counts for the loss rates; the queue is judged only at those
+    // where the receiver read what it got.
+    let after_start = judged;
+    let judged: Vec<&LossEpisode> = after_start.iter().copied().filter(|e| !e.receiver_held).collect();
     let mut v = LossView {
         threshold_us,
         slow_start: overshoots.len(),
         clean_delivery_bps: flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[2] as f64),
         spurious: spurious.len(),
+        receiver_held: after_start.len() - judged.len(),
         policing: policed,
         plateau_forming: loss_based && plateau_forming(&losses, cfg),
         ..LossView::default()
@@ -141,15 +150,15 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     v.retrans_segments = now_mark.retrans;
     v.dsack_dups = now_mark.dsack;
     v.undo_events = now_mark.undo;
-    let Some(first) = judged.first() else { return v };
+    let Some(first) = after_start.first() else { return v };
     v.episodes = judged.len();
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;
     v.timeouts = judged.iter().filter(|e| e.kind == EpisodeKind::Timeout).count();
     v.probes = judged.iter().filter(|e| e.kind == EpisodeKind::Probe).count();
     v.span_secs = now_ns.saturating_sub(first.ts_ns) as f64 / NS_PER_SEC as f64;
-    v.median_queue_us = median(judged.iter().map(queue).collect());
-    v.median_cwnd_before = median(judged.iter().map(|e| f64::from(e.cwnd_before)).collect());
+    v.median_queue_us = median(judged.iter().map(|e| queue(e)).collect());
+    v.median_cwnd_before = median(after_start.iter().map(|e| f64::from(e.cwnd_before)).collect());
     let sent = s.bytes_sent.saturating_sub(first.bytes_sent);
     if sent > 0 {
         // Retransmissions DSACK reported spurious were not lost.
@@ -158,7 +167,7 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
         v.loss_ratio = lost as f64 / sent as f64;
         // n episodes over the segments sent since the first: slightly high for small n, which
         // lowers the response function, so it never flatters the flag.
-        v.event_rate = v.episodes as f64 / (sent as f64 / f64::from(s.mss.max(1)));
+        v.event_rate = after_start.len() as f64 / (sent as f64 / f64::from(s.mss.max(1)));
     }
     v
 }

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use tracer_common::{tcp_state, HookId};
 
 use super::record::TraceEvent;
-use crate::analysis::event::Sample;
+use crate::analysis::event::{Owner, Sample};
 use crate::host::sock_diag::Lookup;
 
 /// A flow sock_diag found: where it lives and what it looked like last.
@@ -26,9 +26,24 @@ pub(super) struct Flow {
     pub last: Option<Sample>,
     /// Retransmission records handed over for it (at most one a sample interval).
     pub retrans_events: u32,
+    /// The process that called `connect()`, when the records named it.
+    pub owner: Option<Owner>,
 }
 
 impl Flow {
+    /// A flow of namespace `netns` as sock_diag found it, not yet sampled.
+    pub(super) fn found(info: &crate::host::sock_diag::SocketInfo, netns: u32, owner: Option<Owner>) -> Self {
+        Self {
+            netns,
+            family: info.family,
+            local: info.local,
+            remote: info.remote,
+            last: None,
+            retrans_events: 0,
+            owner,
+        }
+    }
+
     pub(super) fn lookup(&self, cookie: u64) -> Lookup {
         Lookup { family: self.family, local: self.local, remote: self.remote, cookie: Some(cookie) }
     }
@@ -52,10 +67,11 @@ impl Change {
 }
 
 /// Addresses not yet seen, to be looked for in every namespace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Unresolved {
     pub lookup: Lookup,
     pub skaddr: Option<u64>,
+    pub owner: Option<Owner>,
 }
 
 #[derive(Default)]
@@ -68,7 +84,13 @@ pub(super) struct Book {
     changes: Vec<Change>,
     /// Addresses with records this interval and no known flow, by addresses.
     unknown: BTreeMap<(SocketAddr, SocketAddr), Unresolved>,
+    /// Owners named by `connect()`'s move to SYN_SENT, by socket address: the local port is
+    /// chosen after that move, so the record's addresses are not yet the flow's.
+    connecting: HashMap<u64, Owner>,
 }
+
+/// Most owners kept for sockets not yet found (connects that fail leave theirs).
+const MAX_CONNECTING: usize = 65_536;
 
 impl Book {
     pub(super) fn get(&self, cookie: u64) -> Option<&Flow> {
@@ -85,9 +107,12 @@ impl Book {
     }
 
     /// A flow sock_diag found in `netns`.
-    pub(super) fn learn(&mut self, cookie: u64, flow: Flow, skaddr: Option<u64>) {
+    pub(super) fn learn(&mut self, cookie: u64, mut flow: Flow, skaddr: Option<u64>) {
         if let Some(a) = skaddr {
             self.by_skaddr.insert(a, cookie);
+            if let Some(owner) = self.connecting.remove(&a) {
+                flow.owner.get_or_insert(owner);
+            }
         }
         let tuple = (flow.local, flow.remote);
         if self.flows.insert(cookie, flow).is_none() {
@@ -126,12 +151,23 @@ impl Book {
 
     /// Take one record into the interval's plan.
     pub(super) fn note(&mut self, e: &TraceEvent) {
+        if let (Some(owner), Some(a)) = (&e.owner, e.skaddr) {
+            if self.connecting.len() >= MAX_CONNECTING {
+                self.connecting.clear();
+            }
+            self.connecting.insert(a, owner.clone());
+        }
         let Some(cookie) = self.find(e) else {
             self.note_unknown(e);
             return;
         };
         if let Some(a) = e.skaddr {
             self.by_skaddr.insert(a, cookie);
+        }
+        if let Some(f) = self.flows.get_mut(&cookie) {
+            if f.owner.is_none() {
+                f.owner = e.skaddr.and_then(|a| self.connecting.remove(&a)).or_else(|| e.owner.clone());
+            }
         }
         match e.hook {
             HookId::SetState | HookId::Destroy => {
@@ -161,13 +197,14 @@ impl Book {
     fn note_unknown(&mut self, e: &TraceEvent) {
         let closing = e.hook == HookId::Destroy || e.new_state == Some(tcp_state::CLOSE);
         let key = (e.local, e.remote);
-        if closing || e.remote.port() == 0 {
+        if closing || e.remote.port() == 0 || e.local.port() == 0 {
             self.unknown.remove(&key);
             return;
         }
         let family = u8::try_from(e.family).unwrap_or(0);
         let lookup = Lookup { family, local: e.local, remote: e.remote, cookie: e.cookie };
-        self.unknown.insert(key, Unresolved { lookup, skaddr: e.skaddr });
+        let owner = e.owner.clone().or_else(|| self.unknown.get(&key).and_then(|u| u.owner.clone()));
+        self.unknown.insert(key, Unresolved { lookup, skaddr: e.skaddr, owner });
     }
 
     /// The interval's work, leaving the book ready for the next: known flows to ask about (in
@@ -199,6 +236,7 @@ mod tests {
             remote: addr("198.18.0.2:40000"),
             old_state: None,
             new_state: None,
+            owner: None,
         }
     }
 
@@ -210,6 +248,7 @@ mod tests {
             remote: addr("198.18.0.2:40000"),
             last: None,
             retrans_events: 0,
+            owner: None,
         }
     }
 
@@ -240,6 +279,19 @@ mod tests {
         let (busy, _, unknown) = book.take_interval();
         assert_eq!(busy, [8]);
         assert_eq!(unknown.len(), 1);
+    }
+
+    #[test]
+    fn the_owner_named_at_connect_follows_the_socket_to_its_flow() {
+        let mut book = Book::default();
+        let mut connect = event(HookId::SetState, None, Some(0xc000));
+        connect.new_state = Some(tcp_state::SYN_SENT);
+        connect.local = addr("198.18.0.1:0");
+        connect.owner = Some(Owner { pid: 7, comm: "curl".into() });
+        book.note(&connect);
+        assert!(book.take_interval().2.is_empty(), "no port yet: nothing to look for");
+        book.learn(9, flow(1), Some(0xc000));
+        assert_eq!(book.get(9).and_then(|f| f.owner.clone()).map(|o| o.pid), Some(7));
     }
 
     #[test]

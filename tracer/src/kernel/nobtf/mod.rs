@@ -186,15 +186,7 @@ impl NoBtfSource {
         let mut batch = Vec::new();
         for (netns, sockets) in dumped {
             for info in sockets {
-                let flow = Flow {
-                    netns,
-                    family: info.family,
-                    local: info.local,
-                    remote: info.remote,
-                    last: None,
-                    retrans_events: 0,
-                };
-                self.book.learn(info.cookie, flow, None);
+                self.book.learn(info.cookie, Flow::found(&info, netns, None), None);
                 batch.push(self.sampled(&info, netns, now_ns, SampleReason::Snapshot));
             }
         }
@@ -207,6 +199,7 @@ impl NoBtfSource {
         let mut s = sample::sample_of(info, netns, ts_ns, reason);
         if let Some(flow) = self.book.get_mut(info.cookie) {
             s.retrans_events = flow.retrans_events;
+            s.owner.clone_from(&flow.owner);
             flow.last = Some(s.clone());
         }
         s
@@ -304,15 +297,7 @@ impl NoBtfSource {
         for (netns, answers) in self.namespaces.search(&lookups, now) {
             for (u, answer) in unknown.iter().zip(answers) {
                 let Some(info) = answer else { continue };
-                let flow = Flow {
-                    netns,
-                    family: info.family,
-                    local: info.local,
-                    remote: info.remote,
-                    last: None,
-                    retrans_events: 0,
-                };
-                self.book.learn(info.cookie, flow, u.skaddr);
+                self.book.learn(info.cookie, Flow::found(&info, netns, u.owner.clone()), u.skaddr);
                 found.push(info.cookie);
             }
         }
@@ -352,6 +337,7 @@ impl NoBtfSource {
             Some((netns, info)) if info.tcp_info.is_some() || last.is_none() => {
                 let mut s = sample::sample_of(info, *netns, change.ts_ns, reason);
                 s.retrans_events = flow.retrans_events;
+                s.owner.clone_from(&flow.owner);
                 s
             }
             _ => {
@@ -504,5 +490,22 @@ impl EventSource for NoBtfSource {
     fn describe(&self) -> String {
         let attached = self.info.hooks.iter().filter(|h| !matches!(h.status, super::HookStatus::Disabled(_))).count();
         format!("live kernel without BTF ({attached}/{} tracepoints, sock_diag)", self.info.hooks.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_space_filter_keeps_the_named_namespaces_and_cgroups() {
+        let open = ResolvedFilter::default();
+        assert!(flow_passes(&open, 1, 2));
+        let netns = ResolvedFilter { netns: [7].into(), ..ResolvedFilter::default() };
+        assert!(flow_passes(&netns, 7, 2) && !flow_passes(&netns, 8, 2));
+        let cgroup = ResolvedFilter { cgroup_ids: [42].into(), ..ResolvedFilter::default() };
+        assert!(flow_passes(&cgroup, 1, 42));
+        // A cgroup the host does not know is below none of the named ones.
+        assert!(!flow_passes(&cgroup, 1, u64::MAX));
     }
 }

@@ -11,6 +11,9 @@ use tracer_common::{
     record_kind, HookId, RecordHeader, TraceRecord, TRACE_RECORD_BYTES, TRACE_RECORD_SIZE, WIRE_VERSION,
 };
 
+use compact_str::CompactString;
+
+use crate::analysis::event::Owner;
 use crate::kernel::tracefs::FormatField;
 
 /// Where one hook's record keeps what cctrace reads, from its `format` file.
@@ -61,6 +64,8 @@ pub(super) struct TraceEvent {
     /// `inet_sock_set_state`'s states.
     pub old_state: Option<u8>,
     pub new_state: Option<u8>,
+    /// The process that called `connect()`, on its move to SYN_SENT.
+    pub owner: Option<Owner>,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -98,7 +103,12 @@ impl Layouts {
         let raw: TraceRecord = bytemuck::pod_read_unaligned(&bytes[..TRACE_RECORD_SIZE]);
         let hook = HookId::ALL.get(raw.hook as usize).copied().ok_or(RecordError::Hook(raw.hook))?;
         let layout = self.hooks[hook.index()].as_ref().ok_or(RecordError::Hook(raw.hook))?;
-        decode_record(hook, layout, raw.ts_ns, &raw.record)
+        let mut event = decode_record(hook, layout, raw.ts_ns, &raw.record)?;
+        if raw.pid != 0 {
+            let end = raw.comm.iter().position(|&b| b == 0).unwrap_or(raw.comm.len());
+            event.owner = Some(Owner { pid: raw.pid, comm: CompactString::from_utf8_lossy(&raw.comm[..end]) });
+        }
+        Ok(event)
     }
 }
 
@@ -115,6 +125,7 @@ fn decode_record(hook: HookId, l: &HookLayout, ts_ns: u64, r: &[u8]) -> Result<T
         remote,
         old_state: state("oldstate"),
         new_state: state("newstate"),
+        owner: None,
     })
 }
 
@@ -214,7 +225,8 @@ mod tests {
             },
             ts_ns: 77,
             hook: hook as u32,
-            _pad: 0,
+            pid: 0,
+            comm: [0; 16],
             record: [0; TRACE_RECORD_BYTES],
         };
         fill(&mut raw.record);
@@ -260,7 +272,12 @@ mod tests {
             r[40..56].copy_from_slice(&Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped().octets());
             r[56..72].copy_from_slice(&Ipv6Addr::LOCALHOST.octets());
         });
+        let mut raw: TraceRecord = bytemuck::pod_read_unaligned(&bytes);
+        raw.pid = 4242;
+        raw.comm[..4].copy_from_slice(b"curl");
+        let bytes = bytemuck::bytes_of(&raw).to_vec();
         let e = layouts().decode(&bytes).expect("decodes");
+        assert_eq!(e.owner, Some(Owner { pid: 4242, comm: "curl".into() }));
         assert_eq!((e.old_state, e.new_state, e.cookie, e.skaddr), (Some(2), Some(1), None, None));
         assert_eq!(e.local.to_string(), "198.18.0.1:40000");
         assert_eq!(e.remote.to_string(), "[::1]:80");
