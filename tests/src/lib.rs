@@ -56,12 +56,42 @@ pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
         .stdin(std::process::Stdio::null())
         .output_within(CHILD_DEADLINE)
         .context("running cctrace")?;
-    Ok((
+    Ok(ran(&out))
+}
+
+/// [`run_cctrace`] with the kernel's BTF hidden from it, as [`Tracer::start_without_btf`] does.
+pub fn run_cctrace_without_btf(args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+        .arg(cctrace_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output_within(CHILD_DEADLINE)
+        .context("running cctrace without BTF")?;
+    Ok(ran(&out))
+}
+
+fn ran(out: &std::process::Output) -> Ran {
+    (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    )
 }
+
+/// What [`run_cctrace`] returns: exit code, stdout, stderr.
+pub type Ran = (i32, String, String);
+
+/// How a test runs cctrace: with the kernel's BTF, or with it hidden (the mode without BTF).
+#[derive(Clone, Copy)]
+pub struct Mode {
+    pub start: fn(&[&str]) -> Result<Tracer>,
+    pub run: fn(&[&str]) -> Result<Ran>,
+}
+
+pub const WITH_BTF: Mode = Mode { start: Tracer::start, run: run_cctrace };
+pub const WITHOUT_BTF: Mode = Mode { start: Tracer::start_without_btf, run: run_cctrace_without_btf };
 
 /// The `cctrace` binary next to this test binary (target/<profile>/cctrace), or $CCTRACE_BIN.
 pub fn cctrace_bin() -> PathBuf {
@@ -72,6 +102,9 @@ pub fn cctrace_bin() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/cctrace
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("cctrace")).unwrap_or_else(|| PathBuf::from("cctrace"))
 }
+
+/// Where the kernel's BTF is; [`Tracer::start_without_btf`] hides it.
+pub const HIDDEN_BTF: &str = "/sys/kernel/btf";
 
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
@@ -92,6 +125,20 @@ impl Tracer {
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let mut cmd = Command::new(cctrace_bin());
         cmd.args(["--json", "--events"]).args(args).envs(env.iter().copied());
+        Self::start_command(cmd)
+    }
+
+    /// [`Tracer::start`] with the kernel's BTF hidden from cctrace, as on a kernel built
+    /// without it: in a mount namespace of its own (private: nothing propagates to the host),
+    /// an empty tmpfs lies over `/sys/kernel/btf`. The shell then becomes cctrace (`exec`), so
+    /// the process stopped and inspected is cctrace itself.
+    pub fn start_without_btf(args: &[&str]) -> Result<Self> {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+            .arg(cctrace_bin())
+            .args(["--json", "--events"])
+            .args(args);
         Self::start_command(cmd)
     }
 
