@@ -159,9 +159,11 @@ fn build_static(root: &Path, profile: Profile, arch: Arch) -> Result<PathBuf> {
     let target = arch.target();
     Ok(if profile == Profile::Check && arch == Arch::host() {
         // The suite's debug build, linked again statically: only the binary's own crate is
-        // compiled with the static flags (the link is what they change), so this reuses every
-        // library and the eBPF object the tests were built with, seconds instead of minutes.
-        let mut cargo = crate::cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"]);
+        // compiled with the static flags (the link is what they change). It reuses the eBPF
+        // object and the libraries whose features are the same for tracer alone as for the
+        // whole workspace's tests; the rest (tokio with its dev-dependency features, and what
+        // depends on it) are compiled again for tracer's own feature set.
+        let mut cargo = crate::suite_cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"])?;
         cargo.args(STATIC_RUSTFLAGS.split_whitespace()).args(["-C", "strip=symbols"]);
         crate::run(&mut cargo).context("linking the debug build statically")?;
         root.join("target").join("debug")
@@ -169,17 +171,10 @@ fn build_static(root: &Path, profile: Profile, arch: Arch) -> Result<PathBuf> {
         // Everything for the target only, so build scripts and proc macros (built for the host)
         // keep their usual flags: optimised for users, unoptimised for the suite's check of
         // another architecture (whose symbols go, as the host's check build's do).
-        let mut cargo = crate::cargo(&[
-            "rustc",
-            "-p",
-            "tracer",
-            "--bin",
-            "cctrace",
-            "--target",
-            target,
-            "--profile",
-            cargo_profile,
-        ]);
+        let args = ["rustc", "-p", "tracer", "--bin", "cctrace", "--target", target, "--profile", cargo_profile];
+        // The suite's check shares the suite's target directory (its build scripts and proc
+        // macros), so it compiles as the suite does.
+        let mut cargo = if profile == Profile::Check { crate::suite_cargo(&args)? } else { crate::cargo(&args) };
         if profile == Profile::Check {
             cargo.args(["--", "-C", "strip=symbols"]);
         }
@@ -643,7 +638,8 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         match arch {
             Arch::X86_64 => timed("guest", &mut || check_guest(root, &work, &artifacts.binary))?,
             Arch::Aarch64 => {
-                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, crate::arm64::SUITE_KERNELS))?;
+                let (kernels, hooks) = (crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS);
+                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, kernels, hooks))?;
             }
         }
     }

@@ -143,19 +143,25 @@ pub(super) fn attach_hooks(ebpf: &mut Ebpf, mode: HookMode, btf: Option<&Btf>, c
         let status = status.unwrap_or(HookStatus::Disabled(disabled));
         reports.push(HookReport { name, status });
     }
-    if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
-        // One setting refusing every classic hook is the one thing to change.
-        let perf = reports.iter().find_map(|r| match &r.status {
-            HookStatus::Disabled(HookDisabled { classic: Some(e @ AttachError::PerfRefused(_)), .. }) => Some(e),
-            _ => None,
-        });
-        if let Some(e) = perf {
-            bail!("no TCP tracepoint could be attached: classic tracepoints: {e}");
-        }
-        let why: Vec<String> = reports.iter().map(HookReport::line).collect();
-        bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
-    }
+    some_attached(&reports)?;
     Ok(Attached { reports, probe_link })
+}
+
+/// An error when no hook attached: in one line when one setting refused every classic
+/// tracepoint (`perf_event_paranoid`: the one thing to change), else each hook's reason.
+fn some_attached(reports: &[HookReport]) -> Result<()> {
+    if !reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
+        return Ok(());
+    }
+    let perf = reports.iter().find_map(|r| match &r.status {
+        HookStatus::Disabled(HookDisabled { classic: Some(e @ AttachError::PerfRefused(_)), .. }) => Some(e),
+        _ => None,
+    });
+    if let Some(e) = perf {
+        bail!("no TCP tracepoint could be attached: classic tracepoints: {e}");
+    }
+    let why: Vec<String> = reports.iter().map(HookReport::line).collect();
+    bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "))
 }
 
 /// What the classic programs need from tracefs: the offsets of the fields they read (absent
@@ -238,10 +244,7 @@ pub(super) fn attach_record_hooks(ebpf: &mut Ebpf, classic: &Classic) -> Result<
         };
         reports.push(HookReport { name, status });
     }
-    if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
-        let why: Vec<String> = reports.iter().map(HookReport::line).collect();
-        bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
-    }
+    some_attached(&reports)?;
     Ok(Attached { reports, probe_link })
 }
 

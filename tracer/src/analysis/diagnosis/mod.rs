@@ -46,6 +46,7 @@ mod words;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use compact_str::CompactString;
 
 use crate::analysis::decisions::DecisionLog;
 pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
@@ -89,6 +90,33 @@ struct FlowMemory {
     change: Option<Change>,
     /// Set while the flow is at rest: judging it again would change nothing.
     settled: Option<Settled>,
+    /// The congestion control the window was gathered under, and when it was first seen (ns).
+    cc: CompactString,
+    cc_since_ns: u64,
+}
+
+impl FlowMemory {
+    /// After a switch of the flow's congestion control (a live fix): everything gathered under
+    /// the old one is forgotten, so no verdict of CUBIC's losses is shown for BBR, and the
+    /// change says so. The shown verdict stays until the new window can be judged.
+    fn switched_cc(&mut self, flow: &Flow, now_ns: u64) {
+        let from = std::mem::replace(&mut self.cc, flow.latest.cc.clone());
+        self.cc_since_ns = now_ns;
+        self.snapshots.clear();
+        self.hysteresis = Hysteresis::default();
+        self.policing = None;
+        self.busy = None;
+        self.paused_at_ns = None;
+        self.last_met_ns = 0;
+        let shown = self.shown.as_ref().filter(|v| v.limited_by != LimitedBy::Unknown);
+        self.change = shown.map(|v| Change {
+            at_s: flow.age_secs(),
+            from: v.limited_by,
+            was_flagged: v.flagged,
+            why: String::new(),
+            cc_from: Some(from.to_string()),
+        });
+    }
 }
 
 /// A flow at rest: nothing arrived since it was judged, every snapshot in its window holds the
@@ -262,6 +290,13 @@ impl Diagnoser {
             }
             catch_up(mem, &self.evaluation_times, now_ns, self.cfg.window);
         }
+        if mem.cc != flow.latest.cc {
+            if mem.cc.is_empty() {
+                mem.cc = flow.latest.cc.clone();
+            } else {
+                mem.switched_cc(flow, now_ns);
+            }
+        }
         let mut snap = Snapshot::of(flow);
         snap.ts_ns = snap.ts_ns.max(now_ns);
         if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
@@ -434,7 +469,7 @@ fn judge<'t>(
     if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
         return Verdict::unknown(observed);
     }
-    let mut lv = loss_view(flow, cfg, now_ns);
+    let mut lv = loss_view(flow, cfg, now_ns, mem.cc_since_ns);
     let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
     lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
     mem.policing = lv.policing;
@@ -476,7 +511,7 @@ fn judge<'t>(
     }
     if let Some(from) = previous.filter(|p| *p != d.limited || was_flagged != d.flagged) {
         let why = if was_flagged && !d.flagged { d.condition.err().unwrap_or_default() } else { "" };
-        mem.change = Some(Change { at_s: flow.age_secs(), from, was_flagged, why: why.to_string() });
+        mem.change = Some(Change { at_s: flow.age_secs(), from, was_flagged, why: why.to_string(), cc_from: None });
     }
 
     // The last verdict's text makes room for this one.

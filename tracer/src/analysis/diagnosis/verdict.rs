@@ -239,6 +239,10 @@ pub struct Change {
     /// Why a flag cleared (the condition it no longer met); empty for other changes.
     #[serde(default)]
     pub why: String,
+    /// The congestion control the flow had before, when the change is a switch of it (the fix,
+    /// applied live): the window before it tells nothing of the new one, so it starts afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc_from: Option<String>,
 }
 
 /// The judgement on one flow.

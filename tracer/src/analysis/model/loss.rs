@@ -65,6 +65,10 @@ pub struct LossEpisode {
     /// RACK's RTT when the loss was detected (`rack.rtt_us`; 0: unknown): the RTT of the
     /// latest segment acknowledged, without srtt's lag.
     pub rack_rtt_at_us: u32,
+    /// The highest srtt while the episode's recovery lasted, its last sample included: a flight
+    /// that overflowed a queue after a random loss was detected shows that queue here, where a
+    /// policer, which queues nothing, leaves srtt at min_rtt.
+    pub srtt_peak_us: u32,
     pub min_rtt_us: u32,
     /// Largest cwnd in the half second before the cut, and at detection.
     pub cwnd_before: u32,
@@ -140,6 +144,10 @@ impl LossTracker {
         }
         if !self.in_loss && (lossy || retransmitted) {
             self.record_episode(prev, s);
+        } else if self.in_loss {
+            if let Some(e) = self.episodes.back_mut() {
+                e.srtt_peak_us = e.srtt_peak_us.max(s.srtt_us);
+            }
         }
         // One episode per recovery: it ends when the sender is back in Open (or Disorder/CWR).
         self.in_loss = lossy;
@@ -194,6 +202,7 @@ impl LossTracker {
             srtt_at_us: s.srtt_us,
             srtt_before_us: srtts.get(srtts.len() / 2).copied().unwrap_or(0),
             rack_rtt_at_us: s.rack_rtt_us,
+            srtt_peak_us: s.srtt_us,
             min_rtt_us: s.min_rtt_us,
             cwnd_before,
             delivery_before_bps,
@@ -206,5 +215,32 @@ impl LossTracker {
             slow_start,
             receiver_held,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::model::tests::sample;
+
+    #[test]
+    fn an_episode_keeps_the_highest_srtt_of_its_recovery_and_its_last_sample() {
+        let cfg = TableConfig::default();
+        let mut tracker = LossTracker::default();
+        let at = |ms: u64, ca: CaState, srtt_us: u32| Sample { ca_state: ca, srtt_us, ..sample(1, ms) };
+        let open = at(0, CaState::Open, 81_000);
+        let steps = [
+            at(100, CaState::Recovery, 83_000),
+            at(200, CaState::Recovery, 95_000),
+            at(250, CaState::Open, 99_500),
+            at(350, CaState::Open, 120_000),
+        ];
+        let mut prev = open;
+        for s in steps {
+            tracker.update(&prev, &s, &cfg);
+            prev = s;
+        }
+        let e = tracker.episodes.back().expect("an episode");
+        assert_eq!((e.srtt_at_us, e.srtt_peak_us), (83_000, 99_500));
     }
 }

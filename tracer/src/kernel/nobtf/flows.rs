@@ -81,6 +81,11 @@ pub(super) struct Book {
     by_tuple: HashMap<(SocketAddr, SocketAddr), Vec<u64>>,
     /// Known flows with records this interval.
     busy: BTreeSet<u64>,
+    /// Those of the last interval, looked up once more in this one, records or not: a flow
+    /// hands over one record an interval, so what it did after that record (its last bytes
+    /// acked, its last retransmissions, before it idles or closes) shows only to a look one
+    /// interval on.
+    last_busy: BTreeSet<u64>,
     changes: Vec<Change>,
     /// Addresses with records this interval and no known flow, by addresses.
     unknown: BTreeMap<(SocketAddr, SocketAddr), Unresolved>,
@@ -210,7 +215,9 @@ impl Book {
     /// The interval's work, leaving the book ready for the next: known flows to ask about (in
     /// order), their state changes and closes (in order), and addresses to look for.
     pub(super) fn take_interval(&mut self) -> (Vec<u64>, Vec<Change>, Vec<Unresolved>) {
-        let busy = std::mem::take(&mut self.busy).into_iter().collect();
+        let now = std::mem::take(&mut self.busy);
+        let busy = now.union(&self.last_busy).filter(|c| self.flows.contains_key(c)).copied().collect();
+        self.last_busy = now;
         let changes = std::mem::take(&mut self.changes);
         let unknown = std::mem::take(&mut self.unknown).into_values().collect();
         (busy, changes, unknown)
@@ -266,6 +273,20 @@ mod tests {
         assert_eq!(busy, [7]);
         assert!(changes.is_empty() && unknown.is_empty());
         assert_eq!(book.get(7).unwrap().retrans_events, 1);
+    }
+
+    #[test]
+    fn a_busy_flow_is_looked_up_once_more_an_interval_after_its_last_record() {
+        let mut book = Book::default();
+        book.learn(7, flow(1), None);
+        book.note(&event(HookId::TcpProbe, Some(7), None));
+        assert_eq!(book.take_interval().0, [7]);
+        assert_eq!(book.take_interval().0, [7], "what it did after its last record");
+        assert!(book.take_interval().0.is_empty(), "then not until its next record");
+        book.note(&event(HookId::TcpProbe, Some(7), None));
+        assert_eq!(book.take_interval().0, [7]);
+        book.forget(7);
+        assert!(book.take_interval().0.is_empty(), "a flow gone is not looked up");
     }
 
     #[test]

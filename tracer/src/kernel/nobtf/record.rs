@@ -142,7 +142,9 @@ fn hook_name(hook: HookId) -> &'static str {
 
 /// The socket's family and endpoints. `tcp_probe` keeps them as two `sockaddr_in6`-sized
 /// `sockaddr`s (the family and the port in network order inside); the others as `sport`,
-/// `dport`, `family` and the addresses of both families apart.
+/// `dport`, `family` and the addresses of both families apart. Before `family` came to
+/// `tcp_retransmit_skb` and `tcp_destroy_sock` (5.10 has none), the family is read off the
+/// IPv6 address, which the kernel writes IPv4-mapped for an IPv4 socket.
 fn addresses(l: &HookLayout, r: &[u8]) -> Option<(u16, SocketAddr, SocketAddr)> {
     let saddr = l.field(r, "saddr")?;
     let daddr = l.field(r, "daddr")?;
@@ -150,7 +152,17 @@ fn addresses(l: &HookLayout, r: &[u8]) -> Option<(u16, SocketAddr, SocketAddr)> 
         let family = u16::from_ne_bytes([saddr[0], saddr[1]]);
         return Some((family, from_sockaddr(family, saddr)?, from_sockaddr(family, daddr)?));
     }
-    let family = l.uint(r, "family")? as u16;
+    let family = match l.uint(r, "family") {
+        Some(family) => family as u16,
+        None => {
+            let v6 = Ipv6Addr::from(<[u8; 16]>::try_from(l.field(r, "saddr_v6")?).ok()?);
+            if v6.to_ipv4_mapped().is_some() {
+                AF_INET
+            } else {
+                AF_INET6
+            }
+        }
+    };
     let (sport, dport) = (l.uint(r, "sport")? as u16, l.uint(r, "dport")? as u16);
     let (local, remote) = if family == AF_INET6 {
         let v6 = |b: &[u8]| Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(b).ok()?)).to_canonical());
@@ -269,6 +281,46 @@ mod tests {
         assert_eq!((e.old_state, e.new_state, e.cookie, e.skaddr), (Some(2), Some(1), None, None));
         assert_eq!(e.local.to_string(), "198.18.0.1:40000");
         assert_eq!(e.remote.to_string(), "[::1]:80");
+    }
+
+    /// `tcp:tcp_retransmit_skb` on Linux 5.10: no `family` field.
+    const RETRANSMIT_5_10: &str = "format:
+\tfield:const void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:const void * skaddr;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:int state;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:__u16 sport;\toffset:28;\tsize:2;\tsigned:0;
+\tfield:__u16 dport;\toffset:30;\tsize:2;\tsigned:0;
+\tfield:__u8 saddr[4];\toffset:32;\tsize:4;\tsigned:0;
+\tfield:__u8 daddr[4];\toffset:36;\tsize:4;\tsigned:0;
+\tfield:__u8 saddr_v6[16];\toffset:40;\tsize:16;\tsigned:0;
+\tfield:__u8 daddr_v6[16];\toffset:56;\tsize:16;\tsigned:0;
+";
+
+    #[test]
+    fn without_a_family_field_the_ipv6_address_tells_the_family() {
+        let mut l = Layouts::default();
+        l.hooks[HookId::Retransmit.index()] = Some(HookLayout::new(parse_format(RETRANSMIT_5_10)));
+        let v4 = record(HookId::Retransmit, |r| {
+            r[28..30].copy_from_slice(&5002u16.to_ne_bytes());
+            r[30..32].copy_from_slice(&40000u16.to_ne_bytes());
+            r[32..36].copy_from_slice(&[198, 18, 0, 1]);
+            r[36..40].copy_from_slice(&[198, 18, 0, 2]);
+            r[40..56].copy_from_slice(&Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped().octets());
+            r[56..72].copy_from_slice(&Ipv4Addr::new(198, 18, 0, 2).to_ipv6_mapped().octets());
+        });
+        let e = l.decode(&v4).expect("decodes");
+        assert_eq!(
+            (e.family, e.local.to_string(), e.remote.to_string()),
+            (AF_INET, "198.18.0.1:5002".into(), "198.18.0.2:40000".into())
+        );
+        let v6 = record(HookId::Retransmit, |r| {
+            r[28..30].copy_from_slice(&5002u16.to_ne_bytes());
+            r[30..32].copy_from_slice(&40000u16.to_ne_bytes());
+            r[40..56].copy_from_slice(&"2001:db8::1".parse::<Ipv6Addr>().unwrap().octets());
+            r[56..72].copy_from_slice(&"2001:db8::2".parse::<Ipv6Addr>().unwrap().octets());
+        });
+        let e = l.decode(&v6).expect("decodes");
+        assert_eq!((e.family, e.local.to_string()), (AF_INET6, "[2001:db8::1]:5002".into()));
     }
 
     #[test]
