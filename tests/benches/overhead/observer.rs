@@ -145,16 +145,6 @@ impl Experiment {
     }
 }
 
-/// CPU seconds of this process's reaped children: the `ss` runs of the poller.
-fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes into the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
-}
-
 /// An observer running; its CPU so far (processes + in-kernel programs).
 enum Running {
     Cctrace(Cctrace),
@@ -188,7 +178,7 @@ impl Running {
         match self {
             Running::Cctrace(c) => Ok((c.cpu_secs()?, programs(c.pid())?)),
             Running::Bpftrace(b) => Ok((tracer::cpu_secs(b.0.id())?, programs(b.0.id())?)),
-            Running::SsPoll(..) => Ok((children_cpu_secs(), 0.0)),
+            Running::SsPoll(poller) => Ok((poller.cpu_secs(), 0.0)),
         }
     }
 
