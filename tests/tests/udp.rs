@@ -415,9 +415,8 @@ fn the_userspace_vpn_demo_names_tailscaled_and_its_hop_even_when_filtered_and_cl
     Ok(())
 }
 
-/// Kinds of the BPF links process `pid` holds (bpftool's `type`: `raw_tracepoint`, `cgroup`, ...),
-/// but for `tcp_probe`'s, which comes and goes with its sampling window.
-fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
+/// The BPF links process `pid` holds, as bpftool describes them.
+fn links_held_by(pid: u32) -> Result<Vec<Value>> {
     let held = cctrace_tests::bpf_held_by(pid)?;
     let out = std::process::Command::new("bpftool")
         .args(["-j", "link", "show"])
@@ -429,6 +428,15 @@ fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
         .into_iter()
         .flatten()
         .filter(|l| l["id"].as_u64().is_some_and(|id| held.links.contains(&(id as u32))))
+        .cloned()
+        .collect())
+}
+
+/// Kinds of the BPF links process `pid` holds (bpftool's `type`: `raw_tracepoint`, `cgroup`, ...),
+/// but for `tcp_probe`'s, which comes and goes with its sampling window.
+fn link_types_held_by(pid: u32) -> Result<Vec<String>> {
+    Ok(links_held_by(pid)?
+        .iter()
         .filter(|l| l["tp_name"] != "tcp_probe")
         .filter_map(|l| l["type"].as_str().map(String::from))
         .collect())
@@ -476,15 +484,7 @@ fn no_udp_attaches_no_program_to_every_packet_and_says_so() -> Result<()> {
 
 /// Whether process `pid` holds a link on `sock:sock_recv_length` (the UDP receive hook).
 fn holds_recv_hook(pid: u32) -> Result<bool> {
-    let held = cctrace_tests::bpf_held_by(pid)?;
-    let out = std::process::Command::new("bpftool")
-        .args(["-j", "link", "show"])
-        .output_within(CHILD_DEADLINE)
-        .context("bpftool")?;
-    let all: Value = serde_json::from_slice(&out.stdout).context("bpftool's JSON")?;
-    Ok(all.as_array().into_iter().flatten().any(|l| {
-        l["id"].as_u64().is_some_and(|id| held.links.contains(&(id as u32))) && l["tp_name"] == "sock_recv_length"
-    }))
+    Ok(links_held_by(pid)?.iter().any(|l| l["tp_name"] == "sock_recv_length"))
 }
 
 /// Until `holds` is `want` for cctrace `pid`, polled every 100 ms, for at most `within`.

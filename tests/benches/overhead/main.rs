@@ -286,8 +286,10 @@ fn observer_section(args: &Args, bins: &Bins) -> Result<Section> {
          CPU of the experiment: every CPU second of the processes in the bench's own cgroup (the transfer, the \
          observer, the idle connections' holders), of interrupts and softirqs, and of the ksoftirqd threads; on \
          a quiet machine that is the machine's busy CPU, and the machine's other work (another engineer's build) \
-         is left out. The observers take turns in interleaved rounds ({how} per size), each window opening 8 s \
-         after the observer started (its start-up listing and first judgments are one-time costs): cctrace with \
+         is left out. The observers take turns in interleaved rounds ({how} per size); the transfer starts 5 s \
+         after the observer (its start-up listing and first judgments are one-time costs) and the window \
+         opens 3 s into the transfer (cctrace adapts to a transfer that starts within a second or two; the \
+         measure is what it costs left running beside one): cctrace with \
          its defaults, the bpftrace script keeping per-flow maps from every `tcp_probe`, and `ss -tni` every \
          100 ms; with 0, 1,000 and 10,000 idle established connections in the sender's namespace. Transfers: the \
          bench's own sender (small writes: many `tcp_probe` firings) and iperf3 (large TSO segments). Each share \

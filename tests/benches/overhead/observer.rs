@@ -31,8 +31,12 @@ use crate::tracer::{self, Cctrace};
 /// existing socket and its first judgments of each flow it found are one-time costs, not what a
 /// tool left running costs. A flow's window fills over six evaluations (one a second), after
 /// which an idle one rests and costs nothing more a second: with 2 s here the window measured
-/// the first judgments of 10,000 idle flows (docs/testing.md has both).
+/// the first judgments of 10,000 idle flows (the history has both).
 const SETTLE: Duration = Duration::from_secs(8);
+/// How long the transfer runs before the window opens (within [`SETTLE`]): cctrace adapts to a
+/// transfer that starts (it looks at `tcp_probe`'s run rate once a second, then follows its
+/// windows), and the measure is what a tool left running costs beside a transfer under way.
+const UNDER_WAY: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Observer {
@@ -219,17 +223,23 @@ fn measure(
     experiment: &Experiment,
 ) -> Result<Measured> {
     let running = Running::start(observer, lab, before)?;
-    std::thread::sleep(SETTLE);
+    std::thread::sleep(SETTLE - UNDER_WAY);
     let programs = || match &running {
         Running::Cctrace(c) => bpf_stats::programs_of(c.pid()).map(Some),
         _ => Ok(None),
     };
-    let (busy0, machine0) = (experiment.busy_secs()?, machine_busy_secs()?);
-    let ((cpu0, bpf0), programs0) = (running.cpu()?, programs()?);
-    what.run(lab, secs)?;
-    let (busy1, machine1) = (experiment.busy_secs()?, machine_busy_secs()?);
-    let ((cpu1, bpf1), programs1) = (running.cpu()?, programs()?);
+    let window = std::thread::scope(|s| -> Result<_> {
+        // The transfer runs a second past the window: the window ends while it is under way.
+        let transfer = s.spawn(|| what.run(lab, UNDER_WAY.as_secs() + secs + 1));
+        std::thread::sleep(UNDER_WAY);
+        let start = ((experiment.busy_secs()?, machine_busy_secs()?), running.cpu()?, programs()?);
+        std::thread::sleep(Duration::from_secs(secs));
+        let end = ((experiment.busy_secs()?, machine_busy_secs()?), running.cpu()?, programs()?);
+        transfer.join().map_err(|_| anyhow::anyhow!("the transfer panicked"))??;
+        Ok((start, end))
+    });
     running.stop()?;
+    let (((busy0, machine0), (cpu0, bpf0), programs0), ((busy1, machine1), (cpu1, bpf1), programs1)) = window?;
     let busy = (busy1 - busy0).max(1e-6);
     let mut shares = BTreeMap::new();
     if let (Some(p0), Some(p1)) = (programs0, programs1) {
