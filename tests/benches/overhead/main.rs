@@ -329,12 +329,11 @@ fn observer_section(args: &Args, bins: &Bins) -> Result<Section> {
                 }
             }
             for (o, e) in &size.cctrace_over {
-                add(
-                    &mut s,
-                    Row::new(format!("cctrace's share / {}'s, {t}, {n} idle flows", o.label()), e.to_string())
-                        .how(&how)
-                        .judged(&targets::BELOW_PEERS, e.mean + e.half_width),
-                );
+                let row = Row::new(format!("cctrace's share / {}'s, {t}, {n} idle flows", o.label()), e.to_string())
+                    .how(&how);
+                // The binary before a change is no peer: its ratio is printed, not judged.
+                let peer = matches!(o, observer::Observer::SsPoll | observer::Observer::Bpftrace);
+                add(&mut s, if peer { row.judged(&targets::BELOW_PEERS, e.mean + e.half_width) } else { row });
             }
         }
     }

@@ -144,7 +144,8 @@ impl Experiment {
             .context("no usage_usec in cpu.stat")?;
         let ticks = cpu_ticks()?;
         let interrupts = [5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>() as f64 / ticks_per_s();
-        let softirq_threads = self.ksoftirqd.iter().filter_map(|pid| tracer::cpu_secs(*pid).ok()).sum::<f64>();
+        let softirq_threads =
+            self.ksoftirqd.iter().filter_map(|pid| crate::selfcost::cpu_ns(*pid).ok()).sum::<u64>() as f64 / 1e9;
         Ok(usage_usec as f64 / 1e6 + interrupts + softirq_threads)
     }
 }
@@ -175,13 +176,16 @@ impl Running {
     }
 
     /// (process CPU seconds, in-kernel program seconds) so far.
+    /// A process's threads' time on a CPU (their schedstat, ns): the clock ticks of
+    /// `/proc/PID/stat` are 10 ms, a quarter of a percent of a 4 s window on two CPUs.
     fn cpu(&self) -> Result<(f64, f64)> {
         let programs = |pid: u32| -> Result<f64> {
             Ok(bpf_stats::programs_of(pid)?.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9)
         };
+        let process = |pid: u32| -> Result<f64> { Ok(crate::selfcost::cpu_ns(pid)? as f64 / 1e9) };
         match self {
-            Running::Cctrace(c) => Ok((c.cpu_secs()?, programs(c.pid())?)),
-            Running::Bpftrace(b) => Ok((tracer::cpu_secs(b.0.id())?, programs(b.0.id())?)),
+            Running::Cctrace(c) => Ok((process(c.pid())?, programs(c.pid())?)),
+            Running::Bpftrace(b) => Ok((process(b.0.id())?, programs(b.0.id())?)),
             Running::SsPoll(poller) => Ok((poller.cpu_secs(), 0.0)),
         }
     }
