@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{targets, Row, Section};
 use clap::{Parser, Subcommand};
 
 mod arch;
@@ -17,9 +18,13 @@ mod cross;
 mod dist;
 mod foreign;
 mod guest_checks;
+mod guest_hooks;
 mod guest_ports;
+mod image;
 mod kernels;
+mod nobtf_kernel;
 mod suite;
+mod verdicts;
 
 use arch::Arch;
 
@@ -71,6 +76,9 @@ const APT_PACKAGES: &[&str] = &[
     "openssh-server",
     "openssh-client",
     "curl",
+    // tests/tests/player.rs: a real HLS player and encoder (ffmpeg) playing a stream nginx serves
+    // through the tunnel, its speed read from its own progress.
+    "ffmpeg",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
@@ -91,6 +99,10 @@ const APT_PACKAGES: &[&str] = &[
     "qemu-system-arm",
     // The kernel matrix's UDP flow (guest_init.sh): a sender and receiver of datagrams.
     "socat",
+    // The kernel matrix's kernel without BTF (nobtf_kernel.rs), built from Debian's
+    // linux-source: Kconfig's parser and lexer are generated at build time.
+    "bison",
+    "flex",
 ];
 /// Packages whose service the install must not leave running or enabled, with the service's
 /// name: the tests start their own instances (on a loopback port, inside containers or lab
@@ -123,8 +135,9 @@ enum Task {
     },
     /// Set up, check formatting and lints, build, and run the whole test suite.
     Test,
-    /// Set up, build cctrace, and check it on Debian's 6.1 and 6.12 kernels, the host's own image
-    /// when /boot has it, and any image given with --kernel, each booted under qemu.
+    /// Set up, build cctrace, and check it on Debian's 5.10, 6.1 and 6.12 kernels, a 6.1 built
+    /// here without BTF, the host's own image when /boot has it, and any image given with
+    /// --kernel, each booted under qemu.
     Kernels {
         /// Another kernel image (bzImage) to boot; repeatable.
         #[arg(long = "kernel")]
@@ -132,9 +145,13 @@ enum Task {
         /// Check the debug build (what `cargo xtask test` checks) instead of the release build.
         #[arg(long)]
         debug: bool,
-        /// Boot only the kernels whose release contains this (`5.10`, `6.12`).
+        /// Boot only the kernels whose release contains this (`5.10`, `6.12`, `nobtf`).
         #[arg(long)]
         only: Option<String>,
+        /// Fetch the kernels and build the one without BTF (minutes, once), print where each
+        /// image is, and boot none.
+        #[arg(long)]
+        no_boot: bool,
         /// `aarch64-unknown-linux-gnu`: cross-build cctrace and boot Debian's arm64 kernel
         /// (qemu-system-aarch64) instead of the x86-64 matrix.
         #[arg(long, value_parser = Arch::from_target, default_value = "x86_64-unknown-linux-gnu")]
@@ -161,6 +178,19 @@ enum Task {
     Beside {
         #[arg(long)]
         gates: PathBuf,
+    },
+    /// Run each diagnosis test that asserts a flag several times in a row: the flag must hold in
+    /// every run; the spread of time to flag goes to the figures page (docs/figures.md).
+    Verdicts {
+        /// Runs of each test.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Only the checks whose test binary or name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Print the figures without writing them to docs/figures.md.
+        #[arg(long)]
+        no_page: bool,
     },
     /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead), and
     /// write each one's section of the figures page (docs/figures.md).
@@ -387,6 +417,9 @@ fn setup() -> Result<()> {
     setup_apt()?;
     setup_rust_src()?;
     setup_bpf_linker()?;
+    // Packaging needs it, and the suite's dist check beside the tests packages: installed
+    // there, at idle priority, it was two to four minutes of the suite's longest lane.
+    dist::setup_cargo_deb()?;
     setup_rotel()?;
     setup_rust_targets()?;
     setup_kernel_mounts();
@@ -416,6 +449,30 @@ fn cargo(args: &[&str]) -> Command {
     let mut cmd = Command::new("cargo");
     cmd.current_dir(workspace_root()).args(args).env("CCTRACE_REQUIRE_EBPF", "1");
     cmd
+}
+
+/// Cargo for what the suite builds in its target directory (the test build, the doc tests, the
+/// dist check's builds): the workspace's own crates compiled by clippy's driver, as `cargo
+/// clippy` has them checked (`RUSTC_WORKSPACE_WRAPPER`), so one build both lints and makes the
+/// test binaries. A lint is a warning there; the suite's clippy step fails on any (see
+/// `beside::clippy`). Every build in that directory must set the same wrapper: cargo hashes
+/// it into the workspace crates' artifacts, and a build without it would compile them all
+/// again, the eBPF programs included.
+fn suite_cargo(args: &[&str]) -> Result<Command> {
+    let mut cmd = cargo(args);
+    cmd.env("RUSTC_WORKSPACE_WRAPPER", clippy_driver()?);
+    Ok(cmd)
+}
+
+/// clippy's driver of the toolchain cargo builds with.
+fn clippy_driver() -> Result<PathBuf> {
+    let sysroot =
+        output(Command::new("rustc").arg("--print").arg("sysroot")).context("rustc --print sysroot failed")?;
+    let driver = Path::new(sysroot.trim()).join("bin/clippy-driver");
+    if !driver.is_file() {
+        bail!("{} is missing: rustup component add clippy", driver.display());
+    }
+    Ok(driver)
 }
 
 /// Clippy over the eBPF crate, for the target it is built for.
@@ -453,17 +510,26 @@ fn main() -> ExitCode {
         Task::Kernels { images, target: Arch::Aarch64, .. } if !images.is_empty() => {
             Err(anyhow::anyhow!("--kernel boots x86-64 images; the arm64 row boots Debian's arm64 kernels"))
         }
+        Task::Kernels { no_boot: true, target: Arch::Aarch64, .. } => {
+            Err(anyhow::anyhow!("--no-boot fetches the x86-64 matrix's kernels; the arm64 row's come with its boot"))
+        }
+        Task::Kernels { images, only, no_boot: true, .. } => {
+            setup().and_then(|()| kernels::fetch(&workspace_root(), &images, only.as_deref()))
+        }
         Task::Kernels { only: Some(_), target: Arch::Aarch64, .. } => {
             Err(anyhow::anyhow!("--only picks among the x86-64 matrix's kernels; the arm64 row boots one"))
         }
         Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| kernels_arm64(debug)),
-        Task::Kernels { images, debug, only, target: Arch::X86_64 } => {
+        Task::Kernels { images, debug, only, target: Arch::X86_64, .. } => {
             setup().and_then(|()| kernels_x86_64(&images, debug, only.as_deref()))
         }
         Task::Dist { profile, no_boot, target } => setup().and_then(|()| dist(profile, no_boot, target)),
         Task::Beside { gates } => beside::run(&workspace_root(), gates),
         Task::Bench { base, benches, no_page, args } => {
             setup().and_then(|()| bench(base.as_deref(), &benches, !no_page, args))
+        }
+        Task::Verdicts { runs, only, no_page } => {
+            setup().and_then(|()| verdicts::run(&workspace_root(), runs, only.as_deref(), !no_page))
         }
     };
     match result {
@@ -501,18 +567,44 @@ fn test() -> Result<()> {
     // of everything at release settings was three minutes of a 20-minute budget.
     let beside = beside::start(&workspace_root())?;
     let tests = step("tests", || suite::run(&workspace_root(), SUITE_ARGS, beside.gates()));
+    let tests_secs = start.elapsed().as_secs_f64();
     let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
-    let mut tally = tests?;
-    tally.add(checks?);
+    let ran = tests?;
+    let checked = checks?;
+    let mut tally = ran.tally;
+    tally.add(checked.tally);
     println!("all tests: {tally}");
-    say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
+    let total = start.elapsed().as_secs_f64();
+    say(&format!("all steps after set-up: {total:.0} s"));
+    suite_figures(total, tests_secs, checked.lane_secs, &ran).write()?;
     Ok(())
+}
+
+/// The run's time as a section of the figures page: written when `CCTRACE_FIGURES_PAGE` names
+/// the page (the timing runs on a fresh clone), else printed.
+fn suite_figures(total: f64, tests_secs: f64, lane_secs: Option<f64>, ran: &suite::Ran) -> Section {
+    let secs = |s: f64| format!("{s:.0} s");
+    let mut section = Section::new("suite", "The suite's time").about(
+        "`cargo xtask test` (`.ci/run`), after set-up: the test build, then the test binaries one at a \
+         time; beside them, at idle priority, the lints, the doc tests, the kernel matrix, the dist \
+         check and arm64's cross build and guest. On a fresh clone, as CI runs it.",
+    );
+    section.row(Row::new("the suite, after set-up", secs(total)).judged(&targets::SUITE_TIME, total));
+    section.row(Row::new("the test lane: the test build and the test binaries", secs(tests_secs)));
+    if let Some(lane) = lane_secs {
+        section.row(Row::new("the checks beside the tests, from the run's start", secs(lane)));
+    }
+    section.row(Row::new("the test build", secs(ran.build_secs)));
+    for (binary, test, held) in &ran.slowest {
+        section.row(Row::new(format!("slow test: {test} ({binary})"), secs(*held)).how("time holding the test lock"));
+    }
+    section
 }
 
 fn kernels_arm64(debug: bool) -> Result<()> {
     let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
     let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
-    step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS))
+    step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS, guest_hooks::Hooks::ALL))
 }
 
 fn kernels_x86_64(images: &[PathBuf], debug: bool, only: Option<&str>) -> Result<()> {
@@ -558,7 +650,7 @@ fn bench(base: Option<&str>, benches: &[String], page: bool, args: Vec<String>) 
                     ("release (target/release)", &root.join("target/release/cctrace")),
                     ("dist: static release (target/dist)", &artifacts.binary),
                 ],
-                &artifacts.deb,
+                &[("the Debian package", &artifacts.deb), ("the container image archive", &artifacts.image)],
                 page.as_deref(),
             )
         })?;

@@ -11,7 +11,7 @@ use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use crate::analysis::container::{Container, Pod, Runtime};
 use crate::analysis::decisions::Decision;
-use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
+use crate::analysis::diagnosis::{Change, Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::loss_signals::LossSignals;
@@ -107,7 +107,8 @@ pub struct SocketFields {
     /// Bits per second.
     pub delivery_rate: u64,
     pub app_limited: bool,
-    pub cwnd_limited: bool,
+    /// Null where the source could not know it (the mode without BTF), as the three below.
+    pub cwnd_limited: Option<bool>,
     pub pacing_rate: u64,
     /// Bytes: the peer's receive window, written but unsent, send buffer size and fill.
     pub snd_wnd: u32,
@@ -124,11 +125,11 @@ pub struct SocketFields {
     #[serde(default)]
     pub rcvbuf: u32,
     #[serde(default)]
-    pub sndbuf_locked: bool,
+    pub sndbuf_locked: Option<bool>,
     #[serde(default)]
-    pub rcvbuf_locked: bool,
+    pub rcvbuf_locked: Option<bool>,
     #[serde(default)]
-    pub writer_blocked: bool,
+    pub writer_blocked: Option<bool>,
     /// The connection negotiated no window scaling (its window stays under 64 KiB).
     #[serde(default)]
     pub window_unscaled: bool,
@@ -136,6 +137,11 @@ pub struct SocketFields {
     /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
     #[serde(flatten)]
     pub signals: LossSignals,
+}
+
+/// A flag the source read, or null where it could not.
+fn known(value: bool, unknown: bool) -> Option<bool> {
+    (!unknown).then_some(value)
 }
 
 fn ms(us: u32) -> f64 {
@@ -176,7 +182,7 @@ impl SocketFields {
             delivered: s.delivered,
             delivery_rate: s.delivery_rate_bps,
             app_limited: s.app_limited,
-            cwnd_limited: s.cwnd_limited,
+            cwnd_limited: known(s.cwnd_limited, s.unknown.cwnd_limited),
             pacing_rate: s.pacing_rate_bps,
             snd_wnd: s.snd_wnd,
             notsent: s.notsent_bytes,
@@ -186,9 +192,9 @@ impl SocketFields {
             rwnd_limited: s.rwnd_limited_us / 1000,
             sndbuf_limited: s.sndbuf_limited_us / 1000,
             rcvbuf: s.rcvbuf,
-            sndbuf_locked: s.sndbuf_locked,
-            rcvbuf_locked: s.rcvbuf_locked,
-            writer_blocked: s.writer_blocked,
+            sndbuf_locked: known(s.sndbuf_locked, s.unknown.buffer_locks),
+            rcvbuf_locked: known(s.rcvbuf_locked, s.unknown.buffer_locks),
+            writer_blocked: known(s.writer_blocked, s.unknown.writer_blocked),
             window_unscaled: s.window_unscaled,
             signals: s.signals,
         }
@@ -323,6 +329,10 @@ pub struct FlowRecord {
     /// namespace that forwards the flow into it (if not the flow's own) and its UDP flow.
     #[serde(default)]
     pub tunnel: Option<Tunnel>,
+    /// The latest change of `limited_by` or `flagged`: `at_s` (seconds into the flow), `from`,
+    /// `was_flagged`, `why` (the condition a cleared flag no longer met).
+    #[serde(default)]
+    pub changed: Option<Change>,
 }
 
 impl FlowRecord {
@@ -347,6 +357,7 @@ impl FlowRecord {
             dev: flow.latest.route.map(|r| r.dev.to_string()),
             mtu: flow.latest.route.map(|r| r.mtu()),
             tunnel: verdict.and_then(|v| v.tunnel.clone()),
+            changed: verdict.and_then(|v| v.changed.clone()),
         }
     }
 }

@@ -21,11 +21,17 @@ use clap::CommandFactory as _;
 
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
 use crate::cli::{Cli, Command};
+use crate::host::mounts::HostMounts;
 use live::LiveRun;
 
 /// Run what `cli` asks for; the exit code says how it went, and any error was printed as one
 /// line on stderr.
 pub fn main(cli: Cli) -> ExitCode {
+    // First, while this is the only thread: run from the image, look at the host's files.
+    let mounts = crate::host::mounts::enter_if_asked();
+    if let (HostMounts::Refused(why), true) = (&mounts, looks_at_the_host(&cli)) {
+        eprintln!("cctrace: only this container's files are in view (container names, owners and the fix's state may be missing): {why}");
+    }
     let Some(command) = &cli.command else { return in_runtime(&cli, live::run(&cli, LiveRun::trace(&cli, None))) };
     match command {
         // Offline: no privileges, no runtime, no log.
@@ -37,6 +43,7 @@ pub fn main(cli: Cli) -> ExitCode {
             offline(crate::cli::docs::completions(Cli::command(), *shell, &mut std::io::stdout().lock()))
         }
         Command::Man => offline(crate::cli::docs::man_page(Cli::command(), &mut std::io::stdout().lock())),
+        Command::Check => check(&cli),
         #[cfg(feature = "demo")]
         Command::DemoRelay { args } => offline(cctrace_lab::relay::relay_main(args)),
         Command::Fix { cc, live, persist, yes, host_namespace, undo } => {
@@ -60,6 +67,12 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// Whether `cli` traces the host or changes it (and so needs the host's files), rather than
+/// reading a recording or printing documentation.
+fn looks_at_the_host(cli: &Cli) -> bool {
+    matches!(&cli.command, None | Some(Command::Record { .. } | Command::Serve | Command::Fix { .. }))
+}
+
 /// The exit of an offline command.
 fn offline(result: Result<()>) -> ExitCode {
     let reader_left = |e: &anyhow::Error| {
@@ -76,6 +89,15 @@ fn offline(result: Result<()>) -> ExitCode {
         Err(e) if reader_left(&e) => ExitCode::SUCCESS,
         Err(e) => failed(&e),
     }
+}
+
+/// `cctrace check`: the report on stdout, its worst line the exit status.
+fn check(cli: &Cli) -> ExitCode {
+    let checks = crate::kernel::preflight::checks(cli.btf.as_deref(), cli.hooks);
+    for c in &checks {
+        println!("{}", c.line());
+    }
+    ExitCode::from(crate::kernel::preflight::exit_status(&checks))
 }
 
 /// `cctrace fix`, with the log and the same container names as tracing (`--container NAME`).

@@ -2,7 +2,9 @@
 //! rtnetlink: kept apart from the pure diagnosis so that one stays testable. One file a job:
 //! the network namespaces and the way into one (`netns`), processes and the sockets they hold
 //! (`procs`, with the owner lookups `owners` for TCP and `udp_owner` for UDP), which file
-//! system a path lies on (`fs_kind`), rtnetlink (`netlink`) and tunnels (`tunnels`); here, the
+//! system a path lies on (`fs_kind`), the host's mounts seen from cctrace's image (`mounts`),
+//! rtnetlink (`netlink`), the kernel's view of TCP sockets (`sock_diag`) and tunnels
+//! (`tunnels`); here, the
 //! sysctls and [`environment`], which reads each namespace once per refresh.
 
 use std::collections::HashMap;
@@ -11,15 +13,17 @@ use std::path::PathBuf;
 use crate::analysis::environment::{BufferLimits, Environment};
 
 pub mod fs_kind;
+pub mod mounts;
 mod netlink;
 mod netns;
 pub mod owners;
 pub(crate) mod procs;
+pub mod sock_diag;
 pub mod tunnels;
 pub mod udp_owner;
 
 pub(crate) use netns::{enter_netns, in_each_netns, setns_net};
-pub use netns::{named_netns, netns_inode, netns_paths, netns_pids, path_into_netns};
+pub use netns::{host_netns, named_netns, netns_inode, netns_paths, netns_pids, path_into_netns};
 
 /// Creates `dir` (cctrace's state directory, [`crate::analysis::state_dir::STATE_DIR`], or a
 /// test's stand-in) and its parents, for root only: the fix's and deep mode's state and the
@@ -36,6 +40,43 @@ fn sysctl_words(key_path: &str) -> Vec<String> {
 
 pub fn available_congestion_controls() -> Vec<String> {
     sysctl_words("/proc/sys/net/ipv4/tcp_available_congestion_control")
+}
+
+/// How congestion control `name` can be had here: already available (built in or loaded), or
+/// as a module of the running kernel that loads on first use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CcAvailability {
+    Available,
+    Module(PathBuf),
+    Absent,
+}
+
+pub fn congestion_control(name: &str) -> CcAvailability {
+    if available_congestion_controls().iter().any(|c| c == name) {
+        return CcAvailability::Available;
+    }
+    let dir = PathBuf::from(format!("/lib/modules/{}/kernel/net/ipv4", kernel_release()));
+    let module = format!("tcp_{name}.ko");
+    let found = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(&module)));
+    found.map_or(CcAvailability::Absent, CcAvailability::Module)
+}
+
+/// The root qdisc of each device of the calling thread's namespace, by device name.
+pub fn root_qdiscs_here() -> std::io::Result<Vec<(String, String)>> {
+    let mut rtnl = netlink::Rtnl::open()?;
+    let qdiscs = rtnl.root_qdiscs()?;
+    let mut out: Vec<(String, String)> = rtnl
+        .links()?
+        .into_iter()
+        .map(|l| (l.name, qdiscs.get(&l.ifindex).cloned().unwrap_or_else(|| "none".into())))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// What a non-initial network namespace may choose as its default.
@@ -119,7 +160,7 @@ pub fn environment() -> Environment {
         bbr_available: available_cc.iter().any(|c| c == "bbr"),
         available_cc,
         allowed_cc: allowed_congestion_controls(),
-        host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
+        host_netns: host_netns().unwrap_or(0),
         netns_pids: pids,
         netns_names: names,
         netns_wmem: each(|n| n.wmem),

@@ -31,15 +31,23 @@ pub(super) fn decided_by(
                 lv.threshold_us / 1000.0,
                 lv.queued,
                 lv.median_queue_us / 1000.0
-            )
+            )?;
         } else {
-            f.write_str("no loss episodes after slow start")
+            f.write_str("no loss episodes after slow start")?;
         }
+        if lv.receiver_held > 0 {
+            write!(
+                f,
+                "; {} more while the receiver left data unread (its window fell), their queue not judged",
+                lv.receiver_held
+            )?;
+        }
+        Ok(())
     });
     match limited {
         LimitedBy::Path if standing => format!(
             "standing queue: mean srtt {:.1} ms vs min_rtt {:.1} ms (threshold {:.1} ms); {episodes}",
-            w.mean_srtt_us / 1000.0,
+            w.reading_srtt_us.unwrap_or(w.mean_srtt_us) / 1000.0,
             w.min_rtt_us / 1000.0,
             (w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us) / 1000.0
         ),
@@ -56,7 +64,13 @@ pub(super) fn decided_by(
             None => format!("a policer seen before, not in the latest losses; {episodes}"),
         },
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
-            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
+            let paused = std::fmt::from_fn(|f| {
+                match w.rwnd_closed_share {
+                s if s >= 0.05 => write!(f, "; its receiver closed its window for {:.0}% of the time (reading something else), judged on the rest", s * 100.0),
+                _ => Ok(()),
+            }
+            });
+            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}{paused}", w.cwnd_full_share * 100.0)
         }
         _ => String::new(),
     }
@@ -172,6 +186,27 @@ mod tests {
         assert!(e.available_bps.is_some_and(|a| (a - 84e6).abs() < 1e6), "{e:?}");
         assert!(v.text.contains("Mathis bound") && v.text.contains("at least 84.0 Mbit/s more"), "{}", v.text);
         assert!(v.text.contains("episodes over"), "{}", v.text);
+    }
+
+    #[test]
+    fn a_switch_to_bbr_forgets_cubic_and_never_calls_bbr_loss_based() {
+        // The fix applied live at 20 s: the same losses go on, now under BBR.
+        let cubic = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (d, seen) = run_feed(40, |tick| {
+            let mut samples = cubic(tick);
+            if tick >= 200 {
+                samples.iter_mut().for_each(|s| s.cc = "bbr".into());
+            }
+            samples
+        });
+        assert!(seen[19].0, "flagged under cubic: {seen:?}");
+        assert!(seen[21..].iter().all(|(f, _)| !*f), "the flag is cubic's, not bbr's: {seen:?}");
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.text.contains("bbr lost packets"), "{}", v.text);
+        let change = v.changed.as_ref().expect("the switch is the change");
+        assert_eq!(change.cc_from.as_deref(), Some("cubic"), "{change:?}");
+        assert!(change.was_flagged && (change.at_s - 20.0).abs() < 1.1, "{change:?}");
+        assert!(v.text.contains("Its congestion control was cubic until 20 s"), "{}", v.text);
     }
 
     #[test]

@@ -46,6 +46,7 @@ mod words;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use compact_str::CompactString;
 
 use crate::analysis::decisions::DecisionLog;
 pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
@@ -60,7 +61,8 @@ use crate::analysis::diagnosis::losses::loss_view;
 use crate::analysis::diagnosis::policer::{carried, Policing};
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
-    BufferEvidence, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy, Verdict,
+    BufferEvidence, Change, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy,
+    Verdict,
 };
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
@@ -77,8 +79,44 @@ struct FlowMemory {
     hysteresis: Hysteresis,
     /// The policer the flow's losses last showed (its first sign may leave the episode memory).
     policing: Option<Policing>,
+    /// When the flag's condition last held (ns): a flagged flow's verdict stands through a
+    /// pause only while this is within the loss horizon.
+    last_met_ns: u64,
+    /// A flagged flow's latest verdict from a busy window: what a pause shows.
+    busy: Option<Box<Verdict>>,
+    /// When the current pause of a flagged flow began (ns).
+    paused_at_ns: Option<u64>,
+    /// The latest change of the class or the flag shown.
+    change: Option<Change>,
     /// Set while the flow is at rest: judging it again would change nothing.
     settled: Option<Settled>,
+    /// The congestion control the window was gathered under, and when it was first seen (ns).
+    cc: CompactString,
+    cc_since_ns: u64,
+}
+
+impl FlowMemory {
+    /// After a switch of the flow's congestion control (a live fix): everything gathered under
+    /// the old one is forgotten, so no verdict of CUBIC's losses is shown for BBR, and the
+    /// change says so. The shown verdict stays until the new window can be judged.
+    fn switched_cc(&mut self, flow: &Flow, now_ns: u64) {
+        let from = std::mem::replace(&mut self.cc, flow.latest.cc.clone());
+        self.cc_since_ns = now_ns;
+        self.snapshots.clear();
+        self.hysteresis = Hysteresis::default();
+        self.policing = None;
+        self.busy = None;
+        self.paused_at_ns = None;
+        self.last_met_ns = 0;
+        let shown = self.shown.as_ref().filter(|v| v.limited_by != LimitedBy::Unknown);
+        self.change = shown.map(|v| Change {
+            at_s: flow.age_secs(),
+            from: v.limited_by,
+            was_flagged: v.flagged,
+            why: String::new(),
+            cc_from: Some(from.to_string()),
+        });
+    }
 }
 
 /// A flow at rest: nothing arrived since it was judged, every snapshot in its window holds the
@@ -252,6 +290,13 @@ impl Diagnoser {
             }
             catch_up(mem, &self.evaluation_times, now_ns, self.cfg.window);
         }
+        if mem.cc != flow.latest.cc {
+            if mem.cc.is_empty() {
+                mem.cc = flow.latest.cc.clone();
+            } else {
+                mem.switched_cc(flow, now_ns);
+            }
+        }
         let mut snap = Snapshot::of(flow);
         snap.ts_ns = snap.ts_ns.max(now_ns);
         if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
@@ -424,27 +469,55 @@ fn judge<'t>(
     if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
         return Verdict::unknown(observed);
     }
-    let mut lv = loss_view(flow, cfg, now_ns);
+    let mut lv = loss_view(flow, cfg, now_ns, mem.cc_since_ns);
     let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
     lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
     mem.policing = lv.policing;
     let raw = classify(&w, &lv, cfg, &flow.latest.cc);
     let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
-    let limited = mem.hysteresis.limited_by(previous, raw, cfg);
-
-    // Only a flow held by its peer's window needs the receiving end.
-    let peer = if limited == LimitedBy::ReceiveWindow { peer_of(flow) } else { None };
-    let ev = evidence_of(flow, &w, &lv, cfg, limited, env, peer);
-    let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
-    let flagged = if condition == Err(GETS_POLICED_RATE) {
-        mem.hysteresis.unflag_now(cfg)
-    } else {
-        mem.hysteresis.flag(condition.is_ok(), cfg)
+    let was_flagged = mem.hysteresis.flagged();
+    let stale = match through_pause(mem, cfg, raw, now_ns) {
+        Pause::Holds(v) => return *v,
+        Pause::Stale => true,
+        Pause::None => false,
     };
+    mem.paused_at_ns = None;
+
+    let mut evidence_for = |class: LimitedBy| {
+        // Only a flow held by its peer's window needs the receiving end.
+        let peer = if class == LimitedBy::ReceiveWindow { peer_of(flow) } else { None };
+        evidence_of(flow, &w, &lv, cfg, class, env, peer)
+    };
+    let d = if stale {
+        mem.hysteresis.unflag_now(cfg);
+        mem.hysteresis.hold_class();
+        let ev = evidence_for(raw);
+        Decided { limited: raw, flagged: false, ev, condition: Err(PAUSED_PAST_HORIZON), clears_in: None }
+    } else if was_flagged {
+        decide_flagged(flow, mem, cfg, &w, &lv, previous.unwrap_or(raw), raw, &mut evidence_for)
+    } else {
+        let limited = mem.hysteresis.limited_by(previous, raw, cfg);
+        let ev = evidence_for(limited);
+        let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
+        let flagged = if condition == Err(GETS_POLICED_RATE) {
+            mem.hysteresis.unflag_now(cfg)
+        } else {
+            mem.hysteresis.flag(condition.is_ok(), cfg)
+        };
+        Decided { limited, flagged, ev, condition, clears_in: None }
+    };
+    if d.condition.is_ok() {
+        mem.last_met_ns = now_ns;
+    }
+    if let Some(from) = previous.filter(|p| *p != d.limited || was_flagged != d.flagged) {
+        let why = if was_flagged && !d.flagged { d.condition.err().unwrap_or_default() } else { "" };
+        mem.change = Some(Change { at_s: flow.age_secs(), from, was_flagged, why: why.to_string(), cc_from: None });
+    }
 
     // The last verdict's text makes room for this one.
     let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
     text.clear();
+    let Decided { limited, flagged, ev, condition, clears_in } = d;
     match (limited, ev.buffers.as_ref()) {
         (LimitedBy::SendBuffer, Some(b)) => {
             buffers::write_sndbuf(&mut text, flow, &w, b, env);
@@ -462,8 +535,103 @@ fn judge<'t>(
         }
         _ => words::write_unflagged(&mut text, flow, &w, &lv, &ev, limited, condition),
     }
+    if let (Some(n), Err(why)) = (clears_in, condition) {
+        words::write_pending_clear(&mut text, why, n);
+    }
+    if let Some(c) = &mem.change {
+        words::write_change(&mut text, c, flagged);
+    }
     let fix = fix_of(flow, env, &ev, limited, flagged);
-    Verdict { limited_by: limited, flagged, text, evidence: Some(Box::new(ev)), fix, relayed_by: None, tunnel: None }
+    let verdict = Verdict {
+        limited_by: limited,
+        flagged,
+        text,
+        evidence: Some(Box::new(ev)),
+        fix,
+        relayed_by: None,
+        tunnel: None,
+        changed: mem.change.clone(),
+    };
+    mem.busy = flagged.then(|| Box::new(verdict.clone()));
+    verdict
+}
+
+/// The class, flag and evidence of one evaluation, and the flag's condition on it.
+struct Decided {
+    limited: LimitedBy,
+    flagged: bool,
+    ev: Evidence,
+    condition: Result<(), &'static str>,
+    /// For a flag held while its condition fails: evaluations like this one until it clears.
+    clears_in: Option<u32>,
+}
+
+/// A flagged flow judged on what its window shows now (`raw`): its flag holds while the
+/// condition does, and for `release` evaluations that do not meet it, with the class it was
+/// flagged under (`flagged_as`), its words and its fix; when the flag clears, the class is the
+/// window's at once. A policer's rate clears it at once.
+#[allow(clippy::too_many_arguments)]
+fn decide_flagged(
+    flow: &Flow,
+    mem: &mut FlowMemory,
+    cfg: &DiagnosisConfig,
+    w: &window::Window,
+    lv: &losses::LossView,
+    flagged_as: LimitedBy,
+    raw: LimitedBy,
+    evidence_for: &mut dyn FnMut(LimitedBy) -> Evidence,
+) -> Decided {
+    let ev_raw = evidence_for(raw);
+    let condition = flag_condition(flow, w, lv, &ev_raw, raw, cfg);
+    if condition.is_ok() {
+        let flagged = mem.hysteresis.flag(true, cfg);
+        // Another class the flag holds under (a policer's losses showing) still waits its turn.
+        let limited = mem.hysteresis.limited_by(Some(flagged_as), raw, cfg);
+        let ev = if limited == raw { ev_raw } else { evidence_for(limited) };
+        return Decided { limited, flagged, ev, condition, clears_in: None };
+    }
+    let flagged = if condition == Err(GETS_POLICED_RATE) {
+        mem.hysteresis.unflag_now(cfg)
+    } else {
+        mem.hysteresis.flag(false, cfg)
+    };
+    mem.hysteresis.hold_class();
+    if flagged {
+        let ev = evidence_for(flagged_as);
+        Decided { limited: flagged_as, flagged, ev, condition, clears_in: Some(mem.hysteresis.clears_in(cfg)) }
+    } else {
+        Decided { limited: raw, flagged, ev: ev_raw, condition, clears_in: None }
+    }
+}
+
+/// Why a flag cleared at once: the flow paused past the loss horizon.
+const PAUSED_PAST_HORIZON: &str = "it paused until its losses left the loss horizon";
+
+/// What a pause does to a flagged flow's verdict.
+enum Pause {
+    /// The verdict of its busy seconds stands (boxed: a verdict is large, and this is rare).
+    Holds(Box<Verdict>),
+    /// It paused past the loss horizon: the flag clears.
+    Stale,
+    /// Not a flagged flow's pause.
+    None,
+}
+
+/// A flagged flow whose window shows a pause (`raw`: its receiver held it, or it moved nothing)
+/// while the flag's evidence is within the loss horizon: the verdict of its busy seconds, with
+/// how long the pause has lasted. Its hysteresis does not move.
+fn through_pause(mem: &mut FlowMemory, cfg: &DiagnosisConfig, raw: LimitedBy, now_ns: u64) -> Pause {
+    let horizon_ns = (cfg.loss_horizon_secs * tracer_common::NS_PER_SEC as f64) as u64;
+    if !mem.hysteresis.flagged() || !raw.pauses() {
+        return Pause::None;
+    }
+    let Some(busy) = mem.busy.as_ref().filter(|_| now_ns.saturating_sub(mem.last_met_ns) <= horizon_ns) else {
+        return Pause::Stale;
+    };
+    let mut v = (**busy).clone();
+    let since = *mem.paused_at_ns.get_or_insert(now_ns);
+    words::write_pause(&mut v.text, raw, now_ns.saturating_sub(since) as f64 / tracer_common::NS_PER_SEC as f64);
+    Pause::Holds(Box::new(v))
 }
 
 /// The fix's commands: switching a flagged loss-based flow's namespace to BBR, and raising the
