@@ -44,9 +44,9 @@ mod verdict;
 mod window;
 mod words;
 
+use compact_str::CompactString;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use compact_str::CompactString;
 
 use crate::analysis::decisions::DecisionLog;
 pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
