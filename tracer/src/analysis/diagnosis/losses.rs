@@ -121,9 +121,9 @@ fn start_queue(e: &LossEpisode, min_rtt: u32) -> f64 {
     }
 }
 
-/// The flow's loss episodes within the loss horizon, split by the queue at each loss.
-/// The flow's losses within the loss horizon and since `since_ns` (its congestion control's
-/// last switch: an earlier algorithm's losses say nothing of this one).
+/// The flow's loss episodes within the loss horizon and since `since_ns` (its congestion
+/// control's last switch: an earlier algorithm's losses say nothing of this one), split by the
+/// queue at each loss.
 pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64, since_ns: u64) -> LossView {
     let s = &flow.latest;
     let loss_based = is_loss_based(&s.cc);

@@ -176,6 +176,9 @@ fn plateau_of(cycles: &[Cycle], min_cycles: usize, cfg: &DiagnosisConfig) -> Opt
     })
 }
 
+/// The loss cycles a capped start's settled rate is read from: the latest few.
+const SETTLED_CYCLES: usize = 3;
+
 /// The capped start: the first overshoot without a queue lost a large share of its flight,
 /// and nothing the flow delivered since went far above the rates at its later losses. The
 /// rate is then the most the flow ever delivered: a floor under the policed rate (bursts cut
@@ -198,9 +201,11 @@ fn capped_start(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisCo
     }
     let at_losses = median(judged.iter().map(|e| e.delivery_before_bps).collect());
     let rate_bps = best_clean_bps.max(at_losses);
-    // What the flow settled at, over its loss cycles: a policer's flow keeps near its rate.
-    let settled: Vec<f64> = cycles(episodes, cfg).iter().map(|c| c.rate_bps).collect();
-    let settles_near = settled.is_empty() || median(settled) >= rate_bps * cfg.policer_start_settled_share;
+    // What the flow settles at, over its latest loss cycles: a policer's flow keeps near its
+    // rate, while one that met random loss falls from its start's rate cycle after cycle.
+    let cycles = cycles(episodes, cfg);
+    let latest: Vec<f64> = cycles.iter().rev().take(SETTLED_CYCLES).map(|c| c.rate_bps).collect();
+    let settles_near = latest.is_empty() || median(latest) >= rate_bps * cfg.policer_start_settled_share;
     (best_clean_bps <= at_losses * cfg.policer_start_overshoot && settles_near).then(|| Policing {
         rate_bps,
         sign: PolicerSign::CappedStart,
