@@ -1,5 +1,6 @@
-//! The per-flow sample path: `tcp_probe` (a flow's periodic sample, once an interval) and
-//! `tcp_retransmit_skb`, as BTF tracepoints and as classic ones.
+//! The per-flow sample path: `tcp_probe` (every segment a socket receives counted, see
+//! `receive`; a flow's periodic sample, once an interval) and `tcp_retransmit_skb`, as BTF
+//! tracepoints and as classic ones (whose records carry no `sk_buff`: nothing is counted).
 
 use aya_ebpf::{
     macros::{btf_tracepoint, tracepoint},
@@ -12,6 +13,7 @@ use crate::flow_key::{btf_key, classic_key};
 use crate::maps::{bump_roughly, enabled};
 use crate::observe::{observe, Hit, CA_FROM_SOCKET};
 use crate::read::classic_sk;
+use crate::receive;
 
 #[btf_tracepoint(function = "tcp_probe")]
 pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
@@ -20,18 +22,23 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
     }
     bump_roughly(counter::PROBE_RUNS);
     let sk: *const u8 = ctx.arg(0);
-    if due_memo::not_due(&PERIODIC_DUE, sk) {
+    let skb: *const u8 = ctx.arg(1);
+    // Every segment is counted; a sample follows only when one is due, or at once when the
+    // segment ended an episode's measurement.
+    let episode = receive::count_segment(sk, skb);
+    if !episode && due_memo::not_due(&PERIODIC_DUE, sk) {
         return 0;
     }
     let hit = Hit {
         sk,
         cookie: btf_key(sk),
-        reason: reason::PERIODIC,
+        reason: if episode { reason::RECV_EPISODE } else { reason::PERIODIC },
         ca_state: CA_FROM_SOCKET,
         old_state: 0,
         new_state: 0,
         classic: false,
         undone: false,
+        skb,
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
@@ -53,6 +60,7 @@ pub fn cct_retrans(ctx: BtfTracePointContext) -> u32 {
         new_state: 0,
         classic: false,
         undone: false,
+        skb: core::ptr::null(),
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
@@ -78,6 +86,7 @@ pub fn cct_tp_probe(ctx: TracePointContext) -> u32 {
         new_state: 0,
         classic: true,
         undone: false,
+        skb: core::ptr::null(),
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
@@ -99,6 +108,7 @@ pub fn cct_tp_retrans(ctx: TracePointContext) -> u32 {
         new_state: 0,
         classic: true,
         undone: false,
+        skb: core::ptr::null(),
     };
     match observe(hit) {
         Ok(v) | Err(v) => v,
