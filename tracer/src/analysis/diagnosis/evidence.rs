@@ -102,5 +102,6 @@ pub(super) fn evidence_of(
         note: note_of(lv, cfg),
         deep: None,
         buffers,
+        remote_sender: None,
     }
 }

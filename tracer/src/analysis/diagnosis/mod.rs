@@ -19,6 +19,8 @@
 //! - `reordering`: whether the flow's retransmissions were mostly spurious (a note, no flag);
 //! - `buffers`: what the send and receive buffers allow, what BBR would meet next, and the
 //!   maxima the fix sets;
+//! - `remote/`: for a flow this host receives, the receiving end's verdict on its sender (one
+//!   question per file there too);
 //! - `config`: the thresholds; `verdict`: the types the front ends see.
 //!
 //! A new kind of loss (a policer, reordering, spurious retransmissions) is counted in `losses`
@@ -36,6 +38,7 @@ mod hysteresis;
 mod limits;
 mod losses;
 mod policer;
+mod remote;
 mod reordering;
 mod response;
 #[cfg(test)]
@@ -58,6 +61,8 @@ use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::loss_view;
 use crate::analysis::diagnosis::policer::{carried, Policing};
+pub use crate::analysis::diagnosis::remote::{CutEvidence, RemoteSenderEvidence};
+use crate::analysis::diagnosis::remote::RemoteMemory;
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
     BufferEvidence, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy, Verdict,
@@ -79,6 +84,8 @@ struct FlowMemory {
     policing: Option<Policing>,
     /// Set while the flow is at rest: judging it again would change nothing.
     settled: Option<Settled>,
+    /// For a flow that receives: the receiving end's own verdict memory (see `remote`).
+    remote: Option<Box<RemoteMemory>>,
 }
 
 /// A flow at rest: nothing arrived since it was judged, every snapshot in its window holds the
@@ -429,6 +436,15 @@ fn judge<'t>(
     lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
     mem.policing = lv.policing;
     let raw = classify(&w, &lv, cfg, &flow.latest.cc);
+    if raw == LimitedBy::Receiving {
+        // The peer's sender sets the pace: judged from this end (its sender's own socket, when
+        // on this host, is judged as a sender and keeps that verdict).
+        let sender = peer_of(flow).map(Flow::cookie);
+        let remote = mem.remote.get_or_insert_with(Box::default);
+        if let Some(v) = remote::judge(flow, remote, cfg, env, w.secs, now_ns, sender) {
+            return v;
+        }
+    }
     let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
     let limited = mem.hysteresis.limited_by(previous, raw, cfg);
 

@@ -5,13 +5,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::limits::LimitedBy;
 pub use crate::analysis::diagnosis::policer::PolicerSign;
+use crate::analysis::diagnosis::remote::RemoteSenderEvidence;
 use crate::analysis::diagnosis::response::ResponseModel;
 use crate::analysis::environment::BufferLimits;
 use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
 
 /// The numbers a flag rests on.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// Retransmitted share of bytes sent in the window.
     pub loss_ratio: f64,
@@ -98,6 +99,40 @@ pub struct Evidence {
     /// loss-based flow whose next limit they may be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffers: Option<BufferEvidence>,
+    /// For a flow this host receives: what the receiving end alone says of its sender (the
+    /// figures above are then the receiving end's, see [`Evidence::of_remote`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_sender: Option<Box<RemoteSenderEvidence>>,
+}
+
+impl Evidence {
+    /// The figures every front end reads (goodput, RTT, losses, the bound) from a receiving
+    /// end's evidence, named as a sender's are: the retransmitted share is the share of bytes
+    /// the holes skipped, srtt the RTT the bounds use, min_rtt the handshake's.
+    pub fn of_remote(r: &RemoteSenderEvidence) -> Self {
+        Self {
+            loss_ratio: r.lost_share,
+            srtt_ms: r.rtt_ms,
+            min_rtt_ms: r.handshake_rtt_ms,
+            goodput_bps: r.goodput_bps,
+            mathis_bps: r.mathis_bps,
+            mss: r.mss,
+            loss_episodes: r.loss_episodes,
+            clean_episodes: r.clean_episodes,
+            queued_episodes: r.queued_episodes,
+            episode_span_s: r.span_s,
+            queue_at_loss_ms: r.queue_at_loss_ms,
+            queue_threshold_ms: r.queue_threshold_ms,
+            episode_loss_ratio: r.lost_share,
+            loss_event_rate: r.loss_event_rate,
+            response_bps: r.response_bps,
+            response_model: r.response_model,
+            clean_delivery_bps: r.clean_rate_bps,
+            standing_queue: r.standing_queue,
+            decided_by: r.decided_by.clone(),
+            ..Self::default()
+        }
+    }
 }
 
 /// Who set a socket buffer's size.

@@ -1,0 +1,110 @@
+//! What holds the remote sender back, from the receiving end alone, and whether that is its
+//! loss-based congestion control on losses that are not congestion (the flag).
+
+use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::limits::LimitedBy;
+use crate::analysis::diagnosis::remote::view::RemoteView;
+use crate::analysis::model::Flow;
+
+/// A sender delivering this share of the window this host advertises every RTT is held by it
+/// (autotuning offers at least twice what the application reads per RTT, so a sender it does
+/// not hold uses half of it or less).
+pub(super) const WINDOW_BOUND_SHARE: f64 = 0.7;
+/// Bytes waiting unread, as a share of the window offered and of the buffer, above which it is
+/// the reader, not the buffer's size, that closes the window.
+pub(super) const UNREAD_SHARE: f64 = 0.25;
+/// A sender whose goodput is below this share of what its loss response allows sends less
+/// than its congestion control would: its application (or its send buffer) sets the rate.
+/// (A sender held by its loss response gets 0.5-1.5 of it.)
+pub(super) const SENDS_LITTLE_SHARE: f64 = 0.4;
+/// A sender that leaves data arriving less than this share of the time paces itself (its
+/// application's writes): a sender with more to send keeps a window's worth spread over every
+/// RTT (measured: ... in the suite's runs).
+pub(super) const BUSY_SHARE: f64 = 0.7;
+/// A sender that does not cut, delivering this share of the best rate seen without a queue,
+/// is at the path's ceiling (as `ceiling_share` for the sender's own view).
+const CEILING_SHARE: f64 = 0.8;
+/// Holes filled within half an RTT, at least this many and more than those filled late: the
+/// path reorders, and the late originals are not losses.
+pub(super) const REORDER_MIN_HOLES: u32 = 4;
+
+/// The standing queue: the one-way delay's mean above its floor, against the same threshold as
+/// srtt's above min_rtt for the sender's view.
+pub(super) fn standing_queue(v: &RemoteView, cfg: &DiagnosisConfig) -> bool {
+    v.mean_queue_us.is_some_and(|q| q > v.handshake_rtt_us * cfg.standing_queue_ratio + cfg.standing_queue_slack_us)
+}
+
+/// Whether the window this host advertises holds the sender, and then whether the reader (bytes
+/// left unread) rather than the buffer's size closes it.
+pub(super) fn window_bound(v: &RemoteView) -> bool {
+    v.window_share() >= WINDOW_BOUND_SHARE
+}
+
+pub(super) fn reader_slow(v: &RemoteView, flow: &Flow) -> bool {
+    let rcvbuf = f64::from(flow.latest.rcvbuf);
+    v.mean_unread > 0.0 && (v.mean_unread >= UNREAD_SHARE * v.mean_rcv_wnd.max(1.0) || v.mean_unread >= UNREAD_SHARE * rcvbuf)
+}
+
+/// Whether the path is full: a standing queue, or a queue before most losses.
+pub(super) fn fills_path(v: &RemoteView, cfg: &DiagnosisConfig) -> bool {
+    standing_queue(v, cfg) || (v.episodes >= 2 && v.queued_share() >= cfg.queued_episode_share)
+}
+
+/// The remote sender's limit as the receiving end sees it, before hysteresis.
+pub(super) fn classify(v: &RemoteView, cfg: &DiagnosisConfig) -> LimitedBy {
+    if v.goodput_bps <= 0.0 {
+        return LimitedBy::Idle;
+    }
+    if window_bound(v) {
+        return LimitedBy::ReceiveWindow;
+    }
+    if fills_path(v, cfg) {
+        return LimitedBy::Path;
+    }
+    let sends_little = v.goodput_bps < SENDS_LITTLE_SHARE * v.response_bps || v.busy_share < BUSY_SHARE;
+    match v.cutting() {
+        // Without losses nothing but its application holds a sender that is neither held by
+        // this host's window nor queueing at a bottleneck.
+        _ if v.episodes == 0 && v.holes == v.reorder_holes => LimitedBy::Application,
+        _ if sends_little => LimitedBy::Application,
+        Some(true) => LimitedBy::CongestionWindow,
+        Some(false) if v.clean_rate_bps > 0.0 && v.goodput_bps >= CEILING_SHARE * v.clean_rate_bps => LimitedBy::Path,
+        Some(false) => LimitedBy::Pacing,
+        None => LimitedBy::Receiving,
+    }
+}
+
+/// The flag condition from the receiving end; why not, for the text.
+pub(super) fn flag_condition(
+    flow: &Flow,
+    v: &RemoteView,
+    limited: LimitedBy,
+    cfg: &DiagnosisConfig,
+) -> Result<(), &'static str> {
+    if !v.counted {
+        return Err("its segments were not counted one by one (BTF tracepoints are needed)");
+    }
+    if limited == LimitedBy::Path {
+        return Err("the sender fills the path: its losses are the bottleneck's");
+    }
+    if limited != LimitedBy::CongestionWindow {
+        return Err("the sender does not cut its rate at its losses as a loss-based one does");
+    }
+    // A sender cutting at every loss wants more than it gets: heavy once it moved real data.
+    if !cfg.is_heavy(flow.latest.bytes_received, v.goodput_bps, true) {
+        return Err("not a heavy flow");
+    }
+    if v.reorder_holes >= REORDER_MIN_HOLES && v.reorder_holes > v.loss_holes {
+        return Err("most holes were filled within half an RTT: the path reorders");
+    }
+    if v.episodes < cfg.min_loss_episodes || v.hole_byte_share < cfg.min_loss_ratio {
+        return Err("too few losses to judge");
+    }
+    if v.clean_share() < cfg.clean_episode_share {
+        return Err("the one-way delay rose above its floor before too many of the losses: they look congestive");
+    }
+    if v.goodput_bps > cfg.response_slack * v.response_bps {
+        return Err("the goodput is above what its loss response allows: the losses do not hold it");
+    }
+    Ok(())
+}
