@@ -15,6 +15,7 @@ use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::loss_signals::LossSignals;
+use crate::analysis::receive::ReceiveSide;
 use crate::analysis::model::Flow;
 use crate::analysis::time::WallClock;
 use crate::analysis::tunnel::Tunnel;
@@ -136,6 +137,10 @@ pub struct SocketFields {
     /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
     #[serde(flatten)]
     pub signals: LossSignals,
+    /// What the socket receives, and what it shows of its peer's sender: the receiving
+    /// `tcp_sock` fields and the per-segment counts (docs/json.md#the-receiving-side).
+    #[serde(default)]
+    pub receive: ReceiveSide,
 }
 
 fn ms(us: u32) -> f64 {
@@ -191,6 +196,7 @@ impl SocketFields {
             writer_blocked: s.writer_blocked,
             window_unscaled: s.window_unscaled,
             signals: s.signals,
+            receive: s.receive,
         }
     }
 }
