@@ -43,10 +43,16 @@ fn slot(address: u64) -> u32 {
 /// Whether this CPU's `memo` says socket `sk` is not due now.
 #[inline(always)]
 pub(crate) fn not_due(memo: &PerCpuArray<DueMemo>, sk: *const u8) -> bool {
-    if sk.is_null() || global!(CONFIG.jiffy_ns) == 0 {
+    !sk.is_null() && not_due_at(memo, address_of(sk))
+}
+
+/// [`not_due`] for the socket at `address` (as [`address_of`] gives it), for a caller that has
+/// it already.
+#[inline(always)]
+pub(crate) fn not_due_at(memo: &PerCpuArray<DueMemo>, address: u64) -> bool {
+    if address == 0 || global!(CONFIG.jiffy_ns) == 0 {
         return false;
     }
-    let address = address_of(sk);
     match memo.get_ptr(slot(address)) {
         // SAFETY: this CPU's slot of the map, valid for this program run; the helper has no
         // arguments or preconditions (the verifier inlines it as a load).

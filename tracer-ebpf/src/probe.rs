@@ -9,7 +9,7 @@ use aya_ebpf::{
 use tracer_common::{counter, reason, HookId};
 
 use crate::due_memo::{self, PERIODIC_DUE};
-use crate::flow_key::{btf_key, classic_key};
+use crate::flow_key::{address_of, btf_key, classic_key};
 use crate::maps::{bump_roughly, enabled};
 use crate::observe::{observe, Hit, CA_FROM_SOCKET};
 use crate::read::classic_sk;
@@ -23,10 +23,15 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
     bump_roughly(counter::PROBE_RUNS);
     let sk: *const u8 = ctx.arg(0);
     let skb: *const u8 = ctx.arg(1);
+    if sk.is_null() {
+        return 0;
+    }
+    // The socket's address, once: the receive counts and the due memo are both keyed by it.
+    let address = address_of(sk);
     // Every segment is counted; a sample follows only when one is due, or at once when the
     // segment ended an episode's measurement.
-    let episode = receive::count_segment(sk, skb);
-    if !episode && due_memo::not_due(&PERIODIC_DUE, sk) {
+    let episode = receive::count_segment(sk, address, skb);
+    if !episode && due_memo::not_due_at(&PERIODIC_DUE, address) {
         return 0;
     }
     let hit = Hit {

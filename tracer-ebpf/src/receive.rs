@@ -66,10 +66,11 @@ fn clock_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// Count the segment `skb` that socket `sk` is about to process. Returns true when it ended
-/// the measurement of an episode's rate: the caller then samples the socket at once.
+/// Count the segment `skb` that socket `sk` (at `key`, its [`address_of`]) is about to
+/// process. Returns true when it ended the measurement of an episode's rate: the caller then
+/// samples the socket at once.
 #[inline(always)]
-pub(crate) fn count_segment(sk: *const u8, skb: *const u8) -> bool {
+pub(crate) fn count_segment(sk: *const u8, key: u64, skb: *const u8) -> bool {
     let (seq_off, end_off) = (global!(OFFSETS.skb_seq), global!(OFFSETS.skb_end_seq));
     if seq_off == ABSENT || end_off == ABSENT || skb.is_null() || sk.is_null() {
         return false;
@@ -79,7 +80,6 @@ pub(crate) fn count_segment(sk: *const u8, skb: *const u8) -> bool {
     if end == seq {
         return false;
     }
-    let key = address_of(sk);
     let generation = RECV_GENERATION.get(0).copied().unwrap_or(0);
     let now = jiffies();
     let Some(state) = RECV.get_ptr_mut(key) else {

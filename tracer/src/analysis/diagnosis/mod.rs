@@ -61,8 +61,8 @@ use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::loss_view;
 use crate::analysis::diagnosis::policer::{carried, Policing};
-pub use crate::analysis::diagnosis::remote::{CutEvidence, RemoteSenderEvidence};
 use crate::analysis::diagnosis::remote::RemoteMemory;
+pub use crate::analysis::diagnosis::remote::{CutEvidence, RemoteSenderEvidence};
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
     BufferEvidence, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy, Verdict,

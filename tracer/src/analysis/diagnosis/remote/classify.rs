@@ -42,7 +42,8 @@ pub(super) fn window_bound(v: &RemoteView) -> bool {
 
 pub(super) fn reader_slow(v: &RemoteView, flow: &Flow) -> bool {
     let rcvbuf = f64::from(flow.latest.rcvbuf);
-    v.mean_unread > 0.0 && (v.mean_unread >= UNREAD_SHARE * v.mean_rcv_wnd.max(1.0) || v.mean_unread >= UNREAD_SHARE * rcvbuf)
+    v.mean_unread > 0.0
+        && (v.mean_unread >= UNREAD_SHARE * v.mean_rcv_wnd.max(1.0) || v.mean_unread >= UNREAD_SHARE * rcvbuf)
 }
 
 /// Whether the path is full: a standing queue, or a queue before most losses.

@@ -23,6 +23,8 @@ pub(super) struct RemoteView {
     /// received and unread, the mean queue above the one-way delay's floor (µs; `None`
     /// without timestamps).
     pub(super) goodput_bps: f64,
+    /// The judging window's length as the flow's progress points span it (s).
+    pub(super) window_secs: f64,
     /// The share of the window's time data kept arriving (the rest the sender left idle).
     pub(super) busy_share: f64,
     pub(super) mean_rcv_wnd: f64,
@@ -134,11 +136,8 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
     let now = t.now;
     let win_start = t.progress_at(now.ts_ns.saturating_sub(secs_ns(window_secs)));
     let win_secs = now.ts_ns.saturating_sub(win_start.ts_ns) as f64 / NS_PER_SEC as f64;
-    let goodput_bps = if win_secs > 0.0 {
-        delta(&win_start, &now, |p| p.bytes_received) as f64 * 8.0 / win_secs
-    } else {
-        0.0
-    };
+    let goodput_bps =
+        if win_secs > 0.0 { delta(&win_start, &now, |p| p.bytes_received) as f64 * 8.0 / win_secs } else { 0.0 };
     let periodic = delta(&win_start, &now, |p| p.window_samples);
     let per_sample = |f: fn(&Progress) -> u64| {
         if periodic == 0 {
@@ -148,8 +147,8 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
         }
     };
     let queued_samples = delta(&win_start, &now, |p| p.queue_samples);
-    let mean_queue_us = (queued_samples > 0)
-        .then(|| delta(&win_start, &now, |p| p.queue_sum_us) as f64 / queued_samples as f64);
+    let mean_queue_us =
+        (queued_samples > 0).then(|| delta(&win_start, &now, |p| p.queue_sum_us) as f64 / queued_samples as f64);
     let handshake_rtt_us = f64::from(if s.min_rtt_us > 0 { s.min_rtt_us } else { s.srtt_us });
     let rcv_rtt_us = f64::from(s.receive.rcv_rtt_us);
     let rtt_us = match mean_queue_us {
@@ -176,15 +175,11 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
     let (episode_span_secs, episode_segments) = match first_episode {
         Some(ts) => {
             let from = t.progress_at(ts);
-            (
-                now.ts_ns.saturating_sub(ts) as f64 / NS_PER_SEC as f64,
-                delta(&from, &now, |p| u64::from(p.data_segs_in)),
-            )
+            (now.ts_ns.saturating_sub(ts) as f64 / NS_PER_SEC as f64, delta(&from, &now, |p| u64::from(p.data_segs_in)))
         }
         None => (0.0, 0),
     };
-    let event_rate =
-        if episode_segments > 0 { judged.len() as f64 / episode_segments as f64 } else { 0.0 };
+    let event_rate = if episode_segments > 0 { judged.len() as f64 / episode_segments as f64 } else { 0.0 };
     let cuts: Vec<Cut> = t.cuts.iter().filter(|c| c.ts_ns >= horizon_from).copied().collect();
     let median_cut = median(cuts.iter().map(Cut::ratio).collect());
     let rtt_s = rtt_us / 1e6;
@@ -199,6 +194,7 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
     let busy_share = if win_secs > 0.0 { (1.0 - idle_us / 1e6 / win_secs).clamp(0.0, 1.0) } else { 1.0 };
     Some(RemoteView {
         goodput_bps,
+        window_secs: win_secs,
         busy_share,
         mean_rcv_wnd: per_sample(|p| p.rcv_wnd_sum),
         mean_unread: per_sample(|p| p.unread_sum),

@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
+use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::remote::classify::{reader_slow, standing_queue};
 use crate::analysis::diagnosis::remote::evidence::RemoteSenderEvidence;
 use crate::analysis::diagnosis::remote::view::RemoteView;
-use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::response::ResponseModel;
 use crate::analysis::diagnosis::verdict::SetBy;
 use crate::analysis::model::Flow;
@@ -114,8 +114,11 @@ pub(super) fn write_flagged(text: &mut String, flow: &Flow, v: &RemoteView, ev: 
     if ev.clean_rate_bps > 1.5 * ev.goodput_bps {
         let _ = write!(text, " The path delivered {} to it without queueing.", rate(ev.clean_rate_bps));
     }
-    let _ =
-        write!(text, " A sender that does not take random loss for congestion (BBR) gets more. On the sender's host: {}.", ev.advice.join("; "));
+    let _ = write!(
+        text,
+        " A sender that does not take random loss for congestion (BBR) gets more. On the sender's host: {}.",
+        ev.advice.join("; ")
+    );
 }
 
 /// Any other receiving flow's text: its class as the receiving end sees it, the numbers, and
@@ -128,7 +131,7 @@ pub(super) fn write_unflagged(
     limited: LimitedBy,
 ) {
     let s = &flow.latest;
-    let _ = write!(text, "From this receiving end ({} over {:.0} s): ", rate(v.goodput_bps), v.span_secs.min(5.0).max(1.0));
+    let _ = write!(text, "From this receiving end ({} over {:.0} s): ", rate(v.goodput_bps), v.window_secs);
     match limited {
         LimitedBy::ReceiveWindow if reader_slow(v, flow) => {
             let _ = write!(
