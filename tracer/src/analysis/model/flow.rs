@@ -152,7 +152,7 @@ impl Flow {
             self.receive = Some(Box::default());
         }
         if let Some(receive) = self.receive.as_mut() {
-            receive.update(&self.latest, sample, cfg);
+            receive.update(&self.latest, sample);
         }
         self.latest.follow(sample)
     }

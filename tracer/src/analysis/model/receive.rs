@@ -1,12 +1,11 @@
 //! What a receiving flow's samples show of its peer's sender, kept from every sample because
 //! the diagnosis judges once a second: the one-way delay's floor and the queue above it (from
 //! the sender's timestamps), its loss episodes with the queue at each, the rate before and
-//! after each episode, and the best rates it delivered without a queue.
+//! after each episode, and progress points to take rates and counts over a span.
 
 use std::collections::VecDeque;
 
 use crate::analysis::event::{Sample, SampleReason};
-use crate::analysis::model::config::{queue_threshold_us, TableConfig};
 
 /// Flows start tracking what they receive once they received this much (as the loss tracker
 /// does for what flows send).
@@ -81,16 +80,11 @@ pub struct ReceiveTracker {
     /// Progress points, about a second apart, oldest first; and the counters now.
     pub progress: VecDeque<Progress>,
     pub now: Progress,
-    /// The three highest rates between periodic samples with no queue (bits/s), highest first.
-    pub best_clean_bps: [u64; 3],
-    /// The latest periodic sample's time and bytes, for the rate to the next.
-    last_periodic: Option<(u64, u64)>,
 }
 
 impl ReceiveTracker {
-    pub(super) fn update(&mut self, prev: &Sample, s: &Sample, cfg: &TableConfig) {
+    pub(super) fn update(&mut self, prev: &Sample, s: &Sample) {
         let r = &s.receive;
-        let queue_thr = queue_threshold_us(s.min_rtt_us, cfg.queue_ratio, cfg.queue_slack_us);
         let queue = self.queue_at(s.ts_ns, r.seg_tsval, r.tsval_unit_us());
         if r.episodes != prev.receive.episodes && r.episode_ns != 0 {
             let at = self.queue_at(r.episode_ns, r.episode_tsval, r.tsval_unit_us());
@@ -127,19 +121,6 @@ impl ReceiveTracker {
                 self.now.queue_sum_us += u64::from(q);
                 self.now.queue_samples += 1;
             }
-            if let Some((ts, bytes)) = self.last_periodic {
-                let dt = s.ts_ns.saturating_sub(ts);
-                let clean = queue.is_some_and(|q| f64::from(q) <= queue_thr);
-                if clean && dt >= 50_000_000 {
-                    let bps = s.bytes_received.saturating_sub(bytes) * 8 * 1_000_000_000 / dt;
-                    let best = &mut self.best_clean_bps;
-                    if bps > best[2] {
-                        best[2] = bps;
-                        best.sort_unstable_by(|a, b| b.cmp(a));
-                    }
-                }
-            }
-            self.last_periodic = Some((s.ts_ns, s.bytes_received));
         }
         if self.progress.back().is_none_or(|p| s.ts_ns >= p.ts_ns + PROGRESS_STEP_NS) {
             if self.progress.len() >= PROGRESS_LEN {
@@ -182,14 +163,13 @@ mod tests {
 
     #[test]
     fn the_queue_is_the_one_way_delay_above_its_floor_and_episodes_keep_theirs() {
-        let cfg = TableConfig::default();
         let mut t = ReceiveTracker::default();
         // The sender's clock runs 5 s ahead; the path's delay is the same for the first three
         // segments, then 8 ms of queue builds.
         let mut prev = at(0, 0);
         for (ms, tsval) in [(100, 5_085), (200, 5_185), (300, 5_285), (400, 5_377)] {
             let s = at(ms, tsval);
-            t.update(&prev, &s, &cfg);
+            t.update(&prev, &s);
             prev = s;
         }
         assert_eq!(t.now.queue_samples, 4);
@@ -204,13 +184,10 @@ mod tests {
         s.receive.before_us = 30_000;
         s.receive.after_bytes = 70_000;
         s.receive.after_us = 30_000;
-        t.update(&prev, &s, &cfg);
+        t.update(&prev, &s);
         assert_eq!(t.episodes.len(), 1);
         assert_eq!(t.episodes[0].queue_us, Some(8_000));
         assert!(t.episodes[0].slow_start, "the first episode ends slow start");
         assert!((t.cuts[0].ratio() - 0.7).abs() < 1e-9);
-        // The clean intervals' rates: 1 MB per 100 ms is 80 Mbit/s (the one with a queue is
-        // not counted).
-        assert_eq!(t.best_clean_bps[0], 80_000_000);
     }
 }

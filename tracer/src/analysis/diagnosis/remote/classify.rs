@@ -69,6 +69,10 @@ pub(super) fn classify(v: &RemoteView, cfg: &DiagnosisConfig) -> LimitedBy {
         _ if v.episodes == 0 && v.holes == v.reorder_holes => LimitedBy::Application,
         _ if sends_little => LimitedBy::Application,
         Some(true) => LimitedBy::CongestionWindow,
+        // A sender that does not cut keeps losing at a full bottleneck as it probes: a fifth of
+        // its losses with a queue, as for a rate-based sender's own view, or its rate at the
+        // best the path carried without one.
+        Some(false) if v.queued >= 2 && v.queued_share() >= cfg.rate_based_queued_share => LimitedBy::Path,
         Some(false) if v.clean_rate_bps > 0.0 && v.goodput_bps >= CEILING_SHARE * v.clean_rate_bps => LimitedBy::Path,
         Some(false) => LimitedBy::Pacing,
         None => LimitedBy::Receiving,

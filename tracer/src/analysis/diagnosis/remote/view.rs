@@ -62,7 +62,9 @@ pub(super) struct RemoteView {
     pub(super) mathis_bps: f64,
     pub(super) response_bps: f64,
     pub(super) response_model: ResponseModel,
-    /// The third-highest rate delivered between samples without a queue (bits/s).
+    /// The third-highest rate delivered over a second without a queue in the horizon (bits/s):
+    /// what the path has shown it carries. (Over a second: between two samples a bottleneck
+    /// that drains a burst, or a late emulator, shows rates far above its own.)
     pub(super) clean_rate_bps: f64,
     /// The segments were counted one by one.
     pub(super) counted: bool,
@@ -120,6 +122,25 @@ impl RemoteView {
 
 fn delta(a: &Progress, b: &Progress, f: fn(&Progress) -> u64) -> u64 {
     f(b).saturating_sub(f(a))
+}
+
+/// The third-highest rate (the highest of fewer) between the progress points since `from_ns`
+/// whose mean queue stayed at most `threshold_us`.
+fn clean_rate_bps(t: &ReceiveTracker, from_ns: u64, threshold_us: f64) -> f64 {
+    let points: Vec<&Progress> = t.progress.iter().filter(|p| p.ts_ns >= from_ns).chain([&t.now]).collect();
+    let mut rates: Vec<f64> = points
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (w[0], w[1]);
+            let dt = b.ts_ns.saturating_sub(a.ts_ns) as f64 / NS_PER_SEC as f64;
+            let samples = b.queue_samples.saturating_sub(a.queue_samples);
+            let queue = b.queue_sum_us.saturating_sub(a.queue_sum_us) as f64 / samples.max(1) as f64;
+            (dt >= 0.5 && samples > 0 && queue <= threshold_us)
+                .then(|| b.bytes_received.saturating_sub(a.bytes_received) as f64 * 8.0 / dt)
+        })
+        .collect();
+    rates.sort_by(|a, b| b.total_cmp(a));
+    rates.get(2).or(rates.last()).copied().unwrap_or(0.0)
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -225,7 +246,7 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
         mathis_bps: mathis,
         response_bps,
         response_model,
-        clean_rate_bps: t.best_clean_bps[2] as f64,
+        clean_rate_bps: clean_rate_bps(t, horizon_from, threshold_us),
         counted: s.receive.counted,
     })
 }
