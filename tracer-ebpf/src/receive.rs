@@ -16,7 +16,7 @@
 use aya_ebpf::{
     helpers::{bpf_jiffies64, bpf_ktime_get_ns},
     macros::map,
-    maps::{Array, LruHashMap},
+    maps::{Array, LruHashMap, PerCpuArray},
 };
 use tracer_common::{RecvCounts, RecvState, ABSENT, RECV_MAX_SOCKETS};
 
@@ -32,6 +32,11 @@ pub(crate) static RECV: LruHashMap<u64, RecvState> = LruHashMap::with_max_entrie
 /// [`RecvState::generation`]).
 #[map]
 static RECV_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+
+/// A new socket's state under construction: 168 bytes the program's stack cannot spare (the
+/// verifier of Linux 5.10 and 6.1 counts the stack of every call on the way, 512 bytes in all).
+#[map]
+static RECV_SCRATCH: PerCpuArray<RecvState> = PerCpuArray::with_max_entries(1, 0);
 
 /// A followed hole not filled within this many jiffies (4-16 s) is let go: a connection that
 /// never retransmits it is gone, and a new hole must be followed.
@@ -83,9 +88,15 @@ pub(crate) fn count_segment(sk: *const u8, key: u64, skb: *const u8) -> bool {
     let generation = RECV_GENERATION.get(0).copied().unwrap_or(0);
     let now = jiffies();
     let Some(state) = RECV.get_ptr_mut(key) else {
-        let mut fresh = RecvState::default();
-        resync(&mut fresh, end, generation, now);
-        let _ = RECV.insert(key, fresh, 0);
+        if let Some(fresh) = RECV_SCRATCH.get_ptr_mut(0) {
+            // SAFETY: this CPU's scratch value, valid for this program run; written whole
+            // before it is copied into the map.
+            unsafe {
+                core::ptr::write_bytes(fresh, 0, 1);
+                resync(&mut *fresh, end, generation, now);
+                let _ = RECV.insert(key, &*fresh, 0);
+            }
+        }
         return false;
     };
     // SAFETY: the pointer is into the map value, valid for this program run; the kernel
@@ -244,26 +255,27 @@ pub(crate) fn segment_tsval(skb: *const u8) -> u32 {
     if head == 0 || th == u16::MAX {
         return 0;
     }
-    // The fixed header and the first 12 bytes of options.
-    let header: [u8; 32] = read((head as *const u8).wrapping_add(usize::from(th)), 0);
-    if header[12] >> 4 < 8 {
+    let header = (head as *const u8).wrapping_add(usize::from(th));
+    // The data offset (header length in words), then the first 8 bytes of options.
+    if read::<u8>(header, 12) >> 4 < 8 {
         return 0;
     }
-    let at = if header[20] == 1 && header[21] == 1 && header[22] == 8 && header[23] == 10 {
-        24
-    } else if header[20] == 8 && header[21] == 10 {
-        22
+    let o: [u8; 8] = read(header, 20);
+    if o[0] == 1 && o[1] == 1 && o[2] == 8 && o[3] == 10 {
+        u32::from_be_bytes([o[4], o[5], o[6], o[7]])
+    } else if o[0] == 8 && o[1] == 10 {
+        u32::from_be_bytes([o[2], o[3], o[4], o[5]])
     } else {
-        return 0;
-    };
-    u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+        0
+    }
 }
 
-/// The counts kept for socket `sk`, and its RTT noted for the slots (`rtt_us`, as the sample
-/// reads it): the one write samples make.
+/// Copy the counts kept for socket `sk` into `out` (the sample's record: nothing crosses the
+/// stack), and note its RTT for the slots (`rtt_us`, as the sample reads it): the one write
+/// samples make. False when the socket has no counts.
 #[inline(always)]
-pub(crate) fn counts_of(sk: *const u8, rtt_us: u32, jiffy_ns: u32) -> Option<RecvCounts> {
-    let state = RECV.get_ptr_mut(address_of(sk))?;
+pub(crate) fn copy_counts(sk: *const u8, rtt_us: u32, jiffy_ns: u32, out: &mut RecvCounts) -> bool {
+    let Some(state) = RECV.get_ptr_mut(address_of(sk)) else { return false };
     let rtt_jiffies = if jiffy_ns == 0 { 0 } else { ((u64::from(rtt_us) * 1000) / u64::from(jiffy_ns)) as u32 };
     // SAFETY: the pointer is into the map value, valid for this program run; u32 stores.
     unsafe {
@@ -271,8 +283,9 @@ pub(crate) fn counts_of(sk: *const u8, rtt_us: u32, jiffy_ns: u32) -> Option<Rec
             (*state).rtt_us = rtt_us;
             (*state).rtt_jiffies = rtt_jiffies.max(1);
         }
-        Some((*state).counts)
+        core::ptr::copy_nonoverlapping(core::ptr::addr_of!((*state).counts), out, 1);
     }
+    true
 }
 
 /// Socket `sk` is gone: its address may hold a new socket next.

@@ -189,8 +189,7 @@ fn fill_receive(s: &mut FlowSample, sk: &SockView, hit: &Hit) {
         (base, 0) => base,
         (base, measured) => measured.clamp(base, base.saturating_mul(2)),
     };
-    if let Some(counts) = receive::counts_of(hit.sk, rtt, global!(CONFIG.jiffy_ns)) {
-        s.rcv = counts;
+    if receive::copy_counts(hit.sk, rtt, global!(CONFIG.jiffy_ns), &mut s.rcv) {
         s.rcv_flags |= rcv_flag::COUNTED;
     }
 }
