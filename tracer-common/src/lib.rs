@@ -733,9 +733,10 @@ pub struct RecvCounts {
     pub before_us: u32,
     pub after_bytes: u32,
     pub after_us: u32,
-    /// Jiffies the sender left idle: gaps of at least a quarter of an RTT (and two jiffies)
-    /// between two segments of new data. A sender with more to send keeps data arriving (a
-    /// window's worth spread over each RTT); one its application paces leaves such gaps.
+    /// Jiffies the sender left idle: gaps of at least an RTT (and two jiffies) between two
+    /// segments of new data. A sender held by its window sends again within each RTT, as the
+    /// ACKs of the last window come back (in one burst per RTT, unpaced, on a fast path: shorter
+    /// gaps say nothing); one with nothing to send may leave whole RTTs empty.
     pub idle_jiffies: u32,
 }
 

@@ -220,7 +220,7 @@ fn new_bytes(st: &mut RecvState, bytes: u32, now: u32) -> bool {
         }
     }
     let gap = now.wrapping_sub(st.last_data_jiffies);
-    if gap >= 2 && gap.saturating_mul(4) >= rtt && st.last_data_jiffies != 0 {
+    if gap >= 2 && gap >= rtt && st.last_data_jiffies != 0 {
         st.counts.idle_jiffies = st.counts.idle_jiffies.wrapping_add(gap);
     }
     st.last_data_jiffies = now;

@@ -57,8 +57,8 @@ pub struct ReceiveSide {
     pub before_us: u32,
     pub after_bytes: u32,
     pub after_us: u32,
-    /// Time the sender left idle between segments of new data (gaps of at least a quarter of an
-    /// RTT), µs in all.
+    /// Time the sender left idle between segments of new data (gaps of at least an RTT), µs in
+    /// all.
     pub idle_us: u64,
 }
 

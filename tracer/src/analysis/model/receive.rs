@@ -56,9 +56,11 @@ pub struct Progress {
     pub hole_bytes: u64,
     pub loss_holes: u32,
     pub reorder_holes: u32,
-    /// Sums of the queue estimates of the periodic samples so far, and how many.
+    /// Sums of the queue estimates of the periodic samples so far, and how many; the largest
+    /// since the progress point before.
     pub queue_sum_us: u64,
     pub queue_samples: u64,
+    pub queue_max_us: u32,
     /// Sums of the window advertised and of the bytes received but unread over the periodic
     /// samples so far, and how many.
     pub rcv_wnd_sum: u64,
@@ -120,6 +122,7 @@ impl ReceiveTracker {
             if let Some(q) = queue {
                 self.now.queue_sum_us += u64::from(q);
                 self.now.queue_samples += 1;
+                self.now.queue_max_us = self.now.queue_max_us.max(q);
             }
         }
         if self.progress.back().is_none_or(|p| s.ts_ns >= p.ts_ns + PROGRESS_STEP_NS) {
@@ -127,6 +130,7 @@ impl ReceiveTracker {
                 self.progress.pop_front();
             }
             self.progress.push_back(self.now);
+            self.now.queue_max_us = 0;
         }
     }
 
@@ -174,6 +178,7 @@ mod tests {
         }
         assert_eq!(t.now.queue_samples, 4);
         assert_eq!(t.now.queue_sum_us, 8_000, "three at the floor, one 8 ms above");
+        assert_eq!(t.now.queue_max_us, 8_000);
         // An episode whose first hole came with 8 ms of queue, measured as a cut to 0.7.
         let mut s = at(500, 5_485);
         s.receive.episodes = 1;

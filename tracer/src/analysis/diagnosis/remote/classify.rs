@@ -17,13 +17,10 @@ pub(super) const UNREAD_SHARE: f64 = 0.25;
 /// than its congestion control would: its application (or its send buffer) sets the rate.
 /// (A sender held by its loss response gets 0.5-1.5 of it.)
 pub(super) const SENDS_LITTLE_SHARE: f64 = 0.4;
-/// A sender that leaves data arriving less than this share of the time paces itself (its
-/// application's writes): a sender with more to send keeps a window's worth spread over every
-/// RTT (measured: ... in the suite's runs).
-pub(super) const BUSY_SHARE: f64 = 0.7;
-/// A sender that does not cut, delivering this share of the best rate seen without a queue,
-/// is at the path's ceiling (as `ceiling_share` for the sender's own view).
-const CEILING_SHARE: f64 = 0.8;
+/// A sender that leaves whole RTTs without data this much of the time has nothing to send
+/// then: a sender held by its window sends again within each RTT.
+pub(super) const BUSY_SHARE: f64 = 0.5;
+
 /// Holes filled within half an RTT, at least this many and more than those filled late: the
 /// path reorders, and the late originals are not losses.
 pub(super) const REORDER_MIN_HOLES: u32 = 4;
@@ -51,6 +48,14 @@ pub(super) fn fills_path(v: &RemoteView, cfg: &DiagnosisConfig) -> bool {
     standing_queue(v, cfg) || (v.episodes >= 2 && v.queued_share() >= cfg.queued_episode_share)
 }
 
+/// Whether the sender's data met a queue: at a fifth of at least two of its losses (as for a
+/// rate-based sender's own view: one that does not cut keeps probing into a full bottleneck),
+/// or in some sample of the window (BBR's probing fills a bottleneck's queue for an RTT every
+/// eight).
+fn met_a_queue(v: &RemoteView, cfg: &DiagnosisConfig) -> bool {
+    (v.queued >= 2 && v.queued_share() >= cfg.rate_based_queued_share) || v.max_queue_us > v.threshold_us
+}
+
 /// The remote sender's limit as the receiving end sees it, before hysteresis.
 pub(super) fn classify(v: &RemoteView, cfg: &DiagnosisConfig) -> LimitedBy {
     if v.goodput_bps <= 0.0 {
@@ -64,17 +69,16 @@ pub(super) fn classify(v: &RemoteView, cfg: &DiagnosisConfig) -> LimitedBy {
     }
     let sends_little = v.goodput_bps < SENDS_LITTLE_SHARE * v.response_bps || v.busy_share < BUSY_SHARE;
     match v.cutting() {
-        // Without losses nothing but its application holds a sender that is neither held by
-        // this host's window nor queueing at a bottleneck.
-        _ if v.episodes == 0 && v.holes == v.reorder_holes => LimitedBy::Application,
-        _ if sends_little => LimitedBy::Application,
-        Some(true) => LimitedBy::CongestionWindow,
-        // A sender that does not cut keeps losing at a full bottleneck as it probes: a fifth of
-        // its losses with a queue, as for a rate-based sender's own view, or its rate at the
-        // best the path carried without one.
-        Some(false) if v.queued >= 2 && v.queued_share() >= cfg.rate_based_queued_share => LimitedBy::Path,
-        Some(false) if v.clean_rate_bps > 0.0 && v.goodput_bps >= CEILING_SHARE * v.clean_rate_bps => LimitedBy::Path,
-        Some(false) => LimitedBy::Pacing,
+        // Cutting at its losses, and at what its loss response allows: its congestion window.
+        Some(true) if !sends_little => LimitedBy::CongestionWindow,
+        // Cutting, far below its response: its application sets the rate, the cuts bind briefly.
+        Some(true) => LimitedBy::Application,
+        // A sender that does not cut (or has not lost): at a bottleneck it meets the queue,
+        // else nothing but its application (or its send buffer) holds it.
+        _ if met_a_queue(v, cfg) => LimitedBy::Path,
+        Some(false) => LimitedBy::Application,
+        // No loss after slow start either: no window, no queue, no loss response holds it.
+        None if v.episodes == 0 => LimitedBy::Application,
         None => LimitedBy::Receiving,
     }
 }

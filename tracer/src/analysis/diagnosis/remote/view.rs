@@ -30,6 +30,8 @@ pub(super) struct RemoteView {
     pub(super) mean_rcv_wnd: f64,
     pub(super) mean_unread: f64,
     pub(super) mean_queue_us: Option<f64>,
+    /// The largest queue a periodic sample saw in the window (µs; 0 without timestamps).
+    pub(super) max_queue_us: f64,
     /// The handshake's RTT (`min_rtt`), the kernel's receive-side estimate, and the RTT the
     /// bounds use: the handshake's plus the mean queue (µs).
     pub(super) handshake_rtt_us: f64,
@@ -213,8 +215,16 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
     };
     let idle_us = delta(&win_start, &now, |p| p.idle_us) as f64;
     let busy_share = if win_secs > 0.0 { (1.0 - idle_us / 1e6 / win_secs).clamp(0.0, 1.0) } else { 1.0 };
+    let max_queue_us = t
+        .progress
+        .iter()
+        .filter(|p| p.ts_ns > win_start.ts_ns)
+        .chain([&now])
+        .map(|p| f64::from(p.queue_max_us))
+        .fold(0.0, f64::max);
     Some(RemoteView {
         goodput_bps,
+        max_queue_us,
         window_secs: win_secs,
         busy_share,
         mean_rcv_wnd: per_sample(|p| p.rcv_wnd_sum),

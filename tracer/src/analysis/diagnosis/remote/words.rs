@@ -49,9 +49,9 @@ pub(super) fn decided_by(v: &RemoteView, limited: LimitedBy, cfg: &DiagnosisConf
         ),
         LimitedBy::Path if v.queued >= 2 => format!("queue before the losses: {episodes}"),
         LimitedBy::Path => format!(
-            "goodput {} is at the {} the path delivered without queueing, and the sender does not cut at losses; {episodes}",
-            rate(v.goodput_bps),
-            rate(v.clean_rate_bps)
+            "the sender does not cut at its losses, and its data met a queue of up to {:.1} ms above the one-way delay's floor (threshold {:.1} ms); {episodes}",
+            v.max_queue_us / 1000.0,
+            v.threshold_us / 1000.0
         ),
         LimitedBy::Application => format!(
             "data arrived {} of the time (the sender left the rest idle) and goodput {} is {} of what its loss response allows ({}), \
