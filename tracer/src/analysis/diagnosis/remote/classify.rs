@@ -93,11 +93,17 @@ pub(super) fn flag_condition(
     if !v.counted {
         return Err("its segments were not counted one by one (BTF tracepoints are needed)");
     }
-    if limited == LimitedBy::Path {
-        return Err("the sender fills the path: its losses are the bottleneck's");
-    }
-    if limited != LimitedBy::CongestionWindow {
-        return Err("the sender does not cut its rate at its losses as a loss-based one does");
+    match limited {
+        LimitedBy::CongestionWindow => {}
+        LimitedBy::Path => return Err("the sender fills the path: its losses are the bottleneck's"),
+        LimitedBy::ReceiveWindow => return Err("this host's receive window holds the sender, not its losses"),
+        LimitedBy::Application if v.cutting() == Some(true) => {
+            return Err("the sender gets far less than its loss response allows: something else sets its rate")
+        }
+        LimitedBy::Application | LimitedBy::Pacing => {
+            return Err("the sender does not cut its rate at its losses as a loss-based one does")
+        }
+        _ => return Err("too few losses measured to judge"),
     }
     // A sender cutting at every loss wants more than it gets: heavy once it moved real data.
     if !cfg.is_heavy(flow.latest.bytes_received, v.goodput_bps, true) {

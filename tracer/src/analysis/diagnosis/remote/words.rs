@@ -183,8 +183,9 @@ pub(super) fn write_unflagged(
             let _ = write!(text, "{}; too few losses measured yet to judge {}", ev.decided_by, sender(flow));
         }
     }
+    // Where the class does not say it already: a loss-based sender, or one that loses.
     if let Some(why) = &ev.not_flagged {
-        if limited == LimitedBy::CongestionWindow || v.episodes > 0 {
+        if limited == LimitedBy::CongestionWindow || (limited == LimitedBy::Application && v.episodes > 0) {
             let _ = write!(text, ". Not flagged: {why}");
         }
     }
