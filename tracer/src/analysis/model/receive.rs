@@ -66,8 +66,6 @@ pub struct Progress {
     pub rcv_wnd_sum: u64,
     pub unread_sum: u64,
     pub window_samples: u64,
-    /// The time the sender left idle so far (µs).
-    pub idle_us: u64,
 }
 
 /// Per-flow memory of what it receives, allocated once it received `TRACK_MIN_BYTES`.
@@ -112,7 +110,6 @@ impl ReceiveTracker {
             hole_bytes: r.hole_bytes,
             loss_holes: r.loss_holes,
             reorder_holes: r.reorder_holes,
-            idle_us: r.idle_us,
             ..self.now
         };
         if s.reason == SampleReason::Periodic {

@@ -17,10 +17,6 @@ pub(super) const UNREAD_SHARE: f64 = 0.25;
 /// than its congestion control would: its application (or its send buffer) sets the rate.
 /// (A sender held by its loss response gets 0.5-1.5 of it.)
 pub(super) const SENDS_LITTLE_SHARE: f64 = 0.4;
-/// A sender that leaves whole RTTs without data this much of the time has nothing to send
-/// then: a sender held by its window sends again within each RTT.
-pub(super) const BUSY_SHARE: f64 = 0.5;
-
 /// Holes filled within half an RTT, at least this many and more than those filled late: the
 /// path reorders, and the late originals are not losses.
 pub(super) const REORDER_MIN_HOLES: u32 = 4;
@@ -67,7 +63,10 @@ pub(super) fn classify(v: &RemoteView, cfg: &DiagnosisConfig) -> LimitedBy {
     if fills_path(v, cfg) {
         return LimitedBy::Path;
     }
-    let sends_little = v.goodput_bps < SENDS_LITTLE_SHARE * v.response_bps || v.busy_share < BUSY_SHARE;
+    // (Idle time is no sign of it: on a lossy path a sender held by its window waits whole RTTs
+    // for its retransmission timer, and the receiver cannot tell that wait from an
+    // application's.)
+    let sends_little = v.goodput_bps < SENDS_LITTLE_SHARE * v.response_bps;
     match v.cutting() {
         // Cutting at its losses, and at what its loss response allows: its congestion window.
         Some(true) if !sends_little => LimitedBy::CongestionWindow,

@@ -231,7 +231,7 @@ mod tests {
         assert_eq!(v.limited_by, LimitedBy::ReceiveWindow, "{}", v.text);
         assert!(v.text.contains("SO_RCVBUF"), "{}", v.text);
         // A stream its application paces, far below its loss response (one loss in about 1,000
-        // segments allows some 15 Mbit/s), whole RTTs empty most of the time.
+        // segments allows some 15 Mbit/s). Its idle RTTs are counted, not judged by.
         let (v, seen) = judged(Download { bps: 4_000_000, loss_every: 30, idle_share: 0.6, ..CUBIC_LIKE });
         assert!(seen.iter().all(|(f, _)| !f), "{seen:?}");
         assert_eq!(v.limited_by, LimitedBy::Application, "{}", v.text);

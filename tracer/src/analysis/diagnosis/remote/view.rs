@@ -25,8 +25,6 @@ pub(super) struct RemoteView {
     pub(super) goodput_bps: f64,
     /// The judging window's length as the flow's progress points span it (s).
     pub(super) window_secs: f64,
-    /// The share of the window's time data kept arriving (the rest the sender left idle).
-    pub(super) busy_share: f64,
     pub(super) mean_rcv_wnd: f64,
     pub(super) mean_unread: f64,
     pub(super) mean_queue_us: Option<f64>,
@@ -213,8 +211,6 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
     } else {
         (mathis, ResponseModel::Mathis)
     };
-    let idle_us = delta(&win_start, &now, |p| p.idle_us) as f64;
-    let busy_share = if win_secs > 0.0 { (1.0 - idle_us / 1e6 / win_secs).clamp(0.0, 1.0) } else { 1.0 };
     let max_queue_us = t
         .progress
         .iter()
@@ -226,7 +222,6 @@ pub(super) fn remote_view(flow: &Flow, window_secs: f64, cfg: &DiagnosisConfig, 
         goodput_bps,
         max_queue_us,
         window_secs: win_secs,
-        busy_share,
         mean_rcv_wnd: per_sample(|p| p.rcv_wnd_sum),
         mean_unread: per_sample(|p| p.unread_sum),
         mean_queue_us,

@@ -54,9 +54,7 @@ pub(super) fn decided_by(v: &RemoteView, limited: LimitedBy, cfg: &DiagnosisConf
             v.threshold_us / 1000.0
         ),
         LimitedBy::Application => format!(
-            "data arrived {} of the time (the sender left the rest idle) and goodput {} is {} of what its loss response allows ({}), \
-             with no queue and the window open; {episodes}",
-            pct(v.busy_share),
+            "goodput {} is {} of what its loss response allows ({}), with no queue and the window open; {episodes}",
             rate(v.goodput_bps),
             pct(v.goodput_bps / v.response_bps),
             rate(v.response_bps)
