@@ -9,7 +9,8 @@
 //!
 //! IPv6, where a path asks for it, lives in 2001:db8::/32 (RFC 3849,
 //! documentation only, never routed): emulated path k gets 2001:db8:0:2k::1
-//! and 2001:db8:0:2k+1::1, one /64 per side, mirroring its IPv4 pair.
+//! and 2001:db8:0:2k+1::1, one /64 per side, mirroring its IPv4 pair; the inside of a
+//! tunnel whose IPv4 pair is 198.18.N.1 and .2 gets 2001:db8:1:N::1 and ::2.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -85,6 +86,13 @@ pub(crate) fn routed_v6(v4: Ipv4Addr) -> Ipv6Addr {
     Ipv6Addr::new(0x2001, 0x0db8, 0, u16::from(v4.octets()[2]), 0, 0, 0, 1)
 }
 
+/// The IPv6 twin of a tunnel's inner IPv4 address from [`next_veth_pair`]: 198.18.n.h becomes
+/// 2001:db8:1:n::h, in a block of its own (the emulated paths' addresses are 2001:db8:0::/48).
+pub(crate) fn tunnel_v6(v4: Ipv4Addr) -> Ipv6Addr {
+    let o = v4.octets();
+    Ipv6Addr::new(0x2001, 0x0db8, 1, u16::from(o[2]), 0, 0, 0, u16::from(o[3]))
+}
+
 /// Network address of the /64 containing `ip`.
 pub(crate) fn net64(ip: Ipv6Addr) -> Ipv6Addr {
     let s = ip.segments();
@@ -126,6 +134,7 @@ mod tests {
         assert!(is_lab_addr_v6(s6) && is_lab_addr_v6(r6));
         assert_ne!(net64(s6), net64(r6));
         assert_eq!(routed_v6(Ipv4Addr::new(198, 19, 6, 1)), "2001:db8:0:6::1".parse::<Ipv6Addr>().expect("addr"));
+        assert_eq!(tunnel_v6(Ipv4Addr::new(198, 18, 7, 2)), "2001:db8:1:7::2".parse::<Ipv6Addr>().expect("addr"));
         assert!(!is_lab_ip("2001:db9::1".parse().expect("addr")));
         assert!(!is_lab_ip("fe80::1".parse().expect("addr")));
         assert!(ensure_lab_ip("2001:db8::1".parse().expect("addr")).is_ok());

@@ -15,7 +15,8 @@
 //! - [`Sink`] / [`Sender`]: TCP traffic; [`UdpEcho`], [`udp_ping`],
 //!   [`UdpCounter`], [`udp_blast`]: UDP measurement probes.
 //! - [`child`]: waiting for child processes with a deadline; [`skip`]: the one rule for a test
-//!   that cannot run on this machine; [`serial`]: one test at a time on this machine.
+//!   that cannot run on this machine; [`serial`]: one test at a time on this machine;
+//!   [`figures`]: the figures page every command that measures writes its rows to.
 //!
 //! Safety of the surroundings: every address the lab configures or sends to
 //! is in 198.18.0.0/15 (RFC 2544 benchmarking space) or, for IPv6,
@@ -62,6 +63,7 @@ mod cgroup;
 pub mod child;
 mod cmd;
 mod error;
+pub mod figures;
 mod forwarder;
 mod jitter;
 mod link;

@@ -12,7 +12,7 @@
 //! Every address is in the lab's range; the processes die with the lab (and with this process,
 //! by `PR_SET_PDEATHSIG`), which takes their TUN devices along.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -48,14 +48,28 @@ pub struct LanSpec {
 pub struct WireGuardSpec {
     pub underlay: EmulatedPathSpec,
     pub lans: Vec<LanSpec>,
+    /// The tunnel devices' MTU: [`WIREGUARD_MTU`] (wireguard-go's own) unless set; Tailscale
+    /// sets 1280, the least IPv6 allows.
+    pub mtu: Option<u32>,
+    /// Give both tunnel ends an IPv6 address too (see [`WireGuardLab::server_inner_addr_v6`]),
+    /// so TCP runs over IPv6 inside the tunnel while the underlay stays IPv4.
+    pub ipv6: bool,
 }
 
-/// One end: the wireguard-go process, its interface and tunnel address.
+impl WireGuardSpec {
+    /// A tunnel across `underlay` with wireguard-go's own MTU, IPv4 inside and no LANs.
+    pub fn new(underlay: EmulatedPathSpec) -> Self {
+        Self { underlay, lans: Vec::new(), mtu: None, ipv6: false }
+    }
+}
+
+/// One end: the wireguard-go process, its interface and tunnel addresses.
 #[derive(Debug)]
 struct End {
     child: Child,
     dev: String,
     inner: Ipv4Addr,
+    inner_v6: Option<Ipv6Addr>,
 }
 
 impl Drop for End {
@@ -103,8 +117,10 @@ impl WireGuardLab {
         let (server_inner, client_inner) = addr::next_veth_pair();
         let tag = next_tag();
         let (server_key, client_key) = (keys.generate("server")?, keys.generate("client")?);
-        let server = start_end(underlay.sender(), &format!("wg{tag}s"), server_inner)?;
-        let client = start_end(underlay.receiver(), &format!("wg{tag}c"), client_inner)?;
+        let mtu = spec.mtu.unwrap_or(WIREGUARD_MTU);
+        let v6 = |a: Ipv4Addr| spec.ipv6.then(|| addr::tunnel_v6(a));
+        let server = start_end(underlay.sender(), &format!("wg{tag}s"), mtu, server_inner, v6(server_inner))?;
+        let client = start_end(underlay.receiver(), &format!("wg{tag}c"), mtu, client_inner, v6(client_inner))?;
         let mut lans = Vec::new();
         for (i, lan) in spec.lans.iter().enumerate() {
             lans.push(add_lan(underlay.sender(), &format!("lan{tag}{i}"), lan, client_inner)?);
@@ -112,8 +128,10 @@ impl WireGuardLab {
         // The client reaches the server's tunnel address and every LAN through the tunnel;
         // the server reaches the client's tunnel address.
         let mut client_allowed = vec![format!("{server_inner}/32")];
+        client_allowed.extend(server.inner_v6.map(|a| format!("{a}/128")));
         client_allowed.extend(lans.iter().map(|l| format!("{}/24", net24(l.host_addr))));
-        let server_allowed = [format!("{client_inner}/32")];
+        let mut server_allowed = vec![format!("{client_inner}/32")];
+        server_allowed.extend(client.inner_v6.map(|a| format!("{a}/128")));
         configure(underlay.sender(), &server.dev, &server_key, &client_key, &server_allowed, underlay.receiver_addr())?;
         configure(underlay.receiver(), &client.dev, &client_key, &server_key, &client_allowed, underlay.sender_addr())?;
         for lan in &lans {
@@ -138,6 +156,15 @@ impl WireGuardLab {
 
     pub fn client_inner_addr(&self) -> Ipv4Addr {
         self.client.inner
+    }
+
+    /// The tunnel ends' IPv6 addresses, when the spec asked for them.
+    pub fn server_inner_addr_v6(&self) -> Option<Ipv6Addr> {
+        self.server.inner_v6
+    }
+
+    pub fn client_inner_addr_v6(&self) -> Option<Ipv6Addr> {
+        self.client.inner_v6
     }
 
     /// The server end's WireGuard interface.
@@ -198,9 +225,9 @@ fn uapi_socket(dev: &str) -> PathBuf {
     Path::new(UAPI_DIR).join(format!("{dev}.sock"))
 }
 
-/// Start wireguard-go for `dev` in `ns` (in the foreground, so it is this process's child) and
-/// wait for its UAPI socket.
-fn start_end(ns: &Netns, dev: &str, inner: Ipv4Addr) -> Result<End> {
+/// Start wireguard-go for `dev` in `ns` (in the foreground, so it is this process's child), wait
+/// for its UAPI socket, and give its device `mtu` and its addresses.
+fn start_end(ns: &Netns, dev: &str, mtu: u32, inner: Ipv4Addr, inner_v6: Option<Ipv6Addr>) -> Result<End> {
     let mut command = ns.command("wireguard-go");
     command.args(["-f", dev]).env(PREFER_USERSPACE.0, PREFER_USERSPACE.1).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: prctl is async-signal-safe; it only sets a flag of the child about to exec.
@@ -212,7 +239,7 @@ fn start_end(ns: &Netns, dev: &str, inner: Ipv4Addr) -> Result<End> {
     }
     let child = command.spawn().context("starting wireguard-go (apt-get install wireguard-go)")?;
     // The child's pid is wireguard-go's: `ip netns exec` execs it in place.
-    let mut end = End { child, dev: dev.to_string(), inner };
+    let mut end = End { child, dev: dev.to_string(), inner, inner_v6 };
     let deadline = Instant::now() + Duration::from_secs(10);
     while !uapi_socket(dev).exists() {
         if let Some(status) = end.child.try_wait()? {
@@ -223,10 +250,25 @@ fn start_end(ns: &Netns, dev: &str, inner: Ipv4Addr) -> Result<End> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    ns.ip(&["link", "set", "dev", dev, "mtu", &mtu.to_string()])?;
     ns.ip(&["addr", "add", &format!("{inner}/24"), "dev", dev])?;
+    if let Some(v6) = inner_v6 {
+        add_ipv6(ns, dev, v6)?;
+    }
     ns.ip(&["link", "set", "dev", dev, "up"])?;
     disable_offloads(ns, dev)?;
     Ok(end)
+}
+
+/// IPv6 on the tunnel device only (the lab's namespaces keep it off elsewhere), with nothing
+/// that sends on its own: no link-local address, no duplicate address detection, no router
+/// advertisements. The peer's address is reached through the device, as its /64.
+fn add_ipv6(ns: &Netns, dev: &str, local: Ipv6Addr) -> Result<()> {
+    for (key, value) in [("addr_gen_mode", "1"), ("accept_ra", "0"), ("dad_transmits", "0"), ("disable_ipv6", "0")] {
+        ns.sysctl_set(&format!("net.ipv6.conf.{dev}.{key}"), value)?;
+    }
+    ns.ip(&["-6", "addr", "add", &format!("{local}/64"), "dev", dev, "nodad"])?;
+    Ok(())
 }
 
 /// `wg set` the end's key, port and its one peer.

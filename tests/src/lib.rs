@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod player;
 pub mod runtimes;
 pub mod serve;
 pub mod services;
+pub mod tmux;
 
 /// Tests that load eBPF programs or build labs run one at a time, across processes too: they
 /// count programs with bpftool, change host-wide sysctls and measure timing-sensitive things on
@@ -88,14 +90,18 @@ impl Tracer {
 
     /// [`Tracer::start`] with `env` added to its environment (`RUST_LOG`, say).
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
-        let mut child = Command::new(cctrace_bin())
-            .args(["--json", "--events"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", cctrace_bin().display()))?;
+        let mut cmd = Command::new(cctrace_bin());
+        cmd.args(["--json", "--events"]).args(args).envs(env.iter().copied());
+        Self::start_command(cmd)
+    }
+
+    /// [`Tracer::start`] for a command that runs cctrace with `--json` some other way: its
+    /// container image under an engine (`docker run ... cctrace:VERSION --json`), whose client
+    /// passes SIGTERM on to it.
+    pub fn start_command(mut cmd: Command) -> Result<Self> {
+        let shown = format!("{cmd:?}");
+        let mut child =
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
         let lines = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
@@ -197,8 +203,59 @@ impl Tracer {
         }
         let lines = self.lines();
         keep_lines(&lines);
+        records_agree(&lines)?;
         Ok((status.code().unwrap_or(-1), lines))
     }
+}
+
+/// The words a flagged verdict says for each class a flag may name.
+const FLAGGED_WORDS: [(&str, &str); 3] = [
+    ("cwnd", "is held back by loss-based congestion control"),
+    ("policer", "is policed at"),
+    ("sndbuf", "send-buffer-limited"),
+];
+
+/// The words an unflagged verdict opens with for each class (`limited_by`'s description).
+const CLASS_WORDS: [(&str, &str); 10] = [
+    ("unknown", "not enough data"),
+    ("idle", "idle:"),
+    ("receiving", "receiving:"),
+    ("application", "application-limited"),
+    ("rwnd", "receive-window-limited"),
+    ("sndbuf", "send-buffer-limited"),
+    ("cwnd", "congestion-window-limited"),
+    ("pacing", "pacing/bandwidth-limited"),
+    ("path", "network-path-limited"),
+    ("policer", "policed:"),
+];
+
+/// Whether one TCP flow record's `limited_by`, `flagged` and words tell one story: a flagged
+/// record is of a class a flag may name and says so; any other says its own class and none of
+/// a flag's words. (UDP records carry no flag.)
+pub fn record_agrees(v: &Value) -> Result<()> {
+    if v["type"] != "flow" || v["proto"] == "udp" {
+        return Ok(());
+    }
+    let class = v["limited_by"].as_str().unwrap_or_default();
+    let text = v["verdict"].as_str().unwrap_or_default();
+    let words = |table: &[(&str, &'static str)]| table.iter().find(|(c, _)| *c == class).map(|(_, w)| *w);
+    if v["flagged"] == true {
+        let Some(flagged) = words(&FLAGGED_WORDS) else { bail!("flagged as {class}, which no flag names: {v}") };
+        anyhow::ensure!(text.contains(flagged), "flagged {class} without its words ({flagged:?}): {v}");
+    } else {
+        if let Some((_, w)) = FLAGGED_WORDS[..2].iter().find(|(_, w)| text.contains(w)) {
+            bail!("not flagged, yet its words say {w:?}: {v}");
+        }
+        let own = words(&CLASS_WORDS).with_context(|| format!("an unknown class {class}: {v}"))?;
+        anyhow::ensure!(text.contains(own), "{class} without its words ({own:?}): {v}");
+    }
+    Ok(())
+}
+
+/// Every flow record of a run agrees with itself (see [`record_agrees`]): checked on every
+/// tracer a test stops, so every diagnosis test checks every record it was given.
+pub fn records_agree(lines: &[Value]) -> Result<()> {
+    lines.iter().try_for_each(record_agrees)
 }
 
 /// With `CCTRACE_TEST_KEEP=DIR`, every stopped tracer's lines are kept in DIR, one JSON Lines
@@ -273,7 +330,7 @@ pub fn tunnel_wan(loss: f64, lans: Vec<cctrace_lab::LanSpec>) -> Result<cctrace_
     let mut underlay =
         EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(15)).with_loss(loss).with_rate(rate, queue));
     underlay.reverse = PathSpec::delay(Duration::from_millis(15));
-    WireGuardLab::create(WireGuardSpec { underlay, lans })
+    WireGuardLab::create(WireGuardSpec { lans, ..WireGuardSpec::new(underlay) })
 }
 
 /// A bulk transfer of `duration` from namespace `from` to a sink at `to` in `to_ns`, with
@@ -293,6 +350,48 @@ pub fn bulk_transfer(
     let report = sender.wait()?;
     anyhow::ensure!(report.congestion == cc, "the socket ran {} instead of {cc}", report.congestion);
     Ok(report)
+}
+
+/// Where the host lists the congestion controls a non-initial namespace may make its default.
+pub const ALLOWED_CC: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+
+/// The host's allowed list with one algorithm added for as long as this lives, put back exactly
+/// on drop. This machine allows `reno bbr` (a namespace may not make cubic its default here),
+/// most distributions `reno cubic`: a test that needs CUBIC as a namespace's default adds it.
+pub struct AllowedCc {
+    before: Option<String>,
+}
+
+impl AllowedCc {
+    pub fn add(cc: &str) -> Result<Self> {
+        let before = std::fs::read_to_string(ALLOWED_CC)?.trim().to_string();
+        if before.split_whitespace().any(|a| a == cc) {
+            return Ok(Self { before: None });
+        }
+        std::fs::write(ALLOWED_CC, format!("{before} {cc}")).with_context(|| format!("adding {cc} to {ALLOWED_CC}"))?;
+        Ok(Self { before: Some(before) })
+    }
+}
+
+impl Drop for AllowedCc {
+    fn drop(&mut self) {
+        if let Some(before) = &self.before {
+            let _ = std::fs::write(ALLOWED_CC, before);
+        }
+    }
+}
+
+/// Print a flow's time from its start to its first flag in the form `cargo xtask verdicts`
+/// gathers (`time to flag: FLOW = S s`).
+pub fn print_time_to_flag(flow: &str, secs: f64) {
+    println!("time to flag: {flow} = {secs:.1} s");
+}
+
+/// Seconds from the first of `lines` (a flow's records) to the first flagged one.
+pub fn seconds_to_flag(lines: &[Value]) -> Option<f64> {
+    let t0 = lines.first()?["ts_ns"].as_u64()?;
+    let flagged = lines.iter().find(|v| v["flagged"] == true)?["ts_ns"].as_u64()?;
+    Some(flagged.saturating_sub(t0) as f64 / 1e9)
 }
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.
@@ -473,6 +572,21 @@ impl BpfStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_whose_class_flag_and_words_disagree_is_caught() {
+        let record = |class: &str, flagged: bool, verdict: &str| serde_json::json!({"type": "flow", "proto": "tcp", "limited_by": class, "flagged": flagged, "verdict": verdict});
+        let held = "198.18.0.1:1 -> 198.18.0.2:2 is held back by loss-based congestion control: cubic lost ...";
+        assert!(record_agrees(&record("cwnd", true, held)).is_ok());
+        // The record: flagged, the loss-based words, and `path`.
+        assert!(record_agrees(&record("path", true, held)).is_err());
+        assert!(record_agrees(&record("cwnd", false, held)).is_err());
+        assert!(record_agrees(&record("path", false, "network-path-limited: the flow fills ...")).is_ok());
+        assert!(record_agrees(&record("cwnd", false, "network-path-limited: the flow fills ...")).is_err());
+        let sndbuf = "send-buffer-limited: the local send buffer is too small (63.6 Mbit/s over 9 s) ...";
+        assert!(record_agrees(&record("sndbuf", true, sndbuf)).is_ok());
+        assert!(record_agrees(&serde_json::json!({"type": "flow", "proto": "udp", "limited_by": "tunnel"})).is_ok());
+    }
 
     #[test]
     fn parses_ss_output() {

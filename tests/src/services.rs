@@ -42,7 +42,7 @@ impl Drop for ScratchDir {
 }
 
 /// `cmd` made to die with this process, and to keep its output off the test's terminal.
-fn tied(mut cmd: Command) -> Command {
+pub(crate) fn tied(mut cmd: Command) -> Command {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: prctl is async-signal-safe; it only sets a flag of the child about to exec.
     unsafe {
@@ -56,7 +56,7 @@ fn tied(mut cmd: Command) -> Command {
 
 /// A child process killed and reaped on drop.
 #[derive(Debug)]
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -271,21 +271,36 @@ pub struct Nginx {
 impl Nginx {
     pub fn start(ns: &Netns, addr: SocketAddr) -> Result<Self> {
         let dir = ScratchDir::create("nginx")?;
+        std::fs::create_dir(dir.path().join("www"))?;
+        std::fs::File::create(dir.path().join("www/big"))?.set_len(BIG_FILE_BYTES)?;
+        let root = dir.path().join("www");
+        Self::serve(ns, &[addr], &root, dir)
+    }
+
+    /// nginx serving the files under `root` on each of `addrs` (IPv4 and IPv6 alike), one
+    /// process as [`Nginx::start`]'s.
+    pub fn serve_dir(ns: &Netns, addrs: &[SocketAddr], root: &Path) -> Result<Self> {
+        Self::serve(ns, addrs, root, ScratchDir::create("nginx")?)
+    }
+
+    /// nginx with its configuration, pid file and logs in `dir`.
+    fn serve(ns: &Netns, addrs: &[SocketAddr], root: &Path, dir: ScratchDir) -> Result<Self> {
+        let first = *addrs.first().context("nginx needs an address to listen on")?;
         let d = dir.path();
-        std::fs::create_dir(d.join("www"))?;
-        std::fs::File::create(d.join("www/big"))?.set_len(BIG_FILE_BYTES)?;
         let t = d.display();
+        let listen: String = addrs.iter().map(|a| format!("listen {a}; ")).collect();
         let config = format!(
             "daemon off;\nmaster_process off;\npid {t}/nginx.pid;\nerror_log {t}/error.log;\n\
              events {{ worker_connections 64; }}\n\
              http {{\n  access_log off;\n  sendfile on;\n  client_body_temp_path {t};\n  proxy_temp_path {t};\n\
                fastcgi_temp_path {t};\n  uwsgi_temp_path {t};\n  scgi_temp_path {t};\n\
-               default_type application/octet-stream;\n  server {{ listen {addr}; root {t}/www; }}\n}}\n"
+               default_type application/octet-stream;\n  server {{ {listen}root {root}; }}\n}}\n",
+            root = root.display()
         );
         std::fs::write(d.join("nginx.conf"), config)?;
         let mut cmd = ns.command("nginx");
         cmd.arg("-p").arg(d).arg("-e").arg(d.join("error.log")).arg("-c").arg(d.join("nginx.conf"));
-        Ok(Self { server: Server::start(ns, cmd, addr, ("nginx", "nginx"))?, _dir: dir })
+        Ok(Self { server: Server::start(ns, cmd, first, ("nginx", "nginx"))?, _dir: dir })
     }
 
     pub fn pid(&self) -> u32 {

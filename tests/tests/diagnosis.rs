@@ -9,7 +9,8 @@ use cctrace_lab::{
     EmulatedPath, EmulatedPathSpec, GilbertElliott, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions,
 };
 use cctrace_tests::{
-    demo_wan as wan, flow_lines as lines_of, monotonic_ns, require_kernel, serial, Tracer, DEMO_WAN_RATE_BPS,
+    demo_wan as wan, flow_lines as lines_of, monotonic_ns, print_time_to_flag, require_kernel, serial, Tracer,
+    DEMO_WAN_RATE_BPS,
 };
 use serde_json::Value;
 
@@ -309,6 +310,7 @@ fn check_lossy_wan(
     for name in ["cubic bulk", "cubic 25M stream"] {
         let out = o(name)?;
         let first = out.first_flag_s.with_context(|| format!("{name} never flagged: {}", describe(&out)))?;
+        print_time_to_flag(name, first);
         if first > 10.0 {
             let e = anyhow::anyhow!("{name} flagged only after {first:.1} s:{}", trail(&out));
             return Err(late_flag(&out, path, DEMO_WAN_RATE_BPS, e));
@@ -500,6 +502,9 @@ impl Judged {
     /// Flagged within `within` s of its start and on every judged line from then on.
     fn check_flagged_and_stays(&self, within: f64) -> Result<()> {
         let first = self.outcome.first_flag_s.unwrap_or(f64::INFINITY);
+        if first.is_finite() {
+            print_time_to_flag(&self.label, first);
+        }
         anyhow::ensure!(first <= within, "{} not flagged within {within} s:{}", self.describe(), trail(&self.outcome));
         anyhow::ensure!(self.outcome.last["flagged"] == true, "stays flagged: {}", self.describe());
         anyhow::ensure!(
@@ -765,6 +770,65 @@ fn check_full_bottlenecks(judged: &[Judged], rate: u64) -> Result<()> {
         anyhow::ensure!(share.is_some_and(|s| s >= 0.9), "path share once evidenced {share:?}: {}", j.describe());
         anyhow::ensure!(j.goodput_bps > min_utilisation * rate as f64, "{}", j.describe());
     }
+    Ok(())
+}
+
+// ---- Long fat paths (issue 46) ----
+
+/// A long fat path: 240 ms, 150 Mbit/s with a quarter-BDP queue, 0.05 % random loss.
+const LONG_FAT_BPS: u64 = 150_000_000;
+const LONG_FAT_RTT_MS: u64 = 240;
+const LONG_FAT_LOSS: f64 = 0.0005;
+/// The kernel's default `tcp_wmem` (the lab raises its namespaces' to 32 MiB).
+const KERNEL_WMEM: &str = "4096 16384 4194304";
+/// CUBIC there must be flagged within this long of its start, in every run.
+const LONG_FAT_FLAG_WITHIN: f64 = 20.0;
+
+#[test]
+fn long_fat_paths_flag_cubic_within_20_s_and_name_bbr_s_send_buffer() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    on_a_faithful_path(2, long_fat_scenario)
+}
+
+/// CUBIC and BBR side by side, each on a long fat path of its own with the kernel's default
+/// send buffer maximum, for 25 s under one tracer; returns the emulator's late-release share.
+fn long_fat_scenario() -> Result<f64> {
+    let cubic_path = lossy_path_at(LONG_FAT_BPS, LONG_FAT_RTT_MS, LONG_FAT_LOSS, false)?;
+    let bbr_path = lossy_path_at(LONG_FAT_BPS, LONG_FAT_RTT_MS, LONG_FAT_LOSS, false)?;
+    for p in [&cubic_path, &bbr_path] {
+        p.sender().sysctl_set("net.ipv4.tcp_wmem", KERNEL_WMEM)?;
+    }
+    let paths = [("240 ms 0.05%", &cubic_path), ("240 ms 0.05% (bbr)", &bbr_path)];
+    let judged = run_bulk(&paths, &[(0, "cubic"), (1, "bbr")], 25)?;
+    for j in &judged {
+        println!("{}", j.describe());
+    }
+    for (name, p) in paths {
+        assert_realised_loss(name, p, LONG_FAT_LOSS);
+    }
+    let late = late_share(&[&cubic_path, &bbr_path]);
+    println!("emulator: {:.2}% of packets released late", late * 100.0);
+    judged_on(late, check_long_fat(&judged))
+}
+
+fn check_long_fat(judged: &[Judged]) -> Result<()> {
+    let (cubic, bbr) = (&judged[0], &judged[1]);
+    cubic.check_flagged_and_stays(LONG_FAT_FLAG_WITHIN)?;
+    // BBR is held by the kernel's default 4 MiB: named `sndbuf` within the same time and from
+    // then on in most of its verdicts (never flagged as loss-based: every record's words agree).
+    let o = &bbr.outcome;
+    let since = |v: &Value| v["ts_ns"].as_u64().unwrap_or(0).saturating_sub(o.start_ns) as f64 / 1e9;
+    let first = o.judged.iter().find(|v| v["limited_by"] == "sndbuf").map(since);
+    println!("BBR named sndbuf after {first:?} s");
+    anyhow::ensure!(
+        first.is_some_and(|s| s <= LONG_FAT_FLAG_WITHIN),
+        "BBR not sndbuf within {LONG_FAT_FLAG_WITHIN} s:{}",
+        trail(o)
+    );
+    let share = o.share_once("sndbuf", |v| v["limited_by"] == "sndbuf");
+    anyhow::ensure!(share.is_some_and(|s| s >= 0.75), "sndbuf in {share:?} of its verdicts since:{}", trail(o));
+    anyhow::ensure!(o.last["limited_by"] == "sndbuf", "{}", bbr.describe());
     Ok(())
 }
 

@@ -423,6 +423,8 @@ fn a_collector_gets_the_metrics_the_flag_and_the_fix_and_an_outage_costs_only_co
     ensure!(!got.series("cctrace_sent_bytes", &group).is_empty());
 
     // Once the flow has ended, the counters rest: the last export and a scrape agree exactly.
+    // (Its 45 s only had to outlast the flag's deadline and the outage: it ends now.)
+    sender.stop();
     sender.wait()?;
     std::thread::sleep(Duration::from_secs(2));
     let (_, samples) = scrape(serve.addr)?;

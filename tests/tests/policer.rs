@@ -179,6 +179,11 @@ fn check(judged: &[Judged]) -> Result<()> {
     anyhow::ensure!((0.85 * POLICED_BPS..=1.1 * POLICED_BPS).contains(&rate), "deep bucket rate:{}", deep.trail());
     anyhow::ensure!(deep.report.goodput_bps >= 0.75 * rate, "deep bucket:{}", deep.trail());
 
+    for j in [tight, random] {
+        if let Some(s) = cctrace_tests::seconds_to_flag(&j.lines) {
+            cctrace_tests::print_time_to_flag(j.name, s);
+        }
+    }
     // Random loss: the flag it always had, and never a policer.
     anyhow::ensure!(random.policed_lines().next().is_none(), "random loss called policed:{}", random.trail());
     anyhow::ensure!(random.lines.last().is_some_and(|v| v["flagged"] == true), "random loss:{}", random.trail());

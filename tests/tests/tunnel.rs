@@ -247,6 +247,10 @@ fn through_the_tunnel() -> Result<()> {
             return Err(if queued_before_flag(&lines, s) { error.context(HostDelayed(s.what.into())) } else { error });
         }
         let Some((after, rec)) = flagged.get(&i) else { unreachable!("checked above") };
+        cctrace_tests::print_time_to_flag(
+            &format!("{} ({})", s.what, if s.via.is_some() { "LAN" } else { "home" }),
+            after.as_secs_f64(),
+        );
         let first = lines
             .iter()
             .find(|v| v["netns"].as_u64() == Some(s.netns) && v["sport"] == port_of(s) && v["flagged"] == true)

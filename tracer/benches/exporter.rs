@@ -88,9 +88,16 @@ fn run(flows: u64, cfg: &MetricsConfig, rt: &tokio::runtime::Runtime) -> Run {
     Run { flows, tracked: analysis.table.len(), snapshot: snapshot_took, observe_ns, scrape, series, bytes }
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
+    use cctrace_lab::figures::{number, Row, Section};
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let cfg = MetricsConfig::default();
+    let mut section = Section::new("exporter", "The Prometheus exporter").about(&format!(
+        "`cargo bench -p tracer --bench exporter`: synthetic flows in {NAMESPACES} network namespaces through \
+         the real analysis and the exporter; a scrape is the best of {SCRAPES} over loopback; the series are \
+         bounded at {}.",
+        number(cfg.series_bound() as f64)
+    ));
     let runs: Vec<Run> = [1_000, 10_000, 100_000].into_iter().map(|n| run(n, &cfg, &rt)).collect();
     let base = &runs[0];
     println!("exporter, {NAMESPACES} network namespaces, bound {} series", cfg.series_bound());
@@ -110,5 +117,17 @@ fn main() {
             r.bytes,
         );
         assert!(r.series <= cfg.series_bound(), "{} series over the bound {}", r.series, cfg.series_bound());
+        section.row(Row::new(
+            format!("{} flows", number(r.flows as f64)),
+            format!(
+                "a scrape {:.1} ms ({} series, {} kB); the snapshot once a second {:.1} ms; a sample counted {:.0} ns",
+                r.scrape.as_secs_f64() * 1e3,
+                number(r.series as f64),
+                number((r.bytes / 1000) as f64),
+                r.snapshot.as_secs_f64() * 1e3,
+                r.observe_ns
+            ),
+        ));
     }
+    section.write().map(drop)
 }

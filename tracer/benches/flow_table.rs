@@ -199,7 +199,13 @@ fn json_line_ns(flows: u64) -> (f64, usize) {
     (took.as_nanos() as f64 / flows as f64, buf.len() / flows as usize)
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
+    use cctrace_lab::figures::{number, Row, Section};
+    let mut section = Section::new("flow-table", "The flow table: memory and a tick under churn").about(
+        "`cargo bench -p tracer --bench flow_table`: synthetic samples through the real analysis, heap bytes \
+         counted by an allocator wrapper (exact); churn is 500 connections born and 500 evicted a tick, the \
+         best of three runs at each size (a shared machine's load only adds time).",
+    );
     let inline = std::mem::size_of::<Flow>();
     // A flow seen once (a short connection, or an idle one listed at start-up).
     let once = bytes_per_flow(TableConfig::default(), 20_000, |t| {
@@ -217,6 +223,20 @@ fn main() {
     println!("heap per busy flow after 6 minutes, charted:       {charted:>8.0} B");
     println!("heap per busy flow after 6 minutes, not charted:   {uncharted:>8.0} B");
     println!("worst case, {} busy flows ({} charted): {:.0} MB", cfg.max_flows, cfg.charted_flows, worst / 1e6);
+    let n = |v: f64| number(v.round());
+    section.row(Row::new("heap per flow seen once", format!("{} B", n(once))));
+    section.row(Row::new(
+        "heap per busy flow after 6 minutes, charted / not charted",
+        format!("{} / {} B", n(charted), n(uncharted)),
+    ));
+    section.row(Row::new(
+        format!(
+            "the table's worst case, {} busy flows ({} charted)",
+            n(cfg.max_flows as f64),
+            n(cfg.charted_flows as f64)
+        ),
+        format!("{} MB", n(worst / 1e6)),
+    ));
 
     let small = eviction_ns(1_000, 20_000);
     let medium = eviction_ns(10_000, 20_000);
@@ -224,6 +244,10 @@ fn main() {
     println!("new flow into a full table of  1,000: {small:>10.0} ns (baseline)");
     println!("new flow into a full table of 10,000: {medium:>10.0} ns ({:.1}x)", medium / small);
     println!("new flow into a full table of 50,000: {large:>10.0} ns ({:.1}x)", large / small);
+    section.row(Row::new(
+        "a new flow into a full table of 1,000 / 10,000 / 50,000",
+        format!("{} / {} / {} ns ({:.1}x at 50,000)", n(small), n(medium), n(large), large / small),
+    ));
 
     // Churn: the same changes a tick (500 connections born and 500 evicted) at every size.
     let sizes = [1_000usize, 10_000, 100_000];
@@ -232,16 +256,31 @@ fn main() {
         .iter()
         .map(|&n| (0..3).map(|_| churn(n, 500, 30)).min_by(|a, b| a.tick_us.total_cmp(&b.tick_us)).expect("three runs"))
         .collect();
-    for (n, c) in sizes.iter().zip(&runs) {
+    for (size, c) in sizes.iter().zip(&runs) {
         println!(
-            "churn, table of {n:>7} closed connections: sample {:>5.0} ns, tick {:>8.0} us ({:.2}x), heap {:>5.0} B per flow",
+            "churn, table of {size:>7} closed connections: sample {:>5.0} ns, tick {:>8.0} us ({:.2}x), heap {:>5.0} B per flow",
             c.sample_ns,
             c.tick_us,
             c.tick_us / runs[0].tick_us,
             c.heap_per_flow
         );
+        section.row(Row::new(
+            format!("churn, a table of {} closed connections", n(*size as f64)),
+            format!(
+                "tick {:.2} ms ({:.1}x), a sample {} ns, {} B per flow",
+                c.tick_us / 1e3,
+                c.tick_us / runs[0].tick_us,
+                n(c.sample_ns),
+                n(c.heap_per_flow)
+            ),
+        ));
     }
     let (line_ns, line_bytes) =
         (0..3).map(|_| json_line_ns(20_000)).min_by(|a, b| a.0.total_cmp(&b.0)).expect("three runs");
     println!("a closed connection's JSON flow line: {line_ns:.0} ns, {line_bytes} B");
+    section.row(Row::new(
+        "a closed connection's JSON flow line",
+        format!("{} ns, {} B", n(line_ns), n(line_bytes as f64)),
+    ));
+    section.write().map(drop)
 }

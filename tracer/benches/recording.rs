@@ -66,7 +66,7 @@ fn second(s: u64, mut emit: impl FnMut(Entry)) {
     });
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let path = std::env::temp_dir().join(format!("cctrace-bench-{}.cctrace", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -140,4 +140,26 @@ fn main() {
         read_time.as_secs_f64(),
         read_samples as f64 / read_time.as_secs_f64()
     );
+    use cctrace_lab::figures::{number, Row, Section};
+    let mut section = Section::new("recording", "Recordings: size and speed").about(&format!(
+        "`cargo bench -p tracer --bench recording`: a synthetic hour of {FLOWS} flows at {SAMPLES_PER_SEC} samples \
+         a second each, written as `--record` writes it and read back whole. Synthetic flows change only a few \
+         fields a sample, so they compress far better than real traffic."
+    ));
+    section.row(Row::new(
+        "a sample, compressed (as JSON Lines)",
+        format!("{:.1} B ({:.0} B)", bytes as f64 / samples as f64, raw_per_sample),
+    ));
+    section.row(Row::new("a flow-minute", format!("{:.1} KiB", bytes as f64 / (FLOWS * SECONDS / 60) as f64 / 1024.0)));
+    section.row(Row::new(
+        "writing the hour / reading it back",
+        format!(
+            "{:.1} s / {:.1} s ({} / {} samples a second)",
+            write_time.as_secs_f64(),
+            read_time.as_secs_f64(),
+            number((samples as f64 / write_time.as_secs_f64()).round()),
+            number((read_samples as f64 / read_time.as_secs_f64()).round())
+        ),
+    ));
+    section.write().map(drop)
 }

@@ -8,12 +8,14 @@
 //! idle priority: the emulated paths must be served the moment a packet is due, and a
 //! SCHED_IDLE task yields to any normal one at once, where a second lane of ordinary priority
 //! made the emulator release 9-36 % of packets late. Nothing here touches what the tests share
-//! (namespaces, sysctls, cgroups): the lints build into their own target directory, the guests
-//! are qemu's.
+//! (namespaces, sysctls, cgroups): the lints build in the suite's target directory once its
+//! build is done (the eBPF crate's in a directory of its own), the guests are qemu's.
 //!
 //! Two gates order the work against the suite: the kernel matrix needs the suite's cctrace (a
 //! copy, since the dist check relinks target/debug/cctrace statically), and that relink must
 //! wait until the tracer package's own tests, which run target/debug/cctrace by path, are done.
+//! One hand-over goes the other way: the dist build's container image, which a test of the test
+//! lane loads and runs (it waits for it).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -58,6 +60,34 @@ impl Gates {
     /// The cctrace the suite's tests and the kernel matrix run.
     pub(crate) fn suite_binary(&self) -> PathBuf {
         self.dir.join("cctrace")
+    }
+
+    /// Where the dist build hands its container image to the test that runs it, which waits
+    /// for this file, or for `cctrace.oci.failed` beside it saying why there is none (both
+    /// written by [`Gates::hand_over_image`]).
+    pub(crate) fn image_archive(&self) -> PathBuf {
+        self.dir.join("cctrace.oci.tar")
+    }
+
+    /// Hand the dist build's image over to the tests (a hard link, renamed into place whole),
+    /// or tell them why there is none.
+    fn hand_over_image(&self, built: std::result::Result<&Path, String>) -> Result<()> {
+        let target = self.image_archive();
+        let failed = |why: &str| std::fs::write(target.with_extension("failed"), why);
+        let image = match built {
+            Ok(image) => image,
+            Err(why) => return failed(&why).context("writing why there is no image"),
+        };
+        let partial = target.with_extension("partial");
+        let _ = std::fs::remove_file(&partial);
+        let linked = std::fs::hard_link(image, &partial).or_else(|_| std::fs::copy(image, &partial).map(drop));
+        match linked.and_then(|()| std::fs::rename(&partial, &target)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = failed(&format!("handing over {}: {e}", image.display()));
+                Err(e).with_context(|| format!("handing {} over to the tests", image.display()))
+            }
+        }
     }
 
     pub(crate) fn open(&self, gate: Gate) -> Result<()> {
@@ -124,17 +154,32 @@ impl Beside {
     /// Wait for the checks and print what they said; the doc tests' counts. When the suite
     /// failed (`suite_ok` false) they are stopped instead: the run has failed, and a gate they
     /// wait on may never open.
-    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<Tally> {
-        let Some(mut child) = self.child.take() else { return Ok(Tally::default()) };
+    pub(crate) fn finish(mut self, suite_ok: bool) -> Result<Checked> {
+        let Some(mut child) = self.child.take() else { return Ok(Checked::default()) };
         let status =
             if suite_ok { child.wait().context("waiting for the checks beside the suite")? } else { stop(&mut child) };
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         println!("     Checks beside the suite (lints, doc tests, kernel matrix, dist):");
         print!("{log}");
         check_status(status, suite_ok)?;
-        Ok(Tally::of(&log))
+        Ok(Checked { tally: Tally::of(&log), lane_secs: lane_secs(&log) })
     }
 }
+
+/// What the checks beside the suite said: their doc tests' counts, and how long the lane took
+/// from its start (with the suite's test build) to its last step.
+#[derive(Default)]
+pub(crate) struct Checked {
+    pub(crate) tally: Tally,
+    pub(crate) lane_secs: Option<f64>,
+}
+
+/// The lane's closing line ("checks beside the suite: N s", written by [`run`]).
+fn lane_secs(log: &str) -> Option<f64> {
+    log.lines().rev().find_map(|l| l.strip_prefix(LANE_DONE)?.strip_suffix(" s")?.parse().ok())
+}
+
+const LANE_DONE: &str = "xtask: checks beside the suite: ";
 
 fn check_status(status: ExitStatus, suite_ok: bool) -> Result<()> {
     if suite_ok && !status.success() {
@@ -205,51 +250,99 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
     }
     lints(&mut steps, root);
     guests(&mut steps, root, &gates, parent);
-    crate::say(&format!("checks beside the suite: {:.0} s", steps.started.elapsed().as_secs_f64()));
+    eprintln!("{LANE_DONE}{:.0} s", steps.started.elapsed().as_secs_f64());
     if !steps.failed.is_empty() {
         bail!("failed beside the suite: {}", steps.failed.join(", "));
     }
     Ok(())
 }
 
-/// Clippy on both sides, the build without the demo, the doc tests.
+/// Clippy on both sides, the doc tests.
 fn lints(steps: &mut Steps, root: &Path) {
+    steps.record("clippy", &mut || clippy_verdict(root));
+    // The eBPF crate builds for its own target with nightly: a directory of its own.
     let own_target = beside_dir(root).join("target");
-    // Lints need no eBPF object: AYA_BUILD_SKIP leaves it empty rather than compile it (30 s)
-    // for each build-script run. Their own target directory keeps their build-script runs and
-    // check artifacts apart from the suite's build.
-    let lint = |args: &[&str]| {
-        let mut cmd = crate::cargo(args);
-        cmd.env("AYA_BUILD_SKIP", "1").env("CARGO_TARGET_DIR", &own_target);
-        cmd
-    };
-    steps.record("clippy", &mut || {
-        crate::run(&mut lint(&[
-            "clippy",
-            "--workspace",
-            "--exclude",
-            "tracer-ebpf",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]))
-    });
     steps.record("clippy (eBPF)", &mut || {
         crate::run(crate::ebpf_clippy().env("CARGO_TARGET_DIR", &own_target)).context("clippy on the eBPF programs")
-    });
-    // The shipped binary without the demo must build too (it does not link the lab).
-    steps.record("check without the demo", &mut || {
-        crate::run(&mut lint(&["check", "-p", "tracer", "--no-default-features"]))
     });
     // In the suite's own target directory, now that its build has released that directory's
     // lock (the test binaries take none).
     let doc_args: Vec<&str> = ["test"].into_iter().chain(crate::SUITE_ARGS.iter().copied()).chain(["--doc"]).collect();
-    steps.record("doc tests", &mut || crate::run(&mut crate::cargo(&doc_args)));
+    steps.record("doc tests", &mut || crate::run(&mut crate::suite_cargo(&doc_args)?));
 }
 
-/// The kernel matrix, the dist check and the arm64 build and guest, each once its gate opens.
+/// Clippy's verdict, as `cargo clippy --all-targets -- -D warnings` gives it: the suite's test
+/// build compiled the workspace's crates with clippy's driver (`suite_cargo`), so this builds
+/// only the targets it left out (the benches) and has cargo replay what the others said. Any
+/// warning of the workspace's crates, clippy's or the compiler's, fails it.
+fn clippy_verdict(root: &Path) -> Result<()> {
+    let args: Vec<&str> = ["test"]
+        .into_iter()
+        .chain(crate::SUITE_ARGS.iter().copied())
+        .chain(["--all-targets", "--no-run", "--message-format=json"])
+        .collect();
+    let mut cargo = crate::suite_cargo(&args)?;
+    let shown = format!("{cargo:?}");
+    let out = cargo
+        .current_dir(root)
+        .env("PATH", crate::tool_path())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("starting {shown}"))?;
+    let messages: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let mut found = 0;
+    for message in messages.iter().filter(|m| m["reason"] == "compiler-message").map(|m| &m["message"]) {
+        print!("{}", message["rendered"].as_str().unwrap_or_default());
+        found += usize::from(is_finding(message));
+    }
+    if !out.status.success() {
+        bail!("{shown} failed ({})", out.status);
+    }
+    if found > 0 {
+        bail!("clippy: {found} warnings in the workspace's crates (the suite denies them all, as -D warnings does)");
+    }
+    Ok(())
+}
+
+/// A warning or error about the code: a lint (it has a code) or anything pointing at a line,
+/// not the compiler's closing count ("2 warnings emitted").
+fn is_finding(message: &serde_json::Value) -> bool {
+    matches!(message["level"].as_str(), Some("warning" | "error"))
+        && (!message["code"].is_null() || message["spans"].as_array().is_some_and(|s| !s.is_empty()))
+}
+
+/// The dist build, the kernel matrix, the dist check and the arm64 build and guest, each once
+/// its gate opens.
 fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
+    // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
+    // more). Built before the kernel matrix and checked after it: the test lane's image test
+    // waits for the container image this writes (it reaches that test minutes after the lints
+    // above are done), and the build only moves ahead of the matrix, it adds nothing.
+    let mut host_dist = None;
+    let waited = gates.wait(Gate::TracerTestsDone, parent);
+    // The shipped binary without the demo must build too (it does not link the lab). A build,
+    // not a check: for tracer alone cargo resolves other features than for the workspace's
+    // tests, and the dist build right after compiles that same graph, which it then finds
+    // built. It needs no eBPF object: AYA_BUILD_SKIP leaves this feature set's empty rather than
+    // compile the programs again. (It writes target/debug/cctrace, as the dist build does:
+    // hence after the tracer package's tests.)
+    steps.record("build without the demo", &mut || match &waited {
+        Ok(()) => {
+            let mut build = crate::suite_cargo(&["build", "-p", "tracer", "--no-default-features"])?;
+            crate::run(build.env("AYA_BUILD_SKIP", "1"))
+        }
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    });
+    steps.record("dist build", &mut || {
+        let built = match &waited {
+            Ok(()) => crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host()),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        };
+        gates.hand_over_image(built.as_ref().map(|a| a.image.as_path()).map_err(|e| format!("{e:#}")))?;
+        host_dist = Some(built?);
+        Ok(())
+    });
     // No guest boots before the tests that judge the kernel's cost of attaching have run (see
     // suite.rs's NO_EMULATOR_BESIDE): in CI they are done long before the lints above are.
     match gates.wait(Gate::QuietTestsDone, parent) {
@@ -258,15 +351,12 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         }),
         Err(e) => steps.record("kernel matrix", &mut || Err(anyhow::anyhow!("{e:#}"))),
     }
-    // What users install, built unoptimised (the release build is `cargo xtask dist`, minutes
-    // more) and checked the same way: static, packaged, booted with busybox only.
-    match gates.wait(Gate::TracerTestsDone, parent) {
-        Ok(()) => steps.record("dist", &mut || {
-            let artifacts = crate::dist::build(root, crate::dist::Profile::Check, crate::Arch::host())?;
-            crate::dist::check(root, crate::dist::Profile::Check, &artifacts, true)
-        }),
-        Err(e) => steps.record("dist", &mut || Err(anyhow::anyhow!("{e:#}"))),
-    }
+    // Checked the way users meet it: static, packaged, the image read back, booted with busybox
+    // only.
+    steps.record("dist", &mut || match &host_dist {
+        Some(artifacts) => crate::dist::check(root, crate::dist::Profile::Check, artifacts, true),
+        None => Err(anyhow::anyhow!("nothing to check: the dist build failed")),
+    });
     // arm64: the same dist cross-built (its own target directory, everything for aarch64 from
     // nothing: the longest build of the run, at idle priority) and checked, then booted as the
     // kernel matrix's arm64 row. After the host's dist, whose package the arm64 one must match.
@@ -281,4 +371,53 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS),
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_image_is_handed_over_whole_or_the_reason_why_not() {
+        let dir = std::env::temp_dir().join(format!("xtask-gates-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ok")).unwrap();
+        std::fs::create_dir_all(dir.join("failed")).unwrap();
+        let built = dir.join("built.oci.tar");
+        std::fs::write(&built, "an image").unwrap();
+
+        let gates = Gates::new(dir.join("ok"));
+        gates.hand_over_image(Ok(&built)).unwrap();
+        assert_eq!(std::fs::read_to_string(gates.image_archive()).unwrap(), "an image");
+        assert!(!gates.image_archive().with_extension("partial").exists());
+        assert!(!gates.image_archive().with_extension("failed").exists());
+
+        let gates = Gates::new(dir.join("failed"));
+        gates.hand_over_image(Err("cargo deb failed".into())).unwrap();
+        assert!(!gates.image_archive().exists());
+        assert_eq!(
+            std::fs::read_to_string(gates.image_archive().with_extension("failed")).unwrap(),
+            "cargo deb failed"
+        );
+        // The name the test waits on: tests/src/runtimes/image.rs derives the failure's the same way.
+        assert_eq!(gates.image_archive().with_extension("failed").file_name().unwrap(), "cctrace.oci.failed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_lane_time_is_read_from_its_closing_line() {
+        let log = "xtask: clippy: 30 s\nxtask: checks beside the suite: 612 s\n";
+        assert_eq!(super::lane_secs(log), Some(612.0));
+        assert_eq!(super::lane_secs("xtask: clippy: 30 s\n"), None);
+    }
+
+    #[test]
+    fn lints_and_located_errors_are_findings_the_closing_count_is_not() {
+        let lint = serde_json::json!({"level": "warning", "code": {"code": "clippy::iter_count"}, "spans": [{}]});
+        let error = serde_json::json!({"level": "error", "code": null, "spans": [{}]});
+        let count = serde_json::json!({"level": "warning", "code": null, "spans": [], "message": "2 warnings emitted"});
+        let note = serde_json::json!({"level": "note", "code": null, "spans": [{}]});
+        assert!(is_finding(&lint) && is_finding(&error));
+        assert!(!is_finding(&count) && !is_finding(&note));
+    }
 }

@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use crate::arch::Arch;
 use crate::guest_ports;
+use crate::image;
 use crate::kernels;
 
 /// Static glibc, and a non-PIE executable: a static PIE still carries a dynamic section, which
@@ -78,6 +79,10 @@ pub(crate) struct Artifacts {
     pub(crate) arch: Arch,
     pub(crate) binary: PathBuf,
     pub(crate) deb: PathBuf,
+    /// The container image archive (image.rs).
+    pub(crate) image: PathBuf,
+    /// Both architectures' images under one index, when the other's of the same build is there.
+    pub(crate) multiarch: Option<PathBuf>,
     pub(crate) sums: PathBuf,
 }
 
@@ -110,7 +115,42 @@ pub(crate) fn build(root: &Path, profile: Profile, arch: Arch) -> Result<Artifac
     let built = built_dir.join("cctrace");
     check_static(&built)?;
     write_assets(root, &built_dir, &built, arch)?;
-    package(root, profile, arch, &built)
+    let (mut artifacts, unpacked) = package(root, profile, arch, &built)?;
+    artifacts.multiarch = multiarch(root, profile, arch)?;
+    let out = artifacts.sums.parent().context("SHA256SUMS has a directory")?;
+    let files = [Some(&artifacts.binary), Some(&artifacts.deb), Some(&artifacts.image), artifacts.multiarch.as_ref()];
+    let names: Vec<String> =
+        files.iter().flatten().filter_map(|p| Some(p.file_name()?.to_str()?.to_string())).collect();
+    std::fs::write(&artifacts.sums, kernels::sh(Command::new("sha256sum").args(&names).current_dir(out))?)?;
+    for path in files.into_iter().flatten().chain([&artifacts.sums]) {
+        crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
+    }
+    crate::say(&format!("the image {} unpacked (`docker images` shows this): {}", image::tag(), human_size(unpacked)));
+    Ok(artifacts)
+}
+
+/// The per-architecture image archives `multiarch` joins, in [`Arch::ALL`]'s order.
+fn image_parts(root: &Path, profile: Profile) -> Vec<PathBuf> {
+    Arch::ALL.iter().map(|a| profile.out_dir(root, *a).join(image::file_name(*a))).collect()
+}
+
+/// Both architectures' images under one index, written beside `arch`'s when the other
+/// architecture's image of the same build is in its directory (`cargo xtask dist` for one and
+/// then for the other); none otherwise, said why.
+fn multiarch(root: &Path, profile: Profile, arch: Arch) -> Result<Option<PathBuf>> {
+    let parts = image_parts(root, profile);
+    if let Some(missing) = parts.iter().find(|p| !p.is_file()) {
+        crate::say(&format!("no image of both architectures: {} is not built (yet)", missing.display()));
+        return Ok(None);
+    }
+    if let Some(why) = image::not_one_build(&parts)? {
+        crate::say(&format!("no image of both architectures: {why}"));
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let written = image::write_index(&parts, &profile.out_dir(root, arch));
+    crate::say(&format!("the image of both architectures written in {:.1} s", started.elapsed().as_secs_f64()));
+    written.map(Some).context("writing the image of both architectures")
 }
 
 /// The static binary, built for `arch`: the directory it is in.
@@ -119,9 +159,11 @@ fn build_static(root: &Path, profile: Profile, arch: Arch) -> Result<PathBuf> {
     let target = arch.target();
     Ok(if profile == Profile::Check && arch == Arch::host() {
         // The suite's debug build, linked again statically: only the binary's own crate is
-        // compiled with the static flags (the link is what they change), so this reuses every
-        // library and the eBPF object the tests were built with, seconds instead of minutes.
-        let mut cargo = crate::cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"]);
+        // compiled with the static flags (the link is what they change). It reuses the eBPF
+        // object and the libraries whose features are the same for tracer alone as for the
+        // whole workspace's tests; the rest (tokio with its dev-dependency features, and what
+        // depends on it) are compiled again for tracer's own feature set.
+        let mut cargo = crate::suite_cargo(&["rustc", "-p", "tracer", "--bin", "cctrace", "--"])?;
         cargo.args(STATIC_RUSTFLAGS.split_whitespace()).args(["-C", "strip=symbols"]);
         crate::run(&mut cargo).context("linking the debug build statically")?;
         root.join("target").join("debug")
@@ -129,17 +171,10 @@ fn build_static(root: &Path, profile: Profile, arch: Arch) -> Result<PathBuf> {
         // Everything for the target only, so build scripts and proc macros (built for the host)
         // keep their usual flags: optimised for users, unoptimised for the suite's check of
         // another architecture (whose symbols go, as the host's check build's do).
-        let mut cargo = crate::cargo(&[
-            "rustc",
-            "-p",
-            "tracer",
-            "--bin",
-            "cctrace",
-            "--target",
-            target,
-            "--profile",
-            cargo_profile,
-        ]);
+        let args = ["rustc", "-p", "tracer", "--bin", "cctrace", "--target", target, "--profile", cargo_profile];
+        // The suite's check shares the suite's target directory (its build scripts and proc
+        // macros), so it compiles as the suite does.
+        let mut cargo = if profile == Profile::Check { crate::suite_cargo(&args)? } else { crate::cargo(&args) };
         if profile == Profile::Check {
             cargo.args(["--", "-C", "strip=symbols"]);
         }
@@ -179,8 +214,9 @@ fn write_assets(root: &Path, built_dir: &Path, built: &Path, arch: Arch) -> Resu
     Ok(())
 }
 
-/// The binary, the .deb and SHA256SUMS in the profile's output directory.
-fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<Artifacts> {
+/// The binary, the .deb and the image in the profile's output directory (SHA256SUMS is
+/// written after them); the image's size unpacked.
+fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<(Artifacts, u64)> {
     let (cargo_profile, target) = (profile.cargo_profile(), arch.target());
     let out = profile.out_dir(root, arch);
     let _ = std::fs::remove_dir_all(&out);
@@ -200,13 +236,15 @@ fn package(root: &Path, profile: Profile, arch: Arch, built: &Path) -> Result<Ar
     let deb_name = format!("cctrace_{version}_{}.deb", arch.debian());
     let deb = out.join(&deb_name);
     ensure!(deb.is_file(), "cargo deb left no {}", deb.display());
+    let packing = match profile {
+        Profile::Release => image::Packing::Smallest,
+        Profile::Check => image::Packing::Fastest,
+    };
+    let started = Instant::now();
+    let image = image::write(root, &binary, arch, packing, &out).context("writing the container image")?;
+    crate::say(&format!("the container image written in {:.1} s", started.elapsed().as_secs_f64()));
     let sums = out.join("SHA256SUMS");
-    let listing = kernels::sh(Command::new("sha256sum").args(["cctrace", &deb_name]).current_dir(&out))?;
-    std::fs::write(&sums, listing)?;
-    for path in [&binary, &deb, &sums] {
-        crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
-    }
-    Ok(Artifacts { arch, binary, deb, sums })
+    Ok((Artifacts { arch, binary, deb, image: image.path, multiarch: None, sums }, image.unpacked))
 }
 
 /// The unit of tracer/deploy for the package: the binary where the package puts it, and the
@@ -586,6 +624,10 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         scratch = check_package(&work, &artifacts.deb, &artifacts.binary, arch)?;
         Ok(())
     })?;
+    timed("image", &mut || image::check(&artifacts.image, arch, &artifacts.binary))?;
+    if let Some(multiarch) = &artifacts.multiarch {
+        timed("image of both architectures", &mut || image::check_index(multiarch, &image_parts(root, profile)))?;
+    }
     timed("man page", &mut || check_man_page(&scratch.join("usr/share/man/man1/cctrace.1.gz")))?;
     timed("completions", &mut || check_completions(&scratch))?;
     timed("removal", &mut || check_removal(&scratch))?;
@@ -607,7 +649,18 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
 /// build's. Start-up is the time from exec to cctrace's "tracing TCP" line on stderr: loading,
 /// verifying and attaching the eBPF programs and listing the host's sockets, what a user waits
 /// for; `--version` time is shown too (exec and dynamic loading alone).
-pub(crate) fn bench_report(binaries: &[(&str, &Path)]) -> Result<()> {
+/// Size and start-up of each of `binaries`, and the size of each of `downloads` (the package,
+/// the container image): printed, and written to the figures page's "binaries" section when
+/// `page` names it.
+pub(crate) fn bench_report(binaries: &[(&str, &Path)], downloads: &[(&str, &Path)], page: Option<&Path>) -> Result<()> {
+    use cctrace_lab::figures::{Row, Section};
+    let mut section = Section::new("binaries", "The binaries: size and start-up").about(
+        "`cargo xtask bench` (`--bench binaries`): each build's size, `--version` (median of 20 runs) and \
+         the time from exec to \"tracing TCP\" on stderr, the programs loaded, verified and attached (median \
+         of 5 starts with `--json`).",
+    );
+    // The starts load programs: one lab at a time on this machine.
+    let _lock = cctrace_lab::serial::serial()?;
     println!("| build | size | --version (median of 20) | exec to \"tracing TCP\" (median of 5) |");
     println!("|---|---|---|---|");
     for (label, binary) in binaries {
@@ -615,8 +668,20 @@ pub(crate) fn bench_report(binaries: &[(&str, &Path)]) -> Result<()> {
         let version = median((0..20).map(|_| time_version(binary)).collect::<Result<Vec<_>>>()?);
         let attach = median((0..5).map(|_| time_to_attach(binary)).collect::<Result<Vec<_>>>()?);
         println!("| {label} | {} | {:.1} ms | {:.0} ms |", human_size(size), version * 1e3, attach * 1e3);
+        section.row(Row::new(format!("size, {label}"), human_size(size)));
+        section.row(
+            Row::new(format!("start-up to attached, {label}"), format!("{:.0} ms", attach * 1e3)).how("median of 5"),
+        );
     }
-    Ok(())
+    for (label, file) in downloads {
+        let size = std::fs::metadata(file).with_context(|| format!("{} missing", file.display()))?.len();
+        println!("{label}: {}", human_size(size));
+        section.row(Row::new(format!("size, {label} (dist)"), human_size(size)));
+    }
+    match page {
+        Some(page) => section.write_to(page),
+        None => Ok(()),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

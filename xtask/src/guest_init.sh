@@ -87,6 +87,16 @@ udp_bound() { # PORT: a UDP socket is bound to PORT
     done
     return 1
 }
+owner_named() { # PORT FILE: wait (up to 30 s) until cctrace's JSON in FILE names the owner of
+    # the connection whose local port is PORT
+    i=0
+    while [ "$i" -lt 300 ]; do
+        grep -qE "\"sport\":$1,[^{]*\"owner\":\\{\"pid\"" "$2" 2>/dev/null && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
 udp_sent() { # the kernel's count of UDP datagrams sent (Udp OutDatagrams)
     awk '/^Udp:/ { if (n++) { for (i = 1; i <= NF; i++) if (name[i] == "OutDatagrams") print $i } else for (i = 1; i <= NF; i++) name[i] = $i }' /proc/net/snmp
 }
@@ -131,11 +141,12 @@ run_mode() { # MODE, cctrace arguments...
     { bpftool prog show; echo "status $?"; } 2>&1 | section "programs during $mode"
 
     # A bulk flow on loopback; the sender is the side that accepted the connection. It holds
-    # the connection 5 s past its data: without tcp_sendmsg_locked the owner of an accepted
-    # connection is found by scanning /proc, whose pace follows its cost (slow under
-    # emulation, slower still at idle priority beside the suite), and a 30 MB transfer here
-    # can end between two scans. ($! of a pipeline is its last process, nc.)
-    { cat /tmp/blob; sleep 5; } | nc -l -p "$LOOPBACK_PORT" &
+    # the connection past its data until cctrace has named its owner (at most 30 s): without
+    # tcp_sendmsg_locked the owner of an accepted connection is found by scanning /proc, whose
+    # pace follows its cost (slow under emulation, slower still at idle priority beside the
+    # suite), and a 30 MB transfer here can end between two scans. (A fixed 5 s hold was
+    # most of each mode's loopback flow.) ($! of a pipeline is its last process, nc.)
+    { cat /tmp/blob; owner_named "$LOOPBACK_PORT" "$out"; } | nc -l -p "$LOOPBACK_PORT" &
     loop_server=$!
     listening "$LOOPBACK_PORT"
     nc 127.0.0.1 "$LOOPBACK_PORT" </tmp/hold >/dev/null

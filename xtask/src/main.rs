@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{targets, Row, Section};
 use clap::{Parser, Subcommand};
 
 mod arch;
@@ -18,8 +19,10 @@ mod dist;
 mod foreign;
 mod guest_checks;
 mod guest_ports;
+mod image;
 mod kernels;
 mod suite;
+mod verdicts;
 
 use arch::Arch;
 
@@ -71,6 +74,9 @@ const APT_PACKAGES: &[&str] = &[
     "openssh-server",
     "openssh-client",
     "curl",
+    // tests/tests/player.rs: a real HLS player and encoder (ffmpeg) playing a stream nginx serves
+    // through the tunnel, its speed read from its own progress.
+    "ffmpeg",
     // cargo xtask dist: a static glibc build links Debian's static libelf and zlib (libelf-dev
     // and zlib1g-dev above ship the .a files); file, readelf (binutils) and ldd check that the
     // binary needs no shared library; man-db renders the generated man page; zsh and fish parse
@@ -162,12 +168,33 @@ enum Task {
         #[arg(long)]
         gates: PathBuf,
     },
-    /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead).
+    /// Run each diagnosis test that asserts a flag several times in a row: the flag must hold in
+    /// every run; the spread of time to flag goes to the figures page (docs/figures.md).
+    Verdicts {
+        /// Runs of each test.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Only the checks whose test binary or name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Print the figures without writing them to docs/figures.md.
+        #[arg(long)]
+        no_page: bool,
+    },
+    /// Set up and run the benchmarks (CUBIC vs BBR goodput on the emulated path, overhead), and
+    /// write each one's section of the figures page (docs/figures.md).
     Bench {
         /// Also measure the release binary of this commit (built in a worktree of its own under
         /// target/base) beside this one: the overhead benchmark's "before" figures.
         #[arg(long, value_name = "COMMIT")]
         base: Option<String>,
+        /// Only this benchmark (repeatable): binaries, or a bench target of the tracer and tests
+        /// packages (overhead, goodput, skb_cost, deep, flow_table, frame, exporter, recording).
+        #[arg(long = "bench", value_name = "NAME")]
+        benches: Vec<String>,
+        /// Print the figures without writing them to docs/figures.md.
+        #[arg(long)]
+        no_page: bool,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -379,6 +406,9 @@ fn setup() -> Result<()> {
     setup_apt()?;
     setup_rust_src()?;
     setup_bpf_linker()?;
+    // Packaging needs it, and the suite's dist check beside the tests packages: installed
+    // there, at idle priority, it was two to four minutes of the suite's longest lane.
+    dist::setup_cargo_deb()?;
     setup_rotel()?;
     setup_rust_targets()?;
     setup_kernel_mounts();
@@ -408,6 +438,30 @@ fn cargo(args: &[&str]) -> Command {
     let mut cmd = Command::new("cargo");
     cmd.current_dir(workspace_root()).args(args).env("CCTRACE_REQUIRE_EBPF", "1");
     cmd
+}
+
+/// Cargo for what the suite builds in its target directory (the test build, the doc tests, the
+/// dist check's builds): the workspace's own crates compiled by clippy's driver, as `cargo
+/// clippy` has them checked (`RUSTC_WORKSPACE_WRAPPER`), so one build both lints and makes the
+/// test binaries. A lint is a warning there; the suite's clippy step fails on any (see
+/// `beside::clippy`). Every build in that directory must set the same wrapper: cargo hashes
+/// it into the workspace crates' artifacts, and a build without it would compile them all
+/// again, the eBPF programs included.
+fn suite_cargo(args: &[&str]) -> Result<Command> {
+    let mut cmd = cargo(args);
+    cmd.env("RUSTC_WORKSPACE_WRAPPER", clippy_driver()?);
+    Ok(cmd)
+}
+
+/// clippy's driver of the toolchain cargo builds with.
+fn clippy_driver() -> Result<PathBuf> {
+    let sysroot =
+        output(Command::new("rustc").arg("--print").arg("sysroot")).context("rustc --print sysroot failed")?;
+    let driver = Path::new(sysroot.trim()).join("bin/clippy-driver");
+    if !driver.is_file() {
+        bail!("{} is missing: rustup component add clippy", driver.display());
+    }
+    Ok(driver)
 }
 
 /// Clippy over the eBPF crate, for the target it is built for.
@@ -454,7 +508,12 @@ fn main() -> ExitCode {
         }
         Task::Dist { profile, no_boot, target } => setup().and_then(|()| dist(profile, no_boot, target)),
         Task::Beside { gates } => beside::run(&workspace_root(), gates),
-        Task::Bench { base, args } => setup().and_then(|()| bench(base.as_deref(), args)),
+        Task::Bench { base, benches, no_page, args } => {
+            setup().and_then(|()| bench(base.as_deref(), &benches, !no_page, args))
+        }
+        Task::Verdicts { runs, only, no_page } => {
+            setup().and_then(|()| verdicts::run(&workspace_root(), runs, only.as_deref(), !no_page))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -491,12 +550,38 @@ fn test() -> Result<()> {
     // of everything at release settings was three minutes of a 20-minute budget.
     let beside = beside::start(&workspace_root())?;
     let tests = step("tests", || suite::run(&workspace_root(), SUITE_ARGS, beside.gates()));
+    let tests_secs = start.elapsed().as_secs_f64();
     let checks = step("checks beside the tests, after them", || beside.finish(tests.is_ok()));
-    let mut tally = tests?;
-    tally.add(checks?);
+    let ran = tests?;
+    let checked = checks?;
+    let mut tally = ran.tally;
+    tally.add(checked.tally);
     println!("all tests: {tally}");
-    say(&format!("all steps after set-up: {:.0} s", start.elapsed().as_secs_f64()));
+    let total = start.elapsed().as_secs_f64();
+    say(&format!("all steps after set-up: {total:.0} s"));
+    suite_figures(total, tests_secs, checked.lane_secs, &ran).write()?;
     Ok(())
+}
+
+/// The run's time as a section of the figures page: written when `CCTRACE_FIGURES_PAGE` names
+/// the page (the timing runs on a fresh clone), else printed.
+fn suite_figures(total: f64, tests_secs: f64, lane_secs: Option<f64>, ran: &suite::Ran) -> Section {
+    let secs = |s: f64| format!("{s:.0} s");
+    let mut section = Section::new("suite", "The suite's time").about(
+        "`cargo xtask test` (`.ci/run`), after set-up: the test build, then the test binaries one at a \
+         time; beside them, at idle priority, the lints, the doc tests, the kernel matrix, the dist \
+         check and arm64's cross build and guest. On a fresh clone, as CI runs it.",
+    );
+    section.row(Row::new("the suite, after set-up", secs(total)).judged(&targets::SUITE_TIME, total));
+    section.row(Row::new("the test lane: the test build and the test binaries", secs(tests_secs)));
+    if let Some(lane) = lane_secs {
+        section.row(Row::new("the checks beside the tests, from the run's start", secs(lane)));
+    }
+    section.row(Row::new("the test build", secs(ran.build_secs)));
+    for (binary, test, held) in &ran.slowest {
+        section.row(Row::new(format!("slow test: {test} ({binary})"), secs(*held)).how("time holding the test lock"));
+    }
+    section
 }
 
 fn kernels_arm64(debug: bool) -> Result<()> {
@@ -527,24 +612,47 @@ fn dist(profile: dist::Profile, no_boot: bool, target: Arch) -> Result<()> {
     step("dist checks", || dist::check(&root, profile, &artifacts, !no_boot))
 }
 
-/// `cargo xtask bench`: the benches against the release build (and `base`'s, when given).
-fn bench(base: Option<&str>, args: Vec<String>) -> Result<()> {
+/// `cargo xtask bench`: the benches against the release build (and `base`'s, when given), each
+/// writing its section of the figures page when `page` (docs/figures.md) is asked for.
+fn bench(base: Option<&str>, benches: &[String], page: bool, args: Vec<String>) -> Result<()> {
+    let started = std::time::Instant::now();
+    let root = workspace_root();
+    let page = page.then(|| root.join("docs/figures.md"));
+    let wanted = |name: &str| benches.is_empty() || benches.iter().any(|b| b == name);
     let base_bin = base.map(build_base).transpose()?;
     // The benches (skb_cost, overhead) run the release binary next to them.
     run(&mut cargo(&["build", "--release", "-p", "tracer"]))?;
-    // What users install (the static release build) next to the debug build.
-    run(&mut cargo(&["build", "-p", "tracer"]))?;
-    let root = workspace_root();
-    let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
-    dist::bench_report(&[
-        ("debug (target/debug)", &root.join("target/debug/cctrace")),
-        ("release (target/release)", &root.join("target/release/cctrace")),
-        ("dist: static release (target/dist)", &artifacts.binary),
-    ])?;
-    let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
-    cmd.arg("--").args(args);
-    if let Some(b) = &base_bin {
-        cmd.env("CCTRACE_BASE_BIN", b);
+    if wanted("binaries") {
+        // What users install (the static release build) next to the debug build.
+        run(&mut cargo(&["build", "-p", "tracer"]))?;
+        let artifacts = dist::build(&root, dist::Profile::Release, Arch::host())?;
+        step("binaries", || {
+            dist::bench_report(
+                &[
+                    ("debug (target/debug)", &root.join("target/debug/cctrace")),
+                    ("release (target/release)", &root.join("target/release/cctrace")),
+                    ("dist: static release (target/dist)", &artifacts.binary),
+                ],
+                &[("the Debian package", &artifacts.deb), ("the container image archive", &artifacts.image)],
+                page.as_deref(),
+            )
+        })?;
     }
-    run(&mut cmd)
+    let targets: Vec<&String> = benches.iter().filter(|b| *b != "binaries").collect();
+    if benches.is_empty() || !targets.is_empty() {
+        let mut cmd = cargo(&["bench", "-p", "tracer", "-p", "cctrace-tests"]);
+        for target in targets {
+            cmd.args(["--bench", target]);
+        }
+        cmd.arg("--").args(args);
+        if let Some(b) = &base_bin {
+            cmd.env("CCTRACE_BASE_BIN", b);
+        }
+        if let Some(page) = &page {
+            cmd.env(cctrace_lab::figures::PAGE_ENV, page);
+        }
+        step("benches", || run(&mut cmd))?;
+    }
+    say(&format!("bench: {:.0} s in all", started.elapsed().as_secs_f64()));
+    Ok(())
 }

@@ -42,6 +42,8 @@ struct Outcome {
     /// Tests that returned early because this machine cannot run them (`cctrace_lab::skip`):
     /// libtest counts them as passed.
     skipped_at_run_time: u64,
+    /// How long each test that holds the machine-wide lock held it (`cctrace_lab::serial`).
+    test_times: Vec<(String, f64)>,
 }
 
 /// The longest any test binary may run. The slowest takes about 3 minutes on a loaded 2-core
@@ -52,6 +54,11 @@ const BINARY_DEADLINE: Duration = Duration::from_secs(12 * 60);
 
 /// The variable the skip rule (`cctrace_lab::skip`) reads: a file to append each skip to.
 const SKIP_LOG_ENV: &str = "CCTRACE_SKIP_LOG";
+/// The variable the machine-wide test lock (`cctrace_lab::serial`) reads: a file to append
+/// each test's time holding it to.
+const TIMES_ENV: &str = "CCTRACE_TEST_TIMES";
+/// How many of the slowest tests the suite names at its end.
+const SLOWEST_SHOWN: usize = 3;
 
 /// Build every test binary of `cargo test <args>` without running them, run them one after
 /// another, and close with one line counting their tests. (The doc tests, which cargo compiles
@@ -60,8 +67,10 @@ const SKIP_LOG_ENV: &str = "CCTRACE_SKIP_LOG";
 /// The tests run a copy of the built cctrace (`$CCTRACE_BIN`), which the kernel matrix beside
 /// them runs too; the tracer package's own tests, which run target/debug/cctrace by path, go
 /// first, and once they are done the dist check beside may relink that file statically.
-pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tally> {
+pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Ran> {
+    let build_started = Instant::now();
     let Built { mut binaries, cctrace } = crate::step("test build", || build(workspace, args))?;
+    let build_secs = build_started.elapsed().as_secs_f64();
     let suite_binary = gates.suite_binary();
     std::fs::copy(&cctrace, &suite_binary)
         .with_context(|| format!("copying {} to {}", cctrace.display(), suite_binary.display()))?;
@@ -86,6 +95,7 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
             .count();
     let mut tally = Tally::default();
     let mut failures = Vec::new();
+    let mut times = Times::default();
     for (i, binary) in binaries.iter().enumerate() {
         if i == tracer_binaries {
             gates.open(Gate::TracerTestsDone)?;
@@ -93,10 +103,11 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
         if i == quiet_done {
             gates.open(Gate::QuietTestsDone)?;
         }
-        let outcome = run_one(binary, &suite_binary);
+        let outcome = run_one(binary, gates);
         println!("     Running {} ({:.0} s)", outcome.label, outcome.took.as_secs_f64());
         print!("{}", outcome.output);
         tally.add(Tally::of(&outcome.output).with_skips(outcome.skipped_at_run_time));
+        times.add(&outcome);
         if !outcome.success {
             failures.push(outcome.label);
         }
@@ -107,11 +118,20 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Tall
     if quiet_done == binaries.len() {
         gates.open(Gate::QuietTestsDone)?;
     }
+    print!("{times}");
     println!("test binaries: {tally}");
     if !failures.is_empty() {
         bail!("test binaries failed: {}", failures.join(", "));
     }
-    Ok(tally)
+    Ok(Ran { tally, build_secs, slowest: times.slowest() })
+}
+
+/// What the test lane did: its tests' counts, its build's time, its slowest tests.
+pub(crate) struct Ran {
+    pub(crate) tally: Tally,
+    pub(crate) build_secs: f64,
+    /// (binary, test, seconds holding the machine-wide lock), slowest first.
+    pub(crate) slowest: Vec<(String, String, f64)>,
 }
 
 /// Test binaries that keep both cores busy (deep mode's BBR and CUBIC twins at line rate, beside
@@ -135,7 +155,7 @@ struct Built {
 
 /// `cargo test --no-run` with JSON messages.
 fn build(workspace: &Path, args: &[&str]) -> Result<Built> {
-    let mut cargo = super::cargo(&["test"]);
+    let mut cargo = super::suite_cargo(&["test"])?;
     cargo.current_dir(workspace).args(args).args(["--no-run", "--message-format=json-render-diagnostics"]);
     let shown = format!("{cargo:?}");
     let mut child = cargo
@@ -203,32 +223,91 @@ fn test_binary(msg: &Value) -> Option<TestBinary> {
     })
 }
 
-fn run_one(binary: &TestBinary, cctrace: &Path) -> Outcome {
+fn run_one(binary: &TestBinary, gates: &Gates) -> Outcome {
     let start = Instant::now();
     eprintln!("xtask: started {}", binary.label);
-    let skip_log = std::env::temp_dir().join(format!("cctrace-skips-{}-{}", std::process::id(), binary.target));
+    let log =
+        |what: &str| std::env::temp_dir().join(format!("cctrace-{what}-{}-{}", std::process::id(), binary.target));
+    let (skip_log, times_log) = (log("skips"), log("times"));
     let _ = std::fs::remove_file(&skip_log);
-    let (success, output) = match run_within(binary, cctrace, &skip_log, BINARY_DEADLINE) {
+    let _ = std::fs::remove_file(&times_log);
+    let (success, output) = match run_within(binary, gates, &[(SKIP_LOG_ENV, &skip_log), (TIMES_ENV, &times_log)]) {
         Ok(done) => done,
         Err(e) => (false, format!("could not run {}: {e:#}\n", binary.executable.display())),
     };
     let skips = std::fs::read_to_string(&skip_log).unwrap_or_default();
+    let times = std::fs::read_to_string(&times_log).unwrap_or_default();
     let _ = std::fs::remove_file(&skip_log);
+    let _ = std::fs::remove_file(&times_log);
     Outcome {
         label: binary.label.clone(),
         output,
         success,
         took: start.elapsed(),
         skipped_at_run_time: skips.lines().count() as u64,
+        test_times: test_times(&times),
     }
 }
 
-/// Run one test binary, with its stdout and stderr joined; after `deadline` it is killed with
+/// `name<TAB>seconds` lines, as `cctrace_lab::serial` writes them.
+fn test_times(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, secs) = l.rsplit_once('\t')?;
+            Some((name.to_string(), secs.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// What the run's end says of where its time went: each binary's time, slowest first, and the
+/// slowest tests.
+#[derive(Default)]
+struct Times {
+    binaries: Vec<(String, f64)>,
+    /// (binary, test, seconds holding the machine-wide lock)
+    tests: Vec<(String, String, f64)>,
+}
+
+impl Times {
+    fn add(&mut self, outcome: &Outcome) {
+        self.binaries.push((outcome.label.clone(), outcome.took.as_secs_f64()));
+        let tests = outcome.test_times.iter().map(|(test, secs)| (outcome.label.clone(), test.clone(), *secs));
+        self.tests.extend(tests);
+    }
+
+    /// The [`SLOWEST_SHOWN`] slowest tests, slowest first.
+    fn slowest(&self) -> Vec<(String, String, f64)> {
+        let mut tests = self.tests.clone();
+        tests.sort_by(|a, b| b.2.total_cmp(&a.2));
+        tests.truncate(SLOWEST_SHOWN);
+        tests
+    }
+}
+
+impl std::fmt::Display for Times {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut binaries: Vec<&(String, f64)> = self.binaries.iter().filter(|(_, secs)| *secs >= 0.5).collect();
+        binaries.sort_by(|a, b| b.1.total_cmp(&a.1));
+        writeln!(f, "test binaries by time ({:.0} s in all):", self.binaries.iter().map(|(_, s)| s).sum::<f64>())?;
+        for (label, secs) in binaries {
+            writeln!(f, "  {secs:5.0} s  {label}")?;
+        }
+        writeln!(f, "slowest tests (time holding the machine-wide test lock):")?;
+        for (binary, test, secs) in self.slowest() {
+            writeln!(f, "  {secs:5.0} s  {test} ({binary})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Run one test binary, with its stdout and stderr joined and `logs` (variable, file) in its
+/// environment; after [`BINARY_DEADLINE`] it is killed with
 /// every process under it, and the output says which tests had not finished. (It stays in the
 /// suite's process group, so a Ctrl-C of the suite reaches it too.)
-fn run_within(binary: &TestBinary, cctrace: &Path, skip_log: &Path, deadline: Duration) -> Result<(bool, String)> {
-    let mut child = test_command(binary, cctrace)
-        .env(SKIP_LOG_ENV, skip_log)
+fn run_within(binary: &TestBinary, gates: &Gates, logs: &[(&str, &Path)]) -> Result<(bool, String)> {
+    let deadline = BINARY_DEADLINE;
+    let mut child = test_command(binary, gates)
+        .envs(logs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -268,7 +347,7 @@ fn run_within(binary: &TestBinary, cctrace: &Path, skip_log: &Path, deadline: Du
     match status {
         Some(status) => Ok((status.success(), output)),
         None => {
-            let listed = list_tests(binary, cctrace);
+            let listed = list_tests(binary, gates);
             let unfinished = unfinished_tests(&listed, &output);
             output.push_str(&format!(
                 "xtask: {} was still running after {:.0} s and was stopped; tests not finished: {}\n",
@@ -307,21 +386,23 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The command that runs a test binary as cargo would, with the suite's cctrace.
-fn test_command(binary: &TestBinary, cctrace: &Path) -> Command {
+/// The command that runs a test binary as cargo would, with the suite's cctrace and where the
+/// dist step beside will write its container image (tests/src/runtimes/image.rs waits for it).
+fn test_command(binary: &TestBinary, gates: &Gates) -> Command {
     let mut cmd = Command::new(&binary.executable);
     cmd.args(&binary.args)
         .current_dir(&binary.package_dir)
         .env("PATH", super::tool_path())
         .env("CARGO_MANIFEST_DIR", &binary.package_dir)
         .env("CARGO_PKG_NAME", &binary.package_name)
-        .env("CCTRACE_BIN", cctrace);
+        .env("CCTRACE_BIN", gates.suite_binary())
+        .env("CCTRACE_IMAGE", gates.image_archive());
     cmd
 }
 
 /// The names of a binary's tests (`--list --format terse`: `name: test` lines).
-fn list_tests(binary: &TestBinary, cctrace: &Path) -> Vec<String> {
-    let out = test_command(binary, cctrace).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
+fn list_tests(binary: &TestBinary, gates: &Gates) -> Vec<String> {
+    let out = test_command(binary, gates).args(["--list", "--format", "terse"]).stdin(Stdio::null()).output();
     let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     text.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect()
 }
@@ -414,6 +495,29 @@ mod tests {
         assert_eq!(
             tally.to_string(),
             "2 passed, 0 failed, 3 skipped (2 of them at run time: this machine cannot run them)"
+        );
+    }
+
+    #[test]
+    fn the_end_names_binaries_by_time_and_the_slowest_tests() {
+        let outcome = |label: &str, secs: u64, times: &str| Outcome {
+            label: label.to_string(),
+            output: String::new(),
+            success: true,
+            took: Duration::from_secs(secs),
+            skipped_at_run_time: 0,
+            test_times: test_times(times),
+        };
+        let mut times = Times::default();
+        times.add(&outcome("tests/a.rs", 30, "a::one\t10.4\na::two\t19.2\nnot a line\n"));
+        times.add(&outcome("tests/b.rs", 50, "b::slow\t49.0\n"));
+        times.add(&outcome("src/lib.rs", 0, ""));
+        times.add(&outcome("tests/c.rs", 5, "c::quick\t4.0\n"));
+        assert_eq!(
+            times.to_string(),
+            "test binaries by time (85 s in all):\n     50 s  tests/b.rs\n     30 s  tests/a.rs\n      5 s  tests/c.rs\n\
+             slowest tests (time holding the machine-wide test lock):\n     49 s  b::slow (tests/b.rs)\n     \
+             19 s  a::two (tests/a.rs)\n     10 s  a::one (tests/a.rs)\n"
         );
     }
 

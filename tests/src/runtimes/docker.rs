@@ -41,7 +41,8 @@ pub struct Docker {
 }
 
 impl Docker {
-    pub(super) fn docker(&self) -> Command {
+    /// `docker` talking to this container's daemon.
+    pub fn docker(&self) -> Command {
         let mut c = Command::new("docker");
         c.args(["-H", &self.host]);
         c
@@ -135,6 +136,9 @@ impl Container for Docker {
     }
     fn listed(&self) -> Result<Vec<(String, String)>> {
         Ok(parse_listing(&run(self.docker().args(["ps", "--no-trunc", "--format", "{{.ID}} {{.Names}}"]))?))
+    }
+    fn engine(&self) -> Option<Command> {
+        Some(self.docker())
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 mod docker;
+pub mod image;
 mod lxc;
 mod podman;
 
@@ -216,7 +217,7 @@ pub(crate) fn reclaim_stale() {
         }
         if dir.join("podman").is_dir() {
             // Its drop removes the images.
-            let p = Podman { root: dir.join("podman"), name: String::new(), id: String::new() };
+            let p = Podman { root: dir.join("podman"), name: String::new(), id: String::new(), ulimits: Vec::new() };
             let _ = run(p.podman().args(["rm", "-a", "-f", "-t", "0"]));
         }
         let docker = dir.join("docker");
@@ -298,6 +299,15 @@ pub trait Container {
     /// Where an LXC container's directory lives (`lxc-* -P`); `None` for the other runtimes.
     fn lxc_path(&self) -> Option<&Path> {
         None
+    }
+    /// The engine's command line (`docker -H ...`, `podman --root ...`), for Docker and Podman.
+    fn engine(&self) -> Option<Command> {
+        None
+    }
+    /// Options every `run` on this engine needs here (Podman's `--ulimit`s under this sandbox's
+    /// limits), before a documented line's own.
+    fn engine_run_options(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 

@@ -13,10 +13,14 @@ pub struct Podman {
     pub(super) root: PathBuf,
     pub(super) name: String,
     pub(super) id: String,
+    /// The `--ulimit` options this sandbox needed for a container to start (none where
+    /// Podman's defaults fit its limits).
+    pub ulimits: Vec<String>,
 }
 
 impl Podman {
-    pub(super) fn podman(&self) -> Command {
+    /// `podman` on this container's store.
+    pub fn podman(&self) -> Command {
         let mut c = Command::new("podman");
         c.arg("--root").arg(self.root.join("store"));
         c.arg("--runroot").arg(self.root.join("run"));
@@ -31,7 +35,8 @@ impl Podman {
     pub fn start(ws: &Workspace, name: &str) -> Result<Podman, Unavailable> {
         require(&["podman", "conmon"], "podman")?;
         let refused = |e: anyhow::Error| Unavailable::Refused(format!("{e:#}"));
-        let p = Podman { root: ws.dir().join("podman"), name: name.to_string(), id: String::new() };
+        let p =
+            Podman { root: ws.dir().join("podman"), name: name.to_string(), id: String::new(), ulimits: Vec::new() };
         let image = "localhost/cct-runtimes:latest";
         run(p.podman().arg("import").arg(ws.image_tar()).arg(image)).map_err(refused)?;
         // As a user runs it first. In a sandbox whose hard limits are below the RLIMIT_NOFILE and
@@ -46,6 +51,7 @@ impl Podman {
                 .arg(image)
                 .args(["/usr/sbin/nginx", "-c", "/etc/nginx.conf", "-g", "daemon off;"]))
         };
+        let mut limited = Vec::new();
         let out = match run_nginx(&[]) {
             Ok(out) => out,
             Err(e) if format!("{e:#}").contains("rlimit") => {
@@ -64,12 +70,15 @@ impl Podman {
                     ulimits.join(" ")
                 );
                 let _ = run(p.podman().args(["rm", "-f", "-t", "0", name]));
-                run_nginx(&ulimits).map_err(refused)?
+                let out = run_nginx(&ulimits).map_err(refused)?;
+                limited = ulimits;
+                out
             }
             Err(e) => return Err(refused(e)),
         };
         let mut p = p;
         p.id = out.lines().last().unwrap_or_default().trim().to_string();
+        p.ulimits = limited;
         wait_listening(&p).map_err(refused)?;
         Ok(p)
     }
@@ -91,6 +100,12 @@ impl Container for Podman {
     }
     fn listed(&self) -> Result<Vec<(String, String)>> {
         Ok(parse_listing(&run(self.podman().args(["ps", "--no-trunc", "--format", "{{.ID}} {{.Names}}"]))?))
+    }
+    fn engine(&self) -> Option<Command> {
+        Some(self.podman())
+    }
+    fn engine_run_options(&self) -> Vec<String> {
+        self.ulimits.clone()
     }
 }
 

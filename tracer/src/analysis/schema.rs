@@ -11,7 +11,7 @@ use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use crate::analysis::container::{Container, Pod, Runtime};
 use crate::analysis::decisions::Decision;
-use crate::analysis::diagnosis::{Evidence, LimitedBy, Verdict};
+use crate::analysis::diagnosis::{Change, Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::loss_signals::LossSignals;
@@ -329,6 +329,10 @@ pub struct FlowRecord {
     /// namespace that forwards the flow into it (if not the flow's own) and its UDP flow.
     #[serde(default)]
     pub tunnel: Option<Tunnel>,
+    /// The latest change of `limited_by` or `flagged`: `at_s` (seconds into the flow), `from`,
+    /// `was_flagged`, `why` (the condition a cleared flag no longer met).
+    #[serde(default)]
+    pub changed: Option<Change>,
 }
 
 impl FlowRecord {
@@ -353,6 +357,7 @@ impl FlowRecord {
             dev: flow.latest.route.map(|r| r.dev.to_string()),
             mtu: flow.latest.route.map(|r| r.mtu()),
             tunnel: verdict.and_then(|v| v.tunnel.clone()),
+            changed: verdict.and_then(|v| v.changed.clone()),
         }
     }
 }

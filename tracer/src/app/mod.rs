@@ -21,11 +21,17 @@ use clap::CommandFactory as _;
 
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
 use crate::cli::{Cli, Command};
+use crate::host::mounts::HostMounts;
 use live::LiveRun;
 
 /// Run what `cli` asks for; the exit code says how it went, and any error was printed as one
 /// line on stderr.
 pub fn main(cli: Cli) -> ExitCode {
+    // First, while this is the only thread: run from the image, look at the host's files.
+    let mounts = crate::host::mounts::enter_if_asked();
+    if let (HostMounts::Refused(why), true) = (&mounts, looks_at_the_host(&cli)) {
+        eprintln!("cctrace: only this container's files are in view (container names, owners and the fix's state may be missing): {why}");
+    }
     let Some(command) = &cli.command else { return in_runtime(&cli, live::run(&cli, LiveRun::trace(&cli, None))) };
     match command {
         // Offline: no privileges, no runtime, no log.
@@ -58,6 +64,12 @@ pub fn main(cli: Cli) -> ExitCode {
         #[cfg(feature = "demo")]
         Command::Demo { opts } => in_runtime(&cli, live::run(&cli, LiveRun::trace(&cli, Some(opts)))),
     }
+}
+
+/// Whether `cli` traces the host or changes it (and so needs the host's files), rather than
+/// reading a recording or printing documentation.
+fn looks_at_the_host(cli: &Cli) -> bool {
+    matches!(&cli.command, None | Some(Command::Record { .. } | Command::Serve | Command::Fix { .. }))
 }
 
 /// The exit of an offline command.

@@ -139,7 +139,7 @@ fn resolve_target(args: &FixArgs, env: &Environment) -> Result<Target> {
         bail!("name one network namespace: --netns NAME|PATH|INODE or --container NAME");
     }
     let lookup = HostPaths { cgroup_root: crate::cgroups::cgroup2_mount() };
-    let host = crate::host::netns_inode("/proc/1/ns/net").or_else(|| crate::host::netns_inode("/proc/self/ns/net"));
+    let host = crate::host::host_netns();
     if let Some(given) = args.netns.first() {
         let spec = FilterSpec { netns: vec![given.clone()], ..FilterSpec::default() };
         let resolved = resolve(&spec, env, &lookup)?;

@@ -2,7 +2,7 @@
 //! rtnetlink: kept apart from the pure diagnosis so that one stays testable. One file a job:
 //! the network namespaces and the way into one (`netns`), processes and the sockets they hold
 //! (`procs`, with the owner lookups `owners` for TCP and `udp_owner` for UDP), which file
-//! system a path lies on (`fs_kind`), rtnetlink (`netlink`) and tunnels (`tunnels`); here, the
+//! system a path lies on (`fs_kind`), the host's mounts seen from cctrace's image (`mounts`), rtnetlink (`netlink`) and tunnels (`tunnels`); here, the
 //! sysctls and [`environment`], which reads each namespace once per refresh.
 
 use std::collections::HashMap;
@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use crate::analysis::environment::{BufferLimits, Environment};
 
 pub mod fs_kind;
+pub mod mounts;
 mod netlink;
 mod netns;
 pub mod owners;
@@ -19,7 +20,7 @@ pub mod tunnels;
 pub mod udp_owner;
 
 pub(crate) use netns::{enter_netns, in_each_netns, setns_net};
-pub use netns::{named_netns, netns_inode, netns_paths, netns_pids, path_into_netns};
+pub use netns::{host_netns, named_netns, netns_inode, netns_paths, netns_pids, path_into_netns};
 
 /// Creates `dir` (cctrace's state directory, [`crate::analysis::state_dir::STATE_DIR`], or a
 /// test's stand-in) and its parents, for root only: the fix's and deep mode's state and the
@@ -119,7 +120,7 @@ pub fn environment() -> Environment {
         bbr_available: available_cc.iter().any(|c| c == "bbr"),
         available_cc,
         allowed_cc: allowed_congestion_controls(),
-        host_netns: netns_inode("/proc/1/ns/net").or_else(|| netns_inode("/proc/self/ns/net")).unwrap_or(0),
+        host_netns: host_netns().unwrap_or(0),
         netns_pids: pids,
         netns_names: names,
         netns_wmem: each(|n| n.wmem),

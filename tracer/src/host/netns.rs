@@ -17,6 +17,14 @@ pub fn netns_inode<P: AsRef<Path> + ?Sized>(path: &P) -> Option<u32> {
     s.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
 }
 
+/// The host's network namespace: that of the process standing for the host (run from the image,
+/// the runtime's shim, see [`super::mounts`]; else pid 1), or cctrace's own where that cannot be
+/// read.
+pub fn host_netns() -> Option<u32> {
+    let host = super::mounts::host_process().unwrap_or(1);
+    netns_inode(&format!("/proc/{host}/ns/net")).or_else(|| netns_inode("/proc/self/ns/net"))
+}
+
 /// A path that enters network namespace `netns`: its `ip netns` name, else a process in it.
 pub fn path_into_netns(env: &Environment, netns: u32) -> Option<String> {
     if let Some(name) = env.netns_names.get(&netns) {

@@ -21,6 +21,7 @@ use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::verdict::{BufferEvidence, ReceiverEvidence, SetBy};
+use crate::analysis::diagnosis::window::rate_of;
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::commands::netns_words;
@@ -34,16 +35,6 @@ const UNSCALED_WINDOW: u32 = 65_535;
 fn round_up_mib(b: f64) -> u64 {
     let mib = (b / f64::from(1u32 << 20)).ceil().max(1.0) as u64;
     mib.next_power_of_two() << 20
-}
-
-/// The rate a buffer of `buffer` bytes lets a flow carry at `rtt_s`, keeping `share` of it in
-/// flight.
-pub(super) fn rate_of(buffer: f64, share: f64, rtt_s: f64) -> f64 {
-    if rtt_s > 0.0 {
-        buffer * share * 8.0 / rtt_s
-    } else {
-        f64::INFINITY
-    }
 }
 
 /// The buffer a flow that needs `need_bps` at `rtt_s` should be able to grow to, keeping

@@ -50,6 +50,14 @@ pub struct DiagnosisConfig {
     /// writer is woken only when a third is free, and part of the buffer is per-packet
     /// overhead).
     pub sndbuf_carried_share: f64,
+    /// A send buffer binds only when the flow gets at least this share of what the buffer
+    /// allows at its RTT (the buffer x `sndbuf_carried_share` / srtt): then a larger one would
+    /// carry more. A writer waiting on a full buffer is no evidence alone: at 1.5 % random loss
+    /// a BBR sender's queue fills with data SACKed but not yet acknowledged, and on a 40 ms,
+    /// 200 Mbit/s path it got 177.1 Mbit/s with the default 4 MiB maximum and 178.9 with 64 MiB
+    /// (0.36 of the 491 Mbit/s 4 MiB allows at 41 ms), while BBR held by 4 MiB on the 240 ms path
+    /// gets 0.8 of the 84 Mbit/s it allows, and 1.1 of it on the 200 ms path.
+    pub sndbuf_binds_share: f64,
     /// The share of a receive buffer the kernel offers as window (`tcp_adv_win_scale` 1 gives
     /// half; Linux 6.x measures the ratio per socket, from the payload of what it received).
     pub rcvbuf_window_share: f64,
@@ -181,6 +189,7 @@ impl Default for DiagnosisConfig {
             sndbuf_bound_share: 0.3,
             writer_waiting_share: 0.5,
             sndbuf_carried_share: 0.6,
+            sndbuf_binds_share: 0.5,
             rcvbuf_window_share: 0.5,
             buffer_reached_share: 0.8,
             buffer_headroom: 4.0,

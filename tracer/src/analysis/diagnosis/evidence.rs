@@ -94,6 +94,7 @@ pub(super) fn evidence_of(
         timeout_episodes: lv.timeouts as u32,
         probe_episodes: lv.probes as u32,
         spurious_episodes: lv.spurious as u32,
+        receiver_held_episodes: lv.receiver_held as u32,
         retrans_segments: lv.retrans_segments,
         dsack_dups: lv.dsack_dups,
         spurious_share: spurious_share(lv),

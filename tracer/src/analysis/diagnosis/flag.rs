@@ -31,15 +31,23 @@ pub(super) fn decided_by(
                 lv.threshold_us / 1000.0,
                 lv.queued,
                 lv.median_queue_us / 1000.0
-            )
+            )?;
         } else {
-            f.write_str("no loss episodes after slow start")
+            f.write_str("no loss episodes after slow start")?;
         }
+        if lv.receiver_held > 0 {
+            write!(
+                f,
+                "; {} more while the receiver left data unread (its window fell), their queue not judged",
+                lv.receiver_held
+            )?;
+        }
+        Ok(())
     });
     match limited {
         LimitedBy::Path if standing => format!(
             "standing queue: mean srtt {:.1} ms vs min_rtt {:.1} ms (threshold {:.1} ms); {episodes}",
-            w.mean_srtt_us / 1000.0,
+            w.reading_srtt_us.unwrap_or(w.mean_srtt_us) / 1000.0,
             w.min_rtt_us / 1000.0,
             (w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us) / 1000.0
         ),
@@ -56,7 +64,13 @@ pub(super) fn decided_by(
             None => format!("a policer seen before, not in the latest losses; {episodes}"),
         },
         LimitedBy::CongestionWindow | LimitedBy::Pacing => {
-            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}", w.cwnd_full_share * 100.0)
+            let paused = std::fmt::from_fn(|f| {
+                match w.rwnd_closed_share {
+                s if s >= 0.05 => write!(f, "; its receiver closed its window for {:.0}% of the time (reading something else), judged on the rest", s * 100.0),
+                _ => Ok(()),
+            }
+            });
+            format!("full cwnd in {:.0}% of samples, no standing queue; {episodes}{paused}", w.cwnd_full_share * 100.0)
         }
         _ => String::new(),
     }

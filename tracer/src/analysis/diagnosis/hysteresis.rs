@@ -1,6 +1,8 @@
 //! When a verdict changes: a new class must hold for `confirm` evaluations in a row before it
 //! replaces the shown one, and the flag goes on after `confirm` windows that meet its condition
-//! and off only after `release` that do not, so verdicts do not flap on one odd window.
+//! and off only after `release` that do not, so verdicts do not flap on one odd window. A
+//! flagged flow's class is the flag's until the flag clears, so `limited_by`, `flagged` and the
+//! words never tell two stories.
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
@@ -79,6 +81,18 @@ impl Hysteresis {
         self.flagged
     }
 
+    /// Keep the class shown as it is (a flagged flow's, held by its flag, or one a clearing flag
+    /// replaces at once): no new class is waiting.
+    pub(super) fn hold_class(&mut self) {
+        self.candidate = None;
+        self.candidate_runs = 0;
+    }
+
+    /// Evaluations that do not meet the flag's condition still needed before a flag clears.
+    pub(super) fn clears_in(&self, cfg: &DiagnosisConfig) -> u32 {
+        cfg.release.saturating_sub(self.unflag_runs)
+    }
+
     /// After a judgment that began at `before`: whether more judgments of the same window
     /// would leave the class and the flag as they are. Either it did not count (a flow too
     /// young for a verdict), or no new class waits and the flag's run is past its threshold.
@@ -91,7 +105,7 @@ impl Hysteresis {
 
 #[cfg(test)]
 mod tests {
-    use crate::analysis::diagnosis::test_feed::{bulk, run};
+    use crate::analysis::diagnosis::test_feed::{bulk, episodic, run, run_feed};
     use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy};
     use crate::analysis::environment::Environment;
     use crate::analysis::model::tests::sample;
@@ -144,5 +158,52 @@ mod tests {
         // Loss stops at 10 s; the horizon forgets it at 40 s, then 5 evaluations.
         assert!(last_flag > 39 && last_flag < 46, "{flags:?}");
         assert!(!flags[46]);
+    }
+
+    #[test]
+    fn a_flag_and_its_class_clear_together_and_the_verdict_says_when_and_why() {
+        // Random losses for 20 s, then every loss at a 10 ms queue: the path is full.
+        let clean = episodic("cubic", 16_000_000, 7, 0, 0);
+        let queued = episodic("cubic", 16_000_000, 7, 10, 0);
+        let (d, seen) = run_feed(45, move |tick| if tick < 200 { clean(tick) } else { queued(tick) });
+        let first = seen.iter().position(|(f, _)| *f).expect("flagged");
+        let cleared = first + seen[first..].iter().position(|(f, _)| !f).expect("cleared");
+        // Flagged, it is `cwnd` (its flag's class) until the flag clears, whatever the windows
+        // show meanwhile; then at once what they show.
+        assert!(seen[first..cleared].iter().all(|(_, l)| *l == LimitedBy::CongestionWindow), "{seen:?}");
+        assert_eq!(seen[cleared].1, LimitedBy::Path, "{seen:?}");
+        assert!(seen[cleared..].iter().all(|(f, _)| !f), "{seen:?}");
+        let v = d.verdict(1).expect("verdict");
+        let c = v.changed.as_ref().expect("a change");
+        assert!((c.from, c.was_flagged) == (LimitedBy::CongestionWindow, true) && !c.why.is_empty(), "{c:?}");
+        assert!(v.text.contains(&format!("No longer flagged since {:.0} s: {}", c.at_s, c.why)), "{}", v.text);
+    }
+
+    #[test]
+    fn a_flagged_flow_keeps_its_verdict_while_its_receiver_pauses_it_within_the_loss_horizon() {
+        // Random losses; from 15 s to 23 s the receiver reads nothing (the window stays shut and
+        // nothing moves), then the flow goes on; from 40 s it pauses for good.
+        let feed = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (d, seen) = run_feed(80, move |tick| {
+            let paused = (150..230).contains(&tick) || tick >= 400;
+            let resumed_at = if tick >= 230 { tick - 80 } else { tick };
+            let mut out = feed(if paused { tick.min(150).max(if tick >= 400 { 320 } else { 0 }) } else { resumed_at });
+            for s in &mut out {
+                s.ts_ns = tick * 100_000_000 + s.ts_ns % 100_000_000;
+                if paused {
+                    s.snd_wnd = 0;
+                    s.rwnd_limited_us = 0;
+                }
+            }
+            out.truncate(1);
+            out
+        });
+        let first = seen.iter().position(|(f, _)| *f).expect("flagged");
+        // Through the first pause and after it: flagged, as `cwnd`.
+        assert!(seen[first..40].iter().all(|s| *s == (true, LimitedBy::CongestionWindow)), "{seen:?}");
+        // The second pause outlasts the loss horizon: the flag clears.
+        assert!(seen.last().is_some_and(|(f, _)| !f), "{seen:?}");
+        let v = d.verdict(1).expect("verdict");
+        assert!(v.changed.as_ref().is_some_and(|c| c.was_flagged), "{v:?}");
     }
 }

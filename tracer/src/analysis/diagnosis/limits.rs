@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::diagnosis::window::Window;
+use crate::analysis::diagnosis::window::{rate_of, Window};
 
 /// What limits a flow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -77,6 +77,14 @@ impl LimitedBy {
         }
     }
 
+    /// Whether the flow's own sending was held by something other than its path or its
+    /// congestion control (its receiver, or nothing to move at all): such seconds say nothing
+    /// for or against a flag, and a flagged flow's verdict of its busy seconds stands through
+    /// them (see `hysteresis`).
+    pub fn pauses(self) -> bool {
+        matches!(self, Self::Idle | Self::Receiving | Self::ReceiveWindow)
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Self::Unknown => "not enough data yet",
@@ -95,9 +103,13 @@ impl LimitedBy {
     }
 }
 
-/// Mean srtt above the standing-queue threshold over the window.
+/// Mean srtt above the standing-queue threshold over the window's samples taken while the
+/// peer read what it received (a receiver that leaves data unread delays its ACKs: that is
+/// not a queue on the path).
 pub(super) fn standing_queue(w: &Window, cfg: &DiagnosisConfig) -> bool {
-    w.min_rtt_us > 0.0 && w.mean_srtt_us > w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us
+    w.min_rtt_us > 0.0
+        && w.reading_srtt_us
+            .is_some_and(|srtt| srtt > w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us)
 }
 
 /// Does the flow fill the path's bottleneck? A standing queue, or the queue at its losses.
@@ -110,6 +122,14 @@ fn fills_path(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &str) -> boo
     } else {
         (lv.queued >= 2 && lv.queued_share() >= cfg.rate_based_queued_share) || at_ceiling(w, lv, cfg)
     }
+}
+
+/// Whether the send buffer binds: the flow gets most of what a full buffer carries at its RTT,
+/// so a larger one would carry more. (A buffer full of data SACKed but not acknowledged holds
+/// a writer back without holding the flow.)
+fn sndbuf_binds(w: &Window, cfg: &DiagnosisConfig) -> bool {
+    let allows = rate_of(w.mean_sndbuf, cfg.sndbuf_carried_share, w.mean_srtt_us / 1e6);
+    w.goodput_bps >= cfg.sndbuf_binds_share * allows
 }
 
 fn at_ceiling(w: &Window, lv: &LossView, cfg: &DiagnosisConfig) -> bool {
@@ -125,14 +145,17 @@ pub(super) fn classify(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, cc: &st
     if w.received_bytes > w.acked_bytes.saturating_mul(4) && w.sent_bytes < w.received_bytes / 4 {
         return LimitedBy::Receiving;
     }
-    if w.rwnd_share >= cfg.stall_share {
+    // A window too small for the path holds the flow; one the receiver closes (it reads
+    // something else meanwhile, or nothing) pauses it, and the rest of the window decides:
+    // a flow that moved nothing else is idle.
+    if w.rwnd_share - w.rwnd_closed_share >= cfg.stall_share {
         return LimitedBy::ReceiveWindow;
     }
     // A sender held by its send buffer has everything it queued in flight and nothing left to
     // send, so the kernel marks its rate samples application-limited too: what tells it from an
     // application that keeps up is its writer, waiting for room (and the kernel's own chrono,
     // which runs only while the window has room and the writer waits).
-    if w.sndbuf_bound_share >= cfg.sndbuf_bound_share || w.sndbuf_share >= cfg.stall_share {
+    if (w.sndbuf_bound_share >= cfg.sndbuf_bound_share || w.sndbuf_share >= cfg.stall_share) && sndbuf_binds(w, cfg) {
         return LimitedBy::SendBuffer;
     }
     // The kernel marks delivery-rate samples application-limited only while packets in flight
@@ -276,6 +299,77 @@ mod tests {
             s.writer_blocked = false;
         });
         assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Application);
+    }
+
+    #[test]
+    fn a_writer_waiting_on_a_buffer_that_allows_far_more_than_the_flow_gets_is_not_held_by_it() {
+        // BBR at 1.5 % random loss on a 40 ms, 200 Mbit/s path: its 4 MiB queue fills with data
+        // SACKed and not yet acknowledged, the writer waits on it and the window has room, yet
+        // the flow gets 177 Mbit/s of the 491 the buffer allows at its RTT (and got 178.9 with
+        // a 64 MiB maximum).
+        let (d, _) = run("bbr", 10, |tick, s| {
+            held_by_sndbuf(tick, s);
+            s.bytes_acked = 177_000_000 / 8 * tick / 10;
+            s.bytes_sent = s.bytes_acked;
+            (s.min_rtt_us, s.srtt_us) = (40_000, 41_000);
+            (s.snd_cwnd, s.packets_out, s.sacked_out) = (1400, 2700, 2000);
+        });
+        let v = d.verdict(1).expect("verdict");
+        assert_ne!(v.limited_by, LimitedBy::SendBuffer, "{}", v.text);
+        assert!(!v.flagged && v.fix.is_empty(), "{v:?}");
+        // The same writer on the 200 ms path, where the flow gets what 4 MiB allows: held.
+        let (d, _) = run("bbr", 10, held_by_sndbuf);
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::SendBuffer);
+    }
+
+    #[test]
+    fn srtt_that_rises_only_while_the_receiver_leaves_data_unread_is_no_queue() {
+        // A player's second connection, opened ahead: while the player reads the other one, this
+        // one's data stays unread, the peer's window falls and its delayed ACKs put 25 ms into
+        // srtt, at the losses too; while it is read, srtt is the path's. Random losses throughout.
+        let feed = episodic("cubic", 4_000_000, 5, 0, 0);
+        let (d, seen) = run_feed(40, move |tick| {
+            let unread = (tick / 50) % 2 == 1;
+            let mut out = feed(tick);
+            for s in &mut out {
+                s.mss = 1448;
+                s.snd_wnd = if unread { 1_500_000 - (tick % 50) as u32 * 20_000 } else { 1_500_000 };
+                // The ACKs wait once data is left unread.
+                if unread && tick % 50 > 0 {
+                    s.srtt_us += 25_000;
+                }
+            }
+            out
+        });
+        let after = &seen[10..];
+        let flagged = after.iter().filter(|(f, _)| *f).count();
+        assert!(flagged * 10 >= after.len() * 9, "flagged in {flagged} of {}: {seen:?}", after.len());
+        assert!(after.iter().all(|(_, l)| *l != LimitedBy::Path), "{seen:?}");
+        let e = d.verdict(1).expect("verdict").evidence.clone().expect("evidence");
+        assert!(e.receiver_held_episodes > 0 && e.queued_episodes == 0, "{e:?}");
+        // The same rise with the peer reading everything is a queue: not flagged.
+        let feed = episodic("cubic", 4_000_000, 5, 25, 25);
+        let (_, seen) = run_feed(40, feed);
+        assert!(seen.iter().all(|(f, _)| !f), "{seen:?}");
+    }
+
+    #[test]
+    fn a_receiver_that_closes_its_window_for_a_while_pauses_the_flow_and_the_rest_decides() {
+        // A player's next-segment connection: its window shut for 3 s of 5 while the player
+        // reads the other one, then read; cwnd-limited whenever it may send, random losses.
+        let feed = episodic("cubic", 4_000_000, 5, 0, 0);
+        let (_, seen) = run_feed(30, move |tick| {
+            let shut = tick % 50 < 30 && tick >= 100;
+            let mut out = feed(tick);
+            for s in &mut out {
+                s.mss = 1448;
+                s.snd_wnd = if shut { 0 } else { 1_500_000 };
+                // The kernel's rwnd chrono: 100 ms for each tick of a shut window.
+                s.rwnd_limited_us = (100..=tick).filter(|t| t % 50 < 30).count() as u64 * 100_000;
+            }
+            out
+        });
+        assert!(seen[15..].iter().all(|(_, l)| *l == LimitedBy::CongestionWindow), "{seen:?}");
     }
 
     #[test]

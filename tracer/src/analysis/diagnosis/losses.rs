@@ -32,6 +32,9 @@ pub(super) struct LossView {
     pub(super) clean_delivery_bps: f64,
     /// Episodes the kernel took back (left out of `episodes`), slow-start ones included.
     pub(super) spurious: usize,
+    /// Episodes whose srtt held the receiver's delay (its window fell: it left data unread),
+    /// left out of `episodes`: the queue at them is not the path's to judge.
+    pub(super) receiver_held: usize,
     /// Over the flow's life (the kernel's counters): segments retransmitted, those DSACK
     /// reported spurious, cuts undone. A flow's spurious retransmissions come early, before the
     /// kernel learns how far the path reorders, so a horizon would lose them.
@@ -100,9 +103,22 @@ fn taken_back(e: &LossEpisode, end: Mark) -> bool {
 /// the latest acknowledged segment's, separates them: 7.0-7.5 ms (19.5-20 ms at 80 ms) on the
 /// bottleneck, the full queue it drops at, and 0.05-0.15 ms behind the policer, which queues
 /// nothing (bpftrace on `tcp_sock.rack.rtt_us` at the first Recovery, 2026-12-06).
+///
+/// At that loss, also what srtt rose by while its recovery lasted. A random loss can be
+/// detected before the flight slow start already sent reaches the bottleneck; that flight then
+/// overflows the queue within the same recovery, and the episode loses a large share of it
+/// with no queue at its detection: a capped start, read on CUBIC at 0.1 % random loss on the
+/// 80 ms path (the emulated queue had tail-dropped 473 packets; 1 run in 10, 2026-12-07). The
+/// overflow's queue shows in srtt during the recovery; a policer's cut leaves srtt where it was.
 fn start_queue(e: &LossEpisode, min_rtt: u32) -> f64 {
-    let rtt = if e.slow_start && e.rack_rtt_at_us > 0 { e.rack_rtt_at_us } else { e.srtt_at_us };
-    f64::from(rtt.saturating_sub(min_rtt.min(e.min_rtt_us)))
+    let base = min_rtt.min(e.min_rtt_us);
+    if e.slow_start && e.rack_rtt_at_us > 0 {
+        let at_detection = e.rack_rtt_at_us.saturating_sub(base);
+        let while_recovering = e.srtt_peak_us.saturating_sub(e.srtt_at_us);
+        f64::from(at_detection.max(while_recovering))
+    } else {
+        f64::from(e.srtt_at_us.saturating_sub(base))
+    }
 }
 
 /// The flow's loss episodes within the loss horizon, split by the queue at each loss.
@@ -128,12 +144,18 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     let losses = EpisodeLoss::of_all(&genuine, s.bytes_retrans, s.mss, |e| start_queue(e, min_rtt) > threshold_us);
     let policed = if loss_based { policing(&losses, best_clean_bps, cfg) } else { None };
     // Rate-based senders leave ssthresh alone: "slow start" means nothing for them.
-    let (overshoots, judged): (Vec<_>, Vec<_>) = genuine.into_iter().partition(|e| loss_based && e.slow_start);
+    let (overshoots, judged): (Vec<&LossEpisode>, Vec<&LossEpisode>) =
+        genuine.into_iter().partition(|e| loss_based && e.slow_start);
+    // Every loss after slow start counts for the loss rates; the queue is judged only at those
+    // where the receiver read what it got.
+    let after_start = judged;
+    let judged: Vec<&LossEpisode> = after_start.iter().copied().filter(|e| !e.receiver_held).collect();
     let mut v = LossView {
         threshold_us,
         slow_start: overshoots.len(),
         clean_delivery_bps: flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[2] as f64),
         spurious: spurious.len(),
+        receiver_held: after_start.len() - judged.len(),
         policing: policed,
         plateau_forming: loss_based && plateau_forming(&losses, cfg),
         ..LossView::default()
@@ -141,15 +163,15 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
     v.retrans_segments = now_mark.retrans;
     v.dsack_dups = now_mark.dsack;
     v.undo_events = now_mark.undo;
-    let Some(first) = judged.first() else { return v };
+    let Some(first) = after_start.first() else { return v };
     v.episodes = judged.len();
     v.queued = judged.iter().filter(|e| queue(e) > threshold_us).count();
     v.clean = v.episodes - v.queued;
     v.timeouts = judged.iter().filter(|e| e.kind == EpisodeKind::Timeout).count();
     v.probes = judged.iter().filter(|e| e.kind == EpisodeKind::Probe).count();
     v.span_secs = now_ns.saturating_sub(first.ts_ns) as f64 / NS_PER_SEC as f64;
-    v.median_queue_us = median(judged.iter().map(queue).collect());
-    v.median_cwnd_before = median(judged.iter().map(|e| f64::from(e.cwnd_before)).collect());
+    v.median_queue_us = median(judged.iter().map(|e| queue(e)).collect());
+    v.median_cwnd_before = median(after_start.iter().map(|e| f64::from(e.cwnd_before)).collect());
     let sent = s.bytes_sent.saturating_sub(first.bytes_sent);
     if sent > 0 {
         // Retransmissions DSACK reported spurious were not lost.
@@ -158,7 +180,7 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> Loss
         v.loss_ratio = lost as f64 / sent as f64;
         // n episodes over the segments sent since the first: slightly high for small n, which
         // lowers the response function, so it never flatters the flag.
-        v.event_rate = v.episodes as f64 / (sent as f64 / f64::from(s.mss.max(1)));
+        v.event_rate = after_start.len() as f64 / (sent as f64 / f64::from(s.mss.max(1)));
     }
     v
 }
@@ -183,6 +205,39 @@ mod tests {
             out
         });
         *d.verdict(1).expect("verdict").evidence.clone().expect("evidence")
+    }
+
+    #[test]
+    fn a_slow_start_cut_is_queued_when_its_recovery_shows_the_queue() {
+        use super::start_queue;
+        use crate::analysis::model::LossEpisode;
+        // 80 ms path: RACK's RTT at detection shows no queue (a random loss ahead of the
+        // overflow), then srtt rises by the 20 ms queue the flight overflowed.
+        let cut = LossEpisode {
+            ts_ns: 1,
+            srtt_at_us: 83_000,
+            srtt_before_us: 82_000,
+            rack_rtt_at_us: 80_400,
+            srtt_peak_us: 99_500,
+            min_rtt_us: 80_000,
+            cwnd_before: 600,
+            delivery_before_bps: 120_000_000,
+            bytes_sent: 0,
+            bytes_retrans: 0,
+            retrans_before: 0,
+            dsack_before: 0,
+            undo_before: 0,
+            kind: crate::analysis::model::EpisodeKind::FastRetransmit,
+            slow_start: true,
+            receiver_held: false,
+        };
+        assert_eq!(start_queue(&cut, 80_000), 16_500.0);
+        // Behind a policer srtt stays where it was: the queue is RACK's, none.
+        let policed = LossEpisode { srtt_peak_us: 83_200, ..cut };
+        assert_eq!(start_queue(&policed, 80_000), 400.0);
+        // After slow start the queue is srtt's at detection, as before.
+        let later = LossEpisode { slow_start: false, ..cut };
+        assert_eq!(start_queue(&later, 80_000), 3_000.0);
     }
 
     #[test]

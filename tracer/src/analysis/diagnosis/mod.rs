@@ -65,7 +65,8 @@ use crate::analysis::diagnosis::remote::RemoteMemory;
 pub use crate::analysis::diagnosis::remote::{CutEvidence, RemoteSenderEvidence};
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
-    BufferEvidence, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy, Verdict,
+    BufferEvidence, Change, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy,
+    Verdict,
 };
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
@@ -82,6 +83,15 @@ struct FlowMemory {
     hysteresis: Hysteresis,
     /// The policer the flow's losses last showed (its first sign may leave the episode memory).
     policing: Option<Policing>,
+    /// When the flag's condition last held (ns): a flagged flow's verdict stands through a
+    /// pause only while this is within the loss horizon.
+    last_met_ns: u64,
+    /// A flagged flow's latest verdict from a busy window: what a pause shows.
+    busy: Option<Box<Verdict>>,
+    /// When the current pause of a flagged flow began (ns).
+    paused_at_ns: Option<u64>,
+    /// The latest change of the class or the flag shown.
+    change: Option<Change>,
     /// Set while the flow is at rest: judging it again would change nothing.
     settled: Option<Settled>,
     /// For a flow that receives: the receiving end's own verdict memory (see `remote`).
@@ -436,31 +446,60 @@ fn judge<'t>(
     lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
     mem.policing = lv.policing;
     let raw = classify(&w, &lv, cfg, &flow.latest.cc);
-    if raw == LimitedBy::Receiving {
+    let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
+    let was_flagged = mem.hysteresis.flagged();
+    let stale = match through_pause(mem, cfg, raw, now_ns) {
+        Pause::Holds(v) => return *v,
+        Pause::Stale => true,
+        Pause::None => false,
+    };
+    if raw == LimitedBy::Receiving && !was_flagged {
         // The peer's sender sets the pace: judged from this end (its sender's own socket, when
-        // on this host, is judged as a sender and keeps that verdict).
+        // on this host, is judged as a sender and keeps that verdict). A flow flagged as a
+        // sender that now only receives is paused, as above.
         let sender = peer_of(flow).map(Flow::cookie);
         let remote = mem.remote.get_or_insert_with(Box::default);
         if let Some(v) = remote::judge(flow, remote, cfg, env, w.secs, now_ns, sender) {
             return v;
         }
     }
-    let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);
-    let limited = mem.hysteresis.limited_by(previous, raw, cfg);
+    mem.paused_at_ns = None;
 
-    // Only a flow held by its peer's window needs the receiving end.
-    let peer = if limited == LimitedBy::ReceiveWindow { peer_of(flow) } else { None };
-    let ev = evidence_of(flow, &w, &lv, cfg, limited, env, peer);
-    let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
-    let flagged = if condition == Err(GETS_POLICED_RATE) {
-        mem.hysteresis.unflag_now(cfg)
-    } else {
-        mem.hysteresis.flag(condition.is_ok(), cfg)
+    let mut evidence_for = |class: LimitedBy| {
+        // Only a flow held by its peer's window needs the receiving end.
+        let peer = if class == LimitedBy::ReceiveWindow { peer_of(flow) } else { None };
+        evidence_of(flow, &w, &lv, cfg, class, env, peer)
     };
+    let d = if stale {
+        mem.hysteresis.unflag_now(cfg);
+        mem.hysteresis.hold_class();
+        let ev = evidence_for(raw);
+        Decided { limited: raw, flagged: false, ev, condition: Err(PAUSED_PAST_HORIZON), clears_in: None }
+    } else if was_flagged {
+        decide_flagged(flow, mem, cfg, &w, &lv, previous.unwrap_or(raw), raw, &mut evidence_for)
+    } else {
+        let limited = mem.hysteresis.limited_by(previous, raw, cfg);
+        let ev = evidence_for(limited);
+        let condition = flag_condition(flow, &w, &lv, &ev, limited, cfg);
+        let flagged = if condition == Err(GETS_POLICED_RATE) {
+            mem.hysteresis.unflag_now(cfg)
+        } else {
+            mem.hysteresis.flag(condition.is_ok(), cfg)
+        };
+        Decided { limited, flagged, ev, condition, clears_in: None }
+    };
+    if d.condition.is_ok() {
+        mem.last_met_ns = now_ns;
+    }
+    if let Some(from) = previous.filter(|p| *p != d.limited || was_flagged != d.flagged) {
+        let why = if was_flagged && !d.flagged { d.condition.err().unwrap_or_default() } else { "" };
+        mem.change = Some(Change { at_s: flow.age_secs(), from, was_flagged, why: why.to_string() });
+    }
 
     // The last verdict's text makes room for this one.
     let mut text = mem.shown.as_mut().map(|v| std::mem::take(&mut v.text)).unwrap_or_default();
     text.clear();
+    let Decided { limited, flagged, ev, condition, clears_in } = d;
     match (limited, ev.buffers.as_ref()) {
         (LimitedBy::SendBuffer, Some(b)) => {
             buffers::write_sndbuf(&mut text, flow, &w, b, env);
@@ -478,8 +517,103 @@ fn judge<'t>(
         }
         _ => words::write_unflagged(&mut text, flow, &w, &lv, &ev, limited, condition),
     }
+    if let (Some(n), Err(why)) = (clears_in, condition) {
+        words::write_pending_clear(&mut text, why, n);
+    }
+    if let Some(c) = &mem.change {
+        words::write_change(&mut text, c, flagged);
+    }
     let fix = fix_of(flow, env, &ev, limited, flagged);
-    Verdict { limited_by: limited, flagged, text, evidence: Some(Box::new(ev)), fix, relayed_by: None, tunnel: None }
+    let verdict = Verdict {
+        limited_by: limited,
+        flagged,
+        text,
+        evidence: Some(Box::new(ev)),
+        fix,
+        relayed_by: None,
+        tunnel: None,
+        changed: mem.change.clone(),
+    };
+    mem.busy = flagged.then(|| Box::new(verdict.clone()));
+    verdict
+}
+
+/// The class, flag and evidence of one evaluation, and the flag's condition on it.
+struct Decided {
+    limited: LimitedBy,
+    flagged: bool,
+    ev: Evidence,
+    condition: Result<(), &'static str>,
+    /// For a flag held while its condition fails: evaluations like this one until it clears.
+    clears_in: Option<u32>,
+}
+
+/// A flagged flow judged on what its window shows now (`raw`): its flag holds while the
+/// condition does, and for `release` evaluations that do not meet it, with the class it was
+/// flagged under (`flagged_as`), its words and its fix; when the flag clears, the class is the
+/// window's at once. A policer's rate clears it at once.
+#[allow(clippy::too_many_arguments)]
+fn decide_flagged(
+    flow: &Flow,
+    mem: &mut FlowMemory,
+    cfg: &DiagnosisConfig,
+    w: &window::Window,
+    lv: &losses::LossView,
+    flagged_as: LimitedBy,
+    raw: LimitedBy,
+    evidence_for: &mut dyn FnMut(LimitedBy) -> Evidence,
+) -> Decided {
+    let ev_raw = evidence_for(raw);
+    let condition = flag_condition(flow, w, lv, &ev_raw, raw, cfg);
+    if condition.is_ok() {
+        let flagged = mem.hysteresis.flag(true, cfg);
+        // Another class the flag holds under (a policer's losses showing) still waits its turn.
+        let limited = mem.hysteresis.limited_by(Some(flagged_as), raw, cfg);
+        let ev = if limited == raw { ev_raw } else { evidence_for(limited) };
+        return Decided { limited, flagged, ev, condition, clears_in: None };
+    }
+    let flagged = if condition == Err(GETS_POLICED_RATE) {
+        mem.hysteresis.unflag_now(cfg)
+    } else {
+        mem.hysteresis.flag(false, cfg)
+    };
+    mem.hysteresis.hold_class();
+    if flagged {
+        let ev = evidence_for(flagged_as);
+        Decided { limited: flagged_as, flagged, ev, condition, clears_in: Some(mem.hysteresis.clears_in(cfg)) }
+    } else {
+        Decided { limited: raw, flagged, ev: ev_raw, condition, clears_in: None }
+    }
+}
+
+/// Why a flag cleared at once: the flow paused past the loss horizon.
+const PAUSED_PAST_HORIZON: &str = "it paused until its losses left the loss horizon";
+
+/// What a pause does to a flagged flow's verdict.
+enum Pause {
+    /// The verdict of its busy seconds stands (boxed: a verdict is large, and this is rare).
+    Holds(Box<Verdict>),
+    /// It paused past the loss horizon: the flag clears.
+    Stale,
+    /// Not a flagged flow's pause.
+    None,
+}
+
+/// A flagged flow whose window shows a pause (`raw`: its receiver held it, or it moved nothing)
+/// while the flag's evidence is within the loss horizon: the verdict of its busy seconds, with
+/// how long the pause has lasted. Its hysteresis does not move.
+fn through_pause(mem: &mut FlowMemory, cfg: &DiagnosisConfig, raw: LimitedBy, now_ns: u64) -> Pause {
+    let horizon_ns = (cfg.loss_horizon_secs * tracer_common::NS_PER_SEC as f64) as u64;
+    if !mem.hysteresis.flagged() || !raw.pauses() {
+        return Pause::None;
+    }
+    let Some(busy) = mem.busy.as_ref().filter(|_| now_ns.saturating_sub(mem.last_met_ns) <= horizon_ns) else {
+        return Pause::Stale;
+    };
+    let mut v = (**busy).clone();
+    let since = *mem.paused_at_ns.get_or_insert(now_ns);
+    words::write_pause(&mut v.text, raw, now_ns.saturating_sub(since) as f64 / tracer_common::NS_PER_SEC as f64);
+    Pause::Holds(Box::new(v))
 }
 
 /// The fix's commands: switching a flagged loss-based flow's namespace to BBR, and raising the

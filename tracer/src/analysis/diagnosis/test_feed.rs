@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy};
+use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Sample, SampleReason};
 use crate::analysis::model::tests::sample;
@@ -16,6 +16,32 @@ pub(super) fn test_env() -> Environment {
         netns_pids: HashMap::from([(4026531840, 77)]),
         netns_names: HashMap::new(),
         ..Environment::default()
+    }
+}
+
+/// The words a flagged verdict says for each class it may be flagged under.
+fn flagged_words(class: LimitedBy) -> Option<&'static str> {
+    match class {
+        LimitedBy::CongestionWindow => Some("is held back by loss-based congestion control"),
+        LimitedBy::Policer => Some("is policed at"),
+        LimitedBy::SendBuffer => Some(LimitedBy::SendBuffer.describe()),
+        _ => None,
+    }
+}
+
+/// `limited_by`, `flagged` and the words tell one story: a flagged verdict is of a class a flag
+/// may name and says so; any other says its class and none of a flag's words.
+pub(super) fn assert_agrees(v: &Verdict) {
+    if v.flagged {
+        let words = flagged_words(v.limited_by).unwrap_or_else(|| panic!("flagged as {:?}: {}", v.limited_by, v.text));
+        assert!(v.text.contains(words), "flagged {:?} without its words: {}", v.limited_by, v.text);
+    } else {
+        for class in [LimitedBy::CongestionWindow, LimitedBy::Policer] {
+            let words = flagged_words(class).expect("words");
+            assert!(!v.text.contains(words), "not flagged, yet {words:?}: {}", v.text);
+        }
+        let own = if v.limited_by == LimitedBy::Unknown { "not enough data" } else { v.limited_by.describe() };
+        assert!(v.text.contains(own), "{:?} without its words: {}", v.limited_by, v.text);
     }
 }
 
@@ -39,6 +65,7 @@ pub(super) fn run_in(
         table.ingest(&s);
         if tick % 10 == 0 {
             d.evaluate(&table, env, tick * 100_000_000);
+            d.verdict(1).into_iter().for_each(assert_agrees);
         }
     }
     (d, table)
@@ -75,6 +102,7 @@ pub(super) fn run_feed(secs: u64, feed: impl Fn(u64) -> Vec<Sample>) -> (Diagnos
         if tick % 10 == 0 {
             d.evaluate(&table, &test_env(), tick * 100_000_000);
             let v = d.verdict(1).expect("verdict");
+            assert_agrees(v);
             seen.push((v.flagged, v.limited_by));
         }
     }

@@ -79,6 +79,11 @@ pub struct Evidence {
     /// unknown).
     #[serde(default)]
     pub spurious_episodes: u32,
+    /// Episodes after slow start while the receiver left data unread (its advertised window
+    /// fell): counted in the loss rates, left out of `loss_episodes`, as srtt then holds the
+    /// receiver's delayed ACKs and not only the path's queue.
+    #[serde(default)]
+    pub receiver_held_episodes: u32,
     #[serde(default)]
     pub retrans_segments: u32,
     #[serde(default)]
@@ -258,6 +263,19 @@ pub struct DeepEvidence {
     pub last_cut: Option<String>,
 }
 
+/// The latest change of a flow's verdict: when, from what, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// Seconds into the flow (since its first sample) when the verdict shown changed.
+    pub at_s: f64,
+    /// What it said before: its class and whether it was flagged.
+    pub from: LimitedBy,
+    pub was_flagged: bool,
+    /// Why a flag cleared (the condition it no longer met); empty for other changes.
+    #[serde(default)]
+    pub why: String,
+}
+
 /// The judgement on one flow.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
@@ -275,6 +293,8 @@ pub struct Verdict {
     pub relayed_by: Option<RelayedBy>,
     /// The tunnel the flow crosses the path in (its note ends the text).
     pub tunnel: Option<Tunnel>,
+    /// The latest change of `limited_by` or `flagged` (its words are in the text).
+    pub changed: Option<Change>,
 }
 
 impl Verdict {
@@ -287,6 +307,7 @@ impl Verdict {
             fix: Vec::new(),
             relayed_by: None,
             tunnel: None,
+            changed: None,
         }
     }
 }

@@ -68,9 +68,15 @@ pub(super) struct Window {
     pub(super) loss_ratio: f64,
     pub(super) busy_share: f64,
     pub(super) rwnd_share: f64,
+    /// Of `rwnd_share`, the share held by a closed window (the receiver not reading at all).
+    pub(super) rwnd_closed_share: f64,
     pub(super) sndbuf_share: f64,
     pub(super) mean_cwnd: f64,
     pub(super) mean_srtt_us: f64,
+    /// Mean srtt of the window's samples taken while the peer read what it got (see
+    /// [`SampleCounts::peer_reading`]): the path's queue without the receiver's delay. `None`
+    /// when the peer left data unread at every sample of the window.
+    pub(super) reading_srtt_us: Option<f64>,
     pub(super) min_rtt_us: f64,
     /// Share of samples in the window with a full congestion window.
     pub(super) cwnd_full_share: f64,
@@ -125,9 +131,21 @@ pub(super) fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
         loss_ratio: if sent > 0 { retrans as f64 / sent as f64 } else { 0.0 },
         busy_share: share(first.busy_us, last.busy_us),
         rwnd_share: share(first.rwnd_us, last.rwnd_us),
+        rwnd_closed_share: share(first.counts.rwnd_closed_us, last.counts.rwnd_closed_us),
         sndbuf_share: share(first.sndbuf_us, last.sndbuf_us),
         mean_cwnd: mean(&|s| f64::from(s.cwnd)),
         mean_srtt_us: mean(&|s| f64::from(s.srtt_us)),
+        reading_srtt_us: {
+            let n = last.counts.peer_reading.saturating_sub(first.counts.peer_reading);
+            let sum = last.counts.peer_reading_srtt_us.saturating_sub(first.counts.peer_reading_srtt_us);
+            // Without periodic samples in the window (a feed of other samples only), the
+            // snapshots' srtt is all there is.
+            match (samples, n) {
+                (0, _) => Some(mean(&|s| f64::from(s.srtt_us))),
+                (_, 0) => None,
+                _ => Some(sum as f64 / n as f64),
+            }
+        },
         min_rtt_us: f64::from(min_rtt),
         cwnd_full_share: count_share(first.counts.cwnd_full, last.counts.cwnd_full),
         no_backlog_share: count_share(first.counts.no_backlog, last.counts.no_backlog),
@@ -145,4 +163,14 @@ pub(super) fn window_of(snaps: &VecDeque<Snapshot>) -> Option<Window> {
             lossy as f64 / intervals
         },
     })
+}
+
+/// The rate a buffer of `buffer` bytes lets a flow carry at `rtt_s`, keeping `share` of it in
+/// flight.
+pub(super) fn rate_of(buffer: f64, share: f64, rtt_s: f64) -> f64 {
+    if rtt_s > 0.0 {
+        buffer * share * 8.0 / rtt_s
+    } else {
+        f64::INFINITY
+    }
 }

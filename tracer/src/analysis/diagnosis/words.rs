@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::{is_loss_based, ResponseModel};
-use crate::analysis::diagnosis::verdict::{DeepEvidence, Evidence, PolicerEvidence, Verdict};
+use crate::analysis::diagnosis::verdict::{Change, DeepEvidence, Evidence, PolicerEvidence, Verdict};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::model::Flow;
 use crate::analysis::tunnel::place::{tunnel_note, Tunnel};
@@ -119,6 +119,38 @@ fn write_policed(text: &mut String, flow: &Flow, ev: &Evidence, p: &PolicerEvide
     }
     text.push_str(
         " A paced, model-based algorithm (BBR) sends at the rate the policer passes instead of bursting past it.",
+    );
+}
+
+/// A flagged flow whose window no longer meets the flag's condition: why, and how many more
+/// evaluations like it clear the flag (its class and words stay the flag's until then).
+pub(super) fn write_pending_clear(text: &mut String, why: &str, clears_in: u32) {
+    let _ = write!(
+        text,
+        " The latest window does not meet the flag ({why}): the flag clears after {clears_in} more like it."
+    );
+}
+
+/// When the verdict last changed, from what, and why; `flagged` is whether it is flagged now.
+pub(super) fn write_change(text: &mut String, c: &Change, flagged: bool) {
+    let _ = match (c.was_flagged, flagged) {
+        (true, false) => write!(text, " No longer flagged since {:.0} s: {}.", c.at_s, c.why),
+        (false, true) => write!(text, " Flagged since {:.0} s (before: {}).", c.at_s, c.from.name()),
+        _ => write!(text, " Was {} until {:.0} s.", c.from.name(), c.at_s),
+    };
+}
+
+/// A flagged flow paused by `pause` (its receiver, or nothing to move) for `secs`: the verdict
+/// of its busy seconds stands.
+pub(super) fn write_pause(text: &mut String, pause: LimitedBy, secs: f64) {
+    let what = match pause {
+        LimitedBy::ReceiveWindow => "its receiver has left data unread (the peer's window is full)",
+        LimitedBy::Receiving => "it has only received",
+        _ => "it has moved nothing",
+    };
+    let _ = write!(
+        text,
+        " For the last {secs:.0} s {what}: those seconds say nothing of its congestion control, and this verdict          is from the busy seconds before."
     );
 }
 

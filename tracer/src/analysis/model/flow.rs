@@ -57,7 +57,7 @@ impl Flow {
     pub(super) fn new(sample: &Sample, history_cap: usize, text_generation: u64) -> Self {
         let point = RatePoint::of(sample);
         let mut counts = SampleCounts::default();
-        counts.add(sample);
+        counts.add(None, sample);
         let mut flow = Self {
             first: point,
             latest: sample.clone(),
@@ -123,7 +123,7 @@ impl Flow {
         let dt = sample.ts_ns - self.latest.ts_ns;
         self.ca_time_ns[self.latest.ca_state.index()] += dt;
         self.samples += 1;
-        self.counts.add(sample);
+        self.counts.add(Some(&self.latest), sample);
         self.last_seen_ns = sample.ts_ns;
         self.max_snd_wnd = self.max_snd_wnd.max(sample.snd_wnd);
         if sample.is_closing() && self.closed_at_ns.is_none() {

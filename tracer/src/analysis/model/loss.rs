@@ -9,6 +9,7 @@ use tracer_common::TCP_INFINITE_SSTHRESH;
 
 use crate::analysis::event::{CaState, Sample, SampleReason};
 use crate::analysis::model::config::{queue_threshold_us, TableConfig};
+use crate::analysis::model::counts::peer_window_fell;
 
 /// Flows start tracking loss episodes once they sent this much: smaller flows are never heavy,
 /// and most of a busy host's flows stay below it, so they allocate nothing.
@@ -19,6 +20,11 @@ pub const MAX_EPISODES: usize = 16;
 const RING_LEN: usize = 8;
 /// How far before a loss the "before" figures look.
 pub const LOSS_LOOKBACK_NS: u64 = 500_000_000;
+/// Slow start's aftermath lasts until srtt is back within the queue threshold of min_rtt, for
+/// at most this many min_rtts: the overshoot's queue drains within a few round trips of the
+/// cut (on a drop-tail buffer of up to a BDP, CUBIC's cut to 0.7 of the window it reached
+/// empties it), and a deeper one stands, which the standing-queue test names.
+const AFTERMATH_MAX_RTTS: u64 = 16;
 
 /// How the kernel noticed a loss episode: by the CA state its first retransmission came in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,6 +65,10 @@ pub struct LossEpisode {
     /// RACK's RTT when the loss was detected (`rack.rtt_us`; 0: unknown): the RTT of the
     /// latest segment acknowledged, without srtt's lag.
     pub rack_rtt_at_us: u32,
+    /// The highest srtt while the episode's recovery lasted, its last sample included: a flight
+    /// that overflowed a queue after a random loss was detected shows that queue here, where a
+    /// policer, which queues nothing, leaves srtt at min_rtt.
+    pub srtt_peak_us: u32,
     pub min_rtt_us: u32,
     /// Largest cwnd in the half second before the cut, and at detection.
     pub cwnd_before: u32,
@@ -73,9 +83,13 @@ pub struct LossEpisode {
     pub dsack_before: u32,
     pub undo_before: u32,
     pub kind: EpisodeKind,
-    /// The sender was still in or leaving slow start (ssthresh unset in the lookback): an
-    /// overshoot of its own making, which says nothing about the path's losses.
+    /// The sender was still in or leaving slow start (ssthresh unset in the lookback), or in
+    /// its aftermath (the overshoot's queue not yet drained): an overshoot of its own making,
+    /// which says nothing about the path's losses.
     pub slow_start: bool,
+    /// The peer's advertised window fell in the lookback: its application left data unread,
+    /// so its ACKs waited and srtt holds the receiver's delay, not only the path's queue.
+    pub receiver_held: bool,
 }
 
 impl LossEpisode {
@@ -93,6 +107,7 @@ struct RingPoint {
     delivery_bps: u64,
     app_limited: bool,
     slow_start: bool,
+    snd_wnd: u32,
 }
 
 /// Per-flow loss memory, allocated once the flow has sent `TRACK_MIN_BYTES`.
@@ -107,18 +122,35 @@ pub struct LossTracker {
     /// The three highest delivery rates seen without queueing and not application-limited,
     /// highest first (bits/s): what the path has shown it can carry for this flow.
     pub best_clean_bps: [u64; 3],
+    /// Until when (ns) slow start's aftermath lasts at most, while its overshoot's queue has
+    /// not drained: set when slow start ends, cleared by the first sample without a queue.
+    aftermath_until_ns: Option<u64>,
 }
 
 impl LossTracker {
     pub(super) fn update(&mut self, prev: &Sample, s: &Sample, cfg: &TableConfig) {
         let lossy = matches!(s.ca_state, CaState::Recovery | CaState::Loss);
         let retransmitted = s.total_retrans > prev.total_retrans;
+        let queue_thr = queue_threshold_us(s.min_rtt_us, cfg.queue_ratio, cfg.queue_slack_us);
+        let queued = f64::from(s.srtt_us.saturating_sub(s.min_rtt_us)) > queue_thr;
+        if prev.snd_ssthresh >= TCP_INFINITE_SSTHRESH && s.snd_ssthresh < TCP_INFINITE_SSTHRESH {
+            let max_ns = AFTERMATH_MAX_RTTS * u64::from(s.min_rtt_us.max(1)) * 1000;
+            self.aftermath_until_ns = Some(s.ts_ns + max_ns);
+        }
+        if self.aftermath_until_ns.is_some_and(|until| s.ts_ns > until)
+            || (s.reason == SampleReason::Periodic && !queued)
+        {
+            self.aftermath_until_ns = None;
+        }
         if !self.in_loss && (lossy || retransmitted) {
             self.record_episode(prev, s);
+        } else if self.in_loss {
+            if let Some(e) = self.episodes.back_mut() {
+                e.srtt_peak_us = e.srtt_peak_us.max(s.srtt_us);
+            }
         }
         // One episode per recovery: it ends when the sender is back in Open (or Disorder/CWR).
         self.in_loss = lossy;
-        let queue_thr = queue_threshold_us(s.min_rtt_us, cfg.queue_ratio, cfg.queue_slack_us);
         let clean = s.srtt_us > 0
             && s.min_rtt_us > 0
             && s.min_rtt_us != u32::MAX
@@ -138,6 +170,7 @@ impl LossTracker {
                 delivery_bps: s.delivery_rate_bps,
                 app_limited: s.app_limited,
                 slow_start: s.snd_ssthresh >= TCP_INFINITE_SSTHRESH,
+                snd_wnd: s.snd_wnd,
             };
             self.ring_next = (self.ring_next + 1) % RING_LEN;
             self.ring_len = (self.ring_len + 1).min(RING_LEN);
@@ -156,7 +189,11 @@ impl LossTracker {
             .map(|p| p.delivery_bps)
             .max()
             .unwrap_or(0);
-        let slow_start = prev.snd_ssthresh >= TCP_INFINITE_SSTHRESH || before.iter().any(|p| p.slow_start);
+        let slow_start = prev.snd_ssthresh >= TCP_INFINITE_SSTHRESH
+            || before.iter().any(|p| p.slow_start)
+            || self.aftermath_until_ns.is_some();
+        let widest = before.iter().map(|p| p.snd_wnd).max().unwrap_or(0).max(prev.snd_wnd);
+        let receiver_held = peer_window_fell(widest, s.snd_wnd, s.mss);
         if self.episodes.len() >= MAX_EPISODES {
             self.episodes.pop_front();
         }
@@ -165,6 +202,7 @@ impl LossTracker {
             srtt_at_us: s.srtt_us,
             srtt_before_us: srtts.get(srtts.len() / 2).copied().unwrap_or(0),
             rack_rtt_at_us: s.rack_rtt_us,
+            srtt_peak_us: s.srtt_us,
             min_rtt_us: s.min_rtt_us,
             cwnd_before,
             delivery_before_bps,
@@ -175,6 +213,34 @@ impl LossTracker {
             undo_before: prev.signals.undone(),
             kind: EpisodeKind::of(s.ca_state),
             slow_start,
+            receiver_held,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::model::tests::sample;
+
+    #[test]
+    fn an_episode_keeps_the_highest_srtt_of_its_recovery_and_its_last_sample() {
+        let cfg = TableConfig::default();
+        let mut tracker = LossTracker::default();
+        let at = |ms: u64, ca: CaState, srtt_us: u32| Sample { ca_state: ca, srtt_us, ..sample(1, ms) };
+        let open = at(0, CaState::Open, 81_000);
+        let steps = [
+            at(100, CaState::Recovery, 83_000),
+            at(200, CaState::Recovery, 95_000),
+            at(250, CaState::Open, 99_500),
+            at(350, CaState::Open, 120_000),
+        ];
+        let mut prev = open;
+        for s in steps {
+            tracker.update(&prev, &s, &cfg);
+            prev = s;
+        }
+        let e = tracker.episodes.back().expect("an episode");
+        assert_eq!((e.srtt_at_us, e.srtt_peak_us), (83_000, 99_500));
     }
 }

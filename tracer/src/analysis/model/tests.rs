@@ -575,6 +575,65 @@ fn one_episode_per_recovery_with_the_moments_before() {
     assert_eq!(f.loss.as_ref().expect("tracked").best_clean_bps, [20_000_000; 3]);
 }
 
+/// A bulk sender on a 240 ms path whose slow start ends at 1 s, losing once at each tick in
+/// `losses`, with `queue_ms(tick)` of queue in srtt.
+fn long_path_feed(losses: &[u64], queue_ms: impl Fn(u64) -> u32) -> Vec<bool> {
+    let mut t = FlowTable::new(TableConfig::default());
+    for tick in 0..=60u64 {
+        let mut s = sample(1, tick * 100);
+        s.bytes_sent = 200_000 + tick * 250_000;
+        s.snd_ssthresh = if tick < 10 { TCP_INFINITE_SSTHRESH } else { 600 };
+        (s.min_rtt_us, s.srtt_us) = (240_000, 240_000 + queue_ms(tick) * 1000);
+        t.ingest(&s);
+        if losses.contains(&tick) {
+            let mut l = s.clone();
+            (l.ts_ns, l.reason, l.ca_state, l.total_retrans) =
+                (l.ts_ns + 1_000_000, SampleReason::CaState, CaState::Recovery, tick as u32);
+            t.ingest(&l);
+            (l.ts_ns, l.ca_state) = (l.ts_ns + 40_000_000, CaState::Open);
+            t.ingest(&l);
+        }
+    }
+    t.get(1).expect("flow").loss_episodes().map(|e| e.slow_start).collect()
+}
+
+#[test]
+fn losses_before_slow_starts_overshoot_drained_are_the_overshoots() {
+    // Slow start overshoots into 60 ms of queue, which drains by 2.5 s: a loss at 1.8 s is still
+    // the overshoot's (past the half second the episodes' lookback sees), one at 4 s is judged
+    // on its own.
+    assert_eq!(
+        long_path_feed(&[10, 18, 40], |tick| if (10..25).contains(&tick) { 60 } else { 0 }),
+        [true, true, false]
+    );
+    // Without a queue after slow start, its aftermath ends at the next sample.
+    assert_eq!(long_path_feed(&[10, 18, 40], |_| 0), [true, false, false]);
+    // A queue that never drains (one the standing-queue test names) ends it after 16 min_rtts.
+    assert_eq!(long_path_feed(&[10, 18, 50], |tick| if tick >= 10 { 60 } else { 0 }), [true, true, false]);
+}
+
+#[test]
+fn a_loss_while_the_peer_leaves_data_unread_is_marked() {
+    let mut t = FlowTable::new(TableConfig::default());
+    let mut s = sample(1, 0);
+    (s.bytes_sent, s.snd_wnd, s.mss) = (100_000, 1_000_000, 1448);
+    t.ingest(&s);
+    for tick in 1..=10u64 {
+        s.ts_ns = tick * 100_000_000;
+        s.bytes_sent += 100_000;
+        s.snd_wnd -= 30_000;
+        t.ingest(&s);
+    }
+    let mut l = s.clone();
+    (l.ts_ns, l.reason, l.ca_state, l.total_retrans) =
+        (l.ts_ns + 1_000_000, SampleReason::CaState, CaState::Recovery, 1);
+    t.ingest(&l);
+    let f = t.get(1).expect("flow");
+    assert!(f.loss_episodes().next().is_some_and(|e| e.receiver_held));
+    // Ten samples, the first counting as read (nothing to compare with), the rest not.
+    assert_eq!((f.counts.samples, f.counts.peer_reading), (11, 1));
+}
+
 #[test]
 fn episodes_are_bounded_and_small_flows_allocate_nothing() {
     let mut t = FlowTable::new(TableConfig::default());

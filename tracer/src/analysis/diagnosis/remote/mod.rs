@@ -58,20 +58,15 @@ pub(super) fn judge(
     let flagged = mem.hysteresis.flag(condition.is_ok(), cfg);
     let decided_by = words::decided_by(&v, limited, cfg);
     let ev = evidence::remote_evidence(flow, &v, limited, flagged, condition, sender_on_host, decided_by, cfg, env);
-    let mut own = String::new();
-    if flagged {
-        words::write_flagged(&mut own, flow, &v, &ev);
-    } else {
-        words::write_unflagged(&mut own, flow, &v, &ev, limited);
-    }
     let here = sender_on_host.is_some();
-    let text = if here {
-        let mut text = String::new();
-        words::write_sender_here(&mut text, &ev, &own);
-        text
+    let mut text = String::new();
+    if here {
+        words::write_sender_here(&mut text, &ev);
+    } else if flagged {
+        words::write_flagged(&mut text, flow, &v, &ev);
     } else {
-        own
-    };
+        words::write_unflagged(&mut text, flow, &v, &ev, limited);
+    }
     let evidence = Evidence::of_remote(&ev);
     Some(Verdict {
         limited_by: if here { LimitedBy::Receiving } else { limited },
@@ -81,6 +76,7 @@ pub(super) fn judge(
         fix: Vec::new(),
         relayed_by: None,
         tunnel: None,
+        changed: None,
     })
 }
 

@@ -63,6 +63,13 @@ pub(super) fn decided_by(v: &RemoteView, limited: LimitedBy, cfg: &DiagnosisConf
     }
 }
 
+/// How an unflagged receiving-end verdict opens: its class as every verdict names it (the
+/// descriptions' first words; the rest of a description speaks from the sender's socket).
+fn class_words(limited: LimitedBy) -> &'static str {
+    let described = limited.describe();
+    described.find(':').map_or(described, |colon| &described[..=colon])
+}
+
 /// Who sends: the peer's address, as the user knows it.
 fn sender(flow: &Flow) -> String {
     format!("the sender at {} (to {})", flow.latest.remote, flow.latest.local)
@@ -129,7 +136,13 @@ pub(super) fn write_unflagged(
     limited: LimitedBy,
 ) {
     let s = &flow.latest;
-    let _ = write!(text, "From this receiving end ({} over {:.0} s): ", rate(v.goodput_bps), v.window_secs);
+    let _ = write!(
+        text,
+        "{} from this receiving end ({} over {:.0} s), ",
+        class_words(limited),
+        rate(v.goodput_bps),
+        v.window_secs
+    );
     match limited {
         LimitedBy::ReceiveWindow if reader_slow(v, flow) => {
             let _ = write!(
@@ -190,12 +203,14 @@ pub(super) fn write_unflagged(
     text.push('.');
 }
 
-/// A flow whose sender is on this host: that socket's verdict stands; this end's is said.
-pub(super) fn write_sender_here(text: &mut String, ev: &RemoteSenderEvidence, own: &str) {
+/// A flow whose sender is on this host: that socket's verdict stands; this end's class and
+/// flag are said (its words are in `evidence.remote_sender`, not here: this row is not flagged).
+pub(super) fn write_sender_here(text: &mut String, ev: &RemoteSenderEvidence) {
     let _ = write!(
         text,
-        "receiving: its sender is a socket of this host (cookie {}), judged there. {}",
+        "receiving: its sender is a socket of this host (cookie {}), judged there; from this end alone: {}{}",
         ev.sender_on_host.unwrap_or(0),
-        own
+        ev.limited_by.name(),
+        if ev.flagged { ", flagged" } else { "" }
     );
 }

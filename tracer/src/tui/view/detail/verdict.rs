@@ -42,8 +42,10 @@ fn verdict_lines(
         decision_lines(decisions, width, &mut out);
         return out;
     };
-    // An unflagged verdict's text already opens with the description.
-    if !v.text.starts_with(v.limited_by.describe()) {
+    // An unflagged verdict's text already opens with the description; a receiving end's speaks
+    // of its remote sender in words of its own (the description speaks from a sender's socket).
+    let remote = v.evidence.as_ref().is_some_and(|e| e.remote_sender.is_some());
+    if !v.text.starts_with(v.limited_by.describe()) && !remote {
         para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
     }
     para(&v.text, Style::new(), 0, &mut out);
