@@ -56,12 +56,42 @@ pub fn run_cctrace(args: &[&str]) -> Result<(i32, String, String)> {
         .stdin(std::process::Stdio::null())
         .output_within(CHILD_DEADLINE)
         .context("running cctrace")?;
-    Ok((
+    Ok(ran(&out))
+}
+
+/// [`run_cctrace`] with the kernel's BTF hidden from it, as [`Tracer::start_without_btf`] does.
+pub fn run_cctrace_without_btf(args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+        .arg(cctrace_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output_within(CHILD_DEADLINE)
+        .context("running cctrace without BTF")?;
+    Ok(ran(&out))
+}
+
+fn ran(out: &std::process::Output) -> Ran {
+    (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    )
 }
+
+/// What [`run_cctrace`] returns: exit code, stdout, stderr.
+pub type Ran = (i32, String, String);
+
+/// How a test runs cctrace: with the kernel's BTF, or with it hidden (the mode without BTF).
+#[derive(Clone, Copy)]
+pub struct Mode {
+    pub start: fn(&[&str]) -> Result<Tracer>,
+    pub run: fn(&[&str]) -> Result<Ran>,
+}
+
+pub const WITH_BTF: Mode = Mode { start: Tracer::start, run: run_cctrace };
+pub const WITHOUT_BTF: Mode = Mode { start: Tracer::start_without_btf, run: run_cctrace_without_btf };
 
 /// The `cctrace` binary next to this test binary (target/<profile>/cctrace), or $CCTRACE_BIN.
 pub fn cctrace_bin() -> PathBuf {
@@ -72,6 +102,9 @@ pub fn cctrace_bin() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/cctrace
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("cctrace")).unwrap_or_else(|| PathBuf::from("cctrace"))
 }
+
+/// Where the kernel's BTF is; [`Tracer::start_without_btf`] hides it.
+pub const HIDDEN_BTF: &str = "/sys/kernel/btf";
 
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
@@ -92,6 +125,20 @@ impl Tracer {
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let mut cmd = Command::new(cctrace_bin());
         cmd.args(["--json", "--events"]).args(args).envs(env.iter().copied());
+        Self::start_command(cmd)
+    }
+
+    /// [`Tracer::start`] with the kernel's BTF hidden from cctrace, as on a kernel built
+    /// without it: in a mount namespace of its own (private: nothing propagates to the host),
+    /// an empty tmpfs lies over `/sys/kernel/btf`. The shell then becomes cctrace (`exec`), so
+    /// the process stopped and inspected is cctrace itself.
+    pub fn start_without_btf(args: &[&str]) -> Result<Self> {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!("mount -t tmpfs cctrace-no-btf {HIDDEN_BTF} && exec \"$0\" \"$@\""))
+            .arg(cctrace_bin())
+            .args(["--json", "--events"])
+            .args(args);
         Self::start_command(cmd)
     }
 
@@ -248,6 +295,32 @@ pub fn record_agrees(v: &Value) -> Result<()> {
         }
         let own = words(&CLASS_WORDS).with_context(|| format!("an unknown class {class}: {v}"))?;
         anyhow::ensure!(text.contains(own), "{class} without its words ({own:?}): {v}");
+    }
+    receiving_end_agrees(v, class, text)
+}
+
+/// A receiving flow judged from its receiving end (`evidence.remote_sender`) tells the same
+/// story: where its sender is not on this host the record is that judgment and says it is the
+/// receiving end's; where it is, the record stays `receiving` and names the receiving end's class
+/// and flag.
+fn receiving_end_agrees(v: &Value, class: &str, text: &str) -> Result<()> {
+    let remote = &v["evidence"]["remote_sender"];
+    if !remote.is_object() {
+        return Ok(());
+    }
+    let (own, flagged) = (remote["limited_by"].as_str().unwrap_or_default(), remote["flagged"] == true);
+    if remote["sender_on_host"].is_null() {
+        anyhow::ensure!(
+            own == class && flagged == (v["flagged"] == true),
+            "the receiving end's evidence says {own} (flagged {flagged}), the record {class}: {v}"
+        );
+        anyhow::ensure!(
+            text.to_lowercase().contains("from this receiving end"),
+            "a receiving end's verdict not saying so: {v}"
+        );
+    } else {
+        let said = format!("from this end alone: {own}{}", if flagged { ", flagged" } else { "" });
+        anyhow::ensure!(class == "receiving" && text.contains(&said), "sender on this host, yet not {said:?}: {v}");
     }
     Ok(())
 }
@@ -586,6 +659,17 @@ mod tests {
         let sndbuf = "send-buffer-limited: the local send buffer is too small (63.6 Mbit/s over 9 s) ...";
         assert!(record_agrees(&record("sndbuf", true, sndbuf)).is_ok());
         assert!(record_agrees(&serde_json::json!({"type": "flow", "proto": "udp", "limited_by": "tunnel"})).is_ok());
+        let remote = |class: &str, flagged: bool, on_host: Option<u64>, verdict: &str| {
+            let mut r = record(class, flagged, verdict);
+            r["evidence"] = serde_json::json!({"remote_sender": {"limited_by": "cwnd", "flagged": true, "sender_on_host": on_host}});
+            r
+        };
+        let from_here = "From this receiving end: the sender at 198.18.0.1:1 (to 198.18.0.2:2) is held back by loss-based congestion control. ...";
+        assert!(record_agrees(&remote("cwnd", true, None, from_here)).is_ok());
+        assert!(record_agrees(&remote("cwnd", true, None, held)).is_err());
+        let here = "receiving: its sender is a socket of this host (cookie 7), judged there; from this end alone: cwnd, flagged";
+        assert!(record_agrees(&remote("receiving", false, Some(7), here)).is_ok());
+        assert!(record_agrees(&remote("receiving", false, Some(7), &here.replace(", flagged", ""))).is_err());
     }
 
     #[test]

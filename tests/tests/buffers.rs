@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
-use cctrace_tests::{flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Tracer};
+use cctrace_tests::{
+    flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Mode, Tracer, WITHOUT_BTF, WITH_BTF,
+};
 use serde_json::Value;
 
 const PORT: u16 = cctrace_lab::SINK_PORT;
@@ -145,7 +147,21 @@ fn ss_sndbuf(ns: &cctrace_lab::Netns, port: u16) -> Result<Option<u64>> {
 #[test]
 fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> Result<()> {
     require_kernel!();
+    held_by_its_send_buffer(WITH_BTF)
+}
+
+/// The same with the kernel's BTF hidden from cctrace, the tracer and `cctrace fix` alike: the
+/// verdicts from sock_diag's view of the sockets, the connections switched through the
+/// processes holding them.
+#[test]
+fn without_btf_a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> Result<()> {
+    require_kernel!();
+    held_by_its_send_buffer(WITHOUT_BTF)
+}
+
+fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
     let _serial = serial();
+    let run_cctrace = mode.run;
     // Both flows at once: BBR held by its buffer, CUBIC at 0.05 % random loss.
     let bbr_path = long_fat(0.0)?;
     let cubic_path = long_fat(0.0005)?;
@@ -154,7 +170,7 @@ fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> R
     }
     // A loss-based default to change back to (a namespace inherits the host's bbr).
     cubic_path.sender().sysctl_set(CC, "reno")?;
-    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let tracer = (mode.start)(&["--interval", "1000"])?;
     let bbr_sink = Sink::start(bbr_path.receiver(), bbr_path.receiver_addr(), PORT, SinkOptions::default())?;
     let cubic_sink = Sink::start(cubic_path.receiver(), cubic_path.receiver_addr(), PORT, SinkOptions::default())?;
     let bbr = bulk(&bbr_path, "bbr", 180, None)?;

@@ -773,6 +773,83 @@ fn check_full_bottlenecks(judged: &[Judged], rate: u64) -> Result<()> {
     Ok(())
 }
 
+/// With the kernel's BTF hidden from cctrace, the regimes a user meets, at once under one tracer
+/// (about 160 Mbit/s through the emulator in all): CUBIC on a 0.1 % lossy 40 ms path flagged with
+/// the BBR fix, BBR on another not flagged and `path`, CUBIC alone on a full bottleneck `path`,
+/// a receiver with a small buffer `rwnd`. The verdicts come from sock_diag's view of the sockets.
+#[test]
+fn without_btf_the_regimes_are_judged_as_with_it() -> Result<()> {
+    require_kernel!();
+    let _serial = serial();
+    on_a_faithful_path(3, without_btf_scenario)
+}
+
+fn without_btf_scenario() -> Result<f64> {
+    let lossy = lossy_path(40, 0.001, false)?;
+    let bbr_path = lossy_path_at(LOSSY_PATH_BPS / 2, 40, 0.001, false)?;
+    let full = bottleneck(40_000_000, 1.0)?;
+    let clean = wan(0.0)?;
+    let tracer = Tracer::start_without_btf(&["--interval", "1000"])?;
+    anyhow::ensure!(tracer.stderr().contains("mode without BTF"), "{}", tracer.stderr());
+    let mut sinks = Vec::new();
+    for p in [&lossy, &bbr_path, &full] {
+        sinks.push(Sink::start(p.receiver(), p.receiver_addr(), PORT, SinkOptions::default())?);
+    }
+    let small = SinkOptions { rcvbuf: Some(32 * 1024) };
+    sinks.push(Sink::start(clean.receiver(), clean.receiver_addr(), SMALL_RCVBUF_PORT, small)?);
+    let t0 = monotonic_ns();
+    let secs = 20;
+    let flows = [
+        ("cubic 0.1%", &lossy, PORT, "cubic"),
+        ("bbr 0.1%", &bbr_path, PORT, "bbr"),
+        ("cubic full", &full, PORT, "cubic"),
+        ("cubic rwnd", &clean, SMALL_RCVBUF_PORT, "cubic"),
+    ];
+    let mut started = Vec::new();
+    for (name, p, port, cc) in flows {
+        started.push((name, p, start(p, port, cc, SendMode::Bulk, secs)?));
+    }
+    let mut done = Vec::new();
+    for (name, p, s) in started {
+        let port = s.local_port();
+        let report = s.wait()?;
+        done.push((name, p.sender().inode(), p.receiver().inode(), port, report.goodput_bps));
+    }
+    let closed: Vec<(u64, u16)> = done.iter().map(|(_, netns, _, port, _)| (*netns, *port)).collect();
+    wait_all_closed(&tracer, &closed)?;
+    let (code, lines) = tracer.stop()?;
+    anyhow::ensure!(code == 0);
+    drop(sinks);
+    let mut judged = HashMap::new();
+    for (name, netns, receiver, port, goodput_bps) in done {
+        // Without BTF nothing counts a receiving socket's segments: its end is not judged.
+        let receiving = ReceivingEnd::of(name, &lines, &[], (netns, port), receiver);
+        let j = Judged { label: name.to_string(), outcome: outcome(&lines, netns, port, t0)?, goodput_bps, receiving };
+        println!("{}", j.describe());
+        judged.insert(name, j);
+    }
+    assert_realised_loss("cubic 0.1%", &lossy, 0.001);
+    let late = late_share(&[&lossy, &bbr_path, &full, &clean]);
+    println!("emulator: {:.2}% of packets released late", late * 100.0);
+    judged_on(late, check_without_btf(&judged, &lossy))
+}
+
+fn check_without_btf(judged: &HashMap<&str, Judged>, lossy: &EmulatedPath) -> Result<()> {
+    let cubic = &judged["cubic 0.1%"];
+    cubic.check_flagged_and_stays(15.0)?;
+    let fix = cubic.outcome.last["fix"].to_string();
+    let switch = format!("ip netns exec {} sysctl -w net.ipv4.tcp_congestion_control=bbr", lossy.sender().name());
+    anyhow::ensure!(fix.contains(&switch), "{fix}");
+    let bbr = &judged["bbr 0.1%"];
+    anyhow::ensure!(!bbr.outcome.ever_flagged, "{}", bbr.describe());
+    anyhow::ensure!(bbr.outcome.late_share("path") >= 0.5, "{}", bbr.describe());
+    let full = &judged["cubic full"];
+    anyhow::ensure!(!full.outcome.ever_flagged && full.outcome.last["limited_by"] == "path", "{}", full.describe());
+    let rwnd = &judged["cubic rwnd"];
+    anyhow::ensure!(!rwnd.outcome.ever_flagged && rwnd.outcome.last["limited_by"] == "rwnd", "{}", rwnd.describe());
+    judged.values().try_for_each(|j| j.receiving.not_judged_without_btf())
+}
+
 // ---- Long fat paths (issue 46) ----
 
 /// A long fat path: 240 ms, 150 Mbit/s with a quarter-BDP queue, 0.05 % random loss.
@@ -1007,6 +1084,26 @@ impl ReceivingEnd {
                 )
             })
             .collect()
+    }
+
+    /// Without BTF: every receiving line says `receiving`, with its receiving fields null and no
+    /// judgment of its own (sock_diag cannot count segments).
+    fn not_judged_without_btf(&self) -> Result<()> {
+        anyhow::ensure!(!self.receiver.is_empty(), "{}: no receiving lines", self.label);
+        for v in &self.receiver {
+            anyhow::ensure!(
+                v["receive"].is_null() && v["evidence"]["remote_sender"].is_null(),
+                "{}: receiving fields without BTF: {v}",
+                self.label
+            );
+            let class = v["limited_by"].as_str().unwrap_or_default();
+            anyhow::ensure!(
+                matches!(class, "receiving" | "unknown" | "idle"),
+                "{}: judged as {class}: {v}",
+                self.label
+            );
+        }
+        Ok(())
     }
 
     /// The receiving end agrees with the sender's own verdict on at least 80 % of its judgments

@@ -64,6 +64,9 @@ pub mod ca_state {
 /// Record kinds carried in [`RecordHeader::kind`].
 pub mod record_kind {
     pub const FLOW_SAMPLE: u16 = 1;
+    /// A classic tracepoint's record as the kernel wrote it ([`TraceRecord`]): the programs of
+    /// the mode without BTF, which read no kernel struct.
+    pub const TRACE_RECORD: u16 = 2;
 }
 
 /// Why the kernel emitted a sample.
@@ -340,6 +343,59 @@ pub struct FlowSample {
 pub const FLOW_SAMPLE_SIZE: usize = 424;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
+
+/// Bytes of a classic tracepoint's record a [`TraceRecord`] carries: the largest cctrace
+/// reads, `tcp:tcp_probe`'s, spans 136 bytes on Linux 6.18 and less before.
+pub const TRACE_RECORD_BYTES: usize = 192;
+
+/// One run of a classic tracepoint in the mode without BTF: the event's record copied as it is,
+/// its common header included. The programs of that mode read nothing else of the kernel: no
+/// socket, no BTF; userspace reads the record's fields at the offsets its tracefs `format` file
+/// gives, and asks sock_diag for the rest.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+pub struct TraceRecord {
+    pub header: RecordHeader,
+    /// `bpf_ktime_get_ns()` at the hook (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    /// The [`HookId`] whose program wrote it.
+    pub hook: u32,
+    /// The process `connect()` ran in, for a move to SYN_SENT (the state change happens in
+    /// that process's context); 0 otherwise.
+    pub pid: u32,
+    /// That process's command name, NUL padded.
+    pub comm: [u8; 16],
+    /// The tracepoint's record, from its first byte; past its end, whatever follows it in the
+    /// kernel's per-CPU trace buffer (never read: userspace knows each record's size).
+    pub record: [u8; TRACE_RECORD_BYTES],
+}
+
+pub const TRACE_RECORD_SIZE: usize = 232;
+const _: () = assert!(core::mem::size_of::<TraceRecord>() == TRACE_RECORD_SIZE);
+const _: () = assert!(core::mem::size_of::<TraceRecord>().is_multiple_of(8));
+
+/// Where the programs of the mode without BTF find a flow's key in each hook's record, from
+/// tracefs (the `skaddr` offsets of [`ClassicTracepointOffsets`] come first: an address tells
+/// sockets apart in every namespace). The key only spaces out one flow's records; userspace
+/// tells the flows apart.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceKeys {
+    /// `sock_cookie` in each hook's record ([`ABSENT`] where it has none).
+    pub cookie: [u32; HookId::COUNT],
+    /// `sport`, followed by `dport`, read as one u32: the key of last resort.
+    pub ports: [u32; HookId::COUNT],
+}
+
+pub const TRACE_KEYS_SIZE: usize = 48;
+const _: () = assert!(core::mem::size_of::<TraceKeys>() == TRACE_KEYS_SIZE);
+
+impl TraceKeys {
+    pub const fn unresolved() -> Self {
+        Self { cookie: [ABSENT; HookId::COUNT], ports: [ABSENT; HookId::COUNT] }
+    }
+}
 
 /// Location of a bit field inside a struct: byte to read, then `(byte >> shift) & mask`.
 #[repr(C)]
@@ -897,6 +953,8 @@ mod pod {
     unsafe impl aya::Pod for super::Offsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ClassicTracepointOffsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TraceKeys {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Config {}
     // SAFETY: as above.

@@ -43,13 +43,16 @@ fn slot(address: u64) -> u32 {
 /// Whether this CPU's `memo` says socket `sk` is not due now.
 #[inline(always)]
 pub(crate) fn not_due(memo: &PerCpuArray<DueMemo>, sk: *const u8) -> bool {
-    !sk.is_null() && not_due_at(memo, address_of(sk))
+    if sk.is_null() {
+        return false;
+    }
+    not_due_key(memo, address_of(sk))
 }
 
-/// [`not_due`] for the socket at `address` (as [`address_of`] gives it), for a caller that has
-/// it already.
+/// Whether this CPU's `memo` says the flow of `address` (a socket's address, or a number
+/// spread over the same bits) is not due now.
 #[inline(always)]
-pub(crate) fn not_due_at(memo: &PerCpuArray<DueMemo>, address: u64) -> bool {
+pub(crate) fn not_due_key(memo: &PerCpuArray<DueMemo>, address: u64) -> bool {
     if address == 0 || global!(CONFIG.jiffy_ns) == 0 {
         return false;
     }
@@ -64,6 +67,12 @@ pub(crate) fn not_due_at(memo: &PerCpuArray<DueMemo>, address: u64) -> bool {
 /// Socket `sk` is next due `in_ns` from now, as far as `memo` goes.
 #[inline(always)]
 pub(crate) fn remember(memo: &PerCpuArray<DueMemo>, sk: *const u8, in_ns: u64) {
+    remember_key(memo, address_of(sk), in_ns);
+}
+
+/// The flow of `address` is next due `in_ns` from now, as far as `memo` goes.
+#[inline(always)]
+pub(crate) fn remember_key(memo: &PerCpuArray<DueMemo>, address: u64, in_ns: u64) {
     let jiffy_ns = u64::from(global!(CONFIG.jiffy_ns));
     if jiffy_ns == 0 || in_ns == 0 {
         return;
@@ -72,7 +81,6 @@ pub(crate) fn remember(memo: &PerCpuArray<DueMemo>, sk: *const u8, in_ns: u64) {
     // the memo early.
     // SAFETY: a helper without arguments or preconditions (the verifier inlines it as a load).
     let due_jiffies = unsafe { bpf_jiffies64() } + in_ns / jiffy_ns;
-    let address = address_of(sk);
     if let Some(m) = memo.get_ptr_mut(slot(address)) {
         // SAFETY: this CPU's slot, valid for this program run. A run nested in this one on the
         // same CPU may read the slot half written (this socket with the slot's previous time):
@@ -84,7 +92,12 @@ pub(crate) fn remember(memo: &PerCpuArray<DueMemo>, sk: *const u8, in_ns: u64) {
 /// Socket `sk` is gone: its memory may hold a new socket next.
 #[inline(always)]
 pub(crate) fn forget(sk: *const u8) {
-    let address = address_of(sk);
+    forget_key(address_of(sk));
+}
+
+/// The flow of `address` is gone.
+#[inline(always)]
+pub(crate) fn forget_key(address: u64) {
     for memo in [&PERIODIC_DUE, &OWNER_CHECK_DUE] {
         if let Some(m) = memo.get_ptr_mut(slot(address)) {
             // SAFETY: as in `remember`.

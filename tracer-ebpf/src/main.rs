@@ -34,6 +34,7 @@ mod filter;
 mod flow_key;
 mod listing;
 mod maps;
+mod nobtf;
 mod observe;
 mod owner;
 mod probe;

@@ -142,7 +142,7 @@ fn emit(hit: &Hit, state: &FlowState, now: u64) {
 /// could lose samples. The ring's size comes from userspace, which set it: one query of
 /// the ring, not two (each is a helper call).
 #[inline(always)]
-fn wakeup_flag() -> u64 {
+pub(crate) fn wakeup_flag() -> u64 {
     let half = u64::from(global!(CONFIG.ring_bytes)) / 2;
     if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= half {
         u64::from(BPF_RB_FORCE_WAKEUP)

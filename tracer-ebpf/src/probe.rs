@@ -31,7 +31,7 @@ pub fn cct_probe(ctx: BtfTracePointContext) -> u32 {
     // Every segment is counted; a sample follows only when one is due, or at once when the
     // segment ended an episode's measurement.
     let episode = receive::count_segment(sk, address, skb);
-    if !episode && due_memo::not_due_at(&PERIODIC_DUE, address) {
+    if !episode && due_memo::not_due_key(&PERIODIC_DUE, address) {
         return 0;
     }
     let hit = Hit {

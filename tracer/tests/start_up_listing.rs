@@ -122,7 +122,8 @@ fn listing_in_child() {
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let source = KernelSource::start(&KernelOptions::default()).expect("loading cctrace's programs");
+        let source = KernelSource::start(&KernelOptions::default(), &tracer::kernel::btf_file::KernelBtf::Kernel)
+            .expect("loading cctrace's programs");
         let info = source.info();
         let report = info.snapshot.as_ref().expect("the listing ran");
         println!("{TAG}listing: {} {}", report.namespaces, report.walked);

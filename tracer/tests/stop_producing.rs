@@ -23,7 +23,8 @@ async fn after_stop_producing_received_and_lost_add_up_to_emitted_under_traffic(
     let lab = VethPair::create(VethOptions::default()).expect("lab");
     // Sample every flow as often as the kernel allows, so samples keep coming.
     let opts = KernelOptions { sample_interval: Duration::from_millis(1), ..KernelOptions::default() };
-    let mut source = KernelSource::start(&opts).expect("loading cctrace's programs");
+    let mut source =
+        KernelSource::start(&opts, &tracer::kernel::btf_file::KernelBtf::Kernel).expect("loading cctrace's programs");
     let sink = Sink::start(lab.receiver(), lab.receiver_addr(), 5201, SinkOptions::default()).expect("sink");
     let sender = Sender::start(
         lab.sender(),

@@ -19,6 +19,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::arch::Arch;
 use crate::foreign::{self, ForeignApt};
+use crate::guest_hooks::Hooks;
 use crate::kernels::{self, sh, GUEST_TOOLS};
 
 /// Debian's meta packages for bookworm's arm64 cloud kernels: 6.1, the one the suite boots, and
@@ -26,8 +27,9 @@ use crate::kernels::{self, sh, GUEST_TOOLS};
 /// buffer through arm64's saved registers.
 pub(crate) const KERNELS: &[&str] = &["linux-image-cloud-arm64", "linux-image-6.12-cloud-arm64"];
 /// What the suite boots beside its tests: 6.1 alone (each arm64 guest is a minute or more of
-/// emulation).
+/// emulation), under the default and classic hooks.
 pub(crate) const SUITE_KERNELS: &[&str] = &["linux-image-cloud-arm64"];
+pub(crate) const SUITE_HOOKS: &[Hooks] = &[Hooks::Auto, Hooks::Classic];
 /// What the guest runs besides cctrace (the tools of [`GUEST_TOOLS`] and busybox).
 const GUEST_PACKAGES: &[&str] = &["busybox-static", "iproute2", "nftables", "bpftool", "socat"];
 /// Each flow's bytes in the arm64 guest.
@@ -36,8 +38,8 @@ const FLOW_BYTES: u64 = 10_000_000;
 const LIBRARY_DIRS: &[&str] = &["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib", "usr/lib"];
 
 /// Boot each of `metas` (arm64 kernels' meta packages) with `cctrace` (a static aarch64 build)
-/// and check what it traced.
-pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str]) -> Result<()> {
+/// and check what it traced under each of `hooks`.
+pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str], hooks: &'static [Hooks]) -> Result<()> {
     let work = root.join("target/kernels-arm64");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     crate::dist::check_static(cctrace).context("the arm64 guest runs the static cctrace (cargo xtask dist)")?;
@@ -48,6 +50,7 @@ pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str]) -> Result<()> {
     for meta in metas {
         let mut kernel = kernels::debian_kernel_from(&work, meta, Some(&apt))?;
         kernel.append = format!("bytes={FLOW_BYTES}");
+        kernel.hooks = hooks;
         // The hook modes' flows only: fix --live, deep mode and the unit's user are checked on
         // the x86-64 rows (this guest is the slowest, and its packages hold no ss or setpriv).
         kernel.stages = &[];

@@ -368,7 +368,7 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         Ok(())
     });
     steps.record("arm64 guest", &mut || match &arm64_binary {
-        Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS),
+        Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS),
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
 }

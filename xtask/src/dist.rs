@@ -638,7 +638,8 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         match arch {
             Arch::X86_64 => timed("guest", &mut || check_guest(root, &work, &artifacts.binary))?,
             Arch::Aarch64 => {
-                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, crate::arm64::SUITE_KERNELS))?;
+                let (kernels, hooks) = (crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS);
+                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, kernels, hooks))?;
             }
         }
     }

@@ -2,7 +2,9 @@
 //! both modes (`guest_init.sh`'s `fix_live`, `deep_mode` and `unit_service`) and shown in the
 //! row of the default hooks: `cctrace fix --live` and `--undo` as the kernel's `ss` sees them,
 //! `--deep` running or refusing in one line while tracing goes on, and the packaged systemd
-//! unit's user and capabilities on a host with `kernel.perf_event_paranoid=3`.
+//! unit's user and capabilities on a host with `kernel.perf_event_paranoid=3` (on a kernel
+//! without BTF, whose every hook is a perf event: at the kernel's default 2, and refused in one
+//! line at 3).
 
 use std::collections::BTreeMap;
 
@@ -46,8 +48,9 @@ impl Stage {
     }
 }
 
-/// The checks of the kernel-wide `stages` the guest was asked to run, from its sections.
-pub(crate) fn kernel_wide(sections: &BTreeMap<String, String>, stages: &[Stage]) -> Vec<Check> {
+/// The checks of the kernel-wide `stages` the guest was asked to run, from its sections; `btf`:
+/// whether its kernel has BTF.
+pub(crate) fn kernel_wide(sections: &BTreeMap<String, String>, stages: &[Stage], btf: bool) -> Vec<Check> {
     let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
     let check = |name: &str, outcome: Result<(), String>| (name.to_string(), outcome);
     let mut checks = Vec::new();
@@ -55,9 +58,13 @@ pub(crate) fn kernel_wide(sections: &BTreeMap<String, String>, stages: &[Stage])
         let judged = match stage {
             Stage::Fix => vec![check("fix --live switches, --undo switches back (ss)", fix_live(&get))],
             Stage::Deep => vec![check("deep mode runs, or one line says why and tracing goes on", deep_mode(&get))],
-            Stage::Unit => vec![
-                check("packaged unit's user and caps, perf_event_paranoid=3", unit_service(&get)),
+            Stage::Unit if btf => vec![
+                check("packaged unit's user and caps, perf_event_paranoid=3", unit_service(&get, "3")),
                 check("classic hooks as the unit's user: attach or one line why", unit_classic(&get)),
+            ],
+            Stage::Unit => vec![
+                check("packaged unit's user and caps, perf_event_paranoid=2 (no BTF)", unit_service(&get, "2")),
+                check("perf_event_paranoid=3 refuses the unit's user in one line (no BTF)", unit_strict(&get)),
             ],
         };
         checks.extend(judged);
@@ -152,10 +159,10 @@ fn metric_sum(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
-fn unit_service(get: &dyn Fn(&str) -> String) -> Result<(), String> {
+fn unit_service(get: &dyn Fn(&str) -> String, paranoid_set: &str) -> Result<(), String> {
     let paranoid = get("perf_event_paranoid");
-    if paranoid != "3" {
-        return Err(format!("kernel.perf_event_paranoid is {paranoid:?}, not 3"));
+    if paranoid != paranoid_set {
+        return Err(format!("kernel.perf_event_paranoid is {paranoid:?}, not {paranoid_set}"));
     }
     let stderr = get("unit stderr");
     if !stderr.contains("tracing TCP") {
@@ -171,6 +178,19 @@ fn unit_service(get: &dyn Fn(&str) -> String) -> Result<(), String> {
         return Err(format!("SIGTERM: exit status {exit}: {stderr}"));
     }
     no_programs_left(&get("programs after unit"))
+}
+
+/// Without BTF at `perf_event_paranoid=3`: nothing can attach, and one line says which setting
+/// to change; nothing left loaded.
+fn unit_strict(get: &dyn Fn(&str) -> String) -> Result<(), String> {
+    let stderr = get("unit strict stderr");
+    if get("unit strict exit") == "0" {
+        return Err(format!("it ran where no perf event may be opened: {stderr}"));
+    }
+    if stderr.lines().count() != 1 || !stderr.contains("perf_event_paranoid") {
+        return Err(format!("refused, but not in one line naming perf_event_paranoid: {stderr}"));
+    }
+    no_programs_left(&get("programs after unit strict"))
 }
 
 fn unit_classic(get: &dyn Fn(&str) -> String) -> Result<(), String> {
@@ -217,7 +237,7 @@ mod tests {
 
     #[test]
     fn only_the_stages_asked_are_judged() {
-        let checks = kernel_wide(&BTreeMap::new(), &[Stage::Unit]);
+        let checks = kernel_wide(&BTreeMap::new(), &[Stage::Unit], true);
         assert_eq!(checks.len(), 2);
         assert!(checks.iter().all(|(name, outcome)| name.contains("unit") && outcome.is_err()), "{checks:?}");
     }
@@ -254,6 +274,26 @@ mod tests {
             "cctrace: deep mode: cct_cubic, cct_reno and cct_bbr registered; 2 flows moved onto them\ncctrace: tracing TCP flows of netns=fx\ncctrace: deep mode: 2 decision events received, 0 lost".into(),
         );
         assert_eq!(check(&ran), Ok(()));
+    }
+
+    #[test]
+    fn without_btf_the_unit_runs_at_2_and_is_refused_in_one_line_at_3() {
+        let checks = kernel_wide(&BTreeMap::new(), &[Stage::Unit], false);
+        assert!(checks[0].0.contains("perf_event_paranoid=2") && checks[1].0.contains("=3 refuses"), "{checks:?}");
+        let check = |exit: &str, stderr: &str, after: &str| {
+            let s = sections(&[
+                ("unit strict exit", exit),
+                ("unit strict stderr", stderr),
+                ("programs after unit strict", after),
+            ]);
+            let get = |name: &str| s.get(name).map(|v| v.trim().to_string()).unwrap_or_default();
+            unit_strict(&get)
+        };
+        let one = "cctrace: no TCP tracepoint could be attached: classic tracepoints: attach: perf_event_open refused: Permission denied: kernel.perf_event_paranoid=3 lets only CAP_SYS_ADMIN open perf events (set it to 2, or give cctrace CAP_SYS_ADMIN)";
+        assert_eq!(check("1", one, "status 0"), Ok(()));
+        assert!(check("1", &format!("{one}\n  tcp:tcp_probe: disabled"), "status 0").is_err(), "two lines");
+        assert!(check("0", "cctrace: tracing TCP", "status 0").is_err(), "it may not run");
+        assert!(check("1", one, "9: tracepoint  name cct_nb_probe\nstatus 0").is_err(), "left loaded");
     }
 
     #[test]

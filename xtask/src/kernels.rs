@@ -23,14 +23,16 @@ use serde_json::Value;
 use crate::arch::Arch;
 use crate::foreign::ForeignApt;
 use crate::guest_checks::Stage;
+use crate::guest_hooks::{self, Hooks};
 use crate::guest_ports;
 
 /// One kernel series of the matrix: the Debian release whose package lists carry it (`None`:
-/// this machine's own), the meta package there that names its newest image, and the
-/// kernel-wide stages the suite's matrix runs on it (`cargo xtask kernels` runs all of them).
+/// this machine's own), the meta package there that names its newest image, and the hook modes
+/// and kernel-wide stages the suite's matrix runs on it (`cargo xtask kernels` runs all of them).
 pub(crate) struct DebianKernel {
     pub(crate) release: Option<&'static str>,
     pub(crate) meta: &'static str,
+    pub(crate) hooks_in_suite: &'static [Hooks],
     pub(crate) in_suite: &'static [Stage],
 }
 
@@ -39,11 +41,28 @@ pub(crate) struct DebianKernel {
 /// The suite runs each kernel-wide stage where its path is new, to keep within its time:
 /// `fix --live` and deep mode before 5.15 (5.10: no `bpf_setsockopt` from `iter/tcp`, no
 /// struct_ops links), the packaged unit under `perf_event_paranoid=3` on 6.12 (the host's own
-/// tests cover `fix --live` and deep mode through `iter/tcp` and struct_ops links).
+/// tests cover `fix --live` and deep mode through `iter/tcp` and struct_ops links); and the
+/// mode without BTF, forced, on the oldest kernel, whose tracepoint records carry the least
+/// (the host's own tests run it with the kernel's BTF hidden).
 pub(crate) const DEBIAN_KERNELS: &[DebianKernel] = &[
-    DebianKernel { release: Some("bullseye"), meta: "linux-image-cloud-amd64", in_suite: &[Stage::Fix, Stage::Deep] },
-    DebianKernel { release: None, meta: "linux-image-cloud-amd64", in_suite: &[] },
-    DebianKernel { release: None, meta: "linux-image-6.12-cloud-amd64", in_suite: &[Stage::Unit] },
+    DebianKernel {
+        release: Some("bullseye"),
+        meta: "linux-image-cloud-amd64",
+        hooks_in_suite: Hooks::ALL,
+        in_suite: &[Stage::Fix, Stage::Deep],
+    },
+    DebianKernel {
+        release: None,
+        meta: "linux-image-cloud-amd64",
+        hooks_in_suite: &[Hooks::Auto, Hooks::Classic],
+        in_suite: &[],
+    },
+    DebianKernel {
+        release: None,
+        meta: "linux-image-6.12-cloud-amd64",
+        hooks_in_suite: &[Hooks::Auto, Hooks::Classic],
+        in_suite: &[Stage::Unit],
+    },
 ];
 
 /// Which kernel-wide stages a run of the matrix asks each guest for.
@@ -63,8 +82,6 @@ pub(crate) const GUEST_TOOLS: &[&str] = &["/usr/sbin/ip", "/usr/sbin/nft", "/usr
 /// And those of the kernel-wide stages (ss reads what a socket runs, setpriv runs cctrace as the
 /// systemd unit would).
 const STAGE_TOOLS: &[&str] = &["/usr/bin/ss", "/usr/bin/setpriv"];
-/// Hook modes the guest runs, by the section names it writes.
-const MODES: &[&str] = &["tp_btf", "classic"];
 /// A guest that has not powered off by then is stuck.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
 /// The lossy flow's nft rules: 2 % of its data dropped at random.
@@ -84,8 +101,26 @@ pub(crate) struct Kernel {
     pub(crate) arch: Arch,
     /// Added to its command line (`bytes=N`: the guest's flows' size, for a slow emulator).
     pub(crate) append: String,
-    /// The kernel-wide stages its guest runs after both hook modes.
+    /// The hook modes its guest runs its flows under.
+    pub(crate) hooks: &'static [Hooks],
+    /// The kernel-wide stages its guest runs after the hook modes.
     pub(crate) stages: &'static [Stage],
+}
+
+impl Kernel {
+    /// A kernel built here without BTF (no modules: what it needs is built in), with every
+    /// kernel-wide stage.
+    pub(crate) fn without_btf(label: String, image: PathBuf, arch: Arch) -> Self {
+        Kernel {
+            label,
+            image,
+            modules: None,
+            arch,
+            append: String::new(),
+            hooks: Hooks::WITHOUT_BTF,
+            stages: Stage::ALL,
+        }
+    }
 }
 
 /// What one guest showed: per hook mode, the checks and what start-up said about the hooks.
@@ -96,7 +131,7 @@ pub(crate) struct GuestResult {
     modes: Vec<ModeResult>,
     /// Why the guest could not be checked at all.
     failure: Option<String>,
-    /// How long each stage of the guest took (`boot 9 s, tp_btf 31 s, ...`).
+    /// How long each stage of the guest took (`boot 9 s, auto 31 s, ...`).
     stages: String,
 }
 
@@ -128,6 +163,22 @@ pub(crate) fn run(
     report(&results, &notes)
 }
 
+/// Fetch and build the kernels `cargo xtask kernels` would boot (those whose label has `only`),
+/// and say where each image is; boot none. What takes minutes (building the kernel without BTF)
+/// is then done outside any lock a boot takes.
+pub(crate) fn fetch(root: &Path, extra_images: &[PathBuf], only: Option<&str>) -> Result<()> {
+    let work = root.join("target/kernels");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let (kernels, notes) = matrix(root, &work, extra_images, only, Scope::Every)?;
+    for k in &kernels {
+        println!("{}: {}", k.label, k.image.display());
+    }
+    for n in notes {
+        println!("note: {n}");
+    }
+    Ok(())
+}
+
 /// The kernels to boot: Debian's, the host's own (or a note why not), the images given; those
 /// whose label has `only` in it when given.
 fn matrix(
@@ -141,9 +192,18 @@ fn matrix(
     for k in DEBIAN_KERNELS {
         let mut kernel = debian_kernel(root, work, k)?;
         if scope == Scope::Suite {
+            kernel.hooks = k.hooks_in_suite;
             kernel.stages = k.in_suite;
         }
         kernels.push(kernel);
+    }
+    // The kernel without BTF is built here (minutes, once per source version and
+    // configuration), so only when it is wanted: by `cargo xtask kernels`, not the suite.
+    if scope == Scope::Every {
+        let planned = crate::nobtf_kernel::planned(work)?;
+        if only.is_none_or(|o| planned.label.contains(o)) {
+            kernels.push(planned.kernel(work)?);
+        }
     }
     let mut notes = Vec::new();
     match host_kernel() {
@@ -160,6 +220,7 @@ fn matrix(
             modules: None,
             arch: Arch::X86_64,
             append: String::new(),
+            hooks: Hooks::ALL,
             stages: Stage::ALL,
         });
     }
@@ -260,15 +321,11 @@ fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> 
     };
     let unpacked = work.join("unpacked").join(&package);
     if !unpacked.join("boot").is_dir() {
-        let debs = work.join("debs");
-        std::fs::create_dir_all(&debs)?;
-        eprintln!("xtask: downloading {package}");
-        sh(apt_command("apt-get").args(["download", "-qq", &package]).current_dir(&debs))
-            .with_context(|| format!("downloading {package} with apt-get"))?;
-        let deb = std::fs::read_dir(&debs)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{package}_"))))
-            .with_context(|| format!("apt-get download left no {package} .deb in {}", debs.display()))?;
+        let deb = download_deb_with(
+            work,
+            apt_command("apt-get").args(["download", "-qq", &package]),
+            &format!("{package}_"),
+        )?;
         let partial = work.join("unpacked").join(format!("{package}.partial"));
         let _ = std::fs::remove_dir_all(&partial);
         std::fs::create_dir_all(&partial)?;
@@ -282,7 +339,41 @@ fn download_debian_kernel(work: &Path, meta: &str, apt: Option<&ForeignApt>) -> 
     let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.filter_map(|e| e.ok().map(|e| e.path())).next();
     let label = package.trim_start_matches("linux-image-").to_string();
     let arch = apt.map_or_else(Arch::host, ForeignApt::arch);
-    Ok(Kernel { label, image, modules, arch, append: String::new(), stages: Stage::ALL })
+    Ok(Kernel { label, image, modules, arch, append: String::new(), hooks: Hooks::ALL, stages: Stage::ALL })
+}
+
+/// `package` at `version` (from the machine's own package lists) as a .deb under `work`/debs,
+/// downloaded unless it is there (after fetching the lists again, when they name a version the
+/// mirror no longer has).
+pub(crate) fn download_deb(work: &Path, package: &str, version: &str) -> Result<PathBuf> {
+    // apt's file name: PACKAGE_VERSION_ARCH.deb, an epoch's colon written %3a.
+    let prefix = format!("{package}_{}_", version.replace(':', "%3a"));
+    if let Ok(deb) = deb_in(&work.join("debs"), &prefix) {
+        return Ok(deb);
+    }
+    let wanted = format!("{package}={version}");
+    download_deb_with(work, Command::new("apt-get").args(["download", "-qq", &wanted]), &prefix).or_else(|_| {
+        sh(Command::new("apt-get").args(["update", "-qq"]))?;
+        download_deb_with(work, Command::new("apt-get").args(["download", "-qq", &wanted]), &prefix)
+    })
+}
+
+/// Run `download` (an `apt-get download`) in `work`/debs; the .deb it left there, found by the
+/// start of its name (`PACKAGE_` or `PACKAGE_VERSION_`).
+fn download_deb_with(work: &Path, download: &mut Command, prefix: &str) -> Result<PathBuf> {
+    let debs = work.join("debs");
+    std::fs::create_dir_all(&debs)?;
+    let package = prefix.split('_').next().unwrap_or(prefix);
+    eprintln!("xtask: downloading {package}");
+    sh(download.current_dir(&debs)).with_context(|| format!("downloading {package} with apt-get"))?;
+    deb_in(&debs, prefix).with_context(|| format!("apt-get download left no {prefix}*.deb in {}", debs.display()))
+}
+
+fn deb_in(dir: &Path, prefix: &str) -> Result<PathBuf> {
+    std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(".deb")))
+        .with_context(|| format!("no {prefix}*.deb in {}", dir.display()))
 }
 
 /// The running kernel's image, when /boot has it.
@@ -302,6 +393,7 @@ fn host_kernel() -> Result<Kernel, String> {
         modules: modules.is_dir().then_some(modules),
         arch: Arch::host(),
         append: String::new(),
+        hooks: Hooks::ALL,
         stages: Stage::ALL,
     })
 }
@@ -468,11 +560,11 @@ fn check_booted(work: &Path, k: &Kernel, initrd: Result<PathBuf>) -> GuestResult
         failure: None,
         stages: String::new(),
     };
-    let append = format!("{} {}", k.append, Stage::command_line(k.stages));
+    let append = format!("{} {} {}", k.append, Hooks::command_line(k.hooks), Stage::command_line(k.stages));
     let booted =
         initrd.and_then(|initrd| run_guest(k.arch, work, &k.image, &initrd, &guest_name(k), &append, GUEST_TIMEOUT));
     match booted {
-        Ok(sections) => check_guest(&sections, k.stages, &mut result),
+        Ok(sections) => check_guest(&sections, k.hooks, k.stages, &mut result),
         Err(e) => result.failure = Some(format!("{e:#}")),
     }
     result
@@ -484,7 +576,7 @@ fn guest_name(k: &Kernel) -> String {
     k.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect()
 }
 
-/// Boot `image` with `initrd` under qemu (TCG) until its init powers off, and return the
+/// Boot `image` with `initrd` under qemu (TCG) until its init ends it, and return the
 /// sections the init wrote to the second serial port (`@@BEGIN name` ... `@@END name`), which
 /// must include `end`. The console goes to `work/NAME.console.log`.
 pub(crate) fn run_guest(
@@ -547,24 +639,26 @@ fn parse_sections(text: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn check_guest(sections: &BTreeMap<String, String>, stages: &[Stage], result: &mut GuestResult) {
+fn check_guest(sections: &BTreeMap<String, String>, hooks: &[Hooks], stages: &[Stage], result: &mut GuestResult) {
     let get = |name: &str| sections.get(name).map(|s| s.trim().to_string()).unwrap_or_default();
     result.release = get("kernel");
     result.btf = get("btf");
     result.stages = stage_times(&get("stages"));
     let default_cc = get("default_cc");
     let bytes: u64 = get("bytes").parse().unwrap_or(0);
-    for mode in MODES {
-        result.modes.push(check_mode(sections, mode, &default_cc, bytes));
+    for &mode in hooks {
+        // The checks of the mode without BTF where it ran: forced, or picked on a kernel without.
+        let without_btf = mode == Hooks::NoBtf || result.btf == "no";
+        result.modes.push(check_mode(sections, mode.name(), &default_cc, bytes, without_btf));
     }
     // What concerns the kernel rather than a hook mode runs with the default hooks.
     if let Some(default_hooks) = result.modes.first_mut() {
-        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages));
+        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages, result.btf != "no"));
     }
 }
 
-/// `boot 9.1\ntp_btf 40.3\n...` (when each stage ended, in seconds since boot) as how long each
-/// took: `boot 9 s, tp_btf 31 s, ...`.
+/// `boot 9.1\nauto 40.3\n...` (when each stage ended, in seconds since boot) as how long each
+/// took: `boot 9 s, auto 31 s, ...`.
 fn stage_times(stages: &str) -> String {
     let mut last = 0.0;
     let mut out = Vec::new();
@@ -628,7 +722,15 @@ impl ModeOutput<'_> {
     }
 }
 
-fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str, bytes: u64) -> ModeResult {
+/// One hook mode's checks; `without_btf` adds those of the mode without BTF (forced, or picked
+/// where the kernel has none).
+fn check_mode(
+    sections: &BTreeMap<String, String>,
+    mode: &str,
+    default_cc: &str,
+    bytes: u64,
+    without_btf: bool,
+) -> ModeResult {
     let mut out = ModeOutput { sections, mode, stderr: String::new(), lines: Vec::new(), loopback: None };
     out.stderr = out.get("stderr");
     out.lines = out.get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
@@ -639,14 +741,7 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         .filter_map(|l| l.strip_prefix("cctrace: "))
         .filter(|l| l.starts_with("tcp:") || l.starts_with("sock:"))
         .collect();
-    // "tracing TCP in all network namespaces (live kernel (5/6 hooks))"
-    let attached = out
-        .stderr
-        .split("live kernel (")
-        .nth(1)
-        .and_then(|rest| rest.split(" hooks").next())
-        .unwrap_or("0/?")
-        .to_string();
+    let attached = attached_hooks(&out.stderr);
     let disabled: Vec<String> =
         hook_lines.iter().filter(|l| l.contains(": disabled")).map(|l| short_disabled(l)).collect();
     let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
@@ -658,13 +753,47 @@ fn check_mode(sections: &BTreeMap<String, String>, mode: &str, default_cc: &str,
         ("periodic samples (or start-up says they are off)", periodic_samples(&out, probe_said_off)),
         ("owner of the accepted connection", owner_of_accepted(&out)),
         ("retransmissions match the namespace's counters", retransmissions_match(&out)),
-        ("every emitted sample accounted for", every_sample_accounted(&out)),
-        ("idle flow listed at start-up (iter/tcp)", idle_listed(&out)),
-        ("UDP flow counted and classified", udp_flow(&out.lines, &out.get("udp"))),
+        ("idle flow listed at start-up", idle_listed(&out)),
         ("clean detach", clean_detach(&out)),
     ];
-    let checks = checks.into_iter().map(|(name, outcome)| (name.to_string(), outcome)).collect();
+    let mut checks: Vec<_> = checks.into_iter().map(|(name, outcome)| (name.to_string(), outcome)).collect();
+    let udp = || udp_flow(&out.lines, &out.get("udp"));
+    if without_btf {
+        let lines = &out.lines;
+        let without = [
+            ("start-up names the mode without BTF", guest_hooks::names_the_mode(&out.stderr)),
+            ("only tracepoint programs (bpftool)", guest_hooks::only_tracepoint_programs(&out.get("programs during"))),
+            (
+                "bulk flow recorded at every interval",
+                guest_hooks::recorded_every_interval(lines, guest_ports::LOOPBACK, bytes),
+            ),
+            // The mode accounts no UDP: its start-up must say so, or the flow be right.
+            (
+                "UDP flow counted, or start-up says UDP is not tracked",
+                guest_hooks::udp_said_off(&out.stderr).or_else(|_| udp()),
+            ),
+            // Its samples are made in user space from the records: none of those may be lost.
+            ("no record lost or undecodable", summary(&out).and_then(guest_hooks::no_record_lost)),
+        ];
+        checks.extend(without.map(|(name, outcome)| (name.to_string(), outcome)));
+    } else {
+        checks.push(("every emitted sample accounted for".to_string(), summary(&out).and_then(every_sample_accounted)));
+        checks.push(("UDP flow counted and classified".to_string(), udp()));
+    }
     ModeResult { mode: mode.to_string(), attached, disabled, checks }
+}
+
+/// `5/6` from the start-up line: "tracing TCP in all network namespaces (live kernel (5/6 hooks))",
+/// or "(live kernel without BTF (3/6 tracepoints, sock_diag))".
+fn attached_hooks(stderr: &str) -> String {
+    stderr
+        .split("live kernel")
+        .nth(1)
+        .and_then(|rest| rest.split_once('(').map(|(_, counts)| counts))
+        .and_then(|counts| counts.split_whitespace().next())
+        .filter(|n| n.contains('/'))
+        .unwrap_or("0/?")
+        .to_string()
 }
 
 fn exits_cleanly(out: &ModeOutput) -> Result<(), String> {
@@ -753,13 +882,12 @@ fn retransmissions_match(out: &ModeOutput) -> Result<(), String> {
     }
 }
 
-fn every_sample_accounted(out: &ModeOutput) -> Result<(), String> {
-    let s = out
-        .lines
-        .iter()
-        .rev()
-        .find(|v| v.get("type").and_then(Value::as_str) == Some("summary"))
-        .ok_or("no summary line")?;
+/// The run's closing summary line.
+fn summary<'a>(out: &'a ModeOutput) -> Result<&'a Value, String> {
+    out.lines.iter().rev().find(|v| v["type"] == "summary").ok_or_else(|| "no summary line".to_string())
+}
+
+fn every_sample_accounted(s: &Value) -> Result<(), String> {
     let n = |k: &str| s.get(k).and_then(Value::as_u64).unwrap_or(0);
     let (received, lost, emitted) = (n("events_received"), n("events_lost"), n("kernel_emitted"));
     if received + lost == emitted {
@@ -914,16 +1042,16 @@ mod tests {
             ("programs after", "status 0\n"),
         ]
         .into_iter()
-        .map(|(k, v)| (format!("{k} tp_btf"), v.to_string()))
+        .map(|(k, v)| (format!("{k} auto"), v.to_string()))
         .collect();
-        let r = check_mode(&sections, "tp_btf", "bbr", 1000);
+        let r = check_mode(&sections, "auto", "bbr", 1000, false);
         assert_eq!(r.attached, "6/6");
         let failed: Vec<&str> = r.checks.iter().filter(|(_, o)| o.is_err()).map(|(n, _)| n.as_str()).collect();
         // The UDP flow is the one part these sections leave out.
         assert_eq!(failed, ["UDP flow counted and classified"], "{:?}", r.checks);
-        sections.insert("snmp tp_btf".into(), "Tcp: RetransSegs\nTcp: 8\n".into());
-        sections.remove("exit tp_btf");
-        let r = check_mode(&sections, "tp_btf", "cubic", 1001);
+        sections.insert("snmp auto".into(), "Tcp: RetransSegs\nTcp: 8\n".into());
+        sections.remove("exit auto");
+        let r = check_mode(&sections, "auto", "cubic", 1001, false);
         let failed: Vec<&str> = r.checks.iter().filter(|(_, o)| o.is_err()).map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             failed,
@@ -947,8 +1075,18 @@ mod tests {
     }
 
     #[test]
+    fn the_attached_count_is_read_from_either_start_up_line() {
+        let btf = "cctrace: tracing TCP in all network namespaces (live kernel (5/6 hooks))";
+        assert_eq!(attached_hooks(btf), "5/6");
+        let without =
+            "cctrace: tracing TCP in all network namespaces (live kernel without BTF (3/6 tracepoints, sock_diag))";
+        assert_eq!(attached_hooks(without), "3/6");
+        assert_eq!(attached_hooks("cctrace: cannot read kernel BTF"), "0/?");
+    }
+
+    #[test]
     fn stage_ends_become_durations() {
-        assert_eq!(stage_times("boot 9.4\ntp_btf 40.1\nclassic 70.9\n"), "boot 9 s, tp_btf 31 s, classic 31 s");
+        assert_eq!(stage_times("boot 9.4\nauto 40.1\nclassic 70.9\n"), "boot 9 s, auto 31 s, classic 31 s");
         assert_eq!(stage_times(""), "");
     }
 

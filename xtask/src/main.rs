@@ -18,9 +18,11 @@ mod cross;
 mod dist;
 mod foreign;
 mod guest_checks;
+mod guest_hooks;
 mod guest_ports;
 mod image;
 mod kernels;
+mod nobtf_kernel;
 mod suite;
 mod verdicts;
 
@@ -97,6 +99,10 @@ const APT_PACKAGES: &[&str] = &[
     "qemu-system-arm",
     // The kernel matrix's UDP flow (guest_init.sh): a sender and receiver of datagrams.
     "socat",
+    // The kernel matrix's kernel without BTF (nobtf_kernel.rs), built from Debian's
+    // linux-source: Kconfig's parser and lexer are generated at build time.
+    "bison",
+    "flex",
 ];
 /// Packages whose service the install must not leave running or enabled, with the service's
 /// name: the tests start their own instances (on a loopback port, inside containers or lab
@@ -129,8 +135,9 @@ enum Task {
     },
     /// Set up, check formatting and lints, build, and run the whole test suite.
     Test,
-    /// Set up, build cctrace, and check it on Debian's 6.1 and 6.12 kernels, the host's own image
-    /// when /boot has it, and any image given with --kernel, each booted under qemu.
+    /// Set up, build cctrace, and check it on Debian's 5.10, 6.1 and 6.12 kernels, a 6.1 built
+    /// here without BTF, the host's own image when /boot has it, and any image given with
+    /// --kernel, each booted under qemu.
     Kernels {
         /// Another kernel image (bzImage) to boot; repeatable.
         #[arg(long = "kernel")]
@@ -138,9 +145,13 @@ enum Task {
         /// Check the debug build (what `cargo xtask test` checks) instead of the release build.
         #[arg(long)]
         debug: bool,
-        /// Boot only the kernels whose release contains this (`5.10`, `6.12`).
+        /// Boot only the kernels whose release contains this (`5.10`, `6.12`, `nobtf`).
         #[arg(long)]
         only: Option<String>,
+        /// Fetch the kernels and build the one without BTF (minutes, once), print where each
+        /// image is, and boot none.
+        #[arg(long)]
+        no_boot: bool,
         /// `aarch64-unknown-linux-gnu`: cross-build cctrace and boot Debian's arm64 kernel
         /// (qemu-system-aarch64) instead of the x86-64 matrix.
         #[arg(long, value_parser = Arch::from_target, default_value = "x86_64-unknown-linux-gnu")]
@@ -499,11 +510,17 @@ fn main() -> ExitCode {
         Task::Kernels { images, target: Arch::Aarch64, .. } if !images.is_empty() => {
             Err(anyhow::anyhow!("--kernel boots x86-64 images; the arm64 row boots Debian's arm64 kernels"))
         }
+        Task::Kernels { no_boot: true, target: Arch::Aarch64, .. } => {
+            Err(anyhow::anyhow!("--no-boot fetches the x86-64 matrix's kernels; the arm64 row's come with its boot"))
+        }
+        Task::Kernels { images, only, no_boot: true, .. } => {
+            setup().and_then(|()| kernels::fetch(&workspace_root(), &images, only.as_deref()))
+        }
         Task::Kernels { only: Some(_), target: Arch::Aarch64, .. } => {
             Err(anyhow::anyhow!("--only picks among the x86-64 matrix's kernels; the arm64 row boots one"))
         }
         Task::Kernels { debug, target: Arch::Aarch64, .. } => setup().and_then(|()| kernels_arm64(debug)),
-        Task::Kernels { images, debug, only, target: Arch::X86_64 } => {
+        Task::Kernels { images, debug, only, target: Arch::X86_64, .. } => {
             setup().and_then(|()| kernels_x86_64(&images, debug, only.as_deref()))
         }
         Task::Dist { profile, no_boot, target } => setup().and_then(|()| dist(profile, no_boot, target)),
@@ -587,7 +604,7 @@ fn suite_figures(total: f64, tests_secs: f64, lane_secs: Option<f64>, ran: &suit
 fn kernels_arm64(debug: bool) -> Result<()> {
     let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
     let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
-    step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS))
+    step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS, guest_hooks::Hooks::ALL))
 }
 
 fn kernels_x86_64(images: &[PathBuf], debug: bool, only: Option<&str>) -> Result<()> {

@@ -230,7 +230,8 @@ mod tests {
         s.write_to(&page).expect("written again");
         let text = std::fs::read_to_string(&page).expect("page");
         assert_eq!(text.matches("| cctrace | 0.5 % | ≤ 1 %: met |").count(), 1, "{text}");
-        assert!(!dir.join(HISTORY).exists(), "same day and commit: nothing to log");
+        let logged = std::fs::read_to_string(dir.join(HISTORY)).expect("history");
+        assert_eq!(logged, page::empty_history(), "same day and commit: nothing to log");
         // As if measured on an earlier day and commit: the next write logs it.
         let earlier: Vec<String> = text
             .lines()

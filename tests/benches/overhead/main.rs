@@ -167,7 +167,7 @@ fn main() -> Result<()> {
                 let pct =
                     |e: &ci::Estimate| format!("{:.2} % ± {:.2} (n={})", e.mean * 100.0, e.half_width * 100.0, e.n);
                 for (o, e) in &size.share {
-                    let target = if *o == observer::Observer::Cctrace {
+                    let target = if matches!(o, observer::Observer::Cctrace | observer::Observer::CctraceNoBtf) {
                         if e.mean <= 0.01 {
                             "  (target ≤ 1 %: met)"
                         } else {

@@ -33,6 +33,9 @@ const SETTLE: Duration = Duration::from_secs(8);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Observer {
     Cctrace,
+    /// The mode without BTF, forced (`--hooks no-btf`): the same programs and lookups as on a
+    /// kernel built without BTF.
+    CctraceNoBtf,
     /// The binary before a change (`--base`), with its defaults.
     CctraceBefore,
     SsPoll,
@@ -43,6 +46,7 @@ impl Observer {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Observer::Cctrace => "cctrace (defaults)",
+            Observer::CctraceNoBtf => "cctrace without BTF (--hooks no-btf)",
             Observer::CctraceBefore => "cctrace before (--base, defaults)",
             Observer::SsPoll => "ss -tni every 100 ms",
             Observer::Bpftrace => "bpftrace, per-flow maps from tcp_probe",
@@ -121,6 +125,10 @@ impl Running {
             (Observer::Cctrace, _) => {
                 let (wanted, on_line) = summary_only();
                 Running::Cctrace(Cctrace::start(&[], wanted, on_line)?)
+            }
+            (Observer::CctraceNoBtf, _) => {
+                let (wanted, on_line) = summary_only();
+                Running::Cctrace(Cctrace::start(&["--hooks", "no-btf"], wanted, on_line)?)
             }
             (Observer::CctraceBefore, Some(bin)) => {
                 let (wanted, on_line) = summary_only();
@@ -202,7 +210,7 @@ pub(crate) fn run(
         crate::iperf::offloads_on(&lab)?;
     }
     let _sink = Sink::start(lab.receiver(), lab.receiver_addr(), PORT, SinkOptions::default())?;
-    let mut observers = vec![Observer::Cctrace, Observer::SsPoll];
+    let mut observers = vec![Observer::Cctrace, Observer::CctraceNoBtf, Observer::SsPoll];
     if before.is_some() {
         observers.push(Observer::CctraceBefore);
     }

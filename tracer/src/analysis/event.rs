@@ -224,10 +224,43 @@ pub struct Sample {
     /// What the socket receives, and what it shows of its peer's sender.
     #[serde(default)]
     pub receive: ReceiveSide,
+    /// The fields the source could not know (the mode without BTF reads no socket struct):
+    /// their values above are placeholders, shown as null.
+    #[serde(default, skip_serializing_if = "Unknown::is_none")]
+    pub unknown: Unknown,
 }
 
 fn is_zero(v: &u32) -> bool {
     *v == 0
+}
+
+/// Fields of a [`Sample`] its source could not read. sock_diag, which the mode without BTF asks,
+/// has no `is_cwnd_limited`, no `sk_userlocks` and no `SOCK_NOSPACE`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unknown {
+    /// `cwnd_limited`.
+    #[serde(default)]
+    pub cwnd_limited: bool,
+    /// `sndbuf_locked` and `rcvbuf_locked`.
+    #[serde(default)]
+    pub buffer_locks: bool,
+    /// `writer_blocked`.
+    #[serde(default)]
+    pub writer_blocked: bool,
+    /// `receive`: the receiving `tcp_sock` fields and the per-segment counts (nothing counts
+    /// the segments without BTF).
+    #[serde(default)]
+    pub receive: bool,
+}
+
+impl Unknown {
+    /// Everything sock_diag cannot say.
+    pub const SOCK_DIAG: Unknown =
+        Unknown { cwnd_limited: true, buffer_locks: true, writer_blocked: true, receive: true };
+
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -289,6 +322,17 @@ impl Sample {
         if self.remote.port() == 0 {
             self.remote = remote;
         }
+    }
+
+    /// Whether a writer waits for room in the send buffer: the kernel's `SOCK_NOSPACE` where it
+    /// was read, else what the buffer's fill says. A writer blocks when what the buffer holds
+    /// reaches its size and is woken once a third of it is free again, so while it waits the
+    /// buffer is at least two thirds full.
+    pub fn writer_waits(&self) -> bool {
+        if !self.unknown.writer_blocked {
+            return self.writer_blocked;
+        }
+        self.sndbuf > 0 && u64::from(self.wmem_queued) * 3 >= u64::from(self.sndbuf) * 2
     }
 
     pub fn is_closing(&self) -> bool {
@@ -428,6 +472,7 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         signals: LossSignals::from_raw(raw),
         rack_rtt_us: raw.rack_rtt_us,
         receive: ReceiveSide::from_raw(raw, ctx.hz),
+        unknown: Unknown::default(),
     })
 }
 

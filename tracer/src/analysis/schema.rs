@@ -108,7 +108,8 @@ pub struct SocketFields {
     /// Bits per second.
     pub delivery_rate: u64,
     pub app_limited: bool,
-    pub cwnd_limited: bool,
+    /// Null where the source could not know it (the mode without BTF), as the three below.
+    pub cwnd_limited: Option<bool>,
     pub pacing_rate: u64,
     /// Bytes: the peer's receive window, written but unsent, send buffer size and fill.
     pub snd_wnd: u32,
@@ -125,11 +126,11 @@ pub struct SocketFields {
     #[serde(default)]
     pub rcvbuf: u32,
     #[serde(default)]
-    pub sndbuf_locked: bool,
+    pub sndbuf_locked: Option<bool>,
     #[serde(default)]
-    pub rcvbuf_locked: bool,
+    pub rcvbuf_locked: Option<bool>,
     #[serde(default)]
-    pub writer_blocked: bool,
+    pub writer_blocked: Option<bool>,
     /// The connection negotiated no window scaling (its window stays under 64 KiB).
     #[serde(default)]
     pub window_unscaled: bool,
@@ -138,9 +139,15 @@ pub struct SocketFields {
     #[serde(flatten)]
     pub signals: LossSignals,
     /// What the socket receives, and what it shows of its peer's sender: the receiving
-    /// `tcp_sock` fields and the per-segment counts (docs/json.md#the-receiving-side).
+    /// `tcp_sock` fields and the per-segment counts (docs/json.md#the-receiving-side); null
+    /// where the source could not read them (the mode without BTF).
     #[serde(default)]
-    pub receive: ReceiveSide,
+    pub receive: Option<ReceiveSide>,
+}
+
+/// A flag the source read, or null where it could not.
+fn known(value: bool, unknown: bool) -> Option<bool> {
+    (!unknown).then_some(value)
 }
 
 fn ms(us: u32) -> f64 {
@@ -181,7 +188,7 @@ impl SocketFields {
             delivered: s.delivered,
             delivery_rate: s.delivery_rate_bps,
             app_limited: s.app_limited,
-            cwnd_limited: s.cwnd_limited,
+            cwnd_limited: known(s.cwnd_limited, s.unknown.cwnd_limited),
             pacing_rate: s.pacing_rate_bps,
             snd_wnd: s.snd_wnd,
             notsent: s.notsent_bytes,
@@ -191,12 +198,12 @@ impl SocketFields {
             rwnd_limited: s.rwnd_limited_us / 1000,
             sndbuf_limited: s.sndbuf_limited_us / 1000,
             rcvbuf: s.rcvbuf,
-            sndbuf_locked: s.sndbuf_locked,
-            rcvbuf_locked: s.rcvbuf_locked,
-            writer_blocked: s.writer_blocked,
+            sndbuf_locked: known(s.sndbuf_locked, s.unknown.buffer_locks),
+            rcvbuf_locked: known(s.rcvbuf_locked, s.unknown.buffer_locks),
+            writer_blocked: known(s.writer_blocked, s.unknown.writer_blocked),
             window_unscaled: s.window_unscaled,
             signals: s.signals,
-            receive: s.receive,
+            receive: (!s.unknown.receive).then_some(s.receive),
         }
     }
 }
@@ -270,6 +277,7 @@ impl SampleRecord {
                 owner: Some(owner),
                 ssthresh: Some(0),
                 signals: LossSignals::with_every_part(),
+                receive: Some(ReceiveSide::default()),
                 ..Default::default()
             },
             placement: Placement::with_every_part(),

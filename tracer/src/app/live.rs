@@ -18,7 +18,7 @@ use crate::analysis::Analysis;
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
 use crate::cli::{Cli, DEFAULT_LISTEN};
 use crate::kernel::filter::live::{HostPaths, LiveFilter};
-use crate::kernel::{HookStatus, KernelOptions, KernelSource};
+use crate::kernel::{HookStatus, KernelOptions, LiveSource};
 use crate::metrics::{MetricsService, OtlpStatus};
 use crate::pipeline::PipelineOptions;
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
@@ -50,7 +50,7 @@ fn deep_namespaces(
 
 /// Register the twins and move the namespaces' flows onto them; where the kernel (or another
 /// run) does not allow it, one line says why and tracing goes on without them.
-fn start_deep(source: &mut KernelSource, namespaces: Vec<crate::kernel::deep::session::DeepNamespace>) -> Result<()> {
+fn start_deep(source: &mut LiveSource, namespaces: Vec<crate::kernel::deep::session::DeepNamespace>) -> Result<()> {
     use crate::kernel::deep::session::{restored_line, DeepSession};
     let started =
         crate::kernel::deep::check_support().map_err(anyhow::Error::from).and_then(|()| DeepSession::start(namespaces));
@@ -71,7 +71,7 @@ fn start_deep(source: &mut KernelSource, namespaces: Vec<crate::kernel::deep::se
     source.attach_deep(session)
 }
 
-fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
+fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<LiveSource> {
     let opts = KernelOptions {
         sample_interval: Duration::from_millis(cli.sample_ms),
         hook_mode: cli.hooks,
@@ -82,8 +82,15 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         udp: !cli.no_udp,
         probe_always_attached: cli.probe_always_attached,
         probe_windows_always: cli.probe_windows_always,
+        btf_file: cli.btf.clone(),
     };
-    let source = KernelSource::start(&opts)?;
+    let source = LiveSource::start(&opts)?;
+    if source.info().no_btf {
+        eprintln!("cctrace: {}", no_btf_line(cli.hooks));
+    }
+    if let Some(file) = &source.info().btf_file {
+        eprintln!("cctrace: kernel BTF read from {file}");
+    }
     for h in &source.info().hooks {
         if let HookStatus::Disabled(_) = h.status {
             eprintln!("cctrace: {}", h.line());
@@ -106,6 +113,19 @@ fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<KernelSource> {
         eprintln!("cctrace: UDP flows counted but not classified as QUIC or WireGuard: {why}");
     }
     Ok(source)
+}
+
+/// The start-up line of the mode without BTF: why it runs, what it reads, what it loses.
+fn no_btf_line(asked: crate::kernel::HookMode) -> String {
+    let why = if asked == crate::kernel::HookMode::NoBtf {
+        "--hooks no-btf".to_string()
+    } else {
+        format!("no kernel BTF ({} is absent)", crate::kernel::KERNEL_BTF)
+    };
+    format!(
+        "mode without BTF ({why}): flows from classic tracepoint records and sock_diag; it loses: {}",
+        crate::kernel::nobtf::LOSES
+    )
 }
 
 /// The OTLP export `--otlp` asks for, checked (a bad endpoint, header or CA file is one error
@@ -143,7 +163,7 @@ fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<c
 }
 
 /// A recording's header: this host, the run's start, its settings, filter and hooks.
-fn recording_header(cli: &Cli, source: &KernelSource, spec: &FilterSpec, start: (u64, u64), tick: Duration) -> Header {
+fn recording_header(cli: &Cli, source: &LiveSource, spec: &FilterSpec, start: (u64, u64), tick: Duration) -> Header {
     let config = diagnosis_config(cli);
     Header {
         format: FORMAT.into(),
@@ -210,7 +230,7 @@ impl<'c> LiveRun<'c> {
 
 /// The live source with everything set up around it, ready to run a front end on.
 pub(super) struct Traced {
-    pub(super) source: KernelSource,
+    pub(super) source: LiveSource,
     pub(super) spec: FilterSpec,
     pub(super) live_filter: Option<LiveFilter>,
     pub(super) env: Environment,

@@ -43,6 +43,7 @@ pub fn main(cli: Cli) -> ExitCode {
             offline(crate::cli::docs::completions(Cli::command(), *shell, &mut std::io::stdout().lock()))
         }
         Command::Man => offline(crate::cli::docs::man_page(Cli::command(), &mut std::io::stdout().lock())),
+        Command::Check => check(&cli),
         #[cfg(feature = "demo")]
         Command::DemoRelay { args } => offline(cctrace_lab::relay::relay_main(args)),
         Command::Fix { cc, live, persist, yes, host_namespace, undo } => {
@@ -88,6 +89,15 @@ fn offline(result: Result<()>) -> ExitCode {
         Err(e) if reader_left(&e) => ExitCode::SUCCESS,
         Err(e) => failed(&e),
     }
+}
+
+/// `cctrace check`: the report on stdout, its worst line the exit status.
+fn check(cli: &Cli) -> ExitCode {
+    let checks = crate::kernel::preflight::checks(cli.btf.as_deref(), cli.hooks);
+    for c in &checks {
+        println!("{}", c.line());
+    }
+    ExitCode::from(crate::kernel::preflight::exit_status(&checks))
 }
 
 /// `cctrace fix`, with the log and the same container names as tracing (`--container NAME`).

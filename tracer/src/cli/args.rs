@@ -32,9 +32,16 @@ pub struct Cli {
     /// With --json, also print every kernel sample as it arrives.
     #[arg(long, global = true, requires = "json")]
     pub events: bool,
-    /// Which tracepoint flavour to attach.
+    /// Which tracepoint flavour to attach. `auto` runs without BTF (no-btf: classic tracepoints'
+    /// own records and sock_diag) where the kernel has none and no BTF file is found.
     #[arg(long, global = true, value_enum, default_value_t = HookMode::Auto)]
     pub hooks: HookMode,
+    /// The running kernel's BTF in this file (raw BTF, or a vmlinux image with a .BTF section,
+    /// checked against the kernel's build id), for a kernel built without it: the normal
+    /// programs then run, reading sockets at its offsets. Without it cctrace looks where
+    /// libbpf does (/boot/vmlinux-RELEASE, /usr/lib/debug/boot/vmlinux-RELEASE, ...).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
     /// Kernel ring-buffer size in KiB (a power of two from 4 to 1048576); samples that do not
     /// fit are counted as lost.
     #[arg(long, global = true, default_value_t = tracer_common::DEFAULT_RING_BYTES / 1024, value_name = "KIB",
@@ -232,6 +239,12 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: std::path::PathBuf,
     },
+    /// Check what works on this host before tracing: the kernel's BTF and where it came from,
+    /// each hook and the mode chosen, the BPF ring buffer, cgroup v2, privileges,
+    /// perf_event_paranoid, the congestion controls that can be loaded and the root qdiscs. One
+    /// line each; nothing is attached. Exit status: 0 everything works, 3 cctrace traces with
+    /// less (the mode without BTF, a hook missing, no BBR), 1 it cannot trace here.
+    Check,
     /// Print the shell completion script the package installs, for a binary installed by hand:
     /// `cctrace completions bash > /etc/bash_completion.d/cctrace`.
     Completions {

@@ -2,7 +2,9 @@
 //! rtnetlink: kept apart from the pure diagnosis so that one stays testable. One file a job:
 //! the network namespaces and the way into one (`netns`), processes and the sockets they hold
 //! (`procs`, with the owner lookups `owners` for TCP and `udp_owner` for UDP), which file
-//! system a path lies on (`fs_kind`), the host's mounts seen from cctrace's image (`mounts`), rtnetlink (`netlink`) and tunnels (`tunnels`); here, the
+//! system a path lies on (`fs_kind`), the host's mounts seen from cctrace's image (`mounts`),
+//! rtnetlink (`netlink`), the kernel's view of TCP sockets (`sock_diag`) and tunnels
+//! (`tunnels`); here, the
 //! sysctls and [`environment`], which reads each namespace once per refresh.
 
 use std::collections::HashMap;
@@ -16,6 +18,7 @@ mod netlink;
 mod netns;
 pub mod owners;
 pub(crate) mod procs;
+pub mod sock_diag;
 pub mod tunnels;
 pub mod udp_owner;
 
@@ -37,6 +40,43 @@ fn sysctl_words(key_path: &str) -> Vec<String> {
 
 pub fn available_congestion_controls() -> Vec<String> {
     sysctl_words("/proc/sys/net/ipv4/tcp_available_congestion_control")
+}
+
+/// How congestion control `name` can be had here: already available (built in or loaded), or
+/// as a module of the running kernel that loads on first use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CcAvailability {
+    Available,
+    Module(PathBuf),
+    Absent,
+}
+
+pub fn congestion_control(name: &str) -> CcAvailability {
+    if available_congestion_controls().iter().any(|c| c == name) {
+        return CcAvailability::Available;
+    }
+    let dir = PathBuf::from(format!("/lib/modules/{}/kernel/net/ipv4", kernel_release()));
+    let module = format!("tcp_{name}.ko");
+    let found = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(&module)));
+    found.map_or(CcAvailability::Absent, CcAvailability::Module)
+}
+
+/// The root qdisc of each device of the calling thread's namespace, by device name.
+pub fn root_qdiscs_here() -> std::io::Result<Vec<(String, String)>> {
+    let mut rtnl = netlink::Rtnl::open()?;
+    let qdiscs = rtnl.root_qdiscs()?;
+    let mut out: Vec<(String, String)> = rtnl
+        .links()?
+        .into_iter()
+        .map(|l| (l.name, qdiscs.get(&l.ifindex).cloned().unwrap_or_else(|| "none".into())))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// What a non-initial network namespace may choose as its default.

@@ -17,6 +17,30 @@ use netlink_sys::{Socket, SocketAddr};
 
 use crate::analysis::tunnel::Hop;
 
+/// A netlink socket of `protocol` in the calling thread's network namespace, bound and
+/// connected to the kernel, whose reads give up after a second: the kernel answers at once,
+/// and a reader that waited on it for ever would stall the host facts or the source.
+pub(super) fn open_socket(protocol: isize) -> std::io::Result<Socket> {
+    let mut socket = Socket::new(protocol)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
+    // SAFETY: a valid socket and a timeval of the size given.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            std::ptr::from_ref(&timeout).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if set != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(socket)
+}
+
 /// A link of the namespace: its index, name, MTU, and whether it is a TUN (or TAP) device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Link {
@@ -34,26 +58,7 @@ pub(super) struct Rtnl {
 
 impl Rtnl {
     pub(super) fn open() -> std::io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_ROUTE)?;
-        socket.bind_auto()?;
-        socket.connect(&SocketAddr::new(0, 0))?;
-        // The kernel answers at once; a reader that waited on it for ever would stall the host
-        // facts, and with them the pipeline.
-        let timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
-        // SAFETY: a valid socket and a timeval of the size given.
-        let set = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                std::ptr::from_ref(&timeout).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if set != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Self { socket, seq: 0 })
+        Ok(Self { socket: open_socket(NETLINK_ROUTE)?, seq: 0 })
     }
 
     /// Send `message` with `flags` and collect the messages answering it, until the dump's end,

@@ -20,6 +20,9 @@ pub(super) struct Hook {
     pub(super) event: &'static str,
     pub(super) btf_prog: &'static str,
     pub(super) classic_prog: &'static str,
+    /// The classic tracepoint program of the mode without BTF, which hands its record over
+    /// whole and reads no socket ("" where it has none).
+    pub(super) record_prog: &'static str,
     /// What is lost when this hook is unavailable.
     pub(super) without: &'static str,
 }
@@ -32,6 +35,7 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_probe",
         btf_prog: "cct_probe",
         classic_prog: "cct_tp_probe",
+        record_prog: "cct_nb_probe",
         without: "no periodic samples; flows update only on retransmissions and state changes",
     },
     Hook {
@@ -40,6 +44,7 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_retransmit_skb",
         btf_prog: "cct_retrans",
         classic_prog: "cct_tp_retrans",
+        record_prog: "cct_nb_retrans",
         without: "retransmissions show only in the counters of later samples",
     },
     Hook {
@@ -48,6 +53,7 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_cong_state_set",
         btf_prog: "cct_cong_state",
         classic_prog: "cct_tp_cong",
+        record_prog: "cct_nb_cong",
         without: "CA state changes show only in periodic samples",
     },
     Hook {
@@ -56,6 +62,7 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         event: "inet_sock_set_state",
         btf_prog: "cct_set_state",
         classic_prog: "cct_tp_setstate",
+        record_prog: "cct_nb_setstate",
         without: "opens are seen at the first ACK and closes only at destroy",
     },
     Hook {
@@ -64,6 +71,7 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         event: "tcp_destroy_sock",
         btf_prog: "cct_destroy",
         classic_prog: "cct_tp_destroy",
+        record_prog: "cct_nb_destroy",
         without: "closes are seen only through state changes",
     },
     Hook {
@@ -72,6 +80,7 @@ pub(super) const HOOKS: [Hook; HookId::COUNT] = [
         event: "sock_send_length",
         btf_prog: "cct_send_call",
         classic_prog: "",
+        record_prog: "",
         without: "owners of accepted connections are looked up in /proc as `ss -p` does",
     },
 ];
@@ -134,26 +143,32 @@ pub(super) fn attach_hooks(ebpf: &mut Ebpf, mode: HookMode, btf: Option<&Btf>, c
         let status = status.unwrap_or(HookStatus::Disabled(disabled));
         reports.push(HookReport { name, status });
     }
-    if reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
-        // One setting refusing every classic hook is the one thing to change.
-        let perf = reports.iter().find_map(|r| match &r.status {
-            HookStatus::Disabled(HookDisabled { classic: Some(e @ AttachError::PerfRefused(_)), .. }) => Some(e),
-            _ => None,
-        });
-        if let Some(e) = perf {
-            bail!("no TCP tracepoint could be attached: classic tracepoints: {e}");
-        }
-        let why: Vec<String> = reports.iter().map(HookReport::line).collect();
-        bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "));
-    }
+    some_attached(&reports)?;
     Ok(Attached { reports, probe_link })
+}
+
+/// An error when no hook attached: in one line when one setting refused every classic
+/// tracepoint (`perf_event_paranoid`: the one thing to change), else each hook's reason.
+fn some_attached(reports: &[HookReport]) -> Result<()> {
+    if !reports.iter().all(|r| matches!(r.status, HookStatus::Disabled(_))) {
+        return Ok(());
+    }
+    let perf = reports.iter().find_map(|r| match &r.status {
+        HookStatus::Disabled(HookDisabled { classic: Some(e @ AttachError::PerfRefused(_)), .. }) => Some(e),
+        _ => None,
+    });
+    if let Some(e) = perf {
+        bail!("no TCP tracepoint could be attached: classic tracepoints: {e}");
+    }
+    let why: Vec<String> = reports.iter().map(HookReport::line).collect();
+    bail!("no TCP tracepoint could be attached:\n  {}", why.join("\n  "))
 }
 
 /// What the classic programs need from tracefs: the offsets of the fields they read (absent
 /// where unreadable), and where tracefs is, or why it could not be found.
 pub(super) struct Classic {
     pub(super) offsets: ClassicTracepointOffsets,
-    root: Result<PathBuf, String>,
+    pub(super) root: Result<PathBuf, String>,
 }
 
 /// Read the classic programs' field offsets from tracefs; absent where unreadable.
@@ -204,12 +219,55 @@ fn attach_classic(ebpf: &mut Ebpf, h: &Hook, classic: &Classic) -> Result<TraceP
     if let Some(why) = no_classic_twin(h, classic) {
         return Err(why);
     }
+    attach_tracepoint(ebpf, h, h.classic_prog)
+}
+
+/// Attach the programs of the mode without BTF, which need only the event (its record is read in
+/// user space). Fails only when none attached.
+pub(super) fn attach_record_hooks(ebpf: &mut Ebpf, classic: &Classic) -> Result<Attached> {
+    let mut reports = Vec::new();
+    let mut probe_link = None;
+    for h in &HOOKS {
+        let name = format!("{}:{}", h.group, h.event);
+        let attached = match no_record_program(h, classic) {
+            Some(why) => Err(why),
+            None => attach_tracepoint(ebpf, h, h.record_prog),
+        };
+        let status = match attached {
+            Ok(link) => {
+                if h.id == HookId::TcpProbe {
+                    probe_link = Some(HookLink::Classic(link));
+                }
+                HookStatus::Record
+            }
+            Err(e) => HookStatus::Disabled(HookDisabled { btf: None, classic: Some(e), without: h.without }),
+        };
+        reports.push(HookReport { name, status });
+    }
+    some_attached(&reports)?;
+    Ok(Attached { reports, probe_link })
+}
+
+/// Why `h` has no program of the mode without BTF to attach, if it has none.
+fn no_record_program(h: &Hook, classic: &Classic) -> Option<AttachError> {
+    let name = format!("{}:{}", h.group, h.event);
+    let root = match &classic.root {
+        Ok(root) => root,
+        Err(why) => return Some(AttachError::NoTracefs(why.clone())),
+    };
+    if tracefs::event_format(root, h.group, h.event).is_err() {
+        return Some(AttachError::NoEvent(name));
+    }
+    h.record_prog.is_empty().then_some(AttachError::BtfOnly(name))
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, h: &Hook, program: &'static str) -> Result<TracePointLinkId, AttachError> {
     let prog: &mut TracePoint = ebpf
-        .program_mut(h.classic_prog)
-        .ok_or(AttachError::ProgramMissing(h.classic_prog))?
+        .program_mut(program)
+        .ok_or(AttachError::ProgramMissing(program))?
         .try_into()
         .map_err(|e| AttachError::Load(short(&e)))?;
-    prog.load().map_err(|e| load_error(h.classic_prog, &e))?;
+    prog.load().map_err(|e| load_error(program, &e))?;
     prog.attach(h.group, h.event).map_err(|e| {
         let _ = prog.unload();
         perf_refusal(&e, perf_event_paranoid())

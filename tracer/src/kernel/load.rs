@@ -26,26 +26,41 @@ pub(super) struct Prelude {
 
 /// Check the object and privileges, resolve the offsets, lift the locked-memory limit. The
 /// kernel's BTF comes back too, for what a caller reads from it beyond the offsets.
-pub(super) fn prelude() -> Result<(Prelude, offsets::BtfResolver)> {
+pub(super) fn prelude(kernel_btf: &super::btf_file::KernelBtf) -> Result<(Prelude, offsets::BtfResolver)> {
+    check_object_and_caps()?;
+    let btf = offsets::BtfResolver::from_kernel_btf(kernel_btf)?;
+    let resolved = offsets::resolve(&btf).context("resolving kernel struct offsets from BTF")?;
+    Ok((Prelude::lift_memlock(resolved), btf))
+}
+
+/// The same for the mode without BTF: no offsets (its programs read no kernel struct).
+pub(super) fn prelude_without_btf() -> Result<Prelude> {
+    check_object_and_caps()?;
+    let resolved = offsets::Resolved { offsets: tracer_common::Offsets::unresolved(), missing: Vec::new() };
+    Ok(Prelude::lift_memlock(resolved))
+}
+
+fn check_object_and_caps() -> Result<()> {
     if EBPF_OBJECT.is_empty() {
         bail!(
             "this cctrace was built without its eBPF programs ({EBPF_UNAVAILABLE}); run `cargo xtask setup` \
              (installs bpf-linker and the nightly rust-src component) and rebuild"
         );
     }
-    caps::check()?;
-    let btf = offsets::BtfResolver::from_sys_fs()?;
-    let resolved = offsets::resolve(&btf).context("resolving kernel struct offsets from BTF")?;
-    let memlock_kept = raise_memlock().err();
-    if let Some(errno) = memlock_kept {
-        // Said in the load error where it matters (before 5.11); on later kernels nothing
-        // depends on it, so a log line is all it is worth.
-        log::debug!("raising RLIMIT_MEMLOCK failed ({errno}); kernels since 5.11 do not need it");
-    }
-    Ok((Prelude { resolved, memlock_kept }, btf))
+    caps::check()
 }
 
 impl Prelude {
+    fn lift_memlock(resolved: offsets::Resolved) -> Self {
+        let memlock_kept = raise_memlock().err();
+        if let Some(errno) = memlock_kept {
+            // Said in the load error where it matters (before 5.11); on later kernels nothing
+            // depends on it, so a log line is all it is worth.
+            log::debug!("raising RLIMIT_MEMLOCK failed ({errno}); kernels since 5.11 do not need it");
+        }
+        Self { resolved, memlock_kept }
+    }
+
     /// Load the object with the resolved offsets and what `loader` sets besides.
     pub(super) fn load<'a>(&'a self, loader: &mut EbpfLoader<'a>) -> Result<Ebpf> {
         loader

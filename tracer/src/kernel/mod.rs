@@ -6,6 +6,7 @@
 //! Dropping [`KernelSource`] detaches every program and frees every map: nothing is pinned.
 
 mod attach;
+pub mod btf_file;
 pub mod caps;
 mod counters;
 pub mod deep;
@@ -15,7 +16,9 @@ pub mod hook_cost;
 pub mod hz;
 pub mod listing;
 mod load;
+pub mod nobtf;
 pub mod offsets;
+pub mod preflight;
 mod probe_window;
 mod ring;
 pub mod switch;
@@ -50,6 +53,9 @@ pub enum HookMode {
     Btf,
     /// Classic tracefs tracepoints only.
     Classic,
+    /// Without BTF: classic tracepoints that hand over their own record, and sock_diag for the
+    /// rest (chosen by itself on a kernel without BTF).
+    NoBtf,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +76,8 @@ pub struct KernelOptions {
     pub probe_always_attached: bool,
     /// Follow its windows whether or not they pay (tests of the windows).
     pub probe_windows_always: bool,
+    /// The kernel's BTF in this file (`--btf`), where the kernel has none of its own.
+    pub btf_file: Option<std::path::PathBuf>,
 }
 
 pub use tracer_common::DEFAULT_RING_BYTES;
@@ -88,6 +96,7 @@ impl Default for KernelOptions {
             udp: true,
             probe_always_attached: false,
             probe_windows_always: false,
+            btf_file: None,
         }
     }
 }
@@ -97,6 +106,8 @@ impl Default for KernelOptions {
 pub enum HookStatus {
     Btf,
     Classic,
+    /// A classic tracepoint whose program hands its record over whole (the mode without BTF).
+    Record,
     Disabled(HookDisabled),
 }
 
@@ -155,6 +166,7 @@ impl HookReport {
         match &self.status {
             HookStatus::Btf => format!("{}: BTF tracepoint", self.name),
             HookStatus::Classic => format!("{}: classic tracepoint", self.name),
+            HookStatus::Record => format!("{}: classic tracepoint, its record only", self.name),
             HookStatus::Disabled(why) => format!("{}: disabled ({why})", self.name),
         }
     }
@@ -185,6 +197,11 @@ pub struct KernelInfo {
     /// Why UDP counted per syscall is not classified (the caller's buffer cannot be found on
     /// this architecture or kernel), when it is counted so and is not.
     pub udp_unclassified: Option<String>,
+    /// The mode without BTF runs: tracepoint records and sock_diag.
+    pub no_btf: bool,
+    /// Where the kernel's BTF came from when not from the kernel itself (`--btf`, or where
+    /// libbpf looks).
+    pub btf_file: Option<String>,
 }
 
 impl KernelInfo {
@@ -232,16 +249,21 @@ pub struct KernelSource {
 impl KernelSource {
     /// Check the options and privileges, resolve offsets, load and attach. Must run inside a
     /// tokio runtime.
-    pub fn start(opts: &KernelOptions) -> Result<Self> {
+    pub fn start(opts: &KernelOptions, kernel_btf: &btf_file::KernelBtf) -> Result<Self> {
         check_ring_bytes(opts.ring_bytes)?;
-        let (prelude, btf_resolver) = load::prelude()?;
+        let (prelude, btf_resolver) = load::prelude(kernel_btf)?;
         let facts = BtfFacts::read(&btf_resolver, &prelude.resolved, opts);
         drop(btf_resolver);
         let known_hz = hz::kernel_hz();
         let hz = known_hz.unwrap_or(hz::GUESSED_HZ);
         let classic = classic_offsets();
-        // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too.
-        let aya_btf = Btf::from_sys_fs().ok();
+        // Loaded in every mode: the start-up listing (an iter/tcp program) needs it too. A
+        // file's BTF gives the type ids BTF-typed programs are loaded against; on a kernel
+        // without BTF of its own the kernel refuses them and the classic programs attach.
+        let aya_btf = match kernel_btf {
+            btf_file::KernelBtf::Kernel => Btf::from_sys_fs().ok(),
+            btf_file::KernelBtf::File { raw, .. } => Btf::parse(raw, aya::Endianness::default()).ok(),
+        };
         let config = kernel_config(opts, &facts, known_hz, aya_btf.is_some());
         let mut ebpf = prelude.load(
             EbpfLoader::new()
@@ -286,6 +308,11 @@ impl KernelSource {
                 udp_unavailable: udp.unavailable,
                 udp_per_packet: udp.per_packet,
                 udp_unclassified: udp.unclassified,
+                no_btf: false,
+                btf_file: match kernel_btf {
+                    btf_file::KernelBtf::Kernel => None,
+                    btf_file::KernelBtf::File { .. } => Some(kernel_btf.origin()),
+                },
             },
             udp: udp.accounting,
             udp_read_ns: 0,
@@ -318,24 +345,14 @@ impl KernelSource {
     /// Each attached hook's program: its hook name and program id, for reading its run
     /// statistics (found while this source lives).
     pub fn hook_programs(&self) -> Vec<HookProgram> {
-        let program = |hook: String, name: &str| {
-            let prog_id = self.ebpf.program(name)?.info().ok()?.id();
-            Some(HookProgram { hook, prog_id })
-        };
-        let tcp = HOOKS.iter().zip(&self.info.hooks).filter_map(|(h, report)| {
-            let name = match report.status {
-                HookStatus::Btf => h.btf_prog,
-                HookStatus::Classic => h.classic_prog,
-                HookStatus::Disabled(_) => return None,
-            };
-            program(report.name.clone(), name)
-        });
+        let mut programs = hook_programs(&self.ebpf, &self.info.hooks);
         let udp = self
             .udp
             .iter()
             .flat_map(udp::UdpAccounting::program_names)
-            .filter_map(|name| program(format!("udp:{name}"), name));
-        tcp.chain(udp).collect()
+            .filter_map(|name| program_of(&self.ebpf, format!("udp:{name}"), name));
+        programs.extend(udp);
+        programs
     }
 
     /// The filter maps, to change the filter while the programs run (once).
@@ -402,10 +419,152 @@ impl KernelSource {
     }
 }
 
+/// Where the running kernel's BTF is, when the kernel has it.
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// The live kernel source, with BTF or without.
+pub enum LiveSource {
+    Btf(Box<KernelSource>),
+    NoBtf(Box<nobtf::NoBtfSource>),
+}
+
+impl LiveSource {
+    /// Start the mode `opts` asks for: without BTF where asked, or where `Auto` finds none.
+    pub fn start(opts: &KernelOptions) -> Result<Self> {
+        if opts.hook_mode == HookMode::NoBtf {
+            return Ok(Self::NoBtf(Box::new(nobtf::NoBtfSource::start(opts)?)));
+        }
+        match btf_file::find(opts.btf_file.as_deref())? {
+            btf_file::Found::Btf(kernel_btf) => Ok(Self::Btf(Box::new(KernelSource::start(opts, &kernel_btf)?))),
+            btf_file::Found::None(_) if opts.hook_mode == HookMode::Auto => {
+                Ok(Self::NoBtf(Box::new(nobtf::NoBtfSource::start(opts)?)))
+            }
+            btf_file::Found::None(tried) => bail!("{}", no_btf_refusal(opts.hook_mode, &tried)),
+        }
+    }
+
+    fn source(&self) -> &dyn EventSource {
+        match self {
+            Self::Btf(s) => s.as_ref(),
+            Self::NoBtf(s) => s.as_ref(),
+        }
+    }
+
+    fn source_mut(&mut self) -> &mut dyn EventSource {
+        match self {
+            Self::Btf(s) => s.as_mut(),
+            Self::NoBtf(s) => s.as_mut(),
+        }
+    }
+
+    pub fn info(&self) -> &KernelInfo {
+        match self {
+            Self::Btf(s) => s.info(),
+            Self::NoBtf(s) => s.info(),
+        }
+    }
+
+    pub fn hook_programs(&self) -> Vec<HookProgram> {
+        match self {
+            Self::Btf(s) => s.hook_programs(),
+            Self::NoBtf(s) => s.hook_programs(),
+        }
+    }
+
+    pub fn take_filter(&mut self) -> Option<filter::KernelFilter> {
+        match self {
+            Self::Btf(s) => s.take_filter(),
+            Self::NoBtf(s) => s.take_filter(),
+        }
+    }
+
+    pub fn deep_counters(&self) -> Option<DeepCounters> {
+        match self {
+            Self::Btf(s) => s.deep_counters(),
+            Self::NoBtf(_) => None,
+        }
+    }
+
+    /// Deep mode's twins beside the tracing: struct_ops programs, which need the kernel's BTF.
+    pub fn attach_deep(&mut self, session: deep::session::DeepSession) -> Result<()> {
+        match self {
+            Self::Btf(s) => s.attach_deep(session),
+            Self::NoBtf(_) => bail!("--deep needs kernel BTF ({KERNEL_BTF}): its twins are struct_ops programs"),
+        }
+    }
+}
+
+impl EventSource for LiveSource {
+    fn next_batch(&mut self) -> BoxFuture<'_, Result<Option<Vec<Sample>>>> {
+        self.source_mut().next_batch()
+    }
+
+    fn next_item(&mut self) -> BoxFuture<'_, Result<Option<SourceItem>>> {
+        self.source_mut().next_item()
+    }
+
+    fn take_ready(&mut self) -> Ready {
+        self.source_mut().take_ready()
+    }
+
+    fn counters(&self) -> SourceCounters {
+        self.source().counters()
+    }
+
+    fn describe(&self) -> String {
+        self.source().describe()
+    }
+
+    fn stop_producing(&mut self) -> Result<()> {
+        self.source_mut().stop_producing()
+    }
+
+    fn drained(&self) -> bool {
+        self.source().drained()
+    }
+}
+
+/// Why `--hooks btf` or `classic` cannot run here, in one line: they read the socket at the
+/// offsets BTF gives.
+fn no_btf_refusal(mode: HookMode, tried: &[(std::path::PathBuf, String)]) -> String {
+    let mode = if mode == HookMode::Btf { "btf" } else { "classic" };
+    let mut line = format!(
+        "--hooks {mode} reads sockets at offsets from the kernel's BTF, and there is none: {KERNEL_BTF} is absent"
+    );
+    for (path, why) in tried {
+        line.push_str(&format!(", {} {why}", path.display()));
+    }
+    line.push_str("; give one with --btf FILE, or run without BTF (--hooks auto or no-btf)");
+    line
+}
+
+/// A loaded program's hook and id, if it loaded.
+fn program_of(ebpf: &Ebpf, hook: String, name: &str) -> Option<HookProgram> {
+    let prog_id = ebpf.program(name)?.info().ok()?.id();
+    Some(HookProgram { hook, prog_id })
+}
+
+/// The program of each TCP hook that attached.
+fn hook_programs(ebpf: &Ebpf, reports: &[HookReport]) -> Vec<HookProgram> {
+    HOOKS
+        .iter()
+        .zip(reports)
+        .filter_map(|(h, report)| {
+            let name = match report.status {
+                HookStatus::Btf => h.btf_prog,
+                HookStatus::Classic => h.classic_prog,
+                HookStatus::Record => h.record_prog,
+                HookStatus::Disabled(_) => return None,
+            };
+            program_of(ebpf, report.name.clone(), name)
+        })
+        .collect()
+}
+
 /// The ring buffer must span at least one of the kernel's pages, which only the running kernel
 /// knows (16 KiB on a Raspberry Pi 5, 64 KiB on some arm64 servers): checked here, before
 /// anything loads. That it is a power of two is the CLI's check (`--ring-kib`), not repeated.
-fn check_ring_bytes(ring_bytes: u32) -> Result<()> {
+pub(super) fn check_ring_bytes(ring_bytes: u32) -> Result<()> {
     let page = crate::host::page_size();
     if ring_bytes < page {
         bail!("the ring buffer size must be at least one page ({page} bytes here), got {ring_bytes}");
@@ -525,7 +684,7 @@ fn open_ring(ebpf: &mut Ebpf) -> Result<AsyncFd<RingBuf<MapData>>> {
 /// hold the RCU read lock, so an RCU grace period, which `membarrier(MEMBARRIER_CMD_GLOBAL)`
 /// waits for, sees them all finished; where that command is refused (nohz_full CPUs), a pause
 /// far longer than any program run stands in for it.
-fn wait_for_running_programs() {
+pub(super) fn wait_for_running_programs() {
     const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
     // SAFETY: membarrier takes two integers and touches no memory of ours.
     let waited = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0 as libc::c_long) } == 0;

@@ -37,6 +37,17 @@ impl BtfResolver {
         Ok(Self { btf })
     }
 
+    /// The BTF `kernel_btf` names: the kernel's own, or a file's.
+    pub fn from_kernel_btf(kernel_btf: &super::btf_file::KernelBtf) -> Result<Self> {
+        match kernel_btf {
+            super::btf_file::KernelBtf::Kernel => Self::from_sys_fs(),
+            super::btf_file::KernelBtf::File { path, raw } => {
+                let btf = Btf::from_bytes(raw).map_err(|e| anyhow!("reading the BTF of {}: {e}", path.display()))?;
+                Ok(Self { btf })
+            }
+        }
+    }
+
     fn find_struct(&self, name: &str) -> Result<btf_rs::Struct> {
         let types = self.btf.resolve_types_by_name(name).map_err(|e| anyhow!("BTF: no type named {name}: {e}"))?;
         types
@@ -53,6 +64,11 @@ impl BtfResolver {
     /// with, helpers included, so this tells which kernel features exist before anything loads).
     pub fn has_function(&self, name: &str) -> bool {
         self.btf.resolve_types_by_name(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+    }
+
+    /// Whether the kernel has a typedef named `name` (`btf_trace_EVENT`: a BTF tracepoint).
+    pub fn has_typedef(&self, name: &str) -> bool {
+        self.btf.resolve_types_by_name(name).is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Typedef(_))))
     }
 
     /// Size in bytes of struct `name`.

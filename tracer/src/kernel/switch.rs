@@ -5,7 +5,8 @@
 //! one), under the iterator's socket lock; elsewhere each connection is switched through the
 //! process holding it (`held_sockets`), and the connections that way cannot reach are said.
 //! The fix's buffer sizing takes one sample of every socket with the start-up listing's
-//! program, loaded from the same object when first asked.
+//! program, loaded from the same object when first asked. Without kernel BTF (no `iter/tcp`),
+//! connections are switched through their holders and sampled with sock_diag.
 
 use std::collections::HashMap as StdHashMap;
 use std::path::Path;
@@ -31,6 +32,14 @@ const LISTING: &str = "cct_iter_tcp";
 /// Switches sockets one of two ways, and samples them for the fix's buffers. Dropping it
 /// unloads what it loaded.
 pub struct Switcher {
+    /// The eBPF object and the kernel's BTF, where the kernel has it; none without.
+    kernel: Option<Iterators>,
+    way: Way,
+    /// What the last walk could not reach (switching through the holders only).
+    unreached: Vec<Unreached>,
+}
+
+struct Iterators {
     /// The eBPF object: `cct_iter_switch` loaded in the kernel where it may be (see
     /// [`Way`]), `cct_iter_tcp` once a snapshot asks for it.
     ebpf: Ebpf,
@@ -38,9 +47,6 @@ pub struct Switcher {
     /// as much as loading both programs).
     btf: Btf,
     listing_loaded: bool,
-    way: Way,
-    /// What the last walk could not reach (switching through the holders only).
-    unreached: Vec<Unreached>,
 }
 
 enum Way {
@@ -62,7 +68,12 @@ impl Switcher {
     /// Check privileges, resolve the offsets the program reads, load it; where the kernel
     /// refuses it, sockets are switched through the processes holding them.
     pub fn load() -> Result<Self> {
-        let (prelude, _) = load::prelude()?;
+        if !Path::new(super::KERNEL_BTF).exists() {
+            super::caps::check()?;
+            let why = format!("no kernel BTF ({}), which iter/tcp needs", super::KERNEL_BTF);
+            return Ok(Self { kernel: None, way: Way::Held(why), unreached: Vec::new() });
+        }
+        let (prelude, _) = load::prelude(&super::btf_file::KernelBtf::Kernel)?;
         // The tracing maps are not used here: the smallest ring buffer, one page, will do.
         let mut ebpf = prelude.load(EbpfLoader::new().map_max_entries("EVENTS", crate::host::page_size()))?;
         let btf = Btf::from_sys_fs().context("kernel BTF (needed by iter/tcp)")?;
@@ -79,25 +90,27 @@ impl Switcher {
                 Way::Held(iterator_refusal(&whole))
             }
         };
-        Ok(Self { ebpf, btf, listing_loaded: false, way, unreached: Vec::new() })
+        let kernel = Some(Iterators { ebpf, btf, listing_loaded: false });
+        Ok(Self { kernel, way, unreached: Vec::new() })
     }
 
     /// One sample of every TCP socket of each namespace of `namespaces` (inode, path) that can
     /// be entered, as the start-up listing takes them: what the fix sizes buffers from.
     pub fn snapshot(&mut self, namespaces: &[(u32, std::path::PathBuf)]) -> Result<Vec<Sample>> {
-        if !self.listing_loaded {
-            let prog: &mut Iter = self
+        let Some(kernel) = &mut self.kernel else { return Ok(super::nobtf::snapshot(namespaces)) };
+        if !kernel.listing_loaded {
+            let prog: &mut Iter = kernel
                 .ebpf
                 .program_mut(LISTING)
                 .ok_or_else(|| anyhow!("program {LISTING} missing from the eBPF object"))?
                 .try_into()
                 .map_err(|e| anyhow!("{LISTING}: {}", error_chain(&e)))?;
-            prog.load("tcp", &self.btf).map_err(|e| anyhow!("loading {LISTING}: {}", error_chain(&e)))?;
-            self.listing_loaded = true;
+            prog.load("tcp", &kernel.btf).map_err(|e| anyhow!("loading {LISTING}: {}", error_chain(&e)))?;
+            kernel.listing_loaded = true;
         }
         let ctx = DecodeContext { hz: super::hz::kernel_hz().unwrap_or(super::hz::GUESSED_HZ) };
         let prog: &mut Iter =
-            self.ebpf.program_mut(LISTING).context("program missing")?.try_into().map_err(|e| anyhow!("{e}"))?;
+            kernel.ebpf.program_mut(LISTING).context("program missing")?.try_into().map_err(|e| anyhow!("{e}"))?;
         let mut out = Vec::new();
         for (netns, path) in namespaces {
             // A namespace gone or not enterable has nothing to size for.
@@ -134,9 +147,9 @@ impl Switcher {
         choose: &dyn Fn(u64, &str) -> Option<String>,
     ) -> Result<Vec<Switched>> {
         let walking = || format!("walking the sockets of network namespace {netns}");
-        match &self.way {
-            Way::Iterator => {
-                let ebpf = &mut self.ebpf;
+        match (&self.way, &mut self.kernel) {
+            (Way::Iterator, Some(kernel)) => {
+                let ebpf = &mut kernel.ebpf;
                 fill(ebpf)?;
                 Self::set_config(ebpf, mode)?;
                 let prog: &mut Iter =
@@ -144,7 +157,7 @@ impl Switcher {
                 let bytes = read_iter_in(prog, netns, path, setns_net).with_context(walking)?;
                 Ok(decode_switch_records(&bytes))
             }
-            Way::Held(_) => {
+            _ => {
                 let (touched, unreached) = held_sockets::switch_where(netns, path, choose).with_context(walking)?;
                 self.unreached = unreached;
                 Ok(touched)

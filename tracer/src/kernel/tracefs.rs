@@ -32,9 +32,10 @@ pub fn parse_format(text: &str) -> HashMap<String, FormatField> {
             }
         }
         let (Some(decl), Some(offset), Some(size)) = (decl, offset, size) else { continue };
-        // The name is the last identifier of the declaration, minus any array suffix.
+        // The name is the last identifier before any array suffix, whose size Linux 5.10 still
+        // prints as written (`__u8 saddr[sizeof(struct sockaddr_in6)]`), later ones as a number.
+        let decl = decl.split('[').next().unwrap_or(decl);
         let name = decl.rsplit([' ', '*']).next().unwrap_or(decl);
-        let name = name.split('[').next().unwrap_or(name);
         fields.insert(name.to_string(), FormatField { offset, size });
     }
     fields
@@ -92,6 +93,17 @@ print fmt: \"x\"
         assert_eq!(f["protocol"], FormatField { offset: 30, size: 2 });
         assert_eq!(f["saddr_v6"], FormatField { offset: 40, size: 16 });
         assert_eq!(f["common_type"].offset, 0);
+    }
+
+    /// `tcp:tcp_probe`'s addresses on Linux 5.10, their size an expression.
+    #[test]
+    fn an_array_sized_by_an_expression_keeps_its_name() {
+        let f = parse_format(
+            "format:\n\tfield:__u8 saddr[sizeof(struct sockaddr_in6)];\toffset:8;\tsize:28;\tsigned:0;\n\tfield:__u8 daddr[28];\toffset:36;\tsize:28;\tsigned:0;\n",
+        );
+        assert_eq!(f["saddr"], FormatField { offset: 8, size: 28 });
+        assert_eq!(f["daddr"], FormatField { offset: 36, size: 28 });
+        assert_eq!(f.len(), 2);
     }
 
     #[test]

@@ -189,6 +189,27 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_to_bbr_forgets_cubic_and_never_calls_bbr_loss_based() {
+        // The fix applied live at 20 s: the same losses go on, now under BBR.
+        let cubic = episodic("cubic", 16_000_000, 7, 0, 0);
+        let (d, seen) = run_feed(40, |tick| {
+            let mut samples = cubic(tick);
+            if tick >= 200 {
+                samples.iter_mut().for_each(|s| s.cc = "bbr".into());
+            }
+            samples
+        });
+        assert!(seen[19].0, "flagged under cubic: {seen:?}");
+        assert!(seen[21..].iter().all(|(f, _)| !*f), "the flag is cubic's, not bbr's: {seen:?}");
+        let v = d.verdict(1).expect("verdict");
+        assert!(!v.text.contains("bbr lost packets"), "{}", v.text);
+        let change = v.changed.as_ref().expect("the switch is the change");
+        assert_eq!(change.cc_from.as_deref(), Some("cubic"), "{change:?}");
+        assert!(change.was_flagged && (change.at_s - 20.0).abs() < 1.1, "{change:?}");
+        assert!(v.text.contains("Its congestion control was cubic until 20 s"), "{}", v.text);
+    }
+
+    #[test]
     fn reno_at_a_loss_every_few_seconds_is_flagged() {
         // 80 ms-like sparsity: a loss every 3 s, so a 5 s window sees one or two.
         let (_, seen) = run_feed(30, episodic("reno", 6_000_000, 30, 0, 1));

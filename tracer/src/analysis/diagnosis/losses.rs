@@ -122,12 +122,14 @@ fn start_queue(e: &LossEpisode, min_rtt: u32) -> f64 {
 }
 
 /// The flow's loss episodes within the loss horizon, split by the queue at each loss.
-pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64) -> LossView {
+/// The flow's losses within the loss horizon and since `since_ns` (its congestion control's
+/// last switch: an earlier algorithm's losses say nothing of this one).
+pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64, since_ns: u64) -> LossView {
     let s = &flow.latest;
     let loss_based = is_loss_based(&s.cc);
     let min_rtt = s.min_rtt_us;
     let threshold_us = queue_threshold_us(min_rtt, cfg.queue_ratio, cfg.queue_slack_us);
-    let since = now_ns.saturating_sub((cfg.loss_horizon_secs * NS_PER_SEC as f64) as u64);
+    let since = now_ns.saturating_sub((cfg.loss_horizon_secs * NS_PER_SEC as f64) as u64).max(since_ns);
     let recent: Vec<_> = flow.loss_episodes().filter(|e| e.ts_ns >= since).collect();
     let now_mark = Mark { retrans: s.total_retrans, dsack: s.signals.spurious(), undo: s.signals.undone() };
     let ends = recent

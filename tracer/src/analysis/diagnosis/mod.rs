@@ -47,6 +47,7 @@ mod verdict;
 mod window;
 mod words;
 
+use compact_str::CompactString;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 
@@ -62,12 +63,12 @@ pub use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::loss_view;
 use crate::analysis::diagnosis::policer::{carried, Policing};
 use crate::analysis::diagnosis::remote::RemoteMemory;
-pub use crate::analysis::diagnosis::remote::{CutEvidence, RemoteSenderEvidence};
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
     BufferEvidence, Change, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy,
     Verdict,
 };
+pub use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::commands::{fix_commands, FixNeeds};
@@ -96,6 +97,33 @@ struct FlowMemory {
     settled: Option<Settled>,
     /// For a flow that receives: the receiving end's own verdict memory (see `remote`).
     remote: Option<Box<RemoteMemory>>,
+    /// The congestion control the window was gathered under, and when it was first seen (ns).
+    cc: CompactString,
+    cc_since_ns: u64,
+}
+
+impl FlowMemory {
+    /// After a switch of the flow's congestion control (a live fix): everything gathered under
+    /// the old one is forgotten, so no verdict of CUBIC's losses is shown for BBR, and the
+    /// change says so. The shown verdict stays until the new window can be judged.
+    fn switched_cc(&mut self, flow: &Flow, now_ns: u64) {
+        let from = std::mem::replace(&mut self.cc, flow.latest.cc.clone());
+        self.cc_since_ns = now_ns;
+        self.snapshots.clear();
+        self.hysteresis = Hysteresis::default();
+        self.policing = None;
+        self.busy = None;
+        self.paused_at_ns = None;
+        self.last_met_ns = 0;
+        let shown = self.shown.as_ref().filter(|v| v.limited_by != LimitedBy::Unknown);
+        self.change = shown.map(|v| Change {
+            at_s: flow.age_secs(),
+            from: v.limited_by,
+            was_flagged: v.flagged,
+            why: String::new(),
+            cc_from: Some(from.to_string()),
+        });
+    }
 }
 
 /// A flow at rest: nothing arrived since it was judged, every snapshot in its window holds the
@@ -269,6 +297,13 @@ impl Diagnoser {
             }
             catch_up(mem, &self.evaluation_times, now_ns, self.cfg.window);
         }
+        if mem.cc != flow.latest.cc {
+            if mem.cc.is_empty() {
+                mem.cc = flow.latest.cc.clone();
+            } else {
+                mem.switched_cc(flow, now_ns);
+            }
+        }
         let mut snap = Snapshot::of(flow);
         snap.ts_ns = snap.ts_ns.max(now_ns);
         if mem.snapshots.back().is_some_and(|s| s.ts_ns >= snap.ts_ns) {
@@ -441,7 +476,7 @@ fn judge<'t>(
     if observed < cfg.min_observed_secs || mem.snapshots.len() < 3 {
         return Verdict::unknown(observed);
     }
-    let mut lv = loss_view(flow, cfg, now_ns);
+    let mut lv = loss_view(flow, cfg, now_ns, mem.cc_since_ns);
     let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
     lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
     mem.policing = lv.policing;
@@ -493,7 +528,7 @@ fn judge<'t>(
     }
     if let Some(from) = previous.filter(|p| *p != d.limited || was_flagged != d.flagged) {
         let why = if was_flagged && !d.flagged { d.condition.err().unwrap_or_default() } else { "" };
-        mem.change = Some(Change { at_s: flow.age_secs(), from, was_flagged, why: why.to_string() });
+        mem.change = Some(Change { at_s: flow.age_secs(), from, was_flagged, why: why.to_string(), cc_from: None });
     }
 
     // The last verdict's text makes room for this one.

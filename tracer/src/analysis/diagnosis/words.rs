@@ -133,6 +133,10 @@ pub(super) fn write_pending_clear(text: &mut String, why: &str, clears_in: u32) 
 
 /// When the verdict last changed, from what, and why; `flagged` is whether it is flagged now.
 pub(super) fn write_change(text: &mut String, c: &Change, flagged: bool) {
+    if let Some(cc) = &c.cc_from {
+        let _ = write!(text, " Its congestion control was {cc} until {:.0} s: judged afresh since.", c.at_s);
+        return;
+    }
     let _ = match (c.was_flagged, flagged) {
         (true, false) => write!(text, " No longer flagged since {:.0} s: {}.", c.at_s, c.why),
         (false, true) => write!(text, " Flagged since {:.0} s (before: {}).", c.at_s, c.from.name()),
@@ -150,7 +154,7 @@ pub(super) fn write_pause(text: &mut String, pause: LimitedBy, secs: f64) {
     };
     let _ = write!(
         text,
-        " For the last {secs:.0} s {what}: those seconds say nothing of its congestion control, and this verdict          is from the busy seconds before."
+        " For the last {secs:.0} s {what}: those seconds say nothing of its congestion control, and this verdict is from the busy seconds before."
     );
 }
 

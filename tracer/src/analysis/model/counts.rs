@@ -72,14 +72,15 @@ impl SampleCounts {
         self.app_limited += u64::from(s.app_limited);
         let sndbuf_low = s.sndbuf > 0 && u64::from(s.wmem_queued) * 10 < u64::from(s.sndbuf) * 6;
         self.sndbuf_low += u64::from(sndbuf_low);
-        self.writer_blocked += u64::from(s.writer_blocked);
+        let writer_waits = s.writer_waits();
+        self.writer_blocked += u64::from(writer_waits);
         let in_flight = s.notsent_bytes.saturating_mul(2) < s.wmem_queued;
         // The congestion window's room as the kernel tests it (what is in flight, SACKed and
         // lost segments out of it): in recovery a sender's queue holds SACKed data that fills
         // `packets_out` while its window has room (BBR at 0.05 % loss on a 240 ms path was in
         // recovery most of the time, its writer waiting on a full buffer throughout).
         let cwnd_room = packets_in_flight(s) < s.snd_cwnd;
-        self.sndbuf_bound += u64::from(s.writer_blocked && cwnd_room && s.sndbuf > 0 && !sndbuf_low && in_flight);
+        self.sndbuf_bound += u64::from(writer_waits && cwnd_room && s.sndbuf > 0 && !sndbuf_low && in_flight);
         if !prev.is_some_and(|p| peer_window_fell(p.snd_wnd, s.snd_wnd, s.mss)) {
             self.peer_reading += 1;
             self.peer_reading_srtt_us += u64::from(s.srtt_us);

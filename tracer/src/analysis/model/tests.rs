@@ -61,6 +61,7 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         signals: Default::default(),
         rack_rtt_us: 0,
         receive: Default::default(),
+        unknown: crate::analysis::event::Unknown::default(),
     }
 }
 

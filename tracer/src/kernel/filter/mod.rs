@@ -1,5 +1,7 @@
 //! The kernel side of `--cgroup`, `--container` and `--netns`: writes a [`ResolvedFilter`] into
-//! the programs' filter maps, so flows outside it never reach the ring buffer.
+//! the programs' filter maps, so flows outside it never reach the ring buffer. In the mode
+//! without BTF the programs cannot read a socket's cgroup or namespace: the filter is then
+//! shared with that source, which applies it in user space ([`SharedFilter`]).
 
 pub mod live;
 
@@ -12,11 +14,26 @@ use tracer_common::{filter_mode, FilterState, Offsets, ABSENT, FILTER_MAX_CGROUP
 
 use crate::analysis::filter::ResolvedFilter;
 
+/// The filter in force where it is applied in user space, and its generation (bumped on every
+/// change, so what was decided under an older one is decided again).
+pub type SharedFilter = std::sync::Arc<std::sync::Mutex<(ResolvedFilter, u64)>>;
+
 /// The filter maps of a loaded object.
-pub struct KernelFilter {
+struct FilterMaps {
     state: Array<MapData, FilterState>,
     cgroups: HashMap<MapData, u64, u8>,
     netns: HashMap<MapData, u32, u8>,
+}
+
+/// Where a filter is applied: the programs' maps, or a source that filters in user space.
+enum Backing {
+    Maps(Box<FilterMaps>),
+    UserSpace(SharedFilter),
+}
+
+/// The filter in force, where the source applies it.
+pub struct KernelFilter {
+    backing: Backing,
     generation: u32,
     applied: ResolvedFilter,
     /// Why this kernel cannot filter by cgroup or by namespace (a field its BTF lacks).
@@ -33,9 +50,7 @@ impl KernelFilter {
         let netns = HashMap::try_from(take("FILTER_NETNS")?).context("opening the FILTER_NETNS map")?;
         let absent = |fields: &[(u32, &'static str)]| fields.iter().find(|(off, _)| *off == ABSENT).map(|(_, n)| *n);
         Ok(Self {
-            state,
-            cgroups,
-            netns,
+            backing: Backing::Maps(Box::new(FilterMaps { state, cgroups, netns })),
             generation: 0,
             applied: ResolvedFilter::default(),
             no_cgroup_filter: absent(&[
@@ -46,6 +61,17 @@ impl KernelFilter {
             ]),
             no_netns_filter: absent(&[(offsets.skc_net, "sock.skc_net"), (offsets.net_ns_inum, "net.ns.inum")]),
         })
+    }
+
+    /// A filter the source applies in user space: every dimension can be filtered on.
+    pub fn user_space(shared: SharedFilter) -> Self {
+        Self {
+            backing: Backing::UserSpace(shared),
+            generation: 0,
+            applied: ResolvedFilter::default(),
+            no_cgroup_filter: None,
+            no_netns_filter: None,
+        }
     }
 
     pub fn applied(&self) -> &ResolvedFilter {
@@ -74,8 +100,19 @@ impl KernelFilter {
         if filter.netns.len() > FILTER_MAX_NETNS as usize {
             bail!("the filter names {} network namespaces; at most {FILTER_MAX_NETNS} fit", filter.netns.len());
         }
-        sync_set(&mut self.cgroups, &self.applied.cgroup_ids, &filter.cgroup_ids).context("writing FILTER_CGROUPS")?;
-        sync_set(&mut self.netns, &self.applied.netns, &filter.netns).context("writing FILTER_NETNS")?;
+        // 0 is what a new flow's cache holds: never a filter's generation.
+        self.generation = self.generation.wrapping_add(1).max(1);
+        let maps = match &mut self.backing {
+            Backing::Maps(maps) => maps,
+            Backing::UserSpace(shared) => {
+                let mut inner = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                *inner = (filter.clone(), u64::from(self.generation));
+                self.applied = filter.clone();
+                return Ok(());
+            }
+        };
+        sync_set(&mut maps.cgroups, &self.applied.cgroup_ids, &filter.cgroup_ids).context("writing FILTER_CGROUPS")?;
+        sync_set(&mut maps.netns, &self.applied.netns, &filter.netns).context("writing FILTER_NETNS")?;
         let mut mode = 0;
         if !filter.cgroup_ids.is_empty() {
             mode |= filter_mode::CGROUP;
@@ -83,9 +120,7 @@ impl KernelFilter {
         if !filter.netns.is_empty() {
             mode |= filter_mode::NETNS;
         }
-        // 0 is what a new flow's cache holds: never a filter's generation.
-        self.generation = self.generation.wrapping_add(1).max(1);
-        self.state.set(0, FilterState { generation: self.generation, mode }, 0).context("writing FILTER")?;
+        maps.state.set(0, FilterState { generation: self.generation, mode }, 0).context("writing FILTER")?;
         self.applied = filter.clone();
         Ok(())
     }

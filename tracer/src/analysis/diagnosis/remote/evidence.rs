@@ -1,97 +1,17 @@
-//! The numbers a receiving-end verdict rests on, as the front ends and JSON see them
-//! (`evidence.remote_sender`), and the commands advised for the sender's host.
-
-use serde::{Deserialize, Serialize};
+//! The numbers a receiving-end verdict rests on (`evidence.remote_sender`, defined with the
+//! verdict), and the commands advised for the sender's host.
 
 use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, Side};
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::remote::view::RemoteView;
-use crate::analysis::diagnosis::response::ResponseModel;
-use crate::analysis::diagnosis::verdict::SetBy;
+use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence, SetBy};
 use crate::analysis::environment::Environment;
 use crate::analysis::model::Flow;
 
 /// The send buffer maximum most kernels ship (`net.ipv4.tcp_wmem` max, 4 MiB): the advice
 /// raises the sender's only when the rate the path showed needs more at this RTT.
 pub(super) const DEFAULT_WMEM_MAX: u32 = 4 << 20;
-
-/// A loss episode's rates: the round trip before its first hole, the one after it was filled.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CutEvidence {
-    /// Seconds before the verdict.
-    pub ago_s: f64,
-    pub before_bps: f64,
-    pub after_bps: f64,
-}
-
-/// What the receiving end alone says of the flow's sender.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RemoteSenderEvidence {
-    /// Its class and flag from the receiving end, after their own hysteresis. The flow's
-    /// verdict is this unless the sending socket is on this host (`sender_on_host`, its
-    /// cookie): then the flow keeps that socket's own verdict, and this is what the receiving
-    /// end would have said.
-    pub limited_by: LimitedBy,
-    pub flagged: bool,
-    pub sender_on_host: Option<u64>,
-    /// Why it is not flagged (null when it is).
-    pub not_flagged: Option<String>,
-    /// The segments were counted one by one (BTF tracepoints): without that nothing is flagged.
-    pub counted: bool,
-    /// Over the judging window: goodput, the RTT the bounds use (the handshake's plus the
-    /// queue), the handshake's RTT, the kernel's receive-side RTT estimate (null until
-    /// measured), the mean one-way delay above its floor (null without timestamps).
-    pub goodput_bps: f64,
-    pub rtt_ms: f64,
-    pub handshake_rtt_ms: f64,
-    pub rcv_rtt_ms: Option<f64>,
-    pub queue_ms: Option<f64>,
-    pub standing_queue: bool,
-    /// The MSS the sender uses.
-    pub mss: u32,
-    /// Over the loss horizon: its seconds, the data segments received, holes opened and those
-    /// filled late (losses) and early (reordering), the share of bytes the holes skipped.
-    pub span_s: f64,
-    pub segments: u64,
-    pub holes: u32,
-    pub loss_holes: u32,
-    pub reorder_holes: u32,
-    pub lost_share: f64,
-    /// Loss episodes after slow start, per second and per segment (the loss-event rate), those
-    /// without a queue and with one, and the median queue at them against the threshold.
-    pub loss_episodes: u32,
-    pub episodes_per_s: f64,
-    pub loss_event_rate: f64,
-    pub lost_per_segment: f64,
-    pub clean_episodes: u32,
-    pub queued_episodes: u32,
-    pub queue_at_loss_ms: f64,
-    pub queue_threshold_ms: f64,
-    /// The sender's rate around each episode measured in the horizon (latest last, at most
-    /// eight), and the median of after over before.
-    pub cuts: Vec<CutEvidence>,
-    pub median_cut: Option<f64>,
-    /// Its loss response at the loss-event rate and `rtt_ms`: Mathis, and the response used
-    /// (CUBIC's where the cuts look like CUBIC's and it is higher).
-    pub mathis_bps: f64,
-    pub response_bps: f64,
-    pub response_model: ResponseModel,
-    /// The best rate it delivered between samples without a queue.
-    pub clean_rate_bps: f64,
-    /// This host's side: the mean window advertised and the share of it the sender delivers
-    /// per RTT, the mean bytes received but unread, the receive buffer and who set it.
-    pub rcv_wnd: f64,
-    pub window_share: f64,
-    pub unread_bytes: f64,
-    pub rcvbuf: u32,
-    pub rcvbuf_set_by: SetBy,
-    /// Commands for the sender's host (empty unless flagged): its congestion control, and its
-    /// send buffer's maximum where the rate the path showed needs more at this RTT.
-    pub advice: Vec<String>,
-    /// The signals that decided the class, in words.
-    pub decided_by: String,
-}
 
 /// The evidence of `flow`'s receiving-end verdict.
 #[allow(clippy::too_many_arguments)] // the view, the verdict's parts and the host facts

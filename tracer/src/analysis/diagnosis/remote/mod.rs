@@ -16,8 +16,6 @@ mod evidence;
 mod view;
 mod words;
 
-pub use evidence::{CutEvidence, RemoteSenderEvidence};
-
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::hysteresis::Hysteresis;
 use crate::analysis::diagnosis::limits::LimitedBy;

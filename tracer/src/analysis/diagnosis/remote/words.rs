@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::remote::classify::{reader_slow, standing_queue};
-use crate::analysis::diagnosis::remote::evidence::RemoteSenderEvidence;
 use crate::analysis::diagnosis::remote::view::RemoteView;
 use crate::analysis::diagnosis::response::ResponseModel;
+use crate::analysis::diagnosis::verdict::RemoteSenderEvidence;
 use crate::analysis::diagnosis::verdict::SetBy;
 use crate::analysis::model::Flow;
 use crate::analysis::units::{bytes, pct, rate};
@@ -61,13 +61,6 @@ pub(super) fn decided_by(v: &RemoteView, limited: LimitedBy, cfg: &DiagnosisConf
         ),
         _ => episodes.to_string(),
     }
-}
-
-/// How an unflagged receiving-end verdict opens: its class as every verdict names it (the
-/// descriptions' first words; the rest of a description speaks from the sender's socket).
-fn class_words(limited: LimitedBy) -> &'static str {
-    let described = limited.describe();
-    described.find(':').map_or(described, |colon| &described[..=colon])
 }
 
 /// Who sends: the peer's address, as the user knows it.
@@ -139,7 +132,7 @@ pub(super) fn write_unflagged(
     let _ = write!(
         text,
         "{} from this receiving end ({} over {:.0} s), ",
-        class_words(limited),
+        limited.heading(),
         rate(v.goodput_bps),
         v.window_secs
     );
