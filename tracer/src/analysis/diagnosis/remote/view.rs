@@ -5,6 +5,7 @@
 use tracer_common::NS_PER_SEC;
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
+use crate::analysis::diagnosis::losses::episode_share;
 use crate::analysis::diagnosis::response::{cubic_bps, mathis_bps, ResponseModel};
 use crate::analysis::model::{queue_threshold_us, Cut, Flow, Progress, ReceiveTracker};
 
@@ -78,19 +79,11 @@ impl RemoteView {
 
     /// The episodes without a queue, as a share of those judged.
     pub(super) fn clean_share(&self) -> f64 {
-        if self.episodes == 0 {
-            0.0
-        } else {
-            self.clean as f64 / self.episodes as f64
-        }
+        episode_share(self.clean, self.episodes)
     }
 
     pub(super) fn queued_share(&self) -> f64 {
-        if self.episodes == 0 {
-            0.0
-        } else {
-            self.queued as f64 / self.episodes as f64
-        }
+        episode_share(self.queued, self.episodes)
     }
 
     /// Late-filled holes over the data segments of the horizon.
