@@ -21,7 +21,7 @@ use anyhow::{Context, Result};
 use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 use cctrace_tests::{
-    flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Mode, Tracer, WITHOUT_BTF, WITH_BTF,
+    flow_lines as lines_of, require_kernel, run_cctrace, serial, ss_in, Tracer, WITHOUT_BTF, WITH_BTF,
 };
 use serde_json::Value;
 
@@ -144,24 +144,15 @@ fn ss_sndbuf(ns: &cctrace_lab::Netns, port: u16) -> Result<Option<u64>> {
     Ok(None)
 }
 
+/// Judged twice at once: by a tracer with the kernel's BTF and by one with it hidden (the mode
+/// without BTF, its verdicts from sock_diag's view of the sockets), on the same two transfers.
+/// Each fix path runs once: the BBR flow's buffer raised live by `cctrace fix` without BTF
+/// (through the processes holding its sockets), the CUBIC flow switched and raised live with it
+/// (in the kernel). One lab for both modes: the long fat path's transfers are the test's time.
 #[test]
-fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> Result<()> {
+fn a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone_with_and_without_btf() -> Result<()> {
     require_kernel!();
-    held_by_its_send_buffer(WITH_BTF)
-}
-
-/// The same with the kernel's BTF hidden from cctrace, the tracer and `cctrace fix` alike: the
-/// verdicts from sock_diag's view of the sockets, the connections switched through the
-/// processes holding them.
-#[test]
-fn without_btf_a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone() -> Result<()> {
-    require_kernel!();
-    held_by_its_send_buffer(WITHOUT_BTF)
-}
-
-fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
     let _serial = serial();
-    let run_cctrace = mode.run;
     // Both flows at once: BBR held by its buffer, CUBIC at 0.05 % random loss.
     let bbr_path = long_fat(0.0)?;
     let cubic_path = long_fat(0.0005)?;
@@ -170,7 +161,10 @@ fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
     }
     // A loss-based default to change back to (a namespace inherits the host's bbr).
     cubic_path.sender().sysctl_set(CC, "reno")?;
-    let tracer = (mode.start)(&["--interval", "1000"])?;
+    let tracers = [
+        ("with BTF", (WITH_BTF.start)(&["--interval", "1000"])?),
+        ("without BTF", (WITHOUT_BTF.start)(&["--interval", "1000"])?),
+    ];
     let bbr_sink = Sink::start(bbr_path.receiver(), bbr_path.receiver_addr(), PORT, SinkOptions::default())?;
     let cubic_sink = Sink::start(cubic_path.receiver(), cubic_path.receiver_addr(), PORT, SinkOptions::default())?;
     let bbr = bulk(&bbr_path, "bbr", 180, None)?;
@@ -178,68 +172,23 @@ fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
     let (bbr_ns, cubic_ns) = (bbr_path.sender(), cubic_path.sender());
     let (bbr_port, cubic_port) = (bbr.local_port(), cubic.local_port());
 
-    // The BBR flow: `sndbuf` with its numbers, within 15 s of its first line.
-    let is_sndbuf = |v: &Value| v["limited_by"] == "sndbuf";
-    tracer.wait_for("the BBR flow sndbuf-limited", Duration::from_secs(40), |lines| {
-        lines_of(lines, bbr_ns.inode(), bbr_port).iter().any(is_sndbuf)
-    })?;
-    let mine = lines_of(&tracer.lines(), bbr_ns.inode(), bbr_port);
-    let to_verdict = seconds_to(&mine, is_sndbuf).context("a verdict")?;
-    println!("BBR: sndbuf after {to_verdict:.1} s");
-    anyhow::ensure!(to_verdict <= 15.0, "sndbuf only after {to_verdict:.1} s:{}", trail(&mine));
-    let held = mine.iter().find(|v| is_sndbuf(v)).context("sndbuf line")?;
-    let cookie = held["cookie"].as_u64().context("cookie")?;
-    let verdict = held["verdict"].as_str().unwrap_or_default();
-    println!("BBR verdict: {verdict}\nfix: {:#?}", held["fix"]);
-    for words in [
-        "grown by autotuning to the namespace's tcp_wmem max (4.0 MiB)",
-        "what a buffer that size allows at this RTT",
-        "Raise the namespace's tcp_wmem max to",
-    ] {
-        anyhow::ensure!(verdict.contains(words), "{words:?} in {verdict}");
+    let mut cookies = Vec::new();
+    let mut printed = Vec::new();
+    for (mode, tracer) in &tracers {
+        cookies.push(held_by_its_buffer(mode, tracer, bbr_ns, bbr_port)?);
+        printed.push(flagged_with_its_next_limit(mode, tracer, cubic_ns, cubic_port)?);
     }
-    let b = &held["evidence"]["buffers"];
-    anyhow::ensure!(b["sndbuf"] == 4_194_304 && b["sndbuf_set_by"] == "autotuning", "{b}");
-    anyhow::ensure!(b["sndbuf_bound_share"].as_f64().unwrap_or(0.0) >= 0.3, "{b}");
-    let fix = held["fix"].to_string();
-    anyhow::ensure!(
-        fix.contains(&format!("ip netns exec {} sysctl -w 'net.ipv4.tcp_wmem=4096 16384 ", bbr_ns.name())),
-        "{fix}"
-    );
+    let cookie = cookies[0];
+    anyhow::ensure!(cookies.iter().all(|c| *c == cookie), "one socket, one cookie in both modes: {cookies:?}");
+    let cubic_cookie = printed[0].0;
+    anyhow::ensure!(printed.iter().all(|p| p.0 == cubic_cookie), "one socket, one cookie in both modes");
+    let (_, printed) = printed.swap_remove(0);
 
-    // The CUBIC flow: flagged, BBR's next limit named.
-    let next = |v: &Value| v["flagged"] == true && v["evidence"]["buffers"]["next_limit_sndbuf"] == true;
-    tracer.wait_for("the CUBIC flow flagged with its next limit", Duration::from_secs(40), |lines| {
-        lines_of(lines, cubic_ns.inode(), cubic_port).iter().any(next)
-    })?;
-    let cubic_lines = lines_of(&tracer.lines(), cubic_ns.inode(), cubic_port);
-    let flagged = cubic_lines.iter().find(|v| next(v)).context("flagged line")?;
-    let cubic_cookie = flagged["cookie"].as_u64().context("cookie")?;
-    if let Some(s) = cctrace_tests::seconds_to_flag(&cubic_lines) {
-        cctrace_tests::print_time_to_flag("cubic on 200 ms 0.05%", s);
-    }
-    let verdict = flagged["verdict"].as_str().unwrap_or_default();
-    println!("CUBIC verdict: {verdict}");
-    anyhow::ensure!(verdict.contains("Switched alone, BBR would be held next by its send buffer"), "{verdict}");
-    anyhow::ensure!(verdict.contains("The fix raises the max to"), "{verdict}");
-    let printed: Vec<String> =
-        flagged["fix"].as_array().context("fix")?.iter().filter_map(|c| c.as_str().map(String::from)).collect();
-
-    // The BBR flow fixed live: the namespace's maximum raised, the same connection grows into it.
+    // The BBR flow fixed live without BTF: the namespace's maximum raised, the same connection
+    // grows into it.
     let before = sink_rate(&bbr_sink, Duration::from_secs(4));
-    // Held by its buffer, every rate sample is application-limited: from its first `sndbuf`
-    // line to the fix (about 10 evaluations), the flow is never called application or idle.
-    let held_lines = lines_of(&tracer.lines(), bbr_ns.inode(), bbr_port);
-    let since: Vec<&str> =
-        held_lines.iter().skip_while(|v| !is_sndbuf(v)).filter_map(|v| v["limited_by"].as_str()).collect();
-    println!("BBR held, each evaluation from the first sndbuf: {since:?}");
-    anyhow::ensure!(
-        since.len() >= 5 && !since.iter().any(|l| matches!(*l, "application" | "idle")),
-        "misread while held by its buffer:{}",
-        trail(&held_lines)
-    );
     let fix_started = Instant::now();
-    let (code, out, err) = run_cctrace(&["fix", "--netns", bbr_ns.name(), "--live", "--yes"])?;
+    let (code, out, err) = (WITHOUT_BTF.run)(&["fix", "--netns", bbr_ns.name(), "--live", "--yes"])?;
     let fix_took = fix_started.elapsed();
     println!("{out}{err}");
     anyhow::ensure!(code == 0, "{out}{err}");
@@ -269,14 +218,20 @@ fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
         after / 1e6
     );
     anyhow::ensure!(grown.is_some_and(|b| b > 4_194_304), "the same socket's buffer grew: {grown:?}");
-    tracer.wait_for("the same cookie no longer held by its buffer", Duration::from_secs(20), |lines| {
-        lines
-            .iter()
-            .rev()
-            .find(|v| v["type"] == "flow" && v["cookie"].as_u64() == Some(cookie))
-            .is_some_and(|v| v["limited_by"] != "sndbuf")
-    })?;
-    let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", bbr_ns.name(), "--yes"])?;
+    for (mode, tracer) in &tracers {
+        tracer.wait_for(
+            &format!("{mode}: the same cookie no longer held by its buffer"),
+            Duration::from_secs(20),
+            |lines| {
+                lines
+                    .iter()
+                    .rev()
+                    .find(|v| v["type"] == "flow" && v["cookie"].as_u64() == Some(cookie))
+                    .is_some_and(|v| v["limited_by"] != "sndbuf")
+            },
+        )?;
+    }
+    let (code, out, err) = (WITHOUT_BTF.run)(&["fix", "--undo", "--netns", bbr_ns.name(), "--yes"])?;
     println!("{out}{err}");
     anyhow::ensure!(code == 0, "{out}{err}");
     anyhow::ensure!(triple(bbr_ns, WMEM)? == KERNEL_WMEM, "the exact triple back: {}", triple(bbr_ns, WMEM)?);
@@ -291,13 +246,19 @@ fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
     run_printed(&printed, true)?;
     anyhow::ensure!(cubic_ns.sysctl_get(CC)? == "reno" && triple(cubic_ns, WMEM)? == KERNEL_WMEM, "{printed:#?}");
 
-    // Its two steps applied live: the same connection on BBR with a raised buffer.
+    // Its two steps applied live with BTF: the same connection on BBR with a raised buffer.
     let before = sink_rate(&cubic_sink, Duration::from_secs(3));
-    let (code, out, err) = run_cctrace(&["fix", "--netns", cubic_ns.name(), "--live", "--yes"])?;
+    let (code, out, err) = (WITH_BTF.run)(&["fix", "--netns", cubic_ns.name(), "--live", "--yes"])?;
     println!("{out}{err}");
     anyhow::ensure!(code == 0, "{out}{err}");
     anyhow::ensure!(out.contains(&format!("(cookie {cubic_cookie}) from cubic to bbr")), "{out}");
-    anyhow::ensure!(triple(cubic_ns, WMEM)? == printed_wmem, "the fix and the printed fix agree: {out}");
+    let live_wmem = triple(cubic_ns, WMEM)?;
+    // Both size the buffer from the same path (its rate and RTT), rounded to a power of two of
+    // MiB: the same maximum, or the next power up or down where the estimate sat on the line.
+    anyhow::ensure!(
+        same_size_class(&live_wmem, &printed_wmem),
+        "the fix {live_wmem} and the printed fix {printed_wmem} agree: {out}"
+    );
     let series = goodput_series(&cubic_sink, 12.0);
     let after = series[series.len() - 6..].iter().map(|p| p.1).sum::<f64>() / 6.0;
     println!(
@@ -308,7 +269,7 @@ fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
         series.iter().map(|p| (p.1 / 1e6).round()).collect::<Vec<_>>()
     );
     anyhow::ensure!(after >= 0.8 * TRUTH_BBR_RAISED_LOSSY_BPS, "{:.1} Mbit/s", after / 1e6);
-    let (code, out, err) = run_cctrace(&["fix", "--undo", "--netns", cubic_ns.name(), "--yes"])?;
+    let (code, out, err) = (WITH_BTF.run)(&["fix", "--undo", "--netns", cubic_ns.name(), "--yes"])?;
     println!("{out}{err}");
     anyhow::ensure!(code == 0, "{out}{err}");
     anyhow::ensure!(cubic_ns.sysctl_get(CC)? == "reno" && triple(cubic_ns, WMEM)? == KERNEL_WMEM);
@@ -319,9 +280,92 @@ fn held_by_its_send_buffer(mode: Mode) -> Result<()> {
     );
     cubic.stop();
     drop(cubic);
-    let (code, _) = tracer.stop()?;
-    anyhow::ensure!(code == 0);
+    for (mode, tracer) in tracers {
+        let (code, _) = tracer.stop()?;
+        anyhow::ensure!(code == 0, "{mode}: cctrace exited {code}");
+    }
     Ok(())
+}
+
+/// The tcp_wmem maxima of two triples are equal, or a factor of two apart.
+fn same_size_class(a: &str, b: &str) -> bool {
+    let max = |t: &str| t.split_whitespace().nth(2).and_then(|m| m.parse::<u64>().ok()).unwrap_or(0);
+    let (a, b) = (max(a), max(b));
+    a > 0 && b > 0 && (a == b || a == 2 * b || b == 2 * a)
+}
+
+/// The BBR flow, judged by `tracer`: `sndbuf` with its numbers within 15 s of its first line,
+/// never `application` or `idle` while held. Its cookie.
+fn held_by_its_buffer(mode: &str, tracer: &Tracer, ns: &cctrace_lab::Netns, port: u16) -> Result<u64> {
+    let is_sndbuf = |v: &Value| v["limited_by"] == "sndbuf";
+    tracer.wait_for(&format!("{mode}: the BBR flow sndbuf-limited"), Duration::from_secs(40), |lines| {
+        lines_of(lines, ns.inode(), port).iter().any(is_sndbuf)
+    })?;
+    let mine = lines_of(&tracer.lines(), ns.inode(), port);
+    let to_verdict = seconds_to(&mine, is_sndbuf).context("a verdict")?;
+    println!("{mode}: BBR sndbuf after {to_verdict:.1} s");
+    anyhow::ensure!(to_verdict <= 15.0, "{mode}: sndbuf only after {to_verdict:.1} s:{}", trail(&mine));
+    let held = mine.iter().find(|v| is_sndbuf(v)).context("sndbuf line")?;
+    let verdict = held["verdict"].as_str().unwrap_or_default();
+    println!("{mode}: BBR verdict: {verdict}\nfix: {:#?}", held["fix"]);
+    for words in [
+        "grown by autotuning to the namespace's tcp_wmem max (4.0 MiB)",
+        "what a buffer that size allows at this RTT",
+        "Raise the namespace's tcp_wmem max to",
+    ] {
+        anyhow::ensure!(verdict.contains(words), "{mode}: {words:?} in {verdict}");
+    }
+    let b = &held["evidence"]["buffers"];
+    anyhow::ensure!(b["sndbuf"] == 4_194_304 && b["sndbuf_set_by"] == "autotuning", "{mode}: {b}");
+    anyhow::ensure!(b["sndbuf_bound_share"].as_f64().unwrap_or(0.0) >= 0.3, "{mode}: {b}");
+    let fix = held["fix"].to_string();
+    anyhow::ensure!(
+        fix.contains(&format!("ip netns exec {} sysctl -w 'net.ipv4.tcp_wmem=4096 16384 ", ns.name())),
+        "{mode}: {fix}"
+    );
+    // Held by its buffer, every rate sample is application-limited: from its first `sndbuf`
+    // line on, the flow is never called application or idle.
+    tracer.wait_for(&format!("{mode}: five evaluations held"), Duration::from_secs(10), |lines| {
+        lines_of(lines, ns.inode(), port).iter().skip_while(|v| !is_sndbuf(v)).count() >= 5
+    })?;
+    let held_lines = lines_of(&tracer.lines(), ns.inode(), port);
+    let since: Vec<&str> =
+        held_lines.iter().skip_while(|v| !is_sndbuf(v)).filter_map(|v| v["limited_by"].as_str()).collect();
+    println!("{mode}: BBR held, each evaluation from the first sndbuf: {since:?}");
+    anyhow::ensure!(
+        !since.iter().any(|l| matches!(*l, "application" | "idle")),
+        "{mode}: misread while held by its buffer:{}",
+        trail(&held_lines)
+    );
+    held["cookie"].as_u64().context("cookie")
+}
+
+/// The CUBIC flow, judged by `tracer`: flagged, with BBR's next limit (its send buffer) named
+/// and a fix that raises it. Its cookie and its printed fix.
+fn flagged_with_its_next_limit(
+    mode: &str,
+    tracer: &Tracer,
+    ns: &cctrace_lab::Netns,
+    port: u16,
+) -> Result<(u64, Vec<String>)> {
+    let next = |v: &Value| v["flagged"] == true && v["evidence"]["buffers"]["next_limit_sndbuf"] == true;
+    tracer.wait_for(
+        &format!("{mode}: the CUBIC flow flagged with its next limit"),
+        Duration::from_secs(40),
+        |lines| lines_of(lines, ns.inode(), port).iter().any(next),
+    )?;
+    let lines = lines_of(&tracer.lines(), ns.inode(), port);
+    let flagged = lines.iter().find(|v| next(v)).context("flagged line")?;
+    if let Some(s) = cctrace_tests::seconds_to_flag(&lines) {
+        cctrace_tests::print_time_to_flag(&format!("cubic on 200 ms 0.05% ({mode})"), s);
+    }
+    let verdict = flagged["verdict"].as_str().unwrap_or_default();
+    println!("{mode}: CUBIC verdict: {verdict}");
+    anyhow::ensure!(verdict.contains("Switched alone, BBR would be held next by its send buffer"), "{mode}: {verdict}");
+    anyhow::ensure!(verdict.contains("The fix raises the max to"), "{mode}: {verdict}");
+    let printed =
+        flagged["fix"].as_array().context("fix")?.iter().filter_map(|c| c.as_str().map(String::from)).collect();
+    Ok((flagged["cookie"].as_u64().context("cookie")?, printed))
 }
 
 #[test]

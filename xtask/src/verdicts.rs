@@ -24,7 +24,11 @@ const CHECKS: &[(&str, &str, &str)] = &[
     ),
     ("diagnosis", "long_fat_paths_flag_cubic_within_20_s_and_name_bbr_s_send_buffer", "240 ms, 150 Mbit/s, 0.05 %"),
     ("policer", "policers_named_tight_bucket_flagged_up_to_its_rate_deep_bucket_not", "policers and 0.5 % loss"),
-    ("buffers", "a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone", "200 ms, 0.05 %"),
+    (
+        "buffers",
+        "a_long_fat_path_held_by_its_send_buffer_is_named_fixed_live_and_undone_with_and_without_btf",
+        "200 ms, 0.05 %",
+    ),
     (
         "tunnel",
         "senders_through_wireguard_go_name_their_tunnel_and_the_fix_speeds_them_up_by_the_truths_factor",

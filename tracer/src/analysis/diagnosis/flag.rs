@@ -207,6 +207,15 @@ mod tests {
         assert_eq!(change.cc_from.as_deref(), Some("cubic"), "{change:?}");
         assert!(change.was_flagged && (change.at_s - 20.0).abs() < 1.1, "{change:?}");
         assert!(v.text.contains("Its congestion control was cubic until 20 s"), "{}", v.text);
+        // Deep mode's twin of the same algorithm is no switch: the flag stays.
+        let (_, seen) = run_feed(40, |tick| {
+            let mut samples = cubic(tick);
+            if tick >= 200 {
+                samples.iter_mut().for_each(|s| s.cc = "cct_cubic".into());
+            }
+            samples
+        });
+        assert!(seen[19..].iter().all(|(f, _)| *f), "the twin keeps cubic's flag: {seen:?}");
     }
 
     #[test]

@@ -51,7 +51,7 @@ use compact_str::CompactString;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 
-use crate::analysis::decisions::DecisionLog;
+use crate::analysis::decisions::{algorithm_of, DecisionLog};
 pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
 pub use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::deep::deep_evidence;
@@ -298,7 +298,8 @@ impl Diagnoser {
             catch_up(mem, &self.evaluation_times, now_ns, self.cfg.window);
         }
         if mem.cc != flow.latest.cc {
-            if mem.cc.is_empty() {
+            // Deep mode's twin (`cct_cubic`) runs its original's code: no switch of algorithm.
+            if mem.cc.is_empty() || algorithm_of(&mem.cc) == algorithm_of(&flow.latest.cc) {
                 mem.cc = flow.latest.cc.clone();
             } else {
                 mem.switched_cc(flow, now_ns);
