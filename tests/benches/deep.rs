@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{number, Row, Section};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 use cctrace_tests::Tracer;
 use serde_json::Value;
@@ -72,6 +73,7 @@ fn main() -> Result<()> {
     let one_way = Duration::from_secs_f64(rtt_ms / 2000.0);
     let mut spec = EmulatedPathSpec::new(PathSpec::delay(one_way).with_loss(loss).with_rate(rate, queue));
     spec.reverse = PathSpec::delay(one_way);
+    let _lock = cctrace_lab::serial::serial()?;
     let path = EmulatedPath::create(spec).context("building the emulated path")?;
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let ns = path.sender().name().to_string();
@@ -90,6 +92,14 @@ fn main() -> Result<()> {
     tracer.stop()?;
     drop(stats);
 
+    let mut section = Section::new("deep", "Deep mode: what a twin costs").about(&format!(
+        "`cargo bench -p cctrace-tests --bench deep`: CUBIC and BBR on one emulated path ({rtt_ms} ms, {} % \
+         random loss, 200 Mbit/s), {secs} s each, plain under cctrace and on their twins under cctrace `--deep`; \
+         the in-kernel time a twin callback from the kernel's run-time statistics (on for the twin runs), which \
+         includes the kernel algorithm it calls. A single CUBIC run at random loss varies by a fifth from run \
+         to run.",
+        loss * 100.0
+    ));
     for ((cc, p), (_, t)) in plain.iter().zip(&twin) {
         println!(
             "{cc:>5}: goodput plain {:>6.1} Mbit/s, on cct_{cc} {:>6.1} Mbit/s, ratio twin/plain {:.3}",
@@ -97,10 +107,18 @@ fn main() -> Result<()> {
             t / 1e6,
             t / p.max(1.0)
         );
+        section.row(Row::new(
+            format!("{cc}: plain, on cct_{cc}"),
+            format!("{:.1}, {:.1} Mbit/s (ratio {:.3})", p / 1e6, t / 1e6, t / p.max(1.0)),
+        ));
     }
     println!("in-kernel time per twin callback (includes the kernel algorithm it calls):");
     for (name, runs, ns) in callbacks.iter().filter(|(_, runs, _)| *runs > 0) {
         println!("  {name:<16} {runs:>9} runs  {:>7.0} ns/run", *ns as f64 / *runs as f64);
+        section.row(Row::new(
+            format!("one run of {name}"),
+            format!("{} ns ({} runs)", number((*ns as f64 / *runs as f64).round()), number(*runs as f64)),
+        ));
     }
-    Ok(())
+    section.write().map(drop)
 }

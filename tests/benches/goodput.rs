@@ -25,11 +25,14 @@
 //! `ss -tni` prints) and the emulator's drop and reordering counters.
 //!
 //! `cargo xtask bench` (or `cargo bench -p cctrace-tests --bench goodput -- [--secs N]
-//! [--loss-pct P] [--long-loss-pct P] [--tight-bucket BYTES] [--only NAME]`).
+//! [--loss-pct P] [--long-loss-pct P] [--tight-bucket BYTES] [--only NAME]`). A whole run writes
+//! the figures page's goodput section; a run of one path (`--only`) only prints. Each flow holds
+//! the machine's lab lock while it runs.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use cctrace_lab::figures::{Row, Section};
 use cctrace_lab::{DirectionStats, EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SenderReport};
 use cctrace_tests::{bulk_transfer, tunnel_wan, TUNNEL_WAN_LOSS, TUNNEL_WAN_RATE_BPS};
 
@@ -137,6 +140,7 @@ fn bulk(spec: &EmulatedPathSpec, cc: &'static str, secs: u64) -> Result<Run> {
 
 /// [`bulk`] with the sender's namespace's `net.ipv4.tcp_wmem` set to `wmem` first.
 fn bulk_with_wmem(spec: &EmulatedPathSpec, cc: &'static str, secs: u64, wmem: Option<&str>) -> Result<Run> {
+    let _lock = cctrace_lab::serial::serial()?;
     let path = EmulatedPath::create(spec.clone()).context("building the emulated path")?;
     if let Some(wmem) = wmem {
         path.sender().sysctl_set("net.ipv4.tcp_wmem", wmem)?;
@@ -157,14 +161,16 @@ fn cpu_secs(pid: u32) -> f64 {
 
 /// CUBIC and BBR through a fresh wireguard-go tunnel each, no tracer: goodput, and the share of
 /// a core wireguard-go took at each end.
-fn wireguard(secs: u64) -> Result<()> {
+fn wireguard(secs: u64, section: &mut Section) -> Result<()> {
     println!(
         "wireguard: through wireguard-go on both ends, {}% loss on the underlay, {} Mbit/s bottleneck",
         TUNNEL_WAN_LOSS * 100.0,
         TUNNEL_WAN_RATE_BPS / 1e6
     );
     let mut goodput = Vec::new();
+    let mut cpu_use = Vec::new();
     for cc in ["cubic", "bbr"] {
+        let _lock = cctrace_lab::serial::serial()?;
         let lab = tunnel_wan(TUNNEL_WAN_LOSS, Vec::new()).context("building the tunnel")?;
         let cpu = [lab.server_pid(), lab.client_pid()].map(cpu_secs);
         let report = bulk_transfer(lab.server(), lab.client(), lab.client_inner_addr(), cc, Duration::from_secs(secs))?;
@@ -180,8 +186,27 @@ fn wireguard(secs: u64) -> Result<()> {
             share(1)
         );
         goodput.push(report.goodput_bps);
+        cpu_use.push(format!("{:.0} % and {:.0} %", share(0), share(1)));
     }
     println!("  ratio bbr/cubic: {:.2}x", goodput[1] / goodput[0].max(1.0));
+    section.row(
+        Row::new(
+            "through wireguard-go: CUBIC, BBR",
+            format!(
+                "{:.1}, {:.1} Mbit/s ({:.1}x); wireguard-go took {} of a core sending and receiving under CUBIC, {} under BBR",
+                goodput[0] / 1e6,
+                goodput[1] / 1e6,
+                goodput[1] / goodput[0].max(1.0),
+                cpu_use[0],
+                cpu_use[1]
+            ),
+        )
+        .how(format!(
+            "30 ms, {} Mbit/s, {} % loss on the underlay; {secs} s a flow",
+            TUNNEL_WAN_RATE_BPS / 1e6,
+            TUNNEL_WAN_LOSS * 100.0
+        )),
+    );
     Ok(())
 }
 
@@ -233,7 +258,7 @@ const RAISED_WMEM: &str = "4096 16384 67108864";
 
 /// The truth table of the long fat path: each algorithm with the default and a raised send
 /// buffer, without loss and with `loss`.
-fn long_fat(secs: u64, loss: f64) -> Result<()> {
+fn long_fat(secs: u64, loss: f64, section: &mut Section) -> Result<()> {
     let one_way = Duration::from_secs_f64(LONG_RTT_MS / 2000.0);
     let queue = (LINE_BPS as f64 / 8.0 * LONG_RTT_MS / 1000.0 / 4.0) as usize;
     println!(
@@ -272,6 +297,21 @@ fn long_fat(secs: u64, loss: f64) -> Result<()> {
             got[2] / got[0].max(1.0),
             got[1] / got[0].max(1.0)
         );
+        let m = |i: usize| format!("{:.1}", got[i] / 1e6);
+        section.row(
+            Row::new(
+                format!("the long fat path, {} % loss: CUBIC, BBR with 4 MiB; BBR, CUBIC with 64 MiB", loss * 100.0),
+                format!(
+                    "{}, {}; {}, {} Mbit/s (BBR 64 / 4 MiB {:.2}x)",
+                    m(0),
+                    m(1),
+                    m(2),
+                    m(3),
+                    got[2] / got[1].max(1.0)
+                ),
+            )
+            .how(format!("{LONG_RTT_MS} ms, 200 Mbit/s; the sender's tcp_wmem max 4 or 64 MiB; {secs} s a flow")),
+        );
     }
     Ok(())
 }
@@ -293,8 +333,14 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let all = scenarios(loss, tight_bucket);
+    let mut section = Section::new("goodput", "Goodput: CUBIC and BBR on the emulated paths").about(&format!(
+        "`cargo bench -p cctrace-tests --bench goodput`: the truth the diagnosis is calibrated against, no \
+         tracer. Bulk flows of {secs} s, each algorithm set per socket on a fresh emulated path (a userspace \
+         forwarder over TUN: 30 ms RTT, 200 Mbit/s, a quarter-BDP queue, and the impairment the row names), \
+         reported with the kernel's own view of the sender at close."
+    ));
     if only.as_deref() == Some("long-fat") {
-        return long_fat(secs, long_loss);
+        return long_fat(secs, long_loss, &mut section);
     }
     if let Some(name) = &only {
         if name != "wireguard" && !all.iter().any(|s| s.name == name.as_str()) {
@@ -316,6 +362,17 @@ fn main() -> Result<()> {
         }
         let ratio = bbr.report.goodput_bps / cubic.report.goodput_bps.max(1.0);
         println!("  ratio bbr/cubic: {ratio:.2}x");
+        section.row(
+            Row::new(
+                format!("{}: CUBIC, BBR", s.name),
+                format!(
+                    "{:.1}, {:.1} Mbit/s ({ratio:.1}x)",
+                    cubic.report.goodput_bps / 1e6,
+                    bbr.report.goodput_bps / 1e6
+                ),
+            )
+            .how(&s.what),
+        );
         if let (Some(rate), Some(p)) = (s.policed_bps, s.spec.forward.policer) {
             // The policer counts whole packets and starts with a full bucket: what a flow can
             // get over the run, to read the goodputs (and cctrace's policed rate) against.
@@ -335,13 +392,22 @@ fn main() -> Result<()> {
                 println!("  {:>5}: Mathis bound at the loss it saw {bound:.1} Mbit/s", r.cc);
             }
             println!("  Mathis bound at the configured {}% loss: {:.1} Mbit/s", loss * 100.0, mathis_bps(loss) / 1e6);
+            section.row(
+                Row::new(
+                    format!("the Mathis bound at {} % loss", loss * 100.0),
+                    format!("{:.1} Mbit/s", mathis_bps(loss) / 1e6),
+                )
+                .how("1448-byte segments, 30 ms"),
+            );
         }
     }
     if only.as_deref().is_none_or(|o| o == "wireguard") {
-        wireguard(secs)?;
+        wireguard(secs, &mut section)?;
     }
-    if only.is_none() {
-        long_fat(secs, long_loss)?;
+    if only.is_some() {
+        println!("figures: one path of the goodput section measured (--only): the page is not written");
+        return Ok(());
     }
-    Ok(())
+    long_fat(secs, long_loss, &mut section)?;
+    section.write().map(drop)
 }

@@ -3,7 +3,9 @@
 //! statistics (held on with BPF_ENABLE_STATS while it runs: run time and run
 //! count per program), against a baseline measured in the same run: the CPU time the sending process
 //! itself spent (iperf3's own report for UDP, the kernel's per-process counters for TCP).
-//! A benchmark: it prints numbers.
+//! First a TCP bulk flow without UDP: how often the UDP programs ran on it (the receive hook is
+//! attached only while UDP is received in earnest). A benchmark: it prints numbers and writes
+//! the figures page's UDP section.
 //!
 //! `cargo xtask bench` (or `cargo bench -p cctrace-tests --bench skb_cost -- [--secs N]`).
 
@@ -11,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use cctrace_lab::figures::{number, Row, Section};
 use cctrace_lab::{EmulatedPath, EmulatedPathSpec, PathSpec, SendMode, Sender, SenderOptions, Sink, SinkOptions};
 use cctrace_tests::{bpf_held_by, BpfStats, Tracer};
 use serde_json::Value;
@@ -37,11 +40,11 @@ fn udp_programs(pid: u32) -> Result<([&'static str; 2], &'static str)> {
     let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("bpftool prog show")?;
     let progs: Value = serde_json::from_slice(&out.stdout)?;
     let per_call = progs.as_array().into_iter().flatten().any(|p| {
-        p["name"] == "cct_udp_send"
+        p["name"] == "cct_udp_recv"
             && p["id"].as_u64().and_then(|i| u32::try_from(i).ok()).is_some_and(|i| held.contains(&i))
     });
     Ok(if per_call {
-        (["cct_udp_send", "cct_udp_recv"], "socket call")
+        (["cct_send_call", "cct_udp_recv"], "socket call")
     } else {
         (["cct_udp_egress", "cct_udp_ingress"], "packet")
     })
@@ -78,6 +81,7 @@ fn clock_ticks_per_sec() -> u64 {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let secs: u64 = args.iter().position(|a| a == "--secs").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(5);
+    let _lock = cctrace_lab::serial::serial()?;
     let _stats = BpfStats::enable()?;
     let mut spec = EmulatedPathSpec::new(PathSpec::delay(Duration::from_millis(5)).with_rate(400_000_000, 1_000_000));
     spec.reverse = PathSpec::delay(Duration::from_millis(5));
@@ -86,6 +90,49 @@ fn main() -> Result<()> {
     let pid = tracer.pid();
     let ([send_prog, recv_prog], unit) = udp_programs(pid)?;
     println!("UDP accounting: {send_prog} and {recv_prog}, one run per {unit}");
+    let mut section = Section::new("udp", "UDP accounting").about(&format!(
+        "`cargo bench -p cctrace-tests --bench skb_cost`: the UDP programs' in-kernel time a run from the \
+         kernel's run-time statistics (on for this run), over an emulated 10 ms, 400 Mbit/s path: iperf3 at \
+         100 Mbit/s of 1400-byte datagrams for {secs} s against the sending iperf3's own CPU time; then a TCP bulk \
+         flow for {secs} s before any UDP, and what the UDP programs ran on it. Here UDP is counted {}.",
+        if unit == "packet" { "per packet (cgroup_skb, kernels before 6.3)" } else { "per socket call" }
+    ));
+
+    // TCP first, on a host without UDP: a bulk flow, whose packets (or calls) the programs only
+    // tell apart from UDP's. Start-up's discovery window for UDP receivers is over by then.
+    std::thread::sleep(Duration::from_secs(2));
+    let _sink = Sink::start(path.receiver(), path.receiver_addr(), cctrace_lab::SINK_PORT, SinkOptions::default())?;
+    let (send0, recv0) = (prog_stats(pid, send_prog)?, prog_stats(pid, recv_prog)?);
+    let me = std::process::id();
+    let cpu0 = cpu_ns(me)?;
+    let sender = Sender::start(
+        path.sender(),
+        path.receiver_addr(),
+        cctrace_lab::SINK_PORT,
+        SenderOptions::new("bbr", SendMode::Bulk, Duration::from_secs(secs)),
+    )?;
+    let report = sender.wait()?;
+    let cpu = cpu_ns(me)?.saturating_sub(cpu0);
+    let (tcp_send, tcp_recv) = (delta(send0, prog_stats(pid, send_prog)?), delta(recv0, prog_stats(pid, recv_prog)?));
+    println!(
+        "TCP bulk {:.0} Mbit/s: {send_prog} {:.0} ns per run ({} runs), {recv_prog} {} runs; {:.2}% of the sending process's CPU time ({:.0} ms)",
+        report.goodput_bps / 1e6,
+        per_run(tcp_send),
+        tcp_send.1,
+        tcp_recv.1,
+        (tcp_send.0 + tcp_recv.0) as f64 / cpu.max(1) as f64 * 100.0,
+        cpu as f64 / 1e6
+    );
+    section.row(Row::new(
+        format!("a TCP bulk flow without UDP ({:.0} Mbit/s): the UDP programs' runs", report.goodput_bps / 1e6),
+        format!(
+            "{recv_prog} {} runs; {send_prog} (the TCP owner hook) {} runs of {:.0} ns; {:.2} % of the sending process's CPU time",
+            number(tcp_recv.1 as f64),
+            number(tcp_send.1 as f64),
+            per_run(tcp_send),
+            (tcp_send.0 + tcp_recv.0) as f64 / cpu.max(1) as f64 * 100.0
+        ),
+    ));
 
     // UDP: iperf3 at 100 Mbit/s of 1400-byte datagrams.
     let mut server = path
@@ -125,43 +172,30 @@ fn main() -> Result<()> {
     // The programs see every packet (or socket call) on the host: other traffic during the run
     // shows up as runs beyond this run's datagrams, and its cost in the totals below.
     let expected = packets + packets / 10 + 100;
-    if egress.1 > expected || ingress.1 > expected {
-        println!(
-            "note: {} sending and {} receiving runs for {packets} datagrams: other traffic shared the programs; the totals below include it",
-            egress.1, ingress.1
-        );
-    }
+    let note = if egress.1 > expected || ingress.1 > expected {
+        "; other traffic shared the programs, and is in these totals"
+    } else {
+        ""
+    };
+    let share = (egress.0 + ingress.0) as f64 / sender_cpu_ns.max(1.0) * 100.0;
     println!(
-        "UDP: the programs' time is {:.2}% of the iperf3 sender's own CPU time ({:.0} ms)",
-        (egress.0 + ingress.0) as f64 / sender_cpu_ns.max(1.0) * 100.0,
+        "UDP: the programs' time is {share:.2}% of the iperf3 sender's own CPU time ({:.0} ms){note}",
         sender_cpu_ns / 1e6
     );
+    section.row(Row::new(
+        format!("UDP at 100 Mbit/s ({} datagrams): a send, a receive", number(packets as f64)),
+        format!(
+            "{:.0} ns per {unit} ({} runs), {:.0} ns ({} runs); {share:.1} % of the sending iperf3's own CPU time{note}",
+            per_run(egress),
+            number(egress.1 as f64),
+            per_run(ingress),
+            number(ingress.1 as f64)
+        ),
+    ));
 
-    // TCP: a bulk flow, whose packets (or calls) the programs only tell apart from UDP's.
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), cctrace_lab::SINK_PORT, SinkOptions::default())?;
-    let egress0 = prog_stats(pid, send_prog)?;
-    let me = std::process::id();
-    let cpu0 = cpu_ns(me)?;
-    let sender = Sender::start(
-        path.sender(),
-        path.receiver_addr(),
-        cctrace_lab::SINK_PORT,
-        SenderOptions::new("bbr", SendMode::Bulk, Duration::from_secs(secs)),
-    )?;
-    let report = sender.wait()?;
-    let cpu = cpu_ns(me)?.saturating_sub(cpu0);
-    let tcp = delta(egress0, prog_stats(pid, send_prog)?);
-    println!(
-        "TCP bulk {:.0} Mbit/s: {send_prog} {:.0} ns per run ({} runs); {:.2}% of the sending process's CPU time ({:.0} ms)",
-        report.goodput_bps / 1e6,
-        per_run(tcp),
-        tcp.1,
-        tcp.0 as f64 / cpu.max(1) as f64 * 100.0,
-        cpu as f64 / 1e6
-    );
     let (code, _) = tracer.stop()?;
     if code != 0 {
         bail!("cctrace exited with {code}");
     }
-    Ok(())
+    section.write().map(drop)
 }

@@ -35,7 +35,9 @@ pub mod udp_counter {
     pub const HEAVY_FULL: u32 = 3;
     /// LRU inserts that failed.
     pub const SOCKET_INSERT_FAILED: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// IP bytes counted on receive (what decides whether the per-call receive hook stays).
+    pub const RECEIVED_BYTES: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Direction bits of [`UdpSocketState::head_flags`]: the latest head of that direction was

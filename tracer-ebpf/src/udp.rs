@@ -30,8 +30,13 @@ static UDP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(udp_counte
 
 #[inline(always)]
 pub(crate) fn bump(index: u32) {
+    add(index, 1);
+}
+
+#[inline(always)]
+fn add(index: u32, n: u64) {
     if let Some(slot) = UDP_COUNTERS.get_ptr_mut(index) {
-        crate::count::add(slot, 1);
+        crate::count::add(slot, n);
     }
 }
 
@@ -53,6 +58,9 @@ pub(crate) struct Traffic {
 #[inline(always)]
 pub(crate) fn tally(t: &Traffic, fresh: impl FnOnce() -> UdpSocketState) -> Option<(*mut UdpSocketState, bool)> {
     bump(udp_counter::PACKETS);
+    if !t.egress {
+        add(udp_counter::RECEIVED_BYTES, t.bytes);
+    }
     let state = match UDP_SOCKETS.get_ptr_mut(t.cookie) {
         Some(p) => p,
         None => {

@@ -510,3 +510,209 @@ fn slugs_follow_githubs_rules() {
     assert!(mentions("use --json here", "--json") && !mentions("use --json-lines", "--json"));
     assert!(!mentions("cctrace replayed", "cctrace replay"));
 }
+
+/// The figures page and its log: what the checks below hold the other pages to, and leave out.
+const FIGURES: &str = "docs/figures.md";
+const HISTORY: &str = "docs/history.md";
+
+/// The numbers in `text` as written ("1,000", "0.62", "12"): digits, thousands groups and a
+/// decimal part; a number inside a word or a hex string ("6.18.44", "7296df8") is none.
+fn numbers(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit() && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '.'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        while end < chars.len() {
+            let c = chars[end];
+            let next_digit = chars.get(end + 1).is_some_and(char::is_ascii_digit);
+            if c.is_ascii_digit() || ((c == ',' || c == '.') && next_digit) {
+                end += 1;
+            } else {
+                break;
+            }
+        }
+        let token: String = chars[i..end].iter().collect();
+        let version = token.matches('.').count() > 1;
+        if !version && !chars.get(end).is_some_and(|c| c.is_alphanumeric() || *c == '_') {
+            out.push(token);
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// Each section of the figures page by its heading's anchor: its text, to the next heading.
+fn figures_sections(page: &str) -> BTreeMap<String, String> {
+    let mut sections = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in page.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            sections.extend(current.take());
+            current = Some((github_slug(title), String::new()));
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    sections.extend(current);
+    sections
+}
+
+/// The links of `text` into the figures page: (the link's text, the anchor it names).
+fn figure_quotes(text: &str) -> Vec<(String, String)> {
+    let mut quotes = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(mid) = rest[open..].find("](") else { break };
+        let after = &rest[open + mid + 2..];
+        let Some(close) = after.find(')') else { break };
+        let target = &after[..close];
+        if let Some((path, anchor)) = target.split_once('#') {
+            if path.ends_with("figures.md") {
+                quotes.push((rest[open + 1..open + mid].to_string(), anchor.to_string()));
+            }
+        }
+        rest = &after[close..];
+    }
+    quotes
+}
+
+/// The README and the pages of docs/ but the figures page and its log, each as its paragraphs
+/// and table rows, one line each, with the line they begin on.
+fn quoting_pages() -> Vec<(PathBuf, Vec<(usize, String)>)> {
+    let skip = [repo_root().join(FIGURES), repo_root().join(HISTORY)];
+    doc_files()
+        .into_iter()
+        .filter(|f| !skip.contains(f))
+        .map(|file| {
+            let text = read(&file);
+            let mut units = prose_blocks(&text);
+            units.extend(
+                prose_lines(&text)
+                    .into_iter()
+                    .filter(|(_, l)| l.trim_start().starts_with('|'))
+                    .map(|(n, l)| (n, l.to_string())),
+            );
+            (file, units.into_iter().map(|(n, u)| (n, without_code_spans(&u))).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn every_figure_quoted_from_the_figures_page_is_in_the_section_it_links() {
+    let page = read(&repo_root().join(FIGURES));
+    let sections = figures_sections(&page);
+    let mut wrong = Vec::new();
+    let mut links = 0;
+    for (file, units) in quoting_pages() {
+        for (line, unit) in units {
+            for (text, anchor) in figure_quotes(&unit) {
+                links += 1;
+                let Some(section) = sections.get(&anchor) else {
+                    wrong.push(format!(
+                        "{}:{line}: [{text}] links #{anchor}, which the figures page lacks",
+                        shown(&file)
+                    ));
+                    continue;
+                };
+                let held = numbers(section);
+                for n in numbers(&text) {
+                    if !held.contains(&n) {
+                        wrong.push(format!(
+                            "{}:{line}: [{text}] quotes {n}, not in #{anchor} of {FIGURES}",
+                            shown(&file)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{} figures quoted that the page does not hold:\n{}", wrong.len(), wrong.join("\n"));
+    // Pages link sections rather than quote their numbers (a quote goes stale with the next
+    // `cargo xtask bench`, and this test then names it); the links must be there to check.
+    assert!(links >= 5, "the README and docs link the figures page's sections; found {links}");
+}
+
+/// The numbers in `text` that state a cost, a speed or a size of cctrace: per-run times (ns,
+/// µs), CPU (ms/s, ms a second, a share of a CPU or core), memory (MB, GB said of memory: a
+/// 30 MB flow or a 0.5 MB threshold is none).
+fn performance_numbers(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for n in numbers(text) {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(&n) {
+            let end = from + at + n.len();
+            let after = text[end..].trim_start_matches(' ');
+            let within = |words: usize| after.split_whitespace().take(words).collect::<Vec<_>>().join(" ");
+            let before = text[..from + at].split_whitespace().rev().take(4).collect::<Vec<_>>().join(" ");
+            let is_unit =
+                |u: &str| after.starts_with(u) && !after[u.len()..].starts_with(|c: char| c.is_alphanumeric());
+            let time = ["ns", "µs", "us", "ms/s"].into_iter().any(is_unit);
+            let memory = ["MB", "GB"].into_iter().any(is_unit)
+                && ["peak", "RSS", "memory", "heap", "resident"]
+                    .iter()
+                    .any(|w| before.contains(w) || within(4).contains(w));
+            let cpu_ms = after.starts_with("ms a second") || after.starts_with("ms of CPU");
+            let share = after.starts_with('%') && ["CPU", "core"].iter().any(|w| within(6).contains(w));
+            if time || memory || cpu_ms || share {
+                found.push(n.clone());
+                break;
+            }
+            from = end;
+        }
+    }
+    found
+}
+
+#[test]
+fn no_page_states_a_performance_figure_the_figures_page_does_not_hold() {
+    let held = numbers(&read(&repo_root().join(FIGURES)));
+    let mut stray = Vec::new();
+    for (file, units) in quoting_pages() {
+        for (line, unit) in units {
+            // Quotes are checked against their section above.
+            let mut unquoted = unit.clone();
+            for (text, anchor) in figure_quotes(&unit) {
+                unquoted = unquoted.replace(&format!("[{text}]("), "(").replace(&format!("#{anchor})"), ")");
+            }
+            for n in performance_numbers(&unquoted) {
+                if !held.contains(&n) {
+                    stray.push(format!(
+                        "{}:{line}: {n} ({})",
+                        shown(&file),
+                        unit.chars().take(100).collect::<String>()
+                    ));
+                }
+            }
+        }
+    }
+    stray.dedup();
+    assert!(
+        stray.is_empty(),
+        "{} performance figures in README.md and docs/ that {FIGURES} does not hold (quote its rows, or move dated \
+         measurements to {HISTORY}):\n{}",
+        stray.len(),
+        stray.join("\n")
+    );
+}
+
+#[test]
+fn numbers_and_performance_figures_are_read_as_written() {
+    assert_eq!(numbers("0.62 % at 10,000 flows, 6.18.44, 7296df8, x2 and 3."), ["0.62", "10,000", "3"]);
+    assert_eq!(performance_numbers("took 0.7 % of the machine's busy CPU, 2 % loss"), ["0.7"]);
+    assert_eq!(
+        performance_numbers("peak 126 MB; 40 ns a run; 0.45 ms/s; 3 ms a second; 1 MiB ring"),
+        ["126", "40", "0.45", "3"]
+    );
+    assert!(performance_numbers("a 30 ms path at 200 Mbit/s with 0.1 % loss; 5 nsenter").is_empty());
+    assert!(performance_numbers("a 30 MB bulk flow; defaults 0.5 MB, 1 Mbit/s").is_empty());
+    assert_eq!(performance_numbers("its memory at 100,000 sockets: 135 MB"), ["135"]);
+    let quotes = figure_quotes("see [0.62 % of busy CPU](docs/figures.md#the-observers-cost) and [x](usage.md#a)");
+    assert_eq!(quotes, [("0.62 % of busy CPU".to_string(), "the-observers-cost".to_string())]);
+}

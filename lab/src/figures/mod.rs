@@ -12,7 +12,12 @@
 //!
 //! # fn main() -> anyhow::Result<()> {
 //! let mut section = Section::new("observer", "The observer's cost").about("What each row measures, and how.");
-//! section.row(Row::new("cctrace, iperf3, 0 idle flows", "0.62 % ± 0.10").how("4 rounds").judged(&targets::OBSERVER_SHARE, 0.72));
+//! let (mean, half_width) = (0.62, 0.10);
+//! section.row(
+//!     Row::new("cctrace, iperf3, 0 idle flows", format!("{mean:.2} % ± {half_width:.2}"))
+//!         .how("4 rounds")
+//!         .judged(&targets::OBSERVER_SHARE, mean + half_width),
+//! );
 //! section.write()?;
 //! # Ok(())
 //! # }
@@ -139,6 +144,10 @@ impl Section {
 
     /// Into `page`, whose history is `history.md` beside it.
     pub fn write_to(&self, page: &Path) -> Result<()> {
+        if let Some(listed) = page::listed_title(&self.id).filter(|t| *t != self.title) {
+            // Pages link a section by its title's anchor, placeholder or not: one title per id.
+            anyhow::bail!("section {} is titled {listed:?} in the page's order, not {:?}", self.id, self.title);
+        }
         let dir = page.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         ensure_page(page)?;
         let provenance = Provenance::now(dir, self.load_at_start);

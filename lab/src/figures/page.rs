@@ -6,25 +6,32 @@ use super::provenance::Provenance;
 use super::targets::TARGETS;
 use super::{Row, Verdict};
 
-/// The sections the page lists first, in this order; others follow in the order they were
-/// first written. (Add a new section's id here to give it its place.)
-pub const ORDER: &[&str] = &[
-    "observer",
-    "selfcost",
-    "windows",
-    "startup",
-    "churn",
-    "throughput",
-    "skb-cost",
-    "flow-table",
-    "frame",
-    "exporter",
-    "recording",
-    "binaries",
-    "goodput",
-    "deep",
-    "suite",
+/// The sections the page lists first, in this order, with their titles (a section not measured
+/// yet stands under its title, so that pages can link it); others follow in the order they were
+/// first written. (Add a new section's id and title here to give it its place.)
+pub const ORDER: &[(&str, &str)] = &[
+    ("observer", "The observer's cost"),
+    ("selfcost", "cctrace's own process"),
+    ("windows", "tcp_probe's windows: the cost model and the interrupts"),
+    ("startup", "Start-up with many sockets"),
+    ("churn", "Churn: short connections beside a bulk flow"),
+    ("throughput", "Throughput of a saturating transfer, traced"),
+    ("udp", "UDP accounting"),
+    ("flow-table", "The flow table: memory and a tick under churn"),
+    ("frame", "The terminal UI: a frame"),
+    ("exporter", "The Prometheus exporter"),
+    ("recording", "Recordings: size and speed"),
+    ("binaries", "The binaries: size and start-up"),
+    ("goodput", "Goodput: CUBIC and BBR on the emulated paths"),
+    ("deep", "Deep mode: what a twin costs"),
+    ("verdicts", "Verdicts that hold run after run"),
+    ("suite", "The suite's time"),
 ];
+
+/// The title [`ORDER`] gives `id`, if it lists it.
+pub(super) fn listed_title(id: &str) -> Option<&'static str> {
+    ORDER.iter().find(|(o, _)| *o == id).map(|(_, title)| *title)
+}
 
 const HEAD: &str = "# Figures
 
@@ -155,7 +162,7 @@ fn targets_table(sections: &[Block]) -> String {
 
 /// Where a section goes: its place in [`ORDER`], or after every listed one.
 fn rank(id: &str) -> usize {
-    ORDER.iter().position(|o| *o == id).unwrap_or(ORDER.len())
+    ORDER.iter().position(|(o, _)| *o == id).unwrap_or(ORDER.len())
 }
 
 /// `page` (possibly empty) with `new` in place of its section of the same id, or added; and
@@ -169,15 +176,28 @@ pub(super) fn replace(page: &str, new: Block) -> (String, Option<Block>) {
     (assemble(&sections), old)
 }
 
-/// The whole page: its head, the table of targets, the sections.
+/// The whole page: its head, the table of targets, the sections (each listed one not measured
+/// yet under its title alone).
 pub(super) fn assemble(sections: &[Block]) -> String {
     let mut text = format!("{HEAD}\n{}", targets_table(sections));
-    for b in sections {
+    let unlisted = sections.iter().filter(|b| listed_title(&b.id).is_none()).map(|b| b.text.clone());
+    let listed = ORDER.iter().map(|(id, title)| {
+        sections.iter().find(|b| b.id == *id).map_or_else(|| placeholder(title), |b| b.text.clone())
+    });
+    for part in listed.chain(unlisted) {
         text.push('\n');
-        text.push_str(&b.text);
+        text.push_str(&part);
         text.push('\n');
     }
     text
+}
+
+/// A listed section no run has written yet: its title, and where to find what writes it.
+fn placeholder(title: &str) -> String {
+    format!(
+        "## {title}\n\nNot measured yet: [Tests and benchmarks](testing.md#the-figures-page) says which \
+         command writes this section."
+    )
 }
 
 /// An empty history: its head alone.
@@ -280,6 +300,20 @@ mod tests {
         let older = history.find("2026-12-07, `abc`").expect("kept");
         assert!(newer < older, "newest first: {history}");
         assert_eq!(history.matches("# History").count(), 1);
+    }
+
+    #[test]
+    fn a_listed_section_not_measured_yet_stands_under_its_title_in_its_place() {
+        let page = assemble(&[]);
+        let titles: Vec<&str> = page.lines().filter_map(|l| l.strip_prefix("## ")).skip(1).collect();
+        let listed: Vec<&str> = ORDER.iter().map(|(_, t)| *t).collect();
+        assert_eq!(titles, listed, "{page}");
+        let (page, _) = replace(&page, render("startup", "Start-up with many sockets", "", &rows(), &at("d", "c")));
+        assert_eq!(page.matches("## Start-up with many sockets").count(), 1, "{page}");
+        let measured = page.find("<!-- section startup").expect("written");
+        assert!(page.find("## The observer's cost").expect("placeholder") < measured, "{page}");
+        assert!(measured < page.find("## Churn: short").expect("placeholder"), "{page}");
+        assert_eq!(blocks(&page).len(), 1, "a placeholder is no section: {page}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Bound {
     AtMost(f64),
+    Below(f64),
     AtLeast(f64),
 }
 
@@ -27,6 +28,7 @@ impl Target {
     pub fn met_by(&self, value: f64) -> bool {
         match self.bound {
             Bound::AtMost(limit) => value <= limit,
+            Bound::Below(limit) => value < limit,
             Bound::AtLeast(limit) => value >= limit,
         }
     }
@@ -35,6 +37,7 @@ impl Target {
     pub fn text(&self) -> String {
         let (sign, limit) = match self.bound {
             Bound::AtMost(l) => ("≤", l),
+            Bound::Below(l) => ("<", l),
             Bound::AtLeast(l) => ("≥", l),
         };
         let sep = if self.unit.is_empty() || self.unit.starts_with('/') { "" } else { " " };
@@ -48,6 +51,14 @@ pub const OBSERVER_SHARE: Target = Target {
     measure: "cctrace's share of busy CPU beside a saturating transfer",
     bound: Bound::AtMost(1.0),
     unit: "%",
+    section: "observer",
+};
+/// cctrace's share over each peer's (the bpftrace per-flow script, `ss -tni` every 100 ms),
+/// paired within a round: the upper end of its interval.
+pub const BELOW_PEERS: Target = Target {
+    measure: "cctrace's share over each peer's (bpftrace per-flow script, ss -tni every 100 ms)",
+    bound: Bound::Below(1.0),
+    unit: "",
     section: "observer",
 };
 /// cctrace's process at rest and with one saturating flow, and what each further busy flow adds.
@@ -112,6 +123,7 @@ pub const SUITE_TIME: Target = Target {
 /// Every target, in the order the page lists them.
 pub const TARGETS: &[&Target] = &[
     &OBSERVER_SHARE,
+    &BELOW_PEERS,
     &PROCESS_AT_REST,
     &PROCESS_ONE_FLOW,
     &PROCESS_PER_FLOW,

@@ -1,7 +1,11 @@
 //! The observer's cost as issue 24 defines it: the observer's BPF programs' in-kernel time (the
 //! kernel's run-time statistics, on for this measurement only) plus its processes' user and
-//! system time, over a saturating transfer, divided by all busy CPU of the machine in the same
-//! window. The observers take turns on the same transfer in interleaved rounds: cctrace with
+//! system time, over a saturating transfer, divided by the busy CPU of the experiment in the same
+//! window: every CPU second of the processes in a cgroup of the bench's own (this process and
+//! everything it starts: the transfer, the observer, the idle flows' holders), of interrupts and
+//! softirqs, and of the ksoftirqd threads. On a quiet machine that is the machine's busy CPU
+//! (issue 24 divided by that); on a shared one it leaves out what others run meanwhile, which
+//! would otherwise shrink every share by as much as they keep the CPUs busy. The observers take turns on the same transfer in interleaved rounds: cctrace with
 //! its defaults, `ss -tni` every 100 ms, a bpftrace script keeping per-flow maps from every
 //! `tcp_probe`, and cctrace before a change when given; beside the transfer sit 0, 1,000 or
 //! 10,000 idle established flows in the sender's namespace, which `ss` reads on every poll and
@@ -14,7 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use cctrace_lab::{Sink, SinkOptions, VethOptions, VethPair};
+use cctrace_lab::{Cgroup, Sink, SinkOptions, VethOptions, VethPair};
 
 use crate::bpf_stats;
 use crate::ci::Estimate;
@@ -27,8 +31,12 @@ use crate::tracer::{self, Cctrace};
 /// existing socket and its first judgments of each flow it found are one-time costs, not what a
 /// tool left running costs. A flow's window fills over six evaluations (one a second), after
 /// which an idle one rests and costs nothing more a second: with 2 s here the window measured
-/// the first judgments of 10,000 idle flows (docs/testing.md has both).
+/// the first judgments of 10,000 idle flows (the history has both).
 const SETTLE: Duration = Duration::from_secs(8);
+/// How long the transfer runs before the window opens (within [`SETTLE`]): cctrace adapts to a
+/// transfer that starts (it looks at `tcp_probe`'s run rate once a second, then follows its
+/// windows), and the measure is what a tool left running costs beside a transfer under way.
+const UNDER_WAY: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Observer {
@@ -86,29 +94,64 @@ pub(crate) struct Shares {
     pub(crate) idle_flows: usize,
     pub(crate) share: BTreeMap<Observer, Estimate>,
     pub(crate) cctrace_over: BTreeMap<Observer, Estimate>,
-    /// cctrace's in-kernel part of its share, for where the rest goes.
+    /// cctrace's in-kernel part of its share, for where the rest goes, and each program's.
     pub(crate) cctrace_kernel_share: Option<Estimate>,
+    pub(crate) cctrace_programs: BTreeMap<String, Estimate>,
+}
+
+/// The ticks of `/proc/stat`'s line for all CPUs: user, nice, system, idle, iowait, irq,
+/// softirq, steal, ...
+fn cpu_ticks() -> Result<Vec<u64>> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
+    Ok(line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect())
+}
+
+fn ticks_per_s() -> f64 {
+    // SAFETY: sysconf reads a constant.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
 }
 
 /// Machine-wide busy CPU seconds (user, nice, system, irq, softirq of every CPU).
 fn machine_busy_secs() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
-    let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
-    let busy = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>();
-    // SAFETY: sysconf reads a constant.
-    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok(busy as f64 / per_s)
+    let ticks = cpu_ticks()?;
+    Ok([0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>() as f64 / ticks_per_s())
 }
 
-/// CPU seconds of this process's reaped children: the `ss` runs of the poller.
-fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes into the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
+/// The busy CPU the experiment makes: its cgroup's tasks, the interrupts and softirqs of every
+/// CPU, and the ksoftirqd threads (which run softirqs the interrupted tasks left over).
+struct Experiment {
+    cgroup: std::path::PathBuf,
+    ksoftirqd: Vec<u32>,
+}
+
+impl Experiment {
+    fn new(cgroup: &Path) -> Self {
+        let ksoftirqd = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with("ksoftirqd/"))
+            })
+            .collect();
+        Self { cgroup: cgroup.to_path_buf(), ksoftirqd }
+    }
+
+    fn busy_secs(&self) -> Result<f64> {
+        let stat = std::fs::read_to_string(self.cgroup.join("cpu.stat")).context("the bench cgroup's cpu.stat")?;
+        let usage_usec: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .context("no usage_usec in cpu.stat")?;
+        let ticks = cpu_ticks()?;
+        let interrupts = [5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>() as f64 / ticks_per_s();
+        let softirq_threads =
+            self.ksoftirqd.iter().filter_map(|pid| crate::selfcost::cpu_ns(*pid).ok()).sum::<u64>() as f64 / 1e9;
+        Ok(usage_usec as f64 / 1e6 + interrupts + softirq_threads)
+    }
 }
 
 /// An observer running; its CPU so far (processes + in-kernel programs).
@@ -141,14 +184,17 @@ impl Running {
     }
 
     /// (process CPU seconds, in-kernel program seconds) so far.
+    /// A process's threads' time on a CPU (their schedstat, ns): the clock ticks of
+    /// `/proc/PID/stat` are 10 ms, a quarter of a percent of a 4 s window on two CPUs.
     fn cpu(&self) -> Result<(f64, f64)> {
         let programs = |pid: u32| -> Result<f64> {
             Ok(bpf_stats::programs_of(pid)?.values().map(|r| r.ns).sum::<u64>() as f64 / 1e9)
         };
+        let process = |pid: u32| -> Result<f64> { Ok(crate::selfcost::cpu_ns(pid)? as f64 / 1e9) };
         match self {
-            Running::Cctrace(c) => Ok((c.cpu_secs()?, programs(c.pid())?)),
-            Running::Bpftrace(b) => Ok((tracer::cpu_secs(b.0.id())?, programs(b.0.id())?)),
-            Running::SsPoll(..) => Ok((children_cpu_secs(), 0.0)),
+            Running::Cctrace(c) => Ok((process(c.pid())?, programs(c.pid())?)),
+            Running::Bpftrace(b) => Ok((process(b.0.id())?, programs(b.0.id())?)),
+            Running::SsPoll(poller) => Ok((poller.cpu_secs(), 0.0)),
         }
     }
 
@@ -167,33 +213,68 @@ impl Running {
     }
 }
 
-/// One observer over one transfer: (its share of busy CPU, the in-kernel part of it). For
-/// cctrace, each of its programs' part is printed too (runs, ns a run, share), so a change in
-/// its in-kernel share can be put on the hook that made it.
-fn measure(observer: Observer, lab: &VethPair, what: Transfer, secs: u64, before: Option<&Path>) -> Result<(f64, f64)> {
+/// One observer over one transfer, as shares of the experiment's busy CPU.
+struct Measured {
+    /// Its processes and programs.
+    share: f64,
+    /// Its programs alone, and each (cctrace only).
+    in_kernel: f64,
+    programs: BTreeMap<String, f64>,
+    /// Its share of the whole machine's busy CPU (issue 24's denominator), for comparison.
+    of_machine: f64,
+}
+
+/// One observer over one transfer. For cctrace, each of its programs' part is kept too (runs,
+/// ns a run, share), so a change in its in-kernel share can be put on the hook that made it.
+fn measure(
+    observer: Observer,
+    lab: &VethPair,
+    what: Transfer,
+    secs: u64,
+    before: Option<&Path>,
+    experiment: &Experiment,
+) -> Result<Measured> {
     let running = Running::start(observer, lab, before)?;
-    std::thread::sleep(SETTLE);
+    std::thread::sleep(SETTLE - UNDER_WAY);
     let programs = || match &running {
         Running::Cctrace(c) => bpf_stats::programs_of(c.pid()).map(Some),
         _ => Ok(None),
     };
-    let (busy0, (cpu0, bpf0), programs0) = (machine_busy_secs()?, running.cpu()?, programs()?);
-    what.run(lab, secs)?;
-    let (busy1, (cpu1, bpf1), programs1) = (machine_busy_secs()?, running.cpu()?, programs()?);
+    let window = std::thread::scope(|s| -> Result<_> {
+        // The transfer runs a second past the window: the window ends while it is under way.
+        let transfer = s.spawn(|| what.run(lab, UNDER_WAY.as_secs() + secs + 1));
+        std::thread::sleep(UNDER_WAY);
+        let start = ((experiment.busy_secs()?, machine_busy_secs()?), running.cpu()?, programs()?);
+        std::thread::sleep(Duration::from_secs(secs));
+        let end = ((experiment.busy_secs()?, machine_busy_secs()?), running.cpu()?, programs()?);
+        transfer.join().map_err(|_| anyhow::anyhow!("the transfer panicked"))??;
+        Ok((start, end))
+    });
     running.stop()?;
+    let (((busy0, machine0), (cpu0, bpf0), programs0), ((busy1, machine1), (cpu1, bpf1), programs1)) = window?;
     let busy = (busy1 - busy0).max(1e-6);
+    let mut shares = BTreeMap::new();
     if let (Some(p0), Some(p1)) = (programs0, programs1) {
-        let parts: Vec<String> = bpf_stats::delta(&p0, &p1)
-            .iter()
-            .filter(|(_, r)| r.count > 0)
-            .map(|(name, r)| {
-                let share = r.ns as f64 / 1e9 / busy * 100.0;
-                format!("{name} {} runs {:.0} ns/run {share:.2} %", r.count, r.ns as f64 / r.count as f64)
-            })
-            .collect();
+        let mut parts = Vec::new();
+        for (name, r) in bpf_stats::delta(&p0, &p1).iter().filter(|(_, r)| r.count > 0) {
+            let share = r.ns as f64 / 1e9 / busy;
+            parts.push(format!(
+                "{name} {} runs {:.0} ns/run {:.2} %",
+                r.count,
+                r.ns as f64 / r.count as f64,
+                share * 100.0
+            ));
+            shares.insert(name.clone(), share);
+        }
         eprintln!("    {:?}'s programs: {}", observer, parts.join(", "));
     }
-    Ok((((cpu1 - cpu0) + (bpf1 - bpf0)) / busy, (bpf1 - bpf0) / busy))
+    let cost = (cpu1 - cpu0) + (bpf1 - bpf0);
+    Ok(Measured {
+        share: cost / busy,
+        in_kernel: (bpf1 - bpf0) / busy,
+        programs: shares,
+        of_machine: cost / (machine1 - machine0).max(1e-6),
+    })
 }
 
 /// Each observer's share at each size of `sizes` idle flows, over `what`, in `rounds`
@@ -204,6 +285,21 @@ pub(crate) fn run(
     secs: u64,
     rounds: usize,
     before: Option<&Path>,
+) -> Result<Vec<Shares>> {
+    // The whole experiment in a cgroup of its own: this process moves in, and what it starts
+    // from here on (transfer, observers, holders) is born there.
+    let cgroup = Cgroup::top().context("the bench's cgroup")?;
+    let experiment = Experiment::new(cgroup.path());
+    cgroup.create_sockets_here(|| run_in(sizes, what, secs, rounds, before, &experiment))?
+}
+
+fn run_in(
+    sizes: &[usize],
+    what: Transfer,
+    secs: u64,
+    rounds: usize,
+    before: Option<&Path>,
+    experiment: &Experiment,
 ) -> Result<Vec<Shares>> {
     let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
     if what == Transfer::Iperf3 {
@@ -231,16 +327,22 @@ pub(crate) fn run(
         let mut shares: BTreeMap<Observer, Vec<f64>> = BTreeMap::new();
         let mut over: BTreeMap<Observer, Vec<f64>> = BTreeMap::new();
         let mut kernel = Vec::new();
+        let mut programs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for round in 0..rounds {
             let mut this = BTreeMap::new();
+            let mut of_machine = Vec::new();
             for i in 0..observers.len() {
                 let observer = observers[(i + round) % observers.len()];
-                let (share, in_kernel) = measure(observer, &lab, what, secs, before)?;
+                let m = measure(observer, &lab, what, secs, before, experiment)?;
                 if observer == Observer::Cctrace {
-                    kernel.push(in_kernel);
+                    kernel.push(m.in_kernel);
+                    for (name, share) in m.programs {
+                        programs.entry(name).or_default().push(share);
+                    }
                 }
-                this.insert(observer, share);
-                shares.entry(observer).or_default().push(share);
+                of_machine.push(format!("{observer:?} {:.2} %", m.of_machine * 100.0));
+                this.insert(observer, m.share);
+                shares.entry(observer).or_default().push(m.share);
             }
             let cct = this[&Observer::Cctrace];
             for (o, s) in &this {
@@ -249,19 +351,29 @@ pub(crate) fn run(
                 }
             }
             eprintln!(
-                "  {idle_flows} idle flows, round {}: {}",
+                "  {idle_flows} idle flows, round {}: {} (of the machine's busy CPU: {})",
                 round + 1,
-                this.iter().map(|(o, s)| format!("{o:?} {:.2} %", s * 100.0)).collect::<Vec<_>>().join(", ")
+                this.iter().map(|(o, s)| format!("{o:?} {:.2} %", s * 100.0)).collect::<Vec<_>>().join(", "),
+                of_machine.join(", ")
             );
         }
         drop(holders);
         let estimates =
             |m: &BTreeMap<Observer, Vec<f64>>| m.iter().filter_map(|(o, v)| Some((*o, Estimate::of(v)?))).collect();
+        // A program that ran in some rounds only counts 0 in the others.
+        let cctrace_programs = programs
+            .into_iter()
+            .filter_map(|(name, mut v)| {
+                v.resize(rounds, 0.0);
+                Some((name, Estimate::of(&v)?))
+            })
+            .collect();
         out.push(Shares {
             idle_flows,
             share: estimates(&shares),
             cctrace_over: estimates(&over),
             cctrace_kernel_share: Estimate::of(&kernel),
+            cctrace_programs,
         });
     }
     Ok(out)

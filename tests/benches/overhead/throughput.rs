@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -354,31 +354,56 @@ fn run_mode(mode: Mode, lab: &VethPair, secs: u64, pin: Option<usize>) -> Result
     }
 }
 
-/// `ss -tni` run in namespace `netns` every 100 ms, as a user polling it would, until stopped.
+/// `ss -tni` run in namespace `netns` every 100 ms, as a user polling it would, until stopped;
+/// the CPU its runs took (each reaped with its own resource usage: the bench's other children,
+/// iperf3 among them, are not in it).
 pub(crate) struct SsPoller {
     stop: Arc<AtomicBool>,
+    cpu_us: Arc<AtomicU64>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl SsPoller {
     pub(crate) fn start(netns: &str) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let cpu_us = Arc::new(AtomicU64::new(0));
+        let (s, cpu) = (stop.clone(), cpu_us.clone());
         let name = netns.to_string();
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 let next = Instant::now() + Duration::from_millis(100);
-                let _ = Command::new("ip").args(["netns", "exec", &name, "ss", "-tni"]).stdout(Stdio::null()).status();
+                let run = Command::new("ip").args(["netns", "exec", &name, "ss", "-tni"]).stdout(Stdio::null()).spawn();
+                if let Ok(child) = run {
+                    cpu.fetch_add(reap_cpu_us(child.id()), Ordering::Relaxed);
+                }
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
         });
-        Self { stop, thread }
+        Self { stop, cpu_us, thread }
+    }
+
+    /// CPU seconds of the runs reaped so far.
+    pub(crate) fn cpu_secs(&self) -> f64 {
+        self.cpu_us.load(Ordering::Relaxed) as f64 / 1e6
     }
 
     pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
     }
+}
+
+/// Wait for child `pid` and return the user and system time it took, µs.
+fn reap_cpu_us(pid: u32) -> u64 {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 writes into both out-parameters for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) } < 0 {
+        return 0;
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(usage.ru_utime) + us(usage.ru_stime)
 }
 
 /// bpftrace running the script, killed on drop.

@@ -37,6 +37,8 @@ pub(crate) struct Flip {
     /// The spinning thread's extra interruptions per cycle, and the time they took it.
     pub(crate) interruptions: f64,
     pub(crate) other_cpu_us: f64,
+    /// Inter-processor interrupts this process sent per cycle (the text patches').
+    pub(crate) ipis: f64,
 }
 
 /// `bpf(2)` with an attribute block of `attr`'s size.
@@ -152,8 +154,9 @@ pub(crate) fn flip_cost(rate: u32, phases: usize) -> Result<Flip> {
         bail!("one CPU: no other CPU to interrupt");
     }
     let prog = load_trivial_program()?;
+    let ipis = IpiCounter::start(std::process::id())?;
     // The flipping runs on a thread of its own, pinned to the last CPU.
-    let flipper = std::thread::spawn(move || -> Result<Flip> {
+    let flipper = std::thread::spawn(move || -> Result<(Flip, u64)> {
         pin_to(cpus - 1);
         let spinner = Spinner::start();
         std::thread::sleep(Duration::from_millis(300));
@@ -181,14 +184,19 @@ pub(crate) fn flip_cost(rate: u32, phases: usize) -> Result<Flip> {
         let per_s = |t: (u64, u64, f64)| (t.0 as f64 / t.2, t.1 as f64 / t.2);
         let ((qg, qn), (fg, fnanos)) = (per_s(quiet), per_s(flipping));
         let cycles_per_s = cycles as f64 / flipping.2;
-        Ok(Flip {
+        let flip = Flip {
             cycles_per_s,
             own_us: own_ns as f64 / 1e3 / cycles.max(1) as f64,
             interruptions: (fg - qg) / cycles_per_s,
             other_cpu_us: (fnanos - qn) / 1e3 / cycles_per_s,
-        })
+            // Counted once the flipping is done.
+            ipis: 0.0,
+        };
+        Ok((flip, cycles))
     });
-    flipper.join().map_err(|_| anyhow!("the flipping thread panicked"))?
+    let (mut flip, cycles) = flipper.join().map_err(|_| anyhow!("the flipping thread panicked"))??;
+    flip.ipis = ipis.stop()? as f64 / cycles.max(1) as f64;
+    Ok(flip)
 }
 
 /// Function-call interrupts so far, all CPUs.

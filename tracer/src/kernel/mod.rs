@@ -24,6 +24,7 @@ mod ring;
 pub mod switch;
 pub mod tracefs;
 pub mod udp;
+mod udp_recv;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -289,7 +290,8 @@ impl KernelSource {
             None => Err(ListingError::BtfUnavailable),
         }
         .map_or_else(|e| (Err(e), None), |walk| (Ok(walk.report), Some(walk.batches)));
-        let udp = UdpStart::attach(&mut ebpf, aya_btf.as_ref(), &reports, opts, facts.udp_unclassified);
+        let udp =
+            UdpStart::attach(&mut ebpf, aya_btf.as_ref(), &reports, opts, &facts.udp_config, facts.udp_unclassified);
         let ring = open_ring(&mut ebpf)?;
         let counters = CounterMap::take(&mut ebpf)?;
         let send_call_off = matches!(reports[HookId::SendCall.index()].status, HookStatus::Disabled(_));
@@ -648,13 +650,14 @@ impl UdpStart {
         btf: Option<&Btf>,
         reports: &[HookReport],
         opts: &KernelOptions,
+        config: &tracer_common::udp::SkbConfig,
         unclassified: Option<String>,
     ) -> Self {
         let (accounting, unavailable) = if !opts.udp {
             (None, Some("switched off by --no-udp".to_string()))
         } else {
             let send_hook = reports[HookId::SendCall.index()].status == HookStatus::Btf;
-            match udp::UdpAccounting::attach(ebpf, btf, send_hook) {
+            match udp::UdpAccounting::attach(ebpf, btf, send_hook, config, crate::clock::monotonic_now_ns()) {
                 Ok(u) => (Some(u), None),
                 Err(e) => (None, Some(e.to_string())),
             }
@@ -759,7 +762,7 @@ impl EventSource for KernelSource {
         let sockets = match &mut self.udp {
             Some(udp) if now_ns.saturating_sub(self.udp_read_ns) >= UDP_POLL_NS => {
                 self.udp_read_ns = now_ns;
-                Some(udp.poll(now_ns))
+                Some(udp.poll(&mut self.ebpf, now_ns))
             }
             _ => None,
         };
@@ -781,6 +784,9 @@ impl EventSource for KernelSource {
 
     fn stop_producing(&mut self) -> Result<()> {
         self.probe_window.stop();
+        if let Some(udp) = &mut self.udp {
+            udp.stop();
+        }
         self.detach_programs();
         // The listing reads no further; what it already queued is still delivered.
         if let Some(listing) = &mut self.listing {

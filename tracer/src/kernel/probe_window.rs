@@ -5,11 +5,15 @@
 //! interval. Every run, even one that only finds the flow not due, pays the kernel's dispatch
 //! of a BPF program, and those runs were most of cctrace's time in the kernel. So the program
 //! is attached only while samples are due: a window opens at the start of every interval and
-//! closes once each flow sampled in the windows before has been sampled again (a busy flow is,
-//! at its first segment) and at least [`MIN_OPEN_NS`] has passed (so a flow that was quiet and
-//! is busy again is caught); a thin flow holds it open until its next segment, for at most three
-//! quarters of an interval, and every [`LONG_EVERY`]th window stays open that long whatever was
-//! sampled, to find again thin flows that went unsampled for two windows and were let go. The
+//! closes once each busy flow sampled in the windows before has been sampled again (a busy flow
+//! is, at its first segment) and at least [`MIN_OPEN_NS`] has passed (so a flow that was quiet and
+//! is busy again is caught); a busy flow that went quiet holds it open until its next segment,
+//! for at most three quarters of an interval. A thin flow (sampled only after the shortest
+//! window) holds no window open: it is sampled when a window catches one of its segments, and
+//! every [`LONG_EVERY`]th window stays open three quarters of an interval whatever was sampled,
+//! to sample thin flows and find again those that went unsampled for two windows. (Held open
+//! for every thin flow of a host, windows stayed open most of each interval, and cost more than
+//! they saved.) The
 //! reader wakes for the window's times. Intervals under
 //! [`SHORTEST_INTERVAL_NS`] keep the program attached: windows would save little there and cost
 //! two system calls an interval. The kernel lets a periodic sample come an eighth of an interval early (tracer-ebpf's
@@ -60,8 +64,11 @@ const MISSES_TO_FORGET: u8 = 2;
 const LONG_EVERY: u64 = 20;
 /// The shortest interval sampled through windows.
 pub(super) const SHORTEST_INTERVAL_NS: u64 = 50_000_000;
-/// What one run of the program costs, for weighing a detach: a run that finds nothing due, on
-/// this VM with the kernel's statistics off (50-80 ns with them on).
+/// What one run of the program costs at least, for weighing a detach: a run that finds nothing
+/// due, on this VM with the kernel's statistics off. While the kernel's run-time statistics
+/// count (someone enabled them: a benchmark, `bpftool prog profile`, a metrics scraper's
+/// operator), a run costs what they measure it at, which is more (the two clock reads they add,
+/// and the cache misses of a busy host the constant does not know): the model takes the larger.
 const RUN_COST_NS: u64 = 40;
 
 /// What the window should do now.
@@ -137,7 +144,15 @@ impl WindowPlan {
         if closed {
             self.expected.remove(&sample.cookie);
         } else if sample.reason == SampleReason::Periodic {
-            self.expected.insert(sample.cookie, Expected { sampled: true, missed: 0 });
+            // A flow sampled only after the shortest window is thin: no window waits for it
+            // (held open for it, windows cost more than they save). It is sampled when a window
+            // catches one of its segments, and in the long windows.
+            let late = self.opened_ns.is_some_and(|opened| sample.ts_ns > opened + MIN_OPEN_NS);
+            if late {
+                self.expected.remove(&sample.cookie);
+            } else {
+                self.expected.insert(sample.cookie, Expected { sampled: true, missed: 0 });
+            }
         }
     }
 
@@ -183,9 +198,9 @@ impl WindowPlan {
 /// Whether detaching until the next window saves more than the detach and the attach cost:
 /// `runs` made in the `open_ns` the window was open, at that rate for `closed_ns` more, against
 /// `cycle_ns` for a detach and an attach (see [`CycleCost`] for what that counts).
-pub(super) fn detach_pays(runs: u64, open_ns: u64, closed_ns: u64, cycle_ns: u64) -> bool {
+pub(super) fn detach_pays(runs: u64, open_ns: u64, closed_ns: u64, cycle_ns: u64, run_ns: u64) -> bool {
     let saved_runs = u128::from(runs) * u128::from(closed_ns) / u128::from(open_ns.max(1));
-    saved_runs * u128::from(RUN_COST_NS) > u128::from(cycle_ns)
+    saved_runs * u128::from(run_ns) > u128::from(cycle_ns)
 }
 
 /// What a detach and an attach cost a busy CPU other than the one doing them. Each patches the
@@ -219,6 +234,9 @@ pub(super) struct CycleCost {
     measured: bool,
     /// The other online CPUs' part: [`OTHER_CPU_CYCLE_NS`] each.
     others_ns: u64,
+    /// What a run of the program costs: [`RUN_COST_NS`], or what the kernel's statistics
+    /// measured when that is more.
+    run_ns: u64,
 }
 
 impl CycleCost {
@@ -227,7 +245,14 @@ impl CycleCost {
             own_ns: FIRST_CYCLE_GUESS_NS,
             measured: false,
             others_ns: online_cpus.saturating_sub(1) * OTHER_CPU_CYCLE_NS,
+            run_ns: RUN_COST_NS,
         }
+    }
+
+    /// The kernel's statistics measured `ns_per_run` over the runs since the last look, or
+    /// counted none (`None`: they are off).
+    pub(super) fn runs_measured(&mut self, ns_per_run: Option<u64>) {
+        self.run_ns = ns_per_run.map_or(RUN_COST_NS, |ns| ns.max(RUN_COST_NS));
     }
 
     pub(super) fn total_ns(&self) -> u64 {
@@ -261,6 +286,7 @@ impl CycleCost {
             elapsed_ns,
             u64::try_from(closed_ns).unwrap_or(u64::MAX),
             u64::try_from(cycles_ns).unwrap_or(u64::MAX),
+            self.run_ns,
         )
     }
 }
@@ -281,7 +307,7 @@ impl CycleCost {
     /// A window that made `runs` in `open_ns` closes with `closed_ns` to the next one, windows
     /// opening every `interval_ns`.
     pub(super) fn on_close(&self, runs: u64, open_ns: u64, closed_ns: u64, interval_ns: u64) -> Closing {
-        if detach_pays(runs, open_ns, closed_ns, self.total_ns()) {
+        if detach_pays(runs, open_ns, closed_ns, self.total_ns(), self.run_ns) {
             Closing::Detach
         } else if self.windows_pay(runs, open_ns, interval_ns) {
             Closing::KeepUntilNext
@@ -297,7 +323,7 @@ impl CycleCost {
 /// A window cycle costs this thread a detach, an attach and the wake-ups the window asks for
 /// (measured from the thread's CPU clock, the switch back into the thread included), and the
 /// other CPUs the text patches' interrupts ([`CycleCost`]). Keeping the program attached costs
-/// every run it makes, [`RUN_COST_NS`] each: the runs a window saves are counted in the
+/// every run it makes, [`RUN_COST_NS`] each or what the kernel's statistics measure: the runs a window saves are counted in the
 /// window (a per-CPU counter the program bumps). Windows are followed while a closing window
 /// finds that detaching pays; otherwise the program stays attached, nothing wakes the reader
 /// for windows, and the run rate is looked at once a second (at the pipeline's ticks) to see
@@ -332,6 +358,8 @@ pub(super) struct ProbeWindow {
     /// socket's out-of-order count last seen.
     receiver_until_ns: u64,
     out_of_order: HashMap<u64, u32>,
+    /// The program's run time and count as the kernel's statistics had them at the last look.
+    run_stats: (u64, u64),
 }
 
 impl ProbeWindow {
@@ -358,6 +386,7 @@ impl ProbeWindow {
             always: false,
             receiver_until_ns: 0,
             out_of_order: HashMap::new(),
+            run_stats: (0, 0),
         }
     }
 
@@ -379,6 +408,18 @@ impl ProbeWindow {
     /// A receiving socket with holes needs every segment counted.
     fn receiver_holds(&self, now_ns: u64) -> bool {
         !self.always && now_ns < self.receiver_until_ns
+    }
+
+    /// What the kernel's statistics measured a run at since the last look, if they counted
+    /// any: the cost model's price of a run.
+    fn price_runs(cost: &mut CycleCost, run_stats: &mut (u64, u64), classic: bool, ebpf: &Ebpf) {
+        let hook = &HOOKS[HookId::TcpProbe.index()];
+        let name = if classic { hook.classic_prog } else { hook.btf_prog };
+        let Some(info) = ebpf.program(name).and_then(|p| p.info().ok()) else { return };
+        let now = (u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX), info.run_count());
+        let (ns, runs) = (now.0.saturating_sub(run_stats.0), now.1.saturating_sub(run_stats.1));
+        *run_stats = now;
+        cost.runs_measured((runs > 0).then(|| ns / runs));
     }
 
     /// Follow the windows and detach at every close whatever the run rate: the windows alone,
@@ -422,6 +463,14 @@ impl ProbeWindow {
                 return;
             }
             let runs = probe_runs();
+            Self::price_runs(&mut self.cost, &mut self.run_stats, self.classic, ebpf);
+            log::trace!(
+                target: LOG_TARGET,
+                "attached: {} runs in {elapsed} ns, a cycle {} ns, a run {} ns",
+                runs.saturating_sub(runs_then),
+                self.cost.total_ns(),
+                self.cost.run_ns
+            );
             if holds || !self.cost.windows_pay(runs.saturating_sub(runs_then), elapsed, plan.interval_ns) {
                 self.cost.fade();
                 self.mark = (runs, now_ns);
@@ -455,6 +504,7 @@ impl ProbeWindow {
                 let open_ns = now_ns.saturating_sub(opened_ns);
                 let closed_ns = plan.next_step_ns().saturating_sub(now_ns);
                 let runs = probe_runs();
+                Self::price_runs(&mut self.cost, &mut self.run_stats, self.classic, ebpf);
                 let closing = if self.always {
                     Closing::Detach
                 } else if holds {
@@ -462,6 +512,13 @@ impl ProbeWindow {
                 } else {
                     self.cost.on_close(runs.saturating_sub(runs_then), open_ns, closed_ns, plan.interval_ns)
                 };
+                log::trace!(
+                    target: LOG_TARGET,
+                    "window closes: {} runs in {open_ns} ns, {closed_ns} ns to the next, a cycle {} ns, a run {} ns: {closing:?}",
+                    runs.saturating_sub(runs_then),
+                    self.cost.total_ns(),
+                    self.cost.run_ns
+                );
                 match closing {
                     Closing::Detach => {
                         let (started, from_ns) = (crate::clock::thread_cpu_ns(), crate::clock::monotonic_now_ns());
@@ -597,6 +654,27 @@ mod tests {
     }
 
     #[test]
+    fn a_thin_flow_sampled_after_the_shortest_window_holds_no_window_open() {
+        let at = |cookie: u64, ts_ns: u64| Sample { ts_ns, ..sample(cookie, SampleReason::Periodic) };
+        let mut plan = WindowPlan::new(SEC, 0).expect("long enough");
+        assert_eq!(plan.step(0), Action::Open);
+        plan.saw(&at(1, MS));
+        assert_eq!(plan.step(5 * MS), Action::Close);
+        assert_eq!(plan.step(SEC), Action::Open);
+        plan.saw(&at(1, SEC + 20 * MS));
+        assert_eq!(plan.step(SEC + 25 * MS), Action::Close, "flow 1 came late: thin, not waited for");
+        assert_eq!(plan.step(2 * SEC), Action::Open);
+        assert_eq!(plan.step(2 * SEC + 5 * MS), Action::Close, "nothing to wait for");
+        assert_eq!(plan.step(3 * SEC), Action::Open);
+        plan.saw(&at(1, 3 * SEC + MS));
+        plan.saw(&at(2, 3 * SEC + 2 * MS));
+        assert_eq!(plan.step(3 * SEC + 5 * MS), Action::Close);
+        assert_eq!(plan.step(4 * SEC), Action::Open);
+        plan.saw(&at(1, 4 * SEC + MS));
+        assert_eq!(plan.step(4 * SEC + 5 * MS), Action::Stay, "busy again: flow 2 is waited for");
+    }
+
+    #[test]
     fn only_flows_sampled_before_are_waited_for_and_closed_ones_are_not() {
         let mut plan = WindowPlan::new(SEC, 0).expect("long enough");
         assert_eq!(plan.step(0), Action::Open);
@@ -629,11 +707,24 @@ mod tests {
         // 0.4 ms for a detach and an attach, windows of 5 ms every 100 ms.
         let cycle = 400_000;
         // A bulk transfer: 200,000 segments a second, 1,000 in the window: 19,000 saved.
-        assert!(detach_pays(1_000, 5 * MS, 95 * MS, cycle));
+        assert!(detach_pays(1_000, 5 * MS, 95 * MS, cycle, RUN_COST_NS));
         // A 25 Mbit/s stream: 2,000 ACKs a second, 10 in the window: 190 saved, 8 us.
-        assert!(!detach_pays(10, 5 * MS, 95 * MS, cycle));
-        assert!(detach_pays(1, 5 * MS, 95 * MS, 0), "not yet measured: detach, and measure");
-        assert!(!detach_pays(0, 5 * MS, 95 * MS, cycle), "an idle host keeps it attached");
+        assert!(!detach_pays(10, 5 * MS, 95 * MS, cycle, RUN_COST_NS));
+        assert!(detach_pays(1, 5 * MS, 95 * MS, 0, RUN_COST_NS), "not yet measured: detach, and measure");
+        assert!(!detach_pays(0, 5 * MS, 95 * MS, cycle, RUN_COST_NS), "an idle host keeps it attached");
+    }
+
+    #[test]
+    fn runs_the_kernels_statistics_measure_dearer_tip_an_iperf3_transfer_into_windows() {
+        let mut cost = CycleCost::new(2);
+        cost.measured(400_000);
+        assert!(!cost.windows_pay(78_000, SEC, 100 * MS), "40 ns a run: attached");
+        cost.runs_measured(Some(130));
+        assert!(cost.windows_pay(78_000, SEC, 100 * MS), "130 ns a run, as the statistics measured it");
+        cost.runs_measured(Some(20));
+        assert!(!cost.windows_pay(78_000, SEC, 100 * MS), "never below the constant");
+        cost.runs_measured(None);
+        assert!(!cost.windows_pay(78_000, SEC, 100 * MS), "statistics off: the constant");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use tracer_common::{family, Offsets};
 use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
 use crate::host::udp_owner::owner_of_socket;
 use crate::kernel::offsets::BtfResolver;
+use crate::kernel::udp_recv::{self, RecvHook, RecvPlan};
 
 /// A heavy socket without a packet for this long leaves the index (and the LRU table, so a
 /// later burst is judged afresh).
@@ -144,7 +145,7 @@ pub enum UdpWay {
 /// The receive hook. The send hook (`cct_send_call` on `sock:sock_send_length`) is the TCP
 /// owner hook, attached with the TCP hooks whether UDP is counted or not; counting UDP per call
 /// adds this one beside it.
-const RECV_PROGRAM: (&str, &str) = ("cct_udp_recv", "sock_recv_length");
+const RECV_PROGRAM: (&str, &str) = (udp_recv::PROGRAM, "sock_recv_length");
 const PACKET_PROGRAMS: [&str; 2] = ["cct_udp_egress", "cct_udp_ingress"];
 
 /// Attached UDP accounting: the maps it reads and the owners it found.
@@ -160,6 +161,8 @@ pub struct UdpAccounting {
     /// Heavy sockets that left the index after going quiet, or whose state the LRU dropped.
     pub expired: u64,
     pub vanished: u64,
+    /// The receive hook, attached while UDP is received in earnest (per socket call only).
+    recv: Option<RecvHook>,
 }
 
 fn attach_one(
@@ -191,8 +194,13 @@ fn attach_one(
 }
 
 /// Count UDP per socket call: the send hook is already attached (`send_hook`: whether it is);
-/// attach the receive hook and tell the send hook to count UDP's sends too.
-fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>, send_hook: bool) -> Result<(), String> {
+/// load and attach the receive hook (start-up is its first discovery window, see `udp_recv`) and
+/// tell the send hook to count UDP's sends too. The receive hook's link.
+fn attach_per_syscall(
+    ebpf: &mut Ebpf,
+    btf: Option<&Btf>,
+    send_hook: bool,
+) -> Result<aya::programs::tp_btf::BtfTracePointLinkId, String> {
     let btf = btf.ok_or("the kernel has no BTF")?;
     if !send_hook {
         return Err("the socket-call hook sock:sock_send_length is not attached".into());
@@ -201,13 +209,17 @@ fn attach_per_syscall(ebpf: &mut Ebpf, btf: Option<&Btf>, send_hook: bool) -> Re
     let prog: &mut BtfTracePoint =
         ebpf.program_mut(name).ok_or("missing from the object")?.try_into().map_err(|e| format!("{e}"))?;
     prog.load(event, btf).map_err(|e| format!("sock:{event}: {}", super::error_chain(&e)))?;
-    if let Err(e) = prog.attach() {
-        let _ = prog.unload();
-        return Err(format!("sock:{event}: {}", super::error_chain(&e)));
-    }
+    let link = match prog.attach() {
+        Ok(link) => link,
+        Err(e) => {
+            let _ = prog.unload();
+            return Err(format!("sock:{event}: {}", super::error_chain(&e)));
+        }
+    };
     let switch = ebpf.map_mut(UDP_BY_CALL).ok_or("UDP_BY_CALL missing from the object")?;
     let mut switch: Array<&mut MapData, u32> = Array::try_from(switch).map_err(|e| format!("{UDP_BY_CALL}: {e}"))?;
-    switch.set(0, 1, 0).map_err(|e| format!("{UDP_BY_CALL}: {}", super::error_chain(&e)))
+    switch.set(0, 1, 0).map_err(|e| format!("{UDP_BY_CALL}: {}", super::error_chain(&e)))?;
+    Ok(link)
 }
 
 /// The switch that turns the send hook's UDP counting on (see tracer-ebpf's `udp_syscall`).
@@ -227,19 +239,25 @@ impl UdpAccounting {
     /// no socket call: only the packet path sees them), and take their maps.
     /// `send_hook`: whether the socket-call hook on `sock:sock_send_length` attached with the TCP
     /// hooks (counting per call needs it).
-    pub fn attach(ebpf: &mut Ebpf, btf: Option<&Btf>, send_hook: bool) -> Result<Self, UdpError> {
+    pub fn attach(
+        ebpf: &mut Ebpf,
+        btf: Option<&Btf>,
+        send_hook: bool,
+        config: &SkbConfig,
+        now_ns: u64,
+    ) -> Result<Self, UdpError> {
         let per_syscall = match kernel_wireguard_device(std::path::Path::new("/sys/class/net")) {
             Some(dev) => Err(format!("the kernel's WireGuard device {dev} sends and receives through no socket call")),
             None => attach_per_syscall(ebpf, btf, send_hook),
         };
-        let way = match per_syscall {
-            Ok(()) => UdpWay::PerSyscall,
+        let (way, recv_link) = match per_syscall {
+            Ok(link) => (UdpWay::PerSyscall, Some(link)),
             Err(why) => {
                 let root = crate::cgroups::cgroup2_mount().ok_or(UdpError::NoCgroup2)?;
                 let dir = std::fs::File::open(&root).map_err(|e| UdpError::OpenRoot(root.display().to_string(), e))?;
                 attach_one(ebpf, PACKET_PROGRAMS[0], CgroupSkbAttachType::Egress, &dir)?;
                 attach_one(ebpf, PACKET_PROGRAMS[1], CgroupSkbAttachType::Ingress, &dir)?;
-                UdpWay::PerPacket(why)
+                (UdpWay::PerPacket(why), None)
             }
         };
         let take = |ebpf: &mut Ebpf, name: &'static str| {
@@ -251,7 +269,13 @@ impl UdpAccounting {
             BpfHashMap::try_from(take(ebpf, "UDP_HEAVY")?).map_err(|e| UdpError::Map("UDP_HEAVY", e.to_string()))?;
         let counters = PerCpuArray::try_from(take(ebpf, "UDP_COUNTERS")?)
             .map_err(|e| UdpError::Map("UDP_COUNTERS", e.to_string()))?;
-        Ok(Self { way, sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0 })
+        let mut accounting =
+            Self { way, sockets, heavy, counters, owners: HashMap::new(), expired: 0, vanished: 0, recv: None };
+        let received = accounting.counter(udp_counter::RECEIVED_BYTES);
+        accounting.recv = recv_link.map(|link| {
+            RecvHook::new(link, RecvPlan::new(now_ns, received, config.heavy_bytes_per_window, config.window_ns))
+        });
+        Ok(accounting)
     }
 
     /// The programs attached for UDP alone (for their run statistics; the send hook is counted
@@ -286,12 +310,29 @@ impl UdpAccounting {
             ("udp_heavy", self.counter(udp_counter::HEAVY)),
             ("udp_heavy_full", self.counter(udp_counter::HEAVY_FULL)),
             ("udp_socket_insert_failed", self.counter(udp_counter::SOCKET_INSERT_FAILED)),
+            ("udp_received_bytes", self.counter(udp_counter::RECEIVED_BYTES)),
+            ("udp_recv_hook_attaches", self.recv.as_ref().map_or(0, |r| r.attaches)),
+            ("udp_recv_hook_attach_failed", self.recv.as_ref().map_or(0, |r| r.attach_failures)),
+            ("udp_recv_hook_attached", self.recv.as_ref().map_or(0, |r| u64::from(r.attached()))),
         ]
     }
 
-    /// Read every heavy UDP socket, at `now_ns` (CLOCK_MONOTONIC).
-    pub fn poll(&mut self, now_ns: u64) -> SocketReadings {
-        SocketReadings { udp: self.poll_udp(now_ns) }
+    /// No receive hook attaches after this (the programs are being unloaded).
+    pub fn stop(&mut self) {
+        if let Some(recv) = &mut self.recv {
+            recv.stop();
+        }
+    }
+
+    /// Read every heavy UDP socket, at `now_ns` (CLOCK_MONOTONIC), and attach or detach the
+    /// receive hook as what was read says.
+    pub fn poll(&mut self, ebpf: &mut Ebpf, now_ns: u64) -> SocketReadings {
+        let udp = self.poll_udp(now_ns);
+        let received = self.counter(udp_counter::RECEIVED_BYTES);
+        if let Some(recv) = &mut self.recv {
+            recv.look(ebpf, now_ns, udp.len(), received);
+        }
+        SocketReadings { udp }
     }
 
     fn poll_udp(&mut self, now_ns: u64) -> Vec<UdpSample> {
