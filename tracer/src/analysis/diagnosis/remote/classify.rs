@@ -47,9 +47,12 @@ pub(super) fn fills_path(v: &RemoteView, cfg: &DiagnosisConfig) -> bool {
 /// Whether the sender's data met a queue: at a fifth of at least two of its losses (as for a
 /// rate-based sender's own view: one that does not cut keeps probing into a full bottleneck),
 /// or in some sample of the window (BBR's probing fills a bottleneck's queue for an RTT every
-/// eight).
+/// eight) unless it lost at least twice and never with a queue (a stream its application paces
+/// queues a moment behind each burst it writes, and meets no full bottleneck at its losses).
 fn met_a_queue(v: &RemoteView, cfg: &DiagnosisConfig) -> bool {
-    (v.queued >= 2 && v.queued_share() >= cfg.rate_based_queued_share) || v.max_queue_us > v.threshold_us
+    let at_losses = v.queued >= 2 && v.queued_share() >= cfg.rate_based_queued_share;
+    let losses_clean = v.episodes >= 2 && v.queued == 0;
+    at_losses || (v.max_queue_us > v.threshold_us && !losses_clean)
 }
 
 /// The remote sender's limit as the receiving end sees it, before hysteresis.
