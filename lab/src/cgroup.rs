@@ -25,18 +25,29 @@ const TOP_PREFIX: &str = "cct-lab-";
 /// the other moved it into.
 static MIGRATION: Mutex<()> = Mutex::new(());
 
-/// Where cgroup v2 is mounted: `/sys/fs/cgroup` on unified hosts, `/sys/fs/cgroup/unified`
-/// on hybrid ones (from `/proc/self/mountinfo`).
-pub fn cgroup2_mount() -> Result<PathBuf> {
-    let info = fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    info.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+/// The root of every cgroup hierarchy mounted here, `fs_type` `cgroup2` (the v2 one) or
+/// `cgroup` (v1's, on hybrid hosts), from `/proc/self/mountinfo`: its mounts of the whole
+/// hierarchy (root `/`), in mount order. The tracer finds the v2 mount by the same rule
+/// (`cgroups::cgroup2_mount`); mount points mountinfo had to escape (a space in the path) are
+/// refused here rather than unescaped: no lab host has one.
+pub fn hierarchy_roots(fs_type: &str) -> Result<Vec<PathBuf>> {
+    let mounts =
+        procfs::process::Process::myself().and_then(|p| p.mountinfo()).context("reading /proc/self/mountinfo")?;
+    let roots = mounts.into_iter().filter(|m| m.fs_type == fs_type && m.root == "/").map(|m| m.mount_point);
+    roots
+        .map(|p| match p.to_str() {
+            Some(s) if !s.contains('\\') => Ok(p),
+            _ => {
+                bail!("a cgroup hierarchy mounted at {} (escaped in mountinfo): not supported by the lab", p.display())
+            }
         })
-        .min_by_key(|p| p.components().count())
-        .ok_or_else(|| anyhow!("no cgroup v2 hierarchy is mounted"))
+        .collect()
+}
+
+/// Where cgroup v2 is mounted: `/sys/fs/cgroup` on unified hosts, `/sys/fs/cgroup/unified`
+/// on hybrid ones.
+pub fn cgroup2_mount() -> Result<PathBuf> {
+    hierarchy_roots("cgroup2")?.into_iter().next().ok_or_else(|| anyhow!("no cgroup v2 hierarchy is mounted"))
 }
 
 /// The cgroup v2 directory this process is in now.
@@ -177,10 +188,9 @@ fn remove_tree(dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-            for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-                if pid as u32 != std::process::id() {
-                    // SAFETY: kill has no memory effects; the pid is a lab resident.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+            for pid in procs.split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+                if pid != std::process::id() {
+                    let _ = crate::child::send_signal(pid, crate::child::Signal::KILL);
                 }
             }
         }

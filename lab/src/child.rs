@@ -8,6 +8,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+pub use rustix::process::Signal;
 
 /// The bound the tests put on a program they run to its end: the longest (the demo with
 /// `--duration 12`, a headless browser) take well under a minute; one still running after this
@@ -88,8 +89,7 @@ pub fn interrupt_within(child: &mut Child, timeout: Duration, what: &str) -> Res
 fn interrupt_until_exit(child: &mut Child, timeout: Duration, what: &str) -> Result<ExitStatus> {
     let deadline = Instant::now() + timeout;
     loop {
-        // SAFETY: kill sends a signal to the child we started; no memory is involved.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let _ = send_signal(child.id(), Signal::INT);
         let left = deadline.saturating_duration_since(Instant::now());
         if let Some(status) = exit_within(child, left.min(INTERRUPT_AGAIN), what)? {
             return Ok(status);
@@ -173,6 +173,14 @@ pub(crate) fn describe(cmd: &Command) -> String {
     s
 }
 
+/// Send `signal` to process `pid`; a pid no process can have (0, beyond `i32`) is an error and
+/// nothing is sent.
+pub fn send_signal(pid: u32, signal: Signal) -> std::io::Result<()> {
+    let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw);
+    let pid = pid.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    Ok(rustix::process::kill_process(pid, signal)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,9 +234,8 @@ mod tests {
         let started = Instant::now();
         let out = Command::new("sh").args(["-c", "sleep 30 & echo $!"]).output_within(Duration::from_secs(10));
         let out = out.expect("sh ran");
-        let grandchild: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a pid");
-        // SAFETY: kill sends a signal to the sleep this test started; no memory is involved.
-        unsafe { libc::kill(grandchild, libc::SIGKILL) };
+        let grandchild: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a pid");
+        send_signal(grandchild, Signal::KILL).expect("the sleep this test started");
         assert!(started.elapsed() < Duration::from_secs(8), "bounded by the grace: {:?}", started.elapsed());
     }
 }

@@ -12,7 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -22,6 +22,8 @@ use anyhow::{Context, Result};
 
 use crate::addr::{is_lab_addr, is_lab_addr_v6};
 use crate::link::{LinkModel, PathSpec, Verdict};
+use rustix::event::PollFlags;
+
 use crate::sys::{self, is_would_block, monotonic_ns, pollfd, EventFd};
 
 /// Slot size: an MTU-1500 IP packet fits with room to spare; anything longer
@@ -214,8 +216,9 @@ impl Direction {
         sys::raise_thread_priority();
         let mut ring = ReleaseQueue::new(RING_SLOTS);
         let mut scratch = vec![0u8; SLOT];
-        let input = self.input.as_raw_fd();
-        let output = self.output.as_raw_fd();
+        // Owned apart from `self`, which the loop borrows mutably.
+        let (input_fd, output_fd) = (Arc::clone(&self.input), Arc::clone(&self.output));
+        let (input, output) = (input_fd.as_fd(), output_fd.as_fd());
         loop {
             let out_blocked = self.release_due(&mut ring, output);
             let (batch_full, input_dead) = self.read_batch(&mut ring, &mut scratch, input);
@@ -241,16 +244,16 @@ impl Direction {
                 ring.front().map(|(rel, _, _)| Duration::from_nanos(rel.saturating_sub(monotonic_ns())))
             };
             let mut pfds =
-                [pollfd(self.stop.raw(), libc::POLLIN), pollfd(input, libc::POLLIN), pollfd(output, libc::POLLOUT)];
+                [pollfd(self.stop.fd(), PollFlags::IN), pollfd(input, PollFlags::IN), pollfd(output, PollFlags::OUT)];
             let n = if out_blocked { 3 } else { 2 };
             if let Err(e) = sys::ppoll(&mut pfds[..n], timeout) {
                 log::warn!("emulator ppoll failed: {e}; direction stopped");
                 return;
             }
-            if pfds[0].revents != 0 {
+            if !pfds[0].revents().is_empty() {
                 return;
             }
-            if pfds[1].revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            if pfds[1].revents().intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
                 log::warn!("emulator input TUN went away; direction stopped");
                 return;
             }
@@ -259,7 +262,7 @@ impl Direction {
 
     /// Writes every packet whose release time has come. Returns true if the
     /// output TUN pushed back (EAGAIN), in which case the head stays queued.
-    fn release_due(&mut self, ring: &mut ReleaseQueue, output: RawFd) -> bool {
+    fn release_due(&mut self, ring: &mut ReleaseQueue, output: BorrowedFd<'_>) -> bool {
         let c = &*self.counters;
         while let Some((release_ns, seq, pkt)) = ring.front() {
             // Fresh per packet: each write runs the far stack's receive path
@@ -295,7 +298,7 @@ impl Direction {
 
     /// Reads up to READ_BATCH packets. Returns (read a full batch, input
     /// failed permanently).
-    fn read_batch(&mut self, ring: &mut ReleaseQueue, scratch: &mut [u8], input: RawFd) -> (bool, bool) {
+    fn read_batch(&mut self, ring: &mut ReleaseQueue, scratch: &mut [u8], input: BorrowedFd<'_>) -> (bool, bool) {
         let c = &*self.counters;
         for _ in 0..READ_BATCH {
             let full = ring.is_full();

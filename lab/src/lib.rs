@@ -86,7 +86,7 @@ mod wireguard;
 
 pub use addr::{ensure_lab_addr, ensure_lab_ip, is_lab_addr, is_lab_addr_v6, is_lab_ip};
 pub use attach::AttachedNetns;
-pub use cgroup::{cgroup2_mount, create_sockets_in, Cgroup};
+pub use cgroup::{cgroup2_mount, create_sockets_in, hierarchy_roots, Cgroup};
 pub use error::LabError;
 pub use forwarder::{DirectionStats, PathStats};
 pub use jitter::{host_timer_jitter, TimerJitter};

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,7 +19,6 @@ use anyhow::{bail, Context, Result};
 
 use crate::cmd;
 use crate::error::LabError;
-use crate::sys::cvt;
 
 /// Where `ip netns` keeps its bind mounts.
 const NETNS_RUN_DIR: &str = "/run/netns";
@@ -31,13 +30,10 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// (CAP_NET_ADMIN for links/addresses, CAP_SYS_ADMIN for the bind mount and
 /// setns). Tests call this to skip cleanly when run unprivileged.
 pub fn check_privileges() -> std::result::Result<(), LabError> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| LabError::NotPrivileged(format!("cannot read /proc/self/status: {e}")))?;
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .ok_or_else(|| LabError::NotPrivileged("no CapEff in /proc/self/status".into()))?;
+    let cap_eff = procfs::process::Process::myself()
+        .and_then(|p| p.status())
+        .map_err(|e| LabError::NotPrivileged(format!("cannot read /proc/self/status: {e}")))?
+        .capeff;
     for (bit, name) in [(CAP_NET_ADMIN, "CAP_NET_ADMIN"), (CAP_SYS_ADMIN, "CAP_SYS_ADMIN")] {
         if cap_eff & (1 << bit) == 0 {
             return Err(LabError::NotPrivileged(format!("{name} missing")));
@@ -71,10 +67,8 @@ fn delete_named(name: &str) -> Result<()> {
     if !path.exists() {
         return Ok(());
     }
-    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("namespace path contains NUL")?;
-    // SAFETY: `c_path` is a valid NUL-terminated path for the call's duration.
     // EINVAL (not a mount point) is fine: the unlink below still runs.
-    unsafe { libc::umount2(c_path.as_ptr(), libc::MNT_DETACH) };
+    let _ = rustix::mount::unmount(&path, rustix::mount::UnmountFlags::DETACH);
     std::fs::remove_file(&path)
         .map_err(|e| ip_err.context(format!("fallback removal of {} failed too: {e}", path.display())))
 }
@@ -262,10 +256,10 @@ impl Netns {
     }
 }
 
+/// Moves the calling thread (only it) into the network namespace `fd` opens.
 fn setns(fd: &impl AsFd) -> io::Result<()> {
-    // SAFETY: the fd is a valid namespace fd borrowed for the call; setns
-    // only affects the calling thread.
-    cvt(unsafe { libc::setns(fd.as_fd().as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+    Ok(move_into_link_name_space(fd.as_fd(), Some(LinkNameSpaceType::Network))?)
 }
 
 /// Maps `net.ipv4.tcp_rmem` to `/proc/sys/net/ipv4/tcp_rmem`, rejecting keys
@@ -356,9 +350,9 @@ fn owner_pid(name: &str) -> Option<i32> {
 }
 
 fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks existence/permission; nothing is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    // Signal 0 only checks existence and permission; nothing is sent.
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else { return false };
+    rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH)
 }
 
 /// Deletes `cct-<pid>-*` namespaces whose process no longer exists, returning

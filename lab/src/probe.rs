@@ -4,8 +4,8 @@
 //! Probe layout (little endian): magic u32, sequence u64, send time u64
 //! (CLOCK_MONOTONIC ns of the sending process), then zero padding.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -15,6 +15,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::addr::ensure_lab_addr;
 use crate::error::LabError;
 use crate::netns::{Netns, NsThread};
+use rustix::event::PollFlags;
+use rustix::net::{sockopt, RecvFlags, SendFlags, SocketType};
+
 use crate::sys::{self, is_would_block, monotonic_ns, pollfd, EventFd};
 
 const MAGIC: u32 = 0x4343_5450; // "CCTP"
@@ -23,12 +26,7 @@ const MAX_PAYLOAD: usize = 1400;
 const MAX_PROBES: u64 = 10_000_000;
 /// Receive buffer asked for on probe receivers: bursts released by the
 /// emulator must not overflow the socket and masquerade as path loss.
-const PROBE_RCVBUF: libc::c_int = 8 << 20;
-/// SO_RCVBUFFORCE on the asm-generic socket ABI (x86-64, arm64, riscv):
-/// unlike SO_RCVBUF it is not capped by the host-wide net.core.rmem_max,
-/// which we must not change from inside a lab.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
-const SO_RCVBUFFORCE: libc::c_int = 33;
+const PROBE_RCVBUF: usize = 8 << 20;
 
 fn encode(buf: &mut [u8], seq: u64, send_ns: u64) {
     buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -47,59 +45,26 @@ fn decode(buf: &[u8]) -> Option<(u64, u64)> {
 }
 
 fn udp_socket(bind: SocketAddrV4) -> Result<OwnedFd> {
-    let fd = sys::socket_v4(libc::SOCK_DGRAM).context("socket")?;
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
-    let forced = sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, SO_RCVBUFFORCE, PROBE_RCVBUF);
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
-    let forced: std::io::Result<()> = Err(std::io::ErrorKind::Unsupported.into());
-    if forced.is_err() {
-        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, PROBE_RCVBUF).context("SO_RCVBUF")?;
+    let fd = sys::socket_for(bind.into(), SocketType::DGRAM).context("socket")?;
+    // SO_RCVBUFFORCE: unlike SO_RCVBUF it is not capped by the host-wide net.core.rmem_max,
+    // which we must not change from inside a lab.
+    if sockopt::set_socket_recv_buffer_size_force(&fd, PROBE_RCVBUF).is_err() {
+        sockopt::set_socket_recv_buffer_size(&fd, PROBE_RCVBUF).context("SO_RCVBUF")?;
     }
-    sys::bind_v4(fd.as_fd(), bind).with_context(|| format!("bind {bind}"))?;
+    rustix::net::bind(&fd, &bind).with_context(|| format!("bind {bind}"))?;
     Ok(fd)
 }
 
 fn recv_from(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddrV4)> {
-    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most buf.len() bytes into `buf` and at
-    // most `len` bytes into `sa`.
-    let n = unsafe {
-        libc::recvfrom(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            0,
-            (&mut sa as *mut libc::sockaddr_in).cast(),
-            &mut len,
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok((n as usize, sys::from_sockaddr_in(&sa)))
+    let (n, _, from) = rustix::net::recvfrom(fd, buf, RecvFlags::empty())?;
+    match from.map(SocketAddr::try_from) {
+        Some(Ok(SocketAddr::V4(from))) => Ok((n, from)),
+        _ => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a datagram not from an IPv4 address")),
     }
 }
 
 fn send_to(fd: &OwnedFd, buf: &[u8], to: SocketAddrV4) -> std::io::Result<usize> {
-    let sa = sys::sockaddr_in(to);
-    // SAFETY: `buf` and `sa` are valid for the lengths passed.
-    let n = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            0,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    Ok(rustix::net::sendto(fd, buf, SendFlags::empty(), &to)?)
 }
 
 /// Sends one datagram, waiting out transient local back-pressure (a full
@@ -142,7 +107,10 @@ impl UdpServer {
         let (tx, rx) = mpsc::sync_channel(1);
         let thread = ns.spawn_thread(name, move || -> Result<()> {
             let fd = match udp_socket(bind).and_then(|fd| {
-                let local = sys::local_addr_v4(fd.as_fd())?;
+                let local = match sys::local_addr(fd.as_fd())? {
+                    SocketAddr::V4(local) => local,
+                    other => bail!("an IPv4 socket bound to {other}"),
+                };
                 Ok((fd, local))
             }) {
                 Ok((fd, local)) => {
@@ -157,9 +125,9 @@ impl UdpServer {
             sys::raise_thread_priority();
             let mut buf = vec![0u8; 2048];
             loop {
-                let mut p = [pollfd(t_stop.raw(), libc::POLLIN), pollfd(fd.as_raw_fd(), libc::POLLIN)];
+                let mut p = [pollfd(t_stop.fd(), PollFlags::IN), pollfd(fd.as_fd(), PollFlags::IN)];
                 sys::ppoll(&mut p, None).context("ppoll")?;
-                if p[0].revents != 0 {
+                if !p[0].revents().is_empty() {
                     return Ok(());
                 }
                 loop {
@@ -384,7 +352,7 @@ fn ping_loop(peer: SocketAddrV4, opts: &PingOptions) -> Result<PingReport> {
             Some(d) => d,
             None => start + opts.interval.saturating_mul(sent as u32),
         };
-        let mut p = [pollfd(fd.as_raw_fd(), libc::POLLIN)];
+        let mut p = [pollfd(fd.as_fd(), PollFlags::IN)];
         sys::ppoll(&mut p, Some(wake.saturating_duration_since(now))).context("ppoll")?;
         loop {
             match recv_from(&fd, &mut rx) {

@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -39,8 +39,7 @@ pub fn relay_main(args: &[String]) -> Result<()> {
     }
     // The command name tailscaled has, before any socket is opened (the kernel notes who
     // connects). A program started under another name (the demo's cctrace) takes it here.
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"tailscaled".as_ptr() as libc::c_ulong, 0, 0, 0) };
+    let _ = rustix::thread::set_name(c"tailscaled");
     let local: SocketAddr = arg(args, "--local")?.parse()?;
     let peer: SocketAddr = arg(args, "--peer")?.parse()?;
     let rate_bps: f64 = arg(args, "--rate-mbps")?.parse::<f64>()? * 1e6;
@@ -87,21 +86,17 @@ pub fn relay_main(args: &[String]) -> Result<()> {
 /// directory `cgroup`.
 pub fn spawn_relay(program: &Path, args: &[String], ns: &Netns, cgroup: Option<&Path>) -> Result<Child> {
     let netns = std::fs::File::open(ns.path()).with_context(|| format!("opening {}", ns.path().display()))?;
-    let fd = netns.as_raw_fd();
     let mut cmd = Command::new(program);
     cmd.arg0("tailscaled").args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: between fork and exec the closure makes one async-signal-safe syscall (setns) on
-    // an fd that stays open in the parent until spawn returns.
+    // SAFETY: between fork and exec the closure makes one async-signal-safe syscall (setns, a
+    // raw system call in rustix) on the namespace's file, which the closure owns (close-on-exec).
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+            Ok(move_into_link_name_space(netns.as_fd(), Some(LinkNameSpaceType::Network))?)
         });
     }
     let mut child = cmd.spawn().with_context(|| format!("starting {}", program.display()))?;
-    drop(netns);
     if let Some(dir) = cgroup {
         if let Err(e) = std::fs::write(dir.join("cgroup.procs"), child.id().to_string()) {
             let _ = child.kill();

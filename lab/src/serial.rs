@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::io::Write as _;
-use std::os::fd::AsRawFd as _;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -54,8 +53,8 @@ pub fn serial() -> Result<Serial> {
         .write(true)
         .open(LOCK_FILE)
         .with_context(|| format!("opening {LOCK_FILE}"))?;
-    // SAFETY: flock on an fd this File owns for as long as the call runs; no memory involved.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    anyhow::ensure!(locked == 0, "locking {LOCK_FILE}: {}", std::io::Error::last_os_error());
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("locking {LOCK_FILE}"))?;
     Ok(Serial { _file: file, _thread: thread, since: Instant::now() })
 }

@@ -35,8 +35,7 @@ pub fn skip(why: &str) {
 /// What a test that loads eBPF programs and creates namespaces lacks here, if anything: root and
 /// the kernel's BTF.
 pub fn missing_root_or_btf() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Some("needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN) to load eBPF and create namespaces".into());
     }
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {

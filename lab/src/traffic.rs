@@ -6,7 +6,7 @@
 //! byte budget); a sink stops when dropped.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -16,6 +16,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::addr::ensure_lab_ip;
 use crate::error::LabError;
 use crate::netns::{ensure_congestion_control, Netns, NsThread};
+use rustix::event::PollFlags;
+use rustix::net::{sockopt, SocketType};
+
 use crate::sys::{self, is_would_block, pollfd, EventFd};
 
 /// Longest run any generator accepts: keeps every run bounded even if a
@@ -140,20 +143,20 @@ impl Drop for Sink {
 }
 
 fn listen(addr: SocketAddr, opts: &SinkOptions) -> Result<OwnedFd> {
-    let fd = sys::socket_for(addr, libc::SOCK_STREAM).context("socket")?;
-    sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("SO_REUSEADDR")?;
+    let fd = sys::socket_for(addr, SocketType::STREAM).context("socket")?;
+    sockopt::set_socket_reuseaddr(&fd, true).context("SO_REUSEADDR")?;
     if let Some(rcvbuf) = opts.rcvbuf {
         // Must precede listen(): the window scale is fixed at the handshake.
-        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(rcvbuf)).context("SO_RCVBUF")?;
+        sockopt::set_socket_recv_buffer_size(&fd, clamp_int(rcvbuf)).context("SO_RCVBUF")?;
     }
-    sys::bind(fd.as_fd(), addr).with_context(|| format!("bind {addr}"))?;
-    // SAFETY: plain syscall on a socket we own.
-    sys::cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) }).context("listen")?;
+    rustix::net::bind(&fd, &addr).with_context(|| format!("bind {addr}"))?;
+    rustix::net::listen(&fd, 128).context("listen")?;
     Ok(fd)
 }
 
-fn clamp_int(v: usize) -> libc::c_int {
-    libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX)
+/// A buffer size as the kernel's `int` option takes it (larger ones are clamped to its maximum).
+fn clamp_int(v: usize) -> usize {
+    v.min(i32::MAX as usize)
 }
 
 /// One thread multiplexes the listener and all connections with ppoll.
@@ -161,19 +164,25 @@ fn sink_loop(listener: &OwnedFd, stop: &EventFd, shared: &Mutex<Vec<SinkConnecti
     let mut buf = vec![0u8; IO_CHUNK];
     // (socket, index into `shared`)
     let mut conns: Vec<(OwnedFd, usize)> = Vec::new();
-    let mut pfds: Vec<libc::pollfd> = Vec::new();
     loop {
-        pfds.clear();
-        pfds.push(pollfd(stop.raw(), libc::POLLIN));
-        pfds.push(pollfd(listener.as_raw_fd(), libc::POLLIN));
-        pfds.extend(conns.iter().map(|(fd, _)| pollfd(fd.as_raw_fd(), libc::POLLIN)));
-        sys::ppoll(&mut pfds, None).context("ppoll")?;
-        if pfds[0].revents != 0 {
+        // Which descriptors are ready, the poll set (which borrows them) dropped before the
+        // connections change.
+        let (stopped, listener_ready, ready) = {
+            let mut pfds = Vec::with_capacity(conns.len() + 2);
+            pfds.push(pollfd(stop.fd(), PollFlags::IN));
+            pfds.push(pollfd(listener.as_fd(), PollFlags::IN));
+            pfds.extend(conns.iter().map(|(fd, _)| pollfd(fd.as_fd(), PollFlags::IN)));
+            sys::ppoll(&mut pfds, None).context("ppoll")?;
+            let ready: Vec<usize> =
+                pfds[2..].iter().enumerate().filter(|(_, p)| !p.revents().is_empty()).map(|(i, _)| i).collect();
+            (!pfds[0].revents().is_empty(), !pfds[1].revents().is_empty(), ready)
+        };
+        if stopped {
             return Ok(());
         }
-        if pfds[1].revents != 0 {
+        if listener_ready {
             loop {
-                match sys::accept(listener.as_raw_fd()) {
+                match sys::accept(listener.as_fd()) {
                     Ok((fd, peer)) => {
                         let mut s = lock(shared);
                         s.push(SinkConnection { peer, bytes: 0, open: true });
@@ -187,12 +196,9 @@ fn sink_loop(listener: &OwnedFd, stop: &EventFd, shared: &Mutex<Vec<SinkConnecti
             }
         }
         let mut closed = Vec::new();
-        for (i, pfd) in pfds[2..].iter().enumerate() {
-            if pfd.revents == 0 {
-                continue;
-            }
+        for i in ready {
             let (fd, idx) = &conns[i];
-            let (got, eof) = drain_socket(fd.as_raw_fd(), &mut buf);
+            let (got, eof) = drain_socket(fd.as_fd(), &mut buf);
             let mut s = lock(shared);
             s[*idx].bytes += got;
             if eof {
@@ -210,7 +216,7 @@ fn sink_loop(listener: &OwnedFd, stop: &EventFd, shared: &Mutex<Vec<SinkConnecti
 
 /// Reads what is available (a bounded amount, for fairness between
 /// connections). Returns (bytes read, connection finished).
-fn drain_socket(fd: RawFd, buf: &mut [u8]) -> (u64, bool) {
+fn drain_socket(fd: BorrowedFd<'_>, buf: &mut [u8]) -> (u64, bool) {
     let mut total = 0;
     for _ in 0..16 {
         match sys::read(fd, buf) {
@@ -440,16 +446,16 @@ impl SendState<'_> {
             if now >= deadline {
                 return Ok(false);
             }
-            let mut p = [pollfd(self.stop.raw(), libc::POLLIN), pollfd(self.fd.as_raw_fd(), libc::POLLOUT)];
+            let mut p = [pollfd(self.stop.fd(), PollFlags::IN), pollfd(self.fd.as_fd(), PollFlags::OUT)];
             sys::ppoll(&mut p, Some(deadline - now)).context("ppoll")?;
-            if p[0].revents != 0 {
+            if !p[0].revents().is_empty() {
                 return Ok(false);
             }
-            if p[1].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-                let err = sys::getsockopt_int(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(0);
-                bail!("connection failed: {}", std::io::Error::from_raw_os_error(err));
+            if p[1].revents().intersects(PollFlags::ERR | PollFlags::HUP) {
+                let err = sockopt::socket_error(&self.fd).ok().and_then(Result::err);
+                bail!("connection failed: {}", err.map_or_else(|| std::io::Error::from_raw_os_error(0), Into::into));
             }
-            if p[1].revents & libc::POLLOUT != 0 {
+            if p[1].revents().contains(PollFlags::OUT) {
                 return Ok(true);
             }
         }
@@ -463,7 +469,7 @@ impl SendState<'_> {
         // the same CPU a send may never find it full, and a bulk write would never end.
         while left > 0 && Instant::now() < deadline {
             let n = left.min(self.zeros.len() as u64) as usize;
-            match sys::send(self.fd.as_raw_fd(), &self.zeros[..n]) {
+            match sys::send(self.fd.as_fd(), &self.zeros[..n]) {
                 Ok(w) => {
                     self.written += w as u64;
                     left -= w as u64;
@@ -487,9 +493,9 @@ impl SendState<'_> {
         if until <= now {
             return Ok(!self.stop.is_signalled());
         }
-        let mut p = [pollfd(self.stop.raw(), libc::POLLIN)];
+        let mut p = [pollfd(self.stop.fd(), PollFlags::IN)];
         sys::ppoll(&mut p, Some(until - now)).context("ppoll")?;
-        Ok(p[0].revents == 0)
+        Ok(p[0].revents().is_empty())
     }
 
     /// Waits until everything written so far is acknowledged (or `deadline`), so a phase that
@@ -538,8 +544,7 @@ impl SendState<'_> {
     /// Half-closes and waits (bounded) for the receiver to read everything
     /// and close its side, so the connection ends with a FIN exchange.
     fn drain(&self, abort: &AtomicBool) {
-        // SAFETY: plain syscall on a socket we own.
-        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) };
+        let _ = rustix::net::shutdown(&self.fd, rustix::net::Shutdown::Write);
         let deadline = Instant::now() + DRAIN_TIMEOUT;
         let mut buf = [0u8; 4096];
         while !abort.load(Ordering::Relaxed) {
@@ -547,14 +552,14 @@ impl SendState<'_> {
             if now >= deadline {
                 return;
             }
-            let mut p = [pollfd(self.fd.as_raw_fd(), libc::POLLIN)];
+            let mut p = [pollfd(self.fd.as_fd(), PollFlags::IN)];
             // Short slices so an abort (Sender dropped) is noticed quickly.
             let slice = (deadline - now).min(Duration::from_millis(50));
             if sys::ppoll(&mut p, Some(slice)).is_err() {
                 return;
             }
-            if p[0].revents != 0 {
-                match sys::read(self.fd.as_raw_fd(), &mut buf) {
+            if !p[0].revents().is_empty() {
+                match sys::read(self.fd.as_fd(), &mut buf) {
                     Ok(0) => return,
                     Ok(_) => {}
                     Err(e) if is_would_block(&e) => {}
@@ -567,19 +572,18 @@ impl SendState<'_> {
 
 fn connect(peer: SocketAddr, opts: &SenderOptions, stop: &EventFd) -> Result<OwnedFd> {
     let fd = match &opts.socket_cgroup {
-        Some(dir) => crate::cgroup::create_sockets_in(dir, || sys::socket_for(peer, libc::SOCK_STREAM))?,
-        None => sys::socket_for(peer, libc::SOCK_STREAM),
+        Some(dir) => crate::cgroup::create_sockets_in(dir, || sys::socket_for(peer, SocketType::STREAM))?,
+        None => sys::socket_for(peer, SocketType::STREAM),
     }
     .context("socket")?;
     if let Some(cc) = &opts.congestion {
-        sys::setsockopt_bytes(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes())
-            .with_context(|| format!("TCP_CONGESTION {cc}"))?;
+        sockopt::set_tcp_congestion(&fd, cc).with_context(|| format!("TCP_CONGESTION {cc}"))?;
     }
     if let Some(sndbuf) = opts.sndbuf {
-        sys::setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, clamp_int(sndbuf)).context("SO_SNDBUF")?;
+        sockopt::set_socket_send_buffer_size(&fd, clamp_int(sndbuf)).context("SO_SNDBUF")?;
     }
     if opts.nodelay {
-        sys::setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).context("TCP_NODELAY")?;
+        sockopt::set_tcp_nodelay(&fd, true).context("TCP_NODELAY")?;
     }
     sys::connect(fd.as_fd(), peer).context("connect")?;
     let deadline = Instant::now() + CONNECT_TIMEOUT;
@@ -588,18 +592,17 @@ fn connect(peer: SocketAddr, opts: &SenderOptions, stop: &EventFd) -> Result<Own
         if now >= deadline {
             bail!("connect to {peer} timed out");
         }
-        let mut p = [pollfd(stop.raw(), libc::POLLIN), pollfd(fd.as_raw_fd(), libc::POLLOUT)];
+        let mut p = [pollfd(stop.fd(), PollFlags::IN), pollfd(fd.as_fd(), PollFlags::OUT)];
         sys::ppoll(&mut p, Some(deadline - now)).context("ppoll")?;
-        if p[0].revents != 0 {
+        if !p[0].revents().is_empty() {
             bail!("stopped while connecting");
         }
-        if p[1].revents != 0 {
+        if !p[1].revents().is_empty() {
             break;
         }
     }
-    let err = sys::getsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ERROR).context("SO_ERROR")?;
-    if err != 0 {
-        return Err(std::io::Error::from_raw_os_error(err)).context(format!("connect to {peer}"));
+    if let Err(err) = sockopt::socket_error(&fd).context("SO_ERROR")? {
+        return Err(std::io::Error::from(err)).context(format!("connect to {peer}"));
     }
     Ok(fd)
 }
@@ -641,7 +644,7 @@ fn run_sender(
     st.drain(abort);
     let elapsed = start.elapsed();
     let info = sys::tcp_info(st.fd.as_fd()).context("TCP_INFO")?;
-    let congestion = sys::getsockopt_string(st.fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION).unwrap_or_default();
+    let congestion = sockopt::tcp_congestion(&st.fd).unwrap_or_default();
     let secs = elapsed.as_secs_f64();
     // The acknowledged FIN counts one sequence number: report payload only.
     let bytes_acked = info.tcpi_bytes_acked.min(st.written);

@@ -2,14 +2,12 @@
 //! raw IP packet, each write injects one, which is exactly what the path
 //! emulator forwards.
 
-use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use anyhow::{Context, Result};
 
 use crate::error::LabError;
 use crate::netns::Netns;
-use crate::sys::cvt;
 
 /// An open TUN device: the fd keeps it alive (it is not persistent, so the
 /// kernel deletes the interface when the fd closes, even after a crash).
@@ -34,11 +32,9 @@ pub(crate) fn create_in(ns: &Netns, name: &str) -> Result<Tun> {
 }
 
 fn open_tun(name: &str) -> Result<Tun> {
-    // SAFETY: the path literal is NUL-terminated; flags are plain integers.
-    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open("/dev/net/tun", OFlags::RDWR | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())
         .context("opening /dev/net/tun")?;
-    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
 
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -46,12 +42,15 @@ fn open_tun(name: &str) -> Result<Tun> {
         *dst = src as libc::c_char;
     }
     ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
-    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `ifr` is.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) }).context("ioctl(TUNSETIFF)")?;
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `ifr` is. (rustix's ioctl is
+    // as unsafe as this: it has no TUN call of its own.)
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF as _, &mut ifr) } == -1 {
+        return Err(std::io::Error::last_os_error()).context("ioctl(TUNSETIFF)");
+    }
 
-    // The kernel writes back the final name (relevant for "%d" patterns).
-    // SAFETY: ifr_name is NUL-terminated: we wrote < IFNAMSIZ bytes into a
-    // zeroed array and the kernel keeps names below IFNAMSIZ as well.
-    let actual = unsafe { CStr::from_ptr(ifr.ifr_name.as_ptr()) }.to_string_lossy().into_owned();
+    // The kernel writes back the final name (relevant for "%d" patterns), NUL-terminated below
+    // IFNAMSIZ.
+    let actual: Vec<u8> = ifr.ifr_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let actual = String::from_utf8_lossy(&actual).into_owned();
     Ok(Tun { fd, name: actual })
 }

@@ -230,10 +230,11 @@ fn uapi_socket(dev: &str) -> PathBuf {
 fn start_end(ns: &Netns, dev: &str, mtu: u32, inner: Ipv4Addr, inner_v6: Option<Ipv6Addr>) -> Result<End> {
     let mut command = ns.command("wireguard-go");
     command.args(["-f", dev]).env(PREFER_USERSPACE.0, PREFER_USERSPACE.1).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child about to exec.
+    // SAFETY: prctl (a raw system call in rustix) is async-signal-safe; it only sets a flag of
+    // the child about to exec.
     unsafe {
         command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
             Ok(())
         });
     }

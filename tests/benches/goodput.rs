@@ -155,8 +155,7 @@ fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
-    // SAFETY: sysconf has no preconditions.
-    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    ticks as f64 / rustix::param::clock_ticks_per_second() as f64
 }
 
 /// CUBIC and BBR through a fresh wireguard-go tunnel each, no tracer: goodput, and the share of

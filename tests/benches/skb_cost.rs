@@ -69,13 +69,7 @@ fn cpu_ns(pid: u32) -> Result<u64> {
 }
 
 fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if v > 0 {
-        v as u64
-    } else {
-        100
-    }
+    rustix::param::clock_ticks_per_second().max(1)
 }
 
 fn main() -> Result<()> {

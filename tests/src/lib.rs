@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod faithful;
 pub mod player;
 pub mod runtimes;
 pub mod serve;
@@ -106,12 +107,96 @@ pub fn cctrace_bin() -> PathBuf {
 /// Where the kernel's BTF is; [`Tracer::start_without_btf`] hides it.
 pub const HIDDEN_BTF: &str = "/sys/kernel/btf";
 
+/// A cctrace process started by [`spawn_until_tracing`]; killed and reaped on drop.
+pub struct Spawned {
+    child: Child,
+    /// Everything it printed on stderr so far.
+    stderr: Arc<Mutex<String>>,
+    /// The threads reading its stdout and stderr (they end when it exits).
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// SIGTERM, and its exit status once it has exited (killed, and an error, if that takes
+    /// longer than `within`) and its output has all been read.
+    pub fn stop(&mut self, within: Duration) -> Result<std::process::ExitStatus> {
+        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.child.try_wait()? {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("cctrace did not exit within {within:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Ok(status)
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `cmd` (a cctrace command) with its output piped here, hand each line of its stdout to
+/// `on_line` on a thread of its own, keep its stderr, and return once it says it is tracing
+/// (`tracing TCP` on stderr, printed when its programs are attached). An exit before that, or
+/// no word within `ready_within`, is an error with what it printed.
+pub fn spawn_until_tracing(
+    mut cmd: Command,
+    mut on_line: impl FnMut(String) + Send + 'static,
+    ready_within: Duration,
+) -> Result<Spawned> {
+    let shown = format!("{cmd:?}");
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
+    let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+    let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+    let r1 = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).for_each(&mut on_line));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let e = stderr.clone();
+    let r2 = std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    let mut spawned = Spawned { child, stderr, readers: vec![r1, r2] };
+    let deadline = Instant::now() + ready_within;
+    while !spawned.stderr().contains("tracing TCP") {
+        if let Some(status) = spawned.child.try_wait()? {
+            bail!("cctrace exited at start-up ({status}): {}", spawned.stderr());
+        }
+        if Instant::now() > deadline {
+            bail!("cctrace did not report ready within {ready_within:?}: {}", spawned.stderr());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(spawned)
+}
+
 /// A running `cctrace --json --events`, collecting its output lines.
 pub struct Tracer {
-    child: Child,
+    run: Spawned,
     lines: Arc<Mutex<Vec<Value>>>,
-    stderr: Arc<Mutex<String>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Tracer {
@@ -145,50 +230,23 @@ impl Tracer {
     /// [`Tracer::start`] for a command that runs cctrace with `--json` some other way: its
     /// container image under an engine (`docker run ... cctrace:VERSION --json`), whose client
     /// passes SIGTERM on to it.
-    pub fn start_command(mut cmd: Command) -> Result<Self> {
-        let shown = format!("{cmd:?}");
-        let mut child =
-            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().with_context(|| format!("starting {shown}"))?;
+    pub fn start_command(cmd: Command) -> Result<Self> {
         let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
         let l = lines.clone();
-        let r1 = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(v);
-                }
+        let on_line = move |line: String| {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                l.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(v);
             }
-        });
-        let e = stderr.clone();
-        let r2 = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let mut tracer = Self { child, lines, stderr, readers: vec![r1, r2] };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !tracer.stderr().contains("tracing TCP") {
-            if let Some(status) = tracer.child.try_wait()? {
-                bail!("cctrace exited at start-up ({status}): {}", tracer.stderr());
-            }
-            if Instant::now() > deadline {
-                bail!("cctrace did not report ready within 30 s: {}", tracer.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(tracer)
+        };
+        Ok(Self { run: spawn_until_tracing(cmd, on_line, Duration::from_secs(30))?, lines })
     }
 
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.run.stderr()
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.run.pid()
     }
 
     /// Everything printed so far.
@@ -232,22 +290,7 @@ impl Tracer {
 
     /// SIGTERM, wait for exit, return the exit status code and all output.
     pub fn stop(mut self) -> Result<(i32, Vec<Value>)> {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let status = loop {
-            if let Some(s) = self.child.try_wait()? {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("cctrace did not exit within 15 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
+        let status = self.run.stop(Duration::from_secs(15))?;
         let lines = self.lines();
         keep_lines(&lines);
         records_agree(&lines)?;
@@ -343,13 +386,6 @@ fn keep_lines(lines: &[Value]) {
     match std::fs::write(&path, text) {
         Ok(()) => eprintln!("kept the tracer's lines in {}", path.display()),
         Err(e) => eprintln!("could not keep the tracer's lines in {}: {e}", path.display()),
-    }
-}
-
-impl Drop for Tracer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -469,9 +505,7 @@ pub fn seconds_to_flag(lines: &[Value]) -> Option<f64> {
 
 /// CLOCK_MONOTONIC now, in the kernel samples' time base.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -44,10 +44,11 @@ impl Drop for ScratchDir {
 /// `cmd` made to die with this process, and to keep its output off the test's terminal.
 pub(crate) fn tied(mut cmd: Command) -> Command {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child about to exec.
+    // SAFETY: prctl (a raw system call in rustix) is async-signal-safe; it only sets a flag of
+    // the child about to exec.
     unsafe {
         cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
             Ok(())
         });
     }

@@ -1,7 +1,7 @@
 //! The command line as a user meets it: bad numbers, a closed or stalled stdout, signals. Each
 //! ends cleanly: one line on stderr, the right exit status, every program detached.
 
-use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
+use cctrace_lab::child::{send_signal, OutputWithin, Signal, CHILD_DEADLINE};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -155,8 +155,7 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
     // kernel's own count (FIONREAD). A pipe is full when its page slots are, which can leave
     // up to a page of its capacity unused: full is within a page, and no longer growing.
     let capacity = pipe_size(&stdout)?;
-    // SAFETY: sysconf reads a value and touches no memory of ours.
-    let page = i32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })?;
+    let page = i32::try_from(rustix::param::page_size())?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = -1;
     loop {
@@ -170,8 +169,7 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
         last = now;
         std::thread::sleep(Duration::from_millis(250));
     }
-    // SAFETY: kill on our own child's pid.
-    unsafe { libc::kill(i32::try_from(child.id())?, libc::SIGTERM) };
+    send_signal(child.id(), Signal::TERM)?;
     let started = Instant::now();
     let code = exit_within(&mut child, Duration::from_secs(10), "of SIGTERM with a stalled reader")?;
     eprintln!(
@@ -187,22 +185,12 @@ fn a_reader_that_stops_reading_cannot_block_sigterm() -> Result<()> {
 
 /// Bytes waiting unread in the pipe behind `stdout` (FIONREAD).
 fn unread(stdout: &std::process::ChildStdout) -> Result<i32> {
-    use std::os::fd::AsRawFd;
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int through the valid pointer we pass.
-    if unsafe { libc::ioctl(stdout.as_raw_fd(), libc::FIONREAD, &mut n) } != 0 {
-        bail!("FIONREAD: {}", std::io::Error::last_os_error());
-    }
-    Ok(n)
+    Ok(i32::try_from(rustix::io::ioctl_fionread(stdout).context("FIONREAD")?)?)
 }
 
 /// The capacity of the pipe behind `stdout` (F_GETPIPE_SZ).
 fn pipe_size(stdout: &std::process::ChildStdout) -> Result<i32> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl F_GETPIPE_SZ on a pipe fd we own; no memory is passed.
-    let size = unsafe { libc::fcntl(stdout.as_raw_fd(), libc::F_GETPIPE_SZ) };
-    if size <= 0 {
-        bail!("F_GETPIPE_SZ: {}", std::io::Error::last_os_error());
-    }
-    Ok(size)
+    let size = rustix::pipe::fcntl_getpipe_size(stdout).context("F_GETPIPE_SZ")?;
+    anyhow::ensure!(size > 0, "F_GETPIPE_SZ: {size}");
+    Ok(i32::try_from(size)?)
 }

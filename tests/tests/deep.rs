@@ -3,7 +3,7 @@
 //! path in the same test), their decision events line up with what the kernel's own
 //! tracepoints saw, and every exit path, SIGKILL included, leaves nothing of the twins behind.
 
-use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
+use cctrace_lab::child::{send_signal, OutputWithin, Signal, CHILD_DEADLINE};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -440,7 +440,7 @@ fn bbr_on_its_twin_behaves_as_bbr_and_reports_its_mode_and_pacing() -> Result<()
 /// How a deep run ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exit {
-    Signal(i32),
+    Signal(Signal),
     Duration,
     /// SIGKILL, then the next start (with --deep or without) puts the flows back.
     Kill {
@@ -468,8 +468,8 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
     let (cubic_port, bbr_port) = (cubic.local_port(), bbr.local_port());
 
     let exits = [
-        Exit::Signal(libc::SIGTERM),
-        Exit::Signal(libc::SIGINT),
+        Exit::Signal(Signal::TERM),
+        Exit::Signal(Signal::INT),
         Exit::Duration,
         Exit::Kill { next_start_deep: true },
         Exit::Kill { next_start_deep: false },
@@ -485,13 +485,11 @@ fn every_exit_path_puts_flows_back_and_leaves_nothing_of_the_twins() -> Result<(
         assert!(std::fs::read_to_string(AVAILABLE)?.contains("cct_cubic"));
         let code = match exit {
             Exit::Kill { .. } => {
-                // SAFETY: kill on our own child's pid.
-                unsafe { libc::kill(tracer.pid() as i32, libc::SIGKILL) };
+                send_signal(tracer.pid(), Signal::KILL)?;
                 tracer.stop()?.0
             }
             Exit::Signal(sig) => {
-                // SAFETY: kill on our own child's pid.
-                unsafe { libc::kill(tracer.pid() as i32, sig) };
+                send_signal(tracer.pid(), sig)?;
                 std::thread::sleep(Duration::from_millis(200));
                 tracer.stop()?.0
             }

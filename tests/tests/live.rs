@@ -86,7 +86,27 @@ fn samples_agree_with_ss_when(start: Start) -> Result<()> {
     )?;
     let port = sender.local_port();
     let netns = lab.sender().inode();
-    std::thread::sleep(Duration::from_millis(3500));
+    // The readings compare values that hold still once the trickle runs: wait, in the flow's
+    // own samples, for the bulk phase to be over: its two seconds past, its losses having set
+    // ssthresh, and under 100 kB acked over the last half second (the bulk phase acks 2.5 MB
+    // in that time, the trickle 25 kB).
+    let half_s = 500_000_000;
+    tracer.wait_for("the trickle phase", Duration::from_secs(20), |lines| {
+        let mine: Vec<&Value> = lines
+            .iter()
+            .filter(|v| {
+                v["type"] == "sample"
+                    && v["netns"].as_u64() == Some(netns)
+                    && v["sport"].as_u64() == Some(u64::from(port))
+            })
+            .collect();
+        let (Some(first), Some(last)) = (mine.first(), mine.last()) else { return false };
+        let t = u(last, "ts_ns");
+        let Some(before) = mine.iter().rev().find(|s| u(s, "ts_ns") + half_s <= t) else { return false };
+        t >= u(first, "ts_ns") + 2_000_000_000 + half_s
+            && !last["ssthresh"].is_null()
+            && u(last, "bytes_acked").saturating_sub(u(before, "bytes_acked")) < 100_000
+    })?;
 
     let mut checked = 0;
     for _ in 0..3 {

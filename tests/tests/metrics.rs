@@ -4,7 +4,7 @@
 //! `promtool check metrics`, the shipped rules and dashboard name only exposed metrics, and
 //! SIGTERM during scrapes ends in errors, not hangs, with nothing left attached.
 
-use cctrace_lab::child::{collect_within, OutputWithin, CHILD_DEADLINE};
+use cctrace_lab::child::{collect_within, send_signal, OutputWithin, Signal, CHILD_DEADLINE};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -124,8 +124,8 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid: Prometheus shuts its TSDB down on SIGTERM.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        // Prometheus shuts its TSDB down on SIGTERM.
+        let _ = send_signal(self.child.id(), Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -292,6 +292,7 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
 
     // SIGTERM while scrapes run: each answers or fails at once, none hangs; then nothing of
     // what cctrace attached is left, and the port refuses.
+    let (answered, first_answer) = std::sync::mpsc::channel();
     let scraper = {
         let addr = serve.addr;
         std::thread::spawn(move || -> Vec<(Duration, Result<u16, String>)> {
@@ -301,14 +302,15 @@ fn prometheus_shows_the_lossy_cubic_flow_flagged_under_its_container() -> Result
                 let t = Instant::now();
                 let r = http_get(addr, "/metrics", "*/*", Duration::from_secs(10)).map(|(s, _)| s);
                 outcomes.push((t.elapsed(), r.map_err(|e| format!("{e:#}"))));
+                let _ = answered.send(());
             }
             outcomes
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // The signal comes while the scraper is in its loop: once its first scrape is answered.
+    first_answer.recv_timeout(Duration::from_secs(10)).context("the scraper's first scrape")?;
     let mut serve = serve;
-    // SAFETY: kill on our own child's pid.
-    unsafe { libc::kill(serve.child.id() as i32, libc::SIGTERM) };
+    send_signal(serve.child.id(), Signal::TERM)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(s) = serve.child.try_wait()? {

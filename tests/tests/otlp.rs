@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, ensure, Context, Result};
-use cctrace_lab::child::{OutputWithin, CHILD_DEADLINE};
+use cctrace_lab::child::{send_signal, OutputWithin, Signal, CHILD_DEADLINE};
 use cctrace_tests::serve::{free_port, http_get, ContainerOnLossyPath, Serve, TempDir};
 use cctrace_tests::{cctrace_bin, require_kernel, run_cctrace, serial};
 
@@ -100,8 +100,7 @@ impl Collector {
     }
 
     fn stop(mut self) -> Result<()> {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        send_signal(self.child.id(), Signal::TERM)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.child.try_wait()?.is_none() {
             ensure!(Instant::now() < deadline, "rotel-agent did not stop on SIGTERM");
@@ -447,8 +446,7 @@ fn a_collector_gets_the_metrics_the_flag_and_the_fix_and_an_outage_costs_only_co
     ensure!(code == 0, "{out}{err}");
     collector.wait_for("the undo", INTERVAL * 3, |r| !r.events("cctrace.fix.undone").is_empty())?;
     let mut serve = serve;
-    // SAFETY: kill on our own child's pid.
-    unsafe { libc::kill(serve.child.id() as i32, libc::SIGTERM) };
+    send_signal(serve.child.id(), Signal::TERM)?;
     let status = cctrace_lab::child::wait_within(&mut serve.child, CHILD_DEADLINE, "cctrace serve after SIGTERM")?;
     ensure!(status.success(), "{status}: {}", serve.stderr_text());
     let text = serve.stderr_text();

@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use cctrace_lab::{
     EmulatedPath, EmulatedPathSpec, PathSpec, Policer, SendMode, Sender, SenderOptions, SenderReport, Sink, SinkOptions,
 };
+use cctrace_tests::faithful::{judged_on, late_share, on_a_faithful_path};
 use cctrace_tests::{require_kernel, serial, Tracer};
 use serde_json::Value;
 
@@ -26,9 +27,6 @@ const LINE_BPS: u64 = 200_000_000;
 /// Long enough for a deep bucket's plateau to show (three loss cycles of 1-3 s after the
 /// bucket's first drain, measured by 4-11 s) and for the flag's two confirmations after it.
 const SECS: u64 = 15;
-/// Above this share of late releases the emulator added delay the test did not ask for.
-const MAX_LATE_SHARE: f64 = 0.05;
-
 /// The 30 ms path with `policer` or random `loss` on its data direction.
 fn path(policer: Option<Policer>, loss: f64) -> Result<EmulatedPath> {
     let queue = (LINE_BPS / 8 * 30 / 1000 / 4) as usize;
@@ -104,19 +102,17 @@ fn run() -> Result<(Vec<Judged>, f64)> {
         .collect::<Result<_>>()?;
     let ports: Vec<u16> = senders.iter().map(Sender::local_port).collect();
     let reports: Vec<SenderReport> = senders.into_iter().map(Sender::wait).collect::<Result<_>>()?;
-    std::thread::sleep(Duration::from_secs(1));
+    // Every flow's judged lines are printed, up to its close, before the tracer stops.
+    for (p, port) in paths.iter().zip(&ports) {
+        tracer.wait_closed(p.sender().inode(), *port, Duration::from_secs(10))?;
+    }
     let (code, lines) = tracer.stop()?;
     anyhow::ensure!(code == 0, "cctrace exited with {code}");
     drop(sinks);
-    let (mut late, mut forwarded) = (0, 0);
     let mut judged = Vec::new();
     for (((name, _, _), p), (port, report)) in scenarios.iter().zip(&paths).zip(ports.into_iter().zip(reports)) {
         anyhow::ensure!(report.congestion == "cubic", "{name}: the socket ran {}", report.congestion);
         let stats = p.stats();
-        for d in [&stats.forward, &stats.reverse] {
-            late += d.late_releases;
-            forwarded += d.forwarded;
-        }
         let netns = p.sender().inode();
         let mine = lines
             .iter()
@@ -126,7 +122,7 @@ fn run() -> Result<(Vec<Judged>, f64)> {
             .collect();
         judged.push(Judged { name, lines: mine, report, policer_drops: stats.forward.dropped_policer });
     }
-    Ok((judged, late as f64 / forwarded.max(1) as f64))
+    Ok((judged, late_share(&paths.iter().collect::<Vec<_>>())))
 }
 
 fn check(judged: &[Judged]) -> Result<()> {
@@ -196,17 +192,8 @@ fn policers_named_tight_bucket_flagged_up_to_its_rate_deep_bucket_not() -> Resul
     let _serial = serial();
     // A run on a late emulator (a busy shared host) is tried again once; a failure on a
     // faithful one fails at once.
-    let mut why = Vec::new();
-    for attempt in 1..=2 {
+    on_a_faithful_path(2, || {
         let (judged, late) = run()?;
-        match check(&judged) {
-            Ok(()) => return Ok(()),
-            Err(e) if late > MAX_LATE_SHARE => {
-                eprintln!("attempt {attempt}: emulator released {:.1}% of packets late: {e:#}", late * 100.0);
-                why.push(format!("{:.1}% late", late * 100.0));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    anyhow::bail!("the host could not emulate the paths: {why:?}")
+        judged_on(late, check(&judged))
+    })
 }

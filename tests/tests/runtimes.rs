@@ -284,6 +284,16 @@ fn check_fix_advice(v: &Value, t: &Tenant) -> Result<()> {
     Ok(())
 }
 
+/// Wait until the tracer has judged `kept`'s flow `n` more times (one line an interval, while it
+/// downloads): each interval the others' flows had another chance to leak through its filter.
+fn more_rounds(tracer: &Tracer, kept: &Tenant, n: usize) -> Result<()> {
+    let is_kept = |v: &Value| v["type"] == "flow" && kept.owns(v);
+    let seen = tracer.count(is_kept);
+    tracer.wait_for(&format!("{n} more intervals of {}'s flow", kept.label()), Duration::from_secs(15), |lines| {
+        lines.iter().filter(|v| is_kept(v)).count() >= seen + n
+    })
+}
+
 /// cctrace with `--container QUERY` shows `kept`'s flow and nothing of the others'.
 fn check_filter(query: &str, kept: &Tenant, all: &[Tenant]) -> Result<()> {
     let tracer = Tracer::start(&["--interval", "300", "--container", query])?;
@@ -292,8 +302,8 @@ fn check_filter(query: &str, kept: &Tenant, all: &[Tenant]) -> Result<()> {
         Duration::from_secs(20),
         |lines| lines.iter().any(|v| v["type"] == "flow" && kept.owns(v)),
     )?;
-    // The others send all the time: a few more intervals give each many chances to leak.
-    std::thread::sleep(Duration::from_secs(1));
+    // The others send all the time: three more intervals give each many chances to leak.
+    more_rounds(&tracer, kept, 3)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
     for v in lines.iter().filter(|v| v["type"] == "flow") {
@@ -467,8 +477,8 @@ fn check_image_filter(t: &Tenant, ui: &RunLine, others: &[&Tenant]) -> Result<()
     tracer.wait_for(&format!("{}'s flow named from the image", t.label()), Duration::from_secs(30), |lines| {
         named_flow(lines, t).is_some()
     })?;
-    // The others send all the time: a few intervals more give each many chances to leak.
-    std::thread::sleep(Duration::from_secs(1));
+    // The others send all the time: three intervals more give each many chances to leak.
+    more_rounds(&tracer, t, 3)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0, "{}: cctrace in its container ended with {code}", t.label());
     check_named(named_flow(&lines, t).context("named")?, t)?;

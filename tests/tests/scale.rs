@@ -18,17 +18,15 @@ const CONNECTIONS_PER_NAMESPACE: usize = 3_200;
 
 /// Raise this process's open-file limit to hold every socket (up to the hard limit).
 fn raise_fd_limit(wanted: u64) -> Result<()> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit read and write a valid rlimit struct.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    if lim.rlim_max < wanted {
-        bail!("this test holds {wanted} open files; the hard limit is {}", lim.rlim_max);
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    // `None` is no limit.
+    let (max, current) = (lim.maximum.unwrap_or(u64::MAX), lim.current.unwrap_or(u64::MAX));
+    if max < wanted {
+        bail!("this test holds {wanted} open files; the hard limit is {max}");
     }
-    lim.rlim_cur = wanted.max(lim.rlim_cur);
-    // SAFETY: as above.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        bail!("raising RLIMIT_NOFILE to {wanted}: {}", std::io::Error::last_os_error());
-    }
+    let raised = Rlimit { current: Some(wanted.max(current)), ..lim };
+    setrlimit(Resource::Nofile, raised).with_context(|| format!("raising RLIMIT_NOFILE to {wanted}"))?;
     Ok(())
 }
 

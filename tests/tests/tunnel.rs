@@ -313,11 +313,17 @@ fn through_the_tunnel() -> Result<()> {
     // The SSH transfer alone, before and after the fix.
     senders.retain(|s| s.what == "sshd");
     let ssh = &senders[0].pull;
+    // A second for the stopped pulls' data still queued at the underlay's bottleneck to drain
+    // (a quarter of a 30 ms BDP, under 10 ms) and their connections to close, so that the
+    // window measures the SSH transfer alone.
     std::thread::sleep(Duration::from_secs(1));
     let before = ssh.rate_over(WINDOW);
     let (code, out, err) = run_cctrace(&["fix", "--netns", home.name(), "--live", "--yes"])?;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("from reno to bbr"), "{out}");
+    // BBR takes the connection over from Reno's window and finds the path's bandwidth in its
+    // start-up, a few 30 ms round trips; two seconds keep that ramp out of the window measured,
+    // as it is mostly out of the truth's (WINDOW + 1 s transfers).
     std::thread::sleep(Duration::from_secs(2));
     let after = ssh.rate_over(WINDOW);
     println!(

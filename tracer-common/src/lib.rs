@@ -7,7 +7,8 @@
 //!
 //! One job, one file: this is the whole wire contract between the two sides (records, maps'
 //! values, settings, the ids both index by), kept together so that a layout change is read,
-//! versioned and reviewed in one place; only the UDP accounting's records live in [`udp`].
+//! versioned and reviewed in one place; only the UDP accounting's records live in [`udp`], and
+//! deep mode's decision record (written by C programs, checked against the C header) in [`deep`].
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
@@ -968,4 +969,5 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CcName {}
 }
+pub mod deep;
 pub mod udp;

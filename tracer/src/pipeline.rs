@@ -1,8 +1,9 @@
 //! The one pipeline every front end runs on: source -> analysis -> clock -> front end.
 //!
 //! [`run`] reads batches from an [`EventSource`], feeds them to the [`Analysis`], ticks it on
-//! the chosen clock, and hands both to a [`FrontEnd`] (JSON Lines, the terminal UI, later the
-//! recorder and the exporter). It also owns what every front end needs the same way: stopping
+//! the chosen clock, and hands both to a [`FrontEnd`] (JSON Lines, the terminal UI, a headless
+//! run; the recorder, the metrics exporter and the kernel filter's upkeep ride beside it as side
+//! jobs, `side_job::Beside`). It also owns what every front end needs the same way: stopping
 //! on a signal, `--duration`, a quit key or a closed output; slicing floods so input and ticks
 //! keep their turn; the final drain of what the kernel already queued; and the summary.
 

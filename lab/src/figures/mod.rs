@@ -28,7 +28,6 @@ mod provenance;
 pub mod targets;
 
 use std::io::{Read as _, Seek as _, Write as _};
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -158,10 +157,9 @@ impl Section {
             .open(page)
             .with_context(|| format!("opening {}", page.display()))?;
         // Two writers at once (a bench and the suite) would each lose the other's section.
-        // SAFETY: flock on an fd this File owns for as long as the call runs.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {}", page.display()));
-        }
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("locking {}", page.display()))?;
         let mut before = String::new();
         file.read_to_string(&mut before).with_context(|| format!("reading {}", page.display()))?;
         let (after, replaced) = page::replace(&before, block);

@@ -108,8 +108,7 @@ fn cpu_ticks() -> Result<Vec<u64>> {
 }
 
 fn ticks_per_s() -> f64 {
-    // SAFETY: sysconf reads a constant.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+    rustix::param::clock_ticks_per_second().max(1) as f64
 }
 
 /// Machine-wide busy CPU seconds (user, nice, system, irq, softirq of every CPU).

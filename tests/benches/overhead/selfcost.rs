@@ -156,8 +156,7 @@ impl Running {
             }
         }
         if let Some(child) = &mut self.child {
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = cctrace_lab::child::send_signal(child.id(), cctrace_lab::child::Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(15);
             while child.try_wait()?.is_none() {
                 if Instant::now() > deadline {

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,17 +23,11 @@ pub(crate) const PER_HOLDER: usize = 5_000;
 /// say "ready", and hold them until stdin closes.
 pub(crate) fn hold(path: &str, connections: usize) -> Result<()> {
     let ns = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
-    // SAFETY: setns on this single-threaded process with an fd it owns.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        bail!("setns {path}: {}", std::io::Error::last_os_error());
-    }
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit with a valid struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        lim.rlim_cur = lim.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-    }
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+    move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network)).with_context(|| format!("setns {path}"))?;
+    let lim = getrlimit(Resource::Nofile);
+    let _ = setrlimit(Resource::Nofile, rustix::process::Rlimit { current: lim.maximum, ..lim });
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let mut held: Vec<TcpStream> = Vec::with_capacity(2 * connections);

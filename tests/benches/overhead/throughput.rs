@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use cctrace_lab::{SendMode, Sender, SenderOptions, Sink, SinkOptions, VethOptions, VethPair};
+use rustix::process::Pid;
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 use crate::bpf_stats::{self, Runs};
 use crate::ci::Estimate;
@@ -194,32 +196,21 @@ fn own_cpu_secs() -> f64 {
 
 /// This thread kept on every CPU but one (the threads and processes it starts inherit that)
 /// until dropped, when its own CPUs are given back.
-struct OffCpu(libc::cpu_set_t);
+struct OffCpu(CpuSet);
 
 impl OffCpu {
     fn keep_off(cpu: usize) -> Result<Self> {
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: a zeroed cpu_set_t is a valid empty set.
-        let mut before: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: sched_getaffinity writes at most `size` bytes into the set for this thread.
-        if unsafe { libc::sched_getaffinity(0, size, &mut before) } != 0 {
-            bail!("reading this thread's CPUs: {}", std::io::Error::last_os_error());
-        }
+        let before = sched_getaffinity(None).context("reading this thread's CPUs")?;
         let mut set = before;
-        // SAFETY: `cpu` is below the machine's CPU count, within the set's size.
-        unsafe { libc::CPU_CLR(cpu, &mut set) };
-        // SAFETY: sched_setaffinity reads the set of the given size for the calling thread.
-        if unsafe { libc::sched_setaffinity(0, size, &set) } != 0 {
-            bail!("keeping the benchmark off CPU {cpu}: {}", std::io::Error::last_os_error());
-        }
+        set.unset(cpu);
+        sched_setaffinity(None, &set).with_context(|| format!("keeping the benchmark off CPU {cpu}"))?;
         Ok(Self(before))
     }
 }
 
 impl Drop for OffCpu {
     fn drop(&mut self) {
-        // SAFETY: as in `keep_off`, with the set read there.
-        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+        let _ = sched_setaffinity(None, &self.0);
     }
 }
 
@@ -234,8 +225,7 @@ fn cpu_busy_secs(cpu: usize) -> Result<f64> {
     let ticks: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     // user nice system idle iowait irq softirq steal ...
     let busy = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum::<u64>();
-    // SAFETY: sysconf reads a constant.
-    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let per_s = rustix::param::clock_ticks_per_second().max(1) as f64;
     Ok(busy as f64 / per_s)
 }
 
@@ -250,15 +240,10 @@ fn pin_transfer_threads(cpu: usize) -> Result<()> {
         if !matches!(comm.trim(), "cct-sink" | "cct-sender") {
             continue;
         }
-        let tid: libc::pid_t = task.file_name().to_string_lossy().parse()?;
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; `cpu` is below the machine's CPU count, within the set's size.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-        // SAFETY: sched_setaffinity reads the set of the given size for one of our threads.
-        if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-            bail!("pinning thread {tid}: {}", std::io::Error::last_os_error());
-        }
+        let tid: i32 = task.file_name().to_string_lossy().parse()?;
+        let mut set = CpuSet::new();
+        set.set(cpu);
+        sched_setaffinity(Pid::from_raw(tid), &set).with_context(|| format!("pinning thread {tid}"))?;
     }
     Ok(())
 }
@@ -445,8 +430,7 @@ impl Bpftrace {
 
 impl Drop for Bpftrace {
     fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = cctrace_lab::child::send_signal(self.0.id(), cctrace_lab::child::Signal::INT);
         let deadline = Instant::now() + Duration::from_secs(10);
         while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

@@ -1,23 +1,21 @@
 //! The cctrace under measurement: a child process, its output lines counted as they come, its
 //! CPU time and memory read from /proc.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
+use cctrace_tests::{spawn_until_tracing, Spawned};
 use serde_json::Value;
 
 /// Called with each JSON line cctrace prints and the time since it was started.
 pub(crate) type OnLine = Box<dyn FnMut(&Value, Duration) + Send>;
 
 pub(crate) struct Cctrace {
-    child: Child,
+    run: Spawned,
     pub(crate) started: Instant,
-    stderr: Arc<Mutex<String>>,
     summary: Arc<Mutex<Option<Value>>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Cctrace {
@@ -31,59 +29,29 @@ impl Cctrace {
     /// [`Cctrace::start`] of binary `bin` (the one before a change, say).
     pub(crate) fn start_bin(bin: &std::path::Path, args: &[&str], wanted: String, mut on_line: OnLine) -> Result<Self> {
         let started = Instant::now();
-        let mut child = Command::new(bin)
-            .arg("--json")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let out = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        let err = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("--json").args(args).stdin(Stdio::null());
         let summary = Arc::new(Mutex::new(None));
         let s = summary.clone();
-        let r1 = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if !line.contains(&wanted) && !line.contains(r#""type":"summary""#) {
-                    continue;
-                }
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                on_line(&v, started.elapsed());
-                if v["type"] == "summary" {
-                    *s.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
-                }
+        let read = move |line: String| {
+            if !line.contains(&wanted) && !line.contains(r#""type":"summary""#) {
+                return;
             }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let e = stderr.clone();
-        let r2 = std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = e.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.push_str(&line);
-                s.push('\n');
+            let Ok(v) = serde_json::from_str::<Value>(&line) else { return };
+            on_line(&v, started.elapsed());
+            if v["type"] == "summary" {
+                *s.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
             }
-        });
-        let mut me = Self { child, started, stderr, summary, readers: vec![r1, r2] };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !me.stderr().contains("tracing TCP") {
-            if let Some(status) = me.child.try_wait()? {
-                bail!("cctrace exited at start-up ({status}): {}", me.stderr());
-            }
-            if Instant::now() > deadline {
-                bail!("cctrace did not start within 60 s: {}", me.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(me)
+        };
+        Ok(Self { run: spawn_until_tracing(cmd, read, Duration::from_secs(60))?, started, summary })
     }
 
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.run.pid()
     }
 
     pub(crate) fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.run.stderr()
     }
 
     /// User + system CPU seconds so far.
@@ -110,28 +78,9 @@ impl Cctrace {
 
     /// SIGTERM, wait, and return the summary line.
     pub(crate) fn stop(mut self) -> Result<Value> {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("cctrace did not exit within 30 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
+        self.run.stop(Duration::from_secs(30))?;
         let summary = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         summary.ok_or_else(|| anyhow!("cctrace printed no summary: {}", self.stderr()))
-    }
-}
-
-impl Drop for Cctrace {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -142,7 +91,6 @@ pub(crate) fn cpu_secs(pid: u32) -> Result<f64> {
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks: u64 =
         fields.get(11).context("utime")?.parse::<u64>()? + fields.get(12).context("stime")?.parse::<u64>()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
     Ok(ticks as f64 / hz)
 }

@@ -85,19 +85,13 @@ fn flip(prog: &std::os::fd::OwnedFd) -> Result<()> {
 }
 
 fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it; the call
-    // reads the set for the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -221,8 +215,7 @@ impl IpiCounter {
     }
 
     fn stop(mut self) -> Result<u64> {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = cctrace_lab::child::send_signal(self.0.id(), cctrace_lab::child::Signal::INT);
         let mut text = String::new();
         self.0.stdout.take().context("bpftrace's stdout")?.read_to_string(&mut text)?;
         self.0.wait()?;

@@ -16,8 +16,7 @@ pub(super) struct OwnDaemon {
 
 impl Drop for OwnDaemon {
     fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = cctrace_lab::child::send_signal(self.child.id(), cctrace_lab::child::Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {

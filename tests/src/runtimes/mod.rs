@@ -97,10 +97,8 @@ pub(crate) const PARENTS_SAVED: &str = "runtime_cgroups.before";
 pub(crate) const RUNTIME_PARENTS: [&str; 4] = ["docker", "libpod_parent/conmon", "libpod_parent", "lxc.pivot"];
 
 pub(crate) fn runtime_parents() -> Vec<PathBuf> {
-    let mut hierarchies: Vec<PathBuf> = fs::read_dir("/sys/fs/cgroup")
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.join("cgroup.procs").exists()).collect())
-        .unwrap_or_default();
-    hierarchies.push(PathBuf::from("/sys/fs/cgroup"));
+    let hierarchies =
+        ["cgroup", "cgroup2"].into_iter().flat_map(|t| cctrace_lab::hierarchy_roots(t).unwrap_or_default());
     let mut out = Vec::new();
     for h in hierarchies {
         out.extend(RUNTIME_PARENTS.iter().map(|p| h.join(p)).filter(|p| p.is_dir()));
@@ -221,7 +219,7 @@ pub(crate) fn reclaim_stale() {
             let _ = run(p.podman().args(["rm", "-a", "-f", "-t", "0"]));
         }
         let docker = dir.join("docker");
-        let daemon = fs::read_to_string(docker.join("dockerd.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+        let daemon = fs::read_to_string(docker.join("dockerd.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok());
         // Only a dockerd that still runs on that workspace's state is the one that run started.
         if let Some(pid) = daemon.filter(|pid| {
             fs::read(format!("/proc/{pid}/cmdline"))
@@ -232,8 +230,8 @@ pub(crate) fn reclaim_stale() {
             for id in ids.split_whitespace() {
                 let _ = run(Command::new("docker").args(["-H", &host, "rm", "-f", id]));
             }
-            // SAFETY: kill has no memory effects; the pid is that run's own dockerd.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            // That run's own dockerd.
+            let _ = cctrace_lab::child::send_signal(pid, cctrace_lab::child::Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(20);
             while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
@@ -250,13 +248,12 @@ pub(crate) fn reclaim_stale() {
 /// Remove a workspace directory, unmounting first whatever a runtime left mounted below it.
 pub(crate) fn remove_workspace(dir: &Path) {
     // A mount left below (a runtime that died mid-way) must not be recursed into.
-    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let prefix = format!("{}/", dir.display());
-    let mut below: Vec<&str> =
-        mounts.lines().filter_map(|l| l.split_whitespace().nth(4)).filter(|m| m.starts_with(&prefix)).collect();
-    below.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    let mounts = procfs::process::Process::myself().and_then(|p| p.mountinfo()).map(|m| m.0).unwrap_or_default();
+    let mut below: Vec<PathBuf> =
+        mounts.into_iter().map(|m| m.mount_point).filter(|m| m.starts_with(dir) && m != dir).collect();
+    below.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
     for m in below {
-        let _ = Command::new("umount").args(["-l", m]).status_within(CHILD_DEADLINE);
+        let _ = Command::new("umount").arg("-l").arg(&m).status_within(CHILD_DEADLINE);
     }
     if let Err(e) = fs::remove_dir_all(dir) {
         eprintln!("removing {}: {e}", dir.display());

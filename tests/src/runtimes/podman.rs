@@ -56,11 +56,9 @@ impl Podman {
             Ok(out) => out,
             Err(e) if format!("{e:#}").contains("rlimit") => {
                 let mut ulimits = Vec::new();
-                for (resource, flag) in [(libc::RLIMIT_NOFILE, "nofile"), (libc::RLIMIT_NPROC, "nproc")] {
-                    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-                    // SAFETY: getrlimit writes only the struct it is given.
-                    let hard = if unsafe { libc::getrlimit(resource, &raw mut lim) } == 0 { lim.rlim_max } else { 0 };
-                    let n = hard.min(1024);
+                use rustix::process::{getrlimit, Resource};
+                for (resource, flag) in [(Resource::Nofile, "nofile"), (Resource::Nproc, "nproc")] {
+                    let n = getrlimit(resource).maximum.unwrap_or(u64::MAX).min(1024);
                     ulimits.extend(["--ulimit".to_string(), format!("{flag}={n}:{n}")]);
                 }
                 let msg = format!("{e:#}");

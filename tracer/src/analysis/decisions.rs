@@ -2,18 +2,17 @@
 //! `cct_bbr`) report from inside each callback, decoded from the twins' ring buffer into typed
 //! records, and kept per flow (bounded) for the timeline, the JSON output and the diagnosis.
 //!
-//! The wire layout is `struct cct_decision` in tracer/src/kernel/deep/decision.h; [`decode`] reads it
-//! by offset after checking its length and version.
+//! The wire layout is [`DecisionRecord`] in tracer-common (the C side, `struct cct_decision` in
+//! tracer/src/kernel/deep/decision.h, is checked against it); [`decode`] casts the bytes to it
+//! after checking their length and version, as the samples are decoded.
 
 use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use tracer_common::deep::{decision_kind, twin_algo, DecisionRecord, DECISION_SIZE, DECISION_VERSION};
 
 use crate::analysis::event::CaState;
 
-/// Size of `struct cct_decision` (decision.h asserts the same).
-pub const DECISION_SIZE: usize = 72;
-const DECISION_VERSION: u8 = 1;
 /// Decisions kept per flow: the newest ones, enough for a minute of a flow's loss episodes.
 pub const KEPT_PER_FLOW: usize = 512;
 /// Flows whose decisions are kept; beyond it the flow heard from least recently is dropped.
@@ -59,9 +58,9 @@ impl TwinAlgo {
 
     fn from_raw(v: u8) -> Option<Self> {
         match v {
-            1 => Some(Self::Cubic),
-            2 => Some(Self::Reno),
-            3 => Some(Self::Bbr),
+            twin_algo::CUBIC => Some(Self::Cubic),
+            twin_algo::RENO => Some(Self::Reno),
+            twin_algo::BBR => Some(Self::Bbr),
             _ => None,
         }
     }
@@ -224,22 +223,6 @@ pub enum DecisionDecodeError {
     BadField(&'static str, u8),
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_ne_bytes(a)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_ne_bytes(a)
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([b[at], b[at + 1]])
-}
-
 /// Why the state machine enters `to` (from `from`), in words.
 fn state_reason(from: CaState, to: CaState) -> &'static str {
     match (from, to) {
@@ -258,41 +241,42 @@ pub fn decode(b: &[u8]) -> Result<Decision, DecisionDecodeError> {
     if b.len() < DECISION_SIZE {
         return Err(DecisionDecodeError::Length(b.len()));
     }
-    let version = b[60];
-    if version != DECISION_VERSION {
-        return Err(DecisionDecodeError::Version(version));
+    let r: DecisionRecord = bytemuck::pod_read_unaligned(&b[..DECISION_SIZE]);
+    if r.version != DECISION_VERSION {
+        return Err(DecisionDecodeError::Version(r.version));
     }
-    let (kind, algo, ca_state, arg, cycle) = (b[61], b[62], b[63], b[64], b[65]);
-    let algo = TwinAlgo::from_raw(algo).ok_or(DecisionDecodeError::BadField("algorithm", algo))?;
-    let ca_state = CaState::from_raw(ca_state);
-    let (pacing_rate, bw_raw) = (u64_at(b, 16), u64_at(b, 24));
-    let (cwnd_before, cwnd_after, ssthresh) = (u32_at(b, 32), u32_at(b, 36), u32_at(b, 40));
-    let (min_rtt_us, srtt_us, mss, value) = (u32_at(b, 44), u32_at(b, 48), u32_at(b, 52), u32_at(b, 56));
-    let kind = match kind {
-        1 => DecisionKind::Init,
-        2 => DecisionKind::SsthreshCut { cwnd_before, cwnd_after, ssthresh_before: value, ssthresh_after: ssthresh },
-        3 => DecisionKind::Growth { cwnd_before, cwnd_after, acked: value, slow_start: arg != 0 },
-        4 => DecisionKind::CwndEvent { event: CwndEvent::from_raw(arg) },
-        5 => {
-            let to = CaState::from_raw(arg);
+    let algo = TwinAlgo::from_raw(r.algo).ok_or(DecisionDecodeError::BadField("algorithm", r.algo))?;
+    let ca_state = CaState::from_raw(r.ca_state);
+    let (cwnd_before, cwnd_after) = (r.cwnd_before, r.cwnd_after);
+    let kind = match r.kind {
+        decision_kind::INIT => DecisionKind::Init,
+        decision_kind::SSTHRESH => {
+            DecisionKind::SsthreshCut { cwnd_before, cwnd_after, ssthresh_before: r.value, ssthresh_after: r.ssthresh }
+        }
+        decision_kind::GROWTH => {
+            DecisionKind::Growth { cwnd_before, cwnd_after, acked: r.value, slow_start: r.arg != 0 }
+        }
+        decision_kind::CWND_EVENT => DecisionKind::CwndEvent { event: CwndEvent::from_raw(r.arg) },
+        decision_kind::STATE => {
+            let to = CaState::from_raw(r.arg);
             DecisionKind::StateChange { from: ca_state, to, reason: state_reason(ca_state, to).to_string() }
         }
-        6 => DecisionKind::Undo { cwnd_before, cwnd_after },
-        7 => DecisionKind::Bbr {
-            mode: BbrMode::from_raw(arg),
-            cycle,
-            pacing_gain: f64::from(u16_at(b, 66)) / BBR_UNIT,
-            cwnd_gain: f64::from(u16_at(b, 68)) / BBR_UNIT,
+        decision_kind::UNDO => DecisionKind::Undo { cwnd_before, cwnd_after },
+        decision_kind::BBR => DecisionKind::Bbr {
+            mode: BbrMode::from_raw(r.arg),
+            cycle: r.bbr_cycle,
+            pacing_gain: f64::from(r.bbr_pacing_gain) / BBR_UNIT,
+            cwnd_gain: f64::from(r.bbr_cwnd_gain) / BBR_UNIT,
             // packets/µs << BW_SCALE -> bits/s
-            bw_bps: ((u128::from(bw_raw) * u128::from(mss) * 8 * 1_000_000) >> BW_SCALE) as u64,
-            min_rtt_us,
-            pacing_rate_bps: pacing_rate.saturating_mul(8),
+            bw_bps: ((u128::from(r.bw) * u128::from(r.mss) * 8 * 1_000_000) >> BW_SCALE) as u64,
+            min_rtt_us: r.min_rtt_us,
+            pacing_rate_bps: r.pacing_rate.saturating_mul(8),
             cwnd_before,
             cwnd_after,
         },
         other => return Err(DecisionDecodeError::BadField("kind", other)),
     };
-    Ok(Decision { ts_ns: u64_at(b, 0), cookie: u64_at(b, 8), algo, ca_state, srtt_us, mss, kind })
+    Ok(Decision { ts_ns: r.ts_ns, cookie: r.cookie, algo, ca_state, srtt_us: r.srtt_us, mss: r.mss, kind })
 }
 
 impl Decision {
@@ -401,25 +385,34 @@ impl DecisionLog {
 mod tests {
     use super::*;
 
+    fn raw(kind: u8, algo: u8, ca_state: u8, arg: u8) -> DecisionRecord {
+        DecisionRecord {
+            ts_ns: 5_000_000_000,
+            cookie: 77,
+            pacing_rate: 1_250_000,
+            // 1 packet per µs << 24
+            bw: 1 << 24,
+            cwnd_before: 68,
+            cwnd_after: 46,
+            ssthresh: 46,
+            min_rtt_us: 30_000,
+            srtt_us: 31_000,
+            mss: 1448,
+            value: 2_147_483_647,
+            version: DECISION_VERSION,
+            kind,
+            algo,
+            ca_state,
+            arg,
+            bbr_cycle: 2,
+            bbr_pacing_gain: 320,
+            bbr_cwnd_gain: 512,
+            _pad: 0,
+        }
+    }
+
     fn record(kind: u8, algo: u8, ca: u8, arg: u8) -> Vec<u8> {
-        let mut b = vec![0u8; DECISION_SIZE];
-        b[0..8].copy_from_slice(&5_000_000_000u64.to_ne_bytes());
-        b[8..16].copy_from_slice(&77u64.to_ne_bytes());
-        b[16..24].copy_from_slice(&1_250_000u64.to_ne_bytes());
-        // 1 packet per µs << 24
-        b[24..32].copy_from_slice(&(1u64 << 24).to_ne_bytes());
-        b[32..36].copy_from_slice(&68u32.to_ne_bytes());
-        b[36..40].copy_from_slice(&46u32.to_ne_bytes());
-        b[40..44].copy_from_slice(&46u32.to_ne_bytes());
-        b[44..48].copy_from_slice(&30_000u32.to_ne_bytes());
-        b[48..52].copy_from_slice(&31_000u32.to_ne_bytes());
-        b[52..56].copy_from_slice(&1448u32.to_ne_bytes());
-        b[56..60].copy_from_slice(&2_147_483_647u32.to_ne_bytes());
-        b[60] = DECISION_VERSION;
-        (b[61], b[62], b[63], b[64], b[65]) = (kind, algo, ca, arg, 2);
-        b[66..68].copy_from_slice(&320u16.to_ne_bytes());
-        b[68..70].copy_from_slice(&512u16.to_ne_bytes());
-        b
+        bytemuck::bytes_of(&raw(kind, algo, ca, arg)).to_vec()
     }
 
     #[test]
@@ -447,9 +440,8 @@ mod tests {
     #[test]
     fn short_foreign_and_unknown_records_are_errors() {
         assert_eq!(decode(&[0; 10]), Err(DecisionDecodeError::Length(10)));
-        let mut b = record(2, 1, 0, 0);
-        b[60] = 9;
-        assert_eq!(decode(&b), Err(DecisionDecodeError::Version(9)));
+        let foreign = DecisionRecord { version: 9, ..raw(2, 1, 0, 0) };
+        assert_eq!(decode(bytemuck::bytes_of(&foreign)), Err(DecisionDecodeError::Version(9)));
         assert_eq!(decode(&record(42, 1, 0, 0)), Err(DecisionDecodeError::BadField("kind", 42)));
         assert_eq!(decode(&record(2, 9, 0, 0)), Err(DecisionDecodeError::BadField("algorithm", 9)));
     }

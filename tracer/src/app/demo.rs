@@ -5,7 +5,6 @@
 use anyhow::Result;
 
 use crate::cgroups::ContainerFiles;
-use crate::cli::Cli;
 
 #[cfg(feature = "demo")]
 pub(super) use crate::cli::args::DemoOptions;
@@ -44,9 +43,10 @@ impl<'c> Demo<'c> {
 
     /// The lab's paths and traffic, once tracing is attached so its connections are seen from
     /// their first packet.
-    pub(super) fn start_lab(&mut self, cli: &Cli) -> Result<()> {
+    /// `duration`: the run's own (`--duration`), if it has one.
+    pub(super) fn start_lab(&mut self, duration: Option<std::time::Duration>) -> Result<()> {
         if let (Some(opts), Some(containers)) = (self.opts, self.containers.as_mut()) {
-            let duration = cli.duration.unwrap_or(cctrace_lab::MAX_DURATION);
+            let duration = duration.unwrap_or(cctrace_lab::MAX_DURATION);
             self.lab = Some(crate::demo::DemoLab::start(opts, duration, containers)?);
         }
         Ok(())
@@ -68,7 +68,7 @@ impl<'c> Demo<'c> {
         files
     }
 
-    pub(super) fn start_lab(&mut self, _cli: &Cli) -> Result<()> {
+    pub(super) fn start_lab(&mut self, _duration: Option<std::time::Duration>) -> Result<()> {
         Ok(())
     }
 

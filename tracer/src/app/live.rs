@@ -2,25 +2,21 @@
 //! with the filter and deep mode asked for, the recorder and the metrics set up; the front end
 //! (the terminal UI, JSON Lines or nothing) then runs over it ([`super::show`]).
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::demo::{Demo, DemoOptions};
-use super::settings::{container_files, diagnosis_config, filter_spec};
-use super::show::{show, Front, Shown};
-use crate::analysis::environment::Environment;
-use crate::analysis::filter::{resolve, FilterSpec, ResolvedFilter};
+use super::demo::Demo;
+use super::settings::{LiveRun, LiveSettings, MetricsSettings};
+use super::show::{show, Shown, Traced};
+use crate::analysis::filter::{resolve, ResolvedFilter};
 use crate::analysis::model::TableConfig;
 use crate::analysis::Analysis;
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
-use crate::cli::{Cli, DEFAULT_LISTEN};
+use crate::cli::Cli;
 use crate::kernel::filter::live::{HostPaths, LiveFilter};
 use crate::kernel::{HookStatus, KernelOptions, LiveSource};
-use crate::metrics::{MetricsService, OtlpStatus};
-use crate::pipeline::PipelineOptions;
+use crate::metrics::{MetricsService, OtlpSettings, OtlpStatus};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::recording::{NewFile, RecordWriter, Recorder};
 use crate::signals::Shutdown;
@@ -71,22 +67,12 @@ fn start_deep(source: &mut LiveSource, namespaces: Vec<crate::kernel::deep::sess
     source.attach_deep(session)
 }
 
-fn start_kernel(cli: &Cli, filter: ResolvedFilter) -> Result<LiveSource> {
-    let opts = KernelOptions {
-        sample_interval: Duration::from_millis(cli.sample_ms),
-        hook_mode: cli.hooks,
-        ring_bytes: cli.ring_kib.saturating_mul(1024),
-        filter,
-        // The same "heavy" as for TCP flows, in bytes per second.
-        udp_heavy_bytes_per_sec: (cli.heavy_mbps * 1e6 / 8.0) as u64,
-        udp: !cli.no_udp,
-        probe_always_attached: cli.probe_always_attached,
-        probe_windows_always: cli.probe_windows_always,
-        btf_file: cli.btf.clone(),
-    };
-    let source = LiveSource::start(&opts)?;
+/// The kernel source with `options` and the resolved `filter`, and the lines that say what it
+/// could not do.
+fn start_kernel(options: &KernelOptions, filter: ResolvedFilter) -> Result<LiveSource> {
+    let source = LiveSource::start(&KernelOptions { filter, ..options.clone() })?;
     if source.info().no_btf {
-        eprintln!("cctrace: {}", no_btf_line(cli.hooks));
+        eprintln!("cctrace: {}", no_btf_line(options.hook_mode));
     }
     if let Some(file) = &source.info().btf_file {
         eprintln!("cctrace: kernel BTF read from {file}");
@@ -128,26 +114,14 @@ fn no_btf_line(asked: crate::kernel::HookMode) -> String {
     )
 }
 
-/// The OTLP export `--otlp` asks for, checked (a bad endpoint, header or CA file is one error
-/// line); `on_stderr` when nothing owns the terminal, so a collector going away is said there.
-fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<crate::metrics::OtlpExport>> {
-    let Some(endpoint) = &cli.otlp else { return Ok(None) };
-    let settings = crate::metrics::OtlpSettings {
-        endpoint: endpoint.clone(),
-        headers: cli
-            .otlp_header
-            .iter()
-            .cloned()
-            .chain(
-                std::env::var(crate::metrics::otlp::HEADERS_VARIABLE)
-                    .map(|v| crate::metrics::otlp::headers_from_env(&v))
-                    .unwrap_or_default(),
-            )
-            .collect(),
-        ca_file: cli.otlp_ca_file.clone(),
-        interval: cli.otlp_interval,
-        queue_requests: cli.otlp_queue,
-    };
+/// The OTLP export of `settings`, checked (a bad endpoint, header or CA file is one error line);
+/// `on_stderr` when nothing owns the terminal, so a collector going away is said there.
+fn otlp_export(
+    settings: Option<&OtlpSettings>,
+    start: (u64, u64),
+    on_stderr: bool,
+) -> Result<Option<crate::metrics::OtlpExport>> {
+    let Some(settings) = settings else { return Ok(None) };
     let host =
         crate::metrics::otlp::encode::Host { name: crate::host::hostname(), kernel: crate::host::kernel_release() };
     fn in_log(line: &str) {
@@ -159,12 +133,12 @@ fn otlp_export(cli: &Cli, start: (u64, u64), on_stderr: bool) -> Result<Option<c
     }
     let clock = crate::analysis::time::WallClock::from_start(start.0, start.1);
     let say = if on_stderr { on_stderr_too } else { in_log };
-    crate::metrics::OtlpExport::start(&settings, &host, clock, start.0, say).map(Some)
+    crate::metrics::OtlpExport::start(settings, &host, clock, start.0, say).map(Some)
 }
 
 /// A recording's header: this host, the run's start, its settings, filter and hooks.
-fn recording_header(cli: &Cli, source: &LiveSource, spec: &FilterSpec, start: (u64, u64), tick: Duration) -> Header {
-    let config = diagnosis_config(cli);
+fn recording_header(settings: &LiveSettings<'_>, source: &LiveSource, start: (u64, u64), tick: Duration) -> Header {
+    let config = &settings.diagnosis;
     Header {
         format: FORMAT.into(),
         version: FORMAT_VERSION,
@@ -173,9 +147,9 @@ fn recording_header(cli: &Cli, source: &LiveSource, spec: &FilterSpec, start: (u
         kernel: crate::host::kernel_release(),
         start_unix_ns: start.0,
         start_monotonic_ns: start.1,
-        sample_interval_ms: cli.sample_ms,
+        sample_interval_ms: u64::try_from(settings.kernel.sample_interval.as_millis()).unwrap_or(u64::MAX),
         tick_ms: u64::try_from(tick.as_millis()).unwrap_or(u64::MAX),
-        filters: spec.describe(),
+        filters: settings.filter.describe(),
         source: source.describe(),
         hooks: source.info().hooks.iter().map(crate::kernel::HookReport::line).collect(),
         heavy_min_bytes: Some(config.heavy_min_bytes),
@@ -184,85 +158,26 @@ fn recording_header(cli: &Cli, source: &LiveSource, spec: &FilterSpec, start: (u
     }
 }
 
-/// What the command asks of a live run: `cctrace` (the terminal UI or JSON Lines), `cctrace
-/// record`, `cctrace serve`, `cctrace demo`.
-pub(super) struct LiveRun<'c> {
-    /// Where the run is recorded.
-    record: Option<PathBuf>,
-    /// Nothing owns the terminal (`record`, `serve`): a few lines on stderr say what runs.
-    headless: bool,
-    /// Where the metrics are served.
-    listen: Option<SocketAddr>,
-    demo: Option<&'c DemoOptions>,
-}
-
-impl<'c> LiveRun<'c> {
-    /// `cctrace` and `cctrace demo`: the terminal UI, or JSON Lines.
-    pub(super) fn trace(cli: &Cli, demo: Option<&'c DemoOptions>) -> Self {
-        Self { record: cli.record.clone(), headless: false, listen: cli.listen, demo }
-    }
-
-    /// `cctrace record FILE`.
-    pub(super) fn record(cli: &Cli, file: &Path) -> Result<Self> {
-        anyhow::ensure!(cli.record.is_none(), "`cctrace record FILE` records to FILE: --record is not needed");
-        Ok(Self { record: Some(file.to_path_buf()), headless: true, listen: cli.listen, demo: None })
-    }
-
-    /// `cctrace serve`: metrics at the default address unless only OTLP was asked for.
-    pub(super) fn serve(cli: &Cli) -> Self {
-        let listen = if cli.otlp.is_none() { Some(cli.listen.unwrap_or(DEFAULT_LISTEN)) } else { cli.listen };
-        Self { record: cli.record.clone(), headless: true, listen, demo: None }
-    }
-
-    /// What fails before anything is set up: the metrics address, `--anonymize` without a
-    /// recording, a path that cannot be recorded to.
-    fn check(&self, cli: &Cli) -> Result<Option<NewFile>> {
-        if let Some(addr) = self.listen {
-            crate::metrics::check_listen(addr, cli.allow_non_loopback)?;
-        }
-        anyhow::ensure!(
-            !cli.anonymize || self.record.is_some(),
-            "--anonymize applies to what is recorded (--record FILE, cctrace record), exported or reported"
-        );
-        self.record.as_deref().map(NewFile::create).transpose()
-    }
-}
-
-/// The live source with everything set up around it, ready to run a front end on.
-pub(super) struct Traced {
-    pub(super) source: LiveSource,
-    pub(super) spec: FilterSpec,
-    pub(super) live_filter: Option<LiveFilter>,
-    pub(super) env: Environment,
-    pub(super) metrics: Option<MetricsService>,
-    pub(super) serving: Option<SocketAddr>,
-    pub(super) otlp: Option<OtlpStatus>,
-}
-
 /// Trace live as `what` asks until a stop; the front end is chosen from the command line and
-/// the terminal.
+/// the terminal. The command line is read here, once, into the settings each part takes.
 pub(super) async fn run(cli: &Cli, what: LiveRun<'_>) -> Result<()> {
-    let new_file = what.check(cli)?;
+    let settings = LiveSettings::resolve(cli, what)?;
+    // A path that cannot be recorded to fails before anything is set up.
+    let new_file = settings.record.as_ref().map(|r| NewFile::create(&r.path)).transpose()?;
     // The one start both the JSON times and the recording's header derive from.
     let start = crate::clock::start_instants();
     let mut shutdown = Shutdown::install()?;
     // The demo's lab lives as long as this function: its Drop removes it on every exit path.
-    let mut demo = Demo::containers(what.demo)?;
-    let front = Front::of(cli, what.headless);
-    let mut traced = assemble(cli, &what, &demo, start, front).await?;
-    demo.start_lab(cli)?;
-    let mut analysis = Analysis::new(TableConfig::default(), diagnosis_config(cli), std::mem::take(&mut traced.env))
-        .with_env_refresh(Some(crate::host::environment))
-        .with_route_reader(Some(crate::host::tunnels::read_routes));
-    let pipeline_opts = PipelineOptions {
-        tick: Duration::from_millis(cli.interval),
-        duration: cli.duration,
-        ..PipelineOptions::default()
-    };
-    let tick = if front == Front::Tui { crate::tui::TuiOptions::default().frame_interval } else { pipeline_opts.tick };
-    let recorder = new_file.map(|file| recorder(cli, file, &traced, start, tick)).transpose()?;
-    let shown = Shown { front, demo: demo.description(), start, pipeline_opts };
-    let result = show(cli, &shown, &mut traced, &mut analysis, recorder, &mut shutdown).await;
+    let mut demo = Demo::containers(settings.demo)?;
+    let mut traced = assemble(&settings, &demo, start).await?;
+    demo.start_lab(settings.pipeline.duration)?;
+    let mut analysis =
+        Analysis::new(TableConfig::default(), settings.diagnosis.clone(), std::mem::take(&mut traced.env))
+            .with_env_refresh(Some(crate::host::environment))
+            .with_route_reader(Some(crate::host::tunnels::read_routes));
+    let shown = Shown::of(&settings, demo.description(), start);
+    let recorder = new_file.map(|file| recorder(&settings, file, &traced.source, start, shown.tick())).transpose()?;
+    let result = show(&shown, &mut traced, &mut analysis, recorder, &mut shutdown).await;
     if let Some(c) = traced.source.deep_counters() {
         eprintln!(
             "cctrace: deep mode: {} decision events received, {} lost in the kernel (ring buffer full), {} undecodable",
@@ -276,28 +191,28 @@ pub(super) async fn run(cli: &Cli, what: LiveRun<'_>) -> Result<()> {
 
 /// The host read, the filter resolved, the metrics set up and the kernel source started (deep
 /// mode's twins too): everything fails fast before anything is attached that can.
-async fn assemble(cli: &Cli, what: &LiveRun<'_>, demo: &Demo<'_>, start: (u64, u64), front: Front) -> Result<Traced> {
+async fn assemble(settings: &LiveSettings<'_>, demo: &Demo<'_>, start: (u64, u64)) -> Result<Traced> {
     // One resolver for the host facts and the filter, with the roots chosen above.
     crate::cgroups::set_system_resolver(CgroupResolver::new(
         cgroup2_mount(),
-        demo.container_files(container_files(cli)),
+        demo.container_files(settings.containers.clone()),
     ));
     // A filter term that names nothing is an error before anything is attached.
     let env = crate::host::environment();
-    let spec = filter_spec(cli);
+    let spec = settings.filter.clone();
     let host_paths = HostPaths { cgroup_root: cgroup2_mount() };
     let resolved = resolve(&spec, &env, &host_paths)?;
     // The port is taken and the collector's address checked before anything is attached: a
     // port in use or a bad endpoint fails fast.
-    let (mut metrics, otlp) = metrics(cli, what.listen, start, front.says_on_stderr()).await?;
+    let (mut metrics, otlp) = metrics(&settings.metrics, start, settings.front.says_on_stderr()).await?;
     // Attach first so the demo's connections are seen from their first packet.
-    let deep_namespaces = if cli.deep {
+    let deep_namespaces = if settings.deep {
         Some(deep_namespaces(&resolved, &env)?)
     } else {
         restore_deep_left();
         None
     };
-    let mut source = start_kernel(cli, resolved)?;
+    let mut source = start_kernel(&settings.kernel, resolved)?;
     if let Some(m) = &mut metrics {
         m.set_hooks(
             source
@@ -329,15 +244,14 @@ fn restore_deep_left() {
 /// The metrics service (serving at `listen`, or only feeding the OTLP export) and the OTLP
 /// export's status, for the line that ends the run.
 async fn metrics(
-    cli: &Cli,
-    listen: Option<SocketAddr>,
+    settings: &MetricsSettings,
     start: (u64, u64),
     on_stderr: bool,
 ) -> Result<(Option<MetricsService>, Option<OtlpStatus>)> {
-    let otlp = otlp_export(cli, start, on_stderr)?;
+    let otlp = otlp_export(settings.otlp.as_ref(), start, on_stderr)?;
     let status = otlp.as_ref().map(crate::metrics::OtlpExport::status);
-    let config = crate::metrics::MetricsConfig { top_flagged: cli.top_flagged, max_groups: cli.max_groups };
-    let mut metrics = match listen {
+    let config = settings.config.clone();
+    let mut metrics = match settings.listen {
         Some(addr) => Some(MetricsService::start(addr, config, Vec::new()).await?),
         None => otlp.is_some().then(|| MetricsService::without_server(config, Vec::new())),
     };
@@ -348,9 +262,16 @@ async fn metrics(
 }
 
 /// The recorder writing to `file`, its header first (anonymized when asked).
-fn recorder(cli: &Cli, file: NewFile, traced: &Traced, start: (u64, u64), tick: Duration) -> Result<Recorder> {
-    let mut header = recording_header(cli, &traced.source, &traced.spec, start, tick);
-    let mut anonymizer = cli.anonymize.then(crate::recording::anonymize::Anonymizer::default);
+fn recorder(
+    settings: &LiveSettings<'_>,
+    file: NewFile,
+    source: &LiveSource,
+    start: (u64, u64),
+    tick: Duration,
+) -> Result<Recorder> {
+    let mut header = recording_header(settings, source, start, tick);
+    let anonymize = settings.record.as_ref().is_some_and(|r| r.anonymize);
+    let mut anonymizer = anonymize.then(crate::recording::anonymize::Anonymizer::default);
     if let Some(a) = &mut anonymizer {
         header.anonymized = true;
         if let Entry::Header(h) = a.entry(Entry::Header(header.clone())) {

@@ -22,7 +22,7 @@ use clap::CommandFactory as _;
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
 use crate::cli::{Cli, Command};
 use crate::host::mounts::HostMounts;
-use live::LiveRun;
+use settings::LiveRun;
 
 /// Run what `cli` asks for; the exit code says how it went, and any error was printed as one
 /// line on stderr.

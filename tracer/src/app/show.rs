@@ -1,20 +1,22 @@
 //! A live run shown: the front end (the terminal UI, JSON Lines or nothing) over the traced
 //! source in the one stack through the pipeline, with the lines on stderr around it.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use super::lines::{recorded_line, summary_line};
-use super::live::Traced;
+use super::settings::{Front, LiveSettings};
+use crate::analysis::environment::Environment;
 use crate::analysis::filter::FilterSpec;
 use crate::analysis::Analysis;
-use crate::cli::Cli;
 use crate::frontend::json::JsonOutput;
 use crate::frontend::line_writer::LineWriter;
 use crate::frontend::stack::{stack, Extras, Headless};
-use crate::kernel::filter::live::FilterUpkeep;
+use crate::kernel::filter::live::{FilterUpkeep, LiveFilter};
+use crate::kernel::LiveSource;
+use crate::metrics::{MetricsService, OtlpStatus};
 use crate::pipeline::{self, FrontEnd, PipelineOptions};
 use crate::recording::{Recorder, RecordingStatus};
 use crate::signals::Shutdown;
@@ -27,45 +29,57 @@ fn host_actions() -> ActionPoll {
     Box::new(move || journal.poll())
 }
 
-/// Who shows the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Front {
-    Tui,
-    Json,
-    /// Nothing but the recorder and the metrics.
-    Headless,
-}
-
-impl Front {
-    pub(super) fn of(cli: &Cli, headless: bool) -> Self {
-        if headless {
-            Self::Headless
-        } else if cli.json || !std::io::stdout().is_terminal() {
-            Self::Json
-        } else {
-            Self::Tui
-        }
-    }
-
-    /// Whether lines on stderr are seen (no terminal UI draws over them).
-    pub(super) fn says_on_stderr(self) -> bool {
-        self != Self::Tui
-    }
+/// The live source with everything set up around it, ready to run a front end on.
+pub(super) struct Traced {
+    pub(super) source: LiveSource,
+    pub(super) spec: FilterSpec,
+    pub(super) live_filter: Option<LiveFilter>,
+    pub(super) env: Environment,
+    pub(super) metrics: Option<MetricsService>,
+    pub(super) serving: Option<SocketAddr>,
+    pub(super) otlp: Option<OtlpStatus>,
 }
 
 /// How the run is shown.
 pub(super) struct Shown {
     pub(super) front: Front,
+    /// JSON Lines print every kernel sample too.
+    pub(super) events: bool,
+    /// The OTLP collector's address and how often metrics go there, when they do.
+    pub(super) otlp: Option<(String, Duration)>,
     /// What the demo's lab is, when one runs.
     pub(super) demo: Option<String>,
     pub(super) start: (u64, u64),
     pub(super) pipeline_opts: PipelineOptions,
 }
 
+impl Shown {
+    /// How a live run with `settings` is shown, `demo` the lab's description if one runs.
+    pub(super) fn of(settings: &LiveSettings<'_>, demo: Option<String>, start: (u64, u64)) -> Self {
+        Self {
+            front: settings.front,
+            events: settings.events,
+            otlp: settings.metrics.otlp.as_ref().map(|o| (o.endpoint.clone(), o.interval)),
+            demo,
+            start,
+            pipeline_opts: settings.pipeline.clone(),
+        }
+    }
+
+    /// How often what is shown (and recorded) moves on: the terminal UI's frames, else the
+    /// pipeline's tick.
+    pub(super) fn tick(&self) -> Duration {
+        if self.front == Front::Tui {
+            crate::tui::TuiOptions::default().frame_interval
+        } else {
+            self.pipeline_opts.tick
+        }
+    }
+}
+
 /// Run the front end over the traced source until a stop, then say how it went: one path for
 /// all three front ends, which differ only in what they are and the lines around them.
 pub(super) async fn show(
-    cli: &Cli,
     shown: &Shown,
     traced: &mut Traced,
     analysis: &mut Analysis,
@@ -74,7 +88,7 @@ pub(super) async fn show(
 ) -> Result<()> {
     let recording = recorder.as_ref().map(Recorder::status);
     if shown.front.says_on_stderr() {
-        say_what_runs(cli, shown, traced, recording.as_ref());
+        say_what_runs(shown, traced, recording.as_ref());
         traced.live_filter.as_ref().context("the filter maps are missing")?;
     }
     // The filter in force is shared: the terminal UI's prompt (F) changes it, and the same
@@ -87,7 +101,7 @@ pub(super) async fn show(
     let source = &mut WithHostActions::new(&mut traced.source, host_actions());
     let summary = match shown.front {
         Front::Tui => {
-            let header = tui_header(cli, shown, source.describe(), traced.serving, &traced.spec);
+            let header = tui_header(shown, source.describe(), traced.serving, &traced.spec);
             let mut ui = crate::tui::TuiRun::new(header, shown.pipeline_opts.clone(), extras);
             ui.kernel_filter = filter_control;
             // `f` and `u` change the host through the same code as `cctrace fix`.
@@ -101,7 +115,7 @@ pub(super) async fn show(
         Front::Json => {
             let out = LineWriter::spawn(Box::new(std::io::stdout()));
             let wall = crate::analysis::time::WallClock::from_start(shown.start.0, shown.start.1);
-            let json = stack(JsonOutput::new(out, wall, cli.events), extras);
+            let json = stack(JsonOutput::new(out, wall, shown.events), extras);
             through(json, source, analysis, &shown.pipeline_opts, shutdown).await
         }
         Front::Headless => through(stack(Headless, extras), source, analysis, &shown.pipeline_opts, shutdown).await,
@@ -127,7 +141,7 @@ async fn through<F: FrontEnd>(
 }
 
 /// What runs, on stderr, where no terminal UI shows it.
-fn say_what_runs(cli: &Cli, shown: &Shown, traced: &Traced, recording: Option<&RecordingStatus>) {
+fn say_what_runs(shown: &Shown, traced: &Traced, recording: Option<&RecordingStatus>) {
     let described = traced.source.describe();
     if traced.spec.is_empty() {
         eprintln!("cctrace: tracing TCP in all network namespaces ({described})");
@@ -143,17 +157,16 @@ fn say_what_runs(cli: &Cli, shown: &Shown, traced: &Traced, recording: Option<&R
     if let Some(addr) = traced.serving {
         eprintln!("cctrace: serving metrics at http://{addr}/metrics");
     }
-    if let Some(otlp) = &cli.otlp {
+    if let Some((otlp, interval)) = &shown.otlp {
         eprintln!(
             "cctrace: exporting to the OTLP collector at {otlp}: metrics every {} s, events as they happen",
-            cli.otlp_interval.as_secs()
+            interval.as_secs()
         );
     }
 }
 
 /// The terminal UI's header: the host, the source, where the metrics go, the demo.
 fn tui_header(
-    cli: &Cli,
     shown: &Shown,
     mut described: String,
     serving: Option<SocketAddr>,
@@ -163,7 +176,7 @@ fn tui_header(
     if let Some(addr) = serving {
         described.push_str(&format!(" · metrics on http://{addr}/metrics"));
     }
-    if let Some(otlp) = &cli.otlp {
+    if let Some((otlp, _)) = &shown.otlp {
         described.push_str(&format!(" · OTLP to {otlp}"));
     }
     if let Some(d) = &shown.demo {

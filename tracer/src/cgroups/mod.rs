@@ -41,23 +41,20 @@ const MAX_NAME: usize = 253;
 /// Where the cgroup v2 hierarchy is mounted, from `/proc/self/mountinfo`: `/sys/fs/cgroup` on
 /// unified hosts, `/sys/fs/cgroup/unified` on hybrid ones; `None` without a v2 mount.
 pub fn cgroup2_mount() -> Option<PathBuf> {
-    cgroup2_mount_in(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+    cgroup2_mount_of(&procfs::process::Process::myself().ok()?.mountinfo().ok()?)
 }
 
-/// The first `cgroup2` mount of its root (`/`) in mountinfo text (see proc(5)): a bind mount of
-/// a subtree would give paths relative to that subtree.
+/// [`cgroup2_mount`] in mountinfo text (see proc(5)).
 pub fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        let (mount, fs) = line.split_once(" - ")?;
-        if fs.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        let fields: Vec<&str> = mount.split_whitespace().collect();
-        if fields.get(3) != Some(&"/") {
-            return None;
-        }
-        Some(PathBuf::from(unescape_mountinfo(fields.get(4)?)))
-    })
+    use procfs::FromBufRead as _;
+    cgroup2_mount_of(&procfs::process::MountInfos::from_buf_read(mountinfo.as_bytes()).ok()?)
+}
+
+/// The first `cgroup2` mount of its root (`/`): a bind mount of a subtree would give paths
+/// relative to that subtree.
+fn cgroup2_mount_of(mounts: &procfs::process::MountInfos) -> Option<PathBuf> {
+    let mount = mounts.into_iter().find(|m| m.fs_type == "cgroup2" && m.root == "/")?;
+    Some(PathBuf::from(unescape_mountinfo(&mount.mount_point.to_string_lossy())))
 }
 
 /// mountinfo writes space, tab, newline and backslash in paths as `\040`-style octal escapes.

@@ -71,8 +71,9 @@ fn the_v2_mount_is_found_on_unified_and_hybrid_hosts() {
         "50 1 0:38 /system.slice /mnt/x rw - cgroup2 cgroup2 rw\n51 1 0:38 / /my\\040cg rw - cgroup2 cgroup2 rw\n";
     assert_eq!(cgroup2_mount_in(bind), Some(PathBuf::from("/my cg")));
     assert_eq!(cgroup2_mount_in("garbage\n - \n\n"), None);
-    // This host: hybrid.
+    // This host: hybrid. The lab (its cgroups for tests and the demo) finds it by the same rule.
     assert!(cgroup2_mount().is_some_and(|m| m.join("cgroup.procs").exists()));
+    assert_eq!(cgroup2_mount(), cctrace_lab::cgroup2_mount().ok());
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The one front-end stack every mode runs through the pipeline: a front end (the terminal UI,
 //! JSON Lines, or [`Headless`]), a side job beside it (the kernel filter's upkeep), the
-//! recorder around that and the metrics metrics outermost, each optional. Live tracing, a
+//! recorder around that and the metrics exporter outermost, each optional. Live tracing, a
 //! recording session, `cctrace serve` and a replay differ only in which of them they give.
 
 use anyhow::Result;

@@ -41,6 +41,42 @@
 //!
 //! [`WindowPlan`] decides when windows open and close and [`CycleCost`] whether they pay (both
 //! pure); [`ProbeWindow`] attaches and detaches the program.
+//!
+//! ```text
+//!  no plan (an interval under 50 ms, --probe-always-attached, tcp_probe off): attached for good
+//!
+//!    start
+//!      │
+//!      ▼
+//!  ┌──────────────┐  once a second, at a tick: would a      ┌──────────────────┐
+//!  │ ATTACHED     │  window every interval pay at this      │ OPEN             │
+//!  │ no windows,  │  run rate? (CycleCost::windows_pay)     │ attached, its    │
+//!  │ no wake-ups  │──── yes: WindowPlan::resume ───────────▶│ runs counted     │
+//!  │ for them     │  no: stay, this thread's cost fades     │ from the opening │
+//!  └──────────────┘                                         └──────────────────┘
+//!      ▲                                                      │            ▲
+//!      │                                   Close: every flow  │            │ Open, at the
+//!      │                                   of the last windows│            │ interval's start:
+//!      │                                   sampled again after│            │ attach if detached
+//!      │                                   MIN_OPEN_NS, or 3/4│            │ and measure that
+//!      │                                   of an interval     ▼            │ cycle's cost
+//!      │  StopWindows: short windows   CycleCost::on_close(runs, open,     │ (CycleCost::measured)
+//!      └──────────── would not pay ◀──── time to the next window)          │
+//!                    either                   │                            │
+//!                                             │ Detach: the runs until the │
+//!                                             │ next window cost more than │
+//!                                             │ a cycle; KeepUntilNext:    │
+//!                                             │ this one window did not    │
+//!                                             ▼                            │
+//!                                   ┌─────────────────────┐                │
+//!                                   │ CLOSED              │────────────────┘
+//!                                   │ detached (Detach)   │
+//!                                   │ or attached until   │
+//!                                   │ the next window     │
+//!                                   └─────────────────────┘
+//!
+//!  --probe-windows-always: every Close detaches. stop(): no window opens again.
+//! ```
 
 use std::collections::HashMap;
 

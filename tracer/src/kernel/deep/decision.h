@@ -1,5 +1,8 @@
-/* The decision record the twins write into their ring buffer. Rust mirrors it in
- * tracer/src/analysis/decisions.rs (same offsets, size asserted on both sides). */
+/* The decision record the twins write into their ring buffer. Its Rust side is
+ * `DecisionRecord` in tracer-common/src/deep.rs, with the same version, kinds and algorithms.
+ * The assertions below pin every field's offset and the size; the tracer's test
+ * kernel/deep/layout_test.rs reads them and holds them equal to the Rust type's, so a change
+ * to either side fails the build or that test until both agree. */
 #ifndef CCT_DECISION_H
 #define CCT_DECISION_H
 
@@ -47,5 +50,29 @@ struct cct_decision {
 
 #define CCT_DECISION_SIZE 72
 _Static_assert(sizeof(struct cct_decision) == CCT_DECISION_SIZE, "decision layout");
+
+#define CCT_AT(field, offset) \
+	_Static_assert(__builtin_offsetof(struct cct_decision, field) == offset, "offset of " #field)
+CCT_AT(ts_ns, 0);
+CCT_AT(cookie, 8);
+CCT_AT(pacing_rate, 16);
+CCT_AT(bw, 24);
+CCT_AT(cwnd_before, 32);
+CCT_AT(cwnd_after, 36);
+CCT_AT(ssthresh, 40);
+CCT_AT(min_rtt_us, 44);
+CCT_AT(srtt_us, 48);
+CCT_AT(mss, 52);
+CCT_AT(value, 56);
+CCT_AT(version, 60);
+CCT_AT(kind, 61);
+CCT_AT(algo, 62);
+CCT_AT(ca_state, 63);
+CCT_AT(arg, 64);
+CCT_AT(bbr_cycle, 65);
+CCT_AT(bbr_pacing_gain, 66);
+CCT_AT(bbr_cwnd_gain, 68);
+CCT_AT(_pad, 70);
+#undef CCT_AT
 
 #endif

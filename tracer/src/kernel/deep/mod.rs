@@ -15,6 +15,8 @@
 //! and [`feed`] for how the live source reads the decisions beside the samples.
 
 pub mod feed;
+#[cfg(test)]
+mod layout_test;
 pub mod session;
 
 use std::os::fd::{AsFd, OwnedFd};
