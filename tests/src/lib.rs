@@ -339,6 +339,32 @@ pub fn record_agrees(v: &Value) -> Result<()> {
         let own = words(&CLASS_WORDS).with_context(|| format!("an unknown class {class}: {v}"))?;
         anyhow::ensure!(text.contains(own), "{class} without its words ({own:?}): {v}");
     }
+    receiving_end_agrees(v, class, text)
+}
+
+/// A receiving flow judged from its receiving end (`evidence.remote_sender`) tells the same
+/// story: where its sender is not on this host the record is that judgment and says it is the
+/// receiving end's; where it is, the record stays `receiving` and names the receiving end's class
+/// and flag.
+fn receiving_end_agrees(v: &Value, class: &str, text: &str) -> Result<()> {
+    let remote = &v["evidence"]["remote_sender"];
+    if !remote.is_object() {
+        return Ok(());
+    }
+    let (own, flagged) = (remote["limited_by"].as_str().unwrap_or_default(), remote["flagged"] == true);
+    if remote["sender_on_host"].is_null() {
+        anyhow::ensure!(
+            own == class && flagged == (v["flagged"] == true),
+            "the receiving end's evidence says {own} (flagged {flagged}), the record {class}: {v}"
+        );
+        anyhow::ensure!(
+            text.to_lowercase().contains("from this receiving end"),
+            "a receiving end's verdict not saying so: {v}"
+        );
+    } else {
+        let said = format!("from this end alone: {own}{}", if flagged { ", flagged" } else { "" });
+        anyhow::ensure!(class == "receiving" && text.contains(&said), "sender on this host, yet not {said:?}: {v}");
+    }
     Ok(())
 }
 
@@ -667,6 +693,17 @@ mod tests {
         let sndbuf = "send-buffer-limited: the local send buffer is too small (63.6 Mbit/s over 9 s) ...";
         assert!(record_agrees(&record("sndbuf", true, sndbuf)).is_ok());
         assert!(record_agrees(&serde_json::json!({"type": "flow", "proto": "udp", "limited_by": "tunnel"})).is_ok());
+        let remote = |class: &str, flagged: bool, on_host: Option<u64>, verdict: &str| {
+            let mut r = record(class, flagged, verdict);
+            r["evidence"] = serde_json::json!({"remote_sender": {"limited_by": "cwnd", "flagged": true, "sender_on_host": on_host}});
+            r
+        };
+        let from_here = "From this receiving end: the sender at 198.18.0.1:1 (to 198.18.0.2:2) is held back by loss-based congestion control. ...";
+        assert!(record_agrees(&remote("cwnd", true, None, from_here)).is_ok());
+        assert!(record_agrees(&remote("cwnd", true, None, held)).is_err());
+        let here = "receiving: its sender is a socket of this host (cookie 7), judged there; from this end alone: cwnd, flagged";
+        assert!(record_agrees(&remote("receiving", false, Some(7), here)).is_ok());
+        assert!(record_agrees(&remote("receiving", false, Some(7), &here.replace(", flagged", ""))).is_err());
     }
 
     #[test]

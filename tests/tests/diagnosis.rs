@@ -165,11 +165,18 @@ fn lossy_wan_flags_cubic_and_spares_bbr_and_thin_streams() -> Result<()> {
 fn lossy_wan_scenario() -> Result<f64> {
     // The BBR flows get their own copy of the path, as in the demo: on a shared one the BBR bulk
     // transfer keeps the bottleneck's queue full, and CUBIC's losses then come with a queue.
+    // The BBR stream gets one of its own too: beside the BBR bulk transfer its data meets that
+    // transfer's queue, and its receiving end, which cannot tell whose queue it is, says `path`
+    // (docs/flagging.md, the cases it gets wrong); the case here is a sender its application paces.
     let path = wan(0.02)?;
     let bbr_path = wan(0.02)?;
+    let stream_path = wan(0.02)?;
+    let hidden = receivers_only(&[&path, &bbr_path, &stream_path])?;
     let tracer = Tracer::start(&["--interval", "1000"])?;
-    let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-    let _bbr_sink = Sink::start(bbr_path.receiver(), bbr_path.receiver_addr(), PORT, SinkOptions::default())?;
+    let mut sinks = Vec::new();
+    for p in [&path, &bbr_path, &stream_path] {
+        sinks.push(Sink::start(p.receiver(), p.receiver_addr(), PORT, SinkOptions::default())?);
+    }
     let t0 = monotonic_ns();
     let secs = 16;
     let video = SendMode::Paced { rate_bps: 25_000_000, write_size: 64 * 1024 };
@@ -177,7 +184,7 @@ fn lossy_wan_scenario() -> Result<f64> {
         ("cubic bulk", start(&path, PORT, "cubic", SendMode::Bulk, secs)?),
         ("bbr bulk", start(&bbr_path, PORT, "bbr", SendMode::Bulk, secs)?),
         ("cubic 25M stream", start(&path, PORT, "cubic", video.clone(), secs)?),
-        ("bbr 25M stream", start(&bbr_path, PORT, "bbr", video, secs)?),
+        ("bbr 25M stream", start(&stream_path, PORT, "bbr", video, secs)?),
         (
             "cubic 0.5M stream",
             start(&path, PORT, "cubic", SendMode::Paced { rate_bps: 500_000, write_size: 1024 }, secs)?,
@@ -188,18 +195,43 @@ fn lossy_wan_scenario() -> Result<f64> {
     for (name, s) in flows {
         reports.insert(name, s.wait()?);
     }
-    let netns_of = |name: &str| if name.starts_with("bbr") { bbr_path.sender().inode() } else { path.sender().inode() };
+    let path_of = |name: &str| match name {
+        "bbr 25M stream" => &stream_path,
+        _ if name.starts_with("bbr") => &bbr_path,
+        _ => &path,
+    };
+    let netns_of = |name: &str| path_of(name).sender().inode();
     let closed: Vec<(u64, u16)> = ports.iter().map(|(name, port)| (netns_of(name), *port)).collect();
     wait_all_closed(&tracer, &closed)?;
+    let receiver_of = |name: &str| path_of(name).receiver().inode();
+    let received: Vec<(u64, u16)> = ports.iter().map(|(name, port)| (receiver_of(name), *port)).collect();
+    wait_receivers_closed(&hidden, &received)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
-    let late = late_share(&[&path, &bbr_path]);
+    let (code, hidden_lines) = hidden.stop()?;
+    assert_eq!(code, 0, "the receivers' tracer");
+    let late = late_share(&[&path, &bbr_path, &stream_path]);
     println!("emulator: {:.2}% of packets released late", late * 100.0);
-    let o = |name: &str| {
-        let netns = if name.starts_with("bbr") { bbr_path.sender().inode() } else { path.sender().inode() };
-        outcome(&lines, netns, ports[name], t0)
+    let o = |name: &str| outcome(&lines, netns_of(name), ports[name], t0);
+    // From the receiving end: a sender its application paces is not flagged (the BBR stream
+    // keeps up with its application; the thin CUBIC one is far below its loss response).
+    let ends = || -> Result<()> {
+        let ends: Vec<(ReceivingEnd, FromReceiver)> = [
+            ("bbr 25M stream", FromReceiver::Says("application")),
+            ("cubic 0.5M stream", FromReceiver::NotFlagged),
+            ("cubic bulk", FromReceiver::Informative),
+            ("bbr bulk", FromReceiver::Informative),
+            ("cubic 25M stream", FromReceiver::Informative),
+        ]
+        .into_iter()
+        .map(|(name, want)| {
+            let sender = (netns_of(name), ports[name]);
+            (ReceivingEnd::of(name, &lines, &hidden_lines, sender, receiver_of(name)), want)
+        })
+        .collect();
+        check_ends(ends.iter().map(|(end, want)| (end, *want)))
     };
-    judged_on(late, check_lossy_wan(&o, &path, &reports))
+    judged_on(late, check_lossy_wan(&o, &path, &reports).and_then(|()| ends()))
 }
 
 fn check_lossy_wan(
@@ -261,19 +293,25 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     require_kernel!();
     let _serial = serial();
     let path = wan(0.0)?;
+    let hidden = receivers_only(&[&path])?;
     let tracer = Tracer::start(&["--interval", "1000"])?;
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let _small =
         Sink::start(path.receiver(), path.receiver_addr(), SMALL_RCVBUF_PORT, SinkOptions { rcvbuf: Some(32 * 1024) })?;
-    let bulk = start(&path, PORT, "cubic", SendMode::Bulk, 12)?;
-    let windowed = start(&path, SMALL_RCVBUF_PORT, "cubic", SendMode::Bulk, 12)?;
+    // 16 s: the receiving end is compared with the sender after its first 10 s.
+    let bulk = start(&path, PORT, "cubic", SendMode::Bulk, 16)?;
+    let windowed = start(&path, SMALL_RCVBUF_PORT, "cubic", SendMode::Bulk, 16)?;
     let (bulk_port, windowed_port) = (bulk.local_port(), windowed.local_port());
     let t0 = monotonic_ns();
     bulk.wait()?;
     windowed.wait()?;
     wait_all_closed(&tracer, &[(path.sender().inode(), bulk_port), (path.sender().inode(), windowed_port)])?;
+    let receiver = path.receiver().inode();
+    wait_receivers_closed(&hidden, &[(receiver, bulk_port), (receiver, windowed_port)])?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
+    let (code, hidden_lines) = hidden.stop()?;
+    assert_eq!(code, 0, "the receivers' tracer");
     let netns = path.sender().inode();
     let clean = outcome(&lines, netns, bulk_port, t0)?;
     assert!(!clean.ever_flagged, "clean path: {}", describe(&clean));
@@ -281,6 +319,12 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     let rwnd = outcome(&lines, netns, windowed_port, t0)?;
     assert!(!rwnd.ever_flagged, "small rcvbuf: {}", describe(&rwnd));
     assert_eq!(rwnd.last["limited_by"], "rwnd", "small rcvbuf: {}", describe(&rwnd));
+    // From the receiving end: this host's window, set by the application's SO_RCVBUF.
+    let windowed_end = ReceivingEnd::of("small rcvbuf", &lines, &hidden_lines, (netns, windowed_port), receiver);
+    let clean_end = ReceivingEnd::of("clean path", &lines, &hidden_lines, (netns, bulk_port), receiver);
+    check_ends([(&windowed_end, FromReceiver::Says("rwnd")), (&clean_end, FromReceiver::Informative)].into_iter())?;
+    let verdict = windowed_end.hidden.last().and_then(|v| v["verdict"].as_str()).unwrap_or_default().to_string();
+    anyhow::ensure!(verdict.contains("SO_RCVBUF"), "the application's buffer is named: {verdict}");
     Ok(())
 }
 
@@ -364,6 +408,8 @@ struct Judged {
     label: String,
     outcome: Outcome,
     goodput_bps: f64,
+    /// The same transfer judged from its receiving end.
+    receiving: ReceivingEnd,
 }
 
 impl Judged {
@@ -406,8 +452,10 @@ impl Judged {
     }
 }
 
-/// Run bulk flows (`(path index, cc)`) over `paths` for `secs` under one tracer.
+/// Run bulk flows (`(path index, cc)`) over `paths` for `secs` under one tracer, and beside it a
+/// second that sees only the receivers (see [`ReceivingEnd`]).
 fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64) -> Result<Vec<Judged>> {
+    let hidden = receivers_only(&paths.iter().map(|(_, p)| *p).collect::<Vec<_>>())?;
     let tracer = Tracer::start(&["--interval", "1000"])?;
     let mut sinks = Vec::new();
     for (_, p) in paths {
@@ -425,8 +473,13 @@ fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64)
     }
     let closed: Vec<(u64, u16)> = done.iter().map(|(i, _, port, _)| (paths[*i].1.sender().inode(), *port)).collect();
     wait_all_closed(&tracer, &closed)?;
+    let received: Vec<(u64, u16)> =
+        done.iter().map(|(i, _, port, _)| (paths[*i].1.receiver().inode(), *port)).collect();
+    wait_receivers_closed(&hidden, &received)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
+    let (code, hidden_lines) = hidden.stop()?;
+    assert_eq!(code, 0, "the receivers' tracer");
     if let Ok(dir) = std::env::var("CCT_DUMP") {
         let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
         std::fs::write(format!("{dir}/lines-{}.jsonl", monotonic_ns()), text)?;
@@ -437,9 +490,12 @@ fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64)
     drop(sinks);
     done.into_iter()
         .map(|(i, cc, port, report)| {
+            let (label, path) = (format!("{cc} on {}", paths[i].0), paths[i].1);
+            let sender = (path.sender().inode(), port);
             Ok(Judged {
-                label: format!("{cc} on {}", paths[i].0),
-                outcome: outcome(&lines, paths[i].1.sender().inode(), port, t0)?,
+                receiving: ReceivingEnd::of(&label, &lines, &hidden_lines, sender, path.receiver().inode()),
+                label,
+                outcome: outcome(&lines, sender.0, port, t0)?,
                 goodput_bps: report.goodput_bps,
             })
         })
@@ -503,7 +559,13 @@ fn loss_based_scenario(losses: &[f64], bursty_extra: bool) -> Result<f64> {
     let all: Vec<&EmulatedPath> = paths.iter().map(|(_, p)| *p).collect();
     let late = late_share(&all);
     println!("emulator: {:.2}% of packets released late", late * 100.0);
-    judged_on(late, judged.iter().try_for_each(|j| j.check_flagged_and_stays(15.0)))
+    let checked = judged.iter().try_for_each(|j| j.check_flagged_and_stays(15.0)).and_then(|()| {
+        check_ends(judged.iter().map(|j| {
+            let listed = ["30 ms 0.10%", "30 ms 1.00%"].iter().any(|p| j.label.ends_with(p));
+            (&j.receiving, if listed { FromReceiver::Flagged } else { FromReceiver::Informative })
+        }))
+    });
+    judged_on(late, checked)
 }
 
 /// The three loss rates in one run: at these rates CUBIC and Reno take a few to a few tens of
@@ -524,33 +586,49 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
     // takes its whole path, and the emulator needs about a core for 200 Mbit/s: the 30 ms and
     // 80 ms paths of each loss rate run side by side at half the lossy paths' rate each, so the
     // emulator carries what one BBR flow on a full-rate path did, in half the suite's time.
-    let tracer = Tracer::start(&["--interval", "1000"])?;
-    let t0 = monotonic_ns();
+    // The paths are made first: the receivers' tracer (see [`ReceivingEnd`]) filters them by
+    // name from its start. 16 s a run: the receiving end is compared after its first 10 s.
     let rate = LOSSY_PATH_BPS / 2;
-    let mut runs = Vec::new();
+    let mut pairs = Vec::new();
     for loss in [0.0005, 0.001, 0.01] {
         let mut pair = Vec::new();
         for rtt in [30, 80] {
-            let path = lossy_path_at(rate, rtt, loss, false)?;
-            let name = format!("{rtt} ms {:.2}%", loss * 100.0);
-            let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
-            let sender = start(&path, PORT, "bbr", SendMode::Bulk, 12)?;
-            pair.push((name, path, sink, sender));
+            pair.push((format!("{rtt} ms {:.2}%", loss * 100.0), loss, lossy_path_at(rate, rtt, loss, false)?));
         }
-        for (name, path, sink, sender) in pair {
+        pairs.push(pair);
+    }
+    let hidden = receivers_only(&pairs.iter().flatten().map(|(_, _, p)| p).collect::<Vec<_>>())?;
+    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let t0 = monotonic_ns();
+    let mut runs = Vec::new();
+    for pair in &pairs {
+        let mut running = Vec::new();
+        for (name, loss, path) in pair {
+            let sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
+            running.push((name, *loss, path, sink, start(path, PORT, "bbr", SendMode::Bulk, 16)?));
+        }
+        for (name, loss, path, sink, sender) in running {
             let port = sender.local_port();
             let report = sender.wait()?;
             drop(sink);
-            assert_realised_loss(&name, &path, loss);
-            runs.push((name, loss, path.sender().inode(), port, report.goodput_bps));
+            assert_realised_loss(name, path, loss);
+            runs.push((name.clone(), loss, path, port, report.goodput_bps));
         }
     }
-    let closed: Vec<(u64, u16)> = runs.iter().map(|(_, _, netns, port, _)| (*netns, *port)).collect();
+    let closed: Vec<(u64, u16)> = runs.iter().map(|(_, _, path, port, _)| (path.sender().inode(), *port)).collect();
     wait_all_closed(&tracer, &closed)?;
+    let received: Vec<(u64, u16)> = runs.iter().map(|(_, _, path, port, _)| (path.receiver().inode(), *port)).collect();
+    wait_receivers_closed(&hidden, &received)?;
     let (code, lines) = tracer.stop()?;
     assert_eq!(code, 0);
-    for (name, loss, netns, port, goodput_bps) in runs {
-        let j = Judged { label: format!("bbr on {name}"), outcome: outcome(&lines, netns, port, t0)?, goodput_bps };
+    let (code, hidden_lines) = hidden.stop()?;
+    assert_eq!(code, 0, "the receivers' tracer");
+    let mut ends = Vec::new();
+    for (name, loss, path, port, goodput_bps) in runs {
+        let label = format!("bbr on {name}");
+        let (netns, receiver) = (path.sender().inode(), path.receiver().inode());
+        let receiving = ReceivingEnd::of(&label, &lines, &hidden_lines, (netns, port), receiver);
+        let j = Judged { label, outcome: outcome(&lines, netns, port, t0)?, goodput_bps, receiving };
         println!("{}", j.describe());
         assert!(!j.outcome.ever_flagged, "{}", j.describe());
         assert!(j.goodput_bps > rate as f64 / 2.0, "BBR uses the path: {}", j.describe());
@@ -560,8 +638,11 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
         if loss <= 0.001 {
             assert!(j.outcome.late_share("path") >= 0.5, "{}", j.describe());
         }
+        // Not flagged from the receiving end either: it does not cut at its losses.
+        let listed = name.starts_with("30 ms") && loss >= 0.001;
+        ends.push((j.receiving, if listed { FromReceiver::NotFlagged } else { FromReceiver::Informative }));
     }
-    Ok(())
+    check_ends(ends.iter().map(|(end, want)| (end, *want)))
 }
 
 #[test]
@@ -600,6 +681,10 @@ fn check_full_bottlenecks(judged: &[Judged], rate: u64) -> Result<()> {
     for j in judged {
         anyhow::ensure!(!j.outcome.ever_flagged, "{}", j.describe());
     }
+    // From the receiving end, the shallow and the deep queue are the path too.
+    check_ends(judged.iter().enumerate().map(|(i, j)| {
+        (&j.receiving, if i == 0 || i == 2 { FromReceiver::Says("path") } else { FromReceiver::Informative })
+    }))?;
     // Alone on its bottleneck, each flow is told it fills the path: from the queue before its
     // losses (shallow) or its standing queue (medium, deep).
     // Until a shallow buffer's flow has lost twice after queueing it is only window-limited
@@ -660,16 +745,18 @@ fn without_btf_scenario() -> Result<f64> {
     for (name, p, s) in started {
         let port = s.local_port();
         let report = s.wait()?;
-        done.push((name, p.sender().inode(), port, report.goodput_bps));
+        done.push((name, p.sender().inode(), p.receiver().inode(), port, report.goodput_bps));
     }
-    let closed: Vec<(u64, u16)> = done.iter().map(|(_, netns, port, _)| (*netns, *port)).collect();
+    let closed: Vec<(u64, u16)> = done.iter().map(|(_, netns, _, port, _)| (*netns, *port)).collect();
     wait_all_closed(&tracer, &closed)?;
     let (code, lines) = tracer.stop()?;
     anyhow::ensure!(code == 0);
     drop(sinks);
     let mut judged = HashMap::new();
-    for (name, netns, port, goodput_bps) in done {
-        let j = Judged { label: name.to_string(), outcome: outcome(&lines, netns, port, t0)?, goodput_bps };
+    for (name, netns, receiver, port, goodput_bps) in done {
+        // Without BTF nothing counts a receiving socket's segments: its end is not judged.
+        let receiving = ReceivingEnd::of(name, &lines, &[], (netns, port), receiver);
+        let j = Judged { label: name.to_string(), outcome: outcome(&lines, netns, port, t0)?, goodput_bps, receiving };
         println!("{}", j.describe());
         judged.insert(name, j);
     }
@@ -692,7 +779,7 @@ fn check_without_btf(judged: &HashMap<&str, Judged>, lossy: &EmulatedPath) -> Re
     anyhow::ensure!(!full.outcome.ever_flagged && full.outcome.last["limited_by"] == "path", "{}", full.describe());
     let rwnd = &judged["cubic rwnd"];
     anyhow::ensure!(!rwnd.outcome.ever_flagged && rwnd.outcome.last["limited_by"] == "rwnd", "{}", rwnd.describe());
-    Ok(())
+    judged.values().try_for_each(|j| j.receiving.not_judged_without_btf())
 }
 
 // ---- Long fat paths (issue 46) ----
@@ -752,4 +839,268 @@ fn check_long_fat(judged: &[Judged]) -> Result<()> {
     anyhow::ensure!(share.is_some_and(|s| s >= 0.75), "sndbuf in {share:?} of its verdicts since:{}", trail(o));
     anyhow::ensure!(o.last["limited_by"] == "sndbuf", "{}", bbr.describe());
     Ok(())
+}
+
+// ---- From the receiving end (issue 48) ----
+//
+// Every run above is judged from both ends at once: the tracer that sees every namespace judges
+// each flow at its sender and, from the receiving socket alone, at its receiver (the receiving
+// end's verdict is in its `evidence.remote_sender` while its sender is on this host); a second
+// tracer filtered in the kernel to the receivers' namespaces (`--netns`) cannot see the senders
+// at all, and judges the same transfers as a download from a remote host. One transfer judged
+// three ways costs the suite a tracer's start, not a transfer.
+
+/// A tracer that sees only the receivers' namespaces of `paths`.
+fn receivers_only(paths: &[&EmulatedPath]) -> Result<Tracer> {
+    let mut args = vec!["--interval".to_string(), "1000".to_string()];
+    for p in paths {
+        args.extend(["--netns".to_string(), p.receiver().name().to_string()]);
+    }
+    Tracer::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The flow lines of the receiving socket of the flow its sender sent from `sender_port`, while
+/// open: the sink's side of it in the receiver's namespace.
+fn receiving_lines(lines: &[Value], receiver_netns: u64, sender_port: u16) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|v| {
+            v["type"] == "flow"
+                && v["netns"].as_u64() == Some(receiver_netns)
+                && v["dport"] == sender_port
+                && v["closed"] == false
+        })
+        .cloned()
+        .collect()
+}
+
+/// Wait until a tracer said the receiving socket of each flow (receiver netns, sender port)
+/// closed.
+fn wait_receivers_closed(tracer: &Tracer, flows: &[(u64, u16)]) -> Result<()> {
+    for &(netns, port) in flows {
+        tracer.wait_for(&format!("the close of the receiver of :{port}"), Duration::from_secs(15), |lines| {
+            lines.iter().any(|v| {
+                v["type"] == "flow" && v["netns"].as_u64() == Some(netns) && v["dport"] == port && v["closed"] == true
+            })
+        })?;
+    }
+    Ok(())
+}
+
+/// What two ends are compared by: the flag, else the class where it names a limit both ends
+/// can see (the path, this host's window, a sender with little to send); every other
+/// unflagged class is one.
+fn end_class(limited_by: &str, flagged: bool) -> &'static str {
+    match (flagged, limited_by) {
+        (true, _) => "flagged",
+        (false, "path") => "path",
+        (false, "rwnd") => "rwnd",
+        (false, "application") => "application",
+        (false, "unknown" | "receiving") => "not judged",
+        _ => "unflagged",
+    }
+}
+
+/// One evaluation of one end: when (the sample's clock), its class.
+type Judgment = (u64, &'static str);
+
+fn sender_judgments(lines: &[Value]) -> Vec<Judgment> {
+    lines
+        .iter()
+        .filter(|v| v["closed"] == false)
+        .map(|v| {
+            let class = end_class(v["limited_by"].as_str().unwrap_or(""), v["flagged"] == true);
+            (v["ts_ns"].as_u64().unwrap_or(0), class)
+        })
+        .collect()
+}
+
+/// The receiving end's own judgments: its verdict where the sender is not seen (`hidden`), its
+/// `remote_sender` evidence where it is.
+fn receiver_judgments(lines: &[Value], hidden: bool) -> Vec<Judgment> {
+    lines
+        .iter()
+        .map(|v| {
+            let r = &v["evidence"]["remote_sender"];
+            let (limited_by, flagged) = if hidden {
+                (v["limited_by"].as_str().unwrap_or(""), v["flagged"] == true)
+            } else {
+                (r["limited_by"].as_str().unwrap_or("receiving"), r["flagged"] == true)
+            };
+            (v["ts_ns"].as_u64().unwrap_or(0), end_class(limited_by, flagged))
+        })
+        .collect()
+}
+
+/// Of the receiving end's judgments `after_s` seconds past `start_ns`, the share whose class is
+/// the sender's at its nearest judgment (within 1.5 s), and how many were compared.
+fn agreement(sender: &[Judgment], receiver: &[Judgment], start_ns: u64, after_s: f64) -> (f64, usize) {
+    let from = start_ns + (after_s * 1e9) as u64;
+    let mut compared = 0;
+    let mut agreed = 0;
+    for &(ts, class) in receiver.iter().filter(|(ts, _)| *ts >= from) {
+        let nearest =
+            sender.iter().filter(|(s, _)| s.abs_diff(ts) <= 1_500_000_000).min_by_key(|(s, _)| s.abs_diff(ts));
+        let Some(&(_, sender_class)) = nearest else { continue };
+        compared += 1;
+        agreed += usize::from(sender_class == class);
+    }
+    (if compared == 0 { 0.0 } else { agreed as f64 / compared as f64 }, compared)
+}
+
+/// What the receiving end must say of a flow, beyond agreeing with its sender.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum FromReceiver {
+    /// Flagged within 15 s of the flow's start, and on at least 80 % of the judgments after.
+    Flagged,
+    NotFlagged,
+    /// Not flagged, and its last judgment says this.
+    Says(&'static str),
+    /// Agreement printed, nothing required (a case the issue does not list).
+    Informative,
+}
+
+/// Check every end against what it must say, and fail with all that did not (one failed flow
+/// must not hide what the others showed).
+fn check_ends<'a>(ends: impl Iterator<Item = (&'a ReceivingEnd, FromReceiver)>) -> Result<()> {
+    let failed: Vec<String> = ends.filter_map(|(end, want)| end.check(want).err()).map(|e| format!("{e:#}")).collect();
+    anyhow::ensure!(failed.is_empty(), "{} receiving ends failed:\n{}", failed.len(), failed.join("\n"));
+    Ok(())
+}
+
+/// One flow judged from its receiving end: both tracers' lines of its receiving socket.
+struct ReceivingEnd {
+    label: String,
+    /// The tracer that sees both ends: the sender's lines, the receiver's.
+    sender: Vec<Value>,
+    receiver: Vec<Value>,
+    /// The tracer that sees only the receivers.
+    hidden: Vec<Value>,
+    start_ns: u64,
+}
+
+impl ReceivingEnd {
+    fn of(label: &str, both: &[Value], hidden: &[Value], sender: (u64, u16), receiver_netns: u64) -> Self {
+        let sender_lines = lines_of(both, sender.0, sender.1);
+        let start_ns = sender_lines
+            .iter()
+            .chain(receiving_lines(hidden, receiver_netns, sender.1).iter())
+            .filter_map(|v| v["ts_ns"].as_u64())
+            .min()
+            .unwrap_or(0);
+        Self {
+            label: label.to_string(),
+            sender: sender_lines,
+            receiver: receiving_lines(both, receiver_netns, sender.1),
+            hidden: receiving_lines(hidden, receiver_netns, sender.1),
+            start_ns,
+        }
+    }
+
+    fn trail(&self) -> String {
+        self.hidden
+            .iter()
+            .map(|v| {
+                let r = &v["evidence"]["remote_sender"];
+                format!(
+                    "\n  {:5.1} s {:<11} flagged={:<5} episodes {} ({} clean) cut {} goodput {:.1} Mbit/s response {:.1}: {}",
+                    v["ts_ns"].as_u64().unwrap_or(0).saturating_sub(self.start_ns) as f64 / 1e9,
+                    v["limited_by"].as_str().unwrap_or("?"),
+                    v["flagged"],
+                    r["loss_episodes"],
+                    r["clean_episodes"],
+                    r["median_cut"],
+                    r["goodput_bps"].as_f64().unwrap_or(0.0) / 1e6,
+                    r["response_bps"].as_f64().unwrap_or(0.0) / 1e6,
+                    r["not_flagged"].as_str().unwrap_or(""),
+                )
+            })
+            .collect()
+    }
+
+    /// Without BTF: every receiving line says `receiving`, with its receiving fields null and no
+    /// judgment of its own (sock_diag cannot count segments).
+    fn not_judged_without_btf(&self) -> Result<()> {
+        anyhow::ensure!(!self.receiver.is_empty(), "{}: no receiving lines", self.label);
+        for v in &self.receiver {
+            anyhow::ensure!(
+                v["receive"].is_null() && v["evidence"]["remote_sender"].is_null(),
+                "{}: receiving fields without BTF: {v}",
+                self.label
+            );
+            let class = v["limited_by"].as_str().unwrap_or_default();
+            anyhow::ensure!(
+                matches!(class, "receiving" | "unknown" | "idle"),
+                "{}: judged as {class}: {v}",
+                self.label
+            );
+        }
+        Ok(())
+    }
+
+    /// The receiving end agrees with the sender's own verdict on at least 80 % of its judgments
+    /// after the first ten seconds, seen from both tracers; and says what `want` asks.
+    fn check(&self, want: FromReceiver) -> Result<()> {
+        let sender = sender_judgments(&self.sender);
+        let (both, n_both) = agreement(&sender, &receiver_judgments(&self.receiver, false), self.start_ns, 10.0);
+        let (hidden, n_hidden) = agreement(&sender, &receiver_judgments(&self.hidden, true), self.start_ns, 10.0);
+        let classes = |j: Vec<Judgment>| j.into_iter().map(|(_, c)| c).collect::<Vec<_>>();
+        println!(
+            "{}: receiving end agrees with the sender on {:.0}% of {n_both} (both seen) and {:.0}% of {n_hidden} (sender hidden)\n  sender {:?}\n  hidden {:?}",
+            self.label,
+            both * 100.0,
+            hidden * 100.0,
+            classes(sender_judgments(&self.sender)),
+            classes(receiver_judgments(&self.hidden, true)),
+        );
+        if want == FromReceiver::Informative {
+            return Ok(());
+        }
+        anyhow::ensure!(n_both >= 3 && n_hidden >= 3, "{}: too few judgments after 10 s{}", self.label, self.trail());
+        anyhow::ensure!(both >= 0.8, "{}: agreement {:.2} with both ends seen{}", self.label, both, self.trail());
+        anyhow::ensure!(
+            hidden >= 0.8,
+            "{}: agreement {:.2} with the sender hidden{}",
+            self.label,
+            hidden,
+            self.trail()
+        );
+        let flagged_at = self
+            .hidden
+            .iter()
+            .find(|v| v["flagged"] == true)
+            .and_then(|v| v["ts_ns"].as_u64())
+            .map(|ts| ts.saturating_sub(self.start_ns) as f64 / 1e9);
+        let last = self.hidden.last().context("no receiving-end lines")?;
+        match want {
+            FromReceiver::Flagged => {
+                let at = flagged_at.with_context(|| format!("{}: never flagged{}", self.label, self.trail()))?;
+                anyhow::ensure!(at <= 15.0, "{}: flagged only after {at:.1} s{}", self.label, self.trail());
+                anyhow::ensure!(last["flagged"] == true, "{}: stays flagged{}", self.label, self.trail());
+                let verdict = last["verdict"].as_str().unwrap_or_default();
+                anyhow::ensure!(
+                    verdict.contains("Mathis bound")
+                        && verdict.contains("On the sender's host")
+                        && verdict.contains("net.ipv4.tcp_congestion_control=bbr"),
+                    "{verdict}"
+                );
+                anyhow::ensure!(last["fix"].is_null(), "nothing to change on this host: {}", last["fix"]);
+            }
+            FromReceiver::NotFlagged => {
+                anyhow::ensure!(flagged_at.is_none(), "{}: flagged{}", self.label, self.trail());
+            }
+            FromReceiver::Says(class) => {
+                anyhow::ensure!(flagged_at.is_none(), "{}: flagged{}", self.label, self.trail());
+                anyhow::ensure!(
+                    last["limited_by"] == class,
+                    "{}: says {}{}",
+                    self.label,
+                    last["limited_by"],
+                    self.trail()
+                );
+            }
+            FromReceiver::Informative => {}
+        }
+        Ok(())
+    }
 }

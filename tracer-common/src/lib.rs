@@ -12,7 +12,7 @@
 #![no_std]
 
 /// Version of the ring-buffer record layout. Bump on any layout change.
-pub const WIRE_VERSION: u16 = 6;
+pub const WIRE_VERSION: u16 = 7;
 
 /// Nanoseconds per second: kernel timestamps are CLOCK_MONOTONIC nanoseconds.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
@@ -84,6 +84,9 @@ pub mod reason {
     pub const DESTROY: u8 = 5;
     /// Start-up snapshot of an existing socket (`iter/tcp`), so idle flows show at once.
     pub const SNAPSHOT: u8 = 6;
+    /// A receiving socket finished measuring its sender's rate across a loss episode (see
+    /// [`RecvCounts`]): sampled at once, so every episode's figures reach userspace.
+    pub const RECV_EPISODE: u8 = 7;
 }
 
 /// Bits of [`FlowSample::flags`].
@@ -104,6 +107,18 @@ pub mod flag {
     /// `wscale_ok` clear): the peer's window can never pass 64 KiB. Never set where the kernel's
     /// BTF lacks the field.
     pub const WINDOW_UNSCALED: u8 = 1 << 5;
+}
+
+/// Bits of [`FlowSample::rcv_flags`].
+pub mod rcv_flag {
+    /// The socket's segments were counted one by one (`tcp_probe` with its `sk_buff`: BTF
+    /// tracepoints only), so [`super::FlowSample::rcv`] holds real counts.
+    pub const COUNTED: u8 = 1 << 0;
+    /// Data waits in the out-of-order queue: a hole is open now.
+    pub const OUT_OF_ORDER: u8 = 1 << 1;
+    /// The connection's timestamps count microseconds (`tcp_usec_ts`, Linux 6.7), not
+    /// milliseconds: the unit of [`super::FlowSample::seg_tsval`].
+    pub const USEC_TS: u8 = 1 << 2;
 }
 
 /// Bits of [`FlowSample::userlocks`] (`sk_userlocks`, `include/net/sock.h`): the application
@@ -299,10 +314,34 @@ pub struct FlowSample {
     pub rack_rtt_us: u32,
     /// `sk_userlocks` ([`userlock`] bits): which buffers the application fixed itself.
     pub userlocks: u8,
-    pub _pad: [u8; 7],
+    /// [`rcv_flag`] bits.
+    pub rcv_flags: u8,
+    pub _pad: [u8; 2],
+    /// The receiving side, as a socket that receives sees its peer's sender (`tcp_sock` fields
+    /// of the same names unless said): the MSS the peer sends (`icsk_ack.rcv_mss`), the next
+    /// byte expected and the next the application reads (`copied_seq`: `rcv_nxt - copied_seq`
+    /// is received but unread), the window last advertised (`rcv_wnd`, bytes) and its limits
+    /// (`window_clamp`, `rcv_ssthresh`), the receiver's RTT estimate (`rcv_rtt_est.rtt_us`,
+    /// unshifted to µs; 0 until measured), what autotuning copies per RTT (`rcvq_space.space`),
+    /// segments that arrived out of order and data segments in all (`rcv_ooopack`,
+    /// `data_segs_in`), and the TSval of the segment that triggered a periodic sample (0
+    /// without timestamps, or when the sample has no segment).
+    pub rcv_mss: u32,
+    pub rcv_nxt: u32,
+    pub copied_seq: u32,
+    pub rcv_wnd: u32,
+    pub window_clamp: u32,
+    pub rcv_ssthresh: u32,
+    pub rcv_rtt_us: u32,
+    pub rcvq_space: u32,
+    pub rcv_ooopack: u32,
+    pub data_segs_in: u32,
+    pub seg_tsval: u32,
+    /// What the kernel counted for this socket per segment it received ([`RecvState`]).
+    pub rcv: RecvCounts,
 }
 
-pub const FLOW_SAMPLE_SIZE: usize = 320;
+pub const FLOW_SAMPLE_SIZE: usize = 424;
 const _: () = assert!(core::mem::size_of::<FlowSample>() == FLOW_SAMPLE_SIZE);
 const _: () = assert!(core::mem::size_of::<FlowSample>().is_multiple_of(8));
 
@@ -465,9 +504,31 @@ pub struct Offsets {
     pub wscale_ok: BitField,
     /// `tcp_sock.rack.rtt_us` ([`FlowSample::rack_rtt_us`]).
     pub rack_rtt_us: u32,
+    /// The receiving side ([`FlowSample::rcv_mss`] and after): `tcp_sock` fields, `rcv_rtt_us`
+    /// at `rcv_rtt_est.rtt_us`, `rcvq_space` at `rcvq_space.space`, `out_of_order_queue` its
+    /// `rb_node` (not null while data waits out of order), `rcv_mss` at
+    /// `inet_connection_sock.icsk_ack.rcv_mss` (a u16), `tcp_usec_ts` (Linux 6.7).
+    pub rcv_nxt: u32,
+    pub copied_seq: u32,
+    pub rcv_wnd: u32,
+    pub window_clamp: u32,
+    pub rcv_ssthresh: u32,
+    pub rcv_rtt_us: u32,
+    pub rcvq_space: u32,
+    pub rcv_ooopack: u32,
+    pub data_segs_in: u32,
+    pub out_of_order_queue: u32,
+    pub rcv_mss: u32,
+    pub tcp_usec_ts: BitField,
+    /// A received `sk_buff`: its `struct tcp_skb_cb`'s `seq` and `end_seq` (inside `cb`), and
+    /// `head` and `transport_header`, where its TCP header (and the timestamp option) is.
+    pub skb_seq: u32,
+    pub skb_end_seq: u32,
+    pub skb_head: u32,
+    pub skb_transport_header: u32,
 }
 
-pub const OFFSETS_SIZE: usize = 288;
+pub const OFFSETS_SIZE: usize = 356;
 const _: () = assert!(core::mem::size_of::<Offsets>() == OFFSETS_SIZE);
 
 impl Offsets {
@@ -541,6 +602,22 @@ impl Offsets {
             socket_flags: ABSENT,
             wscale_ok: NONE,
             rack_rtt_us: ABSENT,
+            rcv_nxt: ABSENT,
+            copied_seq: ABSENT,
+            rcv_wnd: ABSENT,
+            window_clamp: ABSENT,
+            rcv_ssthresh: ABSENT,
+            rcv_rtt_us: ABSENT,
+            rcvq_space: ABSENT,
+            rcv_ooopack: ABSENT,
+            data_segs_in: ABSENT,
+            out_of_order_queue: ABSENT,
+            rcv_mss: ABSENT,
+            tcp_usec_ts: NONE,
+            skb_seq: ABSENT,
+            skb_end_seq: ABSENT,
+            skb_head: ABSENT,
+            skb_transport_header: ABSENT,
         }
     }
 }
@@ -679,6 +756,109 @@ pub struct FlowState {
     pub flow_id: u64,
 }
 
+/// What the kernel counts for one receiving socket from the sequence numbers of the segments
+/// it receives (`tcp_probe`, before the segment is processed), copied into every sample of the
+/// socket. A segment that starts beyond the highest byte seen so far leaves a hole (data the
+/// sender sent and the path lost or delayed); one that starts below it fills a hole (a
+/// retransmission, or a segment that was only delayed). The oldest open hole is followed: filled
+/// within half an RTT it was reordering, later a loss (a retransmission takes a round trip and
+/// the sender's reordering allowance). A loss hole that opened at least an RTT after the latest
+/// episode began starts a new loss episode (the sender cuts once per round trip of losses), and
+/// the sender's rate is measured over the RTT before the hole opened and the RTT after the hole
+/// was filled: how far it cut.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(bytemuck::Pod, bytemuck::Zeroable))]
+pub struct RecvCounts {
+    /// Bytes the holes skipped, in all.
+    pub hole_bytes: u64,
+    /// When the latest loss episode's first hole opened (`bpf_ktime_get_ns`), and the TSval of
+    /// the segment that opened it (0 without timestamps): its one-way delay then.
+    pub episode_ns: u64,
+    /// Holes opened; segments that arrived below the highest byte seen; followed holes filled
+    /// late (losses) and early (reordering); loss episodes.
+    pub holes: u32,
+    pub below: u32,
+    pub loss_holes: u32,
+    pub reorder_holes: u32,
+    pub episodes: u32,
+    pub episode_tsval: u32,
+    /// Episodes whose rates were measured, and the latest one's: new bytes that arrived in the
+    /// RTT before its first hole and in the RTT after the hole was filled, and over how long.
+    pub measured: u32,
+    pub before_bytes: u32,
+    pub before_us: u32,
+    pub after_bytes: u32,
+    pub after_us: u32,
+    /// Jiffies the sender left idle: gaps of at least an RTT (and two jiffies) between two
+    /// segments of new data. A sender held by its window sends again within each RTT, as the
+    /// ACKs of the last window come back (in one burst per RTT, unpaced, on a fast path: shorter
+    /// gaps say nothing); one with nothing to send may leave whole RTTs empty.
+    pub idle_jiffies: u32,
+}
+
+pub const RECV_COUNTS_SIZE: usize = 64;
+const _: () = assert!(core::mem::size_of::<RecvCounts>() == RECV_COUNTS_SIZE);
+
+/// Per receiving socket, kept by the kernel between the segments it receives (the `RECV` map,
+/// keyed by the socket's address): the counts samples carry, and what counting them needs.
+/// Times in jiffies decide on every segment (a load, not a helper call); clock reads are made
+/// only when a hole opens, an RTT's slot ends or an episode's rate is measured.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvState {
+    pub counts: RecvCounts,
+    /// When the followed hole opened; the current RTT slot began; the measurement after an
+    /// episode began (`bpf_ktime_get_ns`).
+    pub hole_ns: u64,
+    pub slot_start_ns: u64,
+    pub after_start_ns: u64,
+    /// One past the highest byte seen (sequence space).
+    pub max_end: u32,
+    /// The followed hole: where it starts, when it opened, the TSval of the segment past it.
+    pub hole_seq: u32,
+    pub hole_jiffies: u32,
+    pub hole_tsval: u32,
+    /// The connection's RTT (µs) and in jiffies (at least 1), as its latest sample noted it (0
+    /// until one did): what tells a late fill from an early one (by the clock: jiffies are too
+    /// coarse on short paths), which holes start an episode, and the slots' length.
+    pub rtt_us: u32,
+    pub rtt_jiffies: u32,
+    /// New bytes in the current RTT slot, and in the one before it with its length.
+    pub slot_start_jiffies: u32,
+    pub slot_bytes: u32,
+    pub prev_bytes: u32,
+    pub prev_us: u32,
+    /// The slot before the followed hole opened, kept for its episode.
+    pub hole_before_bytes: u32,
+    pub hole_before_us: u32,
+    /// The measurement after an episode: since when, new bytes so far, and the slot before it.
+    pub after_start_jiffies: u32,
+    pub after_bytes: u32,
+    pub pending_before_bytes: u32,
+    pub pending_before_us: u32,
+    /// When the latest segment of new data arrived.
+    pub last_data_jiffies: u32,
+    pub _pad2: u32,
+    /// The `tcp_probe` attachment this state was counted under (the one value of the
+    /// `RECV_GENERATION` array, which userspace bumps before each attach): a segment counted
+    /// under another one starts counting afresh, so what arrived while the program was detached
+    /// is not taken for holes.
+    pub generation: u32,
+    /// A hole is followed; an episode's rate is being measured; the followed hole may start a
+    /// new episode.
+    pub tracking: u8,
+    pub measuring: u8,
+    pub hole_opens_episode: u8,
+    pub _pad: u8,
+}
+
+pub const RECV_STATE_SIZE: usize = 168;
+const _: () = assert!(core::mem::size_of::<RecvState>() == RECV_STATE_SIZE);
+
+/// Receiving sockets counted at once (the `RECV` LRU map's size).
+pub const RECV_MAX_SOCKETS: u32 = 16_384;
+
 /// One slot of the kernel's per-CPU memo of when sockets are next due a periodic sample.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -782,6 +962,8 @@ mod pod {
     unsafe impl aya::Pod for super::FilterState {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FlowState {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::RecvState {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SwitchConfig {}
     // SAFETY: as above.

@@ -77,6 +77,7 @@ pub fn cct_iter_tcp(ctx: *mut c_void) -> i32 {
         new_state: 0,
         classic: false,
         undone: false,
+        skb: core::ptr::null(),
     };
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };

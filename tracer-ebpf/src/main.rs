@@ -11,7 +11,8 @@
 //! This file only declares the modules, one job each: the loader-set config and shared maps
 //! (`maps`), reading kernel memory and tracepoint records (`read`), the per-flow bookkeeping
 //! (`observe`, `filter`, `flow_key`, `due_memo`), writing a sample (`sample`), the programs by
-//! event (`probe`, `state`, `socket_call`, which names owners with `owner`), the two socket
+//! event (`probe`, `state`, `socket_call`, which names owners with `owner`), the receiving side
+//! counted per segment (`receive`), the two socket
 //! iterators (`listing`, `switch`), and the UDP accounting (`udp`, counted per socket call by
 //! `udp_syscall` or per packet by `udp_skb`).
 #![no_std]
@@ -37,6 +38,7 @@ mod nobtf;
 mod observe;
 mod owner;
 mod probe;
+mod receive;
 mod sample;
 mod socket_call;
 mod state;

@@ -11,6 +11,7 @@ use crate::due_memo::{self, PERIODIC_DUE};
 use crate::filter::passes_filter;
 use crate::flow_key;
 use crate::maps::{bump, CONFIG, EVENTS, FLOWS};
+use crate::receive;
 use crate::sample::fill_sample;
 
 /// No CA state override: read `icsk_ca_state` from the socket.
@@ -28,6 +29,8 @@ pub(crate) struct Hit {
     pub(crate) classic: bool,
     /// A CA-state change that left Recovery or Loss with the cut undone.
     pub(crate) undone: bool,
+    /// The segment `tcp_probe` saw arrive (its `struct sk_buff *`), else null.
+    pub(crate) skb: *const u8,
 }
 
 /// Per-flow bookkeeping and rate limiting; emits a sample when one is due.
@@ -99,6 +102,7 @@ pub(crate) fn observe(hit: Hit) -> Result<u32, u32> {
     if hit.reason == reason::DESTROY {
         let _ = FLOWS.remove(hit.cookie);
         due_memo::forget(hit.sk);
+        receive::forget(hit.sk);
     } else {
         store_flow(hit.cookie, existing, &state);
     }

@@ -5,7 +5,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::bpf_jiffies64, macros::map, maps::PerCpuArray};
 use tracer_common::{
-    family, flag, reason, record_kind, tcp_state, BitField, FlowSample, FlowState, RecordHeader, ABSENT,
+    family, flag, rcv_flag, reason, record_kind, tcp_state, BitField, FlowSample, FlowState, RecordHeader, ABSENT,
     FLOW_SAMPLE_SIZE, SOCK_COPY_MAX, SOCK_NOSPACE_BIT, WIRE_VERSION,
 };
 
@@ -13,6 +13,7 @@ use crate::flow_key;
 use crate::maps::{CONFIG, OFFSETS};
 use crate::observe::{Hit, CA_FROM_SOCKET};
 use crate::read::{read, read_bytes, read_ptr};
+use crate::receive;
 
 /// Write the sample of `hit`'s socket into `s` (the ring's reserved record, or the start-up
 /// listing's per-CPU scratch record). The parts are inlined: one straight run of reads.
@@ -29,6 +30,7 @@ pub(crate) fn fill_sample(s: *mut FlowSample, hit: &Hit, state: &FlowState, now:
     fill_socket(s, &sk, hit);
     fill_tcp(s, &sk, hit, state);
     fill_periodic(s, &sk, hit);
+    fill_receive(s, &sk, hit);
 }
 
 /// The record's header and what the tracer's own flow state knows: why, when, who.
@@ -154,6 +156,41 @@ fn fill_periodic(s: &mut FlowSample, sk: &SockView, hit: &Hit) {
         s.route_dev_mtu = read(dev, global!(OFFSETS.netdev_mtu));
         read_bytes(dev, global!(OFFSETS.netdev_name), &mut s.route_dev);
         s.route_pmtu = sk.get(global!(OFFSETS.icsk_pmtu_cookie));
+    }
+}
+
+/// The receiving side: what the socket's `tcp_sock` says of its peer's sender, and what was
+/// counted segment by segment (see `receive`). The socket's RTT for the counting's slots is
+/// noted here: the receiver's own estimate, kept between the handshake's RTT and twice it.
+#[inline(always)]
+fn fill_receive(s: &mut FlowSample, sk: &SockView, hit: &Hit) {
+    s.rcv_mss = u32::from(sk.get::<u16>(global!(OFFSETS.rcv_mss)));
+    s.rcv_nxt = sk.get(global!(OFFSETS.rcv_nxt));
+    s.copied_seq = sk.get(global!(OFFSETS.copied_seq));
+    s.rcv_wnd = sk.get(global!(OFFSETS.rcv_wnd));
+    s.window_clamp = sk.get(global!(OFFSETS.window_clamp));
+    s.rcv_ssthresh = sk.get(global!(OFFSETS.rcv_ssthresh));
+    s.rcv_rtt_us = sk.get::<u32>(global!(OFFSETS.rcv_rtt_us)) >> 3;
+    s.rcvq_space = sk.get(global!(OFFSETS.rcvq_space));
+    s.rcv_ooopack = sk.get(global!(OFFSETS.rcv_ooopack));
+    s.data_segs_in = sk.get(global!(OFFSETS.data_segs_in));
+    if sk.get::<u64>(global!(OFFSETS.out_of_order_queue)) != 0 {
+        s.rcv_flags |= rcv_flag::OUT_OF_ORDER;
+    }
+    if sk.bits(global!(OFFSETS.tcp_usec_ts)) != 0 {
+        s.rcv_flags |= rcv_flag::USEC_TS;
+    }
+    if !hit.skb.is_null() {
+        s.seg_tsval = receive::segment_tsval(hit.skb);
+    }
+    let base = if s.min_rtt_us != 0 { s.min_rtt_us } else { s.srtt_us };
+    let rtt = match (base, s.rcv_rtt_us) {
+        (0, measured) => measured,
+        (base, 0) => base,
+        (base, measured) => measured.clamp(base, base.saturating_mul(2)),
+    };
+    if receive::copy_counts(hit.sk, rtt, global!(CONFIG.jiffy_ns), &mut s.rcv) {
+        s.rcv_flags |= rcv_flag::COUNTED;
     }
 }
 

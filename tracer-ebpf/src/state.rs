@@ -60,7 +60,17 @@ fn try_cong_state(sk: *const u8, cookie: u64, new_ca: u8, classic: bool) -> Resu
         return Ok(0);
     }
     let undone = left_recovery_undone(sk, old_ca, new_ca);
-    observe(Hit { sk, cookie, reason: reason::CA_STATE, ca_state: new_ca, old_state: 0, new_state: 0, classic, undone })
+    observe(Hit {
+        sk,
+        cookie,
+        reason: reason::CA_STATE,
+        ca_state: new_ca,
+        old_state: 0,
+        new_state: 0,
+        classic,
+        undone,
+        skb: core::ptr::null(),
+    })
 }
 
 /// Whether this move out of Recovery or Loss comes with the cut undone: the undo paths
@@ -94,6 +104,7 @@ fn try_set_state(sk: *const u8, old: u8, new: u8, classic: bool) -> Result<u32, 
         new_state: new,
         classic,
         undone: false,
+        skb: core::ptr::null(),
     })
 }
 
@@ -111,6 +122,7 @@ fn try_destroy(sk: *const u8, cookie: u64, classic: bool) -> Result<u32, u32> {
         new_state: 0,
         classic,
         undone: false,
+        skb: core::ptr::null(),
     })
 }
 

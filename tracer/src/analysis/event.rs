@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tracer_common::family::AF_INET6;
 
 use crate::analysis::loss_signals::LossSignals;
+use crate::analysis::receive::ReceiveSide;
 use crate::analysis::route::Route;
 use tracer_common::{
     flag, reason, record_kind, tcp_state, userlock, FlowSample, RecordHeader, FLOW_SAMPLE_SIZE, WIRE_VERSION,
@@ -124,6 +125,8 @@ pub enum SampleReason {
     Destroy,
     /// Start-up snapshot of a socket that already existed.
     Snapshot,
+    /// A receiving socket measured its sender's rate across a loss episode (`receive`).
+    ReceiveEpisode,
 }
 
 impl SampleReason {
@@ -135,6 +138,7 @@ impl SampleReason {
             reason::STATE_CHANGE => Self::StateChange,
             reason::DESTROY => Self::Destroy,
             reason::SNAPSHOT => Self::Snapshot,
+            reason::RECV_EPISODE => Self::ReceiveEpisode,
             other => return Err(DecodeError::BadField("reason", u64::from(other))),
         })
     }
@@ -217,6 +221,9 @@ pub struct Sample {
     /// before cctrace read it). See [`tracer_common::FlowSample::rack_rtt_us`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rack_rtt_us: u32,
+    /// What the socket receives, and what it shows of its peer's sender.
+    #[serde(default)]
+    pub receive: ReceiveSide,
     /// The fields the source could not know (the mode without BTF reads no socket struct):
     /// their values above are placeholders, shown as null.
     #[serde(default, skip_serializing_if = "Unknown::is_none")]
@@ -240,11 +247,16 @@ pub struct Unknown {
     /// `writer_blocked`.
     #[serde(default)]
     pub writer_blocked: bool,
+    /// `receive`: the receiving `tcp_sock` fields and the per-segment counts (nothing counts
+    /// the segments without BTF).
+    #[serde(default)]
+    pub receive: bool,
 }
 
 impl Unknown {
     /// Everything sock_diag cannot say.
-    pub const SOCK_DIAG: Unknown = Unknown { cwnd_limited: true, buffer_locks: true, writer_blocked: true };
+    pub const SOCK_DIAG: Unknown =
+        Unknown { cwnd_limited: true, buffer_locks: true, writer_blocked: true, receive: true };
 
     pub fn is_none(&self) -> bool {
         *self == Self::default()
@@ -459,6 +471,7 @@ pub fn from_raw(raw: &FlowSample, ctx: &DecodeContext) -> Result<Sample, DecodeE
         route: Route::from_raw(raw.route_ifindex, raw.route_dev_mtu, raw.route_pmtu, raw.route_dev),
         signals: LossSignals::from_raw(raw),
         rack_rtt_us: raw.rack_rtt_us,
+        receive: ReceiveSide::from_raw(raw, ctx.hz),
         unknown: Unknown::default(),
     })
 }
@@ -525,7 +538,20 @@ pub fn raw_sample_template() -> FlowSample {
         rcvbuf: 0,
         rack_rtt_us: 0,
         userlocks: 0,
-        _pad: [0; 7],
+        rcv_flags: 0,
+        _pad: [0; 2],
+        rcv_mss: 0,
+        rcv_nxt: 0,
+        copied_seq: 0,
+        rcv_wnd: 0,
+        window_clamp: 0,
+        rcv_ssthresh: 0,
+        rcv_rtt_us: 0,
+        rcvq_space: 0,
+        rcv_ooopack: 0,
+        data_segs_in: 0,
+        seg_tsval: 0,
+        rcv: tracer_common::RecvCounts::default(),
     }
 }
 

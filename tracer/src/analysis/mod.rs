@@ -9,7 +9,7 @@
 //!
 //! At the bottom, importing only each other: [`environment`] (host facts handed in, the
 //! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
-//! [`event`], [`route`] and [`loss_signals`] (decoded samples), [`container`] (a cgroup path's
+//! [`event`], [`route`], [`loss_signals`] and [`receive`] (decoded samples), [`container`] (a cgroup path's
 //! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
 //! process). On them: [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`]
 //! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
@@ -27,6 +27,7 @@ pub mod filter;
 pub mod fix;
 pub mod loss_signals;
 pub mod model;
+pub mod receive;
 pub mod route;
 pub mod schema;
 pub mod state_dir;

@@ -16,6 +16,7 @@ use crate::analysis::environment::Environment;
 use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::model::Flow;
+use crate::analysis::receive::ReceiveSide;
 use crate::analysis::time::WallClock;
 use crate::analysis::tunnel::Tunnel;
 use crate::analysis::udp::{AppProto, Process, RelayedBy, UdpFlow, UdpVerdict};
@@ -137,6 +138,11 @@ pub struct SocketFields {
     /// `undo_events`: at the top level, as `ss` prints them; null where unknown.
     #[serde(flatten)]
     pub signals: LossSignals,
+    /// What the socket receives, and what it shows of its peer's sender: the receiving
+    /// `tcp_sock` fields and the per-segment counts (docs/json.md#the-receiving-side); null
+    /// where the source could not read them (the mode without BTF).
+    #[serde(default)]
+    pub receive: Option<ReceiveSide>,
 }
 
 /// A flag the source read, or null where it could not.
@@ -197,6 +203,7 @@ impl SocketFields {
             writer_blocked: known(s.writer_blocked, s.unknown.writer_blocked),
             window_unscaled: s.window_unscaled,
             signals: s.signals,
+            receive: (!s.unknown.receive).then_some(s.receive),
         }
     }
 }
@@ -270,6 +277,7 @@ impl SampleRecord {
                 owner: Some(owner),
                 ssthresh: Some(0),
                 signals: LossSignals::with_every_part(),
+                receive: Some(ReceiveSide::default()),
                 ..Default::default()
             },
             placement: Placement::with_every_part(),

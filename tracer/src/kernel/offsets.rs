@@ -242,15 +242,28 @@ pub fn resolve(btf: &BtfResolver) -> Result<Resolved> {
         Err(e) => missing.push(MissingField { strukt: "kernfs_node", path: "parent", why: e.to_string() }),
     }
 
+    // A received segment's sequence numbers: `TCP_SKB_CB(skb)`, the `struct tcp_skb_cb` the
+    // kernel keeps in `sk_buff.cb[]`.
+    let cb = btf.field("sk_buff", "cb").and_then(|loc| byte_offset(&loc, &want("sk_buff", "cb", 0, false)));
+    for (dst, path) in [(&mut o.skb_seq, "seq"), (&mut o.skb_end_seq, "end_seq")] {
+        let w = want("tcp_skb_cb", path, 4, false);
+        match (&cb, btf.field(w.strukt, w.path).and_then(|loc| byte_offset(&loc, &w))) {
+            (Ok(cb), Ok(off)) => *dst = cb + off,
+            (Err(e), _) => missing.push(MissingField { strukt: "sk_buff", path: "cb", why: e.to_string() }),
+            (_, Err(e)) => missing.push(MissingField { strukt: w.strukt, path: w.path, why: e.to_string() }),
+        }
+    }
+
     // `sk_userlocks` is a byte since Linux 6.x and a 4-bit field before (5.10: `u8 sk_padding:1,
     // sk_kern_sock:1, sk_no_check_tx:1, sk_no_check_rx:1, sk_userlocks:4`): read as either.
-    let bits: [(&mut BitField, Want); 6] = [
+    let bits: [(&mut BitField, Want); 7] = [
         (&mut o.icsk_ca_state, want("inet_connection_sock", "icsk_ca_state", 0, true)),
         (&mut o.chrono_type, want("tcp_sock", "chrono_type", 0, false)),
         (&mut o.rate_app_limited, want("tcp_sock", "rate_app_limited", 0, false)),
         (&mut o.is_cwnd_limited, want("tcp_sock", "is_cwnd_limited", 0, false)),
         (&mut o.sk_userlocks, want("sock", "sk_userlocks", 0, false)),
         (&mut o.wscale_ok, want("tcp_sock", "rx_opt.wscale_ok", 0, false)),
+        (&mut o.tcp_usec_ts, want("tcp_sock", "tcp_usec_ts", 0, false)),
     ];
     fill(btf, bits, bit_field, None, &mut missing)?;
     Ok(Resolved { offsets: o, missing })
@@ -281,7 +294,7 @@ fn fill<'o, T: Copy + 'o>(
 }
 
 /// The byte-offset fields of [`Offsets`], each with the field it is read from.
-fn plain_fields(o: &mut Offsets) -> [(&mut u32, Want); 59] {
+fn plain_fields(o: &mut Offsets) -> [(&mut u32, Want); 72] {
     [
         (&mut o.skc_family, want("sock", "__sk_common.skc_family", 2, true)),
         (&mut o.skc_state, want("sock", "__sk_common.skc_state", 1, true)),
@@ -342,6 +355,19 @@ fn plain_fields(o: &mut Offsets) -> [(&mut u32, Want); 59] {
         (&mut o.sk_socket, want("sock", "sk_socket", 8, false)),
         (&mut o.socket_flags, want("socket", "flags", 8, false)),
         (&mut o.rack_rtt_us, want("tcp_sock", "rack.rtt_us", 4, false)),
+        (&mut o.rcv_nxt, want("tcp_sock", "rcv_nxt", 4, false)),
+        (&mut o.copied_seq, want("tcp_sock", "copied_seq", 4, false)),
+        (&mut o.rcv_wnd, want("tcp_sock", "rcv_wnd", 4, false)),
+        (&mut o.window_clamp, want("tcp_sock", "window_clamp", 4, false)),
+        (&mut o.rcv_ssthresh, want("tcp_sock", "rcv_ssthresh", 4, false)),
+        (&mut o.rcv_rtt_us, want("tcp_sock", "rcv_rtt_est.rtt_us", 4, false)),
+        (&mut o.rcvq_space, want("tcp_sock", "rcvq_space.space", 4, false)),
+        (&mut o.rcv_ooopack, want("tcp_sock", "rcv_ooopack", 4, false)),
+        (&mut o.data_segs_in, want("tcp_sock", "data_segs_in", 4, false)),
+        (&mut o.out_of_order_queue, want("tcp_sock", "out_of_order_queue.rb_node", 8, false)),
+        (&mut o.rcv_mss, want("inet_connection_sock", "icsk_ack.rcv_mss", 2, false)),
+        (&mut o.skb_head, want("sk_buff", "head", 8, false)),
+        (&mut o.skb_transport_header, want("sk_buff", "transport_header", 2, false)),
     ]
 }
 
@@ -369,6 +395,11 @@ mod tests {
         // A byte on 6.18, four bits on 5.10: either way the two lock bits are inside the mask.
         assert!(r.offsets.sk_userlocks.mask >= 0x3, "{:?}", r.offsets.sk_userlocks);
         assert_eq!(r.offsets.wscale_ok.mask, 1, "{:?}", r.offsets.wscale_ok);
+        // The control block of a received segment: `seq` then `end_seq`, inside `sk_buff.cb`.
+        let cb = btf.field("sk_buff", "cb").expect("cb");
+        assert_eq!(r.offsets.skb_seq, cb.bit_offset / 8, "tcp_skb_cb.seq opens the control block");
+        assert_eq!(r.offsets.skb_end_seq, r.offsets.skb_seq + 4);
+        assert!(r.offsets.out_of_order_queue > r.offsets.snd_cwnd && r.offsets.rcv_mss < r.offsets.snd_cwnd);
     }
 
     #[test]

@@ -29,6 +29,12 @@
 //! idle host, the story's video stream and an `iperf3` transfer keep it attached, a
 //! saturating transfer of small writes over veth does not (docs/internals.md has the figures).
 //!
+//! The program also counts every segment a receiving socket takes (tracer-ebpf's `receive`: the
+//! holes losses leave and their filling), which windows would miss: while a receiving socket's
+//! segments arrive out of order (its samples' out-of-order count moved within the last
+//! [`RECEIVER_HOLDS_NS`]), the program stays attached; each attach bumps a generation the
+//! counting resumes from.
+//!
 //! What changes: a flow whose segments are further apart than three quarters of an interval is
 //! sampled when a window catches one of them, not at its first segment after the interval. Retransmissions, CA-state and TCP-state changes and
 //! closes come from their own hooks, always attached.
@@ -244,6 +250,11 @@ const OTHER_CPU_CYCLE_NS: u64 = 125_000;
 /// This thread's part of a window cycle assumed until one is measured: about what this VM
 /// measured (a detach and an attach 0.3 ms, the window's two wake-ups 0.1 ms).
 const FIRST_CYCLE_GUESS_NS: u64 = 400_000;
+/// A receiving socket's segments are counted one by one in the program (holes, their filling,
+/// its sender's rate at each loss episode), which a window would miss: while one that takes
+/// segments out of order was seen within this long, the program stays attached.
+const RECEIVER_HOLDS_NS: u64 = 10_000_000_000;
+
 /// While the program stays attached, its run rate is looked at this often (at the reads of
 /// the pipeline's ticks: no wake-up of its own).
 const RATE_CHECK_NS: u64 = 1_000_000_000;
@@ -379,6 +390,10 @@ pub(super) struct ProbeWindow {
     pub(super) kept: u64,
     /// Windows followed and the program detached at each close, paying or not.
     always: bool,
+    /// Until when a receiving socket with holes keeps the program attached, and each such
+    /// socket's out-of-order count last seen.
+    receiver_until_ns: u64,
+    out_of_order: HashMap<u64, u32>,
     /// The program's run time and count as the kernel's statistics had them at the last look.
     run_stats: (u64, u64),
 }
@@ -405,8 +420,30 @@ impl ProbeWindow {
             windows: 0,
             kept: 0,
             always: false,
+            receiver_until_ns: 0,
+            out_of_order: HashMap::new(),
             run_stats: (0, 0),
         }
+    }
+
+    /// Take note of a receiving socket whose segments arrive out of order: its count moved.
+    fn note_receiver(&mut self, sample: &Sample, now_ns: u64) {
+        if sample.is_closing() {
+            self.out_of_order.remove(&sample.cookie);
+            return;
+        }
+        let ooo = sample.receive.ooo_segments;
+        if ooo == 0 {
+            return;
+        }
+        if self.out_of_order.insert(sample.cookie, ooo).is_some_and(|before| before != ooo) {
+            self.receiver_until_ns = now_ns + RECEIVER_HOLDS_NS;
+        }
+    }
+
+    /// A receiving socket with holes needs every segment counted.
+    fn receiver_holds(&self, now_ns: u64) -> bool {
+        !self.always && now_ns < self.receiver_until_ns
     }
 
     /// What the kernel's statistics measured a run at since the last look, if they counted
@@ -441,6 +478,13 @@ impl ProbeWindow {
     /// Take note of `batch` and open or close the window as the plan says at `now_ns`, or,
     /// while attached, see whether windows would pay; `probe_runs` reads the program's run count.
     pub(super) fn step(&mut self, ebpf: &mut Ebpf, now_ns: u64, batch: &[Sample], probe_runs: impl Fn() -> u64) {
+        if self.plan.is_none() {
+            return;
+        }
+        for sample in batch {
+            self.note_receiver(sample, now_ns);
+        }
+        let holds = self.receiver_holds(now_ns);
         let Some(plan) = self.plan.as_mut() else { return };
         for sample in batch {
             plan.saw(sample);
@@ -463,7 +507,7 @@ impl ProbeWindow {
                 self.cost.total_ns(),
                 self.cost.run_ns
             );
-            if !self.cost.windows_pay(runs.saturating_sub(runs_then), elapsed, plan.interval_ns) {
+            if holds || !self.cost.windows_pay(runs.saturating_sub(runs_then), elapsed, plan.interval_ns) {
                 self.cost.fade();
                 self.mark = (runs, now_ns);
                 return;
@@ -499,6 +543,8 @@ impl ProbeWindow {
                 Self::price_runs(&mut self.cost, &mut self.run_stats, self.classic, ebpf);
                 let closing = if self.always {
                     Closing::Detach
+                } else if holds {
+                    Closing::StopWindows
                 } else {
                     self.cost.on_close(runs.saturating_sub(runs_then), open_ns, closed_ns, plan.interval_ns)
                 };
@@ -551,6 +597,9 @@ impl ProbeWindow {
 /// against (tests/tests/live.rs).
 const LOG_TARGET: &str = "cctrace::probe_window";
 
+/// The array whose one value each attach bumps (tracer-ebpf's `receive`).
+const RECV_GENERATION: &str = "RECV_GENERATION";
+
 /// `tcp_probe attached|detached FROM TO`: the CLOCK_MONOTONIC ns the system call began and ended.
 fn log_flip(what: &str, from_ns: u64) {
     log::debug!(target: LOG_TARGET, "tcp_probe {what} {from_ns} {}", crate::clock::monotonic_now_ns());
@@ -558,6 +607,14 @@ fn log_flip(what: &str, from_ns: u64) {
 
 fn attach(ebpf: &mut Ebpf, classic: bool) -> Option<HookLink> {
     let hook = &HOOKS[HookId::TcpProbe.index()];
+    // Receiving sockets' counts resume from the first segment after the attach rather than
+    // take what arrived meanwhile for holes.
+    if let Some(map) = ebpf.map_mut(RECV_GENERATION) {
+        if let Ok(mut generation) = aya::maps::Array::<_, u32>::try_from(map) {
+            let next = generation.get(&0, 0).unwrap_or(0).wrapping_add(1);
+            let _ = generation.set(0, next, 0);
+        }
+    }
     if classic {
         let prog: &mut TracePoint = ebpf.program_mut(hook.classic_prog)?.try_into().ok()?;
         prog.attach(hook.group, hook.event).ok().map(HookLink::Classic)

@@ -176,6 +176,13 @@ fn group_families(snap: &Snapshot) -> Vec<Family<'_>> {
             per_group(&|g| Value::Int(g.flagged)),
         ),
         family(
+            "cctrace_remote_flagged_flows",
+            "Of the flagged flows, those this host receives, judged from the receiving end: their senders, and the fix, are on other hosts",
+            flows,
+            Kind::Gauge,
+            per_group(&|g| Value::Int(g.remote_flagged)),
+        ),
+        family(
             "cctrace_goodput",
             "Goodput of the open flows (acked plus received)",
             Unit::BytesPerSecond,

@@ -55,9 +55,9 @@ impl MetricsConfig {
     }
 }
 
-/// Series per group: flows, heavy, flagged, goodput, loss ratio; bytes sent, bytes and
-/// segments retransmitted.
-pub const GROUP_SERIES: usize = 8;
+/// Series per group: flows, heavy, flagged, flagged from the receiving end, goodput, loss
+/// ratio; bytes sent, bytes and segments retransmitted.
+pub const GROUP_SERIES: usize = 9;
 /// Series per flagged flow shown: goodput, srtt, min rtt, loss ratio, headroom.
 pub const FLAGGED_SERIES: usize = 5;
 /// Host-wide series: the source's seven counters, flows tracked and evicted, flagged folded,
@@ -108,10 +108,12 @@ pub struct GroupTotals {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupSeries {
     pub key: GroupKey,
-    /// Open flows now, heavy ones, flagged ones.
+    /// Open flows now, heavy ones, flagged ones, and of those the flows this host receives,
+    /// flagged from the receiving end (their senders are elsewhere).
     pub flows: u64,
     pub heavy: u64,
     pub flagged: u64,
+    pub remote_flagged: u64,
     /// Sum of the open flows' goodput, bits/s.
     pub goodput_bps: f64,
     /// Retransmitted share of the bytes the group sent over the last second, 0..1.
@@ -347,6 +349,7 @@ impl MetricsModel {
             l.retrans_bps += (flow.rates.send_rate_bps * flow.rates.retrans_ratio).max(0.0);
             if let Some(v) = verdict.filter(|v| v.flagged) {
                 l.flagged += 1;
+                l.remote_flagged += u64::from(v.evidence.as_ref().is_some_and(|e| e.remote_sender.is_some()));
                 flagged.push(flagged_series(flow, v.evidence.as_deref(), self.groups[group].0.clone()));
             }
         }
@@ -359,6 +362,7 @@ impl MetricsModel {
                 flows: l.flows,
                 heavy: l.heavy,
                 flagged: l.flagged,
+                remote_flagged: l.remote_flagged,
                 goodput_bps: l.goodput_bps,
                 loss_ratio: if l.send_bps > 0.0 { (l.retrans_bps / l.send_bps).clamp(0.0, 1.0) } else { 0.0 },
                 totals: *totals,
@@ -398,6 +402,7 @@ struct Live {
     flows: u64,
     heavy: u64,
     flagged: u64,
+    remote_flagged: u64,
     goodput_bps: f64,
     send_bps: f64,
     retrans_bps: f64,

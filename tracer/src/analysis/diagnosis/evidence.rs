@@ -103,5 +103,6 @@ pub(super) fn evidence_of(
         note: note_of(lv, cfg),
         deep: None,
         buffers,
+        remote_sender: None,
     }
 }

@@ -85,6 +85,13 @@ impl LimitedBy {
         matches!(self, Self::Idle | Self::Receiving | Self::ReceiveWindow)
     }
 
+    /// The description's opening words, up to its colon: what every verdict of the class says,
+    /// from whichever end it is judged (the rest of a description speaks from a sender's socket).
+    pub fn heading(self) -> &'static str {
+        let described = self.describe();
+        described.find(':').map_or(described, |colon| &described[..=colon])
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Self::Unknown => "not enough data yet",

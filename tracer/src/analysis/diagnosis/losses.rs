@@ -52,21 +52,22 @@ pub(super) struct LossView {
     pub(super) plateau_forming: bool,
 }
 
+/// `part` of `episodes` loss episodes as a share (0 without any).
+pub(super) fn episode_share(part: usize, episodes: usize) -> f64 {
+    if episodes == 0 {
+        0.0
+    } else {
+        part as f64 / episodes as f64
+    }
+}
+
 impl LossView {
     pub(super) fn clean_share(&self) -> f64 {
-        if self.episodes == 0 {
-            0.0
-        } else {
-            self.clean as f64 / self.episodes as f64
-        }
+        episode_share(self.clean, self.episodes)
     }
 
     pub(super) fn queued_share(&self) -> f64 {
-        if self.episodes == 0 {
-            0.0
-        } else {
-            self.queued as f64 / self.episodes as f64
-        }
+        episode_share(self.queued, self.episodes)
     }
 }
 

@@ -19,6 +19,8 @@
 //! - `reordering`: whether the flow's retransmissions were mostly spurious (a note, no flag);
 //! - `buffers`: what the send and receive buffers allow, what BBR would meet next, and the
 //!   maxima the fix sets;
+//! - `remote/`: for a flow this host receives, the receiving end's verdict on its sender (one
+//!   question per file there too);
 //! - `config`: the thresholds; `verdict`: the types the front ends see.
 //!
 //! A new kind of loss (a policer, reordering, spurious retransmissions) is counted in `losses`
@@ -36,6 +38,7 @@ mod hysteresis;
 mod limits;
 mod losses;
 mod policer;
+mod remote;
 mod reordering;
 mod response;
 #[cfg(test)]
@@ -59,11 +62,13 @@ use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::losses::loss_view;
 use crate::analysis::diagnosis::policer::{carried, Policing};
+use crate::analysis::diagnosis::remote::RemoteMemory;
 pub use crate::analysis::diagnosis::response::{cubic_bps, is_loss_based, mathis_bps, ResponseModel, LOSS_BASED};
 pub use crate::analysis::diagnosis::verdict::{
     BufferEvidence, Change, DeepEvidence, Evidence, LossNote, PolicerEvidence, PolicerSign, ReceiverEvidence, SetBy,
     Verdict,
 };
+pub use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::commands::{fix_commands, FixNeeds};
@@ -90,6 +95,8 @@ struct FlowMemory {
     change: Option<Change>,
     /// Set while the flow is at rest: judging it again would change nothing.
     settled: Option<Settled>,
+    /// For a flow that receives: the receiving end's own verdict memory (see `remote`).
+    remote: Option<Box<RemoteMemory>>,
     /// The congestion control the window was gathered under, and when it was first seen (ns).
     cc: CompactString,
     cc_since_ns: u64,
@@ -482,6 +489,16 @@ fn judge<'t>(
         Pause::Stale => true,
         Pause::None => false,
     };
+    if raw == LimitedBy::Receiving && !was_flagged {
+        // The peer's sender sets the pace: judged from this end (its sender's own socket, when
+        // on this host, is judged as a sender and keeps that verdict). A flow flagged as a
+        // sender that now only receives is paused, as above.
+        let sender = peer_of(flow).map(Flow::cookie);
+        let remote = mem.remote.get_or_insert_with(Box::default);
+        if let Some(v) = remote::judge(flow, remote, cfg, env, w.secs, now_ns, sender) {
+            return v;
+        }
+    }
     mem.paused_at_ns = None;
 
     let mut evidence_for = |class: LimitedBy| {

@@ -36,10 +36,11 @@ pub fn cubic_bps(mss: u32, rtt_s: f64, loss: f64) -> f64 {
 }
 
 /// Which loss-response model predicts a flow's rate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResponseModel {
     /// Reno-like: Mathis et al.
+    #[default]
     Mathis,
     /// CUBIC's cubic region, where it predicts more than Reno's.
     Cubic,

@@ -40,7 +40,8 @@ pub(super) fn assert_agrees(v: &Verdict) {
             let words = flagged_words(class).expect("words");
             assert!(!v.text.contains(words), "not flagged, yet {words:?}: {}", v.text);
         }
-        let own = if v.limited_by == LimitedBy::Unknown { "not enough data" } else { v.limited_by.describe() };
+        // Every verdict opens with its class's heading (a sender's, the whole description).
+        let own = if v.limited_by == LimitedBy::Unknown { "not enough data" } else { v.limited_by.heading() };
         assert!(v.text.contains(own), "{:?} without its words: {}", v.limited_by, v.text);
     }
 }

@@ -11,7 +11,7 @@ use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
 
 /// The numbers a flag rests on.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// Retransmitted share of bytes sent in the window.
     pub loss_ratio: f64,
@@ -103,6 +103,117 @@ pub struct Evidence {
     /// loss-based flow whose next limit they may be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffers: Option<BufferEvidence>,
+    /// For a flow this host receives: what the receiving end alone says of its sender (the
+    /// figures above are then the receiving end's, see [`Evidence::of_remote`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_sender: Option<Box<RemoteSenderEvidence>>,
+}
+
+impl Evidence {
+    /// The figures every front end reads (goodput, RTT, losses, the bound) from a receiving
+    /// end's evidence, named as a sender's are: the retransmitted share is the share of bytes
+    /// the holes skipped, srtt the RTT the bounds use, min_rtt the handshake's.
+    pub fn of_remote(r: &RemoteSenderEvidence) -> Self {
+        Self {
+            loss_ratio: r.lost_share,
+            srtt_ms: r.rtt_ms,
+            min_rtt_ms: r.handshake_rtt_ms,
+            goodput_bps: r.goodput_bps,
+            mathis_bps: r.mathis_bps,
+            mss: r.mss,
+            loss_episodes: r.loss_episodes,
+            clean_episodes: r.clean_episodes,
+            queued_episodes: r.queued_episodes,
+            episode_span_s: r.span_s,
+            queue_at_loss_ms: r.queue_at_loss_ms,
+            queue_threshold_ms: r.queue_threshold_ms,
+            episode_loss_ratio: r.lost_share,
+            loss_event_rate: r.loss_event_rate,
+            response_bps: r.response_bps,
+            response_model: r.response_model,
+            clean_delivery_bps: r.clean_rate_bps,
+            standing_queue: r.standing_queue,
+            decided_by: r.decided_by.clone(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A loss episode's rates: the round trip before its first hole, the one after it was filled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CutEvidence {
+    /// Seconds before the verdict.
+    pub ago_s: f64,
+    pub before_bps: f64,
+    pub after_bps: f64,
+}
+
+/// What the receiving end alone says of the flow's sender.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteSenderEvidence {
+    /// Its class and flag from the receiving end, after their own hysteresis. The flow's
+    /// verdict is this unless the sending socket is on this host (`sender_on_host`, its
+    /// cookie): then the flow keeps that socket's own verdict, and this is what the receiving
+    /// end would have said.
+    pub limited_by: LimitedBy,
+    pub flagged: bool,
+    pub sender_on_host: Option<u64>,
+    /// Why it is not flagged (null when it is).
+    pub not_flagged: Option<String>,
+    /// The segments were counted one by one (BTF tracepoints): without that nothing is flagged.
+    pub counted: bool,
+    /// Over the judging window: goodput, the RTT the bounds use (the handshake's plus the
+    /// queue), the handshake's RTT, the kernel's receive-side RTT estimate (null until
+    /// measured), the mean one-way delay above its floor (null without timestamps).
+    pub goodput_bps: f64,
+    pub rtt_ms: f64,
+    pub handshake_rtt_ms: f64,
+    pub rcv_rtt_ms: Option<f64>,
+    pub queue_ms: Option<f64>,
+    pub standing_queue: bool,
+    /// The MSS the sender uses.
+    pub mss: u32,
+    /// Over the loss horizon: its seconds, the data segments received, holes opened and those
+    /// filled late (losses) and early (reordering), the share of bytes the holes skipped.
+    pub span_s: f64,
+    pub segments: u64,
+    pub holes: u32,
+    pub loss_holes: u32,
+    pub reorder_holes: u32,
+    pub lost_share: f64,
+    /// Loss episodes after slow start, per second and per segment (the loss-event rate), those
+    /// without a queue and with one, and the median queue at them against the threshold.
+    pub loss_episodes: u32,
+    pub episodes_per_s: f64,
+    pub loss_event_rate: f64,
+    pub lost_per_segment: f64,
+    pub clean_episodes: u32,
+    pub queued_episodes: u32,
+    pub queue_at_loss_ms: f64,
+    pub queue_threshold_ms: f64,
+    /// The sender's rate around each episode measured in the horizon (latest last, at most
+    /// eight), and the median of after over before.
+    pub cuts: Vec<CutEvidence>,
+    pub median_cut: Option<f64>,
+    /// Its loss response at the loss-event rate and `rtt_ms`: Mathis, and the response used
+    /// (CUBIC's where the cuts look like CUBIC's and it is higher).
+    pub mathis_bps: f64,
+    pub response_bps: f64,
+    pub response_model: ResponseModel,
+    /// The best rate it delivered between samples without a queue.
+    pub clean_rate_bps: f64,
+    /// This host's side: the mean window advertised and the share of it the sender delivers
+    /// per RTT, the mean bytes received but unread, the receive buffer and who set it.
+    pub rcv_wnd: f64,
+    pub window_share: f64,
+    pub unread_bytes: f64,
+    pub rcvbuf: u32,
+    pub rcvbuf_set_by: SetBy,
+    /// Commands for the sender's host (empty unless flagged): its congestion control, and its
+    /// send buffer's maximum where the rate the path showed needs more at this RTT.
+    pub advice: Vec<String>,
+    /// The signals that decided the class, in words.
+    pub decided_by: String,
 }
 
 /// Who set a socket buffer's size.

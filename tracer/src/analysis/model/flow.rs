@@ -1,5 +1,6 @@
 //! Everything known about one flow: its latest sample, rates over the rate window, time per CA
-//! state, counts, loss episodes and chart history, brought up to date by each sample.
+//! state, counts, loss episodes, what it receives and chart history, brought up to date by each
+//! sample.
 
 use std::collections::VecDeque;
 
@@ -11,6 +12,7 @@ use crate::analysis::model::counts::SampleCounts;
 use crate::analysis::model::history::{History, HistoryPoint};
 use crate::analysis::model::loss::{LossEpisode, LossTracker, TRACK_MIN_BYTES};
 use crate::analysis::model::rates::{rates_between, RatePoint, Rates};
+use crate::analysis::model::receive::{ReceiveTracker, TRACK_MIN_BYTES as RECEIVE_MIN_BYTES};
 
 /// Everything known about one flow.
 #[derive(Clone, Debug)]
@@ -37,6 +39,8 @@ pub struct Flow {
     /// Loss episodes and the moments before them; `None` until the flow has sent enough to
     /// matter (see `TRACK_MIN_BYTES`).
     pub loss: Option<Box<LossTracker>>,
+    /// What it receives shows of its peer's sender; `None` until it received enough to matter.
+    pub receive: Option<Box<ReceiveTracker>>,
     window: VecDeque<RatePoint>,
     pub(super) history: History,
     /// Where the table's eviction index has it: its [`Flow::eviction_key`] as of some earlier
@@ -67,6 +71,7 @@ impl Flow {
             rates: Rates::default(),
             counts,
             loss: None,
+            receive: None,
             window: VecDeque::from([point]),
             history: History::new(history_cap),
             indexed: (false, 0, 0),
@@ -142,6 +147,12 @@ impl Flow {
         }
         if let Some(loss) = self.loss.as_mut() {
             loss.update(&self.latest, sample, cfg);
+        }
+        if self.receive.is_none() && sample.bytes_received >= RECEIVE_MIN_BYTES {
+            self.receive = Some(Box::default());
+        }
+        if let Some(receive) = self.receive.as_mut() {
+            receive.update(&self.latest, sample);
         }
         self.latest.follow(sample)
     }

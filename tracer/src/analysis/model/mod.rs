@@ -10,7 +10,8 @@
 //! evicted, not on every sample.
 //!
 //! One file per job: `config` (settings and the queueing rule), `flow` (one flow brought
-//! up to date by each sample), `rates`, `counts`, `loss` (loss episodes) and `history`
+//! up to date by each sample), `rates`, `counts`, `loss` (loss episodes), `receive` (what a receiving flow shows of its
+//! peer's sender) and `history`
 //! (chart points) for the parts of a flow, and `table` (the bounded table of flows).
 
 mod config;
@@ -19,6 +20,7 @@ mod flow;
 mod history;
 mod loss;
 mod rates;
+mod receive;
 mod table;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -31,4 +33,5 @@ pub use crate::analysis::model::flow::Flow;
 pub use crate::analysis::model::history::{HistoryIter, HistoryPoint};
 pub use crate::analysis::model::loss::{EpisodeKind, LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES};
 pub use crate::analysis::model::rates::Rates;
+pub use crate::analysis::model::receive::{Cut, Progress, ReceiveEpisode, ReceiveTracker, MAX_RECEIVE_EPISODES};
 pub use crate::analysis::model::table::{FlowTable, Ingested, TableChanges};

@@ -60,6 +60,7 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         route: None,
         signals: Default::default(),
         rack_rtt_us: 0,
+        receive: Default::default(),
         unknown: crate::analysis::event::Unknown::default(),
     }
 }

@@ -4,7 +4,7 @@
 //! from the host (names, paths, verdict text quoting them) is HTML-escaped: it is hostile input, and
 //! the page is written only through [`html::Html`], whose templates escape every argument.
 
-use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, PolicerSign, Verdict};
+use crate::analysis::diagnosis::{DiagnosisConfig, Evidence, PolicerSign, RemoteSenderEvidence, Verdict};
 use crate::analysis::units::{self, bytes, pct, rate};
 use crate::export::flow_log;
 use crate::export::flows::{FlowLog, FlowTrack, Session};
@@ -64,7 +64,61 @@ fn at(secs: f64) -> String {
     }
 }
 
+/// A receiving end's evidence: its sender's losses, how its rate answered them, the RTT and
+/// this host's window.
+fn remote_evidence(r: &RemoteSenderEvidence) -> Html {
+    let cut = r.median_cut.map_or("not measured".to_string(), |c| format!("median {c:.2} of {}", r.cuts.len()));
+    let latest = r.cuts.last().map_or("-".to_string(), |c| format!("{} → {}", rate(c.before_bps), rate(c.after_bps)));
+    let rows: Vec<(&str, String)> = vec![
+        ("judged from", "the receiving end alone".into()),
+        ("goodput", rate(r.goodput_bps).to_string()),
+        (
+            "loss episodes",
+            format!(
+                "{} in {:.0} s ({:.2}/s, {} per segment; {} clean, {} queued)",
+                r.loss_episodes,
+                r.span_s,
+                r.episodes_per_s,
+                pct(r.loss_event_rate),
+                r.clean_episodes,
+                r.queued_episodes
+            ),
+        ),
+        ("holes", format!("{} ({} filled late, {} early)", r.holes, r.loss_holes, r.reorder_holes)),
+        ("segments lost", pct(r.lost_per_segment).to_string()),
+        ("rate after / before", cut),
+        ("latest episode", latest),
+        ("queue at loss", format!("{:.1} ms (queued above {:.1} ms)", r.queue_at_loss_ms, r.queue_threshold_ms)),
+        (
+            "RTT",
+            format!(
+                "{:.1} ms (handshake {:.1} ms{})",
+                r.rtt_ms,
+                r.handshake_rtt_ms,
+                r.rcv_rtt_ms.map_or(String::new(), |v| format!(", receiver's estimate {v:.1} ms"))
+            ),
+        ),
+        ("Mathis bound", rate(r.mathis_bps).to_string()),
+        (
+            "response function",
+            format!("{} ({})", rate(r.response_bps), format!("{:?}", r.response_model).to_lowercase()),
+        ),
+        ("window used per RTT", format!("{} of {}", pct(r.window_share), bytes(r.rcv_wnd as u64))),
+        ("unread", bytes(r.unread_bytes as u64).to_string()),
+    ];
+    let mut out = Html::new();
+    html!(out, r#"<dl class="evidence">"#);
+    for (k, v) in rows {
+        html!(out, "<div><dt>{}</dt><dd>{}</dd></div>", k, v);
+    }
+    html!(out, r#"<div class="wide"><dt>decided by</dt><dd>{}</dd></div></dl>"#, r.decided_by);
+    out
+}
+
 fn evidence(e: &Evidence) -> Html {
+    if let Some(r) = &e.remote_sender {
+        return remote_evidence(r);
+    }
     let mut rows: Vec<(&str, String)> = vec![
         ("goodput", rate(e.goodput_bps).to_string()),
         ("retransmitted", pct(e.loss_ratio).to_string()),
@@ -102,11 +156,16 @@ fn evidence(e: &Evidence) -> Html {
 }
 
 fn fix(lines: &[String]) -> Html {
+    commands(lines, "Fix (as root)")
+}
+
+/// Commands under `heading`, comments dimmed.
+fn commands(lines: &[String], heading: &str) -> Html {
     let mut out = Html::new();
     if lines.is_empty() {
         return out;
     }
-    html!(out, r#"<h3>Fix (as root)</h3><pre class="fix">"#);
+    html!(out, r#"<h3>{}</h3><pre class="fix">"#, heading);
     for l in lines {
         let class = if l.trim_start().starts_with('#') { "c" } else { "cmd" };
         html!(out, "<span class=\"{}\">{}</span>\n", class, l);
@@ -122,6 +181,9 @@ fn verdict_block(v: &Verdict, label: &str) -> Html {
         out.push(evidence(e));
     }
     out.push(fix(&v.fix));
+    if let Some(r) = v.evidence.as_ref().and_then(|e| e.remote_sender.as_ref()) {
+        out.push(commands(&r.advice, "On the sender's host (as root; cctrace changes nothing there)"));
+    }
     out
 }
 

@@ -6,6 +6,7 @@ use tracer_common::tcp_state;
 
 use crate::analysis::event::{CaState, Sample, SampleReason, TcpState, Unknown};
 use crate::analysis::loss_signals::LossSignals;
+use crate::analysis::receive::ReceiveSide;
 use crate::host::sock_diag::{tcp_info_end, SocketInfo, TcpInfo, TCPI_OPT_WSCALE};
 
 /// The sample of `info`, a socket of network namespace `netns`, taken at `ts_ns`.
@@ -63,6 +64,7 @@ pub(super) fn sample_of(info: &SocketInfo, netns: u32, ts_ns: u64, reason: Sampl
         route: None,
         signals: signals(&t, &has),
         rack_rtt_us: 0,
+        receive: ReceiveSide::default(),
         unknown: Unknown::SOCK_DIAG,
     }
 }

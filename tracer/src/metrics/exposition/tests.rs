@@ -10,6 +10,7 @@ pub(crate) fn snapshot() -> Snapshot {
             flows: 2,
             heavy: 1,
             flagged: 1,
+            remote_flagged: 0,
             goodput_bps: 8e6,
             loss_ratio: 0.02,
             totals: GroupTotals { bytes_sent: 123_456, bytes_retransmitted: 2_469, segments_retransmitted: 17 },

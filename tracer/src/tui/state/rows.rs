@@ -110,6 +110,8 @@ pub(crate) struct Finding {
     pub available_bps: Option<f64>,
     /// The rate a policer on the path passes, when the losses show one.
     pub policed_bps: Option<f64>,
+    /// Judged from the receiving end: the sender, and its fix, are on another host.
+    pub remote: bool,
 }
 
 /// A row's text: its strings (their memory handed on from what the row showed before) and
@@ -151,6 +153,7 @@ impl Judgement {
             goodput_bps: e.goodput_bps,
             available_bps: e.available_bps.map(|a| a + e.goodput_bps),
             policed_bps: e.policer.as_ref().map(|p| p.rate_bps),
+            remote: e.remote_sender.is_some(),
         });
         assign(&mut relayed_by, verdict.and_then(|v| v.relayed_by.as_ref()).map(|r| r.comm.as_str()));
         Self {

@@ -93,6 +93,9 @@ fn fix_key(state: &mut AppState, undo: bool) -> Action {
     };
     if undo {
         Action::UndoFix { netns: row.netns }
+    } else if row.finding.is_some_and(|f| f.remote) {
+        state.status = Some("its sender is on another host: the detail view (⏎) lists what to run there".into());
+        Action::None
     } else {
         Action::PlanFix { cookie: row.cookie, netns: row.netns, flagged: row.flagged }
     }

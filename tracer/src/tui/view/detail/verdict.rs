@@ -7,7 +7,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Widget};
 
-use crate::analysis::diagnosis::{Evidence, Verdict};
+use crate::analysis::diagnosis::{Evidence, RemoteSenderEvidence, Verdict};
 use crate::tui::format;
 use crate::tui::state::AppState;
 use crate::tui::view::{dim, FLAG_MARK};
@@ -42,19 +42,71 @@ fn verdict_lines(
         decision_lines(decisions, width, &mut out);
         return out;
     };
-    // An unflagged verdict's text already opens with the description.
-    if !v.text.starts_with(v.limited_by.describe()) {
+    // An unflagged verdict's text already opens with the description; a receiving end's speaks
+    // of its remote sender in words of its own (the description speaks from a sender's socket).
+    let remote = v.evidence.as_ref().is_some_and(|e| e.remote_sender.is_some());
+    if !v.text.starts_with(v.limited_by.describe()) && !remote {
         para(v.limited_by.describe(), Style::new().add_modifier(Modifier::BOLD), 0, &mut out);
     }
     para(&v.text, Style::new(), 0, &mut out);
     let mut out = with_lead(out);
     if let Some(e) = &v.evidence {
         out.push(Line::raw(""));
-        para(&evidence_text(e), Style::new().fg(Color::Gray), 0, &mut out);
+        match &e.remote_sender {
+            Some(r) => para(&remote_evidence_text(r), Style::new().fg(Color::Gray), 0, &mut out),
+            None => para(&evidence_text(e), Style::new().fg(Color::Gray), 0, &mut out),
+        }
     }
     decision_lines(decisions, width, &mut out);
     fix_lines(&v.fix, width, &mut out);
+    if let Some(r) = v.evidence.as_ref().and_then(|e| e.remote_sender.as_ref()) {
+        commands(&r.advice, "on the sender's host (as root; cctrace changes nothing there):", width, &mut out);
+    }
     out
+}
+
+/// A receiving end's evidence in one paragraph: its sender's losses, cuts, RTT and window.
+fn remote_evidence_text(r: &RemoteSenderEvidence) -> String {
+    let mut e = format!(
+        "evidence from the receiving end: goodput {} · {} loss episodes in {:.0} s ({:.2}/s, {} per segment) · holes {} \
+         ({} filled late, {} early) · {} of segments lost",
+        format::rate(r.goodput_bps),
+        r.loss_episodes,
+        r.span_s,
+        r.episodes_per_s,
+        format::pct(r.loss_event_rate),
+        r.holes,
+        r.loss_holes,
+        r.reorder_holes,
+        format::pct(r.lost_per_segment),
+    );
+    if let Some(cut) = r.median_cut {
+        e.push_str(&format!(" · rate after/before each episode: median {cut:.2} of {}", r.cuts.len()));
+        if let Some(c) = r.cuts.last() {
+            e.push_str(&format!(" (latest {} → {})", format::rate(c.before_bps), format::rate(c.after_bps)));
+        }
+    }
+    e.push_str(&format!(" · RTT {:.1} ms (handshake {:.1} ms", r.rtt_ms, r.handshake_rtt_ms));
+    if let Some(rcv) = r.rcv_rtt_ms {
+        e.push_str(&format!(", receiver's estimate {rcv:.1} ms"));
+    }
+    e.push(')');
+    if let Some(q) = r.queue_ms {
+        e.push_str(&format!(" · one-way delay {q:.1} ms above its floor"));
+    }
+    if r.mathis_bps.is_finite() {
+        e.push_str(&format!(" · Mathis bound {}", format::rate(r.mathis_bps)));
+    }
+    e.push_str(&format!(
+        " · window {} ({:.0}% used per RTT) · unread {}",
+        format::bytes(r.rcv_wnd as u64),
+        r.window_share * 100.0,
+        format::bytes(r.unread_bytes as u64)
+    ));
+    if !r.decided_by.is_empty() {
+        e.push_str(&format!(" · decided by: {}", r.decided_by));
+    }
+    e
 }
 
 /// The evidence in one paragraph: the figures the verdict was judged on.
@@ -99,11 +151,16 @@ fn evidence_text(e: &Evidence) -> String {
 /// comment's tail is a comment, a command's tail follows a backslash (never a command of its
 /// own).
 fn fix_lines(fix: &[String], width: usize, out: &mut Vec<Line<'static>>) {
+    commands(fix, "fix (as root):", width, out);
+}
+
+/// Commands under `heading`, wrapped as [`fix_lines`] says.
+fn commands(fix: &[String], heading: &'static str, width: usize, out: &mut Vec<Line<'static>>) {
     if fix.is_empty() {
         return;
     }
     out.push(Line::raw(""));
-    out.push(Line::styled("fix (as root):", Style::new().add_modifier(Modifier::BOLD)));
+    out.push(Line::styled(heading, Style::new().add_modifier(Modifier::BOLD)));
     for cmd in fix {
         for row in format::wrap_shell(cmd, width.saturating_sub(2)) {
             let style = if row.trim_start().starts_with('#') {
