@@ -458,6 +458,54 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_based_flow_flagged_for_its_buffer_keeps_the_flag_while_its_first_losses_gather() {
+        // CUBIC on a 200 ms path: held by its send buffer in slow start for 8 s, then by its
+        // losses at 10 Mbit/s, one every 4 s, too few to judge for a while: the flag stays
+        // through the change of class, and ends under cwnd.
+        use crate::analysis::diagnosis::test_feed::{assert_agrees, loss_after};
+        let env = env_with_wmem();
+        let mut table = FlowTable::new(TableConfig::default());
+        let mut d = Diagnoser::new(crate::analysis::diagnosis::DiagnosisConfig::default());
+        let (mut seen, mut retrans) = (Vec::new(), 0u64);
+        for tick in 0..=400u64 {
+            let mut s = sample(1, tick * 100);
+            s.cc = "cubic".into();
+            held_by_sndbuf(tick.min(80), &mut s);
+            if tick > 80 {
+                s.bytes_acked += 10_000_000 / 8 * (tick - 80) / 10;
+                s.bytes_retrans = retrans * 1448;
+                s.bytes_sent = s.bytes_acked + s.bytes_retrans;
+                s.total_retrans = retrans as u32;
+                s.busy_us = tick * 100_000;
+                // Its writer waits on a full buffer that the congestion window drains slowly.
+                (s.writer_blocked, s.app_limited, s.cwnd_limited) = (true, false, true);
+                (s.snd_cwnd, s.packets_out, s.snd_ssthresh) = (170, 170, 170);
+                (s.wmem_queued, s.notsent_bytes) = (4_000_000, 3_700_000);
+                (s.srtt_us, s.delivery_rate_bps) = (201_000, 10_000_000);
+            } else {
+                s.snd_ssthresh = u32::MAX >> 1;
+            }
+            table.ingest(&s);
+            if tick > 80 && tick % 40 == 0 {
+                retrans += 1;
+                for l in loss_after(&s, 1) {
+                    table.ingest(&l);
+                }
+            }
+            if tick % 10 == 0 {
+                d.evaluate(&table, &env, tick * 100_000_000);
+                let v = d.verdict(1).expect("verdict");
+                assert_agrees(v);
+                seen.push((v.flagged, v.limited_by));
+            }
+        }
+        let first = seen.iter().position(|(f, _)| *f).unwrap_or_else(|| panic!("flagged: {seen:?}"));
+        assert_eq!(seen[first].1, LimitedBy::SendBuffer, "{seen:?}");
+        assert!(seen[first..].iter().all(|(f, _)| *f), "the flag never drops: {seen:?}");
+        assert_eq!(seen.last().map(|s| s.1), Some(LimitedBy::CongestionWindow), "{seen:?}");
+    }
+
+    #[test]
     fn a_flow_held_by_its_autotuned_send_buffer_gets_its_numbers_and_the_raise() {
         let (d, _) = run_in(&env_with_wmem(), "bbr", 12, held_by_sndbuf);
         let v = last(&d);

@@ -81,6 +81,9 @@ pub(super) fn decided_by(
 pub(super) const GETS_POLICED_RATE: &str =
     "it already gets most of the policed rate: another algorithm cannot get past the policer";
 
+/// Why a window does not meet the flag: not yet enough losses for any reading of them.
+pub(super) const TOO_FEW_LOSSES: &str = "too few losses to judge";
+
 /// The flag condition; returns why not, for the verdict text.
 pub(super) fn flag_condition(
     flow: &Flow,
@@ -124,7 +127,7 @@ pub(super) fn flag_condition(
         return Err("most of its retransmissions were spurious");
     }
     if lv.episodes < cfg.min_loss_episodes || lv.loss_ratio < cfg.min_loss_ratio {
-        return Err("too few losses to judge");
+        return Err(TOO_FEW_LOSSES);
     }
     if lv.clean_share() < cfg.clean_episode_share {
         return Err("srtt rose above min_rtt before too many of the losses: they look congestive");

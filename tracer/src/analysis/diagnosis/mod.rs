@@ -56,7 +56,7 @@ pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizi
 pub use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::deep::deep_evidence;
 use crate::analysis::diagnosis::evidence::evidence_of;
-use crate::analysis::diagnosis::flag::{flag_condition, GETS_POLICED_RATE};
+use crate::analysis::diagnosis::flag::{flag_condition, GETS_POLICED_RATE, TOO_FEW_LOSSES};
 use crate::analysis::diagnosis::hysteresis::Hysteresis;
 use crate::analysis::diagnosis::limits::classify;
 pub use crate::analysis::diagnosis::limits::LimitedBy;
@@ -512,7 +512,7 @@ fn judge<'t>(
         let ev = evidence_for(raw);
         Decided { limited: raw, flagged: false, ev, condition: Err(PAUSED_PAST_HORIZON), clears_in: None }
     } else if was_flagged {
-        decide_flagged(flow, mem, cfg, &w, &lv, previous.unwrap_or(raw), raw, &mut evidence_for)
+        decide_flagged(flow, mem, cfg, &w, &lv, previous.unwrap_or(raw), raw, now_ns, &mut evidence_for)
     } else {
         let limited = mem.hysteresis.limited_by(previous, raw, cfg);
         let ev = evidence_for(limited);
@@ -597,6 +597,7 @@ fn decide_flagged(
     lv: &losses::LossView,
     flagged_as: LimitedBy,
     raw: LimitedBy,
+    now_ns: u64,
     evidence_for: &mut dyn FnMut(LimitedBy) -> Evidence,
 ) -> Decided {
     let ev_raw = evidence_for(raw);
@@ -607,6 +608,16 @@ fn decide_flagged(
         let limited = mem.hysteresis.limited_by(Some(flagged_as), raw, cfg);
         let ev = if limited == raw { ev_raw } else { evidence_for(limited) };
         return Decided { limited, flagged, ev, condition, clears_in: None };
+    }
+    // A flow flagged under one class that another now holds, whose losses are still too few to
+    // judge, has shown nothing against a flag yet (CUBIC on a long fat path: held by its send
+    // buffer in slow start, then by its first losses, a loss every second or two at 240 ms).
+    // The flag and its class stand while that evidence gathers, within the loss horizon.
+    let horizon_ns = (cfg.loss_horizon_secs * tracer_common::NS_PER_SEC as f64) as u64;
+    if condition == Err(TOO_FEW_LOSSES) && raw != flagged_as && now_ns.saturating_sub(mem.last_met_ns) <= horizon_ns {
+        mem.hysteresis.hold_class();
+        let ev = evidence_for(flagged_as);
+        return Decided { limited: flagged_as, flagged: true, ev, condition, clears_in: None };
     }
     let flagged = if condition == Err(GETS_POLICED_RATE) {
         mem.hysteresis.unflag_now(cfg)
