@@ -86,8 +86,8 @@ pub fn cct_nb_destroy(ctx: TracePointContext) -> u32 {
     let key = flow_key(&ctx, HookId::Destroy);
     // The socket's memory may hold a new socket next: its periodic records start afresh.
     due_memo::forget_key(key);
-    let _ = TRACE_DUE.remove(&due_key(key, HookId::TcpProbe));
-    let _ = TRACE_DUE.remove(&due_key(key, HookId::Retransmit));
+    let _ = TRACE_DUE.remove(due_key(key, HookId::TcpProbe));
+    let _ = TRACE_DUE.remove(due_key(key, HookId::Retransmit));
     hand_over(&ctx, HookId::Destroy);
     0
 }
@@ -104,7 +104,7 @@ fn spaced(ctx: &TracePointContext, hook: HookId) -> u32 {
     // SAFETY: a helper without arguments or preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let due_key = due_key(key, hook);
-    if let Some(due) = TRACE_DUE.get_ptr(&due_key) {
+    if let Some(due) = TRACE_DUE.get_ptr(due_key) {
         // SAFETY: a value of the map, valid for this program run.
         let due = unsafe { *due };
         if now < due {
@@ -114,7 +114,7 @@ fn spaced(ctx: &TracePointContext, hook: HookId) -> u32 {
             return 0;
         }
     }
-    if TRACE_DUE.insert(&due_key, &(now + interval), 0).is_err() {
+    if TRACE_DUE.insert(due_key, now + interval, 0).is_err() {
         bump(counter::FLOW_MAP_FULL);
     }
     if hook == HookId::TcpProbe {

@@ -94,6 +94,9 @@ pub(crate) fn count_segment(sk: *const u8, key: u64, skb: *const u8) -> bool {
             unsafe {
                 core::ptr::write_bytes(fresh, 0, 1);
                 resync(&mut *fresh, end, generation, now);
+                // By reference: a copy of the value would not fit the program's 512-byte stack,
+                // which is why it is built in a per-CPU scratch slot.
+                #[allow(clippy::needless_borrows_for_generic_args)]
                 let _ = RECV.insert(key, &*fresh, 0);
             }
         }
