@@ -248,6 +248,13 @@ pub(crate) fn run(root: &Path, gates_dir: PathBuf) -> Result<()> {
         steps.record("checks beside the suite", &mut || Err(anyhow::anyhow!("{e:#}")));
         bail!("failed beside the suite: the suite's build never finished");
     }
+    // Nor before the tracer package's tests are done: they run target/debug/cctrace by its path,
+    // and clippy's pass over every target may link that file again (a fresh clone's docs test
+    // found it missing, 10 s into the tests). They take about 20 s.
+    if let Err(e) = gates.wait(Gate::TracerTestsDone, parent) {
+        steps.record("checks beside the suite", &mut || Err(anyhow::anyhow!("{e:#}")));
+        bail!("failed beside the suite: the tracer package's tests never finished");
+    }
     lints(&mut steps, root);
     guests(&mut steps, root, &gates, parent);
     eprintln!("{LANE_DONE}{:.0} s", steps.started.elapsed().as_secs_f64());

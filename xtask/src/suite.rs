@@ -80,11 +80,14 @@ pub(crate) fn run(workspace: &Path, args: &[&str], gates: &Gates) -> Result<Ran>
     // when they met, are done), the rest in cargo's order.
     // Those no emulator may run beside come right after the tracer package's: the kernel matrix
     // beside waits for them.
+    // The ones that wait for the container image the dist build beside writes go late, when it
+    // is there (run early, the runtimes test waited a minute for it).
     binaries.sort_by_key(|b| {
         (
             b.package_name != TRACER_PACKAGE,
             !NO_EMULATOR_BESIDE.contains(&b.target.as_str()),
             LOADS_BOTH_CORES.contains(&b.target.as_str()),
+            NEEDS_THE_IMAGE.contains(&b.target.as_str()),
         )
     });
     let tracer_binaries = binaries.iter().filter(|b| b.package_name == TRACER_PACKAGE).count();
@@ -137,6 +140,10 @@ pub(crate) struct Ran {
 /// Test binaries that keep both cores busy (deep mode's BBR and CUBIC twins at line rate, beside
 /// plain runs): run last, after the checks beside the suite are likely done.
 const LOADS_BOTH_CORES: &[&str] = &["deep"];
+
+/// Test binaries that run cctrace's container image, which the dist build beside the suite
+/// writes a few minutes into the run (`beside.rs`): last but the ones that load both cores.
+const NEEDS_THE_IMAGE: &[&str] = &["runtimes"];
 
 /// Test binaries no qemu guest may run beside: `live`'s tcp_probe window test judges that
 /// windows save runs, and beside an emulator the attach/detach cycle cctrace measures costs more
