@@ -270,7 +270,25 @@ fn retransmissions_ca_states_and_close_when(start: Start) -> Result<()> {
         "retransmissions: cctrace {traced}, nstat TcpRetransSegs delta {kernel_delta}, sender TCP_INFO {}",
         report.total_retrans
     );
-    assert!(err <= 0.02, "cctrace retrans {traced} vs nstat TcpRetransSegs delta {kernel_delta} ({:.2}%)", err * 100.0);
+    if without_btf {
+        // Its counters are sock_diag's at each look, and the socket closed within an interval of
+        // its last one (docs/json.md): short by at most what one look's interval carried, read
+        // from the flow's own steps before its last sample.
+        let counts: Vec<u64> = samples.iter().map(|v| u(v, "retrans")).collect();
+        let step =
+            counts[..counts.len().saturating_sub(1)].windows(2).map(|w| w[1].saturating_sub(w[0])).max().unwrap_or(0);
+        eprintln!("without BTF: the largest step between looks {step}, over {} samples", counts.len());
+        assert!(
+            traced + step >= kernel_delta && traced as f64 <= kernel_delta as f64 * 1.02,
+            "cctrace retrans {traced} vs nstat TcpRetransSegs delta {kernel_delta} (one look's step {step})"
+        );
+    } else {
+        assert!(
+            err <= 0.02,
+            "cctrace retrans {traced} vs nstat TcpRetransSegs delta {kernel_delta} ({:.2}%)",
+            err * 100.0
+        );
+    }
     if without_btf {
         // Read by sock_diag at the flow's last look before it closed: a retransmission of its
         // last interval (its FIN's, say) may come after that look.
