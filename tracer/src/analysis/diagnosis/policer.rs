@@ -153,11 +153,6 @@ pub(super) fn plateau_forming(episodes: &[EpisodeLoss], cfg: &DiagnosisConfig) -
     !bursts.is_empty() && median(bursts) >= cfg.policer_burst_segments
 }
 
-/// The plateau: the flow delivered one rate over its loss cycles, and each loss took a burst.
-fn plateau(episodes: &[EpisodeLoss], cfg: &DiagnosisConfig) -> Option<Policing> {
-    plateau_of(&cycles(episodes, cfg), cfg.policer_min_episodes, cfg)
-}
-
 fn plateau_of(cycles: &[Cycle], min_cycles: usize, cfg: &DiagnosisConfig) -> Option<Policing> {
     if cycles.len() < min_cycles {
         return None;
@@ -183,7 +178,12 @@ const SETTLED_CYCLES: usize = 3;
 /// and nothing the flow delivered since went far above the rates at its later losses. The
 /// rate is then the most the flow ever delivered: a floor under the policed rate (bursts cut
 /// by a tight bucket keep a loss-based flow below it).
-fn capped_start(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisConfig) -> Option<Policing> {
+fn capped_start(
+    episodes: &[EpisodeLoss],
+    cycles: &[Cycle],
+    best_clean_bps: f64,
+    cfg: &DiagnosisConfig,
+) -> Option<Policing> {
     let judged: Vec<&EpisodeLoss> =
         episodes.iter().filter(|e| !e.slow_start && !e.queued && e.delivery_before_bps > 0.0).collect();
     if judged.len() < cfg.policer_min_episodes {
@@ -203,7 +203,6 @@ fn capped_start(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisCo
     let rate_bps = best_clean_bps.max(at_losses);
     // What the flow settles at, over its latest loss cycles: a policer's flow keeps near its
     // rate, while one that met random loss falls from its start's rate cycle after cycle.
-    let cycles = cycles(episodes, cfg);
     let latest: Vec<f64> = cycles.iter().rev().take(SETTLED_CYCLES).map(|c| c.rate_bps).collect();
     let settles_near = latest.is_empty() || median(latest) >= rate_bps * cfg.policer_start_settled_share;
     (best_clean_bps <= at_losses * cfg.policer_start_overshoot && settles_near).then(|| Policing {
@@ -219,8 +218,13 @@ fn capped_start(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisCo
 /// The policer's rate, when the episodes (oldest first, slow-start overshoots included) show
 /// one. `best_clean_bps` is the highest delivery rate the flow ever had without a queue.
 pub(super) fn policing(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &DiagnosisConfig) -> Option<Policing> {
-    capped_start(episodes, best_clean_bps, cfg)
-        .or_else(|| plateau(episodes, cfg).map(|p| Policing { best_clean_when_seen: best_clean_bps, ..p }))
+    // A capped start, else a plateau (one rate over the loss cycles, each loss a burst): both
+    // read the same cycles, computed once.
+    let cycles = cycles(episodes, cfg);
+    capped_start(episodes, &cycles, best_clean_bps, cfg).or_else(|| {
+        plateau_of(&cycles, cfg.policer_min_episodes, cfg)
+            .map(|p| Policing { best_clean_when_seen: best_clean_bps, ..p })
+    })
 }
 
 /// What the flow showed of a policer before, still holding now. A capped start is seen once
