@@ -9,7 +9,7 @@ mod synthetic;
 
 use std::time::Instant;
 
-use tracer::analysis::event::Sample;
+use tracer::analysis::sample::Sample;
 use tracer::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use tracer::recording::{Reader, RecordWriter};
 use tracer::source::SourceCounters;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::analysis::decisions::Decision;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;

@@ -10,7 +10,7 @@
 use anyhow::Result;
 
 use crate::analysis::decisions::Decision;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;

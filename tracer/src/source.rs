@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use crate::analysis::decisions::Decision;
 use crate::analysis::environment::Environment;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::ActionRecord;
 /// The counters every source reports are a record of the schema (recordings keep them).
 pub use crate::analysis::schema::SourceCounters;

@@ -9,7 +9,7 @@ use std::process::Command;
 use tracer::analysis::container::{CgroupInfo, Container, Runtime};
 use tracer::analysis::environment::BufferLimits;
 use tracer::analysis::environment::Environment;
-use tracer::analysis::event::{decode, raw_bytes, raw_sample_template, DecodeContext};
+use tracer::analysis::sample::{decode, raw_bytes, raw_sample_template, DecodeContext};
 use tracer::analysis::fix::commands::{fix_commands, shell_quote, FixNeeds};
 use tracer::analysis::model::{FlowTable, TableConfig};
 

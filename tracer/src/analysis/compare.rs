@@ -73,7 +73,7 @@ fn window<'a>(points: impl Iterator<Item = &'a HistoryPoint>, step_ns: u64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::event::CaState;
+    use crate::analysis::sample::CaState;
 
     fn point(sec: u64, mbps: f32, cwnd: u32, retrans: u16) -> HistoryPoint {
         HistoryPoint {

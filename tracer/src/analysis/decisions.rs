@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use tracer_common::deep::{decision_kind, twin_algo, DecisionRecord, DECISION_SIZE, DECISION_VERSION};
 
-use crate::analysis::event::CaState;
+use crate::analysis::sample::CaState;
 
 /// Decisions kept per flow: the newest ones, enough for a minute of a flow's loss episodes.
 pub const KEPT_PER_FLOW: usize = 512;

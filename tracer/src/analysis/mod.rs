@@ -1,4 +1,4 @@
-//! The pure core: decoded samples ([`event`]), the flow table ([`model`]), the diagnosis
+//! The pure core: decoded samples ([`sample`]), the flow table ([`model`]), the diagnosis
 //! ([`diagnosis`]) and the fix's plan and wording ([`fix`]), and [`Analysis`], which drives the flow
 //! table and the diagnoser together for every front end (JSON, TUI, replay).
 //!
@@ -9,7 +9,7 @@
 //!
 //! At the bottom, importing only each other: [`environment`] (host facts handed in, the
 //! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
-//! [`event`], [`route`], [`loss_signals`] and [`receive`] (decoded samples), [`container`] (a cgroup path's
+//! [`sample`], [`route`], [`loss_signals`] and [`receive`] (decoded samples), [`container`] (a cgroup path's
 //! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
 //! process). On them: [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`]
 //! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
@@ -22,7 +22,7 @@ pub mod container;
 pub mod decisions;
 pub mod diagnosis;
 pub mod environment;
-pub mod event;
+pub mod sample;
 pub mod filter;
 pub mod fix;
 pub mod loss_signals;
@@ -41,7 +41,7 @@ use std::collections::HashMap;
 use crate::analysis::decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
 use crate::analysis::tunnel::{RouteQuery, Tunnel, TunnelRoute};
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
@@ -272,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_flow_that_leaves_the_table_takes_its_verdict_along_and_the_others_keep_theirs() {
-        use crate::analysis::event::SampleReason;
+        use crate::analysis::sample::SampleReason;
         use crate::analysis::model::tests::sample;
         let table = TableConfig { closed_linger_ns: 2_000_000_000, max_flows: 3, ..TableConfig::default() };
         let mut a = Analysis::new(table, DiagnosisConfig::default(), Environment::default());

@@ -131,7 +131,7 @@ impl ReceiveSide {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::event::raw_sample_template;
+    use crate::analysis::sample::raw_sample_template;
 
     #[test]
     fn decodes_the_counts_and_the_rates_around_an_episode() {

@@ -13,7 +13,7 @@ use crate::analysis::container::{Container, Pod, Runtime};
 use crate::analysis::decisions::Decision;
 use crate::analysis::diagnosis::{Change, Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::event::{CaState, Owner, Sample, SampleReason};
+use crate::analysis::sample::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::model::Flow;
 use crate::analysis::receive::ReceiveSide;

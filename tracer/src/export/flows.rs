@@ -7,7 +7,7 @@ use serde::Serialize;
 use tracer_common::TCP_INFINITE_SSTHRESH;
 
 use crate::analysis::diagnosis::{LimitedBy, Verdict};
-use crate::analysis::event::{CaState, Owner, Sample};
+use crate::analysis::sample::{CaState, Owner, Sample};
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::schema::{Placement, SummaryRecord, UdpRecord};
 use crate::analysis::time::WallClock;

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tracer_common::TCP_INFINITE_SSTHRESH;
 
 use crate::analysis::diagnosis::{DiagnosisConfig, LimitedBy};
-use crate::analysis::event::{CaState, Sample};
+use crate::analysis::sample::{CaState, Sample};
 use crate::analysis::schema::Placement;
 use crate::export::replay::{new_analysis, replay, Step};
 use crate::recording::entry::Entry;

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use anyhow::Result;
 
 use crate::analysis::decisions::Decision;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{
     ActionRecord, DecisionRecord, FlowRecord, Record, SampleRecord, SummaryRecord, UdpRecord,
 };
@@ -183,7 +183,7 @@ mod tests {
     use super::*;
     use crate::analysis::diagnosis::DiagnosisConfig;
     use crate::analysis::environment::Environment;
-    use crate::analysis::event::SampleReason;
+    use crate::analysis::sample::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;
     use crate::pipeline::{self, NoStop, PipelineOptions};
@@ -250,7 +250,7 @@ mod tests {
     impl crate::source::EventSource for Items {
         fn next_batch(
             &mut self,
-        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::event::Sample>>>> {
+        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::sample::Sample>>>> {
             Box::pin(async { Ok(None) })
         }
         fn next_item(&mut self) -> crate::source::BoxFuture<'_, anyhow::Result<Option<crate::source::SourceItem>>> {

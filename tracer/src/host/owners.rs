@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use procfs::net::{TcpNetEntry, TcpState};
 
 use super::procs;
-use crate::analysis::event::{Owner, Sample, TcpState as SampleState};
+use crate::analysis::sample::{Owner, Sample, TcpState as SampleState};
 
 const MIN_SCAN_GAP: Duration = Duration::from_millis(250);
 const COST_FACTOR: u32 = 20;

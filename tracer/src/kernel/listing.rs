@@ -12,7 +12,7 @@ use aya::programs::Iter;
 use aya::{Btf, Ebpf};
 
 use super::attach::{error_chain, short};
-use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::analysis::sample::{decode, DecodeContext, Sample};
 
 /// Why the listing did not run at all.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn iterator_output_read_in_uneven_pieces_yields_every_sample_in_bounded_batches() {
-        use crate::analysis::event::{raw_bytes, raw_sample_template};
+        use crate::analysis::sample::{raw_bytes, raw_sample_template};
         let ctx = DecodeContext { hz: 250 };
         let iterator = |first: u64, n: u64| Trickle {
             bytes: (first..first + n)

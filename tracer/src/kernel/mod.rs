@@ -35,7 +35,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use tokio::io::unix::AsyncFd;
 use tracer_common::{counter, Config, HookId};
 
-use crate::analysis::event::{DecodeContext, Sample};
+use crate::analysis::sample::{DecodeContext, Sample};
 use crate::host::owners;
 use crate::kernel::attach::{attach_hooks, classic_offsets, error_chain, HOOKS};
 use crate::kernel::counters::CounterMap;

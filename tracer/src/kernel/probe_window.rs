@@ -84,7 +84,7 @@ use aya::programs::{BtfTracePoint, TracePoint};
 use aya::Ebpf;
 
 use super::attach::{HookLink, HOOKS};
-use crate::analysis::event::{Sample, SampleReason, TcpState};
+use crate::analysis::sample::{Sample, SampleReason, TcpState};
 use tracer_common::HookId;
 
 /// The shortest window. A busy flow is sampled within microseconds of the attach (at its

@@ -11,7 +11,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::counters::CounterMap;
 use super::probe_window::ProbeWindow;
-use crate::analysis::event::{decode, DecodeContext, Sample};
+use crate::analysis::sample::{decode, DecodeContext, Sample};
 use crate::host::owners;
 use crate::source::MAX_BATCH;
 

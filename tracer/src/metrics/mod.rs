@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 
 use anyhow::Result;
 
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::pipeline::Status;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use crate::analysis::diagnosis::LimitedBy;
 use crate::analysis::environment::Environment;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::model::Flow;
 use crate::analysis::schema::Placement;
 use crate::analysis::Analysis;

@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::analysis::container::{Container, Runtime};
 use crate::analysis::environment::Environment;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::recording::entry::{Entry, Header};
 
 /// cgroup path components that name no one: kept so a path still shows its shape.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::decisions::Decision;
 use crate::analysis::environment::Environment;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::source::SourceCounters;
 

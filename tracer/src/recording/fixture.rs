@@ -4,7 +4,7 @@
 //! host whose names are hostile (markup, quotes, shell metacharacters).
 
 use crate::analysis::environment::Environment;
-use crate::analysis::event::{Owner, Sample};
+use crate::analysis::sample::{Owner, Sample};
 use crate::analysis::schema::{ActionKind, ActionRecord, SummaryRecord, SwitchedFlow};
 use crate::recording::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use crate::source::SourceCounters;

@@ -22,7 +22,7 @@ pub(crate) mod fixture;
 use anyhow::Result;
 
 use crate::analysis::decisions::Decision;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;
 use crate::analysis::Analysis;

@@ -14,7 +14,7 @@ use anyhow::Result;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::recording::RecordingSource;
 use crate::source::{BoxFuture, EventSource, Playback, SourceCounters, SourceItem};
 

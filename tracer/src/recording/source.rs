@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use super::entry::{Entry, Header};
 use super::reader::Reader;
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::SummaryRecord;
 use crate::source::{BoxFuture, EventSource, SourceCounters, SourceItem};
 

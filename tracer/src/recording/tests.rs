@@ -261,7 +261,7 @@ pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::decisions::Decisi
         ts_ns,
         cookie,
         algo: TwinAlgo::Cubic,
-        ca_state: crate::analysis::event::CaState::Disorder,
+        ca_state: crate::analysis::sample::CaState::Disorder,
         srtt_us: 31_000,
         mss: 1448,
         kind: DecisionKind::SsthreshCut { cwnd_before: 68, cwnd_after: 47, ssthresh_before: 90, ssthresh_after: 47 },

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::environment::Environment;
-use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
+use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::filter::{FilterControl, FilterSpec};
 use crate::analysis::fix::{FixControl, Plan, Switched, Target};
 use crate::analysis::model::tests::sample;

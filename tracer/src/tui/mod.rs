@@ -246,7 +246,7 @@ where
     B::Error: Send + Sync + 'static,
     K: Stream<Item = io::Result<Event>> + Unpin,
 {
-    async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[crate::analysis::event::Sample]) -> Result<Control> {
+    async fn on_batch(&mut self, _analysis: &Analysis, _batch: &[crate::analysis::sample::Sample]) -> Result<Control> {
         self.fed();
         Ok(Control::Continue)
     }

@@ -440,7 +440,7 @@ mod tests {
     use crate::analysis::diagnosis::test_feed::{held_by_sndbuf, run_in, test_env};
     use crate::analysis::diagnosis::{Diagnoser, Verdict};
     use crate::analysis::environment::BufferLimits;
-    use crate::analysis::event::Sample;
+    use crate::analysis::sample::Sample;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::{FlowTable, TableConfig};
 

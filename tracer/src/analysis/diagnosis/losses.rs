@@ -191,7 +191,7 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64, since_n
 #[cfg(test)]
 mod tests {
     use crate::analysis::diagnosis::test_feed::{episodic, run_feed};
-    use crate::analysis::event::CaState;
+    use crate::analysis::sample::CaState;
 
     /// `episodic`'s losses, each begun in `ca` (Recovery is `episodic`'s own).
     fn evidence_with_losses_in(ca: Option<CaState>) -> crate::analysis::diagnosis::Evidence {

@@ -685,13 +685,13 @@ mod tests {
 
     use super::*;
     use crate::analysis::diagnosis::test_feed::{bulk, run_feed, run_in, test_env};
-    use crate::analysis::event::SampleReason;
+    use crate::analysis::sample::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;
 
     #[test]
     fn judging_what_changed_gives_the_verdicts_judging_every_flow_gives() {
-        use crate::analysis::event::TcpState;
+        use crate::analysis::sample::TcpState;
         let cfg = TableConfig {
             max_flows: 400,
             closed_linger_ns: 4 * NS_PER_SEC,
@@ -832,7 +832,7 @@ mod tests {
         every.never_settle = true;
         let mut env = test_env();
         // Per flow: whether it sends at a 100 ms tick, and its samples at its `n`th busy tick.
-        type Feed = Box<dyn Fn(u64) -> Vec<crate::analysis::event::Sample>>;
+        type Feed = Box<dyn Fn(u64) -> Vec<crate::analysis::sample::Sample>>;
         type FlowFeed = (u64, fn(u64) -> bool, Feed);
         let lossy = episodic("cubic", 16_000_000, 7, 0, 0);
         let clean = bulk(40_000_000, 0.0, 31_000);

@@ -484,7 +484,7 @@ mod tests {
         every: u64,
         lost: u64,
         peak_mbps: impl Fn(u64) -> f64,
-    ) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+    ) -> impl Fn(u64) -> Vec<crate::analysis::sample::Sample> {
         use crate::analysis::diagnosis::test_feed::loss_after;
         use crate::analysis::model::tests::sample;
         move |tick| {
@@ -527,7 +527,7 @@ mod tests {
     /// at 100 Mbit/s without a queue, then loss cycles, each `(ticks long, Mbit/s delivered
     /// over it, segments its loss takes, delivery rate before the loss in Mbit/s)`, the
     /// loss at the cycle's end.
-    fn cycles_feed(cycles: Vec<(u64, f64, u64, f64)>) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+    fn cycles_feed(cycles: Vec<(u64, f64, u64, f64)>) -> impl Fn(u64) -> Vec<crate::analysis::sample::Sample> {
         use crate::analysis::diagnosis::test_feed::loss_after;
         use crate::analysis::model::tests::sample;
         // Where each cycle ends (its loss), and the bytes delivered by then.
@@ -659,7 +659,7 @@ mod tests {
     fn start_seen_by_rack(
         srtt_queue_us: u32,
         rack_queue_us: Option<u32>,
-    ) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+    ) -> impl Fn(u64) -> Vec<crate::analysis::sample::Sample> {
         let feed = cubic_feed(6, 27, 8.0, 5, 1, |t| 9.0 + (t % 7) as f64);
         move |tick| {
             let mut samples = feed(tick);

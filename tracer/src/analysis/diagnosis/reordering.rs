@@ -51,7 +51,7 @@ mod tests {
     /// `episodic`'s flow (flagged as it is: a loss every 0.7 s without a queue), with DSACK
     /// reporting as spurious the retransmissions of the episodes `spurious(n)` picks (n counts
     /// the episodes from 1), and the kernel undoing their cuts.
-    fn with_dsacks(spurious: impl Fn(u32) -> bool + 'static) -> impl Fn(u64) -> Vec<crate::analysis::event::Sample> {
+    fn with_dsacks(spurious: impl Fn(u32) -> bool + 'static) -> impl Fn(u64) -> Vec<crate::analysis::sample::Sample> {
         let feed = episodic("cubic", 16_000_000, 7, 0, 0);
         move |tick| {
             let mut out = feed(tick);

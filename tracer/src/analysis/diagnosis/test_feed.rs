@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::event::{CaState, Sample, SampleReason};
+use crate::analysis::sample::{CaState, Sample, SampleReason};
 use crate::analysis::model::tests::sample;
 use crate::analysis::model::{FlowTable, TableConfig};
 

@@ -3,7 +3,7 @@ use tracer_common::SwitchRecord;
 use super::commands::{buffer_sysctl_file, MODULES_FILE, SYSCTL_FILE};
 use super::*;
 use crate::analysis::environment::{BufferLimits, Environment};
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 
 fn target(host: bool) -> Target {
     Target {

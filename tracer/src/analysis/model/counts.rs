@@ -1,7 +1,7 @@
 //! Running counts over a flow's periodic samples (cwnd full, no backlog, application-limited,
 //! send buffer low), so any window's shares are differences of two counts.
 
-use crate::analysis::event::{Sample, SampleReason};
+use crate::analysis::sample::{Sample, SampleReason};
 
 /// Running counts over every sample of a flow, for shares over any window (deltas).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

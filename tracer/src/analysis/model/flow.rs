@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use tracer_common::NS_PER_SEC;
 
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::model::config::TableConfig;
 use crate::analysis::model::counts::SampleCounts;
 use crate::analysis::model::history::{History, HistoryPoint};

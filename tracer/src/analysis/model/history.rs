@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::analysis::event::CaState;
+use crate::analysis::sample::CaState;
 
 /// One chart point: the state of the flow over one history step. Compact (32 bytes): a chart
 /// needs no more precision than f32, and there are many of these.

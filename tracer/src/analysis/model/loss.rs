@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use tracer_common::TCP_INFINITE_SSTHRESH;
 
-use crate::analysis::event::{CaState, Sample, SampleReason};
+use crate::analysis::sample::{CaState, Sample, SampleReason};
 use crate::analysis::model::config::{queue_threshold_us, TableConfig};
 use crate::analysis::model::counts::peer_window_fell;
 

@@ -3,7 +3,7 @@
 
 use tracer_common::NS_PER_SEC;
 
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 
 /// Counters at one instant, kept for the rate window.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use crate::analysis::event::{Sample, SampleReason};
+use crate::analysis::sample::{Sample, SampleReason};
 
 /// Flows start tracking what they receive once they received this much (as the loss tracker
 /// does for what flows send).

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 use crate::analysis::model::config::TableConfig;
 use crate::analysis::model::flow::{EvictionKey, Flow};
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use super::*;
-use crate::analysis::event::{CaState, Owner, Sample, SampleReason, TcpState};
+use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::model::flow::EvictionKey;
 
 pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
@@ -61,7 +61,7 @@ pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {
         signals: Default::default(),
         rack_rtt_us: 0,
         receive: Default::default(),
-        unknown: crate::analysis::event::Unknown::default(),
+        unknown: crate::analysis::sample::Unknown::default(),
     }
 }
 

@@ -29,7 +29,7 @@ pub fn route_queries(table: &FlowTable, facts: &TunnelFacts, known: &[TunnelRout
     if !facts.has_router() {
         return Vec::new();
     }
-    let known = |s: &crate::analysis::event::Sample| {
+    let known = |s: &crate::analysis::sample::Sample| {
         known.iter().any(|r| r.netns == s.netns && r.local == s.local && r.remote == s.remote)
     };
     let mut busy: Vec<(&Flow, f64)> = table

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::*;
-use crate::analysis::event::{Owner, Sample};
+use crate::analysis::sample::{Owner, Sample};
 use crate::analysis::model::tests::sample;
 use crate::analysis::model::TableConfig;
 use crate::analysis::route::{DeviceName, Route};

@@ -148,13 +148,13 @@ fn kernel_wireguard_points_at_the_tunnels_tcp_flows() {
 }
 
 /// The relay's end of a hop: the service's endpoints mirrored.
-fn relay_end(service: &crate::analysis::event::Sample) -> (SocketAddr, SocketAddr) {
+fn relay_end(service: &crate::analysis::sample::Sample) -> (SocketAddr, SocketAddr) {
     (service.remote, service.local)
 }
 
 #[test]
 fn a_loopback_hop_to_a_process_with_heavy_udp_is_relayed_by_it() {
-    use crate::analysis::event::Owner;
+    use crate::analysis::sample::Owner;
     use crate::analysis::model::{tests::sample as tcp_sample, FlowTable, TableConfig};
     let mut table = FlowTable::new(TableConfig::default());
     // The service's socket (accepted, sending) and the relay's (it connected).

@@ -10,7 +10,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::session::DeepSession;
 use crate::analysis::decisions::{Decision, TwinAlgo};
-use crate::analysis::event::Sample;
+use crate::analysis::sample::Sample;
 
 /// Deep mode's part of the live source: the twins' session and their decisions ring buffer.
 pub(in crate::kernel) struct DeepFeed {

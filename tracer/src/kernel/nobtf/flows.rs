@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use tracer_common::{tcp_state, HookId};
 
 use super::record::TraceEvent;
-use crate::analysis::event::{Owner, Sample};
+use crate::analysis::sample::{Owner, Sample};
 use crate::host::sock_diag::Lookup;
 
 /// A flow sock_diag found: where it lives and what it looked like last.

@@ -31,7 +31,7 @@ use super::counters::CounterMap;
 use super::filter::{KernelFilter, SharedFilter};
 use super::listing::ListingReport;
 use super::{hz, load, tracefs, HookProgram, KernelInfo, KernelOptions};
-use crate::analysis::event::{Sample, SampleReason, TcpState};
+use crate::analysis::sample::{Sample, SampleReason, TcpState};
 use crate::analysis::filter::ResolvedFilter;
 use crate::host::owners::OwnerLookup;
 use crate::host::sock_diag::{DiagNamespaces, Lookup, SocketInfo};

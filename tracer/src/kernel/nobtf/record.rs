@@ -13,7 +13,7 @@ use tracer_common::{
 
 use compact_str::CompactString;
 
-use crate::analysis::event::Owner;
+use crate::analysis::sample::Owner;
 use crate::kernel::tracefs::FormatField;
 
 /// Where one hook's record keeps what cctrace reads, from its `format` file.

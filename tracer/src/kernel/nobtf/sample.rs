@@ -4,7 +4,7 @@
 
 use tracer_common::tcp_state;
 
-use crate::analysis::event::{CaState, Sample, SampleReason, TcpState, Unknown};
+use crate::analysis::sample::{CaState, Sample, SampleReason, TcpState, Unknown};
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::receive::ReceiveSide;
 use crate::host::sock_diag::{tcp_info_end, SocketInfo, TcpInfo, TCPI_OPT_WSCALE};

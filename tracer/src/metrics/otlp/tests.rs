@@ -1,7 +1,7 @@
 use super::events::EventKind;
 use super::*;
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::event::{SampleReason, TcpState};
+use crate::analysis::sample::{SampleReason, TcpState};
 use crate::analysis::model::TableConfig;
 use crate::analysis::schema::{ActionKind, SwitchedFlow};
 use crate::metrics::{Exposition, Format, MetricsConfig, MetricsModel, SharedSnapshot};
@@ -14,7 +14,7 @@ fn clock() -> WallClock {
 
 /// The UI tests' host fed for `secs` seconds (with `change` applied to each batch), with the
 /// events taken after every tick.
-fn events_of(secs: u64, change: impl Fn(u64, &mut Vec<crate::analysis::event::Sample>)) -> Vec<events::Event> {
+fn events_of(secs: u64, change: impl Fn(u64, &mut Vec<crate::analysis::sample::Sample>)) -> Vec<events::Event> {
     let mut analysis = Analysis::new(TableConfig::default(), DiagnosisConfig::default(), feed::env());
     let mut found = FlowEvents::default();
     let mut out = Vec::new();

@@ -81,7 +81,7 @@ async fn the_pipeline_stops_on_the_stop_signal_even_with_endless_input() {
     impl crate::source::EventSource for Endless {
         fn next_batch(
             &mut self,
-        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::event::Sample>>>> {
+        ) -> crate::source::BoxFuture<'_, anyhow::Result<Option<Vec<crate::analysis::sample::Sample>>>> {
             self.0 += 1;
             let b = feed::batch(self.0 % 100);
             Box::pin(async move { Ok(Some(b)) })

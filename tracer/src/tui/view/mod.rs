@@ -20,7 +20,7 @@ use ratatui::widgets::{Paragraph, Widget, Wrap};
 use ratatui::Frame;
 
 use super::state::{AppState, Screen};
-use crate::analysis::event::CaState;
+use crate::analysis::sample::CaState;
 
 /// Below this the full layout cannot work; a one-paragraph summary is drawn instead.
 pub const MIN_WIDTH: u16 = 40;

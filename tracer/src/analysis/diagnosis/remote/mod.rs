@@ -82,7 +82,7 @@ pub(super) fn judge(
 mod tests {
     use crate::analysis::diagnosis::test_feed::run_feed;
     use crate::analysis::diagnosis::LimitedBy;
-    use crate::analysis::event::{Sample, SampleReason};
+    use crate::analysis::sample::{Sample, SampleReason};
     use crate::analysis::model::tests::sample;
 
     /// A download on a 30 ms path (one-way 15 ms), as its receiving socket's samples show it:

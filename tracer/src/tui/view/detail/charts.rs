@@ -8,7 +8,7 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkline, Widget};
 
-use crate::analysis::event::CaState;
+use crate::analysis::sample::CaState;
 use crate::analysis::model::{Flow, HistoryPoint};
 use crate::tui::format;
 use crate::tui::panels::Mark;

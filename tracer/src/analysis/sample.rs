@@ -1,4 +1,5 @@
-//! Owned, decoded events: what every event source (live kernel, recording, test feed) yields.
+//! Owned, decoded samples: what every source (live kernel, recording, test feed) yields, and
+//! their decoding from the wire record.
 //!
 //! Decoding checks the record's length and version before reading it, so a short or foreign
 //! record is an error, never undefined behaviour.
