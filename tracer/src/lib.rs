@@ -24,6 +24,7 @@ pub mod recording;
 pub mod side_job;
 pub mod signals;
 pub mod source;
-#[cfg(test)]
-mod test_support;
+/// Fixtures for tests and benches (hidden: no part of the tracer's interface).
+#[doc(hidden)]
+pub mod test_support;
 pub mod tui;

@@ -1,7 +1,8 @@
 //! The synthetic flow both benchmarks feed: a CUBIC bulk upload's sample, built as a wire
 //! record and decoded, so the decoder's allocations are part of what is measured.
 
-use tracer::analysis::sample::{from_raw, raw_sample_template, DecodeContext, Sample};
+use tracer::analysis::sample::{from_raw, DecodeContext, Sample};
+use tracer::test_support::wire::raw_sample_template;
 
 const CTX: DecodeContext = DecodeContext { hz: 250 };
 

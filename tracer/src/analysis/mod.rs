@@ -22,13 +22,13 @@ pub mod container;
 pub mod decisions;
 pub mod diagnosis;
 pub mod environment;
-pub mod sample;
 pub mod filter;
 pub mod fix;
 pub mod loss_signals;
 pub mod model;
 pub mod receive;
 pub mod route;
+pub mod sample;
 pub mod schema;
 pub mod state_dir;
 pub mod time;
@@ -41,8 +41,8 @@ use std::collections::HashMap;
 use crate::analysis::decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::sample::Sample;
 use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
+use crate::analysis::sample::Sample;
 use crate::analysis::tunnel::{RouteQuery, Tunnel, TunnelRoute};
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
 
@@ -272,8 +272,8 @@ mod tests {
 
     #[test]
     fn a_flow_that_leaves_the_table_takes_its_verdict_along_and_the_others_keep_theirs() {
-        use crate::analysis::sample::SampleReason;
         use crate::analysis::model::tests::sample;
+        use crate::analysis::sample::SampleReason;
         let table = TableConfig { closed_linger_ns: 2_000_000_000, max_flows: 3, ..TableConfig::default() };
         let mut a = Analysis::new(table, DiagnosisConfig::default(), Environment::default());
         let judged = |a: &Analysis| {

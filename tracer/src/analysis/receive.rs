@@ -131,11 +131,10 @@ impl ReceiveSide {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::sample::raw_sample_template;
 
     #[test]
     fn decodes_the_counts_and_the_rates_around_an_episode() {
-        let mut raw = raw_sample_template();
+        let mut raw: FlowSample = bytemuck::Zeroable::zeroed();
         raw.rcv_flags = rcv_flag::COUNTED | rcv_flag::USEC_TS;
         raw.rcv_nxt = 10_000;
         raw.copied_seq = 4_000;

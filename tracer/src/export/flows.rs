@@ -7,8 +7,8 @@ use serde::Serialize;
 use tracer_common::TCP_INFINITE_SSTHRESH;
 
 use crate::analysis::diagnosis::{LimitedBy, Verdict};
-use crate::analysis::sample::{CaState, Owner, Sample};
 use crate::analysis::loss_signals::LossSignals;
+use crate::analysis::sample::{CaState, Owner, Sample};
 use crate::analysis::schema::{Placement, SummaryRecord, UdpRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;

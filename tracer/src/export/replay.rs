@@ -9,8 +9,8 @@
 use anyhow::Result;
 
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::sample::Sample;
 use crate::analysis::model::TableConfig;
+use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::pipeline::{self, Control, FrontEnd, NoStop, PipelineOptions, Status};

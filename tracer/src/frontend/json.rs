@@ -183,9 +183,9 @@ mod tests {
     use super::*;
     use crate::analysis::diagnosis::DiagnosisConfig;
     use crate::analysis::environment::Environment;
-    use crate::analysis::sample::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;
+    use crate::analysis::sample::SampleReason;
     use crate::pipeline::{self, NoStop, PipelineOptions};
     use crate::source::FeedSource;
     use crate::test_support::SharedBuf;

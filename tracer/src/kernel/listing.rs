@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn iterator_output_read_in_uneven_pieces_yields_every_sample_in_bounded_batches() {
-        use crate::analysis::sample::{raw_bytes, raw_sample_template};
+        use crate::test_support::wire::{raw_bytes, raw_sample_template};
         let ctx = DecodeContext { hz: 250 };
         let iterator = |first: u64, n: u64| Trickle {
             bytes: (first..first + n)

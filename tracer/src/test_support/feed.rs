@@ -18,10 +18,10 @@ use std::collections::HashMap;
 
 use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::environment::Environment;
-use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::filter::{FilterControl, FilterSpec};
 use crate::analysis::fix::{FixControl, Plan, Switched, Target};
 use crate::analysis::model::tests::sample;
+use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 
 pub(crate) const HOST_NETNS: u32 = 4026531840;

@@ -5,8 +5,8 @@ use crossterm::event::KeyEvent;
 
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::environment::Environment;
-use crate::analysis::sample::Sample;
 use crate::analysis::model::TableConfig;
+use crate::analysis::sample::Sample;
 use crate::analysis::Analysis;
 use crate::pipeline::Status;
 use crate::source::SourceCounters;

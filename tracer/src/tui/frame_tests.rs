@@ -16,8 +16,8 @@ use super::view::draw;
 use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::environment::Environment;
-use crate::analysis::sample::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::model::TableConfig;
+use crate::analysis::sample::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::Analysis;
 use crate::source::SourceCounters;
 

@@ -440,9 +440,9 @@ mod tests {
     use crate::analysis::diagnosis::test_feed::{held_by_sndbuf, run_in, test_env};
     use crate::analysis::diagnosis::{Diagnoser, Verdict};
     use crate::analysis::environment::BufferLimits;
-    use crate::analysis::sample::Sample;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::{FlowTable, TableConfig};
+    use crate::analysis::sample::Sample;
 
     const DEFAULT_WMEM: BufferLimits = BufferLimits { min: 4096, default: 16384, max: 4_194_304 };
 

@@ -685,9 +685,9 @@ mod tests {
 
     use super::*;
     use crate::analysis::diagnosis::test_feed::{bulk, run_feed, run_in, test_env};
-    use crate::analysis::sample::SampleReason;
     use crate::analysis::model::tests::sample;
     use crate::analysis::model::TableConfig;
+    use crate::analysis::sample::SampleReason;
 
     #[test]
     fn judging_what_changed_gives_the_verdicts_judging_every_flow_gives() {

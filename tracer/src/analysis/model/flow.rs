@@ -6,13 +6,13 @@ use std::collections::VecDeque;
 
 use tracer_common::NS_PER_SEC;
 
-use crate::analysis::sample::Sample;
 use crate::analysis::model::config::TableConfig;
 use crate::analysis::model::counts::SampleCounts;
 use crate::analysis::model::history::{History, HistoryPoint};
 use crate::analysis::model::loss::{LossEpisode, LossTracker, TRACK_MIN_BYTES};
 use crate::analysis::model::rates::{rates_between, RatePoint, Rates};
 use crate::analysis::model::receive::{ReceiveTracker, TRACK_MIN_BYTES as RECEIVE_MIN_BYTES};
+use crate::analysis::sample::Sample;
 
 /// Everything known about one flow.
 #[derive(Clone, Debug)]

@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 
 use tracer_common::TCP_INFINITE_SSTHRESH;
 
-use crate::analysis::sample::{CaState, Sample, SampleReason};
 use crate::analysis::model::config::{queue_threshold_us, TableConfig};
 use crate::analysis::model::counts::peer_window_fell;
+use crate::analysis::sample::{CaState, Sample, SampleReason};
 
 /// Flows start tracking loss episodes once they sent this much: smaller flows are never heavy,
 /// and most of a busy host's flows stay below it, so they allocate nothing.

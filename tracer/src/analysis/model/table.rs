@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::analysis::sample::Sample;
 use crate::analysis::model::config::TableConfig;
 use crate::analysis::model::flow::{EvictionKey, Flow};
+use crate::analysis::sample::Sample;
 
 /// What changed in the table since the last [`FlowTable::take_changes`]: the front ends' and
 /// the diagnosis' work per tick follows these, not the table's size.

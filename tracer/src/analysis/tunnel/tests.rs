@@ -2,10 +2,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::*;
-use crate::analysis::sample::{Owner, Sample};
 use crate::analysis::model::tests::sample;
 use crate::analysis::model::TableConfig;
 use crate::analysis::route::{DeviceName, Route};
+use crate::analysis::sample::{Owner, Sample};
 use crate::analysis::udp::{Process, UdpSample};
 
 const HOME: u32 = 4026531840;

@@ -4,9 +4,9 @@
 
 use tracer_common::tcp_state;
 
-use crate::analysis::sample::{CaState, Sample, SampleReason, TcpState, Unknown};
 use crate::analysis::loss_signals::LossSignals;
 use crate::analysis::receive::ReceiveSide;
+use crate::analysis::sample::{CaState, Sample, SampleReason, TcpState, Unknown};
 use crate::host::sock_diag::{tcp_info_end, SocketInfo, TcpInfo, TCPI_OPT_WSCALE};
 
 /// The sample of `info`, a socket of network namespace `netns`, taken at `ts_ns`.

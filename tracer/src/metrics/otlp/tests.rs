@@ -1,8 +1,8 @@
 use super::events::EventKind;
 use super::*;
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::sample::{SampleReason, TcpState};
 use crate::analysis::model::TableConfig;
+use crate::analysis::sample::{SampleReason, TcpState};
 use crate::analysis::schema::{ActionKind, SwitchedFlow};
 use crate::metrics::{Exposition, Format, MetricsConfig, MetricsModel, SharedSnapshot};
 use crate::source::{HookCost, SourceCounters};

@@ -82,8 +82,8 @@ pub(super) fn judge(
 mod tests {
     use crate::analysis::diagnosis::test_feed::run_feed;
     use crate::analysis::diagnosis::LimitedBy;
-    use crate::analysis::sample::{Sample, SampleReason};
     use crate::analysis::model::tests::sample;
+    use crate::analysis::sample::{Sample, SampleReason};
 
     /// A download on a 30 ms path (one-way 15 ms), as its receiving socket's samples show it:
     /// `bps` arriving, a loss every `loss_every` ticks after the first second with the
