@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracer::analysis::diagnosis::DiagnosisConfig;
 use tracer::analysis::environment::Environment;
-use tracer::analysis::model::TableConfig;
+use tracer::analysis::flow_table::TableConfig;
 use tracer::analysis::sample::Sample;
 use tracer::analysis::Analysis;
 use tracer::metrics::{MetricsConfig, MetricsModel, MetricsServer, SharedSnapshot};

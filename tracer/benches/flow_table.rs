@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use tracer::analysis::diagnosis::DiagnosisConfig;
 use tracer::analysis::environment::Environment;
-use tracer::analysis::model::{Flow, FlowTable, TableConfig};
+use tracer::analysis::flow_table::{Flow, FlowTable, TableConfig};
 use tracer::analysis::sample::{Sample, SampleReason, TcpState};
 use tracer::analysis::schema::{FlowRecord, Record};
 use tracer::analysis::time::WallClock;

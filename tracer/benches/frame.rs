@@ -15,7 +15,7 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use tracer::analysis::diagnosis::DiagnosisConfig;
 use tracer::analysis::environment::Environment;
-use tracer::analysis::model::TableConfig;
+use tracer::analysis::flow_table::TableConfig;
 use tracer::analysis::sample::Sample;
 use tracer::analysis::Analysis;
 use tracer::pipeline::Status;

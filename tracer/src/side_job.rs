@@ -136,7 +136,7 @@ impl<F: FrontEnd, J: SideJob> FrontEnd for Beside<F, J> {
 mod tests {
     use super::*;
     use crate::analysis::diagnosis::DiagnosisConfig;
-    use crate::analysis::model::TableConfig;
+    use crate::analysis::flow_table::TableConfig;
     use crate::analysis::schema::ActionKind;
     use crate::pipeline::{NoStop, PipelineOptions, TimeBase};
     use crate::source::FeedSource;

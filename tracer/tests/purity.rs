@@ -141,9 +141,9 @@ fn the_analysis_core_uses_no_kernel_runtime_terminal_host_or_upper_layer() {
 fn upward_paths_are_found_wherever_they_are_written() {
     assert_eq!(upward_paths("use crate::source::UdpCounters;"), ["crate::source::UdpCounters"]);
     assert_eq!(upward_paths("    x: Option<crate::fix::HostFixer>,"), ["crate::fix::HostFixer"]);
-    assert_eq!(upward_paths("use crate::{analysis::model, kernel};"), ["crate::"]);
+    assert_eq!(upward_paths("use crate::{analysis::flow_table, kernel};"), ["crate::"]);
     assert_eq!(upward_paths("/// see [`crate::clock::wall_clock_now`]"), ["crate::clock::wall_clock_now"]);
-    assert!(upward_paths("use crate::analysis::model::Flow; use tracer_crate::x;").is_empty());
+    assert!(upward_paths("use crate::analysis::flow_table::Flow; use tracer_crate::x;").is_empty());
     assert_eq!(upward_paths("use crate::analysisx::Y;"), ["crate::analysisx::Y"]);
 }
 

@@ -4,7 +4,7 @@
 
 use tracer_common::NS_PER_SEC;
 
-use crate::analysis::model::HistoryPoint;
+use crate::analysis::flow_table::HistoryPoint;
 
 /// How far either side of the instant is compared.
 pub const WINDOW_NS: u64 = 10 * NS_PER_SEC;

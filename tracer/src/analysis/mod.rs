@@ -1,4 +1,4 @@
-//! The pure core: decoded samples ([`sample`]), the flow table ([`model`]), the diagnosis
+//! The pure core: decoded samples ([`sample`]), the flow table ([`flow_table`]), the diagnosis
 //! ([`diagnosis`]) and the fix's plan and wording ([`fix`]), and [`Analysis`], which drives the flow
 //! table and the diagnoser together for every front end (JSON, TUI, replay).
 //!
@@ -11,7 +11,7 @@
 //! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
 //! [`sample`], [`route`], [`loss_signals`] and [`receive`] (decoded samples), [`container`] (a cgroup path's
 //! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
-//! process). On them: [`model`] (the flow table), [`decisions`] (deep mode's events), [`fix`]
+//! process). On them: [`flow_table`], [`decisions`] (deep mode's events), [`fix`]
 //! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
 //! (the tunnel a flow crosses the path in), [`diagnosis`] (why each flow is as fast as it is),
 //! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`)
@@ -24,8 +24,8 @@ pub mod diagnosis;
 pub mod environment;
 pub mod filter;
 pub mod fix;
+pub mod flow_table;
 pub mod loss_signals;
-pub mod model;
 pub mod receive;
 pub mod route;
 pub mod sample;
@@ -41,7 +41,7 @@ use std::collections::HashMap;
 use crate::analysis::decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::model::{Flow, FlowTable, Ingested, TableConfig};
+use crate::analysis::flow_table::{Flow, FlowTable, Ingested, TableConfig};
 use crate::analysis::sample::Sample;
 use crate::analysis::tunnel::{RouteQuery, Tunnel, TunnelRoute};
 use crate::analysis::udp::{RelayedBy, SocketReadings, UdpFlow, UdpTable, UdpVerdict};
@@ -272,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_flow_that_leaves_the_table_takes_its_verdict_along_and_the_others_keep_theirs() {
-        use crate::analysis::model::tests::sample;
+        use crate::analysis::flow_table::tests::sample;
         use crate::analysis::sample::SampleReason;
         let table = TableConfig { closed_linger_ns: 2_000_000_000, max_flows: 3, ..TableConfig::default() };
         let mut a = Analysis::new(table, DiagnosisConfig::default(), Environment::default());

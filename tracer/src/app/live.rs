@@ -10,7 +10,7 @@ use super::demo::Demo;
 use super::settings::{LiveRun, LiveSettings, MetricsSettings};
 use super::show::{show, Shown, Traced};
 use crate::analysis::filter::{resolve, ResolvedFilter};
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::Analysis;
 use crate::cgroups::{cgroup2_mount, CgroupResolver};
 use crate::cli::Cli;

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::lines::summary_line;
 use super::settings::{diagnosis_config, filter_spec};
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::Analysis;
 use crate::cli::Cli;
 use crate::frontend::json::JsonOutput;

@@ -9,7 +9,7 @@
 use anyhow::Result;
 
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;

@@ -183,8 +183,8 @@ mod tests {
     use super::*;
     use crate::analysis::diagnosis::DiagnosisConfig;
     use crate::analysis::environment::Environment;
-    use crate::analysis::model::tests::sample;
-    use crate::analysis::model::TableConfig;
+    use crate::analysis::flow_table::tests::sample;
+    use crate::analysis::flow_table::TableConfig;
     use crate::analysis::sample::SampleReason;
     use crate::pipeline::{self, NoStop, PipelineOptions};
     use crate::source::FeedSource;
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn infinite_ssthresh_is_null() {
-        let mut t = crate::analysis::model::FlowTable::new(TableConfig::default());
+        let mut t = crate::analysis::flow_table::FlowTable::new(TableConfig::default());
         t.ingest(&sample(1, 0));
         let v = serde_json::to_value(Record::Flow(FlowRecord::of(
             t.get(1).expect("flow"),

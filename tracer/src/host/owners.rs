@@ -247,7 +247,7 @@ mod tests {
 
     /// An established flow of this process's namespace (cookie 9) with no owner yet.
     fn unnamed(local: SocketAddr, remote: SocketAddr) -> Sample {
-        let mut sample = crate::analysis::model::tests::sample(9, 0);
+        let mut sample = crate::analysis::flow_table::tests::sample(9, 0);
         sample.netns = crate::host::netns_inode("/proc/self/ns/net").unwrap();
         sample.local = local;
         sample.remote = remote;

@@ -649,7 +649,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn sample(cookie: u64, reason: SampleReason) -> Sample {
-        Sample { reason, ..crate::analysis::model::tests::sample(cookie, 0) }
+        Sample { reason, ..crate::analysis::flow_table::tests::sample(cookie, 0) }
     }
 
     #[test]

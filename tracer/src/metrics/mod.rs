@@ -181,7 +181,7 @@ impl SideJob for MetricsService {
 mod tests {
     use super::*;
     use crate::analysis::diagnosis::DiagnosisConfig;
-    use crate::analysis::model::TableConfig;
+    use crate::analysis::flow_table::TableConfig;
     use crate::pipeline::{Control, FrontEnd, NoStop, PipelineOptions, TimeBase};
     use crate::source::FeedSource;
     use crate::test_support::feed;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use crate::analysis::diagnosis::LimitedBy;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::sample::Sample;
 use crate::analysis::schema::Placement;
 use crate::analysis::Analysis;

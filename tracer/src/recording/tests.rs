@@ -4,7 +4,7 @@ use super::entry::{Entry, Header, FORMAT, FORMAT_VERSION};
 use super::reader::{read_all, ReadError};
 use super::writer::RecordWriter;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::tests::sample;
+use crate::analysis::flow_table::tests::sample;
 use crate::analysis::schema::SummaryRecord;
 use crate::source::SourceCounters;
 use crate::test_support::SharedBuf;
@@ -274,8 +274,8 @@ pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::decisions::Decisi
 #[test]
 fn a_recording_from_before_the_loss_signals_still_replays() {
     use crate::analysis::diagnosis::DiagnosisConfig;
+    use crate::analysis::flow_table::TableConfig;
     use crate::analysis::loss_signals::LossSignals;
-    use crate::analysis::model::TableConfig;
     use crate::analysis::Analysis;
 
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/reader/valid.cctrace");

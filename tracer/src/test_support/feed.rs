@@ -20,7 +20,7 @@ use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::environment::Environment;
 use crate::analysis::filter::{FilterControl, FilterSpec};
 use crate::analysis::fix::{FixControl, Plan, Switched, Target};
-use crate::analysis::model::tests::sample;
+use crate::analysis::flow_table::tests::sample;
 use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 

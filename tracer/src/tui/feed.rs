@@ -5,7 +5,7 @@ use crossterm::event::KeyEvent;
 
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::sample::Sample;
 use crate::analysis::Analysis;
 use crate::pipeline::Status;

@@ -16,7 +16,7 @@ use super::view::draw;
 use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::sample::{CaState, Owner, Sample, SampleReason};
 use crate::analysis::Analysis;
 use crate::source::SourceCounters;
@@ -58,7 +58,7 @@ struct Feeder {
 impl Feeder {
     /// Its sample at 100 ms tick `tick` of the standard feed's clock.
     fn sample(&mut self, tick: u64, dice: &mut Dice) -> Sample {
-        let mut s = crate::analysis::model::tests::sample(self.cookie, feed::ts_ns(tick) / 1_000_000);
+        let mut s = crate::analysis::flow_table::tests::sample(self.cookie, feed::ts_ns(tick) / 1_000_000);
         self.acked += self.bytes_per_tick;
         s.bytes_acked = self.acked;
         s.bytes_sent = self.acked + self.acked / 50 * (self.cookie % 3);

@@ -4,7 +4,7 @@
 
 use super::state::{AppState, FlowRow};
 use crate::analysis::compare::{before_after, BeforeAfter, WINDOW_NS};
-use crate::analysis::model::HistoryPoint;
+use crate::analysis::flow_table::HistoryPoint;
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 use tracer_common::NS_PER_SEC;
 

@@ -227,7 +227,7 @@ fn ten_thousand_flows_render() {
     for round in 0..3u64 {
         let batch: Vec<_> = (0..10_000u64)
             .map(|cookie| {
-                let mut s = crate::analysis::model::tests::sample(cookie, 2_000_000 + round * 500);
+                let mut s = crate::analysis::flow_table::tests::sample(cookie, 2_000_000 + round * 500);
                 s.local.set_port(10_000 + (cookie % 50_000) as u16);
                 s.bytes_acked = round * cookie * 40;
                 s.bytes_sent = s.bytes_acked;

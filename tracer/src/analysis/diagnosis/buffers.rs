@@ -25,7 +25,7 @@ use crate::analysis::diagnosis::window::rate_of;
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::commands::netns_words;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::units::{bytes, pct, rate};
 
 /// The most a window can be without scaling (RFC 7323).
@@ -440,8 +440,8 @@ mod tests {
     use crate::analysis::diagnosis::test_feed::{held_by_sndbuf, run_in, test_env};
     use crate::analysis::diagnosis::{Diagnoser, Verdict};
     use crate::analysis::environment::BufferLimits;
-    use crate::analysis::model::tests::sample;
-    use crate::analysis::model::{FlowTable, TableConfig};
+    use crate::analysis::flow_table::tests::sample;
+    use crate::analysis::flow_table::{FlowTable, TableConfig};
     use crate::analysis::sample::Sample;
 
     const DEFAULT_WMEM: BufferLimits = BufferLimits { min: 4096, default: 16384, max: 4_194_304 };

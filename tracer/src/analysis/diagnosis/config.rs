@@ -1,7 +1,7 @@
 //! The diagnosis' thresholds, each with why it has its value; the defaults suit a host doing
 //! media streaming and bulk transfers. (Which flows are heavy by them: `heavy`.)
 
-use crate::analysis::model::{DEFAULT_QUEUE_RATIO, DEFAULT_QUEUE_SLACK_US};
+use crate::analysis::flow_table::{DEFAULT_QUEUE_RATIO, DEFAULT_QUEUE_SLACK_US};
 
 /// Thresholds; the defaults suit a host doing media streaming and bulk transfers.
 #[derive(Clone, Debug)]
@@ -32,7 +32,7 @@ pub struct DiagnosisConfig {
     pub sndbuf_low_share: f64,
     /// Share of samples held by the send buffer (the writer waits for room, the buffer is
     /// full, nearly all of it in flight, the congestion window has room: see
-    /// [`crate::analysis::model::SampleCounts::sndbuf_bound`]) that makes a flow
+    /// [`crate::analysis::flow_table::SampleCounts::sndbuf_bound`]) that makes a flow
     /// send-buffer-limited. Asked before the application: with nothing left unsent, the
     /// kernel marks such a flow's rate samples application-limited. Measured on the 200 ms,
     /// 200 Mbit/s path with the kernel's default 4 MiB `tcp_wmem` max: BBR under iperf3 and
@@ -73,7 +73,7 @@ pub struct DiagnosisConfig {
     /// The largest maximum the fix sets (256 MiB): one socket may grow to it, so it is kept
     /// under a quarter of the host's TCP memory pressure level as well.
     pub buffer_cap_bytes: u64,
-    /// Loss episodes (see [`crate::analysis::model::LossEpisode`]) are judged over this many
+    /// Loss episodes (see [`crate::analysis::flow_table::LossEpisode`]) are judged over this many
     /// seconds: at 0.05 % loss on 80 ms a CUBIC flow loses about once every 3 s, so a five-second
     /// horizon would see 0-2; thirty see about ten, enough for the share of clean episodes to mean
     /// something.

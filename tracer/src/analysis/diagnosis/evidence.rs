@@ -11,7 +11,7 @@ use crate::analysis::diagnosis::response::{mathis_bps, response_of};
 use crate::analysis::diagnosis::verdict::{BufferEvidence, Evidence, PolicerEvidence};
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 
 /// How much more the path would carry for the flow (bits/s), when enough to say. Behind a
 /// policer nothing passes above its rate, whatever the path showed in a burst: what is left of

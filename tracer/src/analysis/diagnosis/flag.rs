@@ -9,7 +9,7 @@ use crate::analysis::diagnosis::policer;
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::diagnosis::verdict::{Evidence, LossNote, SetBy};
 use crate::analysis::diagnosis::window::Window;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::units::rate;
 
 /// The signals behind `limited_by`, in words.

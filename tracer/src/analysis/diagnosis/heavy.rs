@@ -4,7 +4,7 @@
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::verdict::Verdict;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 
 impl DiagnosisConfig {
     /// A heavy flow: it moved at least `heavy_min_bytes` in total and moves at least

@@ -108,8 +108,8 @@ mod tests {
     use crate::analysis::diagnosis::test_feed::{bulk, episodic, run, run_feed};
     use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy};
     use crate::analysis::environment::Environment;
-    use crate::analysis::model::tests::sample;
-    use crate::analysis::model::{FlowTable, TableConfig};
+    use crate::analysis::flow_table::tests::sample;
+    use crate::analysis::flow_table::{FlowTable, TableConfig};
 
     #[test]
     fn verdict_does_not_flap_on_one_odd_window() {

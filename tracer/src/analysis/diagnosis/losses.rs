@@ -13,7 +13,7 @@ use tracer_common::NS_PER_SEC;
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::policer::{plateau_forming, policing, EpisodeLoss, Policing};
 use crate::analysis::diagnosis::response::is_loss_based;
-use crate::analysis::model::{queue_threshold_us, EpisodeKind, Flow, LossEpisode};
+use crate::analysis::flow_table::{queue_threshold_us, EpisodeKind, Flow, LossEpisode};
 
 /// What the flow's loss episodes over the loss horizon show.
 #[derive(Clone, Debug, Default)]
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn a_slow_start_cut_is_queued_when_its_recovery_shows_the_queue() {
         use super::start_queue;
-        use crate::analysis::model::LossEpisode;
+        use crate::analysis::flow_table::LossEpisode;
         // 80 ms path: RACK's RTT at detection shows no queue (a random loss ahead of the
         // overflow), then srtt rises by the 20 ms queue the flight overflowed.
         let cut = LossEpisode {
@@ -230,7 +230,7 @@ mod tests {
             retrans_before: 0,
             dsack_before: 0,
             undo_before: 0,
-            kind: crate::analysis::model::EpisodeKind::FastRetransmit,
+            kind: crate::analysis::flow_table::EpisodeKind::FastRetransmit,
             slow_start: true,
             receiver_held: false,
         };

@@ -72,7 +72,7 @@ pub use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence}
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
 use crate::analysis::fix::commands::{fix_commands, FixNeeds};
-use crate::analysis::model::{Flow, FlowTable, TableChanges};
+use crate::analysis::flow_table::{Flow, FlowTable, TableChanges};
 use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;
 
@@ -685,8 +685,8 @@ mod tests {
 
     use super::*;
     use crate::analysis::diagnosis::test_feed::{bulk, run_feed, run_in, test_env};
-    use crate::analysis::model::tests::sample;
-    use crate::analysis::model::TableConfig;
+    use crate::analysis::flow_table::tests::sample;
+    use crate::analysis::flow_table::TableConfig;
     use crate::analysis::sample::SampleReason;
 
     #[test]

@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
-use crate::analysis::model::LossEpisode;
+use crate::analysis::flow_table::LossEpisode;
 use crate::analysis::units::{rate, rate_about};
 
 /// How the policer showed itself.
@@ -486,7 +486,7 @@ mod tests {
         peak_mbps: impl Fn(u64) -> f64,
     ) -> impl Fn(u64) -> Vec<crate::analysis::sample::Sample> {
         use crate::analysis::diagnosis::test_feed::loss_after;
-        use crate::analysis::model::tests::sample;
+        use crate::analysis::flow_table::tests::sample;
         move |tick| {
             let mut s = sample(1, tick * 100);
             s.cc = "cubic".into();
@@ -529,7 +529,7 @@ mod tests {
     /// loss at the cycle's end.
     fn cycles_feed(cycles: Vec<(u64, f64, u64, f64)>) -> impl Fn(u64) -> Vec<crate::analysis::sample::Sample> {
         use crate::analysis::diagnosis::test_feed::loss_after;
-        use crate::analysis::model::tests::sample;
+        use crate::analysis::flow_table::tests::sample;
         // Where each cycle ends (its loss), and the bytes delivered by then.
         let mut ends = Vec::new();
         let (mut tick, mut acked) = (10u64, 100_000_000 / 8u64);

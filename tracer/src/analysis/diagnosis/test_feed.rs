@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::model::tests::sample;
-use crate::analysis::model::{FlowTable, TableConfig};
+use crate::analysis::flow_table::tests::sample;
+use crate::analysis::flow_table::{FlowTable, TableConfig};
 use crate::analysis::sample::{CaState, Sample, SampleReason};
 
 pub(super) fn test_env() -> Environment {

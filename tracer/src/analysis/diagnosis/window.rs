@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use tracer_common::NS_PER_SEC;
 
-use crate::analysis::model::{Flow, SampleCounts};
+use crate::analysis::flow_table::{Flow, SampleCounts};
 
 /// Counters of one flow at one evaluation.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -9,7 +9,7 @@ use crate::analysis::diagnosis::losses::LossView;
 use crate::analysis::diagnosis::response::{is_loss_based, ResponseModel};
 use crate::analysis::diagnosis::verdict::{Change, DeepEvidence, Evidence, PolicerEvidence, Verdict};
 use crate::analysis::diagnosis::window::Window;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::tunnel::place::{tunnel_note, Tunnel};
 use crate::analysis::udp::RelayedBy;
 use crate::analysis::units::{pct, rate, rate_about};

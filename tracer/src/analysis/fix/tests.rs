@@ -53,7 +53,7 @@ fn the_plan_says_each_step_and_only_loads_what_is_missing() {
 
 /// One sample of a connection, as the fix's snapshot reads it.
 fn socket(cookie: u64, netns: u32, local: &str, remote: &str, f: impl Fn(&mut Sample)) -> Sample {
-    let mut s = crate::analysis::model::tests::sample(cookie, 1000);
+    let mut s = crate::analysis::flow_table::tests::sample(cookie, 1000);
     s.netns = netns;
     s.local = local.parse().expect("addr");
     s.remote = remote.parse().expect("addr");

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::analysis::model::{Flow, FlowTable};
+use crate::analysis::flow_table::{Flow, FlowTable};
 use crate::analysis::tunnel::facts::{Forwarded, TunnelFacts, TunnelRoute};
 
 /// A flow the host is asked to follow into another namespace: its namespace and endpoints.

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 
 use crate::analysis::diagnosis::Verdict;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::{Flow, FlowTable};
+use crate::analysis::flow_table::{Flow, FlowTable};
 pub use crate::analysis::tunnel::facts::{Forwarded, NetnsRouting, TunDevice, TunHolder, TunnelFacts, TunnelRoute};
 pub use crate::analysis::tunnel::follow::{follow, route_queries, Hop, RouteQuery, Routing};
 pub use crate::analysis::tunnel::place::{tunnel_note, Tunnel, TunnelUdp};

@@ -2,8 +2,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use super::*;
-use crate::analysis::model::tests::sample;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::tests::sample;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::route::{DeviceName, Route};
 use crate::analysis::sample::{Owner, Sample};
 use crate::analysis::udp::{Process, UdpSample};

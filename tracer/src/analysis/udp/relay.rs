@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::model::{Flow, FlowTable};
+use crate::analysis::flow_table::{Flow, FlowTable};
 use crate::analysis::udp::flows::{UdpFlow, UdpTable};
 use crate::analysis::udp::shape::AppProto;
 

@@ -154,7 +154,7 @@ fn relay_end(service: &crate::analysis::sample::Sample) -> (SocketAddr, SocketAd
 
 #[test]
 fn a_loopback_hop_to_a_process_with_heavy_udp_is_relayed_by_it() {
-    use crate::analysis::model::{tests::sample as tcp_sample, FlowTable, TableConfig};
+    use crate::analysis::flow_table::{tests::sample as tcp_sample, FlowTable, TableConfig};
     use crate::analysis::sample::Owner;
     let mut table = FlowTable::new(TableConfig::default());
     // The service's socket (accepted, sending) and the relay's (it connected).

@@ -1,6 +1,6 @@
 use super::*;
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::test_support::feed;
 
 /// The UI tests' host (a lossy CUBIC upload in the `jellyfin` container, a BBR stream, a
@@ -93,7 +93,7 @@ fn groups_beyond_the_limit_fold_into_one_and_the_series_stay_bounded() {
     let mut model = MetricsModel::new(cfg.clone());
     let batch: Vec<Sample> = (0..100u32)
         .map(|i| {
-            let mut s = crate::analysis::model::tests::sample(u64::from(i) + 1, 1000);
+            let mut s = crate::analysis::flow_table::tests::sample(u64::from(i) + 1, 1000);
             s.netns = 1000 + i;
             s.bytes_sent = 1000;
             s
@@ -118,7 +118,7 @@ fn groups_beyond_the_limit_fold_into_one_and_the_series_stay_bounded() {
 fn a_sample_older_than_one_seen_moves_nothing_back() {
     let mut model = MetricsModel::new(MetricsConfig::default());
     let env = Environment::default();
-    let mut s = crate::analysis::model::tests::sample(7, 1000);
+    let mut s = crate::analysis::flow_table::tests::sample(7, 1000);
     s.bytes_sent = 5000;
     s.bytes_retrans = 100;
     let mut older = s.clone();

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::analysis::diagnosis::LimitedBy;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::schema::{ActionKind, ActionRecord, FlowRecord};
 use crate::analysis::time::WallClock;
 use crate::analysis::Analysis;

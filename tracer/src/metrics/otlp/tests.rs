@@ -1,7 +1,7 @@
 use super::events::EventKind;
 use super::*;
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::sample::{SampleReason, TcpState};
 use crate::analysis::schema::{ActionKind, SwitchedFlow};
 use crate::metrics::{Exposition, Format, MetricsConfig, MetricsModel, SharedSnapshot};
@@ -107,7 +107,7 @@ fn ten_thousand_flows_give_the_expositions_bounded_series_as_data_points() {
     for second in 1..=3u64 {
         let batch: Vec<_> = (0..10_000u64)
             .map(|cookie| {
-                let mut s = crate::analysis::model::tests::sample(cookie + 1, 1_000_000 + second * 1000);
+                let mut s = crate::analysis::flow_table::tests::sample(cookie + 1, 1_000_000 + second * 1000);
                 s.netns = 4_026_531_840 + (cookie % 5_000) as u32;
                 s.bytes_sent = second * 1_000_000 * (cookie % 7 + 1);
                 s

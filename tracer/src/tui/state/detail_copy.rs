@@ -4,7 +4,7 @@
 use crate::analysis::container::CgroupInfo;
 use crate::analysis::diagnosis::Verdict;
 use crate::analysis::environment::Environment;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::route::Route;
 use crate::analysis::tunnel::Tunnel;
 

@@ -305,7 +305,7 @@ impl AppState {
     #[cfg(test)]
     pub(crate) fn detail_flow(
         &self,
-    ) -> Option<(&crate::analysis::model::Flow, Option<&crate::analysis::diagnosis::Verdict>)> {
+    ) -> Option<(&crate::analysis::flow_table::Flow, Option<&crate::analysis::diagnosis::Verdict>)> {
         let d = self.detail_copy()?;
         Some((&d.flow, d.verdict.as_ref()))
     }

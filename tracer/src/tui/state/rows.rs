@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::analysis::diagnosis::{LimitedBy, Verdict};
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::sample::{CaState, Sample, TcpState};
 use crate::analysis::udp::{process_label, AppProto, Process, UdpFlow};
 use crate::analysis::Analysis;

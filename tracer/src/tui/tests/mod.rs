@@ -529,7 +529,7 @@ fn screen_text(state: &AppState, width: u16, height: u16) -> String {
 
 #[test]
 fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_strip() {
-    use crate::analysis::model::tests::sample;
+    use crate::analysis::flow_table::tests::sample;
     use crate::analysis::sample::Owner;
     use crate::analysis::udp::{Head, Process, SocketReadings, UdpSample};
     let mut scene = super::feed::Scene::new();
@@ -587,7 +587,7 @@ fn a_relay_and_its_loopback_hop_are_shown_together_and_shift_u_hides_the_udp_str
 #[test]
 fn a_tunnel_flow_shows_its_tunnel_in_the_detail_view_and_its_engine_is_not_blamed_in_the_udp_strip() {
     use crate::analysis::environment::Environment;
-    use crate::analysis::model::tests::sample;
+    use crate::analysis::flow_table::tests::sample;
     use crate::analysis::route::{DeviceName, Route};
     use crate::analysis::sample::Owner;
     use crate::analysis::tunnel::{TunDevice, TunHolder, TunnelFacts};

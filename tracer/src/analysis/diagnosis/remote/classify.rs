@@ -4,7 +4,7 @@
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::remote::view::RemoteView;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 
 /// A sender delivering this share of the window this host advertises every RTT is held by it
 /// (autotuning offers at least twice what the application reads per RTT, so a sender it does

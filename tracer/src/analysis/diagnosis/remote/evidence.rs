@@ -7,7 +7,7 @@ use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::remote::view::RemoteView;
 use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence, SetBy};
 use crate::analysis::environment::Environment;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 
 /// The send buffer maximum most kernels ship (`net.ipv4.tcp_wmem` max, 4 MiB): the advice
 /// raises the sender's only when the rate the path showed needs more at this RTT.

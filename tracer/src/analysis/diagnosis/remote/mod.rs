@@ -21,7 +21,7 @@ use crate::analysis::diagnosis::hysteresis::Hysteresis;
 use crate::analysis::diagnosis::limits::LimitedBy;
 use crate::analysis::diagnosis::verdict::{Evidence, Verdict};
 use crate::analysis::environment::Environment;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 
 /// What the diagnoser keeps per receiving flow: the receiving end's own class and flag
 /// hysteresis, and the class it showed.
@@ -82,7 +82,7 @@ pub(super) fn judge(
 mod tests {
     use crate::analysis::diagnosis::test_feed::run_feed;
     use crate::analysis::diagnosis::LimitedBy;
-    use crate::analysis::model::tests::sample;
+    use crate::analysis::flow_table::tests::sample;
     use crate::analysis::sample::{Sample, SampleReason};
 
     /// A download on a 30 ms path (one-way 15 ms), as its receiving socket's samples show it:

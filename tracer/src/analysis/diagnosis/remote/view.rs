@@ -7,7 +7,7 @@ use tracer_common::NS_PER_SEC;
 use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::losses::episode_share;
 use crate::analysis::diagnosis::response::{cubic_bps, mathis_bps, ResponseModel};
-use crate::analysis::model::{queue_threshold_us, Cut, Flow, Progress, ReceiveTracker};
+use crate::analysis::flow_table::{queue_threshold_us, Cut, Flow, Progress, ReceiveTracker};
 
 /// A cut at or below this is the sender answering a loss (CUBIC's beta is 0.7, Reno's 0.5;
 /// a sender that does not cut measures 0.9-1.1, and the rate within one RTT wanders by a

@@ -10,7 +10,7 @@ use crate::analysis::diagnosis::remote::view::RemoteView;
 use crate::analysis::diagnosis::response::ResponseModel;
 use crate::analysis::diagnosis::verdict::RemoteSenderEvidence;
 use crate::analysis::diagnosis::verdict::SetBy;
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use crate::analysis::units::{bytes, pct, rate};
 
 /// The signals behind the class, in words.

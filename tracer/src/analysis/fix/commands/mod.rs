@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use crate::analysis::container::{printable, Container, Runtime};
 use crate::analysis::environment::{BufferLimits, Environment};
-use crate::analysis::model::Flow;
+use crate::analysis::flow_table::Flow;
 use persist::persist;
 
 /// The algorithm the fix moves a namespace and its connections to.

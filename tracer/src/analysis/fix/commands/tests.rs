@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::analysis::container::{classify, CgroupInfo};
-use crate::analysis::model::tests::sample;
-use crate::analysis::model::{FlowTable, TableConfig};
+use crate::analysis::flow_table::tests::sample;
+use crate::analysis::flow_table::{FlowTable, TableConfig};
 
 const NETNS: u32 = 4026532561;
 

@@ -6,7 +6,7 @@ use prost::Message;
 
 use super::*;
 use crate::analysis::diagnosis::DiagnosisConfig;
-use crate::analysis::model::TableConfig;
+use crate::analysis::flow_table::TableConfig;
 use crate::analysis::schema::FlowRecord;
 use crate::analysis::Analysis;
 use crate::metrics::families::families;

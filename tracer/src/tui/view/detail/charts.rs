@@ -8,7 +8,7 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Sparkline, Widget};
 
-use crate::analysis::model::{Flow, HistoryPoint};
+use crate::analysis::flow_table::{Flow, HistoryPoint};
 use crate::analysis::sample::CaState;
 use crate::tui::format;
 use crate::tui::panels::Mark;

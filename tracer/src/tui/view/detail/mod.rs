@@ -14,8 +14,8 @@ use ratatui::widgets::{Block, Paragraph, Widget};
 use super::{dim, fix_panel, CLOSED_MARK, FLAG_MARK};
 use crate::analysis::container::Runtime;
 use crate::analysis::diagnosis::{is_loss_based, Verdict};
+use crate::analysis::flow_table::{Flow, HistoryPoint};
 use crate::analysis::loss_signals::LossSignals;
-use crate::analysis::model::{Flow, HistoryPoint};
 use crate::tui::format;
 use crate::tui::origin::Origin;
 use crate::tui::panels;
@@ -292,9 +292,9 @@ mod tests {
     #[test]
     fn where_a_flow_leaves_shows_the_devices_root_qdisc_and_the_namespaces_buffers() {
         use crate::analysis::environment::{BufferLimits, Environment};
-        use crate::analysis::model::{FlowTable, TableConfig};
+        use crate::analysis::flow_table::{FlowTable, TableConfig};
         use crate::analysis::route::Route;
-        let mut s = crate::analysis::model::tests::sample(1, 0);
+        let mut s = crate::analysis::flow_table::tests::sample(1, 0);
         s.route = Route::from_raw(3, 1500, 1500, *b"tun-snd\0\0\0\0\0\0\0\0\0");
         let mut table = FlowTable::new(TableConfig::default());
         table.ingest(&s);

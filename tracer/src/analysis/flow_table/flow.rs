@@ -6,12 +6,12 @@ use std::collections::VecDeque;
 
 use tracer_common::NS_PER_SEC;
 
-use crate::analysis::model::config::TableConfig;
-use crate::analysis::model::counts::SampleCounts;
-use crate::analysis::model::history::{History, HistoryPoint};
-use crate::analysis::model::loss::{LossEpisode, LossTracker, TRACK_MIN_BYTES};
-use crate::analysis::model::rates::{rates_between, RatePoint, Rates};
-use crate::analysis::model::receive::{ReceiveTracker, TRACK_MIN_BYTES as RECEIVE_MIN_BYTES};
+use crate::analysis::flow_table::config::TableConfig;
+use crate::analysis::flow_table::counts::SampleCounts;
+use crate::analysis::flow_table::history::{History, HistoryPoint};
+use crate::analysis::flow_table::loss::{LossEpisode, LossTracker, TRACK_MIN_BYTES};
+use crate::analysis::flow_table::rates::{rates_between, RatePoint, Rates};
+use crate::analysis::flow_table::receive::{ReceiveTracker, TRACK_MIN_BYTES as RECEIVE_MIN_BYTES};
 use crate::analysis::sample::Sample;
 
 /// Everything known about one flow.

@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 
 use tracer_common::TCP_INFINITE_SSTHRESH;
 
-use crate::analysis::model::config::{queue_threshold_us, TableConfig};
-use crate::analysis::model::counts::peer_window_fell;
+use crate::analysis::flow_table::config::{queue_threshold_us, TableConfig};
+use crate::analysis::flow_table::counts::peer_window_fell;
 use crate::analysis::sample::{CaState, Sample, SampleReason};
 
 /// Flows start tracking loss episodes once they sent this much: smaller flows are never heavy,
@@ -221,7 +221,7 @@ impl LossTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::model::tests::sample;
+    use crate::analysis::flow_table::tests::sample;
 
     #[test]
     fn an_episode_keeps_the_highest_srtt_of_its_recovery_and_its_last_sample() {

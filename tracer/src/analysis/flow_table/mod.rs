@@ -25,13 +25,13 @@ mod table;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use crate::analysis::model::config::{
+pub use crate::analysis::flow_table::config::{
     queue_threshold_us, TableConfig, DEFAULT_QUEUE_RATIO, DEFAULT_QUEUE_SLACK_US,
 };
-pub use crate::analysis::model::counts::SampleCounts;
-pub use crate::analysis::model::flow::Flow;
-pub use crate::analysis::model::history::{HistoryIter, HistoryPoint};
-pub use crate::analysis::model::loss::{EpisodeKind, LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES};
-pub use crate::analysis::model::rates::Rates;
-pub use crate::analysis::model::receive::{Cut, Progress, ReceiveEpisode, ReceiveTracker, MAX_RECEIVE_EPISODES};
-pub use crate::analysis::model::table::{FlowTable, Ingested, TableChanges};
+pub use crate::analysis::flow_table::counts::SampleCounts;
+pub use crate::analysis::flow_table::flow::Flow;
+pub use crate::analysis::flow_table::history::{HistoryIter, HistoryPoint};
+pub use crate::analysis::flow_table::loss::{EpisodeKind, LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES};
+pub use crate::analysis::flow_table::rates::Rates;
+pub use crate::analysis::flow_table::receive::{Cut, Progress, ReceiveEpisode, ReceiveTracker, MAX_RECEIVE_EPISODES};
+pub use crate::analysis::flow_table::table::{FlowTable, Ingested, TableChanges};

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use super::*;
-use crate::analysis::model::flow::EvictionKey;
+use crate::analysis::flow_table::flow::EvictionKey;
 use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 
 pub(crate) fn sample(cookie: u64, ts_ms: u64) -> Sample {

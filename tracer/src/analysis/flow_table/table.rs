@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::analysis::model::config::TableConfig;
-use crate::analysis::model::flow::{EvictionKey, Flow};
+use crate::analysis::flow_table::config::TableConfig;
+use crate::analysis::flow_table::flow::{EvictionKey, Flow};
 use crate::analysis::sample::Sample;
 
 /// What changed in the table since the last [`FlowTable::take_changes`]: the front ends' and

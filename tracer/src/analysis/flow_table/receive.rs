@@ -152,7 +152,7 @@ impl ReceiveTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::model::tests::sample;
+    use crate::analysis::flow_table::tests::sample;
 
     fn at(ms: u64, tsval: u32) -> Sample {
         let mut s = sample(1, ms);
