@@ -9,7 +9,7 @@
 
 use anyhow::Result;
 
-use crate::analysis::decisions::Decision;
+use crate::analysis::deep_decisions::Decision;
 use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::udp::SocketReadings;

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::analysis::decisions::Decision;
+use crate::analysis::deep_decisions::Decision;
 use crate::analysis::environment::Environment;
 use crate::analysis::sample::Sample;
 use crate::analysis::schema::ActionRecord;

@@ -11,7 +11,7 @@
 //! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
 //! [`sample`], [`route`], [`loss_signals`] and [`receive`] (decoded samples), [`container`] (a cgroup path's
 //! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
-//! process). On them: [`flow_table`], [`decisions`] (deep mode's events), [`fix`]
+//! process). On them: [`flow_table`], [`deep_decisions`] (deep mode's decision records), [`fix`]
 //! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
 //! (the tunnel a flow crosses the path in), [`diagnosis`] (why each flow is as fast as it is),
 //! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`)
@@ -19,7 +19,7 @@
 
 pub mod compare;
 pub mod container;
-pub mod decisions;
+pub mod deep_decisions;
 pub mod diagnosis;
 pub mod environment;
 pub mod filter;
@@ -38,7 +38,7 @@ pub mod units;
 
 use std::collections::HashMap;
 
-use crate::analysis::decisions::{Decision, DecisionLog};
+use crate::analysis::deep_decisions::{Decision, DecisionLog};
 use crate::analysis::diagnosis::{Diagnoser, DiagnosisConfig, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::flow_table::{Flow, FlowTable, Ingested, TableConfig};

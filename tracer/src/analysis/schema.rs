@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tracer_common::{NS_PER_SEC, TCP_INFINITE_SSTHRESH};
 
 use crate::analysis::container::{Container, Pod, Runtime};
-use crate::analysis::decisions::Decision;
+use crate::analysis::deep_decisions::Decision;
 use crate::analysis::diagnosis::{Change, Evidence, LimitedBy, Verdict};
 use crate::analysis::environment::Environment;
 use crate::analysis::flow_table::Flow;

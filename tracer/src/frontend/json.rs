@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::Result;
 
-use crate::analysis::decisions::Decision;
+use crate::analysis::deep_decisions::Decision;
 use crate::analysis::sample::Sample;
 use crate::analysis::schema::{
     ActionRecord, DecisionRecord, FlowRecord, Record, SampleRecord, SummaryRecord, UdpRecord,

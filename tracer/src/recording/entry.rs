@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::decisions::Decision;
+use crate::analysis::deep_decisions::Decision;
 use crate::analysis::environment::Environment;
 use crate::analysis::sample::Sample;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};

@@ -255,8 +255,8 @@ fn write_fuzz_seeds() {
 }
 
 /// A deep-mode loss response of flow `cookie` at `ts_ns`.
-pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::decisions::Decision {
-    use crate::analysis::decisions::{Decision, DecisionKind, TwinAlgo};
+pub(crate) fn cut(cookie: u64, ts_ns: u64) -> crate::analysis::deep_decisions::Decision {
+    use crate::analysis::deep_decisions::{Decision, DecisionKind, TwinAlgo};
     Decision {
         ts_ns,
         cookie,

@@ -254,7 +254,7 @@ where
     async fn on_decisions(
         &mut self,
         _analysis: &Analysis,
-        _batch: &[crate::analysis::decisions::Decision],
+        _batch: &[crate::analysis::deep_decisions::Decision],
     ) -> Result<Control> {
         self.fed();
         Ok(Control::Continue)

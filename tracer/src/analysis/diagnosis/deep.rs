@@ -1,7 +1,7 @@
 //! Deep mode's citations: when a flow runs on a traced twin of its algorithm, the loss
 //! responses the algorithm itself made, for the verdict's evidence and text.
 
-use crate::analysis::decisions::{DecisionKind, DecisionLog};
+use crate::analysis::deep_decisions::{DecisionKind, DecisionLog};
 use crate::analysis::diagnosis::verdict::DeepEvidence;
 
 /// What a deep-traced flow's algorithm decided: its twin, its loss responses and their cuts.

@@ -51,7 +51,7 @@ use compact_str::CompactString;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 
-use crate::analysis::decisions::{algorithm_of, DecisionLog};
+use crate::analysis::deep_decisions::{algorithm_of, DecisionLog};
 pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
 pub use crate::analysis::diagnosis::config::DiagnosisConfig;
 use crate::analysis::diagnosis::deep::deep_evidence;

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::decisions::algorithm_of;
+use crate::analysis::deep_decisions::algorithm_of;
 
 /// Congestion controls that back off on packet loss alone.
 pub const LOSS_BASED: &[&str] =

@@ -9,7 +9,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
 use super::session::DeepSession;
-use crate::analysis::decisions::{Decision, TwinAlgo};
+use crate::analysis::deep_decisions::{Decision, TwinAlgo};
 use crate::analysis::sample::Sample;
 
 /// Deep mode's part of the live source: the twins' session and their decisions ring buffer.
@@ -118,7 +118,7 @@ pub(in crate::kernel) async fn read_decisions(deep: &mut DeepFeed) -> Result<Vec
         let mut batch = Vec::new();
         while batch.len() < MAX_BATCH {
             let Some(item) = ring.next() else { break };
-            match crate::analysis::decisions::decode(&item) {
+            match crate::analysis::deep_decisions::decode(&item) {
                 Ok(d) => batch.push(d),
                 Err(e) => {
                     deep.decode_errors += 1;

@@ -23,7 +23,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use libbpf_rs::{Link, MapCore, Object, ObjectBuilder};
 
-use crate::analysis::decisions::TwinAlgo;
+use crate::analysis::deep_decisions::TwinAlgo;
 
 /// The compiled twins; empty when the build machine lacked clang, bpftool or kernel BTF.
 static TWINS_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/twins.bpf.o"));

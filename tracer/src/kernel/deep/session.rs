@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::Twins;
-use crate::analysis::decisions::TwinAlgo;
+use crate::analysis::deep_decisions::TwinAlgo;
 use crate::analysis::fix::Switched;
 use crate::analysis::state_dir::STATE_DIR;
 use crate::host::fs_kind::netns_file_inode;
