@@ -9,7 +9,7 @@ use std::process::Command;
 use tracer::analysis::container::{CgroupInfo, Container, Runtime};
 use tracer::analysis::environment::BufferLimits;
 use tracer::analysis::environment::Environment;
-use tracer::analysis::fix::commands::{fix_commands, shell_quote, FixNeeds};
+use tracer::analysis::fix_plan::commands::{fix_commands, shell_quote, FixNeeds};
 use tracer::analysis::flow_table::{FlowTable, TableConfig};
 use tracer::analysis::sample::{decode, DecodeContext};
 use tracer::test_support::wire::{raw_bytes, raw_sample_template};

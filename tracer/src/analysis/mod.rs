@@ -1,5 +1,5 @@
 //! The pure core: decoded samples ([`sample`]), the flow table ([`flow_table`]), the diagnosis
-//! ([`diagnosis`]) and the fix's plan and wording ([`fix`]), and [`Analysis`], which drives the flow
+//! ([`diagnosis`]) and the fix's plan and wording ([`fix_plan`]), and [`Analysis`], which drives the flow
 //! table and the diagnoser together for every front end (JSON, TUI, replay).
 //!
 //! Nothing under this module touches aya, tokio, a terminal or the host: time comes in as
@@ -11,7 +11,7 @@
 //! tunnels' among them: [`tunnel::facts`]), [`units`] (how a rate, a share, a size is written),
 //! [`sample`], [`route`], [`loss_signals`] and [`receive`] (decoded samples), [`container`] (a cgroup path's
 //! runtime and id), [`time`] (monotonic to wall clock), [`state_dir`] (where state outlives a
-//! process). On them: [`flow_table`], [`deep_decisions`] (deep mode's decision records), [`fix`]
+//! process). On them: [`flow_table`], [`deep_decisions`] (deep mode's decision records), [`fix_plan`]
 //! (the fix's commands, `cctrace fix`'s plan and state), [`udp`] (heavy UDP flows), [`tunnel`]
 //! (the tunnel a flow crosses the path in), [`diagnosis`] (why each flow is as fast as it is),
 //! [`compare`] (before/after a fix), [`filter`] (resolving `--cgroup`/`--container`/`--netns`)
@@ -23,7 +23,7 @@ pub mod deep_decisions;
 pub mod diagnosis;
 pub mod environment;
 pub mod filter;
-pub mod fix;
+pub mod fix_plan;
 pub mod flow_table;
 pub mod loss_signals;
 pub mod receive;

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::analysis::environment::{BufferLimits, Environment};
-use crate::analysis::fix::{refusal, State, Step, Target};
+use crate::analysis::fix_plan::{refusal, State, Step, Target};
 use crate::analysis::state_dir::STATE_DIR;
 
 pub(super) const DEFAULT_CC: &str = "/proc/sys/net/ipv4/tcp_congestion_control";

@@ -1,7 +1,7 @@
-//! `cctrace fix`: apply the fix to one network namespace, switch its running flows live, and
-//! undo it. The plan, the state and the messages are built in [`crate::analysis::fix`];
-//! this is the part that reads the host, asks, acts and logs every action, in the log and in
-//! the host's [`journal`] every running cctrace reads.
+//! `cctrace fix`, the host's half of the fix: apply it to one network namespace, switch its
+//! running flows live, and undo it. The plan, the state and the messages are built in
+//! [`crate::analysis::fix_plan`]; this is the part that reads the host, asks, acts and logs every
+//! action, in the log and in the host's [`journal`] every running cctrace reads.
 
 use std::path::Path;
 
@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use crate::analysis::container::Runtime;
 use crate::analysis::environment::Environment;
 use crate::analysis::filter::{resolve, FilterSpec, HostLookup};
-use crate::analysis::fix::{FixControl, Plan, Target};
+use crate::analysis::fix_plan::{FixControl, Plan, Target};
 use crate::analysis::schema::ActionRecord;
 use crate::kernel::filter::live::HostPaths;
 

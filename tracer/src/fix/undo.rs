@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::{socket_refusal, State, Target};
+use crate::analysis::fix_plan::{socket_refusal, State, Target};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};
 use crate::analysis::state_dir::STATE_DIR;
 

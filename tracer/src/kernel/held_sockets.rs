@@ -18,7 +18,7 @@ use std::path::Path;
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 
 use super::listing::{in_namespace, Errno, NetnsWalkError};
-use crate::analysis::fix::{Switched, Unreached};
+use crate::analysis::fix_plan::{Switched, Unreached};
 use crate::host::procs::{self, Holder};
 
 /// An established connection of the namespace with cctrace's own descriptor of its socket.

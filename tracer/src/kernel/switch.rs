@@ -21,7 +21,7 @@ use super::attach::{error_chain, short};
 use super::held_sockets;
 use super::listing::read_iter_in;
 use super::load;
-use crate::analysis::fix::{cc_bytes, decode_switch_records, held_switch_line, Switched, Unreached};
+use crate::analysis::fix_plan::{cc_bytes, decode_switch_records, held_switch_line, Switched, Unreached};
 use crate::analysis::sample::{decode, DecodeContext, Sample};
 use crate::host::setns_net;
 

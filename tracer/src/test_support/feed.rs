@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use crate::analysis::container::{CgroupInfo, Container, Runtime};
 use crate::analysis::environment::Environment;
 use crate::analysis::filter::{FilterControl, FilterSpec};
-use crate::analysis::fix::{FixControl, Plan, Switched, Target};
+use crate::analysis::fix_plan::{FixControl, Plan, Switched, Target};
 use crate::analysis::flow_table::tests::sample;
 use crate::analysis::sample::{CaState, Owner, Sample, SampleReason, TcpState};
 use crate::analysis::schema::{ActionKind, ActionRecord, SwitchedFlow};

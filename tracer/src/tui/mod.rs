@@ -40,8 +40,8 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use crate::analysis::filter::FilterControl;
-use crate::analysis::fix::commands::FIX_CC;
-use crate::analysis::fix::FixControl;
+use crate::analysis::fix_plan::commands::FIX_CC;
+use crate::analysis::fix_plan::FixControl;
 use crate::analysis::schema::{ActionRecord, SummaryRecord};
 use crate::analysis::Analysis;
 use crate::frontend::stack::{stack, Extras};

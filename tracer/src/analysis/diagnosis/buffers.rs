@@ -24,7 +24,7 @@ use crate::analysis::diagnosis::verdict::{BufferEvidence, ReceiverEvidence, SetB
 use crate::analysis::diagnosis::window::rate_of;
 use crate::analysis::diagnosis::window::Window;
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::commands::netns_words;
+use crate::analysis::fix_plan::commands::netns_words;
 use crate::analysis::flow_table::Flow;
 use crate::analysis::units::{bytes, pct, rate};
 

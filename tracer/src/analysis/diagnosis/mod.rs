@@ -71,7 +71,7 @@ pub use crate::analysis::diagnosis::verdict::{
 pub use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::commands::{fix_commands, FixNeeds};
+use crate::analysis::fix_plan::commands::{fix_commands, FixNeeds};
 use crate::analysis::flow_table::{Flow, FlowTable, TableChanges};
 use crate::analysis::tunnel::place::Tunnel;
 use crate::analysis::udp::RelayedBy;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::container::{Container, Runtime};
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::commands::shell_quote;
+use crate::analysis::fix_plan::commands::shell_quote;
 use crate::analysis::udp::flows::{Process, UdpFlow};
 use crate::analysis::udp::shape::AppProto;
 use crate::analysis::units::rate;

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Twins;
 use crate::analysis::deep_decisions::TwinAlgo;
-use crate::analysis::fix::Switched;
+use crate::analysis::fix_plan::Switched;
 use crate::analysis::state_dir::STATE_DIR;
 use crate::host::fs_kind::netns_file_inode;
 use crate::kernel::switch::Switcher;

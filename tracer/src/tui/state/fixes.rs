@@ -3,7 +3,7 @@
 //! the recorder. The panel's keys are the update step's, its drawing the view's.
 
 use super::{AppState, Screen};
-use crate::analysis::fix::Plan;
+use crate::analysis::fix_plan::Plan;
 use crate::analysis::schema::{ActionKind, ActionRecord};
 
 /// The confirmation panel: nothing changes on the host until Enter.

@@ -67,7 +67,7 @@ pub(super) fn render(panel: &FixPanel, area: Rect, buf: &mut Buffer) {
 }
 
 /// What the plan does, for the panel's title.
-fn what(plan: &crate::analysis::fix::Plan) -> String {
+fn what(plan: &crate::analysis::fix_plan::Plan) -> String {
     let switches = plan.current_default != plan.cc || !plan.to_switch.is_empty();
     match (switches, plan.buffers.is_empty()) {
         (_, true) => format!("switch to {}", plan.cc),
@@ -116,7 +116,7 @@ pub(super) fn before_after_lines(compared: Option<FixComparison<'_>>, step_ns: u
 mod tests {
     use super::what;
     use crate::analysis::environment::BufferLimits;
-    use crate::analysis::fix::{Plan, SysctlStep, Target};
+    use crate::analysis::fix_plan::{Plan, SysctlStep, Target};
 
     #[test]
     fn the_title_says_what_the_plan_changes() {

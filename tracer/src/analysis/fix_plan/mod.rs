@@ -1,4 +1,4 @@
-//! The fix, the core half: what a verdict prints to run ([`commands`]), and `cctrace fix`'s
+//! The fix's plan, its pure half: what a verdict prints to run ([`commands`]), and `cctrace fix`'s
 //! [`Plan`] with the buffer maxima it raises ([`buffer_steps`]), the [`State`] it keeps for
 //! `--undo`, the live switch's records ([`Switched`]) and the kernel's refusals in words
 //! ([`refusal`]). The host half, which reads the host, asks and acts, is the crate's `fix`

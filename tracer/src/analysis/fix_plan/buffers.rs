@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::target::Target;
 use crate::analysis::diagnosis::{buffer_rate, buffer_size_for, sizing_words, DiagnosisConfig, Side};
 use crate::analysis::environment::{BufferLimits, Environment};
-use crate::analysis::fix::commands::netns_words;
+use crate::analysis::fix_plan::commands::netns_words;
 use crate::analysis::sample::{Sample, TcpState};
 use crate::analysis::units::bytes;
 

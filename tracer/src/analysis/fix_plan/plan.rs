@@ -7,7 +7,7 @@ use super::buffers::SysctlStep;
 use super::switch::{switches_now, Switched};
 use super::target::Target;
 use crate::analysis::environment::Environment;
-use crate::analysis::fix::commands::{buffer_sysctl_file, MODULES_FILE, SYSCTL_FILE};
+use crate::analysis::fix_plan::commands::{buffer_sysctl_file, MODULES_FILE, SYSCTL_FILE};
 use crate::analysis::schema::ActionRecord;
 use crate::analysis::state_dir::STATE_DIR;
 use crate::analysis::units::bytes;
