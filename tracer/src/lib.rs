@@ -12,7 +12,7 @@ pub mod cgroups;
 pub mod cli;
 pub mod clock;
 #[cfg(feature = "demo")]
-pub mod demo;
+pub mod demo_lab;
 pub mod export;
 pub mod fix;
 pub mod frontend;

@@ -45,7 +45,7 @@ const LAYERS: &[(&str, &[&str], &[&str], &str)] = &[
     ("exports", &["export"], &["recording", "pipeline", "core"], "files made after the fact from a recording"),
     (
         "commands",
-        &["app", "cli", "demo"],
+        &["app", "cli", "demo_lab"],
         &["exports", "front ends", "recording", "actions", "kernel", "host", "pipeline", "core"],
         "the command line: what each subcommand assembles and runs",
     ),

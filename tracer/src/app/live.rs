@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::demo::Demo;
+use super::live_demo::Demo;
 use super::settings::{LiveRun, LiveSettings, MetricsSettings};
 use super::show::{show, Shown, Traced};
 use crate::analysis::filter::{resolve, ResolvedFilter};

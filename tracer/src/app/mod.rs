@@ -1,11 +1,11 @@
 //! What each subcommand assembles and runs, once the command line is parsed: files made from a
 //! recording (`offline`), `cctrace fix` ([`crate::fix`]), a replay (`replay`) and live
-//! tracing (`live`, the demo's parts in `demo`); `main.rs` only parses and hands over, and
+//! tracing (`live`, the demo's parts in `live_demo`); `main.rs` only parses and hands over, and
 //! [`main`] is the one place a command is told apart.
 
-mod demo;
 mod lines;
 mod live;
+mod live_demo;
 mod offline;
 mod replay;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::demo::DemoOptions;
+use super::live_demo::DemoOptions;
 use crate::analysis::diagnosis::DiagnosisConfig;
 use crate::analysis::filter::FilterSpec;
 use crate::cgroups::ContainerFiles;

@@ -1,5 +1,5 @@
-//! `cctrace demo`: the motivating story on a local emulated WAN path, so a newcomer sees within
-//! seconds which flows are flagged and why.
+//! `cctrace demo`'s lab: the motivating story on a local emulated WAN path, so a newcomer sees
+//! within seconds which flows are flagged and why.
 //!
 //! The default path is the story's own: 30 ms RTT, 0.1 % random loss, a 200 Mbit/s bottleneck,
 //! where CUBIC held a 4K stream at 17-22 Mbit/s and BBR reached 110-340 Mbit/s (`--loss-pct 2.5`

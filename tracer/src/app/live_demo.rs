@@ -19,16 +19,16 @@ pub(super) enum DemoOptions {}
 pub(super) struct Demo<'c> {
     opts: Option<&'c DemoOptions>,
     #[cfg(feature = "demo")]
-    lab: Option<crate::demo::DemoLab>,
+    lab: Option<crate::demo_lab::DemoLab>,
     #[cfg(feature = "demo")]
-    containers: Option<crate::demo::DemoContainers>,
+    containers: Option<crate::demo_lab::DemoContainers>,
 }
 
 #[cfg(feature = "demo")]
 impl<'c> Demo<'c> {
     /// The demo's containers, made before the host is read so `--container jellyfin` names one.
     pub(super) fn containers(opts: Option<&'c DemoOptions>) -> Result<Self> {
-        let containers = opts.map(|_| crate::demo::DemoContainers::create()).transpose()?;
+        let containers = opts.map(|_| crate::demo_lab::DemoContainers::create()).transpose()?;
         Ok(Self { opts, lab: None, containers })
     }
 
@@ -47,7 +47,7 @@ impl<'c> Demo<'c> {
     pub(super) fn start_lab(&mut self, duration: Option<std::time::Duration>) -> Result<()> {
         if let (Some(opts), Some(containers)) = (self.opts, self.containers.as_mut()) {
             let duration = duration.unwrap_or(cctrace_lab::MAX_DURATION);
-            self.lab = Some(crate::demo::DemoLab::start(opts, duration, containers)?);
+            self.lab = Some(crate::demo_lab::DemoLab::start(opts, duration, containers)?);
         }
         Ok(())
     }
