@@ -1,6 +1,11 @@
 //! Work that runs beside a front end without showing anything: recording, the metrics
 //! exporter, keeping the kernel filter on the host's containers.
 //!
+//! The stack every mode runs, these around a front end, is put together in `frontend::stack`.
+//! The two cannot be one module: the kernel filter's upkeep (kernel layer) and the recorder
+//! (recording layer) implement [`SideJob`], so it sits below them, here; the stack names the
+//! recorder and the metrics exporter, so it sits above them, with the front ends.
+//!
 //! Each such job implements [`SideJob`] (only the callbacks it needs) and runs inside
 //! [`Beside`], the one wrapper that forwards every [`FrontEnd`] callback to the front end it
 //! wraps. A callback added to `FrontEnd` is forwarded here once, for every job: a job cannot
@@ -131,6 +136,11 @@ impl<F: FrontEnd, J: SideJob> FrontEnd for Beside<F, J> {
         job
     }
 }
+
+/// A side job that does nothing: for stacks with no job beside the front end.
+pub struct NoJob;
+
+impl SideJob for NoJob {}
 
 #[cfg(test)]
 mod tests {

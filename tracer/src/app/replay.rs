@@ -13,10 +13,11 @@ use crate::analysis::Analysis;
 use crate::cli::Cli;
 use crate::frontend::json::JsonOutput;
 use crate::frontend::line_writer::LineWriter;
-use crate::frontend::stack::{stack, Extras, NoJob};
+use crate::frontend::stack::{stack, Extras};
 use crate::pipeline::{self, PipelineOptions};
 use crate::recording::player::PacedRecording;
 use crate::recording::RecordingSource;
+use crate::side_job::NoJob;
 use crate::signals::Shutdown;
 use crate::source::EventSource;
 

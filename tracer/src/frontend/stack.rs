@@ -1,7 +1,9 @@
 //! The one front-end stack every mode runs through the pipeline: a front end (the terminal UI,
 //! JSON Lines, or [`Headless`]), a side job beside it (the kernel filter's upkeep), the
 //! recorder around that and the metrics exporter outermost, each optional. Live tracing, a
-//! recording session, `cctrace serve` and a replay differ only in which of them they give.
+//! recording session, `cctrace serve` and a replay differ only in which of them they give. What
+//! a side job is, the wrapper that runs one beside a front end and `NoJob` are in
+//! [`crate::side_job`], below the layers whose jobs implement it.
 
 use anyhow::Result;
 
@@ -47,8 +49,3 @@ impl FrontEnd for Headless {
         Ok(())
     }
 }
-
-/// A side job that does nothing: for stacks with no job beside the front end.
-pub struct NoJob;
-
-impl SideJob for NoJob {}
