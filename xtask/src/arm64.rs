@@ -20,7 +20,8 @@ use anyhow::{bail, Context, Result};
 use crate::arch::Arch;
 use crate::foreign::{self, ForeignApt};
 use crate::guest_hooks::Hooks;
-use crate::kernels::{self, sh, GUEST_TOOLS};
+use crate::kernels::{self, GUEST_TOOLS};
+use crate::shell::{self, sh};
 
 /// Debian's meta packages for bookworm's arm64 cloud kernels: 6.1, the one the suite boots, and
 /// 6.12, the first with the per-syscall UDP hooks (6.3), whose classifier reads the caller's
@@ -92,8 +93,8 @@ fn guest_root(work: &Path, cctrace: &Path, tree: &Path) -> Result<PathBuf> {
     let root = kernels::guest_skeleton(work)?;
     let busybox = foreign::resolve_in(tree, Path::new("bin/busybox"))?;
     crate::dist::check_static(&busybox).context("the guest's busybox must be static (busybox-static)")?;
-    kernels::copy(&busybox, &root.join("bin/busybox"))?;
-    kernels::copy(cctrace, &root.join("usr/bin/cctrace"))?;
+    shell::copy(&busybox, &root.join("bin/busybox"))?;
+    shell::copy(cctrace, &root.join("usr/bin/cctrace"))?;
     let mut libraries = BTreeSet::new();
     for tool in GUEST_TOOLS {
         let name = Path::new(tool).file_name().context("a tool path names a file")?;
@@ -104,11 +105,11 @@ fn guest_root(work: &Path, cctrace: &Path, tree: &Path) -> Result<PathBuf> {
             .with_context(|| {
                 format!("no {} in the arm64 packages {}", name.to_string_lossy(), GUEST_PACKAGES.join(" "))
             })?;
-        kernels::copy(&found, &root.join(tool.trim_start_matches('/')))?;
+        shell::copy(&found, &root.join(tool.trim_start_matches('/')))?;
         needed_libraries(tree, &found, &mut libraries)?;
     }
     for lib in &libraries {
-        kernels::copy(&foreign::resolve_in(tree, lib)?, &root.join(lib))?;
+        shell::copy(&foreign::resolve_in(tree, lib)?, &root.join(lib))?;
     }
     Ok(root)
 }

@@ -25,6 +25,7 @@ use crate::foreign::ForeignApt;
 use crate::guest_checks::Stage;
 use crate::guest_hooks::{self, Hooks};
 use crate::guest_ports;
+use crate::shell::{copy, set_executable, sh};
 
 /// One kernel series of the matrix: the Debian release whose package lists carry it (`None`:
 /// this machine's own), the meta package there that names its newest image, and the hook modes
@@ -272,15 +273,6 @@ fn report(results: &[GuestResult], notes: &[String]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn sh(cmd: &mut Command) -> Result<String> {
-    let shown = format!("{cmd:?}");
-    let out = cmd.stderr(Stdio::piped()).output().with_context(|| format!("starting {shown}"))?;
-    if !out.status.success() {
-        bail!("{shown} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.
 pub(crate) fn debian_kernel(root: &Path, work: &Path, kernel: &DebianKernel) -> Result<Kernel> {
     match kernel.release {
@@ -435,20 +427,6 @@ fn common_root(work: &Path, cctrace: &Path) -> Result<PathBuf> {
         copy(lib, &root.join(lib.strip_prefix("/").unwrap_or(lib)))?;
     }
     Ok(root)
-}
-
-pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
-    if let Some(dir) = to.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
-    Ok(())
-}
-
-pub(crate) fn set_executable(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
 }
 
 /// The shared libraries `ldd` resolves for a binary, the dynamic loader included.

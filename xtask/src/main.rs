@@ -25,6 +25,7 @@ mod image;
 mod kernels;
 mod nobtf_kernel;
 mod setup;
+mod shell;
 mod suite;
 mod verdicts;
 
