@@ -526,7 +526,7 @@ fn check_completions(scratch: &Path) -> Result<()> {
 fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
     let kernels_dir = root.join("target/kernels");
     std::fs::create_dir_all(&kernels_dir)?;
-    let kernel = kernels::debian_kernel(root, &kernels_dir, GUEST_KERNEL)?;
+    let kernel = kernels::debian::debian_kernel(root, &kernels_dir, GUEST_KERNEL)?;
     let tree = work.join("initramfs");
     let _ = std::fs::remove_dir_all(&tree);
     for dir in ["bin", "usr/bin", "proc", "sys", "dev", "tmp"] {
@@ -540,10 +540,10 @@ fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
     std::fs::write(&init, guest_ports::with_ports(include_str!("dist_init.sh")))?;
     shell::set_executable(&init)?;
     let cpio = work.join("guest.cpio");
-    kernels::pack_cpio(&tree, &cpio)?;
+    kernels::initramfs::pack_cpio(&tree, &cpio)?;
     let started = Instant::now();
     crate::say(&format!("booting {} with busybox and the dist cctrace only (qemu TCG)", kernel.image.display()));
-    let sections = kernels::run_guest(kernel.arch, work, &kernel.image, &cpio, "dist-guest", "", GUEST_TIMEOUT)?;
+    let sections = kernels::qemu::run_guest(kernel.arch, work, &kernel.image, &cpio, "dist-guest", "", GUEST_TIMEOUT)?;
     crate::say(&format!("dist guest done in {:.0} s", started.elapsed().as_secs_f64()));
     check_guest_sections(&sections)
 }
@@ -568,7 +568,7 @@ fn check_guest_sections(sections: &BTreeMap<String, String>) -> Result<()> {
     ensure!(get("bpffs after").is_empty(), "cctrace left pinned BPF objects: {}", get("bpffs after"));
     let lines: Vec<Value> = get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let bytes: u64 = get("bytes").parse().context("the guest wrote no byte count")?;
-    let flow = kernels::last_by_port(&lines, guest_ports::LOOPBACK)
+    let flow = kernels::mode_checks::last_by_port(&lines, guest_ports::LOOPBACK)
         .with_context(|| format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK))?;
     let acked = flow.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
     ensure!(acked >= bytes, "the loopback sender acked {acked} bytes, it sent {bytes}");

@@ -63,7 +63,7 @@ impl Planned {
     }
 
     fn build(&self, work: &Path) -> Result<()> {
-        let deb = kernels::download_deb(work, SOURCE_PACKAGE, &self.version)?;
+        let deb = kernels::debian::download_deb(work, SOURCE_PACKAGE, &self.version)?;
         let scratch = work.join("nobtf-build");
         let _ = std::fs::remove_dir_all(&scratch);
         let (src, out) = (scratch.join("src"), scratch.join("out"));
