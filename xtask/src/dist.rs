@@ -30,9 +30,9 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
 use crate::arch::Arch;
-use crate::guest_ports;
 use crate::image;
 use crate::kernels;
+use crate::kernels::guest_ports;
 use crate::shell;
 
 /// Static glibc, and a non-PIE executable: a static PIE still carries a dynamic section, which
@@ -637,8 +637,8 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         match arch {
             Arch::X86_64 => timed("guest", &mut || check_guest(root, &work, &artifacts.binary))?,
             Arch::Aarch64 => {
-                let (kernels, hooks) = (crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS);
-                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, kernels, hooks))?;
+                let (kernels, hooks) = (crate::kernels::arm64::SUITE_KERNELS, crate::kernels::arm64::SUITE_HOOKS);
+                timed("guest", &mut || crate::kernels::arm64::run(root, &artifacts.binary, kernels, hooks))?;
             }
         }
     }

@@ -7,11 +7,11 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+use super::hook_modes::Hooks;
+use super::stage_checks::Stage;
 use super::{DebianKernel, Kernel};
 use crate::arch::Arch;
 use crate::foreign::ForeignApt;
-use crate::guest_checks::Stage;
-use crate::guest_hooks::Hooks;
 use crate::shell::sh;
 
 /// The image a Debian meta package points at, downloaded and unpacked once under target/.

@@ -8,8 +8,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+use super::guest_ports;
 use super::Kernel;
-use crate::guest_ports;
 use crate::shell::{copy, set_executable, sh};
 
 /// Modules the guest checks load when the kernel builds them as modules (veth for the lossy
@@ -37,7 +37,7 @@ pub(crate) fn guest_skeleton(work: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(root.join(dir))?;
     }
     let init = root.join("init");
-    std::fs::write(&init, guest_ports::with_ports(include_str!("../guest_init.sh")))?;
+    std::fs::write(&init, guest_ports::with_ports(include_str!("guest_init.sh")))?;
     set_executable(&init)?;
     std::fs::write(root.join("etc/matrix-loss.nft"), loss_rules())?;
     Ok(root)

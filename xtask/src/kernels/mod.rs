@@ -11,11 +11,14 @@
 //! kernel's own counters to a second serial port. The checks run here, on the host, against
 //! that.
 //!
-//! One job a file: `debian.rs` fetches and unpacks Debian's images (the machine's package lists,
-//! or a private apt configuration for another release or architecture); `initramfs.rs` packs
-//! what a guest boots with; `qemu.rs` boots it and reads what its init wrote; `mode_checks.rs`
-//! checks each hook mode's output against the kernel's counters; `table.rs` draws the matrix's
-//! table. This file says which kernels make the matrix and runs it.
+//! One job a file. This one says which kernels make the matrix and runs it; `debian.rs` fetches
+//! and unpacks Debian's images (the machine's package lists, or a private apt configuration for
+//! another release or architecture) and `nobtf_build.rs` builds the 6.1 without BTF;
+//! `initramfs.rs` packs what a guest boots with (`guest_init.sh` its init, `guest_ports.rs` the
+//! ports of its flows); `qemu.rs` boots it and reads what its init wrote; `mode_checks.rs` checks
+//! each hook mode's output (`hook_modes.rs`: the modes, and the checks only the mode without BTF
+//! answers to) and `stage_checks.rs` the kernel-wide stages; `table.rs` draws the table;
+//! `arm64.rs` is the arm64 row.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,19 +27,24 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::arch::Arch;
-use crate::guest_checks::Stage;
-use crate::guest_hooks::Hooks;
 use crate::shell::sh;
 
+pub(crate) mod arm64;
 pub(crate) mod debian;
+pub(crate) mod guest_ports;
+pub(crate) mod hook_modes;
 pub(crate) mod initramfs;
 pub(crate) mod mode_checks;
+pub(crate) mod nobtf_build;
 pub(crate) mod qemu;
+pub(crate) mod stage_checks;
 pub(crate) mod table;
 
 use debian::debian_kernel;
+use hook_modes::Hooks;
 use initramfs::{common_root, initramfs};
 use qemu::{check_booted, guest_name};
+use stage_checks::Stage;
 use table::{report, GuestResult};
 
 /// One kernel series of the matrix: the Debian release whose package lists carry it (`None`:
@@ -175,7 +183,7 @@ fn matrix(
     // The kernel without BTF is built here (minutes, once per source version and
     // configuration), so only when it is wanted: by `cargo xtask kernels`, not the suite.
     if scope == Scope::Every {
-        let planned = crate::nobtf_kernel::planned(work)?;
+        let planned = nobtf_build::planned(work)?;
         if only.is_none_or(|o| planned.label.contains(o)) {
             kernels.push(planned.kernel(work)?);
         }

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::guest_ports;
+use super::hook_modes::{self, Hooks};
+use super::stage_checks::Stage;
 use super::table::{GuestResult, ModeResult};
-use crate::guest_checks::Stage;
-use crate::guest_hooks::{self, Hooks};
-use crate::guest_ports;
 
 pub(super) fn check_guest(
     sections: &BTreeMap<String, String>,
@@ -29,7 +29,7 @@ pub(super) fn check_guest(
     }
     // What concerns the kernel rather than a hook mode runs with the default hooks.
     if let Some(default_hooks) = result.modes.first_mut() {
-        default_hooks.checks.extend(crate::guest_checks::kernel_wide(sections, stages, result.btf != "no"));
+        default_hooks.checks.extend(super::stage_checks::kernel_wide(sections, stages, result.btf != "no"));
     }
 }
 
@@ -137,26 +137,26 @@ fn check_mode(
     if without_btf {
         let lines = &out.lines;
         let without = [
-            ("start-up names the mode without BTF", guest_hooks::names_the_mode(&out.stderr)),
-            ("only tracepoint programs (bpftool)", guest_hooks::only_tracepoint_programs(&out.get("programs during"))),
+            ("start-up names the mode without BTF", hook_modes::names_the_mode(&out.stderr)),
+            ("only tracepoint programs (bpftool)", hook_modes::only_tracepoint_programs(&out.get("programs during"))),
             (
                 "bulk flow recorded at every interval",
-                guest_hooks::recorded_every_interval(lines, guest_ports::LOOPBACK, bytes),
+                hook_modes::recorded_every_interval(lines, guest_ports::LOOPBACK, bytes),
             ),
             // The mode accounts no UDP: its start-up must say so, or the flow be right.
             (
                 "UDP flow counted, or start-up says UDP is not tracked",
-                guest_hooks::udp_said_off(&out.stderr).or_else(|_| udp()),
+                hook_modes::udp_said_off(&out.stderr).or_else(|_| udp()),
             ),
             // Its samples are made in user space from the records: none of those may be lost.
-            ("no record lost or undecodable", summary(&out).and_then(guest_hooks::no_record_lost)),
+            ("no record lost or undecodable", summary(&out).and_then(hook_modes::no_record_lost)),
         ];
         // Its counters are sock_diag's at each lookup: a socket closed within an interval of
         // its last data ends short by what that interval moved, at most.
         checks.retain(|(name, _)| name != "bulk flow traced");
         checks.push((
             "bulk flow traced (to its last lookup)".to_string(),
-            guest_hooks::traced_to_its_last_lookup(lines, guest_ports::LOOPBACK, bytes),
+            hook_modes::traced_to_its_last_lookup(lines, guest_ports::LOOPBACK, bytes),
         ));
         checks.extend(without.map(|(name, outcome)| (name.to_string(), outcome)));
     } else {

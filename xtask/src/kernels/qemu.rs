@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::hook_modes::Hooks;
 use super::initramfs::initramfs;
 use super::mode_checks::check_guest;
+use super::stage_checks::Stage;
 use super::table::GuestResult;
 use super::Kernel;
 use crate::arch::Arch;
-use crate::guest_checks::Stage;
-use crate::guest_hooks::Hooks;
 
 /// A guest that has not powered off by then is stuck.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(420);

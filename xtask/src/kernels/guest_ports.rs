@@ -26,7 +26,7 @@ mod tests {
 
     #[test]
     fn the_scripts_use_only_the_ports_defined_here() {
-        for script in [include_str!("guest_init.sh"), include_str!("dist_init.sh")] {
+        for script in [include_str!("guest_init.sh"), include_str!("../dist_init.sh")] {
             let set = with_ports(script);
             assert!(set.starts_with("#!/bin/busybox sh\nLOOPBACK_PORT=5001 "), "{}", &set[..80]);
             for port in [LOOPBACK, LOSSY, IDLE, UDP, FIX] {

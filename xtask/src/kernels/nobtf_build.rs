@@ -18,8 +18,8 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 
+use super::Kernel;
 use crate::arch::Arch;
-use crate::kernels::{self, Kernel};
 use crate::shell::{self, sh};
 
 /// Debian's package of the kernel's source (the 6.1 series, bookworm's own and Unraid's).
@@ -63,7 +63,7 @@ impl Planned {
     }
 
     fn build(&self, work: &Path) -> Result<()> {
-        let deb = kernels::debian::download_deb(work, SOURCE_PACKAGE, &self.version)?;
+        let deb = super::debian::download_deb(work, SOURCE_PACKAGE, &self.version)?;
         let scratch = work.join("nobtf-build");
         let _ = std::fs::remove_dir_all(&scratch);
         let (src, out) = (scratch.join("src"), scratch.join("out"));
