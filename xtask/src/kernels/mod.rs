@@ -110,6 +110,23 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
+    /// An image given with `--kernel` (x86-64, its modules built in), with every hook mode and
+    /// kernel-wide stage.
+    fn given(image: &Path) -> Result<Self> {
+        if !image.is_file() {
+            bail!("--kernel {}: no such file", image.display());
+        }
+        Ok(Kernel {
+            label: image.display().to_string(),
+            image: image.to_path_buf(),
+            modules: None,
+            arch: Arch::X86_64,
+            append: String::new(),
+            hooks: Hooks::ALL,
+            stages: Stage::ALL,
+        })
+    }
+
     /// A kernel built here without BTF (no modules: what it needs is built in), with every
     /// kernel-wide stage.
     pub(crate) fn without_btf(label: String, image: PathBuf, arch: Arch) -> Self {
@@ -194,18 +211,7 @@ fn matrix(
         Err(why) => notes.push(why),
     }
     for image in extra_images {
-        if !image.is_file() {
-            bail!("--kernel {}: no such file", image.display());
-        }
-        kernels.push(Kernel {
-            label: image.display().to_string(),
-            image: image.clone(),
-            modules: None,
-            arch: Arch::X86_64,
-            append: String::new(),
-            hooks: Hooks::ALL,
-            stages: Stage::ALL,
-        });
+        kernels.push(Kernel::given(image)?);
     }
     if let Some(only) = only {
         kernels.retain(|k| k.label.contains(only));

@@ -7,9 +7,11 @@ use serde_json::Value;
 
 use super::guest_ports;
 use super::hook_modes::{self, Hooks};
-use super::stage_checks::Stage;
+use super::stage_checks::{Check, Stage};
 use super::table::{GuestResult, ModeResult};
 
+/// What the guest wrote, checked: each hook mode of `hooks`, then the kernel-wide `stages` in the
+/// row of the first mode.
 pub(super) fn check_guest(
     sections: &BTreeMap<String, String>,
     hooks: &[Hooks],
@@ -82,7 +84,16 @@ struct ModeOutput<'a> {
     loopback: Option<Value>,
 }
 
-impl ModeOutput<'_> {
+impl<'a> ModeOutput<'a> {
+    /// The sections of `mode`: its stderr, its JSON Lines parsed, the loopback sender's record.
+    fn read(sections: &'a BTreeMap<String, String>, mode: &'a str) -> Self {
+        let mut out = ModeOutput { sections, mode, stderr: String::new(), lines: Vec::new(), loopback: None };
+        out.stderr = out.get("stderr");
+        out.lines = out.get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        out.loopback = last_by_port(&out.lines, guest_ports::LOOPBACK);
+        out
+    }
+
     fn get(&self, name: &str) -> String {
         self.sections.get(&format!("{name} {}", self.mode)).cloned().unwrap_or_default()
     }
@@ -107,63 +118,80 @@ fn check_mode(
     bytes: u64,
     without_btf: bool,
 ) -> ModeResult {
-    let mut out = ModeOutput { sections, mode, stderr: String::new(), lines: Vec::new(), loopback: None };
-    out.stderr = out.get("stderr");
-    out.lines = out.get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    out.loopback = last_by_port(&out.lines, guest_ports::LOOPBACK);
-    let hook_lines: Vec<&str> = out
-        .stderr
+    let out = ModeOutput::read(sections, mode);
+    let attached = attached_hooks(&out.stderr);
+    let disabled = disabled_hooks(&out.stderr);
+    let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
+    let mut checks = every_mode_checks(&out, &attached, default_cc, bytes, probe_said_off);
+    if without_btf {
+        without_btf_checks(&out, bytes, &mut checks);
+    } else {
+        checks.push(("every emitted sample accounted for".to_string(), summary(&out).and_then(every_sample_accounted)));
+        checks.push(("UDP flow counted and classified".to_string(), udp_of(&out)));
+    }
+    ModeResult { mode: mode.to_string(), attached, disabled, checks }
+}
+
+/// The checks every hook mode answers to.
+fn every_mode_checks(
+    out: &ModeOutput,
+    attached: &str,
+    default_cc: &str,
+    bytes: u64,
+    probe_said_off: bool,
+) -> Vec<Check> {
+    let checks = vec![
+        ("exits cleanly", exits_cleanly(out)),
+        ("hooks attach", hooks_attach(attached, out)),
+        ("bulk flow traced", bulk_flow_traced(out, bytes)),
+        ("CA and cwnd sane", ca_and_cwnd_sane(out, default_cc)),
+        ("periodic samples (or start-up says they are off)", periodic_samples(out, probe_said_off)),
+        ("owner of the accepted connection", owner_of_accepted(out)),
+        ("retransmissions match the namespace's counters", retransmissions_match(out)),
+        ("idle flow listed at start-up", idle_listed(out)),
+        ("clean detach", clean_detach(out)),
+    ];
+    checks.into_iter().map(|(name, outcome)| (name.to_string(), outcome)).collect()
+}
+
+/// The mode without BTF's own checks, added to `checks`, and its bulk flow's in place of the
+/// one every mode answers to.
+fn without_btf_checks(out: &ModeOutput, bytes: u64, checks: &mut Vec<Check>) {
+    let lines = &out.lines;
+    let without = [
+        ("start-up names the mode without BTF", hook_modes::names_the_mode(&out.stderr)),
+        ("only tracepoint programs (bpftool)", hook_modes::only_tracepoint_programs(&out.get("programs during"))),
+        (
+            "bulk flow recorded at every interval",
+            hook_modes::recorded_every_interval(lines, guest_ports::LOOPBACK, bytes),
+        ),
+        // The mode accounts no UDP: its start-up must say so, or the flow be right.
+        (
+            "UDP flow counted, or start-up says UDP is not tracked",
+            hook_modes::udp_said_off(&out.stderr).or_else(|_| udp_of(out)),
+        ),
+        // Its samples are made in user space from the records: none of those may be lost.
+        ("no record lost or undecodable", summary(out).and_then(hook_modes::no_record_lost)),
+    ];
+    // Its counters are sock_diag's at each lookup: a socket closed within an interval of
+    // its last data ends short by what that interval moved, at most.
+    checks.retain(|(name, _)| name != "bulk flow traced");
+    checks.push((
+        "bulk flow traced (to its last lookup)".to_string(),
+        hook_modes::traced_to_its_last_lookup(lines, guest_ports::LOOPBACK, bytes),
+    ));
+    checks.extend(without.map(|(name, outcome)| (name.to_string(), outcome)));
+}
+
+/// The hooks start-up said are disabled, each in a few words.
+fn disabled_hooks(stderr: &str) -> Vec<String> {
+    stderr
         .lines()
         .filter_map(|l| l.strip_prefix("cctrace: "))
         .filter(|l| l.starts_with("tcp:") || l.starts_with("sock:"))
-        .collect();
-    let attached = attached_hooks(&out.stderr);
-    let disabled: Vec<String> =
-        hook_lines.iter().filter(|l| l.contains(": disabled")).map(|l| short_disabled(l)).collect();
-    let probe_said_off = disabled.iter().any(|d| d.starts_with("tcp_probe:"));
-    let checks = vec![
-        ("exits cleanly", exits_cleanly(&out)),
-        ("hooks attach", hooks_attach(&attached, &out)),
-        ("bulk flow traced", bulk_flow_traced(&out, bytes)),
-        ("CA and cwnd sane", ca_and_cwnd_sane(&out, default_cc)),
-        ("periodic samples (or start-up says they are off)", periodic_samples(&out, probe_said_off)),
-        ("owner of the accepted connection", owner_of_accepted(&out)),
-        ("retransmissions match the namespace's counters", retransmissions_match(&out)),
-        ("idle flow listed at start-up", idle_listed(&out)),
-        ("clean detach", clean_detach(&out)),
-    ];
-    let mut checks: Vec<_> = checks.into_iter().map(|(name, outcome)| (name.to_string(), outcome)).collect();
-    let udp = || udp_flow(&out.lines, &out.get("udp"));
-    if without_btf {
-        let lines = &out.lines;
-        let without = [
-            ("start-up names the mode without BTF", hook_modes::names_the_mode(&out.stderr)),
-            ("only tracepoint programs (bpftool)", hook_modes::only_tracepoint_programs(&out.get("programs during"))),
-            (
-                "bulk flow recorded at every interval",
-                hook_modes::recorded_every_interval(lines, guest_ports::LOOPBACK, bytes),
-            ),
-            // The mode accounts no UDP: its start-up must say so, or the flow be right.
-            (
-                "UDP flow counted, or start-up says UDP is not tracked",
-                hook_modes::udp_said_off(&out.stderr).or_else(|_| udp()),
-            ),
-            // Its samples are made in user space from the records: none of those may be lost.
-            ("no record lost or undecodable", summary(&out).and_then(hook_modes::no_record_lost)),
-        ];
-        // Its counters are sock_diag's at each lookup: a socket closed within an interval of
-        // its last data ends short by what that interval moved, at most.
-        checks.retain(|(name, _)| name != "bulk flow traced");
-        checks.push((
-            "bulk flow traced (to its last lookup)".to_string(),
-            hook_modes::traced_to_its_last_lookup(lines, guest_ports::LOOPBACK, bytes),
-        ));
-        checks.extend(without.map(|(name, outcome)| (name.to_string(), outcome)));
-    } else {
-        checks.push(("every emitted sample accounted for".to_string(), summary(&out).and_then(every_sample_accounted)));
-        checks.push(("UDP flow counted and classified".to_string(), udp()));
-    }
-    ModeResult { mode: mode.to_string(), attached, disabled, checks }
+        .filter(|l| l.contains(": disabled"))
+        .map(short_disabled)
+        .collect()
 }
 
 /// `5/6` from the start-up line: "tracing TCP in all network namespaces (live kernel (5/6 hooks))",
@@ -301,6 +329,11 @@ fn clean_detach(out: &ModeOutput) -> Result<(), String> {
     }
 }
 
+/// [`udp_flow`] of the mode's records and what the guest said of the flow it sent.
+fn udp_of(out: &ModeOutput) -> Result<(), String> {
+    udp_flow(&out.lines, &out.get("udp"))
+}
+
 /// The guest's UDP flow, from its sender's last record: the datagrams the kernel counted as sent
 /// (Udp OutDatagrams), each with 28 bytes of IPv4 and UDP header, socat as its owner, and QUIC
 /// as what it carries (its datagrams' first bytes, read from the sender's own buffer where UDP
@@ -406,6 +439,31 @@ mod tests {
                 "UDP flow counted and classified"
             ]
         );
+    }
+
+    #[test]
+    fn the_mode_without_btf_swaps_the_bulk_check_for_its_own_and_adds_its_checks() {
+        let sections = BTreeMap::new();
+        let names = |without_btf| -> Vec<String> {
+            check_mode(&sections, "nobtf", "bbr", 1000, without_btf).checks.into_iter().map(|(n, _)| n).collect()
+        };
+        let with_btf = names(false);
+        let without = names(true);
+        assert!(with_btf.iter().any(|n| n == "bulk flow traced"), "{with_btf:?}");
+        assert!(!without.iter().any(|n| n == "bulk flow traced"), "{without:?}");
+        assert_eq!(
+            without[8..],
+            [
+                "bulk flow traced (to its last lookup)",
+                "start-up names the mode without BTF",
+                "only tracepoint programs (bpftool)",
+                "bulk flow recorded at every interval",
+                "UDP flow counted, or start-up says UDP is not tracked",
+                "no record lost or undecodable",
+            ]
+        );
+        // Nothing was written: every check fails, each with its reason.
+        assert!(check_mode(&sections, "nobtf", "bbr", 1000, true).checks.iter().all(|(_, o)| o.is_err()));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::arch::Arch;
 /// A guest that has not powered off by then is stuck.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
 
+/// Pack the initramfs of `k` from the `common` tree, boot it and check what its init wrote.
 pub(crate) fn boot_and_check(work: &Path, common: &Path, k: &Kernel) -> GuestResult {
     check_booted(work, k, initramfs(work, common, k, &guest_name(k)))
 }
