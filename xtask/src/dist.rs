@@ -568,7 +568,7 @@ fn check_guest_sections(sections: &BTreeMap<String, String>) -> Result<()> {
     ensure!(get("bpffs after").is_empty(), "cctrace left pinned BPF objects: {}", get("bpffs after"));
     let lines: Vec<Value> = get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let bytes: u64 = get("bytes").parse().context("the guest wrote no byte count")?;
-    let flow = kernels::mode_checks::last_by_port(&lines, guest_ports::LOOPBACK)
+    let flow = guest_ports::last_by_port(&lines, guest_ports::LOOPBACK)
         .with_context(|| format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK))?;
     let acked = flow.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
     ensure!(acked >= bytes, "the loopback sender acked {acked} bytes, it sent {bytes}");

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::guest_ports;
+use super::guest_ports::{self, last_by_port};
 use super::hook_modes::{self, Hooks};
 use super::stage_checks::{Check, Stage};
 use super::table::{GuestResult, ModeResult};
@@ -46,25 +46,6 @@ fn stage_times(stages: &str) -> String {
         last = end;
     }
     out.join(", ")
-}
-
-/// The last value of every flow's fields, by local port, from the samples and flow records.
-pub(crate) fn last_by_port(lines: &[Value], port: u16) -> Option<Value> {
-    let mut merged = serde_json::Map::new();
-    for v in lines {
-        let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
-        if !(kind == "sample" || kind == "flow") || v.get("sport").and_then(Value::as_u64) != Some(u64::from(port)) {
-            continue;
-        }
-        if let Some(obj) = v.as_object() {
-            for (k, val) in obj {
-                if !val.is_null() {
-                    merged.insert(k.clone(), val.clone());
-                }
-            }
-        }
-    }
-    (!merged.is_empty()).then_some(Value::Object(merged))
 }
 
 fn snmp_counter(snmp: &str, table: &str, field: &str) -> Option<u64> {
@@ -487,22 +468,6 @@ mod tests {
         let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 37 0\n";
         assert_eq!(snmp_counter(snmp, "Tcp", "RetransSegs"), Some(37));
         assert_eq!(snmp_counter(snmp, "Tcp", "Nope"), None);
-    }
-
-    #[test]
-    fn a_flow_is_its_samples_merged_with_the_latest_non_null_values() {
-        let lines: Vec<Value> = [
-            r#"{"type":"sample","sport":5001,"retrans":1,"owner":{"pid":7}}"#,
-            r#"{"type":"sample","sport":5002,"retrans":9}"#,
-            r#"{"type":"flow","sport":5001,"retrans":3,"owner":null}"#,
-        ]
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-        let f = last_by_port(&lines, 5001).unwrap();
-        assert_eq!(f["retrans"], 3);
-        assert_eq!(f["owner"]["pid"], 7);
-        assert!(last_by_port(&lines, 1).is_none());
     }
 
     #[test]
