@@ -114,7 +114,7 @@ pub(crate) fn build(root: &Path, profile: Profile, arch: Arch) -> Result<Artifac
     setup_cargo_deb()?;
     let built_dir = build_static(root, profile, arch)?;
     let built = built_dir.join("cctrace");
-    check_static(&built)?;
+    shell::check_static(&built)?;
     write_assets(root, &built_dir, &built, arch)?;
     let (mut artifacts, unpacked) = package(root, profile, arch, &built)?;
     artifacts.multiarch = multiarch(root, profile, arch)?;
@@ -278,20 +278,6 @@ fn packaged_unit(unit: &str) -> Result<String> {
 
 fn human_size(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
-}
-
-/// Fail unless `binary` needs no shared library: no program interpreter, no dynamic section,
-/// and `ldd` and `file` agree.
-pub(crate) fn check_static(binary: &Path) -> Result<()> {
-    let headers = shell::sh(Command::new("readelf").args(["-lW"]).arg(binary))?;
-    ensure!(!headers.contains("INTERP"), "{} asks for a program interpreter (dynamically linked)", binary.display());
-    ensure!(!headers.contains(" DYNAMIC "), "{} has a dynamic section", binary.display());
-    let ldd = Command::new("ldd").arg(binary).output().context("running ldd")?;
-    let said = format!("{}{}", String::from_utf8_lossy(&ldd.stdout), String::from_utf8_lossy(&ldd.stderr));
-    ensure!(said.contains("not a dynamic executable"), "ldd {}: {}", binary.display(), said.trim());
-    let file = shell::sh(Command::new("file").arg("-b").arg(binary))?;
-    ensure!(file.contains("statically linked"), "file {}: {}", binary.display(), file.trim());
-    Ok(())
 }
 
 /// `--version` must name a commit and the architecture, and say the eBPF programs and deep mode
@@ -533,7 +519,7 @@ fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
         std::fs::create_dir_all(tree.join(dir))?;
     }
     // busybox-static: the guest's shell and tools need no library either.
-    check_static(Path::new("/bin/busybox")).context("the guest's busybox must be static (busybox-static)")?;
+    shell::check_static(Path::new("/bin/busybox")).context("the guest's busybox must be static (busybox-static)")?;
     shell::copy(Path::new("/bin/busybox"), &tree.join("bin/busybox"))?;
     shell::copy(binary, &tree.join("usr/bin/cctrace"))?;
     let init = tree.join("init");
@@ -600,7 +586,7 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         crate::say(&format!("dist check {what}: {:.1} s", started.elapsed().as_secs_f64()));
         result
     };
-    timed("static", &mut || check_static(&artifacts.binary))?;
+    timed("static", &mut || shell::check_static(&artifacts.binary))?;
     timed("version", &mut || check_version_text(&shell::sh(arch.run_here(&artifacts.binary).arg("--version"))?, arch))?;
     if arch == Arch::host() {
         timed("chroot", &mut || check_alone_in_chroot(&work, &artifacts.binary))?;
@@ -725,24 +711,6 @@ fn time_to_attach(binary: &Path) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_dynamically_linked_binary_fails_the_static_check() {
-        // This test binary links glibc dynamically.
-        let me = std::env::current_exe().unwrap();
-        let err = check_static(&me).unwrap_err().to_string();
-        assert!(err.contains("interpreter") || err.contains("dynamic"), "{err}");
-    }
-
-    #[test]
-    fn a_static_binary_passes_the_static_check() {
-        let busybox = Path::new("/bin/busybox");
-        if !busybox.is_file() {
-            assert!(std::env::var("CI").is_err(), "busybox-static is a set-up package: /bin/busybox missing under CI");
-            return;
-        }
-        check_static(busybox).unwrap();
-    }
 
     #[test]
     fn version_text_must_say_everything_is_built_in() {

@@ -43,7 +43,7 @@ const LIBRARY_DIRS: &[&str] = &["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-
 pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str], hooks: &'static [Hooks]) -> Result<()> {
     let work = root.join("target/kernels-arm64");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    crate::dist::check_static(cctrace).context("the arm64 guest runs the static cctrace (cargo xtask dist)")?;
+    shell::check_static(cctrace).context("the arm64 guest runs the static cctrace (cargo xtask dist)")?;
     let apt = ForeignApt::new(root, Arch::Aarch64)?;
     let tree = packages_tree(&work, &apt)?;
     let common = guest_root(&work, cctrace, &tree)?;
@@ -92,7 +92,7 @@ fn packages_tree(work: &Path, apt: &ForeignApt) -> Result<PathBuf> {
 fn guest_root(work: &Path, cctrace: &Path, tree: &Path) -> Result<PathBuf> {
     let root = super::initramfs::guest_skeleton(work)?;
     let busybox = foreign::resolve_in(tree, Path::new("bin/busybox"))?;
-    crate::dist::check_static(&busybox).context("the guest's busybox must be static (busybox-static)")?;
+    shell::check_static(&busybox).context("the guest's busybox must be static (busybox-static)")?;
     shell::copy(&busybox, &root.join("bin/busybox"))?;
     shell::copy(cctrace, &root.join("usr/bin/cctrace"))?;
     let mut libraries = BTreeSet::new();
