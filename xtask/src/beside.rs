@@ -375,7 +375,12 @@ fn guests(steps: &mut Steps, root: &Path, gates: &Gates, parent: u32) {
         Ok(())
     });
     steps.record("arm64 guest", &mut || match &arm64_binary {
-        Some(binary) => crate::arm64::run(root, binary, crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS),
+        Some(binary) => crate::kernels::arm64::run(
+            root,
+            binary,
+            crate::kernels::arm64::SUITE_KERNELS,
+            crate::kernels::arm64::SUITE_HOOKS,
+        ),
         None => Err(anyhow::anyhow!("no aarch64 cctrace: its cross build failed")),
     });
 }

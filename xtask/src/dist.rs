@@ -30,9 +30,10 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
 use crate::arch::Arch;
-use crate::guest_ports;
 use crate::image;
 use crate::kernels;
+use crate::kernels::guest_ports;
+use crate::shell;
 
 /// Static glibc, and a non-PIE executable: a static PIE still carries a dynamic section, which
 /// `ldd` and `file` then describe as dynamic.
@@ -113,7 +114,7 @@ pub(crate) fn build(root: &Path, profile: Profile, arch: Arch) -> Result<Artifac
     setup_cargo_deb()?;
     let built_dir = build_static(root, profile, arch)?;
     let built = built_dir.join("cctrace");
-    check_static(&built)?;
+    shell::check_static(&built)?;
     write_assets(root, &built_dir, &built, arch)?;
     let (mut artifacts, unpacked) = package(root, profile, arch, &built)?;
     artifacts.multiarch = multiarch(root, profile, arch)?;
@@ -121,7 +122,7 @@ pub(crate) fn build(root: &Path, profile: Profile, arch: Arch) -> Result<Artifac
     let files = [Some(&artifacts.binary), Some(&artifacts.deb), Some(&artifacts.image), artifacts.multiarch.as_ref()];
     let names: Vec<String> =
         files.iter().flatten().filter_map(|p| Some(p.file_name()?.to_str()?.to_string())).collect();
-    std::fs::write(&artifacts.sums, kernels::sh(Command::new("sha256sum").args(&names).current_dir(out))?)?;
+    std::fs::write(&artifacts.sums, shell::sh(Command::new("sha256sum").args(&names).current_dir(out))?)?;
     for path in files.into_iter().flatten().chain([&artifacts.sums]) {
         crate::say(&format!("{}: {}", path.display(), human_size(std::fs::metadata(path)?.len())));
     }
@@ -200,13 +201,13 @@ fn write_assets(root: &Path, built_dir: &Path, built: &Path, arch: Arch) -> Resu
         ("cctrace.fish", &["completions", "fish"]),
     ];
     for (file, args) in generated {
-        let text = kernels::sh(arch.run_here(built).args(args))?;
+        let text = shell::sh(arch.run_here(built).args(args))?;
         ensure!(!text.trim().is_empty(), "cctrace {} printed nothing", args.join(" "));
         std::fs::write(assets.join(file), text)?;
     }
     // Debian installs man pages gzipped; -n leaves out the time, so the package is reproducible.
     let _ = std::fs::remove_file(assets.join("cctrace.1.gz"));
-    kernels::sh(Command::new("gzip").args(["-9", "-n"]).arg(assets.join("cctrace.1")))?;
+    shell::sh(Command::new("gzip").args(["-9", "-n"]).arg(assets.join("cctrace.1")))?;
     std::fs::write(
         assets.join("cctrace.service"),
         packaged_unit(&std::fs::read_to_string(root.join("tracer/deploy/cctrace.service"))?)?,
@@ -279,20 +280,6 @@ fn human_size(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
-/// Fail unless `binary` needs no shared library: no program interpreter, no dynamic section,
-/// and `ldd` and `file` agree.
-pub(crate) fn check_static(binary: &Path) -> Result<()> {
-    let headers = kernels::sh(Command::new("readelf").args(["-lW"]).arg(binary))?;
-    ensure!(!headers.contains("INTERP"), "{} asks for a program interpreter (dynamically linked)", binary.display());
-    ensure!(!headers.contains(" DYNAMIC "), "{} has a dynamic section", binary.display());
-    let ldd = Command::new("ldd").arg(binary).output().context("running ldd")?;
-    let said = format!("{}{}", String::from_utf8_lossy(&ldd.stdout), String::from_utf8_lossy(&ldd.stderr));
-    ensure!(said.contains("not a dynamic executable"), "ldd {}: {}", binary.display(), said.trim());
-    let file = kernels::sh(Command::new("file").arg("-b").arg(binary))?;
-    ensure!(file.contains("statically linked"), "file {}: {}", binary.display(), file.trim());
-    Ok(())
-}
-
 /// `--version` must name a commit and the architecture, and say the eBPF programs and deep mode
 /// are built in.
 fn check_version_text(text: &str, arch: Arch) -> Result<()> {
@@ -321,7 +308,7 @@ fn check_alone_in_chroot(work: &Path, binary: &Path) -> Result<()> {
     let jail = work.join("chroot");
     let _ = std::fs::remove_dir_all(&jail);
     std::fs::create_dir_all(&jail)?;
-    kernels::copy(binary, &jail.join("cctrace"))?;
+    shell::copy(binary, &jail.join("cctrace"))?;
     for args in [&["--version"][..], &["man"], &["completions", "bash"]] {
         let out =
             Command::new("chroot").arg(&jail).arg("/cctrace").args(args).output().context("chroot (needs root)")?;
@@ -354,7 +341,7 @@ const PACKAGE_FILES: &[(&str, u32)] = &[
 fn check_package(work: &Path, deb: &Path, binary: &Path, arch: Arch) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     // cargo-deb writes the Depends field even when it is empty.
-    let control = kernels::sh(Command::new("dpkg-deb").arg("--field").arg(deb))?;
+    let control = shell::sh(Command::new("dpkg-deb").arg("--field").arg(deb))?;
     let field = |name: &str| control.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))).map(str::trim);
     ensure!(field("Package") == Some("cctrace"), "package name: {control}");
     ensure!(field("Architecture") == Some(arch.debian()), "architecture: {control}");
@@ -365,7 +352,7 @@ fn check_package(work: &Path, deb: &Path, binary: &Path, arch: Arch) -> Result<P
     );
     // Installing starts nothing: no maintainer script at all, so nothing enables or starts the
     // unit, and `dpkg --root` needs no shell inside the scratch root.
-    let members = kernels::sh(Command::new("dpkg-deb").arg("--info").arg(deb))?;
+    let members = shell::sh(Command::new("dpkg-deb").arg("--info").arg(deb))?;
     for script in ["preinst", "postinst", "prerm", "postrm"] {
         ensure!(!members.contains(&format!(" {script} ")), "the package has a {script} script: {members}");
     }
@@ -385,10 +372,10 @@ fn check_package(work: &Path, deb: &Path, binary: &Path, arch: Arch) -> Result<P
         // The scratch root's dpkg is this machine's, whose own architecture it takes as native:
         // the other one is added to the scratch root's database (never to the machine's), as
         // it is native on the hosts the package is for.
-        kernels::sh(&mut dpkg(&["--add-architecture", arch.debian()]))?;
+        shell::sh(&mut dpkg(&["--add-architecture", arch.debian()]))?;
     }
-    kernels::sh(dpkg(&["--install"]).arg(deb)).context("dpkg --install into a scratch root")?;
-    let status = kernels::sh(&mut dpkg(&["--status", "cctrace"]))?;
+    shell::sh(dpkg(&["--install"]).arg(deb)).context("dpkg --install into a scratch root")?;
+    let status = shell::sh(&mut dpkg(&["--status", "cctrace"]))?;
     ensure!(status.contains("Status: install ok installed"), "dpkg --status after install: {status}");
     for (file, mode) in PACKAGE_FILES {
         let path = scratch.join(file);
@@ -422,8 +409,8 @@ fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &
     let host_dir = profile.out_dir(root, Arch::host());
     let host_deb = host_dir.join(format!("cctrace_{}_{}.deb", env!("CARGO_PKG_VERSION"), Arch::host().debian()));
     let commit = |text: &str| text.lines().find(|l| l.starts_with("commit:")).map(str::to_string);
-    let theirs = kernels::sh(artifacts.arch.run_here(&artifacts.binary).arg("--version"))?;
-    let ours = kernels::sh(Command::new(host_dir.join("cctrace")).arg("--version")).unwrap_or_default();
+    let theirs = shell::sh(artifacts.arch.run_here(&artifacts.binary).arg("--version"))?;
+    let ours = shell::sh(Command::new(host_dir.join("cctrace")).arg("--version")).unwrap_or_default();
     if !host_deb.is_file() || commit(&ours) != commit(&theirs) {
         crate::say(&format!(
             "no {} package of this commit in {} to compare with",
@@ -435,8 +422,8 @@ fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &
     let unpack = |deb: &Path, name: &str| -> Result<(PathBuf, String)> {
         let dir = work.join(name);
         let _ = std::fs::remove_dir_all(&dir);
-        kernels::sh(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&dir))?;
-        let listing = kernels::sh(Command::new("find").arg(".").args(["-printf", "%p %m %y\n"]).current_dir(&dir))?;
+        shell::sh(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&dir))?;
+        let listing = shell::sh(Command::new("find").arg(".").args(["-printf", "%p %m %y\n"]).current_dir(&dir))?;
         let mut lines: Vec<&str> = listing.lines().collect();
         lines.sort_unstable();
         Ok((dir, lines.join("\n")))
@@ -452,7 +439,7 @@ fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &
     // `--version` does: the one line allowed to differ.
     let text = |path: &Path, arch: Arch| -> Result<String> {
         let raw = if path.extension().is_some_and(|x| x == "gz") {
-            kernels::sh(Command::new("zcat").arg(path))?
+            shell::sh(Command::new("zcat").arg(path))?
         } else {
             String::from_utf8_lossy(&std::fs::read(path)?).into_owned()
         };
@@ -470,7 +457,7 @@ fn same_as_host_package(root: &Path, profile: Profile, work: &Path, artifacts: &
 
 /// Remove the package from the scratch root: dpkg must leave none of its files.
 fn check_removal(scratch: &Path) -> Result<()> {
-    kernels::sh(Command::new("dpkg").arg(format!("--root={}", scratch.display())).args([
+    shell::sh(Command::new("dpkg").arg(format!("--root={}", scratch.display())).args([
         "--log=/dev/null",
         "--purge",
         "cctrace",
@@ -506,14 +493,14 @@ fn check_man_page(page: &Path) -> Result<()> {
 /// Each completion script parses in its shell, and bash's registers a completion for cctrace.
 fn check_completions(scratch: &Path) -> Result<()> {
     let bash = scratch.join("usr/share/bash-completion/completions/cctrace");
-    kernels::sh(Command::new("bash").arg("-n").arg(&bash)).context("bash -n on the bash completions")?;
+    shell::sh(Command::new("bash").arg("-n").arg(&bash)).context("bash -n on the bash completions")?;
     let registered =
-        kernels::sh(Command::new("bash").arg("-c").arg("source \"$1\" && complete -p cctrace").arg("bash").arg(&bash))
+        shell::sh(Command::new("bash").arg("-c").arg("source \"$1\" && complete -p cctrace").arg("bash").arg(&bash))
             .context("loading the bash completions")?;
     ensure!(registered.contains("cctrace"), "the bash completions register nothing for cctrace: {registered}");
-    kernels::sh(Command::new("zsh").arg("-n").arg(scratch.join("usr/share/zsh/vendor-completions/_cctrace")))
+    shell::sh(Command::new("zsh").arg("-n").arg(scratch.join("usr/share/zsh/vendor-completions/_cctrace")))
         .context("zsh -n on the zsh completions")?;
-    kernels::sh(
+    shell::sh(
         Command::new("fish").arg("--no-execute").arg(scratch.join("usr/share/fish/vendor_completions.d/cctrace.fish")),
     )
     .context("fish --no-execute on the fish completions")?;
@@ -525,24 +512,24 @@ fn check_completions(scratch: &Path) -> Result<()> {
 fn check_guest(root: &Path, work: &Path, binary: &Path) -> Result<()> {
     let kernels_dir = root.join("target/kernels");
     std::fs::create_dir_all(&kernels_dir)?;
-    let kernel = kernels::debian_kernel(root, &kernels_dir, GUEST_KERNEL)?;
+    let kernel = kernels::debian::debian_kernel(root, &kernels_dir, GUEST_KERNEL)?;
     let tree = work.join("initramfs");
     let _ = std::fs::remove_dir_all(&tree);
     for dir in ["bin", "usr/bin", "proc", "sys", "dev", "tmp"] {
         std::fs::create_dir_all(tree.join(dir))?;
     }
     // busybox-static: the guest's shell and tools need no library either.
-    check_static(Path::new("/bin/busybox")).context("the guest's busybox must be static (busybox-static)")?;
-    kernels::copy(Path::new("/bin/busybox"), &tree.join("bin/busybox"))?;
-    kernels::copy(binary, &tree.join("usr/bin/cctrace"))?;
+    shell::check_static(Path::new("/bin/busybox")).context("the guest's busybox must be static (busybox-static)")?;
+    shell::copy(Path::new("/bin/busybox"), &tree.join("bin/busybox"))?;
+    shell::copy(binary, &tree.join("usr/bin/cctrace"))?;
     let init = tree.join("init");
     std::fs::write(&init, guest_ports::with_ports(include_str!("dist_init.sh")))?;
-    kernels::set_executable(&init)?;
+    shell::set_executable(&init)?;
     let cpio = work.join("guest.cpio");
-    kernels::pack_cpio(&tree, &cpio)?;
+    kernels::initramfs::pack_cpio(&tree, &cpio)?;
     let started = Instant::now();
     crate::say(&format!("booting {} with busybox and the dist cctrace only (qemu TCG)", kernel.image.display()));
-    let sections = kernels::run_guest(kernel.arch, work, &kernel.image, &cpio, "dist-guest", "", GUEST_TIMEOUT)?;
+    let sections = kernels::qemu::run_guest(kernel.arch, work, &kernel.image, &cpio, "dist-guest", "", GUEST_TIMEOUT)?;
     crate::say(&format!("dist guest done in {:.0} s", started.elapsed().as_secs_f64()));
     check_guest_sections(&sections)
 }
@@ -567,7 +554,7 @@ fn check_guest_sections(sections: &BTreeMap<String, String>) -> Result<()> {
     ensure!(get("bpffs after").is_empty(), "cctrace left pinned BPF objects: {}", get("bpffs after"));
     let lines: Vec<Value> = get("jsonl").lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let bytes: u64 = get("bytes").parse().context("the guest wrote no byte count")?;
-    let flow = kernels::last_by_port(&lines, guest_ports::LOOPBACK)
+    let flow = guest_ports::last_by_port(&lines, guest_ports::LOOPBACK)
         .with_context(|| format!("no sample of the loopback sender (local port {})", guest_ports::LOOPBACK))?;
     let acked = flow.get("bytes_acked").and_then(Value::as_u64).unwrap_or(0);
     ensure!(acked >= bytes, "the loopback sender acked {acked} bytes, it sent {bytes}");
@@ -599,10 +586,8 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         crate::say(&format!("dist check {what}: {:.1} s", started.elapsed().as_secs_f64()));
         result
     };
-    timed("static", &mut || check_static(&artifacts.binary))?;
-    timed("version", &mut || {
-        check_version_text(&kernels::sh(arch.run_here(&artifacts.binary).arg("--version"))?, arch)
-    })?;
+    timed("static", &mut || shell::check_static(&artifacts.binary))?;
+    timed("version", &mut || check_version_text(&shell::sh(arch.run_here(&artifacts.binary).arg("--version"))?, arch))?;
     if arch == Arch::host() {
         timed("chroot", &mut || check_alone_in_chroot(&work, &artifacts.binary))?;
     } else {
@@ -612,7 +597,7 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         crate::say(&format!("dist check chroot: not on this {} machine", Arch::host().rust_name()));
     }
     timed("sums", &mut || {
-        kernels::sh(
+        shell::sh(
             Command::new("sha256sum")
                 .args(["--check", "--strict", "SHA256SUMS"])
                 .current_dir(artifacts.sums.parent().unwrap_or(root)),
@@ -638,8 +623,8 @@ pub(crate) fn check(root: &Path, profile: Profile, artifacts: &Artifacts, boot: 
         match arch {
             Arch::X86_64 => timed("guest", &mut || check_guest(root, &work, &artifacts.binary))?,
             Arch::Aarch64 => {
-                let (kernels, hooks) = (crate::arm64::SUITE_KERNELS, crate::arm64::SUITE_HOOKS);
-                timed("guest", &mut || crate::arm64::run(root, &artifacts.binary, kernels, hooks))?;
+                let (kernels, hooks) = (crate::kernels::arm64::SUITE_KERNELS, crate::kernels::arm64::SUITE_HOOKS);
+                timed("guest", &mut || crate::kernels::arm64::run(root, &artifacts.binary, kernels, hooks))?;
             }
         }
     }
@@ -726,24 +711,6 @@ fn time_to_attach(binary: &Path) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_dynamically_linked_binary_fails_the_static_check() {
-        // This test binary links glibc dynamically.
-        let me = std::env::current_exe().unwrap();
-        let err = check_static(&me).unwrap_err().to_string();
-        assert!(err.contains("interpreter") || err.contains("dynamic"), "{err}");
-    }
-
-    #[test]
-    fn a_static_binary_passes_the_static_check() {
-        let busybox = Path::new("/bin/busybox");
-        if !busybox.is_file() {
-            assert!(std::env::var("CI").is_err(), "busybox-static is a set-up package: /bin/busybox missing under CI");
-            return;
-        }
-        check_static(busybox).unwrap();
-    }
 
     #[test]
     fn version_text_must_say_everything_is_built_in() {

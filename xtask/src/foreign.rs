@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, ensure, Context, Result};
 
 use crate::arch::Arch;
-use crate::kernels::sh;
+use crate::shell::sh;
 
 /// Package lists older than this are fetched again before a download.
 const LISTS_FRESH: Duration = Duration::from_secs(24 * 3600);

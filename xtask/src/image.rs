@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::arch::Arch;
-use crate::kernels;
+use crate::shell;
 
 /// Where the image keeps the binary (its entry point) and the CA certificates, as paths inside
 /// the layer. /etc/ssl/certs/ca-certificates.crt is where the TLS client looks first, as on
@@ -153,7 +153,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Write the image of `binary` (built for `arch`) into `out_dir`; the file is replaced whole.
 pub(crate) fn write(root: &Path, binary: &Path, arch: Arch, packing: Packing, out_dir: &Path) -> Result<Written> {
-    let version_text = kernels::sh(arch.run_here(binary).arg("--version"))?;
+    let version_text = shell::sh(arch.run_here(binary).arg("--version"))?;
     write_from(binary, arch, packing, out_dir, &Provenance::of(root, &version_text))
 }
 
@@ -535,7 +535,7 @@ mod tests {
         // Any executable that answers --version will do for the format: a script.
         let binary = dir.join("cctrace");
         std::fs::write(&binary, "#!/bin/sh\necho 'cctrace 0.1.0'\necho 'commit: unknown'\n").unwrap();
-        crate::kernels::set_executable(&binary).unwrap();
+        crate::shell::set_executable(&binary).unwrap();
         let written = write(&crate::workspace_root(), &binary, Arch::X86_64, Packing::Fastest, &dir).unwrap();
         assert_eq!(written.path, dir.join(file_name(Arch::X86_64)));
         check(&written.path, Arch::X86_64, &binary).unwrap();

@@ -13,18 +13,14 @@ use cctrace_lab::figures::{targets, Row, Section};
 use clap::{Parser, Subcommand};
 
 mod arch;
-mod arm64;
 mod beside;
 mod cross;
 mod dist;
 mod foreign;
-mod guest_checks;
-mod guest_hooks;
-mod guest_ports;
 mod image;
 mod kernels;
-mod nobtf_kernel;
 mod setup;
+mod shell;
 mod suite;
 mod verdicts;
 
@@ -351,7 +347,14 @@ fn suite_figures(total: f64, tests_secs: f64, lane_secs: Option<f64>, ran: &suit
 fn kernels_arm64(debug: bool) -> Result<()> {
     let profile = if debug { dist::Profile::Check } else { dist::Profile::Release };
     let artifacts = step("cross build", || dist::build(&workspace_root(), profile, Arch::Aarch64))?;
-    step("arm64 guests", || arm64::run(&workspace_root(), &artifacts.binary, arm64::KERNELS, guest_hooks::Hooks::ALL))
+    step("arm64 guests", || {
+        kernels::arm64::run(
+            &workspace_root(),
+            &artifacts.binary,
+            kernels::arm64::KERNELS,
+            kernels::hook_modes::Hooks::ALL,
+        )
+    })
 }
 
 fn kernels_x86_64(images: &[PathBuf], debug: bool, only: Option<&str>) -> Result<()> {

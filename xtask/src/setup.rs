@@ -83,7 +83,7 @@ const APT_PACKAGES: &[&str] = &[
     "qemu-system-arm",
     // The kernel matrix's UDP flow (guest_init.sh): a sender and receiver of datagrams.
     "socat",
-    // The kernel matrix's kernel without BTF (nobtf_kernel.rs), built from Debian's
+    // The kernel matrix's kernel without BTF (kernels/nobtf_build.rs), built from Debian's
     // linux-source: Kconfig's parser and lexer are generated at build time.
     "bison",
     "flex",

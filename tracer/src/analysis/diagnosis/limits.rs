@@ -112,9 +112,13 @@ impl LimitedBy {
 
 /// Mean srtt above the standing-queue threshold over the window's samples taken while the
 /// peer read what it received (a receiver that leaves data unread delays its ACKs: that is
-/// not a queue on the path).
+/// not a queue on the path), in a window the flow had data to send most of the time. A queue
+/// a flow builds drains while it rests: one that rested much of its window and still saw srtt
+/// high saw another flow's queue or its receiver's delay (a player's connection read in bursts
+/// while its sibling carries the stream).
 pub(super) fn standing_queue(w: &Window, cfg: &DiagnosisConfig) -> bool {
     w.min_rtt_us > 0.0
+        && w.busy_share + w.sndbuf_share >= cfg.min_busy_share
         && w.reading_srtt_us
             .is_some_and(|srtt| srtt > w.min_rtt_us * (1.0 + cfg.standing_queue_ratio) + cfg.standing_queue_slack_us)
 }
@@ -358,6 +362,28 @@ mod tests {
         let feed = episodic("cubic", 4_000_000, 5, 25, 25);
         let (_, seen) = run_feed(40, feed);
         assert!(seen.iter().all(|(f, _)| !f), "{seen:?}");
+    }
+
+    #[test]
+    fn a_queue_seen_by_a_flow_that_rests_most_of_its_window_is_not_its_own() {
+        // A player's connection read in bursts while its sibling carries the stream: backlogged
+        // (cwnd full) a third of the time, resting the rest, its srtt 18 ms above min_rtt from the
+        // sibling's queue while the peer reads it, its own losses random.
+        let resting = |busy_per_tick: u64| {
+            let feed = episodic("cubic", 4_000_000, 5, 0, 18);
+            move |tick: u64| {
+                let mut out = feed(tick);
+                out.iter_mut().for_each(|s| s.busy_us = tick * busy_per_tick);
+                out
+            }
+        };
+        let (d, seen) = run_feed(30, resting(33_000));
+        assert!(seen[5..].iter().all(|(_, l)| *l != LimitedBy::Path), "{seen:?}");
+        let e = d.verdict(1).expect("verdict").evidence.clone().expect("evidence");
+        assert!(!e.standing_queue && e.busy_share < 0.4, "{e:?}");
+        // The same srtt from a flow backlogged throughout is its own standing queue.
+        let (d, _) = run_feed(30, resting(100_000));
+        assert_eq!(d.verdict(1).expect("verdict").limited_by, LimitedBy::Path);
     }
 
     #[test]

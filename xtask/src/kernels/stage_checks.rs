@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::guest_ports;
-use crate::kernels::last_by_port;
+use super::guest_ports::{self, last_by_port};
 
 /// A check's name and outcome (the reason when it failed).
 pub(crate) type Check = (String, Result<(), String>);

@@ -1,8 +1,8 @@
 //! The kernel matrix's arm64 row: Debian bookworm's arm64 cloud kernel (6.1) booted with
-//! qemu-system-aarch64 (`virt` machine, TCG), with the static aarch64 cctrace and the same init
-//! and checks as the x86-64 guests (guest_init.sh, kernels.rs). The guest's busybox, iproute2,
-//! nftables, bpftool and socat are Debian's arm64 packages, fetched with their libraries through
-//! the private apt configuration (foreign.rs) and unpacked under target/kernels-arm64; the
+//! qemu-system-aarch64 (`virt` machine, TCG), with the static aarch64 cctrace and the same init and
+//! checks as the x86-64 guests (guest_init.sh, the rest of kernels/). The guest's busybox,
+//! iproute2, nftables, bpftool and socat are Debian's arm64 packages, fetched with their libraries
+//! through the private apt configuration (foreign.rs) and unpacked under target/kernels-arm64; the
 //! kernel's modules come from its own package, the virtio console the results go through among
 //! them.
 //!
@@ -17,10 +17,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use super::hook_modes::Hooks;
+use super::initramfs::GUEST_TOOLS;
 use crate::arch::Arch;
 use crate::foreign::{self, ForeignApt};
-use crate::guest_hooks::Hooks;
-use crate::kernels::{self, sh, GUEST_TOOLS};
+use crate::shell::{self, sh};
 
 /// Debian's meta packages for bookworm's arm64 cloud kernels: 6.1, the one the suite boots, and
 /// 6.12, the first with the per-syscall UDP hooks (6.3), whose classifier reads the caller's
@@ -42,13 +43,13 @@ const LIBRARY_DIRS: &[&str] = &["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-
 pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str], hooks: &'static [Hooks]) -> Result<()> {
     let work = root.join("target/kernels-arm64");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    crate::dist::check_static(cctrace).context("the arm64 guest runs the static cctrace (cargo xtask dist)")?;
+    shell::check_static(cctrace).context("the arm64 guest runs the static cctrace (cargo xtask dist)")?;
     let apt = ForeignApt::new(root, Arch::Aarch64)?;
     let tree = packages_tree(&work, &apt)?;
     let common = guest_root(&work, cctrace, &tree)?;
     let mut results = Vec::new();
     for meta in metas {
-        let mut kernel = kernels::debian_kernel_from(&work, meta, Some(&apt))?;
+        let mut kernel = super::debian::debian_kernel_from(&work, meta, Some(&apt))?;
         kernel.append = format!("bytes={FLOW_BYTES}");
         kernel.hooks = hooks;
         // The hook modes' flows only: fix --live, deep mode and the unit's user are checked on
@@ -56,10 +57,10 @@ pub(crate) fn run(root: &Path, cctrace: &Path, metas: &[&str], hooks: &'static [
         kernel.stages = &[];
         let started = Instant::now();
         crate::say(&format!("booting {} under qemu-system-aarch64 (TCG)", kernel.image.display()));
-        results.push(kernels::boot_and_check(&work, &common, &kernel));
+        results.push(super::qemu::boot_and_check(&work, &common, &kernel));
         crate::say(&format!("arm64 guest done in {:.0} s", started.elapsed().as_secs_f64()));
     }
-    let (table, failed) = kernels::render(&results);
+    let (table, failed) = super::table::render(&results);
     println!("{table}");
     if failed {
         bail!("the arm64 guest has failing checks (see the table above)");
@@ -89,11 +90,11 @@ fn packages_tree(work: &Path, apt: &ForeignApt) -> Result<PathBuf> {
 /// The initramfs every arm64 boot shares: the guest's skeleton, busybox, cctrace, and the tools
 /// where the init calls them, with the libraries and loader they name.
 fn guest_root(work: &Path, cctrace: &Path, tree: &Path) -> Result<PathBuf> {
-    let root = kernels::guest_skeleton(work)?;
+    let root = super::initramfs::guest_skeleton(work)?;
     let busybox = foreign::resolve_in(tree, Path::new("bin/busybox"))?;
-    crate::dist::check_static(&busybox).context("the guest's busybox must be static (busybox-static)")?;
-    kernels::copy(&busybox, &root.join("bin/busybox"))?;
-    kernels::copy(cctrace, &root.join("usr/bin/cctrace"))?;
+    shell::check_static(&busybox).context("the guest's busybox must be static (busybox-static)")?;
+    shell::copy(&busybox, &root.join("bin/busybox"))?;
+    shell::copy(cctrace, &root.join("usr/bin/cctrace"))?;
     let mut libraries = BTreeSet::new();
     for tool in GUEST_TOOLS {
         let name = Path::new(tool).file_name().context("a tool path names a file")?;
@@ -104,11 +105,11 @@ fn guest_root(work: &Path, cctrace: &Path, tree: &Path) -> Result<PathBuf> {
             .with_context(|| {
                 format!("no {} in the arm64 packages {}", name.to_string_lossy(), GUEST_PACKAGES.join(" "))
             })?;
-        kernels::copy(&found, &root.join(tool.trim_start_matches('/')))?;
+        shell::copy(&found, &root.join(tool.trim_start_matches('/')))?;
         needed_libraries(tree, &found, &mut libraries)?;
     }
     for lib in &libraries {
-        kernels::copy(&foreign::resolve_in(tree, lib)?, &root.join(lib))?;
+        shell::copy(&foreign::resolve_in(tree, lib)?, &root.join(lib))?;
     }
     Ok(root)
 }

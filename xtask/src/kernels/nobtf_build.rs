@@ -18,8 +18,9 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 
+use super::Kernel;
 use crate::arch::Arch;
-use crate::kernels::{self, sh, Kernel};
+use crate::shell::{self, sh};
 
 /// Debian's package of the kernel's source (the 6.1 series, bookworm's own and Unraid's).
 const SOURCE_PACKAGE: &str = "linux-source-6.1";
@@ -62,7 +63,7 @@ impl Planned {
     }
 
     fn build(&self, work: &Path) -> Result<()> {
-        let deb = kernels::download_deb(work, SOURCE_PACKAGE, &self.version)?;
+        let deb = super::debian::download_deb(work, SOURCE_PACKAGE, &self.version)?;
         let scratch = work.join("nobtf-build");
         let _ = std::fs::remove_dir_all(&scratch);
         let (src, out) = (scratch.join("src"), scratch.join("out"));
@@ -101,8 +102,8 @@ impl Planned {
         let partial = self.dir.with_extension("partial");
         let _ = std::fs::remove_dir_all(&partial);
         std::fs::create_dir_all(&partial)?;
-        kernels::copy(&image, &partial.join("bzImage"))?;
-        kernels::copy(&out.join(".config"), &partial.join("config"))?;
+        shell::copy(&image, &partial.join("bzImage"))?;
+        shell::copy(&out.join(".config"), &partial.join("config"))?;
         std::fs::write(
             partial.join("built.txt"),
             format!("{SOURCE_PACKAGE} {}: {wall:.0} s, {cpu:.0} s of CPU, {jobs} jobs, {size} bytes\n", self.version),
