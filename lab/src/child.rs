@@ -191,8 +191,16 @@ mod tests {
         use std::os::unix::process::ExitStatusExt;
         // The first SIGINT only resets the handler, as a program that sets its own too late
         // would lose it; the one sent a second later ends it.
-        let mut child = Command::new("sh")
-            .args(["-c", "trap 'trap - INT' INT; echo ready; while :; do sleep 0.05; done"])
+        // SIGINT back to its default first: a shell cannot trap a signal ignored when it
+        // started, and a run started in the background by a shell without job control has
+        // SIGINT ignored throughout.
+        let mut child = Command::new("env")
+            .args([
+                "--default-signal=INT",
+                "sh",
+                "-c",
+                "trap 'trap - INT' INT; echo ready; while :; do sleep 0.05; done",
+            ])
             .stdout(Stdio::piped())
             .spawn()
             .expect("sh");
