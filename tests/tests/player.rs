@@ -35,7 +35,7 @@ const SEGMENT_SECS: u32 = 2;
 /// the live fix, while CUBIC at 1 % gets about a quarter of the stream's rate per connection.
 /// (With a quarter-BDP queue the two BBR start-ups overflowed it together, and one player
 /// stalled 2.5 s on the losses. On 60 Mbit/s the two catching up split it unevenly for seconds,
-/// and one of them played at 0.81-0.93x in 2 of 19 runs.)
+/// and one of them played at 0.81-0.93x in 2 of 15 runs.)
 const UNDERLAY_BPS: u64 = 100_000_000;
 const UNDERLAY_LOSS: f64 = 0.01;
 /// Tailscale's MTU, the least IPv6 allows.
