@@ -70,15 +70,20 @@ pub(super) fn classify(v: &RemoteView, cfg: &DiagnosisConfig) -> LimitedBy {
     // for its retransmission timer, and the receiver cannot tell that wait from an
     // application's.)
     let sends_little = v.goodput_bps < SENDS_LITTLE_SHARE * v.response_bps;
+    // A loss-based sender cannot get more than its loss response allows; one that does (a
+    // stream its application paces past its losses, whose rate only wanders around them) is
+    // not held by its cuts, however deep they measure.
+    let beyond_response = v.goodput_bps > cfg.response_slack * v.response_bps;
     match v.cutting() {
         // Cutting at its losses, and at what its loss response allows: its congestion window.
-        Some(true) if !sends_little => LimitedBy::CongestionWindow,
+        Some(true) if !sends_little && !beyond_response => LimitedBy::CongestionWindow,
         // Cutting, far below its response: its application sets the rate, the cuts bind briefly.
-        Some(true) => LimitedBy::Application,
-        // A sender that does not cut (or has not lost): at a bottleneck it meets the queue,
-        // else nothing but its application (or its send buffer) holds it.
+        Some(true) if sends_little => LimitedBy::Application,
+        // A sender that does not cut, or whose cuts do not bind (or that has not lost): at a
+        // bottleneck it meets the queue, else nothing but its application (or its send
+        // buffer) holds it.
         _ if met_a_queue(v, cfg) => LimitedBy::Path,
-        Some(false) => LimitedBy::Application,
+        Some(_) => LimitedBy::Application,
         // No loss after slow start either: no window, no queue, no loss response holds it.
         None if v.episodes == 0 => LimitedBy::Application,
         None => LimitedBy::Receiving,

@@ -229,6 +229,12 @@ mod tests {
         let (v, seen) = judged(Download { bps: 4_000_000, loss_every: 30, idle_share: 0.6, ..CUBIC_LIKE });
         assert!(seen.iter().all(|(f, _)| !f), "{seen:?}");
         assert_eq!(v.limited_by, LimitedBy::Application, "{}", v.text);
+        // A stream paced past its losses: a loss every 100 ms allows some 5 Mbit/s, it gets 16,
+        // and its rate dips at each loss as its application's bursts wander. Its cuts do not
+        // bind: its application, not its congestion window.
+        let (v, seen) = judged(Download { loss_every: 1, cut: 0.8, ..CUBIC_LIKE });
+        assert!(seen.iter().all(|(f, _)| !f), "{seen:?}");
+        assert_eq!(v.limited_by, LimitedBy::Application, "{}", v.text);
         // No loss at all: nothing but its application holds it.
         let (v, _) = judged(Download { loss_every: 10_000, ..CUBIC_LIKE });
         assert_eq!(v.limited_by, LimitedBy::Application, "{}", v.text);
