@@ -22,7 +22,11 @@ pub struct ReceiveEpisode {
     pub ts_ns: u64,
     /// One-way delay above its floor when the hole opened, µs (`None`: no timestamps).
     pub queue_us: Option<u32>,
-    /// The flow's first episode: its slow start ended there, which says nothing about the path.
+    /// An episode of slow start's: the flow's first, where its slow start ended, and those
+    /// while it recovers from that overshoot, until its rate is first seen not to grow through a
+    /// loss.
+    /// (A sender recovering from an overshoot sends new data as the holes fill, and its rate
+    /// grows through the later holes with the queue drained.) They say nothing of the path.
     pub slow_start: bool,
 }
 
@@ -80,27 +84,35 @@ pub struct ReceiveTracker {
     /// Progress points, about a second apart, oldest first; and the counters now.
     pub progress: VecDeque<Progress>,
     pub now: Progress,
+    /// The sender's rate was seen not to grow through a loss after slow start's own: its
+    /// recovery from slow start is over.
+    recovered_from_slow_start: bool,
 }
 
 impl ReceiveTracker {
     pub(super) fn update(&mut self, prev: &Sample, s: &Sample) {
         let r = &s.receive;
         let queue = self.queue_at(s.ts_ns, r.seg_tsval, r.tsval_unit_us());
-        if r.episodes != prev.receive.episodes && r.episode_ns != 0 {
-            let at = self.queue_at(r.episode_ns, r.episode_tsval, r.tsval_unit_us());
-            if self.episodes.len() >= MAX_RECEIVE_EPISODES {
-                self.episodes.pop_front();
-            }
-            let slow_start = prev.receive.episodes == 0;
-            self.episodes.push_back(ReceiveEpisode { ts_ns: r.episode_ns, queue_us: at, slow_start });
-        }
+        // The cut first: one a sample carries with its episode is that episode's own.
         if r.measured != prev.receive.measured {
             if let Some((before_bps, after_bps)) = r.last_cut() {
                 if self.cuts.len() >= MAX_RECEIVE_EPISODES {
                     self.cuts.pop_front();
                 }
-                self.cuts.push_back(Cut { ts_ns: s.ts_ns, before_bps, after_bps });
+                let cut = Cut { ts_ns: s.ts_ns, before_bps, after_bps };
+                self.cuts.push_back(cut);
+                // A rate that did not grow through a loss is no longer slow start's. (The first
+                // measurement is of slow start's own loss, whose cut says nothing.)
+                self.recovered_from_slow_start |= prev.receive.measured > 0 && cut.ratio() <= 1.0;
             }
+        }
+        if r.episodes != prev.receive.episodes && r.episode_ns != 0 {
+            let at = self.queue_at(r.episode_ns, r.episode_tsval, r.tsval_unit_us());
+            if self.episodes.len() >= MAX_RECEIVE_EPISODES {
+                self.episodes.pop_front();
+            }
+            let slow_start = prev.receive.episodes == 0 || !self.recovered_from_slow_start;
+            self.episodes.push_back(ReceiveEpisode { ts_ns: r.episode_ns, queue_us: at, slow_start });
         }
         self.now = Progress {
             ts_ns: s.ts_ns,
@@ -191,5 +203,34 @@ mod tests {
         assert_eq!(t.episodes[0].queue_us, Some(8_000));
         assert!(t.episodes[0].slow_start, "the first episode ends slow start");
         assert!((t.cuts[0].ratio() - 0.7).abs() < 1e-9);
+    }
+
+    /// Episode `n` in its own sample, which carries its cut (`after_bytes` of 100,000 before).
+    fn episode(n: u32, ms: u64, after_bytes: u32) -> Sample {
+        let mut s = at(ms, 5_000 + ms as u32);
+        s.receive.episodes = n;
+        s.receive.episode_ns = (ms - 50) * 1_000_000;
+        s.receive.episode_tsval = 5_000 + ms as u32 - 50;
+        s.receive.measured = n;
+        s.receive.before_bytes = 100_000;
+        s.receive.before_us = 30_000;
+        s.receive.after_bytes = after_bytes;
+        s.receive.after_us = 30_000;
+        s
+    }
+
+    #[test]
+    fn slow_start_lasts_while_the_rate_grows_through_its_losses() {
+        let mut t = ReceiveTracker::default();
+        let mut prev = at(0, 5_000);
+        // Slow start's own loss (cut to half), two more holes in its recovery as the rate grows
+        // back, then a loss the rate did not grow through: from there the episodes are the path's.
+        for (n, after) in [(1, 50_000), (2, 120_000), (3, 110_000), (4, 70_000), (5, 105_000)] {
+            let s = episode(n, u64::from(n) * 1_000, after);
+            t.update(&prev, &s);
+            prev = s;
+        }
+        let slow: Vec<bool> = t.episodes.iter().map(|e| e.slow_start).collect();
+        assert_eq!(slow, [true, true, true, false, false]);
     }
 }
