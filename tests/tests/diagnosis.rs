@@ -652,17 +652,18 @@ fn full_bottlenecks_are_the_path_and_not_flagged() -> Result<()> {
     on_a_faithful_path(3, full_bottlenecks_scenario)
 }
 
-/// CUBIC alone on shallow, medium and deep 40 Mbit/s bottlenecks and two sharing one; returns
-/// the emulator's late-release share. (A stalled emulator releases bursts into a shallow queue:
-/// one such run saw ten times the usual drops and 60 % of the link.)
+/// CUBIC alone on 40 Mbit/s bottlenecks whose buffers hold a quarter, half, one and four BDPs, and
+/// two sharing one; returns the emulator's late-release share. (A stalled emulator releases bursts
+/// into a shallow queue: one such run saw ten times the usual drops and 60 % of the link.)
 fn full_bottlenecks_scenario() -> Result<f64> {
     let rate = 40_000_000;
-    let shallow = bottleneck(rate, 0.25)?;
+    let quarter = bottleneck(rate, 0.25)?;
+    let half = bottleneck(rate, 0.5)?;
     let medium = bottleneck(rate, 1.0)?;
     let deep = bottleneck(rate, 4.0)?;
     let shared = bottleneck(rate, 1.0)?;
-    let paths = [("shallow", &shallow), ("medium", &medium), ("deep", &deep), ("shared", &shared)];
-    let flows = [(0, "cubic"), (1, "cubic"), (2, "cubic"), (3, "cubic"), (3, "cubic")];
+    let paths = [("quarter", &quarter), ("half", &half), ("medium", &medium), ("deep", &deep), ("shared", &shared)];
+    let flows = [(0, "cubic"), (1, "cubic"), (2, "cubic"), (3, "cubic"), (4, "cubic"), (4, "cubic")];
     let judged = run_bulk(&paths, &flows, 20)?;
     for j in &judged {
         println!("{}", j.describe());
@@ -672,7 +673,7 @@ fn full_bottlenecks_scenario() -> Result<f64> {
         assert_eq!(f.dropped_loss, 0, "{name}: no random loss");
         println!("{name}: queue drops {}, max queue {} B", f.dropped_queue, f.max_queue_bytes);
     }
-    let late = late_share(&[&shallow, &medium, &deep, &shared]);
+    let late = late_share(&[&quarter, &half, &medium, &deep, &shared]);
     println!("emulator: {:.2}% of packets released late", late * 100.0);
     judged_on(late, check_full_bottlenecks(&judged, rate))
 }
@@ -681,22 +682,26 @@ fn check_full_bottlenecks(judged: &[Judged], rate: u64) -> Result<()> {
     for j in judged {
         anyhow::ensure!(!j.outcome.ever_flagged, "{}", j.describe());
     }
-    // From the receiving end, the shallow and the deep queue are the path too.
+    // From the receiving end, a shallow (half a BDP) and a deep queue are the path too. A quarter
+    // of a BDP at 30 ms holds 7.5 ms, barely above the 5 ms the queue at a loss must exceed: the
+    // segment after a tail drop may arrive once a burst's queue drained, and the receiving end
+    // then reads the loss as clean (docs/flagging.md, the cases it gets wrong). It is printed.
     check_ends(judged.iter().enumerate().map(|(i, j)| {
-        (&j.receiving, if i == 0 || i == 2 { FromReceiver::Says("path") } else { FromReceiver::Informative })
+        (&j.receiving, if i == 1 || i == 3 { FromReceiver::Says("path") } else { FromReceiver::Informative })
     }))?;
     // Alone on its bottleneck, each flow is told it fills the path: from the queue before its
-    // losses (shallow) or its standing queue (medium, deep).
+    // losses (the quarter) or its standing queue (the others).
     // Until a shallow buffer's flow has lost twice after queueing it is only window-limited
     // ("cwnd", unflagged); from then on it must say "path" and keep saying it.
     let path_evidence =
         |line: &Value| line["limited_by"] == "path" || line["evidence"]["queued_episodes"].as_u64() >= Some(2);
     // A deep enough buffer keeps the link busy through CUBIC's cuts (measured 0.96 of the rate
-    // every run). A quarter-BDP one does not: after each cut the window is below the BDP until
-    // it regrows, and the emulator's bursts on a loaded host cost more than one drop per
-    // episode (measured 0.60-0.85).
-    let min_utilisation = [0.5, 0.9, 0.9];
-    for (j, min_utilisation) in judged[..3].iter().zip(min_utilisation) {
+    // every run); half a BDP does too, as CUBIC's cut to 0.7 of 1.5 BDPs stays above one. A
+    // quarter-BDP one does not: after each cut the window is below the BDP until it regrows,
+    // and the emulator's bursts on a loaded host cost more than one drop per episode (measured
+    // 0.60-0.85).
+    let min_utilisation = [0.5, 0.8, 0.9, 0.9];
+    for (j, min_utilisation) in judged[..4].iter().zip(min_utilisation) {
         anyhow::ensure!(j.outcome.last["limited_by"] == "path", "{}", j.describe());
         let share = j.outcome.share_once("path", path_evidence);
         anyhow::ensure!(share.is_some_and(|s| s >= 0.9), "path share once evidenced {share:?}: {}", j.describe());
@@ -997,18 +1002,32 @@ impl ReceivingEnd {
         }
     }
 
+    /// Both receivers' judgments with the numbers they rest on: the hidden tracer's, then the
+    /// one that sees both ends (where the class is its `remote_sender` evidence's).
     fn trail(&self) -> String {
-        self.hidden
+        format!(
+            "\n  sender hidden:{}\n  both ends seen:{}",
+            Self::trail_of(&self.hidden, self.start_ns, true),
+            Self::trail_of(&self.receiver, self.start_ns, false)
+        )
+    }
+
+    fn trail_of(lines: &[Value], start_ns: u64, hidden: bool) -> String {
+        lines
             .iter()
             .map(|v| {
                 let r = &v["evidence"]["remote_sender"];
+                let (limited_by, flagged) =
+                    if hidden { (&v["limited_by"], &v["flagged"]) } else { (&r["limited_by"], &r["flagged"]) };
                 format!(
-                    "\n  {:5.1} s {:<11} flagged={:<5} episodes {} ({} clean) cut {} goodput {:.1} Mbit/s response {:.1}: {}",
-                    v["ts_ns"].as_u64().unwrap_or(0).saturating_sub(self.start_ns) as f64 / 1e9,
-                    v["limited_by"].as_str().unwrap_or("?"),
-                    v["flagged"],
+                    "\n  {:5.1} s {:<11} flagged={:<5} episodes {} ({} clean, queue at loss {} ms of {} ms) cut {} goodput {:.1} Mbit/s response {:.1}: {}",
+                    v["ts_ns"].as_u64().unwrap_or(0).saturating_sub(start_ns) as f64 / 1e9,
+                    limited_by.as_str().unwrap_or("?"),
+                    flagged,
                     r["loss_episodes"],
                     r["clean_episodes"],
+                    r["queue_at_loss_ms"],
+                    r["queue_threshold_ms"],
                     r["median_cut"],
                     r["goodput_bps"].as_f64().unwrap_or(0.0) / 1e6,
                     r["response_bps"].as_f64().unwrap_or(0.0) / 1e6,
@@ -1046,11 +1065,12 @@ impl ReceivingEnd {
         let (hidden, n_hidden) = agreement(&sender, &receiver_judgments(&self.hidden, true), self.start_ns, 10.0);
         let classes = |j: Vec<Judgment>| j.into_iter().map(|(_, c)| c).collect::<Vec<_>>();
         println!(
-            "{}: receiving end agrees with the sender on {:.0}% of {n_both} (both seen) and {:.0}% of {n_hidden} (sender hidden)\n  sender {:?}\n  hidden {:?}",
+            "{}: receiving end agrees with the sender on {:.0}% of {n_both} (both seen) and {:.0}% of {n_hidden} (sender hidden)\n  sender {:?}\n  both   {:?}\n  hidden {:?}",
             self.label,
             both * 100.0,
             hidden * 100.0,
             classes(sender_judgments(&self.sender)),
+            classes(receiver_judgments(&self.receiver, false)),
             classes(receiver_judgments(&self.hidden, true)),
         );
         if want == FromReceiver::Informative {
