@@ -113,13 +113,14 @@ fn trail(o: &Outcome) -> String {
         .map(|v| {
             let e = &v["evidence"];
             format!(
-                "\n  {:5.1} s {:<11} flagged={:<5} episodes {}/{} clean, {} queued: {}",
+                "\n  {:5.1} s {:<11} flagged={:<5} episodes {}/{} clean, {} queued (not flagged: {}): {}",
                 v["ts_ns"].as_u64().unwrap_or(0).saturating_sub(o.start_ns) as f64 / 1e9,
                 v["limited_by"].as_str().unwrap_or("?"),
                 v["flagged"],
                 e["clean_episodes"],
                 e["loss_episodes"],
                 e["queued_episodes"],
+                e["not_flagged"].as_str().unwrap_or("-"),
                 v["verdict"].as_str().unwrap_or("")
             )
         })
@@ -150,7 +151,7 @@ fn late_flag(out: &Outcome, path: &EmulatedPath, rate_bps: f64, error: anyhow::E
     if queued_before && path_queue_ms < threshold_ms {
         error.context(Unfaithful::HostQueue { path_queue_ms, threshold_ms })
     } else {
-        error
+        error.context(format!("the emulated queue peaked at {path_queue_ms:.1} ms (threshold {threshold_ms:.1} ms)"))
     }
 }
 
@@ -172,7 +173,7 @@ fn lossy_wan_scenario() -> Result<f64> {
     let bbr_path = wan(0.02)?;
     let stream_path = wan(0.02)?;
     let hidden = receivers_only(&[&path, &bbr_path, &stream_path])?;
-    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let tracer = both_ends()?;
     let mut sinks = Vec::new();
     for p in [&path, &bbr_path, &stream_path] {
         sinks.push(Sink::start(p.receiver(), p.receiver_addr(), PORT, SinkOptions::default())?);
@@ -294,7 +295,7 @@ fn clean_path_and_small_receive_buffer_are_not_flagged() -> Result<()> {
     let _serial = serial();
     let path = wan(0.0)?;
     let hidden = receivers_only(&[&path])?;
-    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let tracer = both_ends()?;
     let _sink = Sink::start(path.receiver(), path.receiver_addr(), PORT, SinkOptions::default())?;
     let _small =
         Sink::start(path.receiver(), path.receiver_addr(), SMALL_RCVBUF_PORT, SinkOptions { rcvbuf: Some(32 * 1024) })?;
@@ -456,7 +457,7 @@ impl Judged {
 /// second that sees only the receivers (see [`ReceivingEnd`]).
 fn run_bulk(paths: &[(&str, &EmulatedPath)], flows: &[(usize, &str)], secs: u64) -> Result<Vec<Judged>> {
     let hidden = receivers_only(&paths.iter().map(|(_, p)| *p).collect::<Vec<_>>())?;
-    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let tracer = both_ends()?;
     let mut sinks = Vec::new();
     for (_, p) in paths {
         sinks.push(Sink::start(p.receiver(), p.receiver_addr(), PORT, SinkOptions::default())?);
@@ -598,7 +599,7 @@ fn bbr_on_the_lossy_paths_fills_them_and_is_not_flagged() -> Result<()> {
         pairs.push(pair);
     }
     let hidden = receivers_only(&pairs.iter().flatten().map(|(_, _, p)| p).collect::<Vec<_>>())?;
-    let tracer = Tracer::start(&["--interval", "1000"])?;
+    let tracer = both_ends()?;
     let t0 = monotonic_ns();
     let mut runs = Vec::new();
     for pair in &pairs {
@@ -854,6 +855,14 @@ fn check_long_fat(judged: &[Judged]) -> Result<()> {
 // tracer filtered in the kernel to the receivers' namespaces (`--netns`) cannot see the senders
 // at all, and judges the same transfers as a download from a remote host. One transfer judged
 // three ways costs the suite a tracer's start, not a transfer.
+
+/// The tracer that sees both ends of every flow. A receiving socket whose sender is on this host
+/// does not keep `tcp_probe` attached (its sender's socket is judged), so its receiving end's
+/// counts would have the windows' gaps: attached for good, every segment is counted, and the
+/// receiving end's verdict can be checked against its sender's.
+fn both_ends() -> Result<Tracer> {
+    Tracer::start(&["--interval", "1000", "--probe-always-attached"])
+}
 
 /// A tracer that sees only the receivers' namespaces of `paths`.
 fn receivers_only(paths: &[&EmulatedPath]) -> Result<Tracer> {

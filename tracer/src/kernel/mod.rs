@@ -20,6 +20,7 @@ pub mod nobtf;
 pub mod offsets;
 pub mod preflight;
 mod probe_window;
+mod receiver_hold;
 mod ring;
 pub mod switch;
 pub mod tracefs;

@@ -30,10 +30,9 @@
 //! saturating transfer of small writes over veth does not (docs/internals.md has the figures).
 //!
 //! The program also counts every segment a receiving socket takes (tracer-ebpf's `receive`: the
-//! holes losses leave and their filling), which windows would miss: while a receiving socket's
-//! segments arrive out of order (its samples' out-of-order count moved within the last
-//! [`RECEIVER_HOLDS_NS`]), the program stays attached; each attach bumps a generation the
-//! counting resumes from.
+//! holes losses leave and their filling), which windows would miss: while a receiving socket
+//! whose sender is not on this host takes segments out of order, the program stays attached
+//! ([`ReceiverHold`]); each attach bumps a generation the counting resumes from.
 //!
 //! What changes: a flow whose segments are further apart than three quarters of an interval is
 //! sampled when a window catches one of them, not at its first segment after the interval. Retransmissions, CA-state and TCP-state changes and
@@ -84,6 +83,7 @@ use aya::programs::{BtfTracePoint, TracePoint};
 use aya::Ebpf;
 
 use super::attach::{HookLink, HOOKS};
+use super::receiver_hold::ReceiverHold;
 use crate::analysis::sample::{Sample, SampleReason, TcpState};
 use tracer_common::HookId;
 
@@ -250,10 +250,6 @@ const OTHER_CPU_CYCLE_NS: u64 = 125_000;
 /// This thread's part of a window cycle assumed until one is measured: about what this VM
 /// measured (a detach and an attach 0.3 ms, the window's two wake-ups 0.1 ms).
 const FIRST_CYCLE_GUESS_NS: u64 = 400_000;
-/// A receiving socket's segments are counted one by one in the program (holes, their filling,
-/// its sender's rate at each loss episode), which a window would miss: while one that takes
-/// segments out of order was seen within this long, the program stays attached.
-const RECEIVER_HOLDS_NS: u64 = 10_000_000_000;
 
 /// While the program stays attached, its run rate is looked at this often (at the reads of
 /// the pipeline's ticks: no wake-up of its own).
@@ -390,10 +386,8 @@ pub(super) struct ProbeWindow {
     pub(super) kept: u64,
     /// Windows followed and the program detached at each close, paying or not.
     always: bool,
-    /// Until when a receiving socket with holes keeps the program attached, and each such
-    /// socket's out-of-order count last seen.
-    receiver_until_ns: u64,
-    out_of_order: HashMap<u64, u32>,
+    /// The receiving sockets that keep the program attached.
+    receivers: ReceiverHold,
     /// The program's run time and count as the kernel's statistics had them at the last look.
     run_stats: (u64, u64),
 }
@@ -420,30 +414,14 @@ impl ProbeWindow {
             windows: 0,
             kept: 0,
             always: false,
-            receiver_until_ns: 0,
-            out_of_order: HashMap::new(),
+            receivers: ReceiverHold::default(),
             run_stats: (0, 0),
-        }
-    }
-
-    /// Take note of a receiving socket whose segments arrive out of order: its count moved.
-    fn note_receiver(&mut self, sample: &Sample, now_ns: u64) {
-        if sample.is_closing() {
-            self.out_of_order.remove(&sample.cookie);
-            return;
-        }
-        let ooo = sample.receive.ooo_segments;
-        if ooo == 0 {
-            return;
-        }
-        if self.out_of_order.insert(sample.cookie, ooo).is_some_and(|before| before != ooo) {
-            self.receiver_until_ns = now_ns + RECEIVER_HOLDS_NS;
         }
     }
 
     /// A receiving socket with holes needs every segment counted.
     fn receiver_holds(&self, now_ns: u64) -> bool {
-        !self.always && now_ns < self.receiver_until_ns
+        !self.always && self.receivers.holds(now_ns)
     }
 
     /// What the kernel's statistics measured a run at since the last look, if they counted
@@ -481,9 +459,7 @@ impl ProbeWindow {
         if self.plan.is_none() {
             return;
         }
-        for sample in batch {
-            self.note_receiver(sample, now_ns);
-        }
+        self.receivers.note(batch, now_ns);
         let holds = self.receiver_holds(now_ns);
         let Some(plan) = self.plan.as_mut() else { return };
         for sample in batch {
