@@ -13,14 +13,12 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use crate::analysis::flow_table::SENDER_TRACK_MIN_BYTES;
 use crate::analysis::sample::Sample;
 
 /// While a receiving socket that takes segments out of order was seen within this long, the
 /// program stays attached.
 pub(super) const RECEIVER_HOLDS_NS: u64 = 10_000_000_000;
-/// A socket that had this much acknowledged sends: a receiving socket whose peer it is has its
-/// sender on this host.
-const SENDER_MIN_ACKED: u64 = 64 * 1024;
 
 /// The sockets that hold the program attached, and what says whether one does.
 #[derive(Debug, Default)]
@@ -29,7 +27,8 @@ pub(super) struct ReceiverHold {
     until_ns: u64,
     /// Each receiving socket's out-of-order count last seen, by cookie.
     out_of_order: HashMap<u64, u32>,
-    /// This host's sending sockets (local, remote), and when each was last sampled.
+    /// This host's sending sockets (those the flow table tracks as senders), by (local, remote),
+    /// and when each was last sampled.
     senders: HashMap<(SocketAddr, SocketAddr), u64>,
 }
 
@@ -40,7 +39,7 @@ impl ReceiverHold {
         for s in batch {
             if s.is_closing() {
                 self.senders.remove(&(s.local, s.remote));
-            } else if s.bytes_acked >= SENDER_MIN_ACKED {
+            } else if s.bytes_sent >= SENDER_TRACK_MIN_BYTES {
                 self.senders.insert((s.local, s.remote), now_ns);
             }
         }
@@ -91,7 +90,6 @@ mod tests {
     fn receiver(ooo: u32) -> Sample {
         let mut s = crate::analysis::flow_table::tests::sample(2, 0);
         (s.local, s.remote) = (addr("198.18.0.2:5201"), addr("198.18.0.1:40000"));
-        s.bytes_acked = 1;
         s.receive.ooo_segments = ooo;
         s
     }
@@ -100,7 +98,7 @@ mod tests {
     fn sender() -> Sample {
         let mut s = crate::analysis::flow_table::tests::sample(1, 0);
         (s.local, s.remote) = (addr("198.18.0.1:40000"), addr("198.18.0.2:5201"));
-        s.bytes_acked = 10 << 20;
+        s.bytes_sent = 10 << 20;
         s
     }
 

@@ -13,7 +13,7 @@ use crate::analysis::sample::{CaState, Sample, SampleReason};
 
 /// Flows start tracking loss episodes once they sent this much: smaller flows are never heavy,
 /// and most of a busy host's flows stay below it, so they allocate nothing.
-pub(super) const TRACK_MIN_BYTES: u64 = 64 * 1024;
+pub const TRACK_MIN_BYTES: u64 = 64 * 1024;
 /// Loss episodes kept per flow.
 pub const MAX_EPISODES: usize = 16;
 /// Periodic samples kept to describe the moments before a loss.

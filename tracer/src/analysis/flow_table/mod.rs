@@ -31,7 +31,9 @@ pub use crate::analysis::flow_table::config::{
 pub use crate::analysis::flow_table::counts::SampleCounts;
 pub use crate::analysis::flow_table::flow::Flow;
 pub use crate::analysis::flow_table::history::{HistoryIter, HistoryPoint};
-pub use crate::analysis::flow_table::loss::{EpisodeKind, LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES};
+pub use crate::analysis::flow_table::loss::{
+    EpisodeKind, LossEpisode, LossTracker, LOSS_LOOKBACK_NS, MAX_EPISODES, TRACK_MIN_BYTES as SENDER_TRACK_MIN_BYTES,
+};
 pub use crate::analysis::flow_table::rates::Rates;
 pub use crate::analysis::flow_table::receive::{Cut, Progress, ReceiveEpisode, ReceiveTracker, MAX_RECEIVE_EPISODES};
 pub use crate::analysis::flow_table::table::{FlowTable, Ingested, TableChanges};
