@@ -929,18 +929,23 @@ fn sender_judgments(lines: &[Value]) -> Vec<Judgment> {
         .collect()
 }
 
-/// The receiving end's own judgments: its verdict where the sender is not seen (`hidden`), its
-/// `remote_sender` evidence where it is.
+/// The receiving end's own judgment in one line, its class and flag: its verdict where the
+/// sender is not seen (`hidden`), its `remote_sender` evidence where it is.
+fn receiving_judgment(v: &Value, hidden: bool) -> (&str, bool) {
+    let r = &v["evidence"]["remote_sender"];
+    if hidden {
+        (v["limited_by"].as_str().unwrap_or(""), v["flagged"] == true)
+    } else {
+        (r["limited_by"].as_str().unwrap_or("receiving"), r["flagged"] == true)
+    }
+}
+
+/// The receiving end's own judgments over its lines.
 fn receiver_judgments(lines: &[Value], hidden: bool) -> Vec<Judgment> {
     lines
         .iter()
         .map(|v| {
-            let r = &v["evidence"]["remote_sender"];
-            let (limited_by, flagged) = if hidden {
-                (v["limited_by"].as_str().unwrap_or(""), v["flagged"] == true)
-            } else {
-                (r["limited_by"].as_str().unwrap_or("receiving"), r["flagged"] == true)
-            };
+            let (limited_by, flagged) = receiving_judgment(v, hidden);
             (v["ts_ns"].as_u64().unwrap_or(0), end_class(limited_by, flagged))
         })
         .collect()
@@ -1026,12 +1031,11 @@ impl ReceivingEnd {
             .iter()
             .map(|v| {
                 let r = &v["evidence"]["remote_sender"];
-                let (limited_by, flagged) =
-                    if hidden { (&v["limited_by"], &v["flagged"]) } else { (&r["limited_by"], &r["flagged"]) };
+                let (limited_by, flagged) = receiving_judgment(v, hidden);
                 format!(
                     "\n  {:5.1} s {:<11} flagged={:<5} episodes {} ({} clean, queue at loss {} ms of {} ms) cut {} goodput {:.1} Mbit/s response {:.1}: {}",
                     v["ts_ns"].as_u64().unwrap_or(0).saturating_sub(start_ns) as f64 / 1e9,
-                    limited_by.as_str().unwrap_or("?"),
+                    limited_by,
                     flagged,
                     r["loss_episodes"],
                     r["clean_episodes"],

@@ -24,9 +24,8 @@ pub struct ReceiveEpisode {
     pub queue_us: Option<u32>,
     /// An episode of slow start's: the flow's first, where its slow start ended, and those
     /// while it recovers from that overshoot, until its rate is first seen not to grow through a
-    /// loss.
-    /// (A sender recovering from an overshoot sends new data as the holes fill, and its rate
-    /// grows through the later holes with the queue drained.) They say nothing of the path.
+    /// loss (a sender recovering from an overshoot sends new data as the holes fill, and its
+    /// rate grows through the later holes with the queue drained). They say nothing of the path.
     pub slow_start: bool,
 }
 
