@@ -24,7 +24,7 @@ pub(super) fn decided_by(
         if lv.episodes > 0 {
             write!(
                 f,
-                "{} loss episodes in {:.0} s: {} with srtt within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
+                "{} loss episodes in {:.0} s: {} with the RTT within {:.1} ms of min_rtt at the loss, {} above (median queue {:.1} ms)",
                 lv.episodes,
                 lv.span_secs,
                 lv.clean,

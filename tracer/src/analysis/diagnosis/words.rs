@@ -24,7 +24,7 @@ pub(super) fn write_flagged(text: &mut String, flow: &Flow, ev: &Evidence) {
     let _ = write!(
         text,
         "{} is held back by loss-based congestion control: {} lost packets in {} episodes over {:.0} s ({} of bytes retransmitted) \
-         and srtt stayed within {:.1} ms of min_rtt {:.1} ms before {} of them (median queue {:.1} ms): no queue built up, so the losses are not the bottleneck's. \
+         and the RTT stayed within {:.1} ms of min_rtt {:.1} ms before {} of them (median queue {:.1} ms): no queue built up, so the losses are not the bottleneck's. \
          Goodput {} is what its loss response allows: the Mathis bound at {} loss events per segment and srtt {:.1} ms is {}",
         flow_name(flow),
         s.cc,
