@@ -157,6 +157,16 @@ impl OwnerLookup {
         }
         self.waiting.retain(|cookie, w| {
             if let Some(owner) = owners.get(cookie) {
+                // Said once per flow: on kernels without periodic samples the flow's next
+                // line may be its close, and this is the one place the finding shows before it.
+                log::debug!(
+                    "owner of {} -> {} (netns {}) found in /proc: {} (pid {})",
+                    w.key.local,
+                    w.key.remote,
+                    w.key.netns,
+                    owner.comm,
+                    owner.pid
+                );
                 self.known.insert(*cookie, Some(owner.clone()));
                 return false;
             }

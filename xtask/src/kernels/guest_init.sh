@@ -93,11 +93,13 @@ udp_bound() { # PORT: a UDP socket is bound to PORT
     done
     return 1
 }
-owner_named() { # PORT FILE: wait (up to 30 s) until cctrace's JSON in FILE names the owner of
-    # the connection whose local port is PORT
+owner_named() { # PORT FILE LOG: wait (up to 30 s) until cctrace's JSON in FILE names the owner
+    # of the connection whose local port is PORT, or its LOG says it found it in /proc (without
+    # periodic samples the flow's next line is its close)
     i=0
     while [ "$i" -lt 300 ]; do
         grep -qE "\"sport\":$1,[^{]*\"owner\":\\{\"pid\"" "$2" 2>/dev/null && return 0
+        grep -qE "owner of [^ ]*:$1 -> .* found in /proc" "$3" 2>/dev/null && return 0
         sleep 0.1
         i=$((i + 1))
     done
@@ -136,7 +138,8 @@ run_mode() { # MODE, cctrace arguments...
     # Under TCG a tracepoint switched on and off ten times a second can stop the guest: qemu
     # does not always see the kernel's code patch in time (a 6.12 guest hit the stale
     # breakpoint in tcp_rcv_established once), so tcp_probe stays attached here.
-    cctrace --json --events --interval "$interval" --probe-always-attached --log-file "/tmp/log-$mode.txt" "$@" >"$out" 2>"$err" &
+    # (The owner lookup's findings at debug level: see owner_named.)
+    RUST_LOG=tracer::host::owners=debug cctrace --json --events --interval "$interval" --probe-always-attached --log-file "/tmp/log-$mode.txt" "$@" >"$out" 2>"$err" &
     tracer=$!
     i=0
     while ! grep -q 'tracing TCP' "$err" 2>/dev/null && kill -0 "$tracer" 2>/dev/null && [ "$i" -lt 900 ]; do
@@ -152,7 +155,7 @@ run_mode() { # MODE, cctrace arguments...
     # pace follows its cost (slow under emulation, slower still at idle priority beside the
     # suite), and a 30 MB transfer here can end between two scans. (A fixed 5 s hold was
     # most of each mode's loopback flow.) ($! of a pipeline is its last process, nc.)
-    { cat /tmp/blob; owner_named "$LOOPBACK_PORT" "$out"; } | nc -l -p "$LOOPBACK_PORT" &
+    { cat /tmp/blob; owner_named "$LOOPBACK_PORT" "$out" "/tmp/log-$mode.txt"; } | nc -l -p "$LOOPBACK_PORT" &
     loop_server=$!
     listening "$LOOPBACK_PORT"
     nc 127.0.0.1 "$LOOPBACK_PORT" </tmp/hold >/dev/null
