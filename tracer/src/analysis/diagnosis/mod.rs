@@ -37,6 +37,7 @@ mod heavy;
 mod hysteresis;
 mod limits;
 mod losses;
+mod peers;
 mod policer;
 mod remote;
 mod reordering;
@@ -49,7 +50,6 @@ mod words;
 
 use compact_str::CompactString;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
 
 use crate::analysis::deep_decisions::{algorithm_of, DecisionLog};
 pub use crate::analysis::diagnosis::buffers::{buffer_rate, buffer_size_for, sizing_words, Side};
@@ -172,9 +172,9 @@ pub struct Diagnoser {
     judge_all: bool,
     /// A buffer for the restless flows' cookies during an evaluation.
     to_judge: Vec<u64>,
-    /// Open flows by (local, remote) address, to find the receiving end of a flow held by its
-    /// peer's window on this host: made at most once an evaluation, when one is.
-    peers: Option<HashMap<(SocketAddr, SocketAddr), u64>>,
+    /// Open flows by address, to find the receiving end of a flow held by its peer's window on
+    /// this host.
+    peers: peers::PeerIndex,
     /// Judge every flow every time (tests compare the two ways).
     #[cfg(test)]
     never_settle: bool,
@@ -187,7 +187,6 @@ impl Diagnoser {
 
     /// Count an evaluation at `now_ns` with `env`: a change of the host facts wakes every flow.
     fn begin_evaluation(&mut self, env: &Environment, now_ns: u64) {
-        self.peers = None;
         self.evaluation_times.push_back(now_ns);
         while self.evaluation_times.len() > self.cfg.window + 2 {
             self.evaluation_times.pop_front();
@@ -212,6 +211,7 @@ impl Diagnoser {
         self.flows.clear();
         self.departed = None;
         self.restless.clear();
+        self.peers.forget();
         self.judge_all = true;
     }
 
@@ -220,6 +220,8 @@ impl Diagnoser {
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.generation += 1;
         self.begin_evaluation(env, now_ns);
+        // Without the changes, the index of peers cannot be kept up to date.
+        self.peers.forget();
         // A look-up per flow (a cache miss each) only when some flow left the table.
         if self.departed != Some(table.departed()) {
             self.flows.retain(|cookie, _| table.get(*cookie).is_some());
@@ -252,6 +254,7 @@ impl Diagnoser {
             self.flows.remove(cookie);
             self.restless.remove(cookie);
         }
+        self.peers.follow(table, changes);
         let born = changes.born.iter().filter_map(|c| table.get(*c));
         if std::mem::take(&mut self.judge_all) {
             for flow in table.open_flows().chain(born.filter(|f| f.is_closed())) {
@@ -324,7 +327,7 @@ impl Diagnoser {
         let at_rest = may_rest && may_settle(&self.cfg, flow, mem, now_ns);
         let before = at_rest.then(|| (mem.shown.clone(), mem.hysteresis.clone(), mem.policing));
         let peers = &mut self.peers;
-        let mut peer_of = |f: &Flow| peer(table, peers, f);
+        let mut peer_of = |f: &Flow| peers.peer(table, f);
         let verdict = judge(flow, mem, &self.cfg, env, now_ns, &mut peer_of);
         if let Some((shown, hysteresis, policing)) = before {
             if shown.as_ref() == Some(&verdict)
@@ -446,19 +449,6 @@ fn catch_up(mem: &mut FlowMemory, evaluation_times: &VecDeque<u64>, now_ns: u64,
             mem.snapshots.pop_front();
         }
     }
-}
-
-/// The other end of `flow` when it is an open socket of this host (its addresses swapped),
-/// from an index of the open flows made the first time an evaluation asks.
-fn peer<'t>(
-    table: &'t FlowTable,
-    index: &mut Option<HashMap<(SocketAddr, SocketAddr), u64>>,
-    flow: &Flow,
-) -> Option<&'t Flow> {
-    let index = index
-        .get_or_insert_with(|| table.open_flows().map(|f| ((f.latest.local, f.latest.remote), f.cookie())).collect());
-    let cookie = *index.get(&(flow.latest.remote, flow.latest.local))?;
-    table.get(cookie).filter(|p| p.cookie() != flow.cookie())
 }
 
 /// One flow's verdict from its snapshots: its window and loss episodes, its class and flag

@@ -51,6 +51,9 @@ pub struct Flow {
     bucket_start: RatePoint,
     /// The table's set of changes this flow was last listed in (see `FlowTable::changes_epoch`).
     pub(super) updated_in: u64,
+    /// The throughput (as [`Flow::rank_bits`]) the table's ranking index has it under, if it
+    /// is ranked at all.
+    pub(super) ranked_as: Option<u64>,
 }
 
 impl Flow {
@@ -77,6 +80,7 @@ impl Flow {
             indexed: (false, 0, 0),
             bucket_start: point,
             updated_in: 0,
+            ranked_as: None,
         };
         flow.indexed = flow.eviction_key();
         flow
@@ -203,6 +207,12 @@ impl Flow {
             Some(closed) => (false, closed, self.cookie()),
             None => (true, self.last_seen_ns, self.cookie()),
         }
+    }
+
+    /// Its throughput as ordered bits, for ranking which flows keep full history: with the
+    /// cookie, a total order (ties at 0 cannot put every flow "in the top k").
+    pub(super) fn rank_bits(&self) -> u64 {
+        self.rates.throughput_bps.max(0.0).to_bits()
     }
 }
 

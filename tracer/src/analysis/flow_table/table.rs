@@ -51,6 +51,13 @@ pub struct FlowTable {
     pub(super) changes_epoch: u64,
     /// The flows holding the full `history_len`.
     pub(super) charted: HashSet<u64>,
+    /// The flows ranked for full history, by (throughput, cookie): the open ones and the
+    /// charted closed ones, each under its [`Flow::ranked_as`]. Kept up to date from the
+    /// changes, so ranking costs per flow that got samples, not per flow kept: 10,000 idle
+    /// connections cost nothing a second.
+    pub(super) by_rate: BTreeSet<(u64, u64)>,
+    /// The ranking index moved since the flows were last ranked.
+    pub(super) rank_moved: bool,
     /// The last [`Flow::text_generation`] given.
     pub(super) text_generations: u64,
     /// Flows that left the table (evicted or expired), ever.
@@ -69,6 +76,8 @@ impl FlowTable {
             changes_untaken: false,
             changes_epoch: 1,
             charted: HashSet::new(),
+            by_rate: BTreeSet::new(),
+            rank_moved: false,
             text_generations: 0,
             departed: 0,
         }
@@ -149,9 +158,9 @@ impl FlowTable {
     /// ones by last update), so the work is per flow dropped, not per flow kept.
     pub fn expire(&mut self, now_ns: u64) -> usize {
         let before = self.flows.len();
-        // A flow's rank moves only with its samples: with no flow born, updated or gone since
-        // the last expire, the flows that keep full history stay the same.
-        let mut changed = self.changes != TableChanges::default();
+        // A flow's rank moves only with its samples: with no flow born, sped up, slowed down or
+        // gone since the last ranking, the flows that keep full history stay the same.
+        self.index_rates();
         if std::mem::replace(&mut self.changes_untaken, true) {
             self.changes = TableChanges::default();
             self.changes_epoch += 1;
@@ -182,8 +191,7 @@ impl FlowTable {
             }
         }
         let expired = before - self.flows.len();
-        changed |= expired > 0;
-        if changed {
+        if self.rank_moved {
             self.rank_history();
         }
         self.departed += expired as u64;
@@ -192,7 +200,11 @@ impl FlowTable {
 
     /// Drop a flow whose index entry is already gone.
     fn remove(&mut self, cookie: u64) {
-        if self.flows.remove(&cookie).is_some() {
+        if let Some(flow) = self.flows.remove(&cookie) {
+            if let Some(bits) = flow.ranked_as {
+                self.by_rate.remove(&(bits, cookie));
+                self.rank_moved = true;
+            }
             self.charted.remove(&cookie);
             self.changes.removed.push(cookie);
         }
@@ -201,6 +213,8 @@ impl FlowTable {
     /// Flows born, updated and removed since the last call. Meant to be called after each
     /// [`FlowTable::expire`]: what was not taken by the next one is dropped.
     pub fn take_changes(&mut self) -> TableChanges {
+        // The ranking index follows the same changes: it learns them before they go.
+        self.index_rates();
         self.changes_untaken = false;
         self.changes_epoch += 1;
         std::mem::take(&mut self.changes)
@@ -218,9 +232,12 @@ impl FlowTable {
         let previous = std::mem::replace(&mut self.kept, cookie);
         if let Some(c) = cookie {
             self.set_history_cap(c, self.cfg.history_len);
+            // Charted now, so ranked even if closed.
+            self.index_rate(c);
         }
         if previous != cookie {
             // The previous one goes back to its rank at the next expire.
+            self.index_rates();
             self.rank_history();
         }
     }
@@ -235,42 +252,72 @@ impl FlowTable {
         }
     }
 
+    /// Bring the ranking index up to date for the flows born or updated since the changes
+    /// were last taken (a flow at rest keeps its throughput, and so its place).
+    fn index_rates(&mut self) {
+        for i in 0..self.changes.born.len() + self.changes.updated.len() {
+            let cookie = match self.changes.born.get(i) {
+                Some(c) => *c,
+                None => self.changes.updated[i - self.changes.born.len()],
+            };
+            self.index_rate(cookie);
+        }
+    }
+
+    /// Put `cookie` where its throughput ranks it, or take it out: a closed flow's history no
+    /// longer grows, so one that is not charted stays so and is not ranked.
+    fn index_rate(&mut self, cookie: u64) {
+        let Some(flow) = self.flows.get_mut(&cookie) else { return };
+        let ranked = !flow.is_closed() || self.charted.contains(&cookie);
+        let now = ranked.then(|| flow.rank_bits());
+        if flow.ranked_as != now {
+            if let Some(bits) = flow.ranked_as {
+                self.by_rate.remove(&(bits, cookie));
+            }
+            if let Some(bits) = now {
+                self.by_rate.insert((bits, cookie));
+            }
+            flow.ranked_as = now;
+            self.rank_moved = true;
+        }
+    }
+
     /// Full history for the `charted_flows` busiest flows by throughput (a flow already charted
     /// keeps it while among twice as many), short history for the rest. Ranked are the open
-    /// flows and those that hold a full history: a closed flow's history no longer grows, so
-    /// one that is not charted stays so (under churn the closed flows are most of the table,
-    /// and ranking them every second was most of a tick). O(open + charted), once a second.
+    /// flows and those that hold a full history (see [`FlowTable::index_rate`]), read from the
+    /// top of the ranking index: O(charted), once a second, however many flows rest.
     fn rank_history(&mut self) {
         let (long, short) = (self.cfg.history_len, self.cfg.short_history_len.min(self.cfg.history_len));
+        if long <= short {
+            return;
+        }
         let k = self.cfg.charted_flows;
-        // Ranks by (throughput, cookie): a total order, so ties at 0 cannot make every flow
-        // "in the top k". One look-up per flow: its key and its cap now.
-        let rank_key = |f: &Flow| (f.rates.throughput_bps.max(0.0).to_bits(), f.cookie());
-        let flows = &self.flows;
-        let open = self.eviction_order.range((true, 0, 0)..).filter_map(|(_, _, cookie)| flows.get(cookie));
-        let closed_charted = self.charted.iter().filter_map(|c| flows.get(c)).filter(|f| f.is_closed());
-        let ranked: Vec<((u64, u64), usize)> =
-            open.chain(closed_charted).map(|f| (rank_key(f), f.history.cap)).collect();
-        let all_in = (k > 0 && ranked.len() <= k) || long <= short;
-        let mut keys: Vec<(u64, u64)> = if all_in { Vec::new() } else { ranked.iter().map(|r| r.0).collect() };
-        // The smallest key among the `n` largest; None when n is 0 (nobody is in).
-        let mut lowest_of_top = |n: usize| -> Option<(u64, u64)> {
-            let n = n.min(keys.len());
-            let at = keys.len().checked_sub(n).filter(|_| n > 0)?;
-            Some(*keys.select_nth_unstable(at).1)
-        };
-        let (enter, stay) = if all_in { (None, None) } else { (lowest_of_top(k), lowest_of_top(k.saturating_mul(2))) };
-        for (key, cap) in ranked {
-            let cookie = key.1;
-            let keeps = all_in
-                || Some(cookie) == self.kept
-                || enter.is_some_and(|e| key >= e)
-                || (cap == long && stay.is_some_and(|s| key >= s));
-            let wanted = if keeps { long } else { short };
-            if wanted != cap {
-                self.set_history_cap(cookie, wanted);
+        let all_in = k > 0 && self.by_rate.len() <= k;
+        // The k fastest enter; a charted flow stays while among the 2k fastest.
+        let within = if all_in { self.by_rate.len() } else { k.saturating_mul(2) };
+        let mut keeps: HashSet<u64> = HashSet::with_capacity(within.min(self.by_rate.len()) + 1);
+        let mut entering = Vec::new();
+        for (i, &(_, cookie)) in self.by_rate.iter().rev().take(within).enumerate() {
+            if all_in || i < k {
+                keeps.insert(cookie);
+                if !self.charted.contains(&cookie) {
+                    entering.push(cookie);
+                }
+            } else if self.charted.contains(&cookie) {
+                keeps.insert(cookie);
             }
         }
+        keeps.extend(self.kept);
+        let leaving: Vec<u64> = self.charted.iter().copied().filter(|c| !keeps.contains(c)).collect();
+        for cookie in leaving {
+            self.set_history_cap(cookie, short);
+            // A closed flow that lost its full history is ranked no more.
+            self.index_rate(cookie);
+        }
+        for cookie in entering {
+            self.set_history_cap(cookie, long);
+        }
+        self.rank_moved = false;
     }
 
     fn evict_one(&mut self) {

@@ -218,6 +218,22 @@ fn eviction_order_stays_in_step_with_the_table_under_churn() {
     assert!(evictions > 1_000, "{evictions} evictions");
 }
 
+/// The ranking index holds what a scan of the table would rank (the open flows and the charted
+/// closed ones, at their throughput now), the fastest `charted_flows` of them are charted, and
+/// every charted flow is among twice as many.
+fn assert_ranked_as_a_scan_would(t: &FlowTable) {
+    let scan: BTreeSet<(u64, u64)> = t
+        .flows()
+        .filter(|f| !f.is_closed() || t.charted.contains(&f.cookie()))
+        .map(|f| (f.rank_bits(), f.cookie()))
+        .collect();
+    assert_eq!(scan, t.by_rate, "the ranking index is the table's");
+    let k = t.config().charted_flows;
+    let fastest = |n: usize| scan.iter().rev().take(n).map(|r| r.1).collect::<HashSet<u64>>();
+    assert!(fastest(k).is_subset(&t.charted), "the fastest {k} are charted");
+    assert!(t.charted.is_subset(&fastest(2 * k)), "the charted are among the fastest {}", 2 * k);
+}
+
 /// What a full scan of the table would expire at `now_ns`, the rule `expire` had before it
 /// took the flows from the front of its index.
 fn expired_by_scan(t: &FlowTable, now_ns: u64) -> BTreeSet<u64> {
@@ -237,6 +253,9 @@ fn expiry_drops_exactly_what_a_full_scan_would_and_reports_it() {
         max_flows: 700,
         closed_linger_ns: 3 * NS_PER_SEC,
         idle_timeout_ns: 7 * NS_PER_SEC,
+        history_len: 20,
+        short_history_len: 5,
+        charted_flows: 40,
         ..Default::default()
     };
     let mut t = FlowTable::new(cfg);
@@ -257,6 +276,8 @@ fn expiry_drops_exactly_what_a_full_scan_would_and_reports_it() {
         // then few (the rest go idle and expire, closed ones linger and expire).
         let cookies = if ms < 60_000 { 2_000 } else { 400 };
         let mut s = sample(r % cookies, (ms + 40).saturating_sub(r % 41));
+        // Flows of a few speeds, ranked for full history among many of the same.
+        s.bytes_acked = ms * 1_000 * (s.cookie % 7);
         if r % 13 == 0 {
             s.reason = SampleReason::Destroy;
         }
@@ -284,6 +305,7 @@ fn expiry_drops_exactly_what_a_full_scan_would_and_reports_it() {
             let long = t.config().history_len;
             let charted: HashSet<u64> = t.flows().filter(|f| f.history_cap() == long).map(Flow::cookie).collect();
             assert_eq!(charted, t.charted, "the charted set is the flows with the full history");
+            assert_ranked_as_a_scan_would(&t);
             born.clear();
         }
     }
