@@ -11,7 +11,7 @@
 use tracer_common::NS_PER_SEC;
 
 use crate::analysis::diagnosis::config::DiagnosisConfig;
-use crate::analysis::diagnosis::policer::{plateau_forming, policing, settled_bps, EpisodeLoss, Policing};
+use crate::analysis::diagnosis::policer::{plateau_forming, policing, EpisodeLoss, Policing};
 use crate::analysis::diagnosis::response::is_loss_based;
 use crate::analysis::flow_table::{queue_threshold_us, EpisodeKind, Flow, LossEpisode};
 
@@ -47,8 +47,6 @@ pub(super) struct LossView {
     pub(super) probes: usize,
     /// A policer's rate, when the episodes show one (loss-based senders only).
     pub(super) policing: Option<Policing>,
-    /// What the loss cycles settled at lately (loss-based senders; `None` before a cycle).
-    pub(super) settled_bps: Option<f64>,
     /// Two loss cycles at one rate, each loss a burst: a policer's plateau whose rate does
     /// not show yet.
     pub(super) plateau_forming: bool,
@@ -176,7 +174,6 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64, since_n
         spurious: spurious.len(),
         receiver_held: after_start.len() - judged.len(),
         policing: policed,
-        settled_bps: if loss_based { settled_bps(&losses, cfg) } else { None },
         plateau_forming: loss_based && plateau_forming(&losses, cfg),
         ..LossView::default()
     };

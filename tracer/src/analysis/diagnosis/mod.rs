@@ -469,7 +469,7 @@ fn judge<'t>(
     }
     let mut lv = loss_view(flow, cfg, now_ns, mem.cc_since_ns);
     let best_clean_bps = flow.loss.as_ref().map_or(0.0, |l| l.best_clean_bps[0] as f64);
-    lv.policing = carried(lv.policing, mem.policing, best_clean_bps, lv.settled_bps, cfg);
+    lv.policing = carried(lv.policing, mem.policing, best_clean_bps, cfg);
     mem.policing = lv.policing;
     let raw = classify(&w, &lv, cfg, &flow.latest.cc);
     let previous = mem.shown.as_ref().map(|v| v.limited_by).filter(|l| *l != LimitedBy::Unknown);

@@ -201,7 +201,10 @@ fn capped_start(
     }
     let at_losses = median(judged.iter().map(|e| e.delivery_before_bps).collect());
     let rate_bps = best_clean_bps.max(at_losses);
-    let settles_near = settles_near(settled_of(cycles), rate_bps, cfg);
+    // What the flow settles at, over its latest loss cycles: a policer's flow keeps near its
+    // rate, while one that met random loss falls from its start's rate cycle after cycle.
+    let latest: Vec<f64> = cycles.iter().rev().take(SETTLED_CYCLES).map(|c| c.rate_bps).collect();
+    let settles_near = latest.is_empty() || median(latest) >= rate_bps * cfg.policer_start_settled_share;
     (best_clean_bps <= at_losses * cfg.policer_start_overshoot && settles_near).then(|| Policing {
         rate_bps,
         sign: PolicerSign::CappedStart,
@@ -210,25 +213,6 @@ fn capped_start(
         burst_segments: median(judged.iter().map(|e| e.lost_segments).collect()),
         best_clean_when_seen: best_clean_bps,
     })
-}
-
-/// What the flow settles at, over its latest loss cycles (`None` before its first): a
-/// policer's flow keeps near its rate, while one that met random loss falls from its start's
-/// rate cycle after cycle.
-fn settled_of(cycles: &[Cycle]) -> Option<f64> {
-    let latest: Vec<f64> = cycles.iter().rev().take(SETTLED_CYCLES).map(|c| c.rate_bps).collect();
-    (!latest.is_empty()).then(|| median(latest))
-}
-
-/// [`settled_of`] the episodes' loss cycles.
-pub(super) fn settled_bps(episodes: &[EpisodeLoss], cfg: &DiagnosisConfig) -> Option<f64> {
-    settled_of(&cycles(episodes, cfg))
-}
-
-/// Whether a flow that settled at `settled` (none yet: no sign against) keeps near a capped
-/// start's `rate_bps`.
-fn settles_near(settled: Option<f64>, rate_bps: f64, cfg: &DiagnosisConfig) -> bool {
-    settled.is_none_or(|r| r >= rate_bps * cfg.policer_start_settled_share)
 }
 
 /// The policer's rate, when the episodes (oldest first, slow-start overshoots included) show
@@ -245,10 +229,7 @@ pub(super) fn policing(episodes: &[EpisodeLoss], best_clean_bps: f64, cfg: &Diag
 
 /// What the flow showed of a policer before, still holding now. A capped start is seen once
 /// (its overshoot leaves the episode memory) and holds while the flow never went far past it
-/// (the most it delivered, its rate, may still creep up) and its latest loss cycles
-/// (`settled_bps`) did not fall far below it: a start cut by a burst of random loss is read as
-/// one before any cycle shows, and CUBIC at 0.2 % bursty loss on a 30 ms path then settled at
-/// 12-18 Mbit/s under a 116 Mbit/s 'policer' it kept (1 run in 10); a plateau while nothing delivered
+/// (the most it delivered, its rate, may still creep up); a plateau while nothing delivered
 /// since it was first seen went past it. (Its loss cycles may stop agreeing for a while: one
 /// cycle in four running on a refilled bucket was measured behind a deep bucket, and a plateau
 /// judged only on the latest cycles came and went, with the flag's release restarted each
@@ -257,7 +238,6 @@ pub(super) fn carried(
     now: Option<Policing>,
     before: Option<Policing>,
     best_clean_bps: f64,
-    settled_bps: Option<f64>,
     cfg: &DiagnosisConfig,
 ) -> Option<Policing> {
     let first_seen = |p: Policing| match before {
@@ -267,9 +247,8 @@ pub(super) fn carried(
     now.map(first_seen).or_else(|| {
         let p = before?;
         match p.sign {
-            PolicerSign::CappedStart => (best_clean_bps <= p.rate_bps * cfg.policer_start_overshoot
-                && settles_near(settled_bps, p.rate_bps, cfg))
-            .then_some(Policing { rate_bps: p.rate_bps.max(best_clean_bps), ..p }),
+            PolicerSign::CappedStart => (best_clean_bps <= p.rate_bps * cfg.policer_start_overshoot)
+                .then_some(Policing { rate_bps: p.rate_bps.max(best_clean_bps), ..p }),
             PolicerSign::Plateau => {
                 let ceiling = p.rate_bps * (1.0 + cfg.policer_rate_tolerance) + 4_000.0;
                 (best_clean_bps <= ceiling.max(p.best_clean_when_seen)).then_some(p)
@@ -475,31 +454,23 @@ mod tests {
             burst_segments: 1.0,
             best_clean_when_seen: 18e6,
         };
-        assert_eq!(carried(None, Some(p), 17e6, None, &cfg()), Some(p));
+        assert_eq!(carried(None, Some(p), 17e6, &cfg()), Some(p));
         // A capped start's rate is the most the flow delivered: it may creep up, not triple.
-        assert_eq!(carried(None, Some(p), 20e6, None, &cfg()).map(|p| p.rate_bps), Some(20e6));
-        assert_eq!(carried(None, Some(p), 60e6, None, &cfg()), None);
+        assert_eq!(carried(None, Some(p), 20e6, &cfg()).map(|p| p.rate_bps), Some(20e6));
+        assert_eq!(carried(None, Some(p), 60e6, &cfg()), None);
         let plateau = Policing { sign: PolicerSign::Plateau, ..p };
-        assert_eq!(carried(None, Some(plateau), 18.5e6, None, &cfg()), Some(plateau));
-        assert_eq!(carried(None, Some(plateau), 25e6, None, &cfg()), None);
+        assert_eq!(carried(None, Some(plateau), 18.5e6, &cfg()), Some(plateau));
+        assert_eq!(carried(None, Some(plateau), 25e6, &cfg()), None);
         // A deep bucket's first drain ran at the line rate before the plateau showed: only a
         // rate past both that and the plateau since lets it go.
         let drained = Policing { best_clean_when_seen: 150e6, ..plateau };
-        assert_eq!(carried(None, Some(drained), 150e6, None, &cfg()), Some(drained));
-        assert_eq!(carried(None, Some(drained), 160e6, None, &cfg()), None);
+        assert_eq!(carried(None, Some(drained), 150e6, &cfg()), Some(drained));
+        assert_eq!(carried(None, Some(drained), 160e6, &cfg()), None);
         // Seen again, it keeps the rate the flow had when it was first seen.
         let again = Policing { best_clean_when_seen: 160e6, rate_bps: 19.2e6, ..plateau };
-        assert_eq!(
-            carried(Some(again), Some(drained), 160e6, None, &cfg()).map(|p| p.best_clean_when_seen),
-            Some(150e6)
-        );
+        assert_eq!(carried(Some(again), Some(drained), 160e6, &cfg()).map(|p| p.best_clean_when_seen), Some(150e6));
         let now = Policing { rate_bps: 19e6, ..p };
-        assert_eq!(carried(Some(now), Some(p), 25e6, None, &cfg()), Some(now));
-        // A capped start whose flow settled far below it since was random loss at its start.
-        assert_eq!(carried(None, Some(p), 17e6, Some(6.3e6), &cfg()), Some(p));
-        assert_eq!(carried(None, Some(p), 17e6, Some(2.0e6), &cfg()), None);
-        // A plateau is its cycles' own rate: nothing to settle below.
-        assert_eq!(carried(None, Some(plateau), 18.5e6, Some(2.0e6), &cfg()), Some(plateau));
+        assert_eq!(carried(Some(now), Some(p), 25e6, &cfg()), Some(now));
     }
 
     /// A window-limited CUBIC flow on a 30 ms path, one sample per 100 ms: slow start for the
