@@ -151,8 +151,8 @@ fn late_flag(out: &Outcome, path: &EmulatedPath, rate_bps: f64, error: anyhow::E
 }
 
 /// `error` as unfaithful when cctrace saw a queue (`queued`) that the emulated bottleneck never
-/// held as deep as cctrace's `threshold_ms`, nor the emulator's release timing as late: the host
-/// delayed those packets, not the path. Otherwise `error` with the path's numbers.
+/// held as deep as cctrace's `threshold_ms`: the host delayed those packets, not the path.
+/// Otherwise `error` with the path's queue peak and the emulator's worst release lateness.
 fn queue_not_the_paths(
     error: anyhow::Error,
     queued: bool,

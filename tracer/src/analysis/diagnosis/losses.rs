@@ -205,6 +205,7 @@ pub(super) fn loss_view(flow: &Flow, cfg: &DiagnosisConfig, now_ns: u64, since_n
 #[cfg(test)]
 mod tests {
     use crate::analysis::diagnosis::test_feed::{episodic, run_feed};
+    use crate::analysis::flow_table::LossEpisode;
     use crate::analysis::sample::CaState;
 
     /// `episodic`'s losses, each begun in `ca` (Recovery is `episodic`'s own).
@@ -224,30 +225,35 @@ mod tests {
         *d.verdict(1).expect("verdict").evidence.clone().expect("evidence")
     }
 
-    #[test]
-    fn a_slow_start_cut_is_queued_when_its_recovery_shows_the_queue() {
-        use super::start_queue;
-        use crate::analysis::flow_table::LossEpisode;
-        // 80 ms path: RACK's RTT at detection shows no queue (a random loss ahead of the
-        // overflow), then srtt rises by the 20 ms queue the flight overflowed.
-        let cut = LossEpisode {
+    /// A fast retransmit's episode on a `min_rtt_us` path with the RTTs given (µs) and
+    /// `srtt_peak_us` at srtt's, the rest zero.
+    fn episode(min_rtt_us: u32, srtt_at_us: u32, rack_rtt_at_us: u32, slow_start: bool) -> LossEpisode {
+        LossEpisode {
             ts_ns: 1,
-            srtt_at_us: 83_000,
-            srtt_before_us: 82_000,
-            rack_rtt_at_us: 80_400,
-            srtt_peak_us: 99_500,
-            min_rtt_us: 80_000,
-            cwnd_before: 600,
-            delivery_before_bps: 120_000_000,
+            srtt_at_us,
+            srtt_before_us: 0,
+            rack_rtt_at_us,
+            srtt_peak_us: srtt_at_us,
+            min_rtt_us,
+            cwnd_before: 0,
+            delivery_before_bps: 0,
             bytes_sent: 0,
             bytes_retrans: 0,
             retrans_before: 0,
             dsack_before: 0,
             undo_before: 0,
             kind: crate::analysis::flow_table::EpisodeKind::FastRetransmit,
-            slow_start: true,
+            slow_start,
             receiver_held: false,
-        };
+        }
+    }
+
+    #[test]
+    fn a_slow_start_cut_is_queued_when_its_recovery_shows_the_queue() {
+        use super::start_queue;
+        // 80 ms path: RACK's RTT at detection shows no queue (a random loss ahead of the
+        // overflow), then srtt rises by the 20 ms queue the flight overflowed.
+        let cut = LossEpisode { srtt_peak_us: 99_500, ..episode(80_000, 83_000, 80_400, true) };
         assert_eq!(start_queue(&cut, 80_000), 16_500.0);
         // Behind a policer srtt stays where it was: the queue is RACK's, none.
         let policed = LossEpisode { srtt_peak_us: 83_200, ..cut };
@@ -260,27 +266,9 @@ mod tests {
     #[test]
     fn a_delayed_ack_in_srtt_is_no_queue_at_the_loss_but_a_full_queue_is() {
         use super::queue_at_loss;
-        use crate::analysis::flow_table::LossEpisode;
         // 30 ms path, cwnd 6: srtt carries the receiver's delayed ACK (7 ms above min_rtt),
         // RACK's RTT, of a segment acknowledged past the hole at once, shows no queue.
-        let delayed_ack = LossEpisode {
-            ts_ns: 1,
-            srtt_at_us: 37_000,
-            srtt_before_us: 33_000,
-            rack_rtt_at_us: 30_300,
-            srtt_peak_us: 37_000,
-            min_rtt_us: 30_000,
-            cwnd_before: 6,
-            delivery_before_bps: 2_500_000,
-            bytes_sent: 0,
-            bytes_retrans: 0,
-            retrans_before: 0,
-            dsack_before: 0,
-            undo_before: 0,
-            kind: crate::analysis::flow_table::EpisodeKind::FastRetransmit,
-            slow_start: false,
-            receiver_held: false,
-        };
+        let delayed_ack = episode(30_000, 37_000, 30_300, false);
         assert_eq!(queue_at_loss(&delayed_ack, 30_000), 300.0);
         // A full drop-tail queue shows in both: the lower is the queue.
         let full = LossEpisode { srtt_at_us: 36_500, rack_rtt_at_us: 37_500, ..delayed_ack };
