@@ -19,7 +19,7 @@ use crate::analysis::flow_table::Flow;
 /// the buffers the fix leaves in place allow.
 fn available_bps(w: &Window, lv: &LossView, cfg: &DiagnosisConfig, buffers: Option<&BufferEvidence>) -> Option<f64> {
     let available = match lv.policing {
-        Some(p) => (w.goodput_bps < cfg.policer_flag_below * p.rate_bps).then_some(p.rate_bps - w.goodput_bps),
+        Some(p) => p.leaves_unused(w.goodput_bps, cfg).then_some(p.rate_bps - w.goodput_bps),
         None => {
             let available = lv.clean_delivery_bps - w.goodput_bps;
             (lv.clean_delivery_bps >= cfg.available_ratio * w.goodput_bps && available > 0.0).then_some(available)

@@ -107,7 +107,7 @@ pub(super) fn flag_condition(
     // that rate is left unused (also while the class shown is still the one before the policer
     // showed: a new class waits for its confirmations, the flag must not run ahead of it).
     if let Some(p) = lv.policing {
-        if w.goodput_bps >= cfg.policer_flag_below * p.rate_bps {
+        if !p.leaves_unused(w.goodput_bps, cfg) {
             return Err(GETS_POLICED_RATE);
         }
     }

@@ -52,6 +52,21 @@ pub(super) struct Policing {
     pub(super) best_clean_when_seen: f64,
 }
 
+impl Policing {
+    /// Whether a flow at `goodput_bps` leaves enough of the policed rate unused for another
+    /// algorithm to gain. A plateau's rate is the policer's: a quarter of it unused is enough.
+    /// A capped start's is a floor (the policer passes at least what the flow once delivered):
+    /// a flow at three quarters of a floor may be well under the policer, so only one that
+    /// delivers about as much as it ever did is taken to get most of it.
+    pub(super) fn leaves_unused(&self, goodput_bps: f64, cfg: &DiagnosisConfig) -> bool {
+        let share = match self.sign {
+            PolicerSign::Plateau => cfg.policer_flag_below,
+            PolicerSign::CappedStart => cfg.policer_floor_flag_below,
+        };
+        goodput_bps < share * self.rate_bps
+    }
+}
+
 /// One episode as the policer reading needs it: when, what the flow had delivered by then,
 /// its delivery rate just before the loss, the segments retransmitted before the next episode
 /// began, and whether a queue came first.
@@ -471,6 +486,24 @@ mod tests {
         assert_eq!(carried(Some(again), Some(drained), 160e6, &cfg()).map(|p| p.best_clean_when_seen), Some(150e6));
         let now = Policing { rate_bps: 19e6, ..p };
         assert_eq!(carried(Some(now), Some(p), 25e6, &cfg()), Some(now));
+    }
+
+    #[test]
+    fn a_capped_starts_rate_is_a_floor_a_flow_must_come_near_to_be_left_alone() {
+        let floor = Policing {
+            rate_bps: 17.6e6,
+            sign: PolicerSign::CappedStart,
+            at_ceiling: 6,
+            judged: 14,
+            burst_segments: 1.0,
+            best_clean_when_seen: 17.6e6,
+        };
+        // As measured behind the 10 ms bucket, which passes 19.3 Mbit/s (BBR gets 19).
+        assert!(floor.leaves_unused(13.9e6, &cfg()));
+        assert!(!floor.leaves_unused(16.0e6, &cfg()));
+        let plateau = Policing { sign: PolicerSign::Plateau, ..floor };
+        assert!(!plateau.leaves_unused(13.9e6, &cfg()));
+        assert!(plateau.leaves_unused(12.0e6, &cfg()));
     }
 
     /// A window-limited CUBIC flow on a 30 ms path, one sample per 100 ms: slow start for the
