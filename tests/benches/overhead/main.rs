@@ -49,6 +49,16 @@ impl Args {
         self.arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
     }
 
+    /// A comma-separated list after `name`, each item parsed.
+    fn list<T: std::str::FromStr>(&self, name: &str) -> Option<Vec<T>> {
+        self.arg(name).map(|v| v.split(',').filter_map(|i| i.trim().parse().ok()).collect())
+    }
+
+    /// Whether a section measures less than the page's (`--observer-sizes` and the like).
+    fn narrowed(&self) -> bool {
+        ["--observer-sizes", "--observer-transfers", "--observers"].iter().any(|a| self.has(a))
+    }
+
     fn has(&self, flag: &str) -> bool {
         self.0.iter().any(|a| a == flag)
     }
@@ -103,7 +113,10 @@ fn main() -> Result<()> {
         let lock = cctrace_lab::serial::serial()?;
         let section = measure(&args, &bins)?;
         drop(lock);
-        section.write()?;
+        // A narrowed look measures part of what the page says: printed, not written.
+        if !args.narrowed() {
+            section.write()?;
+        }
         printed.push(section);
     }
     println!();
@@ -296,10 +309,19 @@ fn observer_section(args: &Args, bins: &Bins) -> Result<Section> {
          is a mean with its 95 % interval (Student's t); the ratios are paired within a round; a claim holds when \
          the interval's upper end does."
     ));
+    // Narrowed for a look at one case (`--observer-sizes 0 --observer-transfers iperf3
+    // --observers cctrace`): then the page is not written (see `Args::narrowed`).
+    let sizes: Vec<usize> = args.list("--observer-sizes").unwrap_or_else(|| vec![0, 1_000, 10_000]);
+    let transfers: Vec<String> =
+        args.list("--observer-transfers").unwrap_or_else(|| vec!["lab".into(), "iperf3".into()]);
+    let observers: Option<Vec<String>> = args.list("--observers");
     for what in [observer::Transfer::LabSender, observer::Transfer::Iperf3] {
+        if !transfers.iter().any(|t| t == what.name()) {
+            continue;
+        }
         let t = what.label();
         eprintln!("observer: share of busy CPU over {t}, {how} per size");
-        for size in observer::run(&[0, 1_000, 10_000], what, secs, rounds, bins.base.as_deref())? {
+        for size in observer::run(&sizes, what, secs, rounds, bins.base.as_deref(), observers.as_deref())? {
             let n = number(size.idle_flows as f64);
             for (o, e) in &size.share {
                 let row = Row::new(format!("{}, {t}, {n} idle flows", o.label()), pct(e)).how(&how);

@@ -51,6 +51,17 @@ pub(crate) enum Observer {
 }
 
 impl Observer {
+    /// Its name for `--observers`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Observer::Cctrace => "cctrace",
+            Observer::CctraceNoBtf => "no-btf",
+            Observer::CctraceBefore => "before",
+            Observer::SsPoll => "ss",
+            Observer::Bpftrace => "bpftrace",
+        }
+    }
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             Observer::Cctrace => "cctrace (defaults)",
@@ -76,6 +87,14 @@ impl Transfer {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Transfer::LabSender => "the bench's sender",
+            Transfer::Iperf3 => "iperf3",
+        }
+    }
+
+    /// Its name for `--observer-transfers`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Transfer::LabSender => "lab",
             Transfer::Iperf3 => "iperf3",
         }
     }
@@ -268,6 +287,13 @@ fn measure(
         eprintln!("    {:?}'s programs: {}", observer, parts.join(", "));
     }
     let cost = (cpu1 - cpu0) + (bpf1 - bpf0);
+    let per_s = |v: f64| v / secs as f64 * 1e3;
+    eprintln!(
+        "    {observer:?}: process {:.2} ms/s, programs {:.2} ms/s, the experiment {:.2} CPUs busy",
+        per_s(cpu1 - cpu0),
+        per_s(bpf1 - bpf0),
+        busy / secs as f64
+    );
     Ok(Measured {
         share: cost / busy,
         in_kernel: (bpf1 - bpf0) / busy,
@@ -284,12 +310,13 @@ pub(crate) fn run(
     secs: u64,
     rounds: usize,
     before: Option<&Path>,
+    only: Option<&[String]>,
 ) -> Result<Vec<Shares>> {
     // The whole experiment in a cgroup of its own: this process moves in, and what it starts
     // from here on (transfer, observers, holders) is born there.
     let cgroup = Cgroup::top().context("the bench's cgroup")?;
     let experiment = Experiment::new(cgroup.path());
-    cgroup.create_sockets_here(|| run_in(sizes, what, secs, rounds, before, &experiment))?
+    cgroup.create_sockets_here(|| run_in(sizes, what, secs, rounds, before, only, &experiment))?
 }
 
 fn run_in(
@@ -298,6 +325,7 @@ fn run_in(
     secs: u64,
     rounds: usize,
     before: Option<&Path>,
+    only: Option<&[String]>,
     experiment: &Experiment,
 ) -> Result<Vec<Shares>> {
     let lab = VethPair::create(VethOptions::default()).context("building the veth pair")?;
@@ -311,6 +339,9 @@ fn run_in(
     }
     if which("bpftrace") {
         observers.push(Observer::Bpftrace);
+    }
+    if let Some(only) = only {
+        observers.retain(|o| only.iter().any(|name| name == o.name()));
     }
     // On for the whole measurement: every observer's programs pay the statistics' clock reads.
     let _stats = bpf_stats::enable()?;
@@ -343,9 +374,9 @@ fn run_in(
                 this.insert(observer, m.share);
                 shares.entry(observer).or_default().push(m.share);
             }
-            let cct = this[&Observer::Cctrace];
+            let cct = this.get(&Observer::Cctrace).copied().unwrap_or(f64::NAN);
             for (o, s) in &this {
-                if *o != Observer::Cctrace {
+                if *o != Observer::Cctrace && cct.is_finite() {
                     over.entry(*o).or_default().push(cct / s.max(1e-9));
                 }
             }

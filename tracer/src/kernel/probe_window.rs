@@ -23,7 +23,8 @@
 //! the kernel's text, which costs this thread about 0.3 ms for the two here and interrupts
 //! every other CPU a dozen times, and each window wakes the reader twice. So the program is
 //! detached only when the runs it would make until the next window cost more than all of that
-//! ([`CycleCost`]): the window counts its runs (a per-CPU counter the program bumps). Otherwise
+//! ([`CycleCost`]): each window counts its runs (a per-CPU counter the program bumps), and the
+//! rate is taken over the last few windows ([`RecentRuns`]), not one. Otherwise
 //! it stays attached, returning early from its per-flow due check on every run, and no window
 //! wakes the reader until the run rate, looked at once a second, says windows would pay: an
 //! idle host, the story's video stream and an `iperf3` transfer keep it attached, a
@@ -59,9 +60,9 @@
 //!      │                                   sampled again after│            │ attach if detached
 //!      │                                   MIN_OPEN_NS, or 3/4│            │ and measure that
 //!      │                                   of an interval     ▼            │ cycle's cost
-//!      │  StopWindows: short windows   CycleCost::on_close(runs, open,     │ (CycleCost::measured)
-//!      └──────────── would not pay ◀──── time to the next window)          │
-//!                    either                   │                            │
+//!      │  StopWindows: short windows   CycleCost::on_close(the recent     │ (CycleCost::measured)
+//!      └──────────── would not pay ◀──── windows' run rate (RecentRuns),  │
+//!                    either                   time to the next window)     │
 //!                                             │ Detach: the runs until the │
 //!                                             │ next window cost more than │
 //!                                             │ a cycle; KeepUntilNext:    │
@@ -336,8 +337,8 @@ pub(super) enum Closing {
 }
 
 impl CycleCost {
-    /// A window that made `runs` in `open_ns` closes with `closed_ns` to the next one, windows
-    /// opening every `interval_ns`.
+    /// A window closes with `closed_ns` to the next one, windows opening every `interval_ns`;
+    /// the program made `runs` in `open_ns` of the recent windows ([`RecentRuns`]).
     pub(super) fn on_close(&self, runs: u64, open_ns: u64, closed_ns: u64, interval_ns: u64) -> Closing {
         if detach_pays(runs, open_ns, closed_ns, self.total_ns(), self.run_ns) {
             Closing::Detach
@@ -346,6 +347,41 @@ impl CycleCost {
         } else {
             Closing::StopWindows
         }
+    }
+}
+
+/// Windows whose runs a closing window is judged with.
+const RECENT_WINDOWS: usize = 8;
+
+/// The program's run rate as the recent windows measured it: the runs and the open time of the
+/// last [`RECENT_WINDOWS`], and of the second before them when windows resumed. One window is
+/// a few milliseconds of one transfer: behind the bench's saturating sender one in twenty
+/// caught a tenth of the usual rate (a lull of the sender's), and judged alone it stopped the
+/// windows and kept the program attached until the next look at the rate, a second or two at
+/// ten times what the windows cost.
+#[derive(Debug, Default)]
+pub(super) struct RecentRuns {
+    windows: std::collections::VecDeque<(u64, u64)>,
+    /// What the last look at the rate while attached measured, weighed until as many windows
+    /// followed it.
+    seed: Option<(u64, u64)>,
+}
+
+impl RecentRuns {
+    /// Windows resume after the program was attached: `runs` in `elapsed_ns` said they pay.
+    pub(super) fn resumed(&mut self, runs: u64, elapsed_ns: u64) {
+        self.windows.clear();
+        self.seed = Some((runs, elapsed_ns));
+    }
+
+    /// A window closed after `runs` in `open_ns`; returns the runs and the time to judge it by.
+    pub(super) fn closed(&mut self, runs: u64, open_ns: u64) -> (u64, u64) {
+        if self.windows.len() == RECENT_WINDOWS {
+            self.windows.pop_front();
+            self.seed = None;
+        }
+        self.windows.push_back((runs, open_ns));
+        self.windows.iter().chain(&self.seed).fold((0, 0), |(r, t), (runs, ns)| (r + runs, t + ns))
     }
 }
 
@@ -390,6 +426,8 @@ pub(super) struct ProbeWindow {
     receivers: ReceiverHold,
     /// The program's run time and count as the kernel's statistics had them at the last look.
     run_stats: (u64, u64),
+    /// The run rate the recent windows measured, which each closing window is judged by.
+    recent: RecentRuns,
 }
 
 impl ProbeWindow {
@@ -416,6 +454,7 @@ impl ProbeWindow {
             always: false,
             receivers: ReceiverHold::default(),
             run_stats: (0, 0),
+            recent: RecentRuns::default(),
         }
     }
 
@@ -489,6 +528,7 @@ impl ProbeWindow {
                 return;
             }
             self.windowing = true;
+            self.recent.resumed(runs.saturating_sub(runs_then), elapsed);
             plan.resume(now_ns);
         }
         match plan.step(now_ns) {
@@ -522,7 +562,8 @@ impl ProbeWindow {
                 } else if holds {
                     Closing::StopWindows
                 } else {
-                    self.cost.on_close(runs.saturating_sub(runs_then), open_ns, closed_ns, plan.interval_ns)
+                    let (recent_runs, recent_ns) = self.recent.closed(runs.saturating_sub(runs_then), open_ns);
+                    self.cost.on_close(recent_runs, recent_ns, closed_ns, plan.interval_ns)
                 };
                 log::trace!(
                     target: LOG_TARGET,
@@ -778,6 +819,28 @@ mod tests {
         assert_eq!(cost.on_close(15_000, 75 * MS, 25 * MS, 100 * MS), Closing::KeepUntilNext);
         // 20,000 runs a second: no window pays.
         assert_eq!(cost.on_close(100, 5 * MS, 95 * MS, 100 * MS), Closing::StopWindows);
+    }
+
+    #[test]
+    fn one_window_in_a_lull_does_not_stop_the_windows_a_second_of_them_does() {
+        let mut cost = CycleCost::new(2);
+        cost.measured(600_000);
+        // The bench's sender: 700 runs a millisecond, windows resumed on a second of that.
+        let mut recent = RecentRuns::default();
+        recent.resumed(700_000, SEC);
+        let close = |recent: &mut RecentRuns, runs: u64| {
+            let (runs, open) = recent.closed(runs, 6 * MS);
+            cost.on_close(runs, open, 94 * MS, 100 * MS)
+        };
+        assert_eq!(close(&mut recent, 4_200), Closing::Detach);
+        // One window caught a tenth of that (judged alone, it stopped the windows).
+        assert_eq!(close(&mut recent, 440), Closing::Detach);
+        for _ in 0..RECENT_WINDOWS {
+            assert_eq!(close(&mut recent, 4_200), Closing::Detach);
+        }
+        // The transfer ends: the windows stop once the recent ones, the seed gone, say so.
+        let stopped = (0..=RECENT_WINDOWS).position(|_| close(&mut recent, 0) == Closing::StopWindows);
+        assert!(stopped.is_some_and(|n| n < RECENT_WINDOWS), "{stopped:?}");
     }
 
     #[test]
