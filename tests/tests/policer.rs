@@ -181,11 +181,8 @@ fn check(judged: &[Judged]) -> Result<()> {
     let last = deep.lines.last().context("deep bucket: no judged line")?;
     anyhow::ensure!(last["limited_by"] == "policer", "deep bucket:{}", deep.trail());
     let rate = last["evidence"]["policer"]["rate_bps"].as_f64().unwrap_or(0.0);
-    anyhow::ensure!(
-        (0.88 * POLICED_GOODPUT_BPS..=1.14 * POLICED_GOODPUT_BPS).contains(&rate),
-        "deep bucket rate:{}",
-        deep.trail()
-    );
+    // The policer counts whole packets (1500 bytes for 1448 of payload): 19.3 Mbit/s of goodput.
+    anyhow::ensure!((0.85 * POLICED_BPS..=1.1 * POLICED_BPS).contains(&rate), "deep bucket rate:{}", deep.trail());
     anyhow::ensure!(deep.report.goodput_bps >= 0.75 * rate, "deep bucket:{}", deep.trail());
 
     for j in [tight, random] {

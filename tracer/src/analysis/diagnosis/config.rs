@@ -176,12 +176,6 @@ pub struct DiagnosisConfig {
     /// 1.5 s bucket 0.82-0.91 of the ~22 Mbit/s they show (BBR the same): switching helps the
     /// first and gains nothing on the second.
     pub policer_flag_below: f64,
-    /// The same share against a capped start's rate, which is only a floor: the most the flow
-    /// delivered before slow start was cut. Behind the 10 ms bucket one CUBIC run got 13.9
-    /// Mbit/s, 0.79 of its 17.6 Mbit/s floor but 0.72 of the 19.3 the policer passes (BBR
-    /// 19): left alone at 0.75, though switching gains. Within 1/8 of the floor is as close
-    /// as a delivery rate tells the policer's.
-    pub policer_floor_flag_below: f64,
 }
 
 impl Default for DiagnosisConfig {
@@ -233,7 +227,6 @@ impl Default for DiagnosisConfig {
             policer_start_overshoot: 3.0,
             policer_start_settled_share: 0.2,
             policer_flag_below: 0.75,
-            policer_floor_flag_below: 0.875,
         }
     }
 }
