@@ -32,7 +32,7 @@ mod windows;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use cctrace_lab::figures::{number, targets, Row, Section};
 
 use crate::ci::Estimate;
@@ -49,9 +49,14 @@ impl Args {
         self.arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
     }
 
-    /// A comma-separated list after `name`, each item parsed.
-    fn list<T: std::str::FromStr>(&self, name: &str) -> Option<Vec<T>> {
-        self.arg(name).map(|v| v.split(',').filter_map(|i| i.trim().parse().ok()).collect())
+    /// A comma-separated list after `name`, each item one of `known` (`None` when absent).
+    fn list(&self, name: &str, known: &[&str]) -> Result<Option<Vec<String>>> {
+        let Some(value) = self.arg(name) else { return Ok(None) };
+        let items: Vec<String> = value.split(',').map(|i| i.trim().to_string()).collect();
+        if let Some(bad) = items.iter().find(|i| !known.contains(&i.as_str())) {
+            bail!("{name} {bad:?}: expected a comma-separated list of {}", known.join(", "));
+        }
+        Ok(Some(items))
     }
 
     /// Whether a section measures less than the page's (`--observer-sizes` and the like).
@@ -311,12 +316,20 @@ fn observer_section(args: &Args, bins: &Bins) -> Result<Section> {
     ));
     // Narrowed for a look at one case (`--observer-sizes 0 --observer-transfers iperf3
     // --observers cctrace`): then the page is not written (see `Args::narrowed`).
-    let sizes: Vec<usize> = args.list("--observer-sizes").unwrap_or_else(|| vec![0, 1_000, 10_000]);
-    let transfers: Vec<String> =
-        args.list("--observer-transfers").unwrap_or_else(|| vec!["lab".into(), "iperf3".into()]);
-    let observers: Option<Vec<String>> = args.list("--observers");
-    for what in [observer::Transfer::LabSender, observer::Transfer::Iperf3] {
-        if !transfers.iter().any(|t| t == what.name()) {
+    let sizes: Vec<usize> = match args.arg("--observer-sizes") {
+        Some(v) => v
+            .split(',')
+            .map(|n| {
+                n.trim().parse::<usize>().with_context(|| format!("--observer-sizes {n:?}: not a number of idle flows"))
+            })
+            .collect::<Result<_>>()?,
+        None => vec![0, 1_000, 10_000],
+    };
+    let all = [observer::Transfer::LabSender, observer::Transfer::Iperf3];
+    let transfers = args.list("--observer-transfers", &all.map(observer::Transfer::name))?;
+    let observers = args.list("--observers", &observer::Observer::ALL.map(observer::Observer::name))?;
+    for what in all {
+        if transfers.as_ref().is_some_and(|t| !t.iter().any(|t| t == what.name())) {
             continue;
         }
         let t = what.label();

@@ -51,6 +51,9 @@ pub(crate) enum Observer {
 }
 
 impl Observer {
+    pub(crate) const ALL: [Observer; 5] =
+        [Observer::Cctrace, Observer::CctraceNoBtf, Observer::CctraceBefore, Observer::SsPoll, Observer::Bpftrace];
+
     /// Its name for `--observers`.
     pub(crate) fn name(self) -> &'static str {
         match self {
