@@ -96,8 +96,8 @@ fn taken_back(e: &LossEpisode, end: Mark) -> bool {
     undone > 0 || (retrans > 0 && dsack >= retrans)
 }
 
-/// The queue at a loss as the policer reading judges it: at the loss that ends slow start,
-/// RACK's RTT where the kernel gave it, else srtt's. srtt, which moves an eighth per ACK, lags
+/// The queue at a loss as the policer reading judges it: at the loss that ends slow start, the
+/// higher of RACK's RTT (where the kernel gave it) and srtt's. srtt, which moves an eighth per ACK, lags
 /// the queue slow start builds in its last round trips and sits on the threshold either way:
 /// on a quarter-BDP drop-tail queue at 30 ms it showed 5.0 ms where the threshold is 5.03 (a
 /// bottleneck read as a capped start), behind a tight-bucket policer 3.5 ms. RACK's RTT,
@@ -111,10 +111,16 @@ fn taken_back(e: &LossEpisode, end: Mark) -> bool {
 /// with no queue at its detection: a capped start, read on CUBIC at 0.1 % random loss on the
 /// 80 ms path (the emulated queue had tail-dropped 473 packets; 1 run in 10, 2026-12-07). The
 /// overflow's queue shows in srtt during the recovery; a policer's cut leaves srtt where it was.
+///
+/// RACK's reading adds to srtt's, never replaces it: a random loss detected by the SACK of a
+/// segment sent before the queue built gives RACK the path's RTT while srtt already holds the
+/// queue. CUBIC at 0.1 % on the 80 ms path: srtt 16.5 ms above min_rtt at detection (the 20 ms
+/// queue, 10 ms threshold), RACK 0.4 ms; read by RACK alone it was a capped start at 107 Mbit/s
+/// (2026-12-07).
 fn start_queue(e: &LossEpisode, min_rtt: u32) -> f64 {
     let base = min_rtt.min(e.min_rtt_us);
     if e.slow_start && e.rack_rtt_at_us > 0 {
-        let at_detection = e.rack_rtt_at_us.saturating_sub(base);
+        let at_detection = e.rack_rtt_at_us.max(e.srtt_at_us).saturating_sub(base);
         let while_recovering = e.srtt_peak_us.saturating_sub(e.srtt_at_us);
         f64::from(at_detection.max(while_recovering))
     } else {
@@ -255,9 +261,13 @@ mod tests {
         // overflow), then srtt rises by the 20 ms queue the flight overflowed.
         let cut = LossEpisode { srtt_peak_us: 99_500, ..episode(80_000, 83_000, 80_400, true) };
         assert_eq!(start_queue(&cut, 80_000), 16_500.0);
-        // Behind a policer srtt stays where it was: the queue is RACK's, none.
+        // Behind a policer srtt stays where it was: under the threshold, as RACK's reading.
         let policed = LossEpisode { srtt_peak_us: 83_200, ..cut };
-        assert_eq!(start_queue(&policed, 80_000), 400.0);
+        assert_eq!(start_queue(&policed, 80_000), 3_000.0);
+        // srtt already holding the queue at detection, RACK's RTT that of a segment sent before
+        // it built (measured): the queue is srtt's.
+        let early_sack = episode(80_000, 96_800, 80_700, true);
+        assert_eq!(start_queue(&early_sack, 80_000), 16_800.0);
         // After slow start the queue is srtt's at detection, as before.
         let later = LossEpisode { slow_start: false, ..cut };
         assert_eq!(start_queue(&later, 80_000), 3_000.0);
