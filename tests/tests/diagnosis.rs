@@ -889,7 +889,13 @@ fn check_long_fat(judged: &[Judged]) -> Result<()> {
 /// counts would have the windows' gaps: attached for good, every segment is counted, and the
 /// receiving end's verdict can be checked against its sender's.
 fn both_ends() -> Result<Tracer> {
-    Tracer::start(&["--interval", "1000", "--probe-always-attached"])
+    let mut args = vec!["--interval".to_string(), "1000".to_string(), "--probe-always-attached".to_string()];
+    // With CCT_DUMP the run is also recorded there, so a misjudged flow can be replayed and its
+    // samples read back (`cctrace export`).
+    if let Ok(dir) = std::env::var("CCT_DUMP") {
+        args.extend(["--record".to_string(), format!("{dir}/run-{}.cct", monotonic_ns())]);
+    }
+    Tracer::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// A tracer that sees only the receivers' namespaces of `paths`.
