@@ -601,6 +601,11 @@ fn one_episode_per_recovery_with_the_moments_before() {
 /// A bulk sender on a 240 ms path whose slow start ends at 1 s, losing once at each tick in
 /// `losses`, with `queue_ms(tick)` of queue in srtt.
 fn long_path_feed(losses: &[u64], queue_ms: impl Fn(u64) -> u32) -> Vec<bool> {
+    long_path_feed_recovering(losses, queue_ms, 0)
+}
+
+/// [`long_path_feed`] with srtt `recovery_ms` higher in the samples of each recovery.
+fn long_path_feed_recovering(losses: &[u64], queue_ms: impl Fn(u64) -> u32, recovery_ms: u32) -> Vec<bool> {
     let mut t = FlowTable::new(TableConfig::default());
     for tick in 0..=60u64 {
         let mut s = sample(1, tick * 100);
@@ -612,8 +617,9 @@ fn long_path_feed(losses: &[u64], queue_ms: impl Fn(u64) -> u32) -> Vec<bool> {
             let mut l = s.clone();
             (l.ts_ns, l.reason, l.ca_state, l.total_retrans) =
                 (l.ts_ns + 1_000_000, SampleReason::CaState, CaState::Recovery, tick as u32);
+            l.srtt_us += recovery_ms * 1000;
             t.ingest(&l);
-            (l.ts_ns, l.ca_state) = (l.ts_ns + 40_000_000, CaState::Open);
+            (l.ts_ns, l.ca_state, l.srtt_us) = (l.ts_ns + 40_000_000, CaState::Open, s.srtt_us);
             t.ingest(&l);
         }
     }
@@ -629,8 +635,16 @@ fn losses_before_slow_starts_overshoot_drained_are_the_overshoots() {
         long_path_feed(&[10, 18, 40], |tick| if (10..25).contains(&tick) { 60 } else { 0 }),
         [true, true, false]
     );
-    // Without a queue after slow start, its aftermath ends at the next sample.
+    // Without a queue after slow start, its aftermath ends a min_rtt on.
     assert_eq!(long_path_feed(&[10, 18, 40], |_| 0), [true, false, false]);
+    assert_eq!(long_path_feed(&[10, 12, 40], |_| 0), [true, true, false]);
+    // The queue gone for a sample, then refilled by the first flight after the cut (measured
+    // at 240 ms): losses to it are still the overshoot's.
+    let refilled = |tick| if (10..14).contains(&tick) || (15..20).contains(&tick) { 60 } else { 0 };
+    assert_eq!(long_path_feed(&[10, 17, 40], refilled), [true, true, false]);
+    // srtt moving within a recovery (on the few segments acknowledged while holes are
+    // repaired) neither keeps the aftermath going nor ends it.
+    assert_eq!(long_path_feed_recovering(&[10, 12, 14], |_| 0, 49), [true, true, false]);
     // A queue that never drains (one the standing-queue test names) ends it after 16 min_rtts.
     assert_eq!(long_path_feed(&[10, 18, 50], |tick| if tick >= 10 { 60 } else { 0 }), [true, true, false]);
 }
