@@ -34,6 +34,7 @@ mod deep;
 mod evidence;
 mod flag;
 mod heavy;
+mod homes;
 mod hysteresis;
 mod limits;
 mod losses;
@@ -70,7 +71,7 @@ pub use crate::analysis::diagnosis::verdict::{
 };
 pub use crate::analysis::diagnosis::verdict::{CutEvidence, RemoteSenderEvidence};
 use crate::analysis::diagnosis::window::{window_of, Snapshot};
-use crate::analysis::environment::Environment;
+use crate::analysis::environment::{Environment, FactsChanged};
 use crate::analysis::fix_plan::commands::{fix_commands, FixNeeds};
 use crate::analysis::flow_table::{Flow, FlowTable, TableChanges};
 use crate::analysis::tunnel::place::Tunnel;
@@ -141,11 +142,16 @@ struct Settled {
     last_seen_ns: u64,
     /// The host facts when it settled.
     env_epoch: u64,
+    /// Its namespace's or cgroup's facts changed since.
+    woken: bool,
 }
 
 impl Settled {
     fn still(&self, flow: &Flow, env_epoch: u64) -> bool {
-        self.samples == flow.counts.samples && self.last_seen_ns == flow.last_seen_ns && self.env_epoch == env_epoch
+        self.samples == flow.counts.samples
+            && self.last_seen_ns == flow.last_seen_ns
+            && self.env_epoch == env_epoch
+            && !self.woken
     }
 }
 
@@ -175,6 +181,8 @@ pub struct Diagnoser {
     /// Open flows by address, to find the receiving end of a flow held by its peer's window on
     /// this host.
     peers: peers::PeerIndex,
+    /// Each open flow's namespace and cgroup, to wake those whose facts changed.
+    homes: homes::Homes,
     /// Judge every flow every time (tests compare the two ways).
     #[cfg(test)]
     never_settle: bool,
@@ -185,16 +193,32 @@ impl Diagnoser {
         Self { cfg, judge_all: true, ..Self::default() }
     }
 
-    /// Count an evaluation at `now_ns` with `env`: a change of the host facts wakes every flow.
-    fn begin_evaluation(&mut self, env: &Environment, now_ns: u64) {
+    /// Count an evaluation at `now_ns` with `env`: a change of a host-wide fact wakes every
+    /// flow; one of some namespaces' or cgroups' facts, the open flows there.
+    fn begin_evaluation(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.evaluation_times.push_back(now_ns);
         while self.evaluation_times.len() > self.cfg.window + 2 {
             self.evaluation_times.pop_front();
         }
-        if self.env_seen.as_ref() != Some(env) {
-            self.env_seen = Some(env.clone());
-            self.env_epoch += 1;
-            self.judge_all = true;
+        let changed = match &self.env_seen {
+            None => Some(FactsChanged::Everywhere),
+            Some(seen) => FactsChanged::between(seen, env),
+        };
+        let Some(changed) = changed else { return };
+        self.env_seen = Some(env.clone());
+        match changed {
+            FactsChanged::Everywhere => {
+                self.env_epoch += 1;
+                self.judge_all = true;
+            }
+            FactsChanged::In { netns, cgroups } => {
+                for cookie in self.homes.living_in(table, &netns, &cgroups) {
+                    if let Some(settled) = self.flows.get_mut(&cookie).and_then(|m| m.settled.as_mut()) {
+                        settled.woken = true;
+                    }
+                    self.restless.insert(cookie);
+                }
+            }
         }
     }
 
@@ -212,6 +236,7 @@ impl Diagnoser {
         self.departed = None;
         self.restless.clear();
         self.peers.forget();
+        self.homes.forget();
         self.judge_all = true;
     }
 
@@ -219,9 +244,10 @@ impl Diagnoser {
     /// `now_ns` is the samples' clock (monotonic), so a flow without new samples is seen idle.
     pub fn evaluate(&mut self, table: &FlowTable, env: &Environment, now_ns: u64) {
         self.generation += 1;
-        self.begin_evaluation(env, now_ns);
-        // Without the changes, the index of peers cannot be kept up to date.
+        // Without the changes, the indexes of peers and homes cannot be kept up to date.
         self.peers.forget();
+        self.homes.forget();
+        self.begin_evaluation(table, env, now_ns);
         // A look-up per flow (a cache miss each) only when some flow left the table.
         if self.departed != Some(table.departed()) {
             self.flows.retain(|cookie, _| table.get(*cookie).is_some());
@@ -241,7 +267,8 @@ impl Diagnoser {
     /// rest is judged again only when a sample arrives (or the host facts change); and the
     /// memories of removed flows go.
     pub fn evaluate_changes(&mut self, table: &FlowTable, changes: &TableChanges, env: &Environment, now_ns: u64) {
-        self.begin_evaluation(env, now_ns);
+        self.homes.follow(table, changes);
+        self.begin_evaluation(table, env, now_ns);
         let judges_any = self.judge_all
             || !self.restless.is_empty()
             || !changes.born.is_empty()
@@ -338,6 +365,7 @@ impl Diagnoser {
                     samples: flow.counts.samples,
                     last_seen_ns: flow.last_seen_ns,
                     env_epoch: self.env_epoch,
+                    woken: false,
                 });
             }
         }
@@ -809,6 +837,44 @@ mod tests {
         let (d, _) = run_in(&env, "cubic", 10, bulk(4_000_000, 0.02, 31_000));
         let v = d.verdict(1).expect("verdict");
         assert_eq!(v.fix[1], "sysctl -w net.ipv4.tcp_congestion_control=bbr");
+    }
+
+    #[test]
+    fn new_facts_of_one_namespace_wake_only_its_flows() {
+        // One clean bulk flow for 10 s, then idle until it rests.
+        let mut table = FlowTable::new(TableConfig::default());
+        let (mut d, mut env) = (Diagnoser::new(DiagnosisConfig::default()), test_env());
+        let clean = bulk(40_000_000, 0.0, 31_000);
+        // Whether the evaluation at `tick` judged the flow (a judgment takes a snapshot).
+        let judged_at = |table: &mut FlowTable, d: &mut Diagnoser, env: &Environment, tick: u64| {
+            let now = tick * 100_000_000;
+            table.expire(now);
+            let changes = table.take_changes();
+            d.evaluate_changes(table, &changes, env, now);
+            d.flows[&1].snapshots.back().is_some_and(|s| s.ts_ns == now)
+        };
+        for tick in 0..=400u64 {
+            if tick < 100 {
+                let mut s = sample(1, tick * 100);
+                clean(tick, &mut s);
+                table.ingest(&s);
+            }
+            if tick % 10 == 0 {
+                judged_at(&mut table, &mut d, &env, tick);
+            }
+        }
+        assert!(!judged_at(&mut table, &mut d, &env, 410), "the flow rests");
+        let netns = table.get(1).expect("flow").latest.netns;
+        // A process started in another namespace: nothing to judge again.
+        env.netns_pids.insert(netns + 1, 4242);
+        assert!(!judged_at(&mut table, &mut d, &env, 420), "woken by another namespace's facts");
+        // One in the flow's own: it is judged again, once.
+        env.netns_pids.insert(netns, 4243);
+        assert!(judged_at(&mut table, &mut d, &env, 430), "not woken by its namespace's facts");
+        assert!(!judged_at(&mut table, &mut d, &env, 440), "rests again");
+        // A host-wide fact wakes every flow.
+        env.allowed_cc.push("cubic".into());
+        assert!(judged_at(&mut table, &mut d, &env, 450), "not woken by a host-wide fact");
     }
 
     #[test]
