@@ -146,6 +146,7 @@ impl LossTracker {
         if prev.snd_ssthresh >= TCP_INFINITE_SSTHRESH && s.snd_ssthresh < TCP_INFINITE_SSTHRESH {
             let max_ns = AFTERMATH_MAX_RTTS * u64::from(s.min_rtt_us.max(1)) * 1000;
             self.aftermath_until_ns = Some(s.ts_ns + max_ns);
+            self.aftermath_clean_since_ns = None;
         }
         self.end_aftermath_once_drained(s, queued, lossy);
         if !self.in_loss && (lossy || retransmitted) {
@@ -189,11 +190,13 @@ impl LossTracker {
     /// repaired (49 ms above min_rtt on one, RACK's RTT 0.4 ms, at 240 ms).
     fn end_aftermath_once_drained(&mut self, s: &Sample, queued: bool, recovering: bool) {
         let Some(until) = self.aftermath_until_ns else { return };
-        if recovering {
-        } else if queued {
-            self.aftermath_clean_since_ns = None;
-        } else if s.reason == SampleReason::Periodic {
-            self.aftermath_clean_since_ns.get_or_insert(s.ts_ns);
+        match (recovering, queued) {
+            (true, _) => {}
+            (false, true) => self.aftermath_clean_since_ns = None,
+            (false, false) if s.reason == SampleReason::Periodic => {
+                self.aftermath_clean_since_ns.get_or_insert(s.ts_ns);
+            }
+            (false, false) => {}
         }
         let rtt_ns = u64::from(s.min_rtt_us) * 1000;
         let drained = self.aftermath_clean_since_ns.is_some_and(|since| s.ts_ns >= since + rtt_ns);
