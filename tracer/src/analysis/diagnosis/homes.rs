@@ -1,54 +1,37 @@
 //! Where each open flow lives, its network namespace and cgroup, so that the flows of a
 //! namespace or cgroup whose host facts changed are found without a walk of the flow table.
-//! That walk reads every flow's boxed state: 30 ms for 20,000 open flows here, each time a
-//! process started in a namespace that had none. This compact copy, kept up to date from the
-//! table's changes like the peer index, is read in well under a millisecond.
+//! That walk read every flow's boxed state, 30 ms for 20,000 open flows here, each time a
+//! process started in a namespace that had none; this compact copy ([`PerOpenFlow`]) is read
+//! in well under a millisecond.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use crate::analysis::flow_table::{FlowTable, TableChanges};
+use crate::analysis::diagnosis::open_flows::PerOpenFlow;
+use crate::analysis::flow_table::{Flow, FlowTable, TableChanges};
 
-#[derive(Debug)]
-pub(super) struct Homes {
-    /// Each open flow's (netns, cgroup id); `None` once forgotten, until it is made from the
-    /// table at the next look.
-    by_flow: Option<HashMap<u64, (u32, u64)>>,
+/// A flow's home: its network namespace and cgroup id.
+fn home(flow: &Flow) -> (u32, u64) {
+    (flow.latest.netns, flow.latest.cgroup_id)
 }
 
-impl Default for Homes {
-    /// Made with the table, both empty: followed from the table's first change.
-    fn default() -> Self {
-        Self { by_flow: Some(HashMap::new()) }
-    }
-}
+#[derive(Debug, Default)]
+pub(super) struct Homes(PerOpenFlow<(u32, u64)>);
 
 impl Homes {
     /// Drop the copy (its changes will not be followed): the next look makes it from the table.
     pub(super) fn forget(&mut self) {
-        self.by_flow = None;
+        self.0.forget();
     }
 
     /// Follow the table's `changes` since the last evaluation.
     pub(super) fn follow(&mut self, table: &FlowTable, changes: &TableChanges) {
-        let Some(by_flow) = &mut self.by_flow else { return };
-        for cookie in &changes.removed {
-            by_flow.remove(cookie);
-        }
-        for flow in changes.born.iter().chain(&changes.updated).filter_map(|c| table.get(*c)) {
-            if flow.is_closed() {
-                by_flow.remove(&flow.cookie());
-            } else {
-                by_flow.insert(flow.cookie(), (flow.latest.netns, flow.latest.cgroup_id));
-            }
-        }
+        self.0.follow(table, changes, home, |_, _, _| {});
     }
 
     /// The open flows living in one of `netns` or `cgroups`.
     pub(super) fn living_in(&mut self, table: &FlowTable, netns: &HashSet<u32>, cgroups: &HashSet<u64>) -> Vec<u64> {
-        let by_flow = self.by_flow.get_or_insert_with(|| {
-            table.open_flows().map(|f| (f.cookie(), (f.latest.netns, f.latest.cgroup_id))).collect()
-        });
-        by_flow
+        self.0
+            .made(table, home, |_, _, _| {})
             .iter()
             .filter(|(_, (n, c))| netns.contains(n) || cgroups.contains(c))
             .map(|(cookie, _)| *cookie)

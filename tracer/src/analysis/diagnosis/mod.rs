@@ -38,6 +38,7 @@ mod homes;
 mod hysteresis;
 mod limits;
 mod losses;
+mod open_flows;
 mod peers;
 mod policer;
 mod remote;

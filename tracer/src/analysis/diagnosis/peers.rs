@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::net::SocketAddr;
 
+use crate::analysis::diagnosis::open_flows::PerOpenFlow;
 use crate::analysis::flow_table::{Flow, FlowTable, TableChanges};
 
 /// The index's key for a flow's (local, remote) addresses: a 64-bit hash, a quarter of the
@@ -18,20 +19,28 @@ fn key(local: SocketAddr, remote: SocketAddr) -> u64 {
     BuildHasherDefault::<DefaultHasher>::default().hash_one((local, remote))
 }
 
-#[derive(Debug)]
-pub(super) struct PeerIndex {
-    /// Open flows by [`key`]; `None` once forgotten, until a flow asks for its peer and it is made
-    /// from the table.
-    by_ends: Option<HashMap<u64, u64>>,
-    /// Each indexed flow's key, to take it out when the flow goes (its addresses are not known
-    /// once it has left the table) or moves (a connecting socket's local port is 0 at first).
-    key_of: HashMap<u64, u64>,
+fn key_of(flow: &Flow) -> u64 {
+    key(flow.latest.local, flow.latest.remote)
 }
 
-impl Default for PeerIndex {
-    /// An index that follows the table from its first change: made with the table, both empty.
-    fn default() -> Self {
-        Self { by_ends: Some(HashMap::new()), key_of: HashMap::new() }
+#[derive(Debug, Default)]
+pub(super) struct PeerIndex {
+    /// Each open flow's key, to take it out when the flow goes (its addresses are not known
+    /// once it has left the table) or moves (a connecting socket's local port is 0 at first).
+    keys: PerOpenFlow<u64>,
+    /// Open flows by key, while `keys` is followed.
+    by_ends: HashMap<u64, u64>,
+}
+
+/// Move `cookie` in `by_ends` from key `old` to `new`.
+fn moved(by_ends: &mut HashMap<u64, u64>, cookie: u64, old: Option<u64>, new: Option<u64>) {
+    if let Some(k) = old {
+        if by_ends.get(&k) == Some(&cookie) {
+            by_ends.remove(&k);
+        }
+    }
+    if let Some(k) = new {
+        by_ends.insert(k, cookie);
     }
 }
 
@@ -39,58 +48,22 @@ impl PeerIndex {
     /// Drop the index (its changes will not be followed): the next look-up makes it from the
     /// table.
     pub(super) fn forget(&mut self) {
-        self.by_ends = None;
-        self.key_of = HashMap::new();
+        self.keys.forget();
+        self.by_ends = HashMap::new();
     }
 
     /// Follow the table's `changes` since the last evaluation: flows born or updated are put
     /// in (or taken out once closed), removed ones taken out.
     pub(super) fn follow(&mut self, table: &FlowTable, changes: &TableChanges) {
-        if self.by_ends.is_none() {
-            return;
-        }
-        for cookie in &changes.removed {
-            self.take_out(*cookie);
-        }
-        for flow in changes.born.iter().chain(&changes.updated).filter_map(|c| table.get(*c)) {
-            if flow.is_closed() {
-                self.take_out(flow.cookie());
-            } else {
-                self.put_in(flow);
-            }
-        }
-    }
-
-    fn put_in(&mut self, flow: &Flow) {
-        let k = key(flow.latest.local, flow.latest.remote);
-        if self.key_of.get(&flow.cookie()) == Some(&k) {
-            return;
-        }
-        self.take_out(flow.cookie());
-        self.key_of.insert(flow.cookie(), k);
-        if let Some(by_ends) = &mut self.by_ends {
-            by_ends.insert(k, flow.cookie());
-        }
-    }
-
-    fn take_out(&mut self, cookie: u64) {
-        let Some(k) = self.key_of.remove(&cookie) else { return };
-        if let Some(by_ends) = &mut self.by_ends {
-            if by_ends.get(&k) == Some(&cookie) {
-                by_ends.remove(&k);
-            }
-        }
+        let by_ends = &mut self.by_ends;
+        self.keys.follow(table, changes, key_of, |c, old, new| moved(by_ends, c, old, new));
     }
 
     /// The open flow at the other end of `flow` on this host, if cctrace sees it.
     pub(super) fn peer<'t>(&mut self, table: &'t FlowTable, flow: &Flow) -> Option<&'t Flow> {
-        if self.by_ends.is_none() {
-            self.by_ends = Some(HashMap::new());
-            for f in table.open_flows() {
-                self.put_in(f);
-            }
-        }
-        let cookie = *self.by_ends.as_ref()?.get(&key(flow.latest.remote, flow.latest.local))?;
+        let by_ends = &mut self.by_ends;
+        self.keys.made(table, key_of, |c, old, new| moved(by_ends, c, old, new));
+        let cookie = *self.by_ends.get(&key(flow.latest.remote, flow.latest.local))?;
         table.get(cookie).filter(|p| {
             p.cookie() != flow.cookie()
                 && !p.is_closed()
@@ -123,7 +96,7 @@ mod tests {
     }
 
     fn indexed(index: &PeerIndex) -> Option<usize> {
-        index.by_ends.as_ref().map(HashMap::len)
+        index.keys.followed().then_some(index.by_ends.len())
     }
 
     #[test]
